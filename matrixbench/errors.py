@@ -1,0 +1,37 @@
+"""Every error matrixbench raises on purpose is a MatrixbenchError; cli.py turns them into exit codes."""
+
+
+class MatrixbenchError(Exception):
+    """Base of all matrixbench errors. The message says what is wrong and how to fix it."""
+
+    exit_code = 1
+
+
+class MatrixError(MatrixbenchError):
+    """matrix.yaml or a CLI override is invalid."""
+
+    exit_code = 2
+
+
+class DockerUnavailableError(MatrixbenchError):
+    """No Docker daemon answers."""
+
+    exit_code = 3
+
+
+class BuildError(MatrixbenchError):
+    """An image build failed; the message carries the build log tail."""
+
+    exit_code = 4
+
+
+class RunError(MatrixbenchError):
+    """A run could not start or its container failed outside any cell."""
+
+    exit_code = 5
+
+
+class ReportError(MatrixbenchError):
+    """Records cannot be read or merged into a report."""
+
+    exit_code = 6

@@ -1,0 +1,201 @@
+"""The result record: the one contract between the host and the container.
+
+One JSON record per matrix cell, written by the runner into the output folder as
+``<cell_id>.json`` with sorted keys. The host reads only these files.
+
+This module is stdlib-only: the host imports it (and nothing else from ``runner``)
+to validate and read records. ``RECORD_SCHEMA`` is a JSON Schema (draft 2020-12)
+that the host validates with ``jsonschema``; the runner itself only checks the version.
+"""
+import json
+import os
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+SUPPORTED_VERSIONS = (1,)
+
+STATUSES = ("ok", "oom", "error", "timeout", "crashed")
+FAILED_STATUSES = ("oom", "error", "timeout", "crashed")
+MODES = ("eager", "default", "reduce-overhead", "max-autotune")
+DTYPES = ("float32", "float16", "bfloat16")
+WEIGHTS = ("random", "pretrained")
+SIZES = ("full", "tiny")
+TASKS = ("image-classification", "image-segmentation", "object-detection")
+ACCURACY_STATUSES = ("pass", "fail", "nan", "skipped")
+
+
+class RecordError(Exception):
+    """A record file that cannot be read: bad JSON or an unknown schema version."""
+
+
+def cell_id(cell):
+    """The stable name of a cell: its record's file stem and its key for resume."""
+    name = cell["model"] + ("-tiny" if cell.get("size") == "tiny" else "")
+    fullgraph = "_fullgraph" if cell.get("fullgraph") else ""
+    return f"{name}_bs{cell['batch_size']}_{cell['mode']}{fullgraph}_{cell['dtype']}"
+
+
+def record_path(out_dir, cell):
+    return Path(out_dir) / f"{cell_id(cell)}.json"
+
+
+def write_record(out_dir, record):
+    """Write atomically (temp file + rename) so a killed run never leaves half a record."""
+    path = record_path(out_dir, record["cell"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, sort_keys=True, indent=1, allow_nan=True) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_record(path):
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RecordError(f"{path}: not a readable record ({exc})") from exc
+    version = record.get("schema_version") if isinstance(record, dict) else None
+    if version not in SUPPORTED_VERSIONS:
+        raise RecordError(
+            f"{path}: schema_version {version!r} is not supported; this matrixbench reads "
+            f"versions {list(SUPPORTED_VERSIONS)}. Upgrade matrixbench or rerun the cell."
+        )
+    return record
+
+
+def needs_run(out_dir, cell, force=False, retry_failed=False):
+    """Resume logic shared by the runner and the host: does this cell still need running?"""
+    if force:
+        return True
+    path = record_path(out_dir, cell)
+    if not path.exists():
+        return True
+    try:
+        record = read_record(path)
+    except RecordError:
+        return True
+    return retry_failed and record["status"] != "ok"
+
+
+_NUM = {"type": ["number", "null"]}
+_INT = {"type": ["integer", "null"]}
+_STR = {"type": ["string", "null"]}
+_BOOL = {"type": ["boolean", "null"]}
+
+
+def _obj(properties, required=None, nullable=False):
+    schema = {
+        "type": ["object", "null"] if nullable else "object",
+        "properties": properties,
+        "required": list(properties) if required is None else required,
+    }
+    return schema
+
+
+CELL_SCHEMA = _obj(
+    {
+        "model": {"type": "string", "minLength": 1},
+        "model_id": _STR,
+        "config_path": _STR,
+        "task": {"enum": list(TASKS)},
+        "weights": {"enum": list(WEIGHTS)},
+        "size": {"enum": list(SIZES)},
+        "batch_size": {"type": "integer", "minimum": 1},
+        "mode": {"enum": list(MODES)},
+        "fullgraph": {"type": "boolean"},
+        "dtype": {"enum": list(DTYPES)},
+        "fault": {"enum": [None, "oom", "error", "crash", "hang"]},
+    },
+    required=["model", "task", "weights", "size", "batch_size", "mode", "fullgraph", "dtype"],
+)
+
+RECORD_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "matrixbench cell record",
+    "type": "object",
+    "required": [
+        "schema_version", "cell_id", "cell", "status", "error", "device", "settings",
+        "timing", "memory", "dynamo", "accuracy", "precision", "environment",
+        "started_at", "duration_s",
+    ],
+    "properties": {
+        "schema_version": {"const": SCHEMA_VERSION},
+        "cell_id": {"type": "string"},
+        "cell": CELL_SCHEMA,
+        "status": {"enum": list(STATUSES)},
+        # null when ok; else what went wrong, for the report's footnotes.
+        "error": _obj({"type": {"type": "string"}, "message": {"type": "string"}, "traceback": _STR},
+                      required=["type", "message"], nullable=True),
+        # The device actually used: "cuda" or "cpu" (device="auto" picks cuda when available).
+        "device": {"enum": ["cuda", "cpu"]},
+        "settings": _obj({
+            "iterations": {"type": "integer", "minimum": 1},
+            "warmup": {"type": "integer", "minimum": 0},
+            "timeout_s": {"type": "number"},
+            "device_requested": {"enum": ["auto", "cuda", "cpu"]},
+            "accuracy_tolerance": {"type": "number"},
+            "cv_threshold": {"type": "number"},
+        }),
+        # null unless the cell got as far as timing. All latencies in milliseconds.
+        "timing": _obj({
+            "load_s": _NUM,          # build model + inputs, move to device
+            "compile_s": _NUM,       # the first call, timed on its own (compile time for compiled modes)
+            "warmup_s": _NUM,
+            "timer": {"enum": ["cuda_event", "perf_counter"]},
+            "n": {"type": "integer"},
+            "mean_ms": {"type": "number"},   # the published statistic
+            "median_ms": {"type": "number"},
+            "p90_ms": {"type": "number"},
+            "p99_ms": {"type": "number"},
+            "stdev_ms": {"type": "number"},
+            "min_ms": {"type": "number"},
+            "max_ms": {"type": "number"},
+            "cv": {"type": "number"},        # stdev / mean
+            "noisy": {"type": "boolean"},    # cv > settings.cv_threshold
+            "samples_ms": {"type": "array", "items": {"type": "number"}},
+        }, nullable=True),
+        "memory": _obj({
+            "peak_bytes": _INT,
+            "kind": {"enum": ["cuda_max_allocated", "cpu_max_rss", None]},
+        }, nullable=True),
+        # torch._dynamo counters; null for eager. Fields are null where a torch version lacks them.
+        "dynamo": _obj({
+            "graphs": _INT,
+            "graph_breaks": _INT,
+            "recompiles": _INT,
+            "cudagraph_skips": _INT,
+            "break_reasons": {"type": "array", "items": {"type": "string"}},
+        }, nullable=True),
+        # compiled vs eager outputs on the same inputs; status "skipped" for eager.
+        "accuracy": _obj({
+            "max_abs_diff": _NUM,
+            "tolerance": _NUM,
+            "status": {"enum": list(ACCURACY_STATUSES)},
+        }, nullable=True),
+        "precision": _obj({
+            "float32_matmul_precision": _STR,
+            "cuda_matmul_allow_tf32": _BOOL,
+            "cudnn_allow_tf32": _BOOL,
+        }),
+        "environment": _obj({
+            "python": {"type": "string"},
+            "torch": {"type": "string"},
+            "torch_git": _STR,
+            "transformers": {"type": "string"},
+            "cuda": _STR,
+            "cudnn": _INT,
+            "gpu_name": _STR,
+            "gpu_count": {"type": "integer"},
+            "driver": _STR,
+            "cpu_model": _STR,
+            "threads": {"type": "integer"},
+            "platform": {"type": "string"},
+            "hostname": {"type": "string"},
+            "image_name": _STR,
+            "image_id": _STR,
+        }),
+        "started_at": {"type": "string"},   # ISO 8601, UTC
+        "duration_s": {"type": "number"},   # wall time of the whole cell, process start to record
+    },
+}
