@@ -1,0 +1,38 @@
+"""The one small interface every backend shares (docker, local, later others)."""
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What a backend needs to run one image's pending cells.
+
+    ``cells`` are runner cell dicts (see runner/schema.py CELL_SCHEMA); ``settings`` are
+    the runner settings (iterations, warmup, timeout_s, device, accuracy_tolerance,
+    cv_threshold). Records land in ``out_dir`` as ``<cell_id>.json``.
+    """
+
+    image_name: str
+    cells: list
+    settings: dict
+    out_dir: Path
+    cache_dir: Optional[Path] = None      # compile caches (Inductor/Triton); None = cold
+    hf_cache_dir: Optional[Path] = None   # the host's HF cache, shared by all images
+    gpus: bool = False                    # ask for all GPUs (--gpus all)
+    env: dict = field(default_factory=dict)  # run-time only env, e.g. HF_TOKEN
+
+
+class Backend(ABC):
+    """Runs the runner entrypoint for a list of cells and returns when it exits."""
+
+    name = "base"
+
+    @abstractmethod
+    def run(self, request: RunRequest) -> int:
+        """Run ``request``; block until the runner exits; return its exit code.
+
+        Must leave finished records in ``request.out_dir`` even when interrupted
+        (KeyboardInterrupt stops and removes whatever the backend started).
+        """
