@@ -1,0 +1,126 @@
+"""The published reference: the seed page's latency tables as a tidy dataset.
+
+``matrixbench/data/perf_torch_compile.md`` is a vendored copy of the seed page
+(Apache-2.0, The HuggingFace Team). ``parse_seed_tables`` reads its Markdown tables
+into one row per published number; ``python -m matrixbench.report.published``
+regenerates ``published_torch_compile.csv`` from it, so no number is typed twice.
+"""
+import csv
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+SEED_PATH = DATA_DIR / "perf_torch_compile.md"
+DATASET_PATH = DATA_DIR / "published_torch_compile.csv"
+COLUMNS = ("table", "torch", "gpu", "batch_size", "model_label", "model", "mode", "status", "latency_ms")
+GPUS = ("A100", "V100", "T4")
+
+# The seed's row labels -> our model short names (runner/models).
+MODEL_NAMES = {
+    "Image Classification/ViT": "vit",
+    "Image Classification/BeiT": "beit",
+    "Image Classification/ConvNeXT": "convnext",
+    "Image Classification/ResNet": "resnet",
+    "Image Segmentation/Segformer": "segformer",
+    "Image Segmentation/Mask2former": "mask2former",
+    "Image Segmentation/Maskformer": "maskformer",
+    "Image Segmentation/MobileNet": "mobilenet",
+    "Object Detection/OwlViT": "owlvit",
+    "Object Detection/DETR": "detr",
+    "Object Detection/Resnet-101": "detr-resnet-101",
+    "Object Detection/Conditional-DETR": "conditional-detr",
+}
+
+# Which published table a "## " section holds: (table, torch, compiled mode).
+_MAIN = ("main", "2.0", "default")
+_SECTIONS = {
+    "PyTorch Nightly": ("nightly", "2.1.0dev nightly", "default"),
+    "Reduce Overhead": ("reduce-overhead", "2.1.0dev nightly", "reduce-overhead"),
+}
+_HEADING = re.compile(r"^(?P<gpu>A100|V100|T4)(?: \(batch size: (?P<batch>\d+)\))?$")
+
+
+class SeedFormatError(ValueError):
+    """The seed page's tables are not laid out as this parser expects."""
+
+
+def parse_seed_tables(markdown):
+    """One dict per published number, in page order (see COLUMNS); latency kept as its text."""
+    rows, section, heading = [], _MAIN, None
+    for number, line in enumerate(markdown.splitlines(), start=1):
+        if line.startswith("## "):
+            section, heading = _SECTIONS.get(line[3:].strip(), _MAIN), None
+        elif line.startswith("### "):
+            heading = _HEADING.match(line[4:].strip())
+        elif line.startswith("|") and heading and not _is_table_header(line):
+            rows += _parse_row(_split_row(line), section, heading, number)
+    return rows
+
+
+def _is_table_header(line):
+    return "**" in line or ":---" in line
+
+
+def _split_row(line):
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def _parse_row(cells, section, heading, line_number):
+    table, torch, compiled_mode = section
+    if heading["batch"]:
+        label, eager, compiled = _expect(cells, 3, line_number)
+        batch = heading["batch"]
+    else:
+        label, batch, eager, compiled = _expect(cells, 4, line_number)
+    if label not in MODEL_NAMES:
+        raise SeedFormatError(f"line {line_number}: unknown model row {label!r}; add it to MODEL_NAMES")
+    common = {"table": table, "torch": torch, "gpu": heading["gpu"], "model_label": label,
+              "batch_size": 1 if batch == "Unbatched" else int(batch), "model": MODEL_NAMES[label]}
+    return [_number(common, "eager", eager, line_number), _number(common, compiled_mode, compiled, line_number)]
+
+
+def _expect(cells, count, line_number):
+    if len(cells) != count:
+        raise SeedFormatError(f"line {line_number}: expected {count} cells, got {len(cells)}: {cells}")
+    return cells
+
+
+def _number(common, mode, text, line_number):
+    if text == "OOM":
+        return {**common, "mode": mode, "status": "oom", "latency_ms": ""}
+    if not re.fullmatch(r"\d+(\.\d+)?", text):
+        raise SeedFormatError(f"line {line_number}: {text!r} is neither a latency nor OOM")
+    return {**common, "mode": mode, "status": "ok", "latency_ms": text}
+
+
+def write_dataset(rows, path):
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def load_published(path=DATASET_PATH):
+    """The published dataset as a DataFrame; latency_ms is NaN where the page says OOM."""
+    return pd.read_csv(path, dtype={"torch": str, "batch_size": int, "latency_ms": float})
+
+
+def match_gpu(gpu_name):
+    """The published GPU ("A100", "V100", "T4") a measured GPU name is, or None."""
+    found = re.search(r"\b(A100|V100|T4)\b", gpu_name or "")
+    return found.group(1) if found else None
+
+
+def main(argv):
+    seed = Path(argv[0]) if argv else SEED_PATH
+    out = Path(argv[1]) if len(argv) > 1 else DATASET_PATH
+    rows = parse_seed_tables(seed.read_text(encoding="utf-8"))
+    write_dataset(rows, out)
+    print(f"wrote {len(rows)} published numbers from {seed} to {out}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
