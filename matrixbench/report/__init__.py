@@ -1,0 +1,55 @@
+"""The report: merge result records, compare with the published tables, render md/html/csv.
+
+``build_report`` is the one entry point (``matrixbench report`` calls it).
+"""
+from pathlib import Path
+
+from matrixbench.errors import ReportError
+from matrixbench.report import charts, records, render
+from matrixbench.report.cells import CellIndex
+from matrixbench.report.document import assemble
+from matrixbench.report.published import load_published
+
+FORMATS = ("md", "html", "csv")
+
+
+def build_report(results_dirs, out_dir, formats=FORMATS):
+    """Read every record under ``results_dirs``; write the requested formats into ``out_dir``.
+
+    md: report.md + charts/*.png; html: report.html (self-contained); csv: results.csv and
+    results.jsonl (the merged table). Returns the paths written, in that order.
+    """
+    formats = _check_formats(formats)
+    frame = records.load_results(results_dirs)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    if "md" in formats or "html" in formats:
+        written += _write_documents(frame, results_dirs, out_dir, formats)
+    if "csv" in formats:
+        written += records.write_merged(frame, out_dir)
+    return written
+
+
+def _check_formats(formats):
+    unknown = [name for name in formats if name not in FORMATS]
+    if unknown or not formats:
+        raise ReportError(f"--format must be a comma-separated subset of {list(FORMATS)}, got {list(formats)}")
+    return list(formats)
+
+
+def _write_documents(frame, results_dirs, out_dir, formats):
+    cells = CellIndex(frame, records.read_image_order(results_dirs))
+    drawn = charts.write_charts(cells, out_dir)
+    report = assemble(cells, load_published(), records.read_run_notes(results_dirs), drawn)
+    written = []
+    if "md" in formats:
+        written += [chart.path for chart in drawn] + [_write(out_dir / "report.md", render.render_markdown(report))]
+    if "html" in formats:
+        written.append(_write(out_dir / "report.html", render.render_html(report)))
+    return written
+
+
+def _write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return path

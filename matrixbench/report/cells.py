@@ -1,0 +1,87 @@
+"""The merged table as cells to look up: by device, image, batch size, row (model) and mode.
+
+Tables and charts both read results through ``CellIndex``, so they agree on which cells
+exist, in which order devices, images, models and modes come, and how a model is labelled.
+"""
+import re
+
+from matrixbench.report.published import MODEL_NAMES
+from matrixbench.report.records import plain_value
+from runner.schema import MODES, TASKS
+
+FIELDS = {"device": "device_name", "image": "image", "batch": "cell.batch_size", "row": "row_key",
+          "mode": "mode_label"}
+TASK_TITLES = {"image-classification": "Image Classification", "image-segmentation": "Image Segmentation",
+               "object-detection": "Object Detection"}
+SEED_LABELS = {short: label for label, short in MODEL_NAMES.items()}
+SEED_ORDER = list(MODEL_NAMES.values())
+STATUS_TEXT = {"oom": "OOM", "error": "ERR", "timeout": "TIMEOUT", "crashed": "CRASH"}
+
+
+class CellIndex:
+    """Rows of the merged table (plain dicts, NaN as None), looked up by their cell key."""
+
+    def __init__(self, frame, image_order=()):
+        self.rows = [{key: plain_value(value) for key, value in row.items()} for row in frame.to_dict("records")]
+        self._image_rank = _image_ranks(self.rows, list(image_order))
+        self._by_key = {self.key(row): row for row in self.rows}
+
+    @staticmethod
+    def key(row):
+        return tuple(row[column] for column in FIELDS.values())
+
+    def get(self, device, image, batch, row, mode):
+        return self._by_key.get((device, image, batch, row, mode))
+
+    def select(self, **where):
+        """Rows whose fields (device, image, batch, row, mode) equal the given values."""
+        return [row for row in self.rows if all(row[FIELDS[name]] == value for name, value in where.items())]
+
+    def values(self, field, **where):
+        """The distinct values of a field among the selected rows, in report order."""
+        found = {row[FIELDS[field]] for row in self.select(**where)}
+        return sorted(found, key=self._sort_key(field))
+
+    def _sort_key(self, field):
+        return {"image": self._image_rank.get, "row": self._row_rank, "mode": mode_rank}.get(field, _natural)
+
+    def _row_rank(self, row_key):
+        row = next(row for row in self.rows if row["row_key"] == row_key)
+        task, model = row["cell.task"], row["cell.model"]
+        seed_rank = SEED_ORDER.index(model) if model in SEED_ORDER else len(SEED_ORDER)
+        return (TASKS.index(task) if task in TASKS else len(TASKS), seed_rank, row_label(row))
+
+
+def _natural(value):
+    return (str(type(value)), value)
+
+
+def mode_rank(mode_label):
+    base, _, fullgraph = mode_label.partition(" ")
+    return (MODES.index(base) if base in MODES else len(MODES), fullgraph, base)
+
+
+def _image_ranks(rows, manifest_order):
+    """Images in matrix order where a run manifest gives it, else by torch version, then name."""
+    versions = {row["image"]: row["environment.torch"] for row in rows}
+    ordered = sorted(versions, key=lambda image: (
+        manifest_order.index(image) if image in manifest_order else len(manifest_order),
+        _version_key(versions[image]), image))
+    return {image: rank for rank, image in enumerate(ordered)}
+
+
+def _version_key(version):
+    return tuple(int(part) for part in re.findall(r"\d+", str(version).split("+")[0]))
+
+
+def row_label(row):
+    """The seed's Task/Model label, e.g. "Image Classification/ViT", plus size/dtype when not default."""
+    model = row["cell.model"]
+    base = SEED_LABELS.get(model) or f"{TASK_TITLES.get(row['cell.task'], row['cell.task'])}/{model}"
+    extras = [word for word in ("tiny" if row["cell.size"] == "tiny" else None,
+                                None if row["cell.dtype"] == "float32" else row["cell.dtype"]) if word]
+    return f"{base} ({', '.join(extras)})" if extras else base
+
+
+def is_ok(row):
+    return row is not None and row["status"] == "ok" and row["timing.mean_ms"] is not None

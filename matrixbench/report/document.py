@@ -1,0 +1,62 @@
+"""Everything one report shows, assembled in reading order (so footnotes number in order)."""
+from dataclasses import dataclass, field
+
+from matrixbench.report import stats, tables
+from matrixbench.report.tables import Table
+
+
+_FAILED = "Cells that did not run show their status (OOM, ERR, TIMEOUT, CRASH); the footnote gives the reason."
+_SIGNIFICANT = (
+    f"{tables.SIGNIFICANT_MARK} significant: the {round(stats.CONFIDENCE * 100)}% bootstrap interval of the ratio "
+    f"of means ({stats.RESAMPLES} resamples of the raw samples) excludes no change.")
+LEGENDS = {
+    "per_device": (
+        "Mean latency in ms. In compiled columns, in brackets, the speed-up over eager: eager ms / compiled ms - 1. "
+        f"{tables.NOISY_MARK} noisy: coefficient of variation above the run's threshold. "
+        f"{tables.ACCURACY_MARK} accuracy check failed (compiled output off from eager, or NaN). "
+        f"{tables.NO_DATA} no record for this cell. {_FAILED}"),
+    "image_pairs": (
+        "Mean latency in ms of the same cell in two images, in matrix order. Change: later / earlier - 1; "
+        f"negative is faster. {_SIGNIFICANT} {tables.NO_DATA} not comparable: a side did not run."),
+    "compile_modes": (
+        "Mean latency in ms; in brackets, the change against default (negative is faster). "
+        f"{_SIGNIFICANT} {tables.NO_DATA} no record for this cell."),
+    "published": (
+        "Published: the seed page's torch 2.0 tables for eager and default, its nightly reduce-overhead table "
+        "for reduce-overhead. On an A100, V100 or T4: ms beside ms, deviation = measured / published - 1. "
+        f"Elsewhere: speed-up (eager ms / compiled ms) beside the published ones; {tables.NO_DATA} not published."),
+}
+
+
+@dataclass
+class Report:
+    runs: list
+    record_count: int
+    notes: list
+    summary: Table
+    per_device: list
+    image_pairs: list
+    compile_modes: list
+    published: list
+    environment: Table
+    charts: list
+    footnotes: list
+    legends: dict = field(default_factory=lambda: dict(LEGENDS))
+
+
+def assemble(cells, published, notes, charts):
+    """Build every table from a CellIndex and the published dataset; charts are already drawn."""
+    footnotes = tables.Footnotes()
+    return Report(
+        runs=sorted({row["run"] for row in cells.rows}),
+        record_count=len(cells.rows),
+        notes=list(notes),
+        summary=tables.summary_table(cells),
+        per_device=tables.per_device_tables(cells, footnotes),
+        image_pairs=tables.image_pair_tables(cells, footnotes),
+        compile_modes=tables.compile_mode_tables(cells, footnotes),
+        published=tables.published_tables(cells, footnotes, published),
+        environment=tables.environment_table(cells),
+        charts=list(charts),
+        footnotes=footnotes.texts,
+    )

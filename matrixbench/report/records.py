@@ -1,0 +1,210 @@
+"""Read result records and merge them into one tidy table: one row per cell.
+
+Records live at ``<results>/<run>/<image>/<cell_id>.json``; any ``*.json`` that carries a
+``schema_version`` under a results folder is a record (``cells.json`` and ``run.json`` are
+not). Every record is validated against ``runner.schema.RECORD_SCHEMA``; unknown schema
+versions are refused.
+"""
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import pandas as pd
+
+from matrixbench.errors import ReportError
+from matrixbench.report.published import match_gpu
+from runner.schema import RECORD_SCHEMA, RecordError, read_record
+
+NOT_RECORDS = ("cells.json", "run.json")
+RUN_MANIFEST = "run.json"
+# Columns computed here, ahead of the record's own flattened (dotted) keys.
+DERIVED_COLUMNS = ("run", "image", "device_name", "published_gpu", "row_key", "mode_label", "source")
+LIST_COLUMNS = ("timing.samples_ms", "dynamo.break_reasons")
+_VALIDATOR = jsonschema.Draft202012Validator(RECORD_SCHEMA)
+
+
+def schema_fields(schema=RECORD_SCHEMA, prefix=""):
+    """(dotted key, JSON Schema) of every leaf field of a flattened record, in schema order."""
+    fields = []
+    for name, spec in schema["properties"].items():
+        if "properties" in spec:
+            fields += schema_fields(spec, f"{prefix}{name}.")
+        else:
+            fields.append((f"{prefix}{name}", spec))
+    return fields
+
+
+def record_columns():
+    return [column for column, _ in schema_fields()]
+
+
+def integer_columns():
+    """Columns the schema types as integers: kept as integers (nullable) in the table."""
+    return [column for column, spec in schema_fields() if "integer" in _types(spec)]
+
+
+def _types(spec):
+    kind = spec.get("type", [])
+    return [kind] if isinstance(kind, str) else kind
+
+
+COLUMNS = list(DERIVED_COLUMNS) + record_columns()
+
+
+def find_record_files(results_dirs):
+    """Record files under the given folders (searched recursively), sorted."""
+    paths = []
+    for folder in map(Path, results_dirs):
+        if not folder.is_dir():
+            raise ReportError(f"results folder {folder} does not exist; pass a folder written by `matrixbench run`")
+        paths += [path for path in folder.rglob("*.json") if path.name not in NOT_RECORDS and _has_version(path)]
+    return sorted(set(paths))
+
+
+def _has_version(path):
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ReportError(f"{path}: not valid JSON ({exc}); delete it or rerun its cell") from exc
+    return isinstance(data, dict) and "schema_version" in data
+
+
+def load_record(path):
+    """One record, checked against the schema; ReportError names the file and the field."""
+    try:
+        record = read_record(path)
+    except RecordError as exc:
+        raise ReportError(str(exc)) from exc
+    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(record))
+    if error is not None:
+        field = ".".join(map(str, error.absolute_path)) or "(top level)"
+        raise ReportError(f"{path}: field {field}: {error.message}; the record does not match schema v1")
+    return record
+
+
+def flatten(record, prefix=""):
+    """Nested dicts -> one flat dict with dotted keys; lists stay lists."""
+    flat = {}
+    for key, value in record.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def to_row(record, path):
+    """A record as one table row: every schema column, plus the derived ones."""
+    flat = flatten(record)
+    row = {column: flat.get(column) for column in record_columns()}
+    row.update(_derived(row, Path(path)))
+    return row
+
+
+def _derived(row, path):
+    gpu = row["environment.gpu_name"] if row["device"] == "cuda" else None
+    return {
+        "run": path.parent.parent.name,
+        "image": row["environment.image_name"] or path.parent.name,
+        "device_name": device_name(row),
+        "published_gpu": match_gpu(gpu),
+        "row_key": _row_key(row),
+        "mode_label": row["cell.mode"] + (" fullgraph" if row["cell.fullgraph"] else ""),
+        "source": str(path),
+    }
+
+
+def device_name(row):
+    """What the cell ran on, as a heading: the GPU's name, or CPU and its model."""
+    if row["device"] == "cuda":
+        return row["environment.gpu_name"] or "CUDA GPU"
+    model = row["environment.cpu_model"]
+    return f"CPU ({model})" if model else "CPU"
+
+
+def _row_key(row):
+    """A table row: the model and the cell fields other than batch size and mode."""
+    size = "-tiny" if row["cell.size"] == "tiny" else ""
+    dtype = "" if row["cell.dtype"] == "float32" else f" {row['cell.dtype']}"
+    return f"{row['cell.model']}{size}{dtype}"
+
+
+def merge(rows):
+    """Rows -> one DataFrame, one row per (device, image, cell); the newest record wins."""
+    frame = pd.DataFrame(rows, columns=COLUMNS).astype({column: "Int64" for column in integer_columns()})
+    frame = frame.sort_values(["started_at", "source"], kind="stable")
+    frame = frame.drop_duplicates(["device_name", "image", "cell_id"], keep="last")
+    return frame.sort_values(["device_name", "image", "cell_id"], kind="stable").reset_index(drop=True)
+
+
+def load_results(results_dirs):
+    """All records under ``results_dirs`` merged into one DataFrame (see COLUMNS)."""
+    paths = find_record_files(results_dirs)
+    if not paths:
+        folders = ", ".join(map(str, results_dirs))
+        raise ReportError(f"no records under {folders}; run `matrixbench run` first or pass the run's folder")
+    return merge([to_row(load_record(path), path) for path in paths])
+
+
+def read_run_notes(results_dirs):
+    """The "note" of every run manifest (run.json) found, in path order, without repeats."""
+    notes = []
+    for folder in map(Path, results_dirs):
+        for manifest in sorted(folder.rglob(RUN_MANIFEST)):
+            note = _manifest(manifest).get("note")
+            if note and note not in notes:
+                notes.append(str(note))
+    return notes
+
+
+def read_image_order(results_dirs):
+    """Image names in the order the run manifests list them (matrix order), if they do."""
+    order = []
+    for folder in map(Path, results_dirs):
+        for manifest in sorted(folder.rglob(RUN_MANIFEST)):
+            order += [name for name in _manifest_images(_manifest(manifest)) if name not in order]
+    return order
+
+
+def _manifest(path):
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ReportError(f"{path}: run manifest is not valid JSON ({exc})") from exc
+    return data if isinstance(data, dict) else {}
+
+
+def _manifest_images(manifest):
+    images = manifest.get("images") or []
+    names = [image.get("name") if isinstance(image, dict) else image for image in images]
+    return [str(name) for name in names if name]
+
+
+def write_merged(frame, out_dir):
+    """The merged table as results.csv (list columns dropped) and results.jsonl (everything)."""
+    out_dir = Path(out_dir)
+    csv_path, jsonl_path = out_dir / "results.csv", out_dir / "results.jsonl"
+    frame.drop(columns=list(LIST_COLUMNS)).to_csv(csv_path, index=False, lineterminator="\n")
+    with open(jsonl_path, "w", encoding="utf-8") as handle:
+        for row in frame.to_dict("records"):
+            handle.write(json.dumps(_plain(row), sort_keys=True) + "\n")
+    return [csv_path, jsonl_path]
+
+
+def _plain(row):
+    return {key: plain_value(value) for key, value in row.items()}
+
+
+def plain_value(value):
+    """A table value as plain Python for JSON: NaN/NA -> None, numpy scalars -> int/float/bool."""
+    if isinstance(value, (list, str)) or value is None:
+        return value
+    if pd.isna(value):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def slug(text):
+    """A file-name-safe form of a heading."""
+    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-")

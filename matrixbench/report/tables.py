@@ -1,0 +1,402 @@
+"""Table data for the report: what each table shows, as text cells the templates lay out.
+
+Every cell has text: a latency, a change, a status (OOM, ERR, TIMEOUT, CRASH, with a
+footnote giving the reason) or a dash with a meaning given in the legend; never empty, never
+a made-up 0. Columns with nothing to show are dropped.
+"""
+from dataclasses import dataclass, field
+from typing import Optional
+
+from matrixbench.report import stats
+from matrixbench.report.cells import STATUS_TEXT, CellIndex, is_ok, row_label
+from matrixbench.report.published import GPUS
+
+NOISY_MARK = "†"
+ACCURACY_MARK = "‡"
+SIGNIFICANT_MARK = "*"
+NO_DATA = "—"
+ACCURACY_FAILURES = ("fail", "nan")
+
+
+@dataclass
+class Cell:
+    text: str
+    kind: str = "number"          # number | label | failed | missing
+    marks: str = ""               # NOISY_MARK, SIGNIFICANT_MARK
+    footnote: Optional[int] = None
+
+
+@dataclass
+class Table:
+    title: str
+    header: list
+    rows: list
+
+
+@dataclass
+class Footnotes:
+    """Why cells did not run, numbered in order of first mention; one number per record."""
+
+    texts: list = field(default_factory=list)
+    _numbers: dict = field(default_factory=dict)
+
+    def ref(self, row):
+        if row["source"] not in self._numbers:
+            self.texts.append(_failure_reason(row))
+            self._numbers[row["source"]] = len(self.texts)
+        return self._numbers[row["source"]]
+
+
+def _failure_reason(row):
+    error = row["error.message"] or "no message"
+    kind = f"{row['error.type']}: " if row["error.type"] else ""
+    where = f"{row['image']}, {row['device_name']}, batch size {row['cell.batch_size']}, " \
+            f"{row['row_key']}, {row['mode_label']}"
+    return f"{STATUS_TEXT[row['status']]} ({where}): {kind}{_one_line(error)}"
+
+
+def _one_line(text, limit=240):
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# ---- cells -----------------------------------------------------------------------------
+
+def label(text):
+    return Cell(str(text), kind="label")
+
+
+def missing(text=NO_DATA):
+    return Cell(text, kind="missing")
+
+
+def latency(row, notes, suffix=""):
+    """A cell's mean latency in ms (noisy ones marked), or its status with a footnote."""
+    if row is None:
+        return missing()
+    if not is_ok(row):
+        return status_cell(row, notes)
+    return Cell(f"{row['timing.mean_ms']:.3f}{suffix}", marks=_marks(row))
+
+
+def _marks(row):
+    noisy = NOISY_MARK if row["timing.noisy"] else ""
+    return noisy + (ACCURACY_MARK if row["accuracy.status"] in ACCURACY_FAILURES else "")
+
+
+def status_cell(row, notes):
+    return Cell(STATUS_TEXT.get(row["status"], row["status"].upper()), kind="failed", footnote=notes.ref(row))
+
+
+def speedup_pct(eager, compiled):
+    """Speed-up of compiled over eager in %: eager ms / compiled ms - 1."""
+    return (eager["timing.mean_ms"] / compiled["timing.mean_ms"] - 1.0) * 100.0
+
+
+def compare(baseline, candidate):
+    return stats.change(baseline["timing.mean_ms"], candidate["timing.mean_ms"],
+                        baseline["timing.samples_ms"], candidate["timing.samples_ms"])
+
+
+def change_text(change):
+    return f"{change.change_pct:+.1f}%" + (SIGNIFICANT_MARK if change.significant else "")
+
+
+def interval_cell(change):
+    if change.significant is None:
+        return missing("n/a (no samples)")
+    return Cell(f"[{change.low_pct:+.1f}%, {change.high_pct:+.1f}%]")
+
+
+def ratio(value):
+    return Cell(f"{value:.2f}×")
+
+
+def drop_empty_columns(table):
+    """Remove columns where no row has anything to show (only dashes, n/a or baseline)."""
+    keep = [i for i in range(len(table.header)) if any(row[i].kind != "missing" for row in table.rows)]
+    table.header = [table.header[i] for i in keep]
+    table.rows = [[row[i] for i in keep] for row in table.rows]
+    return table
+
+
+# ---- 1. per device and batch size, the seed layout ---------------------------------------
+
+def per_device_tables(cells: CellIndex, notes):
+    tables = []
+    for device in cells.values("device"):
+        for batch in cells.values("batch", device=device):
+            for image in cells.values("image", device=device, batch=batch):
+                tables.append(_per_device_table(cells, notes, device, batch, image))
+    return tables
+
+
+def _per_device_table(cells, notes, device, batch, image):
+    where = {"device": device, "image": image, "batch": batch}
+    modes = cells.values("mode", **where)
+    rows = []
+    for row_key in cells.values("row", **where):
+        found = [cells.get(device, image, batch, row_key, mode) for mode in modes]
+        eager = cells.get(device, image, batch, row_key, "eager")
+        rows.append([label(row_label(_first(found)))] + [_mode_cell(eager, row, notes) for row in found])
+    title = f"{device} · batch size {batch} · {image}"
+    return drop_empty_columns(Table(title, ["Task/Model"] + modes, rows))
+
+
+def _mode_cell(eager, row, notes):
+    if row is None or row["cell.mode"] == "eager" or not is_ok(row) or not is_ok(eager):
+        return latency(row, notes)
+    return latency(row, notes, suffix=f" ({speedup_pct(eager, row):+.1f}%)")
+
+
+def _first(rows):
+    return next(row for row in rows if row is not None)
+
+
+# ---- 2. image A vs image B (stable vs nightly) ------------------------------------------
+
+def image_pair_tables(cells, notes):
+    tables = []
+    for device in cells.values("device"):
+        for batch in cells.values("batch", device=device):
+            images = cells.values("image", device=device, batch=batch)
+            for before, after in zip(images, images[1:]):
+                table = _pair_table(cells, notes, device, batch, before, after)
+                if table.rows:
+                    tables.append(table)
+    return tables
+
+
+def _pair_table(cells, notes, device, batch, before, after):
+    rows = []
+    for row_key in cells.values("row", device=device, batch=batch):
+        for mode in cells.values("mode", device=device, batch=batch, row=row_key):
+            old, new = (cells.get(device, image, batch, row_key, mode) for image in (before, after))
+            if old is not None and new is not None:
+                rows.append(_pair_row(old, new, notes))
+    header = ["Task/Model", "Mode", f"{before} (ms)", f"{after} (ms)", "Change", "95% interval"]
+    return drop_empty_columns(Table(f"{before} → {after} · {device} · batch size {batch}", header, rows))
+
+
+def _pair_row(old, new, notes):
+    start = [label(row_label(old)), label(old["mode_label"]), latency(old, notes), latency(new, notes)]
+    if not (is_ok(old) and is_ok(new)):
+        return start + [missing(), missing()]
+    change = compare(old, new)
+    return start + [Cell(change_text(change)), interval_cell(change)]
+
+
+# ---- 3. default vs the other compile modes ----------------------------------------------
+
+def compile_mode_tables(cells, notes):
+    tables = []
+    for device in cells.values("device"):
+        for image in cells.values("image", device=device):
+            modes = [m for m in cells.values("mode", device=device, image=image) if m not in ("eager", "default")]
+            if modes and cells.select(device=device, image=image, mode="default"):
+                tables.append(_compile_mode_table(cells, notes, device, image, modes))
+    return tables
+
+
+def _compile_mode_table(cells, notes, device, image, modes):
+    rows = []
+    for row_key in cells.values("row", device=device, image=image):
+        for batch in cells.values("batch", device=device, image=image, row=row_key):
+            default = cells.get(device, image, batch, row_key, "default")
+            others = [cells.get(device, image, batch, row_key, mode) for mode in modes]
+            if default is None or all(other is None for other in others):
+                continue
+            rows.append([label(row_label(default)), label(batch), latency(default, notes)]
+                        + [_versus_default(default, other, notes) for other in others])
+    header = ["Task/Model", "Batch size", "default"] + modes
+    return drop_empty_columns(Table(f"{device} · {image}", header, rows))
+
+
+def _versus_default(default, other, notes):
+    if other is None or not is_ok(other) or not is_ok(default):
+        return latency(other, notes)
+    return latency(other, notes, suffix=f" ({change_text(compare(default, other))})")
+
+
+# ---- 4. measured vs published ------------------------------------------------------------
+
+def published_tables(cells, notes, published):
+    reference = PublishedReference(published)
+    tables = []
+    for device in cells.values("device"):
+        for image in cells.values("image", device=device):
+            rows = [row for row in _in_order(cells, device, image) if reference.comparable(row)]
+            gpu = rows[0]["published_gpu"] if rows else None
+            build = _ms_table if gpu else _ratio_table
+            table = build(cells, notes, reference, rows, gpu)
+            if table.rows:
+                table.title = f"{device} · {image}" + (f" vs published {gpu}" if gpu else "")
+                tables.append(table)
+    return tables
+
+
+def _in_order(cells, device, image):
+    """A device's and image's rows by model, then batch size, then mode."""
+    return [cells.get(device, image, batch, row_key, mode)
+            for row_key in cells.values("row", device=device, image=image)
+            for batch in cells.values("batch", device=device, image=image, row=row_key)
+            for mode in cells.values("mode", device=device, image=image, row=row_key, batch=batch)]
+
+
+class PublishedReference:
+    """Published numbers: eager and default from the torch 2.0 tables, reduce-overhead from its own."""
+
+    TABLE_FOR_MODE = {"eager": "main", "default": "main", "reduce-overhead": "reduce-overhead"}
+
+    def __init__(self, published):
+        self._by_key = {(r["table"], r["gpu"], r["batch_size"], r["model"], r["mode"]): r
+                        for r in published.to_dict("records")}
+        self._models = {r["model"] for r in self._by_key.values()}
+
+    def comparable(self, row):
+        """Full-size float32 models the page benchmarked, in a mode it published."""
+        return (row["cell.size"] == "full" and row["cell.dtype"] == "float32" and not row["cell.fullgraph"]
+                and row["cell.model"] in self._models and row["cell.mode"] in self.TABLE_FOR_MODE)
+
+    def number(self, gpu, batch, model, mode, table=None):
+        return self._by_key.get((table or self.TABLE_FOR_MODE[mode], gpu, batch, model, mode))
+
+    def speedup(self, gpu, batch, model, mode):
+        table = self.TABLE_FOR_MODE[mode]
+        eager, compiled = self.number(gpu, batch, model, "eager", table), self.number(gpu, batch, model, mode)
+        if eager is None or compiled is None or "oom" in (eager["status"], compiled["status"]):
+            return None
+        return eager["latency_ms"] / compiled["latency_ms"]
+
+
+def _ms_table(cells, notes, reference, rows, gpu):
+    body = []
+    for row in rows:
+        number = reference.number(gpu, row["cell.batch_size"], row["cell.model"], row["cell.mode"])
+        if number is not None:
+            body.append(_labels(row) + [latency(row, notes), _published_cell(number), _deviation(row, number),
+                                        label(f"torch {number['torch']}, {number['table']} table")])
+    header = ["Task/Model", "Batch size", "Mode", "measured (ms)", "published (ms)", "deviation", "published in"]
+    return drop_empty_columns(Table("", header, body))
+
+
+def _labels(row):
+    return [label(row_label(row)), label(row["cell.batch_size"]), label(row["mode_label"])]
+
+
+def _published_cell(number):
+    if number["status"] == "oom":
+        return Cell("OOM", kind="failed")
+    return Cell(f"{number['latency_ms']:.3f}")
+
+
+def _deviation(row, number):
+    if not is_ok(row) or number["status"] != "ok":
+        return missing()
+    return Cell(f"{(row['timing.mean_ms'] / number['latency_ms'] - 1.0) * 100.0:+.1f}%")
+
+
+def _ratio_table(cells, notes, reference, rows, _gpu):
+    body = []
+    for row in rows:
+        if row["cell.mode"] == "eager":
+            continue
+        batch, model = row["cell.batch_size"], row["cell.model"]
+        published = [reference.speedup(gpu, batch, model, row["cell.mode"]) for gpu in GPUS]
+        if any(value is not None for value in published):
+            eager = cells.get(row["device_name"], row["image"], batch, row["row_key"], "eager")
+            body.append(_labels(row) + [_measured_speedup(eager, row, notes)]
+                        + [ratio(value) if value else missing() for value in published])
+    header = ["Task/Model", "Batch size", "Mode", "measured speed-up"] + [f"{gpu} (published)" for gpu in GPUS]
+    return drop_empty_columns(Table("", header, body))
+
+
+def _measured_speedup(eager, row, notes):
+    for side in (eager, row):
+        if side is not None and not is_ok(side):
+            return status_cell(side, notes)
+    if eager is None:
+        return missing()
+    return ratio(eager["timing.mean_ms"] / row["timing.mean_ms"])
+
+
+# ---- 5. summary per image and mode ------------------------------------------------------
+
+SUMMARY_STATUSES = ("ok", "oom", "error", "timeout", "crashed")
+
+
+def summary_table(cells):
+    rows = []
+    for device in cells.values("device"):
+        for image in cells.values("image", device=device):
+            for mode in cells.values("mode", device=device, image=image):
+                rows.append(_summary_row(cells, device, image, mode))
+    header = ["Device", "Image", "Mode", "geo-mean speed-up", *SUMMARY_STATUSES, "noisy",
+              "accuracy failures", "compile time (median s)", "graph breaks"]
+    return drop_empty_columns(Table("Summary", header, rows))
+
+
+def _summary_row(cells, device, image, mode):
+    selected = cells.select(device=device, image=image, mode=mode)
+    ok = [row for row in selected if is_ok(row)]
+    counts = [Cell(str(sum(row["status"] == status for row in selected))) for status in SUMMARY_STATUSES]
+    compiled = mode != "eager"
+    return ([label(device), label(image), label(mode), _geomean_cell(cells, ok) if compiled else missing("baseline")]
+            + counts + [Cell(str(sum(bool(row["timing.noisy"]) for row in ok)))]
+            + [Cell(str(sum(row["accuracy.status"] in ACCURACY_FAILURES for row in ok)))]
+            + ([_median_compile(ok), _graph_breaks(ok)] if compiled else [missing(), missing()]))
+
+
+def _geomean_cell(cells, ok_rows):
+    speedups = []
+    for row in ok_rows:
+        eager = cells.get(row["device_name"], row["image"], row["cell.batch_size"], row["row_key"], "eager")
+        if is_ok(eager):
+            speedups.append(eager["timing.mean_ms"] / row["timing.mean_ms"])
+    value = stats.geometric_mean(speedups)
+    return ratio(value) if value else missing("n/a")
+
+
+def _median_compile(ok_rows):
+    times = sorted(row["timing.compile_s"] for row in ok_rows if row["timing.compile_s"] is not None)
+    if not times:
+        return missing("n/a")
+    middle = len(times) // 2
+    median = times[middle] if len(times) % 2 else (times[middle - 1] + times[middle]) / 2
+    return Cell(f"{median:.1f}")
+
+
+def _graph_breaks(ok_rows):
+    counts = [row["dynamo.graph_breaks"] for row in ok_rows if row["dynamo.graph_breaks"] is not None]
+    return Cell(str(int(sum(counts)))) if counts else missing("n/a")
+
+
+# ---- environment --------------------------------------------------------------------------
+
+ENVIRONMENT_FIELDS = (
+    ("GPUs", "environment.gpu_count"), ("Driver", "environment.driver"),
+    ("CUDA", "environment.cuda"), ("cuDNN", "environment.cudnn"), ("torch", "environment.torch"),
+    ("torch git", "environment.torch_git"), ("transformers", "environment.transformers"),
+    ("Python", "environment.python"), ("CPU", "environment.cpu_model"), ("Threads", "environment.threads"),
+    ("Host", "environment.hostname"), ("Image id", "environment.image_id"),
+)
+
+
+def environment_table(cells):
+    rows = []
+    for device in cells.values("device"):
+        for image in cells.values("image", device=device):
+            selected = cells.select(device=device, image=image)
+            rows.append([label(device), label(image)] + [_distinct(selected, column) for _, column in ENVIRONMENT_FIELDS])
+    header = ["Device", "Image"] + [name for name, _ in ENVIRONMENT_FIELDS]
+    return drop_empty_columns(Table("Environment", header, rows))
+
+
+def _distinct(rows, column):
+    values = []
+    for row in rows:
+        value = row[column]
+        text = None if value is None else str(int(value)) if isinstance(value, float) else str(value)
+        if text and text not in values:
+            values.append(text)
+    return Cell(", ".join(values), kind="label") if values else missing()
