@@ -1,0 +1,49 @@
+"""build_report: formats, files written, self-contained HTML."""
+import re
+from pathlib import Path
+
+import pytest
+
+from matrixbench.errors import ReportError
+from matrixbench.report import build_report
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_every_format_writes_its_files(tmp_path):
+    written = build_report([FIXTURES], tmp_path, ["md", "html", "csv"])
+    names = [path.relative_to(tmp_path).as_posix() for path in written]
+    assert names[-4:] == ["report.md", "report.html", "results.csv", "results.jsonl"]
+    charts = [name for name in names if name.startswith("charts/")]
+    assert charts and all(name.endswith(".png") for name in charts)
+    assert all(path.stat().st_size > 0 for path in written)
+    markdown = (tmp_path / "report.md").read_text()
+    assert all(f"]({name})" in markdown for name in charts)
+
+
+def test_csv_only_writes_no_documents(tmp_path):
+    written = build_report([FIXTURES / "cpu-run"], tmp_path, ["csv"])
+    assert [path.name for path in written] == ["results.csv", "results.jsonl"]
+    assert not (tmp_path / "charts").exists()
+
+
+def test_html_is_one_self_contained_file(tmp_path):
+    build_report([FIXTURES / "gpu-run"], tmp_path, ["html"])
+    html = (tmp_path / "report.html").read_text()
+    sources = re.findall(r'(?:src|href)="([^"]*)"', html)
+    images = [source for source in sources if source.startswith("data:image/png;base64,")]
+    assert len(images) == html.count("<img ") == 4
+    assert all(source.startswith(("data:image/png;base64,", "#note-")) for source in sources)
+    assert "<link" not in html and "<script" not in html
+
+
+def test_html_escapes_text_from_records(tmp_path):
+    build_report([FIXTURES / "gpu-run"], tmp_path, ["html"])
+    html = (tmp_path / "report.html").read_text()
+    assert "backend=&#39;inductor&#39;" in html
+
+
+@pytest.mark.parametrize("formats", [["pdf"], [], ["md", "xlsx"]])
+def test_unknown_formats_are_refused_with_the_valid_ones(tmp_path, formats):
+    with pytest.raises(ReportError, match=r"subset of \['md', 'html', 'csv'\]"):
+        build_report([FIXTURES], tmp_path, formats)

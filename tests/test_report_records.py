@@ -1,0 +1,131 @@
+"""Reading, validating and merging records into one table."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from matrixbench.errors import ReportError
+from matrixbench.report import records
+from runner.schema import read_record, write_record
+
+FIXTURES = Path(__file__).parent / "fixtures"
+A_RECORD = FIXTURES / "gpu-run" / "stable" / "vit_bs1_eager_float32.json"
+
+
+def _copy_run(tmp_path, name="gpu-run"):
+    return Path(shutil.copytree(FIXTURES / name, tmp_path / name))
+
+
+def _edit(path, change):
+    record = json.loads(path.read_text())
+    change(record)
+    path.write_text(json.dumps(record))
+
+
+def test_finds_records_recursively_and_skips_manifests(tmp_path):
+    run = _copy_run(tmp_path)
+    (run / "stable" / "cells.json").write_text(json.dumps({"schema_version": 1, "cells": []}))
+    (run / "notes.json").write_text(json.dumps({"not": "a record"}))
+    found = records.find_record_files([tmp_path])
+    assert len(found) == len(list((FIXTURES / "gpu-run").rglob("*_float32.json")))
+    assert all(path.name not in ("cells.json", "run.json", "notes.json") for path in found)
+
+
+def test_one_row_per_cell_with_dotted_environment_columns():
+    frame = records.load_results([FIXTURES / "gpu-run"])
+    assert len(frame) == len(frame[["image", "cell_id"]].drop_duplicates())
+    assert {"environment.torch", "environment.gpu_name", "timing.mean_ms", "cell.batch_size"} <= set(frame.columns)
+    stable = frame[frame["image"] == "stable"]
+    assert set(stable["environment.torch"]) == {read_record(A_RECORD)["environment"]["torch"]}
+
+
+def test_failed_cells_have_every_column_with_empty_timing():
+    frame = records.load_results([FIXTURES / "gpu-run"])
+    oom = frame[frame["status"] == "oom"]
+    assert len(oom) == 1 and oom["timing.mean_ms"].isna().all()
+    assert list(frame.columns) == records.COLUMNS
+
+
+def test_integer_fields_stay_integers():
+    frame = records.load_results([FIXTURES / "gpu-run"])
+    assert str(frame["timing.n"].dtype) == "Int64"
+    assert str(frame["cell.batch_size"].dtype) == "Int64"
+
+
+def test_unknown_schema_version_is_refused(tmp_path):
+    run = _copy_run(tmp_path)
+    _edit(run / "stable" / A_RECORD.name, lambda record: record.update(schema_version=99))
+    with pytest.raises(ReportError, match="schema_version 99 is not supported"):
+        records.load_results([run])
+
+
+def test_a_record_breaking_the_schema_names_file_and_field(tmp_path):
+    run = _copy_run(tmp_path)
+    _edit(run / "stable" / A_RECORD.name, lambda record: record["timing"].update(mean_ms="fast"))
+    with pytest.raises(ReportError, match=r"vit_bs1_eager_float32.json: field timing.mean_ms: 'fast'"):
+        records.load_results([run])
+
+
+def test_broken_json_is_reported_with_its_path(tmp_path):
+    run = _copy_run(tmp_path)
+    (run / "stable" / "half.json").write_text('{"schema_version": 1, ')
+    with pytest.raises(ReportError, match="half.json: not valid JSON"):
+        records.load_results([run])
+
+
+def test_missing_folder_and_empty_folder_are_errors(tmp_path):
+    with pytest.raises(ReportError, match="does not exist"):
+        records.load_results([tmp_path / "nope"])
+    with pytest.raises(ReportError, match="no records under"):
+        records.load_results([tmp_path])
+
+
+def test_the_newest_record_of_a_cell_wins(tmp_path):
+    older = tmp_path / "run-1" / "stable"
+    newer = tmp_path / "run-2" / "stable"
+    record = read_record(A_RECORD)
+    write_record(older, record)
+    write_record(newer, {**record, "started_at": "2030-01-01T00:00:00+00:00",
+                         "timing": {**record["timing"], "mean_ms": 1.5}})
+    frame = records.load_results([tmp_path])
+    assert list(frame["timing.mean_ms"]) == [1.5]
+    assert list(frame["run"]) == ["run-2"]
+
+
+def test_image_falls_back_to_the_folder_name():
+    frame = records.load_results([FIXTURES / "cpu-run"])
+    assert set(frame["image"]) == {"local"}
+    assert set(frame["environment.image_name"].isna()) == {True}
+
+
+def test_device_name_and_published_gpu():
+    frame = records.load_results([FIXTURES])
+    assert set(zip(frame["device_name"], frame["published_gpu"].fillna("-"))) == {
+        ("NVIDIA A100-SXM4-40GB", "A100"), ("CPU (AMD EPYC 7B13)", "-")}
+
+
+def test_run_notes_and_image_order_come_from_manifests(tmp_path):
+    assert records.read_run_notes([FIXTURES]) == ["no NVIDIA GPU: CPU smoke matrix"]
+    assert records.read_image_order([FIXTURES / "gpu-run"]) == ["stable", "nightly"]
+    run = _copy_run(tmp_path)
+    (run / "run.json").unlink()
+    assert records.read_run_notes([run]) == [] and records.read_image_order([run]) == []
+
+
+def test_merged_table_is_written_as_csv_and_jsonl(tmp_path):
+    frame = records.load_results([FIXTURES / "gpu-run"])
+    csv_path, jsonl_path = records.write_merged(frame, tmp_path)
+    header = csv_path.read_text().splitlines()[0].split(",")
+    assert "timing.samples_ms" not in header and "timing.mean_ms" in header
+    lines = [json.loads(line) for line in jsonl_path.read_text().splitlines()]
+    assert len(lines) == len(frame) == len(csv_path.read_text().splitlines()) - 1
+    ok = next(line for line in lines if line["status"] == "ok")
+    assert isinstance(ok["timing.samples_ms"], list) and isinstance(ok["timing.n"], int)
+    failed = next(line for line in lines if line["status"] == "oom")
+    assert failed["timing.mean_ms"] is None
+
+
+def test_flatten_uses_dotted_keys_and_keeps_lists():
+    flat = records.flatten({"a": {"b": 1, "c": {"d": [1, 2]}}, "e": None})
+    assert flat == {"a.b": 1, "a.c.d": [1, 2], "e": None}
