@@ -47,3 +47,17 @@ def test_html_escapes_text_from_records(tmp_path):
 def test_unknown_formats_are_refused_with_the_valid_ones(tmp_path, formats):
     with pytest.raises(ReportError, match=r"subset of \['md', 'html', 'csv'\]"):
         build_report([FIXTURES], tmp_path, formats)
+
+
+@pytest.mark.parametrize("keep", ["eager", "oom"])
+def test_partial_runs_build_every_format(tmp_path, keep):
+    run = tmp_path / "run" / "stable"
+    run.mkdir(parents=True)
+    for path in (FIXTURES / "gpu-run" / "stable").glob("*.json"):
+        text = path.read_text()
+        if f'"mode": "{keep}"' in text or f'"status": "{keep}"' in text:
+            (run / path.name).write_text(text)
+    written = build_report([tmp_path / "run"], tmp_path / "out", ["md", "html", "csv"])
+    charts = [path.name for path in written if path.suffix == ".png"]
+    assert charts and not any(name.endswith("_speedup.png") for name in charts)
+    assert (tmp_path / "out" / "report.html").read_text().count("<img ") == len(charts)

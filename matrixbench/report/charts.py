@@ -96,5 +96,5 @@ class _Plot:
         axes.set_xlabel("mean latency (ms)" if kind == "duration" else "speed-up over eager (%)")
         axes.axvline(0, color="black", linewidth=0.6)
         axes.set_title(title)
-        axes.legend(fontsize=8, loc="best")
+        axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         axes.grid(axis="x", alpha=0.3)

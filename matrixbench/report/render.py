@@ -41,6 +41,7 @@ def md_cell(cell):
 
 
 def aligns(table):
-    """"left" for columns of labels, "right" for columns with numbers or statuses."""
-    return ["left" if all(row[i].kind == "label" for row in table.rows) else "right"
+    """"left" for columns of labels (dashes aside), "right" for columns with numbers or statuses."""
+    return ["left" if all(row[i].kind in ("label", "missing") for row in table.rows)
+            and any(row[i].kind == "label" for row in table.rows) else "right"
             for i in range(len(table.header))]

@@ -373,12 +373,13 @@ def _graph_breaks(ok_rows):
 
 # ---- environment --------------------------------------------------------------------------
 
+# (header, column, characters shown: hashes are cut like `git log --oneline`; the CSV has them whole)
 ENVIRONMENT_FIELDS = (
     ("GPUs", "environment.gpu_count"), ("Driver", "environment.driver"),
     ("CUDA", "environment.cuda"), ("cuDNN", "environment.cudnn"), ("torch", "environment.torch"),
-    ("torch git", "environment.torch_git"), ("transformers", "environment.transformers"),
+    ("torch git", "environment.torch_git", 12), ("transformers", "environment.transformers"),
     ("Python", "environment.python"), ("CPU", "environment.cpu_model"), ("Threads", "environment.threads"),
-    ("Host", "environment.hostname"), ("Image id", "environment.image_id"),
+    ("Host", "environment.hostname"), ("Image id", "environment.image_id", 19),
 )
 
 
@@ -387,16 +388,16 @@ def environment_table(cells):
     for device in cells.values("device"):
         for image in cells.values("image", device=device):
             selected = cells.select(device=device, image=image)
-            rows.append([label(device), label(image)] + [_distinct(selected, column) for _, column in ENVIRONMENT_FIELDS])
-    header = ["Device", "Image"] + [name for name, _ in ENVIRONMENT_FIELDS]
+            rows.append([label(device), label(image)] + [_distinct(selected, *field[1:]) for field in ENVIRONMENT_FIELDS])
+    header = ["Device", "Image"] + [field[0] for field in ENVIRONMENT_FIELDS]
     return drop_empty_columns(Table("Environment", header, rows))
 
 
-def _distinct(rows, column):
+def _distinct(rows, column, width=None):
     values = []
     for row in rows:
         value = row[column]
-        text = None if value is None else str(int(value)) if isinstance(value, float) else str(value)
+        text = None if value is None else str(int(value)) if isinstance(value, float) else str(value)[:width]
         if text and text not in values:
             values.append(text)
     return Cell(", ".join(values), kind="label") if values else missing()
