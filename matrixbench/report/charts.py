@@ -31,7 +31,7 @@ def write_charts(cells, out_dir):
         for batch in cells.values("batch", device=device):
             plot = _Plot(cells, device, batch)
             charts.append(plot.draw(folder, "duration", f"{device}, batch size {batch}: latency (ms)"))
-            if plot.compiled_series():
+            if plot.has_speedups():
                 charts.append(plot.draw(folder, "speedup", f"{device}, batch size {batch}: speed-up over eager (%)"))
     return charts
 
@@ -46,6 +46,12 @@ class _Plot:
         self.modes = cells.values("mode", device=device, batch=batch)
         self.series = [(image, mode) for image in self.images
                        for mode in cells.values("mode", device=device, batch=batch, image=image)]
+
+    def has_speedups(self):
+        """Is there a compiled cell whose eager cell also ran? Else a speed-up chart has no bars."""
+        return any(self._value(self.cells.get(self.device, image, self.batch, row_key, mode), image, row_key,
+                               "speedup") is not None
+                   for image, mode in self.compiled_series() for row_key in self.row_keys)
 
     def compiled_series(self):
         return [(image, mode) for image, mode in self.series if mode != "eager"]
