@@ -114,6 +114,32 @@ def match_gpu(gpu_name):
     return found.group(1) if found else None
 
 
+class PublishedReference:
+    """Published numbers: eager and default from the torch 2.0 tables, reduce-overhead from its own."""
+
+    TABLE_FOR_MODE = {"eager": "main", "default": "main", "reduce-overhead": "reduce-overhead"}
+
+    def __init__(self, published):
+        self._by_key = {(r["table"], r["gpu"], r["batch_size"], r["model"], r["mode"]): r
+                        for r in published.to_dict("records")}
+        self._models = {r["model"] for r in self._by_key.values()}
+
+    def comparable(self, row):
+        """Full-size float32 models the page benchmarked, in a mode it published."""
+        return (row["cell.size"] == "full" and row["cell.dtype"] == "float32" and not row["cell.fullgraph"]
+                and row["cell.model"] in self._models and row["cell.mode"] in self.TABLE_FOR_MODE)
+
+    def number(self, gpu, batch, model, mode, table=None):
+        return self._by_key.get((table or self.TABLE_FOR_MODE[mode], gpu, batch, model, mode))
+
+    def speedup(self, gpu, batch, model, mode):
+        table = self.TABLE_FOR_MODE[mode]
+        eager, compiled = self.number(gpu, batch, model, "eager", table), self.number(gpu, batch, model, mode)
+        if eager is None or compiled is None or "oom" in (eager["status"], compiled["status"]):
+            return None
+        return eager["latency_ms"] / compiled["latency_ms"]
+
+
 def main(argv):
     seed = Path(argv[0]) if argv else SEED_PATH
     out = Path(argv[1]) if len(argv) > 1 else DATASET_PATH

@@ -9,7 +9,7 @@ from typing import Optional
 
 from matrixbench.report import stats
 from matrixbench.report.cells import STATUS_TEXT, CellIndex, is_ok, row_label
-from matrixbench.report.published import GPUS
+from matrixbench.report.published import GPUS, PublishedReference
 
 NOISY_MARK = "†"
 ACCURACY_MARK = "‡"
@@ -22,7 +22,7 @@ ACCURACY_FAILURES = ("fail", "nan")
 class Cell:
     text: str
     kind: str = "number"          # number | label | failed | missing
-    marks: str = ""               # NOISY_MARK, SIGNIFICANT_MARK
+    marks: str = ""               # NOISY_MARK, ACCURACY_MARK (significance is part of the text)
     footnote: Optional[int] = None
 
 
@@ -243,32 +243,6 @@ def _in_order(cells, device, image):
             for mode in cells.values("mode", device=device, image=image, row=row_key, batch=batch)]
 
 
-class PublishedReference:
-    """Published numbers: eager and default from the torch 2.0 tables, reduce-overhead from its own."""
-
-    TABLE_FOR_MODE = {"eager": "main", "default": "main", "reduce-overhead": "reduce-overhead"}
-
-    def __init__(self, published):
-        self._by_key = {(r["table"], r["gpu"], r["batch_size"], r["model"], r["mode"]): r
-                        for r in published.to_dict("records")}
-        self._models = {r["model"] for r in self._by_key.values()}
-
-    def comparable(self, row):
-        """Full-size float32 models the page benchmarked, in a mode it published."""
-        return (row["cell.size"] == "full" and row["cell.dtype"] == "float32" and not row["cell.fullgraph"]
-                and row["cell.model"] in self._models and row["cell.mode"] in self.TABLE_FOR_MODE)
-
-    def number(self, gpu, batch, model, mode, table=None):
-        return self._by_key.get((table or self.TABLE_FOR_MODE[mode], gpu, batch, model, mode))
-
-    def speedup(self, gpu, batch, model, mode):
-        table = self.TABLE_FOR_MODE[mode]
-        eager, compiled = self.number(gpu, batch, model, "eager", table), self.number(gpu, batch, model, mode)
-        if eager is None or compiled is None or "oom" in (eager["status"], compiled["status"]):
-            return None
-        return eager["latency_ms"] / compiled["latency_ms"]
-
-
 def _ms_table(cells, notes, reference, rows, gpu):
     body = []
     for row in rows:
@@ -388,7 +362,8 @@ def environment_table(cells):
     for device in cells.values("device"):
         for image in cells.values("image", device=device):
             selected = cells.select(device=device, image=image)
-            rows.append([label(device), label(image)] + [_distinct(selected, *field[1:]) for field in ENVIRONMENT_FIELDS])
+            rows.append([label(device), label(image)]
+                        + [_distinct(selected, *field[1:]) for field in ENVIRONMENT_FIELDS])
     header = ["Device", "Image"] + [field[0] for field in ENVIRONMENT_FIELDS]
     return drop_empty_columns(Table("Environment", header, rows))
 
