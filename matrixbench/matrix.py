@@ -31,7 +31,7 @@ class Image:
     base_image: str
     index_url: Optional[str] = None
     extra_index_urls: tuple = ()
-    pins: tuple = ()
+    extra_pins: tuple = ()
     env: dict = field(default_factory=dict)
     description: str = ""
 
@@ -43,7 +43,7 @@ class Image:
 
     def requirements(self):
         """What pip installs into the image: torch, transformers, then the extra pins."""
-        return [self.torch, self.transformers, *self.pins]
+        return [self.torch, self.transformers, *self.extra_pins]
 
     def content_hash(self):
         """Short hash of everything that goes into building this image (for image labels)."""
@@ -169,7 +169,7 @@ def _image(name, entry):
         base_image=entry.get("base_image") or f"python:{entry['python']}-slim-bookworm",
         index_url=entry.get("index_url"),
         extra_index_urls=tuple(entry.get("extra_index_urls", ())),
-        pins=tuple(entry.get("pins", ())),
+        extra_pins=tuple(entry.get("extra_pins", ())),
         env=dict(entry.get("env", {})),
         description=entry.get("description", ""),
     )

@@ -41,7 +41,7 @@ IMAGE_SCHEMA = {
             "pattern": r"^transformers\b",
             "x-message": 'must be a pip requirement for transformers, e.g. "transformers==4.43.4"',
         },
-        "pins": _STRING_LIST,
+        "extra_pins": _STRING_LIST,
         "env": {"type": "object", "additionalProperties": {"type": "string"}},
     },
 }

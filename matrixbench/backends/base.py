@@ -30,6 +30,10 @@ class Backend(ABC):
 
     name = "base"
 
+    def describe(self) -> str:
+        """One line for the console: what this backend runs the cells in."""
+        return f"{self.name} backend"
+
     def gpus_available(self) -> bool:
         """Can this backend give the runner NVIDIA GPUs? ``--device cuda`` needs True."""
         return False

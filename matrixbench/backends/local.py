@@ -6,6 +6,7 @@ whole process group. The image's torch pin is not installed: cells run with what
 interpreter has, and every record says which.
 """
 import os
+from importlib import metadata
 import signal
 import subprocess
 import sys
@@ -38,6 +39,10 @@ class LocalBackend(Backend):
     def __init__(self, python=None):
         self.python = python or sys.executable
 
+    def describe(self):
+        return (f"local backend: this interpreter ({self.python}, torch {_torch_version()}); "
+                "the images' torch pins are not installed")
+
     def gpus_available(self):
         return bool(host_gpus())
 
@@ -49,6 +54,13 @@ class LocalBackend(Backend):
             process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL, start_new_session=True)
             return _wait(process)
+
+
+def _torch_version():
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def runner_env(environ, request, cache_env):
