@@ -31,24 +31,28 @@ ifeq ($(HAS_GPU),yes)
   RUN := default
   DEVICE := cuda
   WHAT := the default matrix (matrix.yaml) on the NVIDIA GPU
+  WHY_DEVICE :=
 else
   MATRIX_FILE := matrix-cpu-smoke.yaml
   RUN := cpu-smoke
   DEVICE := cpu
-  WHAT := the CPU smoke matrix (matrix-cpu-smoke.yaml: tiny models, batch 1, eager and default) because nvidia-smi finds no NVIDIA GPU; its numbers say nothing about GPU speed-ups
+  WHAT := the CPU smoke matrix (matrix-cpu-smoke.yaml: tiny models, batch 1, eager and default) on the CPU
+  WHY_DEVICE := nvidia-smi finds no NVIDIA GPU, so these numbers say nothing about GPU speed-ups.
 endif
 
 ifeq ($(HAS_DOCKER),yes)
   BACKEND := docker
   IMAGES :=
   HOW := one Docker container per image
+  WHY_BACKEND :=
 else
   BACKEND := local
   IMAGES := --images latest
-  HOW := the local backend (this interpreter's torch, as image 'latest' only) because docker info fails (no Docker daemon)
+  HOW := the local backend (this interpreter's torch, recorded as image 'latest')
+  WHY_BACKEND := Docker is not available (docker info fails), so the images' torch versions are not compared.
 endif
 
-NOTE := make matrix ran $(WHAT), with $(HOW).
+NOTE := $(strip make matrix ran $(WHAT), with $(HOW). $(WHY_DEVICE) $(WHY_BACKEND))
 
 matrix: $(STAMP)
 	@echo "================================================================================"
