@@ -126,7 +126,7 @@ class TqdmProgress(NullProgress):
         if skipped:
             self.note(f"resume: {skipped} cell(s) already have a record and are skipped")
         self._bar = tqdm(total=total, file=self._stream, unit="cell", dynamic_ncols=True,
-                         bar_format="{n_fmt}/{total_fmt} |{bar:20}| {postfix}")
+                         bar_format="{n_fmt}/{total_fmt} |{bar:20}| {desc}")
         self._refresh()
 
     def image_started(self, image_name, pending, skipped):
@@ -135,9 +135,9 @@ class TqdmProgress(NullProgress):
     def cell_finished(self, image_name, cell, record):
         super().cell_finished(image_name, cell, record)
         self.note(f"[{self.state.counter()}] {self.state.last}")
+        self._refresh()
         if self._bar is not None:
             self._bar.update(1)
-        self._refresh()
 
     def tick(self):
         self._refresh()
@@ -157,7 +157,7 @@ class TqdmProgress(NullProgress):
         if self._bar is not None:
             state = self.state
             last = f" | last: {state.last}" if state.last else ""
-            self._bar.set_postfix_str(
+            self._bar.set_description_str(
                 f"elapsed {format_duration(state.elapsed_s())} eta {format_duration(state.eta_s())}{last}",
                 refresh=True,
             )
