@@ -1,4 +1,4 @@
-"""Backend registry: a backend name -> a factory taking the (overridden) Matrix.
+"""Backend registry: a backend name -> a factory taking the (overridden) Matrix (which a backend may ignore).
 
 ``create_backend(name, matrix)`` rejects unknown names with the list of valid ones. The docker
 backend is imported only when asked for, so the local backend works without the docker SDK.
@@ -17,7 +17,7 @@ def _docker(matrix):
         from matrixbench.backends.docker import DockerBackend
     except ImportError as exc:
         raise RunError(f"the docker backend cannot be loaded ({exc}); use --backend local") from exc
-    return DockerBackend(matrix)
+    return DockerBackend()
 
 
 FACTORIES = {"docker": _docker, "local": _local}
