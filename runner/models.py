@@ -106,6 +106,15 @@ class Built:
     source: str
 
 
+def preload(names=DEFAULT_MODELS):
+    """Import the model and processor classes of shipped models (transformers imports them lazily),
+    so a worker that forks per cell pays for those imports once."""
+    for name in names:
+        spec = SEED_MODELS[name]
+        getattr(transformers, spec.model_class)
+        model_inputs.processor_class(spec.processor_class)
+
+
 def build(cell, device, dtype):
     """The cell's model and its batch of real inputs, ready for ``model(**inputs)``."""
     recipe = make_recipe(cell)

@@ -44,29 +44,38 @@ def clip_vocab(merges, byte_symbols):
     return {token: index for index, token in enumerate(tokens)}
 
 
-def hf_tokenize(lines, folder):
+def hf_tokenize(lines, byte_symbols, folder):
     from transformers import CLIPTokenizer
-    from transformers.models.clip.tokenization_clip import bytes_to_unicode
 
     merges = lines[1 : NUM_MERGES + 1]
     vocab_file, merges_file = Path(folder) / "vocab.json", Path(folder) / "merges.txt"
-    vocab_file.write_text(json.dumps(clip_vocab(merges, bytes_to_unicode().values())))
+    vocab_file.write_text(json.dumps(clip_vocab(merges, byte_symbols)))
     merges_file.write_text("\n".join(["#version: 0.2"] + merges) + "\n")
     tokenizer = CLIPTokenizer(str(vocab_file), str(merges_file), pad_token="!", model_max_length=MAX_LENGTH)
     encoded = tokenizer(list(TEXT_QUERIES), padding="max_length", max_length=MAX_LENGTH)
     return [list(ids) for ids in encoded["input_ids"]], [list(mask) for mask in encoded["attention_mask"]]
 
 
-def open_clip_tokenize(wheel, folder):
-    """open_clip's SimpleTokenizer on the same queries (ftfy stubbed: the queries are plain ASCII)."""
+def open_clip_module(wheel, folder):
+    """open_clip's tokenizer module from the wheel (ftfy stubbed: the queries are plain ASCII)."""
     sys.modules.setdefault("ftfy", types.SimpleNamespace(fix_text=lambda text: text))
     with zipfile.ZipFile(wheel) as archive:
         archive.extract(TOKENIZER_MEMBER, folder)
         archive.extract(BPE_MEMBER, folder)
     namespace = {"__name__": "open_clip_tokenizer", "__file__": str(Path(folder) / TOKENIZER_MEMBER)}
     exec(compile((Path(folder) / TOKENIZER_MEMBER).read_text(), TOKENIZER_MEMBER, "exec"), namespace)
-    tokenizer = namespace["SimpleTokenizer"](str(Path(folder) / BPE_MEMBER))
+    return namespace
+
+
+def open_clip_tokenize(module, folder):
+    tokenizer = module["SimpleTokenizer"](str(Path(folder) / BPE_MEMBER))
     return tokenizer(list(TEXT_QUERIES), context_length=MAX_LENGTH).tolist()
+
+
+def compact_json(record):
+    """One key a line, lists inline: small diffs, easy to read."""
+    lines = [f"  {json.dumps(key)}: {json.dumps(value)}" for key, value in record.items()]
+    return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
 def main():
@@ -74,8 +83,10 @@ def main():
     parser.add_argument("wheel", help="an open_clip_torch-*.whl (pip download --no-deps open-clip-torch)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        input_ids, attention_mask = hf_tokenize(bpe_lines(args.wheel), folder)
-        reference = open_clip_tokenize(args.wheel, folder)
+        module = open_clip_module(args.wheel, folder)
+        byte_symbols = module["bytes_to_unicode"]().values()
+        input_ids, attention_mask = hf_tokenize(bpe_lines(args.wheel), byte_symbols, folder)
+        reference = open_clip_tokenize(module, folder)
     if reference != input_ids:
         raise SystemExit(f"CLIPTokenizer {input_ids} != open_clip {reference}: not writing {OUT}")
     record = {
@@ -87,7 +98,7 @@ def main():
         + "; CLIPTokenizer(pad_token='!', model_max_length=16), padding='max_length'; "
         "cross-checked with open_clip SimpleTokenizer; written by tools/make_owlvit_tokens.py",
     }
-    OUT.write_text(json.dumps(record, indent=1) + "\n")
+    OUT.write_text(compact_json(record))
     print(f"wrote {OUT}: {input_ids}")
 
 
