@@ -1,6 +1,8 @@
 """``matrixbench run``: run a matrix's pending cells, image by image, through a backend.
 
-Records land in ``results/<run>/<image>/<cell_id>.json`` (the run name defaults to "default").
+Records land in ``results/<run>/<image>/<cell_id>.json`` (the run name defaults to "default"),
+next to ``cells.json`` (the runner's input for the cells run last); ``results/<run>/run.json``
+is the run's manifest.
 Cells that already have a record are skipped unless ``force``; failed ones rerun with
 ``retry_failed``. Progress comes from polling for record files while the backend runs.
 Ctrl-C stops the backend (which removes what it started) and keeps every finished record.
@@ -18,6 +20,7 @@ from matrixbench.manifest import finish_manifest, start_manifest
 from matrixbench.matrix import runner_settings
 from matrixbench.plan import plan_run, run_dir
 from matrixbench.progress import NullProgress, RecordWatcher
+from matrixbench.runner_input import write_cells_file
 from runner.schema import cell_id
 
 DEVICES = ("auto", "cuda", "cpu")
@@ -153,6 +156,7 @@ def _run_image(backend, plan, matrix, options, gpus, environ, progress):
         progress.cell_finished(plan.image_name, cell, record)
 
     request = _request(plan, matrix, options, gpus, environ)
+    write_cells_file(request)  # what was asked, next to the records, whatever the backend
     with RecordWatcher(plan.out_dir, plan.pending, on_record, on_tick=progress.tick) as watcher:
         result.exit_code = backend.run(request)
     result.missing = [cell_id(cell) for cell in watcher.waiting]

@@ -192,6 +192,7 @@ def test_run_records_every_cell_per_image_and_writes_the_manifest(matrix, tmp_pa
         assert sorted(p.name for p in (run_path / image).glob("*_*.json")) == sorted(
             record_path(run_path / image, c).name for c in cells)
     assert [r.image_name for r in backend.requests] == ["stable", "latest"]
+    assert json.loads((run_path / "stable" / "cells.json").read_text())["cells"] == cells
     assert progress.events[0][0] == "note" and ("start", 16, 0) in progress.events
     assert len([e for e in progress.events if e[0] == "cell"]) == 16
     assert summary.statuses() == {"ok": 16}
