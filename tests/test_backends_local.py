@@ -16,7 +16,7 @@ from matrixbench.backends import backend_names, create_backend
 from matrixbench.backends.base import RunRequest
 from matrixbench.backends.local import PROJECT_ROOT, LocalBackend, _running, _stop, descendants, runner_env
 from matrixbench.errors import RunError
-from matrixbench.matrix import Overrides, apply_overrides, expand_cells, load_matrix, runner_settings
+from matrixbench.matrix import Overrides, apply_overrides, expand_cells, load_matrix
 from runner.schema import read_record, record_path
 
 TESTS = Path(__file__).resolve().parent
