@@ -1,0 +1,160 @@
+"""The local backend: the runner in the current interpreter, no Docker.
+
+It runs ``sys.executable -m runner --cells <out_dir>/cells.json --out <out_dir>`` with an
+allow-listed environment, logs to ``<out_dir>/runner.log``, and on Ctrl-C stops the runner's
+whole process group. The image's torch pin is not installed: cells run with whatever torch this
+interpreter has, and every record says which.
+"""
+import os
+from importlib import metadata
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from matrixbench.backends.base import Backend
+from matrixbench.gpu import host_gpus
+from matrixbench.runner_input import write_cells_file
+
+LOG_FILENAME = "runner.log"
+STOP_GRACE_S = 10
+
+# Passed through from the caller's environment; nothing else is.
+ENV_ALLOWED = (
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+    "PYTHONPATH", "LD_LIBRARY_PATH", "CC", "CXX",
+    "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "NVIDIA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+    "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "HF_ENDPOINT", "TRANSFORMERS_OFFLINE",
+)
+ENV_ALLOWED_PREFIXES = ("TORCH_", "TORCHINDUCTOR_", "TRITON_")
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+class LocalBackend(Backend):
+    name = "local"
+
+    def __init__(self, python=None):
+        self.python = python or sys.executable
+
+    def describe(self):
+        return (f"local backend: this interpreter ({self.python}, torch {_torch_version()}); "
+                "the images' torch pins are not installed")
+
+    def gpus_available(self):
+        return bool(host_gpus())
+
+    def run(self, request):
+        cells_file = write_cells_file(request)
+        argv = [self.python, "-m", "runner", "--cells", str(cells_file), "--out", str(request.out_dir)]
+        with _compile_cache(request) as cache_env, open(Path(request.out_dir) / LOG_FILENAME, "ab") as log:
+            env = runner_env(os.environ, request, cache_env)
+            process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
+            return _wait(process)
+
+
+def _torch_version():
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def runner_env(environ, request, cache_env):
+    """The runner's environment: the allow-list, the request's env, caches, the project on the path."""
+    env = {key: value for key, value in environ.items()
+           if key in ENV_ALLOWED or key.startswith(ENV_ALLOWED_PREFIXES)}
+    if request.hf_cache_dir is not None:
+        env["HF_HOME"] = str(request.hf_cache_dir)
+    if not request.gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    env.update(cache_env)
+    env.update(request.env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class _compile_cache:
+    """Inductor/Triton cache folders: the request's per-image folder, or a fresh one for --cold."""
+
+    def __init__(self, request):
+        self._root = request.cache_dir
+        self._temp = None
+
+    def __enter__(self):
+        if self._root is None:
+            self._temp = tempfile.TemporaryDirectory(prefix="matrixbench-cold-")
+            root = Path(self._temp.name)
+        else:
+            root = Path(self._root)
+        return {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"), "TRITON_CACHE_DIR": str(root / "triton")}
+
+    def __exit__(self, *exc):
+        if self._temp is not None:
+            self._temp.cleanup()
+        return False
+
+
+def _wait(process):
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        _stop(process)
+        raise
+
+
+def _stop(process):
+    """Stop the runner and everything below it, cell processes in sessions of their own included.
+
+    SIGTERM first (the runner may record the interrupted cell), SIGKILL after the grace period
+    for whatever is left.
+    """
+    targets = [process.pid, *descendants(process.pid)]
+    _signal_all(targets, signal.SIGTERM)
+    try:
+        process.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    _signal_all([pid for pid in targets + descendants(process.pid) if _running(pid)], signal.SIGKILL)
+    process.wait()
+
+
+def _signal_all(pids, sig):
+    for pid in pids:
+        try:
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, sig)  # a group leader: its compiler children go too
+            else:
+                os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def descendants(pid):
+    """Every process below ``pid``, from /proc (Linux); [] where there is no /proc."""
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def _running(pid):
+    """Alive and not a zombie (in a container, PID 1 may never reap orphans)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
