@@ -149,17 +149,17 @@ def batch_inputs(recipe, batch_size):
 
 def instantiate(recipe):
     """The model on CPU in float32: random weights (seeded) or loaded from pretrained."""
-    if recipe.pretrained_from is not None:
-        return _from_pretrained(recipe)
-    torch.manual_seed(0)
-    return recipe.model_class._from_config(recipe.config)
-
-
-def _from_pretrained(recipe):
     try:
-        return _hub_call(recipe.model_class.from_pretrained, recipe.pretrained_from, USE_RANDOM)
-    except ImportError as exc:
-        raise ModelError(f"weights=pretrained {recipe.pretrained_from!r} needs a package: {exc}") from exc
+        if recipe.pretrained_from is not None:
+            return _hub_call(recipe.model_class.from_pretrained, recipe.pretrained_from, USE_RANDOM)
+        torch.manual_seed(0)
+        return recipe.model_class._from_config(recipe.config)
+    except ImportError as exc:  # e.g. timm for a hub DETR config, scipy for Mask(2)Former
+        raise ModelError(
+            f"{recipe.source}: {recipe.model_class.__name__} needs a package this image lacks ({exc}). Install "
+            "it, or for DETR-style models use a config with use_timm_backbone=false and a backbone_config "
+            "(see runner/configs/detr)"
+        ) from exc
 
 
 def make_recipe(cell):
@@ -213,14 +213,14 @@ def _seed_recipe(spec, cell):
     )
 
 
-def _pretrained_recipe(model_class, checkpoint, source):
+def _pretrained_recipe(model_class, checkpoint, source, processor=None):
     """from_pretrained of a hub id or local folder; processor and tokenizer from the same place."""
     config = _hub_call(transformers.AutoConfig.from_pretrained, checkpoint, USE_RANDOM)
     return Recipe(
         model_class=model_class,
         config=config,
         pretrained_from=checkpoint,
-        processor=_hub_processor(checkpoint, USE_RANDOM),
+        processor=processor or _hub_processor(checkpoint, USE_RANDOM),
         text_inputs=_tokenized_text_inputs(model_class, config, checkpoint, USE_RANDOM),
         source=source,
     )
@@ -249,7 +249,8 @@ def _local_recipe(cell):
     config = config_from_dict(_read_json(config_path))
     model_class = task_model_class(config, cell.get("task"))
     if cell.get("weights", "random") == "pretrained":
-        return _pretrained_recipe(model_class, str(config_path.parent), f"{config_path.parent} (pretrained)")
+        folder = str(config_path.parent)
+        return _pretrained_recipe(model_class, folder, f"{folder} (pretrained)", _local_processor(config_path, config))
     return Recipe(
         model_class=model_class,
         config=config,

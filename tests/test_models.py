@@ -231,3 +231,14 @@ def test_pretrained_weights_load_from_a_local_checkpoint_folder(tmp_path):
 def test_pretrained_seed_model_offline_without_cache_says_how_to_fix():
     with pytest.raises(models.ModelError, match="(?s)google/vit-base-patch16-224.*weights=random"):
         models.make_recipe(cell("vit", weights="pretrained"))
+
+
+def test_a_hub_style_detr_config_that_needs_timm_says_what_to_change(tmp_path):
+    if transformers.utils.is_timm_available():
+        pytest.skip("timm is installed: the timm backbone builds")
+    config = models._merged(shipped("detr", "config.json"), shipped("detr", "tiny.json")["config"])
+    config.update({"use_timm_backbone": True, "backbone_config": None, "backbone": "resnet50"})
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    other = cell("hub-detr", task="object-detection", config_path=str(tmp_path / "config.json"))
+    with pytest.raises(models.ModelError, match="use_timm_backbone=false"):
+        models.build(other, "cpu", "float32")
