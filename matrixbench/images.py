@@ -75,8 +75,13 @@ def build_images(matrix, image_names, *, no_cache=False, dry_run=False, ca_bundl
     return [run_build(client, plan, no_cache=no_cache, emit=emit) for plan in plans]
 
 
+_BOOKKEEPING = re.compile(r"^\s*---> |^Removing intermediate container ")
+
+
 def print_progress(image_name, line):
-    print(f"[{image_name}] {line}", flush=True)
+    """The default progress: build steps and pip's lines, without Docker's bookkeeping."""
+    if not _BOOKKEEPING.match(line):
+        print(f"[{image_name}] {line}", flush=True)
 
 
 def select_images(matrix, image_names):

@@ -11,19 +11,24 @@ class FakeImage:
 
 
 class FakeContainer:
-    def __init__(self, sdk, image, command, kwargs, log=b"", exit_code=0, on_wait=None):
+    def __init__(self, sdk, image, command, kwargs, log=b"", exit_code=0, on_wait=None, log_raises=None):
         self.sdk = sdk
         self.id = f"c{len(sdk.started):011d}deadbeef"
         self.image, self.command, self.kwargs = image, command, kwargs
         self.labels = kwargs.get("labels") or {}
-        self.log, self.exit_code, self.on_wait = log, exit_code, on_wait
+        self.log, self.exit_code, self.on_wait, self.log_raises = log, exit_code, on_wait, log_raises
         self.calls = []
 
     def logs(self, stream=False, follow=False, tail=None):
         if stream:
-            return iter([self.log[i:i + 7] for i in range(0, len(self.log), 7)])
+            return self._stream()
         lines = self.log.splitlines(keepends=True)
         return b"".join(lines[-tail:] if tail else lines)
+
+    def _stream(self):
+        yield from [self.log[i:i + 7] for i in range(0, len(self.log), 7)]
+        if self.log_raises:
+            raise self.log_raises
 
     def wait(self):
         self.calls.append("wait")
