@@ -21,13 +21,22 @@ class RunRequest:
     cache_dir: Optional[Path] = None      # compile caches (Inductor/Triton); None = cold
     hf_cache_dir: Optional[Path] = None   # the host's HF cache, shared by all images
     gpus: bool = False                    # ask for all GPUs (--gpus all)
-    env: dict = field(default_factory=dict)  # run-time only env, e.g. HF_TOKEN
+    # run-time only env, e.g. HF_TOKEN: kept out of repr() so it is never printed
+    env: dict = field(default_factory=dict, repr=False)
 
 
 class Backend(ABC):
     """Runs the runner entrypoint for a list of cells and returns when it exits."""
 
     name = "base"
+
+    def describe(self) -> str:
+        """One line for the console: what this backend runs the cells in."""
+        return f"{self.name} backend"
+
+    def gpus_available(self) -> bool:
+        """Can this backend give the runner NVIDIA GPUs? ``--device cuda`` needs True."""
+        return False
 
     @abstractmethod
     def run(self, request: RunRequest) -> int:

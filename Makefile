@@ -1,0 +1,66 @@
+# make test    create .venv if needed, install, run every test (Docker/browser/GPU ones skip
+#              themselves where those are absent)
+# make matrix  build, run and report the default matrix, or the CPU smoke matrix without a GPU,
+#              with the local backend without Docker; one banner says which and why
+.PHONY: test matrix help
+
+PYTHON ?= python3.11
+VENV := .venv
+VPY := $(VENV)/bin/python
+MB := $(VENV)/bin/matrixbench
+STAMP := $(VENV)/.installed
+
+help:
+	@sed -n '1,5p' Makefile
+
+$(STAMP): pyproject.toml
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --quiet torch==2.13.0
+	$(VPY) -m pip install --quiet -e '.[test,runner]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 $(VPY) -m pytest
+
+# --- make matrix: what to run, and why ---------------------------------------------------
+HAS_GPU := $(shell nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && echo yes || echo no)
+HAS_DOCKER := $(shell docker info >/dev/null 2>&1 && echo yes || echo no)
+
+ifeq ($(HAS_GPU),yes)
+  MATRIX_FILE := matrix.yaml
+  RUN := default
+  DEVICE := cuda
+  WHAT := the default matrix (matrix.yaml) on the NVIDIA GPU
+  WHY_DEVICE :=
+else
+  MATRIX_FILE := matrix-cpu-smoke.yaml
+  RUN := cpu-smoke
+  DEVICE := cpu
+  WHAT := the CPU smoke matrix (matrix-cpu-smoke.yaml: tiny models, batch 1, eager and default) on the CPU
+  WHY_DEVICE := nvidia-smi finds no NVIDIA GPU, so these numbers say nothing about GPU speed-ups.
+endif
+
+ifeq ($(HAS_DOCKER),yes)
+  BACKEND := docker
+  IMAGES :=
+  HOW := one Docker container per image
+  WHY_BACKEND :=
+else
+  BACKEND := local
+  IMAGES := --images latest
+  HOW := the local backend (this interpreter's torch, recorded as image 'latest')
+  WHY_BACKEND := Docker is not available (docker info fails), so the images' torch versions are not compared.
+endif
+
+NOTE := $(strip make matrix ran $(WHAT), with $(HOW). $(WHY_DEVICE) $(WHY_BACKEND))
+
+matrix: $(STAMP)
+	@echo "================================================================================"
+	@echo "$(NOTE)"
+	@echo "Results: results/$(RUN)/   Report: report/"
+	@echo "================================================================================"
+ifeq ($(HAS_DOCKER),yes)
+	$(MB) build --matrix $(MATRIX_FILE)
+endif
+	$(MB) run --matrix $(MATRIX_FILE) $(IMAGES) --run $(RUN) --backend $(BACKEND) --device $(DEVICE) --note "$(NOTE)"
+	$(MB) report results/$(RUN) --out report

@@ -1,0 +1,241 @@
+"""The command line: the only module that imports click.
+
+Each command parses its options, calls one library function, and turns a MatrixbenchError into
+a message on stderr and its exit code (2 matrix/usage, 3 Docker, 4 build, 5 run, 6 report;
+130 on Ctrl-C).
+"""
+import functools
+import importlib
+import sys
+from pathlib import Path
+
+import click
+
+from matrixbench.backends import backend_names
+from matrixbench.errors import MatrixbenchError
+from matrixbench.matrix import Overrides, apply_overrides, load_matrix
+from matrixbench.plan import plan_run, run_dir
+from matrixbench.progress import TqdmProgress
+from matrixbench.run import DEFAULT_RUN, DEVICES, RunOptions, run_matrix
+from runner.schema import DTYPES, MODES, SIZES, WEIGHTS
+
+INTERRUPTED_EXIT = 130
+DEFAULT_MATRIX = "matrix.yaml"
+REPORT_FORMATS = ("md", "html", "csv")
+
+
+# --- option helpers ------------------------------------------------------------------------
+
+def _comma_list(choices=None, convert=str):
+    """A callback: "a,b" (option repeatable) -> ["a", "b"]; None when not given."""
+    def callback(ctx, param, values):
+        if not values:
+            return None
+        items = [item.strip() for value in values for item in value.split(",") if item.strip()]
+        if choices is not None:
+            unknown = [item for item in items if item not in choices]
+            if unknown:
+                raise click.BadParameter(f"{', '.join(unknown)}: valid are {', '.join(choices)}")
+        try:
+            return [convert(item) for item in items]
+        except ValueError:
+            raise click.BadParameter(f"expected a comma-separated list of integers, got {','.join(values)}")
+    return callback
+
+
+def _stack(*decorators):
+    def apply(function):
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+    return apply
+
+
+matrix_option = click.option(
+    "--matrix", "matrix_path", type=click.Path(dir_okay=False, path_type=Path),
+    default=DEFAULT_MATRIX, show_default=True, help="The matrix file.")
+images_option = click.option(
+    "--images", multiple=True, callback=_comma_list(), metavar="NAMES",
+    help="Only these images, comma-separated (e.g. stable,nightly).")
+
+override_options = _stack(
+    images_option,
+    click.option("--models", multiple=True, callback=_comma_list(), metavar="NAMES",
+                 help="Only these models, comma-separated (e.g. vit,detr-resnet-101)."),
+    click.option("--batch-sizes", multiple=True, callback=_comma_list(convert=int), metavar="SIZES",
+                 help="Batch sizes, comma-separated (e.g. 1,4)."),
+    click.option("--modes", multiple=True, callback=_comma_list(MODES), metavar="MODES",
+                 help=f"Modes, comma-separated, from {', '.join(MODES)}."),
+    click.option("--dtypes", "--dtype", "dtypes", multiple=True, callback=_comma_list(DTYPES),
+                 metavar="DTYPES",
+                 help=f"Dtypes, comma-separated, from {', '.join(DTYPES)}."),
+    click.option("--iterations", type=click.IntRange(min=1), help="Timed iterations per cell."),
+    click.option("--warmup", type=click.IntRange(min=0), help="Warm-up iterations per cell."),
+    click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
+                 help="Per-cell time limit in seconds, compile included."),
+    click.option("--size", type=click.Choice(SIZES), help="Model size: full, or tiny (CPU tests)."),
+    click.option("--weights", type=click.Choice(WEIGHTS), help="Weights for every model."),
+)
+
+
+def _overrides(options):
+    names = ("images", "models", "batch_sizes", "modes", "dtypes", "iterations", "warmup",
+             "timeout_s", "size", "weights")
+    return Overrides(**{name: options.get(name) for name in names})
+
+
+def _load(matrix_path, overrides):
+    return apply_overrides(load_matrix(matrix_path), overrides)
+
+
+def handles_errors(command):
+    """Turn MatrixbenchError into stderr + its exit code, Ctrl-C into exit 130."""
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except MatrixbenchError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("\ninterrupted: finished records are kept; rerun the same command to resume",
+                       err=True)
+            sys.exit(INTERRUPTED_EXIT)
+    return wrapper
+
+
+def _library(module, name, command):
+    """A function of a module that may be missing from this checkout."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise MatrixbenchError(f"`matrixbench {command}` is not available here: {module}.{name} ({exc})")
+
+
+# --- commands ------------------------------------------------------------------------------
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="matrixbench")
+def main():
+    """Measure how much faster torch.compile makes Hugging Face vision models."""
+
+
+@main.command()
+@matrix_option
+@override_options
+@handles_errors
+def validate(matrix_path, **options):
+    """Check the matrix file (and overrides) and list its images, models and cells."""
+    click.echo(describe_matrix(_load(matrix_path, _overrides(options))))
+
+
+def describe_matrix(matrix):
+    cells = len(matrix.models) * len(matrix.batch_sizes) * len(matrix.modes) * len(matrix.dtypes)
+    lines = [f"{matrix.path}: valid"]
+    lines += [f"  image {name}: {image.torch}, python {image.python}, {image.transformers}"
+              for name, image in matrix.images.items()]
+    lines.append(f"  models: {', '.join(matrix.models)}")
+    lines.append(f"  batch sizes {list(matrix.batch_sizes)}, modes {list(matrix.modes)}, "
+                 f"dtypes {list(matrix.dtypes)}, size {matrix.size}, {matrix.iterations} iterations")
+    lines.append(f"  {cells} cells per image, {cells * len(matrix.images)} in all")
+    return "\n".join(lines)
+
+
+@main.command()
+@matrix_option
+@images_option
+@click.option("--no-cache", is_flag=True, help="Build every layer afresh (docker build --no-cache).")
+@click.option("--dry-run", is_flag=True, help="Print what would be built; needs no Docker.")
+@click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="CA bundle for pip behind a TLS-inspecting proxy.")
+@click.option("--index-url", help="pip index URL for everything but torch (default PyPI).")
+@click.option("--extra-index-url", "extra_index_urls", multiple=True,
+              help="Extra pip index URL; repeatable.")
+@click.option("--base-image", help="Base image for every build (e.g. a mirror of python:3.10-slim).")
+@handles_errors
+def build(matrix_path, images, **options):
+    """Build one Docker image per matrix image."""
+    matrix = _load(matrix_path, Overrides(images=images))
+    build_images = _library("matrixbench.images", "build_images", "build")
+    build_images(matrix, list(matrix.images), on_progress=_echo_build_line, **options)
+
+
+def _echo_build_line(image_name, line):
+    click.echo(f"[{image_name}] {line}", err=True)
+
+
+@main.command()
+@matrix_option
+@override_options
+@click.option("--run", "run_name", default=DEFAULT_RUN, show_default=True,
+              help="Run name: records land in RESULTS/RUN/IMAGE/.")
+@click.option("--results", "results_root", type=click.Path(file_okay=False, path_type=Path),
+              default="results", show_default=True, help="Results folder.")
+@click.option("--backend", type=click.Choice(backend_names()), default="docker", show_default=True,
+              help="docker: one container per image; local: this interpreter, no Docker.")
+@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True,
+              help="auto: the GPU when there is one, else the CPU; cuda fails without a GPU.")
+@click.option("--force", is_flag=True, help="Rerun cells that already have a record.")
+@click.option("--retry-failed", is_flag=True, help="Rerun cells whose record is not ok.")
+@click.option("--cold", is_flag=True, help="No compile cache: every compile starts cold.")
+@click.option("--cache-dir", "cache_root", type=click.Path(file_okay=False, path_type=Path),
+              help="Compile caches, one folder per image [default: ~/.cache/matrixbench/compile].")
+@click.option("--hf-cache", "hf_cache_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="HF cache shared by all images [default: $HF_HOME or ~/.cache/huggingface].")
+@click.option("--note", help="Why this run is what it is; stored in run.json, shown in the report.")
+@click.option("--dry-run", is_flag=True, help="Print the cells that would run, and run nothing.")
+@handles_errors
+def run(matrix_path, run_name, results_root, backend, device, force, retry_failed, cold,
+        cache_root, hf_cache_dir, note, dry_run, **options):
+    """Run the matrix's cells that have no record yet (HF_TOKEN is passed on, never printed)."""
+    matrix = _load(matrix_path, _overrides(options))
+    if dry_run:
+        click.echo(describe_plan(matrix, run_dir(results_root, run_name), force, retry_failed))
+        return
+    run_options = RunOptions(
+        run_name=run_name, results_root=results_root, backend=backend, device=device, force=force,
+        retry_failed=retry_failed, cold=cold, cache_root=cache_root, hf_cache_dir=hf_cache_dir,
+        note=note, command=tuple(["matrixbench", *sys.argv[1:]]),
+    )
+    summary = run_matrix(matrix, run_options, progress=TqdmProgress())
+    click.echo(summary.describe())
+
+
+def describe_plan(matrix, run_path, force, retry_failed):
+    lines = []
+    for plan in plan_run(matrix, run_path, force=force, retry_failed=retry_failed):
+        lines.append(f"{plan.image_name}: {len(plan.pending)} to run, {plan.done} done -> {plan.out_dir}")
+        lines += [f"  {cell['model']} {cell['mode']} bs={cell['batch_size']} {cell['dtype']}"
+                  for cell in plan.pending]
+    return "\n".join(lines)
+
+
+@main.command()
+@click.argument("results_dirs", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default="report",
+              show_default=True, help="Where the report goes.")
+@click.option("--format", "formats", multiple=True, callback=_comma_list(REPORT_FORMATS), metavar="FORMATS",
+              help=f"Output formats, comma-separated, from {', '.join(REPORT_FORMATS)} [default: all].")
+@handles_errors
+def report(results_dirs, out_dir, formats):
+    """Turn records under RESULTS_DIRS (default results/default) into a report."""
+    build_report = _library("matrixbench.report", "build_report", "report")
+    dirs = list(results_dirs) or [Path("results") / DEFAULT_RUN]
+    for path in build_report(dirs, out_dir, formats or list(REPORT_FORMATS)):
+        click.echo(str(path))
+
+
+@main.command()
+@click.option("--images", "remove_images", is_flag=True, help="Also remove the images `build` made.")
+@click.option("--run", "run_id", help="Only the containers of this run.")
+@click.option("--dry-run", is_flag=True, help="List what would be removed.")
+@handles_errors
+def clean(remove_images, run_id, dry_run):
+    """Remove the containers (and with --images the images) matrixbench left behind."""
+    clean_docker = _library("matrixbench.clean", "clean", "clean")
+    for line in clean_docker(images=remove_images, run_id=run_id, dry_run=dry_run):
+        click.echo(("would remove " if dry_run else "removed ") + line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""results/<run>/run.json: what a run was asked to do, by which command, when, and how it ended.
+
+Each invocation rewrites the top-level fields; earlier invocations of the same run (resumes)
+move to ``history``. ``note`` says why the run is what it is (``make matrix`` writes its
+fallback reason there) and the report shows it.
+"""
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+MANIFEST_FILENAME = "run.json"
+MANIFEST_VERSION = 1
+_HISTORY_KEYS = ("command", "started_at", "ended_at", "status", "images", "backend", "device", "note")
+
+
+def now_iso():
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def start_manifest(run_path, *, run_name, matrix, backend, device, gpus, note, command):
+    """Write run.json with status "running"; return the manifest dict."""
+    previous = read_manifest(run_path)
+    manifest = {
+        "schema_version": MANIFEST_VERSION,
+        "run": run_name,
+        "matrix_path": str(matrix.path) if matrix.path else None,
+        "matrix_hash": matrix.content_hash(),
+        "matrix": matrix.to_dict(),
+        "images": list(matrix.images),
+        "image_hashes": {name: image.content_hash() for name, image in matrix.images.items()},
+        "backend": backend,
+        "device": device,
+        "gpus": gpus,
+        "note": note,
+        "command": list(command),
+        "started_at": now_iso(),
+        "ended_at": None,
+        "status": "running",
+        "cells": None,
+        "history": _history(previous),
+    }
+    write_manifest(run_path, manifest)
+    return manifest
+
+
+def finish_manifest(run_path, manifest, status, cells=None):
+    manifest = {**manifest, "status": status, "ended_at": now_iso(), "cells": cells}
+    write_manifest(run_path, manifest)
+    return manifest
+
+
+def _history(previous):
+    if previous is None:
+        return []
+    earlier = previous.get("history", [])
+    return earlier + [{key: previous.get(key) for key in _HISTORY_KEYS}]
+
+
+def read_manifest(run_path):
+    path = Path(run_path) / MANIFEST_FILENAME
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_manifest(run_path, manifest):
+    path = Path(run_path) / MANIFEST_FILENAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest, sort_keys=True, indent=1) + "\n")
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,159 @@
+"""Schema validation of matrix.yaml with messages that name the field path, its line and the fix."""
+import jsonschema
+import yaml
+
+from matrixbench.errors import MatrixError
+
+MAX_SHOWN = 10
+
+_TYPE_NAMES = {
+    "object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
+    "number": "a number", "boolean": "true or false", "null": "null",
+}
+
+
+def validate(data, schema, text, path):
+    """Raise MatrixError listing every schema violation of ``data`` (parsed from ``text``)."""
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = list(validator.iter_errors(data))
+    if not errors:
+        return
+    root = _compose(text)
+    located = sorted((_location(root, error), describe(error)) for error in errors)
+    lines = [f"  {path}:{line}:{column}: {message}" for (line, column), message in located]
+    more = len(lines) - MAX_SHOWN
+    shown = lines[:MAX_SHOWN] + ([f"  ... and {more} more"] if more > 0 else [])
+    raise MatrixError(f"{path} is invalid:\n" + "\n".join(shown))
+
+
+def describe(error):
+    """One sentence for one jsonschema error: field path, what is wrong, what is allowed."""
+    where = dotted(error.absolute_path)
+    rule = _RULES.get(error.validator, _default)
+    return rule(where or "top level", error)
+
+
+def dotted(parts):
+    """["images", "stable", "torch"] -> "images.stable.torch"; list indexes as [i]."""
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _hint(error):
+    return error.schema.get("x-message")
+
+
+def _type(where, error):
+    if _hint(error):
+        return f"{where} {_hint(error)}, got {error.instance!r}"
+    wanted = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+    names = " or ".join(_TYPE_NAMES.get(name, name) for name in wanted)
+    return f"{where} must be {names}, got {error.instance!r}"
+
+
+def _enum(where, error):
+    allowed = ", ".join(str(value) for value in error.validator_value)
+    return f"{where} must be one of [{allowed}], got {error.instance!r}"
+
+
+def _unknown_keys(where, error):
+    extra = [key for key in error.instance if key not in error.schema.get("properties", {})]
+    allowed = ", ".join(error.schema.get("properties", {}))
+    return f"{where}: unknown key(s) {', '.join(map(str, extra))}; allowed keys: {allowed}"
+
+
+def _required(where, error):
+    missing = [key for key in error.validator_value if key not in error.instance]
+    return f"{where}: missing required key(s) {', '.join(missing)}"
+
+
+def _minimum(where, error):
+    sign = ">" if error.validator == "exclusiveMinimum" else ">="
+    return f"{where} must be {sign} {error.validator_value}, got {error.instance!r}"
+
+
+def _empty(where, error):
+    return f"{where} must not be empty"
+
+
+def _duplicates(where, error):
+    return f"{where} lists a value twice: {error.instance!r}"
+
+
+def _with_hint(where, error):
+    if error.schema.get("x-name"):
+        return f"{where}: {error.instance!r}: {_hint(error)}"
+    if _hint(error):
+        return f"{where} {_hint(error)}, got {error.instance!r}"
+    return _default(where, error)
+
+
+def _any_of(where, error):
+    return f"{where} {_hint(error) or 'matches none of the allowed forms'}"
+
+
+def _default(where, error):
+    return f"{where}: {error.message}"
+
+
+_RULES = {
+    "type": _type,
+    "enum": _enum,
+    "const": _enum,
+    "additionalProperties": _unknown_keys,
+    "required": _required,
+    "minimum": _minimum,
+    "exclusiveMinimum": _minimum,
+    "minItems": _empty,
+    "minProperties": _empty,
+    "minLength": _empty,
+    "uniqueItems": _duplicates,
+    "pattern": _with_hint,
+    "anyOf": _any_of,
+}
+
+
+# --- where in the file ---------------------------------------------------------------------
+
+def _compose(text):
+    try:
+        return yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
+
+
+def _location(root, error):
+    """(line, column), 1-based, of the YAML node the error is about."""
+    node = root
+    for part in error.absolute_path:
+        child = _child(node, part)
+        if child is None:
+            break
+        node = child
+    node = _offending_key(node, error) or node
+    if node is None:
+        return (1, 1)
+    return (node.start_mark.line + 1, node.start_mark.column + 1)
+
+
+def _child(node, part):
+    if isinstance(node, yaml.MappingNode):
+        return next((value for key, value in node.value if key.value == str(part)), None)
+    if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+        return node.value[part]
+    return None
+
+
+def _offending_key(node, error):
+    """For unknown keys and bad names, point at the key itself rather than its mapping."""
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    if error.validator == "pattern" and isinstance(error.instance, str):
+        bad = {error.instance}  # a bad name (propertyNames) is reported at its mapping
+    elif error.validator == "additionalProperties":
+        bad = {str(key) for key in error.instance if key not in error.schema.get("properties", {})}
+    else:
+        return None
+    return next((key for key, _ in node.value if key.value in bad), None)

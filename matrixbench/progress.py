@@ -1,0 +1,229 @@
+"""Progress of a run, per cell: k/N, image, model, mode, batch size, elapsed, ETA, last status.
+
+The host learns that a cell finished only from its record file: ``RecordWatcher`` polls the
+image's output folder while the backend runs (runner stdout is never parsed).
+``ProgressState`` holds the counts and the ETA; ``TqdmProgress`` shows them; ``NullProgress``
+is the silent default for library callers.
+"""
+import sys
+import threading
+import time
+from collections import Counter
+
+from runner.schema import RecordError, read_record, record_path
+
+
+def format_duration(seconds):
+    """12 -> "12s", 185 -> "3m05s", 3720 -> "1h02m"; None -> "--"."""
+    if seconds is None:
+        return "--"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def eta_seconds(elapsed, done, total):
+    """Remaining time if the cells left take as long as the finished ones did; None before the first."""
+    if done <= 0:
+        return None
+    return elapsed / done * max(total - done, 0)
+
+
+def cell_label(image_name, cell):
+    """"stable resnet default bs=4" (dtype added when not float32)."""
+    dtype = "" if cell["dtype"] == "float32" else f" {cell['dtype']}"
+    return f"{image_name} {cell['model']} {cell['mode']} bs={cell['batch_size']}{dtype}"
+
+
+def record_summary(record):
+    """"ok 12.34 ms (compile 21.0 s) on cpu" or "error: RuntimeError: ..." for one record."""
+    status = record["status"]
+    if status != "ok":
+        error = record.get("error") or {}
+        message = f"{error.get('type', '')}: {error.get('message', '')}".strip(": ")
+        return f"{status}: {message[:160]}" if message else status
+    timing = record.get("timing") or {}
+    text = f"ok {timing.get('mean_ms', float('nan')):.2f} ms"
+    if timing.get("compile_s") is not None and record["cell"]["mode"] != "eager":
+        text += f" (compile {timing['compile_s']:.1f} s)"
+    return f"{text} on {record['device']}"
+
+
+class ProgressState:
+    """Counts and timing of the cells a run executes (cells skipped by resume are not counted)."""
+
+    def __init__(self, total, clock=time.monotonic):
+        self.total = total
+        self.done = 0
+        self.statuses = Counter()
+        self.last = None  # "stable resnet eager bs=1: ok 12.3 ms on cpu"
+        self._clock = clock
+        self._started = clock()
+
+    def cell_finished(self, image_name, cell, record):
+        self.done += 1
+        self.statuses[record["status"]] += 1
+        self.last = f"{cell_label(image_name, cell)}: {record_summary(record)}"
+
+    def elapsed_s(self):
+        return self._clock() - self._started
+
+    def eta_s(self):
+        return eta_seconds(self.elapsed_s(), self.done, self.total)
+
+    def counter(self):
+        return f"{self.done}/{self.total}"
+
+    def describe(self):
+        """The status line: counts, elapsed, ETA and the last finished cell."""
+        last = f" | last: {self.last}" if self.last else ""
+        return (f"{self.counter()} cells | elapsed {format_duration(self.elapsed_s())}"
+                f" | eta {format_duration(self.eta_s())}{last}")
+
+
+class NullProgress:
+    """Progress that shows nothing but still keeps the state (the library's default)."""
+
+    def __init__(self):
+        self.state = ProgressState(0)
+
+    def start(self, total, skipped):
+        self.state = ProgressState(total)
+
+    def image_started(self, image_name, pending, skipped):
+        pass
+
+    def cell_finished(self, image_name, cell, record):
+        self.state.cell_finished(image_name, cell, record)
+
+    def tick(self):
+        pass
+
+    def note(self, text):
+        pass
+
+    def close(self):
+        pass
+
+
+class TqdmProgress(NullProgress):
+    """A tqdm bar on stderr plus one log line per finished cell."""
+
+    def __init__(self, stream=None):
+        super().__init__()
+        self._stream = stream or sys.stderr
+        self._bar = None
+
+    def start(self, total, skipped):
+        from tqdm import tqdm
+
+        super().start(total, skipped)
+        if skipped:
+            self.note(f"resume: {skipped} cell(s) already have a record and are skipped")
+        self._bar = tqdm(total=total, file=self._stream, unit="cell", dynamic_ncols=True,
+                         bar_format="{n_fmt}/{total_fmt} |{bar:20}| {desc}")
+        self._refresh()
+
+    def image_started(self, image_name, pending, skipped):
+        self.note(f"image {image_name}: {pending} cell(s) to run, {skipped} already done")
+
+    def cell_finished(self, image_name, cell, record):
+        super().cell_finished(image_name, cell, record)
+        self.note(f"[{self.state.counter()}] {self.state.last}")
+        self._refresh()
+        if self._bar is not None:
+            self._bar.update(1)
+
+    def tick(self):
+        self._refresh()
+
+    def note(self, text):
+        from tqdm import tqdm
+
+        tqdm.write(text, file=self._stream)
+
+    def close(self):
+        if self._bar is not None:
+            self._refresh()
+            self._bar.close()
+            self._bar = None
+
+    def _refresh(self):
+        if self._bar is not None:
+            state = self.state
+            last = f" | last: {state.last}" if state.last else ""
+            self._bar.set_description_str(
+                f"elapsed {format_duration(state.elapsed_s())} eta {format_duration(state.eta_s())}{last}",
+                refresh=True,
+            )
+
+
+def _stamp(path):
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+
+
+class RecordWatcher:
+    """Polls ``out_dir`` for new records of ``cells`` and calls ``on_record(cell, record)`` once each.
+
+    A record counts as new when its file appears or changes after the watcher started (so
+    ``--force`` reruns are seen too). Use as a context manager around the backend's run; on
+    exit it stops the thread and polls one last time.
+    """
+
+    def __init__(self, out_dir, cells, on_record, on_tick=None, interval=0.5):
+        self._waiting = {record_path(out_dir, cell): cell for cell in cells}
+        self._before = {path: _stamp(path) for path in self._waiting}
+        self._on_record = on_record
+        self._on_tick = on_tick or (lambda: None)
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="record-watcher", daemon=True)
+        self._failure = None
+
+    def poll(self):
+        """Report every record that appeared since the last poll; return how many."""
+        found = [path for path in self._waiting if _stamp(path) != self._before[path]]
+        reported = 0
+        for path in found:
+            try:
+                record = read_record(path)
+            except RecordError:
+                continue  # unreadable for now: look again at the next poll
+            self._on_record(self._waiting.pop(path), record)
+            reported += 1
+        return reported
+
+    @property
+    def waiting(self):
+        """Cells whose record has not appeared yet."""
+        return list(self._waiting.values())
+
+    def _loop(self):
+        try:
+            while not self._stop.wait(self._interval):
+                self.poll()
+                self._on_tick()
+        except Exception as exc:  # surfaced in __exit__, on the caller's thread
+            self._failure = exc
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self._stop.set()
+        self._thread.join()
+        if self._failure is None:
+            self.poll()
+        if self._failure is not None and exc_type is None:
+            raise self._failure
+        return False

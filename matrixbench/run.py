@@ -1,0 +1,183 @@
+"""``matrixbench run``: run a matrix's pending cells, image by image, through a backend.
+
+Records land in ``results/<run>/<image>/<cell_id>.json`` (the run name defaults to "default").
+Cells that already have a record are skipped unless ``force``; failed ones rerun with
+``retry_failed``. Progress comes from polling for record files while the backend runs.
+Ctrl-C stops the backend (which removes what it started) and keeps every finished record.
+"""
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from matrixbench.backends import create_backend
+from matrixbench.backends.base import RunRequest
+from matrixbench.errors import RunError
+from matrixbench.manifest import finish_manifest, start_manifest
+from matrixbench.matrix import runner_settings
+from matrixbench.plan import plan_run, run_dir
+from matrixbench.progress import NullProgress, RecordWatcher
+from runner.schema import cell_id
+
+DEVICES = ("auto", "cuda", "cpu")
+DEFAULT_RUN = "default"
+# Passed into the runner at run time only, never baked into an image or printed.
+RUNTIME_SECRETS = ("HF_TOKEN",)
+
+
+def default_cache_root():
+    """Per-image compile caches live under ~/.cache/matrixbench/compile/<image>."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "matrixbench" / "compile"
+
+
+def default_hf_cache():
+    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    run_name: str = DEFAULT_RUN
+    results_root: Path = Path("results")
+    backend: str = "docker"
+    device: str = "auto"
+    force: bool = False
+    retry_failed: bool = False
+    cold: bool = False
+    cache_root: Optional[Path] = None     # None: default_cache_root()
+    hf_cache_dir: Optional[Path] = None   # None: default_hf_cache()
+    note: Optional[str] = None
+    command: tuple = ()
+
+
+@dataclass
+class ImageResult:
+    image_name: str
+    out_dir: Path
+    skipped: int
+    ran: int = 0
+    exit_code: Optional[int] = None
+    statuses: Counter = field(default_factory=Counter)
+    missing: list = field(default_factory=list)   # cell ids the runner left without a record
+
+
+@dataclass
+class RunSummary:
+    run_dir: Path
+    images: list
+
+    @property
+    def missing(self):
+        return [(image.image_name, cid) for image in self.images for cid in image.missing]
+
+    def statuses(self):
+        return sum((image.statuses for image in self.images), Counter())
+
+    def describe(self):
+        lines = [f"results in {self.run_dir}"]
+        for image in self.images:
+            counts = ", ".join(f"{n} {status}" for status, n in sorted(image.statuses.items())) or "nothing ran"
+            lines.append(f"  {image.image_name}: {counts}; {image.skipped} skipped (already recorded)")
+            if image.missing:
+                lines.append(f"    {len(image.missing)} cell(s) without a record "
+                             f"(runner exit code {image.exit_code}); see {image.out_dir}")
+        return "\n".join(lines)
+
+
+def run_matrix(matrix, options, progress=None, environ=None):
+    """Run every pending cell of ``matrix``; return a RunSummary.
+
+    Raises RunError when GPUs are asked for but unavailable, or when cells end without a
+    record (the summary is in the message); KeyboardInterrupt passes through after the
+    backend stopped and run.json says "interrupted".
+    """
+    progress = progress or NullProgress()
+    environ = os.environ if environ is None else environ
+    _check_device(options.device)
+    backend = create_backend(options.backend, matrix)
+    gpus = _resolve_gpus(backend, options.device, progress)
+    run_path = run_dir(options.results_root, options.run_name)
+    plans = plan_run(matrix, run_path, force=options.force, retry_failed=options.retry_failed)
+    manifest = start_manifest(run_path, run_name=options.run_name, matrix=matrix, backend=options.backend,
+                              device=options.device, gpus=gpus, note=options.note, command=options.command)
+    progress.note(backend.describe())
+    status, summary = "failed", RunSummary(run_path, [])
+    try:
+        progress.start(sum(len(p.pending) for p in plans), sum(p.done for p in plans))
+        for plan in plans:
+            summary.images.append(_run_image(backend, plan, matrix, options, gpus, environ, progress))
+        status = "finished" if not summary.missing else "incomplete"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        progress.close()
+        finish_manifest(run_path, manifest, status, _cell_counts(summary))
+    if summary.missing:
+        raise RunError(summary.describe())
+    return summary
+
+
+def _check_device(device):
+    if device not in DEVICES:
+        raise RunError(f"--device {device!r} is not one of {', '.join(DEVICES)}")
+
+
+def _resolve_gpus(backend, device, progress):
+    """Whether to hand the runner GPUs; asking for cuda without any is an error."""
+    if device == "cpu":
+        progress.note("device: cpu (--device cpu)")
+        return False
+    available = backend.gpus_available()
+    if device == "cuda" and not available:
+        raise RunError(
+            f"--device cuda: the {backend.name} backend has no NVIDIA GPU to give (nvidia-smi finds "
+            "none, or Docker lacks the NVIDIA container toolkit). Use --device cpu, or --device auto "
+            "to fall back to the CPU."
+        )
+    progress.note("device: cuda" if available else "device: cpu (no NVIDIA GPU available; --device auto)")
+    return available
+
+
+def _run_image(backend, plan, matrix, options, gpus, environ, progress):
+    result = ImageResult(plan.image_name, plan.out_dir, skipped=plan.done)
+    progress.image_started(plan.image_name, len(plan.pending), plan.done)
+    if not plan.pending:
+        return result
+    plan.out_dir.mkdir(parents=True, exist_ok=True)
+
+    def on_record(cell, record):
+        result.ran += 1
+        result.statuses[record["status"]] += 1
+        progress.cell_finished(plan.image_name, cell, record)
+
+    request = _request(plan, matrix, options, gpus, environ)
+    with RecordWatcher(plan.out_dir, plan.pending, on_record, on_tick=progress.tick) as watcher:
+        result.exit_code = backend.run(request)
+    result.missing = [cell_id(cell) for cell in watcher.waiting]
+    return result
+
+
+def _request(plan, matrix, options, gpus, environ):
+    image = matrix.images[plan.image_name]
+    cache_root = options.cache_root or default_cache_root()
+    return RunRequest(
+        image_name=plan.image_name,
+        cells=plan.pending,
+        settings=runner_settings(matrix, options.device),
+        out_dir=plan.out_dir,
+        cache_dir=None if options.cold else Path(cache_root) / plan.image_name,
+        hf_cache_dir=options.hf_cache_dir or default_hf_cache(),
+        gpus=gpus,
+        env={**image.env, **{key: environ[key] for key in RUNTIME_SECRETS if environ.get(key)}},
+    )
+
+
+def _cell_counts(summary):
+    return {
+        "ran": sum(image.ran for image in summary.images),
+        "skipped": sum(image.skipped for image in summary.images),
+        "missing": len(summary.missing),
+        "statuses": dict(summary.statuses()),
+    }

@@ -1,0 +1,30 @@
+"""The runner's input file (``python -m runner --cells FILE``), written from a RunRequest.
+
+Every backend writes it into the image's output folder as ``cells.json``, so the folder says
+what was asked of the runner last time, next to the records it wrote.
+"""
+import json
+import os
+from pathlib import Path
+
+CELLS_FILENAME = "cells.json"
+
+
+def runner_input(request, image_id=None):
+    """The runner's cells document: settings, image name and id, and the cells."""
+    return {
+        "settings": dict(request.settings),
+        "image_name": request.image_name,
+        "image_id": image_id,
+        "cells": list(request.cells),
+    }
+
+
+def write_cells_file(request, image_id=None, path=None):
+    """Write the runner's input atomically (sorted keys); return its path."""
+    path = Path(path) if path is not None else Path(request.out_dir) / CELLS_FILENAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(runner_input(request, image_id), sort_keys=True, indent=1) + "\n")
+    os.replace(tmp, path)
+    return path

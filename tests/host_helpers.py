@@ -1,0 +1,101 @@
+"""Shared by the host tests: a small valid matrix, schema-valid records, a backend at our seam."""
+import copy
+from pathlib import Path
+
+import yaml
+
+from matrixbench.backends.base import Backend
+from runner.schema import SCHEMA_VERSION, cell_id, write_record
+
+SMALL_MATRIX = {
+    "images": {
+        "stable": {"torch": "torch==2.0.1", "python": "3.10", "transformers": "transformers==4.43.4",
+                   "extra_pins": ["numpy<2"], "index_url": "https://download.pytorch.org/whl/cu118"},
+        "latest": {"torch": "torch==2.13.0", "python": "3.12", "transformers": "transformers==5.23.0"},
+    },
+    "models": {
+        "vit": {"id": "google/vit-base-patch16-224", "task": "image-classification"},
+        "detr-resnet-101": {"id": "facebook/detr-resnet-101", "task": "object-detection"},
+    },
+    "batch_sizes": [1, 4],
+    "modes": ["eager", "default"],
+    "iterations": 5,
+    "warmup": 1,
+}
+
+
+def small_matrix_data():
+    return copy.deepcopy(SMALL_MATRIX)
+
+
+def write_matrix(folder, data=None, name="matrix.yaml"):
+    path = Path(folder) / name
+    path.write_text(yaml.safe_dump(small_matrix_data() if data is None else data, sort_keys=False))
+    return path
+
+
+def make_record(cell, status="ok", mean_ms=2.5, device="cpu"):
+    """A record as the runner writes it (valid against RECORD_SCHEMA)."""
+    ok = status == "ok"
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "cell_id": cell_id(cell),
+        "cell": cell,
+        "status": status,
+        "error": None if ok else {"type": "RuntimeError", "message": "boom", "traceback": None},
+        "device": device,
+        "settings": {"iterations": 5, "warmup": 1, "timeout_s": 60, "device_requested": "auto",
+                     "accuracy_tolerance": 0.001, "cv_threshold": 0.1},
+        "timing": {"load_s": 0.1, "compile_s": 3.0, "warmup_s": 0.1, "timer": "perf_counter", "n": 5,
+                   "mean_ms": mean_ms, "median_ms": mean_ms, "p90_ms": mean_ms, "p99_ms": mean_ms,
+                   "stdev_ms": 0.0, "min_ms": mean_ms, "max_ms": mean_ms, "cv": 0.0, "noisy": False,
+                   "samples_ms": [mean_ms] * 5} if ok else None,
+        "memory": None,
+        "dynamo": None,
+        "accuracy": None,
+        "precision": {"float32_matmul_precision": "highest", "cuda_matmul_allow_tf32": False,
+                      "cudnn_allow_tf32": False},
+        "environment": {"python": "3.11.7", "torch": "2.13.0", "torch_git": None, "transformers": "5.23.0",
+                        "cuda": None, "cudnn": None, "gpu_name": None, "gpu_count": 0, "driver": None,
+                        "cpu_model": None, "threads": 2, "platform": "linux", "hostname": "test",
+                        "image_name": None, "image_id": None},
+        "started_at": "2026-01-01T00:00:00+00:00",
+        "duration_s": 1.0,
+    }
+
+
+class RecordingBackend(Backend):
+    """Writes a record per requested cell (status from ``statuses[model]``, default ok).
+
+    ``stop_after`` cells it raises KeyboardInterrupt (Ctrl-C mid-run); ``skip`` models get no record.
+    """
+
+    name = "recording"
+
+    def __init__(self, statuses=None, stop_after=None, skip=(), gpus=False, exit_code=0):
+        self.requests = []
+        self.statuses = statuses or {}
+        self.stop_after = stop_after
+        self.skip = set(skip)
+        self.gpus = gpus
+        self.exit_code = exit_code
+
+    def gpus_available(self):
+        return self.gpus
+
+    def run(self, request):
+        self.requests.append(request)
+        for done, cell in enumerate(request.cells):
+            if self.stop_after is not None and done >= self.stop_after:
+                raise KeyboardInterrupt
+            if cell["model"] not in self.skip:
+                write_record(request.out_dir, make_record(cell, self.statuses.get(cell["model"], "ok")))
+        return self.exit_code
+
+
+def use_backend(monkeypatch, backend):
+    """Register ``backend`` under the name "local" for the duration of a test."""
+    from matrixbench import backends
+
+    monkeypatch.setitem(backends.FACTORIES, "local", lambda matrix: backend)
+    return backend

@@ -1,0 +1,190 @@
+"""The backend registry and the local backend (the runner in this interpreter, no Docker)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from host_helpers import write_matrix
+from matrixbench.backends import backend_names, create_backend
+from matrixbench.backends.base import RunRequest
+from matrixbench.backends.local import PROJECT_ROOT, LocalBackend, _stop, runner_env
+from matrixbench.errors import RunError
+from matrixbench.matrix import Overrides, apply_overrides, expand_cells, load_matrix, runner_settings
+from runner.schema import read_record, record_path
+
+TESTS = Path(__file__).resolve().parent
+
+
+# --- registry ------------------------------------------------------------------------------
+
+def test_registry_names_and_rejects_unknown_backends():
+    assert backend_names() == ["docker", "local"]
+    assert isinstance(create_backend("local"), LocalBackend)
+    with pytest.raises(RunError, match="unknown backend 'ssh'; valid: docker, local"):
+        create_backend("ssh")
+
+
+# --- environment ---------------------------------------------------------------------------
+
+def _request(tmp_path, cells=(), **changes):
+    values = dict(image_name="stable", cells=list(cells), settings={"iterations": 2}, out_dir=tmp_path / "out",
+                  cache_dir=tmp_path / "cache", hf_cache_dir=tmp_path / "hf", gpus=False, env={})
+    values.update(changes)
+    return RunRequest(**values)
+
+
+def test_runner_env_is_an_allow_list_plus_the_request(tmp_path):
+    environ = {"PATH": "/bin", "HOME": "/root", "AWS_SECRET_ACCESS_KEY": "x", "HF_TOKEN": "from-shell",
+               "TORCHINDUCTOR_MAX_AUTOTUNE": "1", "PYTHONPATH": "/elsewhere"}
+    request = _request(tmp_path, env={"HF_TOKEN": "hf_abc", "OMP_NUM_THREADS": "2"})
+    env = runner_env(environ, request, {"TORCHINDUCTOR_CACHE_DIR": "/c/inductor"})
+    assert "AWS_SECRET_ACCESS_KEY" not in env
+    assert env["HF_TOKEN"] == "hf_abc" and env["OMP_NUM_THREADS"] == "2"
+    assert env["TORCHINDUCTOR_MAX_AUTOTUNE"] == "1" and env["TORCHINDUCTOR_CACHE_DIR"] == "/c/inductor"
+    assert env["HF_HOME"] == str(tmp_path / "hf")
+    assert env["PYTHONPATH"] == os.pathsep.join([str(PROJECT_ROOT), "/elsewhere"])
+    assert env["CUDA_VISIBLE_DEVICES"] == ""  # no GPUs asked for: none visible
+
+
+def test_runner_env_leaves_gpus_visible_when_asked_for(tmp_path):
+    env = runner_env({"CUDA_VISIBLE_DEVICES": "1"}, _request(tmp_path, gpus=True), {})
+    assert env["CUDA_VISIBLE_DEVICES"] == "1"
+
+
+def test_without_hf_token_the_shell_token_is_not_passed(tmp_path):
+    env = runner_env({"HF_TOKEN": "from-shell"}, _request(tmp_path), {})
+    assert "HF_TOKEN" not in env
+
+
+# --- running a runner stand-in (the argv contract) -----------------------------------------
+
+STAND_IN = textwrap.dedent("""\
+    #!{python}
+    # Stands in for `python -m runner`: checks the argv contract, writes one record per cell.
+    import json, os, sys, time
+    sys.path.insert(0, {tests!r})
+    from host_helpers import make_record
+    from runner.schema import write_record
+    assert sys.argv[1:3] == ["-m", "runner"], sys.argv
+    args = dict(zip(sys.argv[3::2], sys.argv[4::2]))
+    doc = json.load(open(args["--cells"]))
+    json.dump({{"argv": sys.argv[1:], "env": dict(os.environ), "doc": doc}},
+              open(os.path.join(args["--out"], "seen.json"), "w"))
+    print("a log line")
+    for cell in doc["cells"]:
+        time.sleep(float(os.environ.get("STAND_IN_DELAY", "0")))
+        write_record(args["--out"], make_record(cell))
+""")
+
+
+@pytest.fixture
+def stand_in(tmp_path):
+    path = tmp_path / "python-stand-in"
+    path.write_text(STAND_IN.format(python=sys.executable, tests=str(TESTS)))
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def cells(tmp_path):
+    matrix = load_matrix(write_matrix(tmp_path))
+    return expand_cells(apply_overrides(matrix, Overrides(models=["vit"], batch_sizes=[1])))
+
+
+def test_local_backend_runs_the_runner_with_a_cells_file_and_logs(tmp_path, stand_in, cells):
+    request = _request(tmp_path, cells, settings={"iterations": 2, "device": "cpu"})
+    request.out_dir.mkdir()
+    assert LocalBackend(python=str(stand_in)).run(request) == 0
+    seen = json.loads((request.out_dir / "seen.json").read_text())
+    cells_file = request.out_dir / "cells.json"
+    assert seen["argv"] == ["-m", "runner", "--cells", str(cells_file), "--out", str(request.out_dir)]
+    assert seen["doc"] == {"settings": {"iterations": 2, "device": "cpu"}, "image_name": "stable",
+                           "image_id": None, "cells": cells}
+    assert seen["env"]["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "cache" / "inductor")
+    assert seen["env"]["TRITON_CACHE_DIR"] == str(tmp_path / "cache" / "triton")
+    assert [read_record(record_path(request.out_dir, c))["status"] for c in cells] == ["ok", "ok"]
+    assert "a log line" in (request.out_dir / "runner.log").read_text()
+
+
+def test_cold_runs_get_a_fresh_compile_cache_that_is_removed(tmp_path, stand_in, cells):
+    request = _request(tmp_path, cells, cache_dir=None)
+    request.out_dir.mkdir()
+    LocalBackend(python=str(stand_in)).run(request)
+    cache = Path(json.loads((request.out_dir / "seen.json").read_text())["env"]["TORCHINDUCTOR_CACHE_DIR"])
+    assert cache.parent.name.startswith("matrixbench-cold-") and not cache.parent.exists()
+
+
+def test_ctrl_c_stops_the_runner_and_keeps_finished_records(tmp_path, stand_in, cells):
+    request = _request(tmp_path, cells, env={"STAND_IN_DELAY": "1.5"})
+    request.out_dir.mkdir()
+    first = record_path(request.out_dir, cells[0])
+    timer = threading.Thread(target=_interrupt_when_exists, args=(first,), daemon=True)
+    timer.start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        LocalBackend(python=str(stand_in)).run(request)
+    assert time.monotonic() - started < 10
+    time.sleep(2)  # the stopped runner must not write the second record
+    assert first.exists() and not record_path(request.out_dir, cells[1]).exists()
+
+
+def _interrupt_when_exists(path):
+    deadline = time.monotonic() + 20
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_stop_ends_the_whole_process_group():
+    process = subprocess.Popen(["sh", "-c", "sleep 60 & echo $!; wait"], stdout=subprocess.PIPE,
+                               start_new_session=True, text=True)
+    child = int(process.stdout.readline())
+    _stop(process)
+    assert process.poll() is not None
+    time.sleep(0.2)
+    assert not _alive(child)
+
+
+def _alive(pid):
+    """Running, as opposed to gone or a zombie nobody reaped (PID 1 in a container may not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+# --- end to end with the real runner -------------------------------------------------------
+
+RUNNER_MISSING = not (PROJECT_ROOT / "runner" / "__main__.py").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(RUNNER_MISSING, reason="runner/__main__.py is not in this checkout yet")
+def test_matrixbench_run_local_end_to_end(tmp_path, monkeypatch):
+    """`matrixbench run --backend local`: tiny resnet, eager and default, on the CPU."""
+    from click.testing import CliRunner
+
+    from matrixbench.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    args = ["run", "--matrix", str(PROJECT_ROOT / "matrix-cpu-smoke.yaml"), "--images", "latest",
+            "--models", "resnet", "--modes", "eager,default", "--iterations", "3", "--warmup", "1",
+            "--backend", "local", "--device", "cpu", "--cache-dir", str(tmp_path / "cache")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    out_dir = tmp_path / "results" / "default" / "latest"
+    records = [read_record(p) for p in sorted(out_dir.glob("resnet-tiny_*.json"))]
+    assert [(r["cell"]["mode"], r["status"], r["device"]) for r in records] == [
+        ("default", "ok", "cpu"), ("eager", "ok", "cpu")]
+    assert all(r["timing"]["n"] == 3 and r["environment"]["image_name"] == "latest" for r in records)
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0 and "2 skipped" in again.output

@@ -1,0 +1,273 @@
+"""matrix.yaml: the shipped matrices, validation messages, overrides, cell expansion."""
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from host_helpers import small_matrix_data, write_matrix
+from matrixbench.errors import MatrixError
+from matrixbench.matrix import (Overrides, apply_overrides, cells_by_image, expand_cells, load_matrix,
+                                runner_settings)
+from runner.schema import CELL_SCHEMA, cell_id
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED_MODELS = {
+    "vit": ("google/vit-base-patch16-224", "image-classification"),
+    "beit": ("microsoft/beit-base-patch16-224-pt22k-ft22k", "image-classification"),
+    "convnext": ("facebook/convnext-large-224", "image-classification"),
+    "resnet": ("microsoft/resnet-50", "image-classification"),
+    "segformer": ("nvidia/segformer-b0-finetuned-ade-512-512", "image-segmentation"),
+    "mask2former": ("facebook/mask2former-swin-tiny-coco-panoptic", "image-segmentation"),
+    "maskformer": ("facebook/maskformer-swin-base-ade", "image-segmentation"),
+    "mobilenet": ("google/deeplabv3_mobilenet_v2_1.0_513", "image-segmentation"),
+    "owlvit": ("google/owlvit-base-patch32", "object-detection"),
+    "detr-resnet-101": ("facebook/detr-resnet-101", "object-detection"),
+    "conditional-detr": ("microsoft/conditional-detr-resnet-50", "object-detection"),
+}
+
+
+# --- the shipped matrices ------------------------------------------------------------------
+
+def test_default_matrix_has_the_seed_models_and_settings():
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    assert {name: (m.model_id, m.task) for name, m in matrix.models.items()} == SEED_MODELS
+    assert matrix.batch_sizes == (1, 4, 16)
+    assert matrix.modes == ("eager", "default", "reduce-overhead")
+    assert matrix.iterations == 300
+    assert matrix.dtypes == ("float32",)
+
+
+def test_default_images_pin_the_seed_torch_versions():
+    images = load_matrix(ROOT / "matrix.yaml").images
+    assert list(images) == ["stable", "nightly", "latest"]
+    assert (images["stable"].torch_version, images["stable"].python) == ("2.0.1", "3.10")
+    assert images["stable"].transformers.startswith("transformers==4.43.")
+    assert images["nightly"].torch_version.startswith("2.1.")
+    for name in ("stable", "nightly"):
+        assert "numpy<2" in images[name].extra_pins
+        assert images[name].base_image == f"python:{images[name].python}-slim-bookworm"
+
+
+def test_cpu_smoke_matrix_is_tiny_and_short():
+    matrix = load_matrix(ROOT / "matrix-cpu-smoke.yaml")
+    assert matrix.size == "tiny"
+    assert matrix.batch_sizes == (1,)
+    assert set(matrix.modes) == {"eager", "default"}
+    assert matrix.iterations < 100
+    assert set(matrix.models) <= set(SEED_MODELS)
+
+
+# --- validation ----------------------------------------------------------------------------
+
+def _set(data, path, value):
+    *parents, last = path
+    for key in parents:
+        data = data[key]
+    if value is _DELETE:
+        del data[last]
+    else:
+        data[last] = value
+
+
+_DELETE = object()
+
+BAD_FIELDS = [
+    # (path, value, words the message must contain)
+    (("images", "stable", "torch"), "pytorch==2.0", ["images.stable.torch", "torch==2.0.1"]),
+    (("images", "stable", "torch"), 2.0, ["images.stable.torch", "2.0"]),
+    (("images", "stable", "python"), 3.1, ["images.stable.python", "quoted"]),
+    (("images", "stable", "index_url"), "download.pytorch.org", ["images.stable.index_url", "http"]),
+    (("images", "stable", "transformers"), "4.43.4", ["images.stable.transformers", "transformers=="]),
+    (("images", "stable", "extra_pins"), "numpy<2", ["images.stable.extra_pins", "a list"]),
+    (("images", "stable", "env"), {"A": 1}, ["images.stable.env.A", "a string"]),
+    (("images", "stable", "cuda"), "11.8", ["images.stable", "unknown key(s) cuda", "index_url"]),
+    (("images", "stable", "python"), _DELETE, ["images.stable", "missing required key(s) python"]),
+    (("images", "Stable!"), {"torch": "torch", "python": "3.10", "transformers": "transformers"},
+     ["images", "'Stable!'", "lowercase"]),
+    (("images",), {}, ["images must not be empty"]),
+    (("models", "vit", "task"), "classification",
+     ["models.vit.task", "image-classification, image-segmentation, object-detection"]),
+    (("models", "vit", "weights"), "imagenet", ["models.vit.weights", "random, pretrained"]),
+    (("models", "vit", "id"), _DELETE, ["models.vit", "needs `id`", "`config`"]),
+    (("models", "vit", "revision"), "main", ["models.vit", "unknown key(s) revision"]),
+    (("modes",), ["eager", "fast"], ["modes[1]", "eager, default, reduce-overhead, max-autotune", "'fast'"]),
+    (("modes",), [], ["modes must not be empty"]),
+    (("modes",), ["eager", "eager"], ["modes", "twice"]),
+    (("batch_sizes",), [1, 0], ["batch_sizes[1]", ">= 1"]),
+    (("batch_sizes",), [1, "4"], ["batch_sizes[1]", "an integer"]),
+    (("dtypes",), ["float64"], ["dtypes[0]", "float32, float16, bfloat16"]),
+    (("size",), "small", ["size", "full, tiny"]),
+    (("weights",), "imagenet", ["weights", "random, pretrained"]),
+    (("iterations",), 0, ["iterations", ">= 1"]),
+    (("warmup",), -1, ["warmup", ">= 0"]),
+    (("timeout_s",), 0, ["timeout_s", "> 0"]),
+    (("fullgraph",), "yes", ["fullgraph", "true or false"]),
+    (("repeat",), 3, ["top level", "unknown key(s) repeat", "batch_sizes"]),
+    (("models",), _DELETE, ["top level", "missing required key(s) models"]),
+]
+
+
+@pytest.mark.parametrize("path, value, words", BAD_FIELDS, ids=[".".join(p) + f"={v!r}" for p, v, _ in BAD_FIELDS])
+def test_every_bad_field_is_named_with_what_is_allowed(tmp_path, path, value, words):
+    data = small_matrix_data()
+    _set(data, path, value)
+    with pytest.raises(MatrixError) as caught:
+        load_matrix(write_matrix(tmp_path, data))
+    for word in words:
+        assert word in str(caught.value)
+
+
+def test_errors_carry_the_line_and_column_of_the_field(tmp_path):
+    path = tmp_path / "matrix.yaml"
+    text = write_matrix(tmp_path).read_text().replace("task: object-detection", "task: detection")
+    path.write_text(text)
+    line = next(n for n, row in enumerate(text.splitlines(), 1) if "task: detection" in row)
+    column = text.splitlines()[line - 1].index("detection") + 1
+    with pytest.raises(MatrixError, match=rf"matrix.yaml:{line}:{column}: models.detr-resnet-101.task"):
+        load_matrix(path)
+
+
+def test_all_errors_are_listed_at_once(tmp_path):
+    data = small_matrix_data()
+    data["modes"] = ["fast"]
+    data["iterations"] = 0
+    with pytest.raises(MatrixError) as caught:
+        load_matrix(write_matrix(tmp_path, data))
+    assert "modes[0]" in str(caught.value) and "iterations" in str(caught.value)
+
+
+def test_bad_yaml_gives_line_and_column(tmp_path):
+    path = tmp_path / "matrix.yaml"
+    path.write_text("images:\n  stable: {torch: torch\nmodes: [eager]\n")
+    with pytest.raises(MatrixError, match=r"not valid YAML: line \d+, column \d+"):
+        load_matrix(path)
+
+
+def test_missing_and_empty_files_say_so(tmp_path):
+    with pytest.raises(MatrixError, match="not found; pass --matrix"):
+        load_matrix(tmp_path / "nope.yaml")
+    (tmp_path / "empty.yaml").write_text("# nothing\n")
+    with pytest.raises(MatrixError, match="is empty"):
+        load_matrix(tmp_path / "empty.yaml")
+
+
+def test_a_local_config_resolves_relative_to_the_matrix_file(tmp_path):
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "mine.json").write_text("{}")
+    data = small_matrix_data()
+    data["models"]["mine"] = {"config": "configs/mine.json", "task": "image-classification"}
+    matrix = load_matrix(write_matrix(tmp_path, data))
+    assert matrix.models["mine"].config_path == str(tmp_path / "configs" / "mine.json")
+    assert matrix.models["mine"].model_id is None
+
+
+def test_a_missing_local_config_is_named(tmp_path):
+    data = small_matrix_data()
+    data["models"]["mine"] = {"config": "configs/absent.json", "task": "image-classification"}
+    with pytest.raises(MatrixError, match=r"models.mine.config: configs/absent.json not found"):
+        load_matrix(write_matrix(tmp_path, data))
+
+
+def test_defaults_fill_optional_keys(tmp_path):
+    matrix = load_matrix(write_matrix(tmp_path))
+    assert (matrix.size, matrix.dtypes, matrix.fullgraph) == ("full", ("float32",), False)
+    assert {m.weights for m in matrix.models.values()} == {"random"}
+    assert matrix.images["latest"].index_url is None
+
+
+def test_image_hash_follows_build_inputs_not_description(tmp_path):
+    data = small_matrix_data()
+    before = load_matrix(write_matrix(tmp_path, data)).images["stable"].content_hash()
+    data["images"]["stable"]["description"] = "words"
+    assert load_matrix(write_matrix(tmp_path, data)).images["stable"].content_hash() == before
+    data["images"]["stable"]["torch"] = "torch==2.0.0"
+    assert load_matrix(write_matrix(tmp_path, data)).images["stable"].content_hash() != before
+
+
+# --- overrides -----------------------------------------------------------------------------
+
+@pytest.fixture
+def matrix(tmp_path):
+    return load_matrix(write_matrix(tmp_path))
+
+
+def test_overrides_select_and_order_images_and_models(matrix):
+    changed = apply_overrides(matrix, Overrides(images=["latest", "stable", "latest"], models=["vit"]))
+    assert list(changed.images) == ["latest", "stable"]
+    assert list(changed.models) == ["vit"]
+    assert list(matrix.models) == ["vit", "detr-resnet-101"]  # the original is untouched
+
+
+def test_overrides_replace_settings(matrix):
+    changed = apply_overrides(matrix, Overrides(batch_sizes=[16], modes=["max-autotune"], dtypes=["float16"],
+                                                iterations=7, warmup=0, timeout_s=30.0, weights="pretrained"))
+    assert (changed.batch_sizes, changed.modes, changed.dtypes) == ((16,), ("max-autotune",), ("float16",))
+    assert (changed.iterations, changed.warmup, changed.timeout_s) == (7, 0, 30.0)
+    assert {m.weights for m in changed.models.values()} == {"pretrained"}
+
+
+@pytest.mark.parametrize("overrides, words", [
+    (Overrides(images=["stable", "nightly"]), ["--images", "nightly", "valid: stable, latest"]),
+    (Overrides(models=["detr"]), ["--models", "detr", "valid: vit, detr-resnet-101"]),
+    (Overrides(models=[]), ["--models is empty"]),
+    (Overrides(modes=["eager", "turbo"]), ["--modes", "'turbo'", "eager, default, reduce-overhead, max-autotune"]),
+    (Overrides(dtypes=["int8"]), ["--dtypes", "float32, float16, bfloat16"]),
+    (Overrides(batch_sizes=[0]), ["--batch-sizes", "positive"]),
+    (Overrides(size="huge"), ["--size", "full, tiny"]),
+    (Overrides(weights="imagenet"), ["--weights", "random, pretrained"]),
+    (Overrides(iterations=0), ["--iterations", ">= 1"]),
+    (Overrides(size="tiny", weights="pretrained"), ["--weights pretrained", "tiny"]),
+])
+def test_bad_overrides_name_the_flag_and_valid_values(matrix, overrides, words):
+    with pytest.raises(MatrixError) as caught:
+        apply_overrides(matrix, overrides)
+    for word in words:
+        assert word in str(caught.value)
+
+
+# --- cells ---------------------------------------------------------------------------------
+
+def test_cells_are_the_product_of_models_dtypes_batch_sizes_and_modes(matrix):
+    matrix = apply_overrides(matrix, Overrides(dtypes=["float32", "bfloat16"]))
+    cells = expand_cells(matrix)
+    assert len(cells) == 2 * 2 * 2 * 2
+    assert len({cell_id(cell) for cell in cells}) == len(cells)
+    assert {(c["model"], c["dtype"], c["batch_size"], c["mode"]) for c in cells} == {
+        (m, d, b, mode) for m in ("vit", "detr-resnet-101") for d in ("float32", "bfloat16")
+        for b in (1, 4) for mode in ("eager", "default")
+    }
+    assert [c["mode"] for c in cells[:2]] == ["eager", "default"]  # eager next to its compiled twin
+
+
+def test_cells_follow_the_runner_cell_schema(matrix):
+    for cell in expand_cells(matrix):
+        jsonschema.validate(cell, CELL_SCHEMA)
+    detr = next(c for c in expand_cells(matrix) if c["model"] == "detr-resnet-101")
+    assert (detr["model_id"], detr["task"], detr["size"], detr["fault"]) == (
+        "facebook/detr-resnet-101", "object-detection", "full", None)
+
+
+def test_every_image_gets_the_same_cells(matrix):
+    by_image = cells_by_image(matrix)
+    assert list(by_image) == ["stable", "latest"]
+    assert by_image["stable"] == by_image["latest"] == expand_cells(matrix)
+
+
+def test_tiny_cells_use_random_weights(tmp_path):
+    data = small_matrix_data()
+    data["weights"] = "pretrained"
+    matrix = apply_overrides(load_matrix(write_matrix(tmp_path, data)), Overrides(size="tiny"))
+    assert {(c["size"], c["weights"]) for c in expand_cells(matrix)} == {("tiny", "random")}
+
+
+def test_fullgraph_applies_to_compiled_modes_only(tmp_path):
+    data = small_matrix_data()
+    data["fullgraph"] = True
+    cells = expand_cells(load_matrix(write_matrix(tmp_path, data)))
+    assert {(c["mode"], c["fullgraph"]) for c in cells} == {("eager", False), ("default", True)}
+
+
+def test_runner_settings_carry_the_matrix_and_device(matrix):
+    settings = runner_settings(matrix, "cpu")
+    assert settings == {"iterations": 5, "warmup": 1, "timeout_s": 900, "device": "cpu",
+                        "accuracy_tolerance": 0.001, "cv_threshold": 0.1}
