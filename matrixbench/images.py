@@ -3,8 +3,8 @@
 An image entry is read by field name, as a dict or an object with attributes: ``name``,
 ``torch`` (a spec such as "torch==2.0.1", or a bare version), ``index_url`` (where torch comes
 from; CUDA builds), ``python`` ("3.10"), ``base_image``, ``transformers`` (spec or version),
-``extra_pins`` (list of requirements, e.g. ["numpy<2"]). ``env`` is a run-time setting and
-is not baked into the image.
+``extra_pins`` (list of requirements, e.g. ["numpy<2"]), ``extra_index_urls``. ``env`` is a
+run-time setting and is not baked into the image. matrixbench.matrix.Image has these fields.
 """
 import hashlib
 import io
@@ -128,7 +128,8 @@ def plan_build(entry, *, ca_bundle=None, index_url=None, extra_index_urls=(), ba
                                          field=f"images.{name}.transformers"),
         "EXTRA_PINS": _joined(entry_field(entry, "extra_pins", ()), f"images.{name}.extra_pins"),
         "INDEX_URL": index_url or DEFAULT_INDEX_URL,
-        "EXTRA_INDEX_URLS": _joined(extra_index_urls, "--extra-index-url"),
+        "EXTRA_INDEX_URLS": _joined([*entry_field(entry, "extra_index_urls", ()), *extra_index_urls],
+                                    f"images.{name}.extra_index_urls / --extra-index-url"),
     }
     labels = {
         docker_client.LABEL_MARK: "1",

@@ -43,29 +43,23 @@ def write_records(request, cells):
 
 
 def backend(sdk, **kwargs):
-    return DockerBackend(docker_client.DockerClient(sdk), on_log=lambda *_: None, **kwargs)
+    return DockerBackend(client=docker_client.DockerClient(sdk), **kwargs)
 
 
 def test_runs_the_runner_with_mounts_env_user_and_labels(sdk, tmp_path):
-    seen = {}
-
-    def on_wait(container):  # the cells file exists only while the container runs
-        input_dir = next(host for host, spec in container.kwargs["volumes"].items() if spec["bind"] == "/matrixbench-input")
-        seen["cells"] = json.loads((tmp_path / input_dir / "cells.json").read_text())
-
-    sdk.next_container = {"on_wait": on_wait}
     request = request_for(tmp_path)
     assert backend(sdk).run(request) == 0
 
     (container,) = sdk.started
     kwargs = container.kwargs
     assert container.image == "matrixbench:stable"
-    assert container.command == ["--cells", "/matrixbench-input/cells.json", "--out", "/results"]
+    assert container.command == ["--cells", "/results/cells.json", "--out", "/results"]
     binds = {spec["bind"]: (host, spec["mode"]) for host, spec in kwargs["volumes"].items()}
-    assert binds["/results"] == (str(request.out_dir.resolve()), "rw")
-    assert binds["/compile-cache"] == (str(request.cache_dir.resolve()), "rw")
-    assert binds["/hf-home"] == (str(request.hf_cache_dir.resolve()), "rw")
-    assert binds["/matrixbench-input"][1] == "ro"
+    assert binds == {
+        "/results": (str(request.out_dir.resolve()), "rw"),
+        "/compile-cache": (str(request.cache_dir.resolve()), "rw"),
+        "/hf-home": (str(request.hf_cache_dir.resolve()), "rw"),
+    }
     env = kwargs["environment"]
     assert env["TORCHINDUCTOR_CACHE_DIR"] == "/compile-cache/inductor"
     assert env["TRITON_CACHE_DIR"] == "/compile-cache/triton"
@@ -75,8 +69,9 @@ def test_runs_the_runner_with_mounts_env_user_and_labels(sdk, tmp_path):
     assert kwargs["labels"] == {"matrixbench": "1", "matrixbench.run_id": "run1",
                                 "matrixbench.image": "stable", "matrixbench.torch": "2.0.1"}
     assert kwargs["device_requests"] is None
-    assert seen["cells"] == {"settings": SETTINGS, "image_name": "stable",
-                             "image_id": "sha256:stable", "cells": CELLS}
+    cells_file = json.loads((request.out_dir / "cells.json").read_text())
+    assert cells_file == {"settings": SETTINGS, "image_name": "stable",
+                          "image_id": "sha256:stable", "cells": CELLS}
     assert container.calls[-1] == "remove" and not sdk.started_live
 
 
@@ -135,11 +130,27 @@ def test_ctrl_c_stops_and_removes_the_container_and_keeps_records(sdk, tmp_path)
     assert record_path(request.out_dir, CELLS[0]).exists()
 
 
-def test_log_lines_reach_on_log_with_secrets_hidden(sdk, tmp_path):
+def test_the_log_goes_to_runner_log_and_on_log_with_secrets_hidden(sdk, tmp_path):
     lines = []
+    request = request_for(tmp_path)
     sdk.next_container = {"log": b"HF_TOKEN=hf_abcdefgh\ncell vit ok\n"}
-    DockerBackend(docker_client.DockerClient(sdk), on_log=lambda *args: lines.append(args)).run(request_for(tmp_path))
+    backend(sdk, on_log=lambda *args: lines.append(args)).run(request)
     assert lines == [("stable", "HF_TOKEN=***"), ("stable", "cell vit ok")]
+    assert (request.out_dir / "runner.log").read_text() == "HF_TOKEN=***\ncell vit ok\n"
+
+
+def test_gpus_available_and_describe(sdk):
+    docker = backend(sdk)
+    assert docker.gpus_available() is False
+    sdk.runtimes["nvidia"] = {}
+    assert docker.gpus_available() is True
+    assert "docker" in docker.describe()
+
+
+def test_the_registry_builds_it_from_a_matrix():
+    from matrixbench.backends import create_backend
+
+    assert isinstance(create_backend("docker", matrix=None), DockerBackend)
 
 
 def test_run_id_can_be_given(sdk, tmp_path):

@@ -187,3 +187,16 @@ def test_print_progress_hides_docker_bookkeeping_lines(capsys):
     images.print_progress("stable", " ---> 730d03285f88")
     images.print_progress("stable", "Collecting torch==2.0.1")
     assert capsys.readouterr().out == "[stable] Collecting torch==2.0.1\n"
+
+
+def test_dry_run_of_the_repository_matrix_yaml():
+    from matrixbench.matrix import load_matrix
+
+    lines = []
+    tags = images.build_images(load_matrix(images.REPO_ROOT / "matrix.yaml"), None, dry_run=True,
+                               on_progress=lambda name, line: lines.append(line))
+    assert tags == ["matrixbench:stable", "matrixbench:nightly", "matrixbench:latest"]
+    text = "\n".join(lines)
+    assert "--build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu118" in text
+    assert "--build-arg TRANSFORMERS_SPEC=transformers==4.43.4" in text
+    assert "--build-arg BASE_IMAGE=python:3.12-slim-bookworm" in text

@@ -1,15 +1,13 @@
 """The docker backend: one container per image runs `python -m runner` on that image's cells.
 
-Mounted into the container: the image's results folder (/results), a read-only folder with
-the cells file (/matrixbench-input), the host's HF cache (/hf-home, as HF_HOME) and the
+Mounted into the container: the image's results folder (/results, holding the cells file the
+runner reads and the records it writes), the host's HF cache (/hf-home, as HF_HOME) and the
 image's compile-cache folder (/compile-cache: Inductor and Triton caches). The container runs
-as the host user's uid:gid, so records on the host belong to that user.
+as the host user's uid:gid, so records on the host belong to that user. Its log goes to
+<out_dir>/runner.log, as with the local backend.
 """
-import json
 import os
 import re
-import sys
-import tempfile
 import uuid
 from collections import deque
 from pathlib import Path
@@ -18,10 +16,11 @@ from matrixbench import docker_client
 from matrixbench.backends.base import Backend
 from matrixbench.errors import RunError
 from matrixbench.images import image_tag
+from matrixbench.runner_input import CELLS_FILENAME, write_cells_file
 from runner.schema import record_path
 
 RESULTS_MOUNT = "/results"
-INPUT_MOUNT = "/matrixbench-input"
+LOG_FILENAME = "runner.log"
 HF_MOUNT = "/hf-home"
 COMPILE_CACHE_MOUNT = "/compile-cache"
 LOG_TAIL_LINES = 40
@@ -33,19 +32,24 @@ class DockerBackend(Backend):
 
     name = "docker"
 
-    def __init__(self, client=None, *, run_id=None, on_log=None, user=None):
-        """``client``: a docker_client.DockerClient (connects on first run when None).
-        ``run_id`` labels containers (default: the name of out_dir's parent, results/<run>).
-        ``on_log(image_name, line)`` gets the container's log lines (default: stderr).
-        ``user`` is "uid:gid" (default: the current user's)."""
+    def __init__(self, matrix=None, *, client=None, run_id=None, on_log=None, user=None):
+        """``matrix`` is unused (the registry passes it to every backend). ``client``: a
+        docker_client.DockerClient (connects on first use when None). ``run_id`` labels the
+        containers (default: the name of out_dir's parent, results/<run>). ``on_log(image_name,
+        line)`` also gets the container's log lines. ``user`` is "uid:gid" (default: ours)."""
         self._client = client
         self._run_id = run_id
-        self._on_log = on_log or _print_log
+        self._on_log = on_log
         self._user = user or f"{os.getuid()}:{os.getgid()}"
 
+    def describe(self):
+        return f"docker backend: one container per image ({image_tag('<image>')}, built by `matrixbench build`)"
+
+    def gpus_available(self):
+        return self._connected().gpus_available()
+
     def run(self, request):
-        client = self._client or docker_client.connect()
-        self._client = client
+        client = self._connected()
         image = self._image(client, request)
         if request.gpus and not client.gpus_available():
             raise RunError(
@@ -53,15 +57,19 @@ class DockerBackend(Backend):
                 "runtime: install the NVIDIA driver and nvidia-container-toolkit), or run on "
                 "the CPU with --device cpu"
             )
-        with tempfile.TemporaryDirectory(prefix="matrixbench-input-") as input_dir:
-            write_cells_file(Path(input_dir) / "cells.json", request, image.id)
-            container = client.start_container(
-                image_tag(request.image_name), runner_argv(),
-                user=self._user, env=container_env(request), mounts=mounts(request, input_dir),
-                labels=self._labels(request, image), gpus=request.gpus,
-                name=self._container_name(request),
-            )
-            return self._follow(container, request)
+        write_cells_file(request, image.id)
+        container = client.start_container(
+            image_tag(request.image_name), runner_argv(),
+            user=self._user, env=container_env(request), mounts=mounts(request),
+            labels=self._labels(request, image), gpus=request.gpus,
+            name=self._container_name(request),
+        )
+        return self._follow(container, request)
+
+    def _connected(self):
+        if self._client is None:
+            self._client = docker_client.connect()
+        return self._client
 
     def _image(self, client, request):
         tag = image_tag(request.image_name)
@@ -78,10 +86,14 @@ class DockerBackend(Backend):
         tail = deque(maxlen=LOG_TAIL_LINES)
         hide = secrets(request.env)
         try:
-            for line in container.log_lines():
-                line = redact(line, hide)
-                tail.append(line)
-                self._on_log(request.image_name, line)
+            with open(Path(request.out_dir) / LOG_FILENAME, "a") as log:
+                for line in container.log_lines():
+                    line = redact(line, hide)
+                    tail.append(line)
+                    log.write(line + "\n")
+                    log.flush()
+                    if self._on_log:
+                        self._on_log(request.image_name, line)
             exit_code = container.wait()
         except KeyboardInterrupt:
             container.stop(timeout=5)
@@ -110,25 +122,13 @@ class DockerBackend(Backend):
 
 def runner_argv():
     """The argv after the image's ENTRYPOINT (python -m runner)."""
-    return ["--cells", f"{INPUT_MOUNT}/cells.json", "--out", RESULTS_MOUNT]
+    return ["--cells", f"{RESULTS_MOUNT}/{CELLS_FILENAME}", "--out", RESULTS_MOUNT]
 
 
-def write_cells_file(path, request, image_id):
-    payload = {
-        "settings": request.settings,
-        "image_name": request.image_name,
-        "image_id": image_id,
-        "cells": request.cells,
-    }
-    path.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
-    path.chmod(0o644)
-    path.parent.chmod(0o755)
-
-
-def mounts(request, input_dir):
+def mounts(request):
     """Host folder -> (container folder, mode); host folders are made here so Docker does
     not create them as root."""
-    table = {Path(request.out_dir): (RESULTS_MOUNT, "rw"), Path(input_dir): (INPUT_MOUNT, "ro")}
+    table = {Path(request.out_dir): (RESULTS_MOUNT, "rw")}
     if request.hf_cache_dir is not None:
         table[Path(request.hf_cache_dir)] = (HF_MOUNT, "rw")
     if request.cache_dir is not None:
@@ -180,7 +180,3 @@ def container_failure(request, exit_code, tail):
         f"every cell had a record ({done} of {len(request.cells)} do; finished records are "
         f"kept, rerun to resume)\n--- last {len(tail)} lines of its log ---\n" + "\n".join(tail)
     )
-
-
-def _print_log(image_name, line):
-    print(f"[{image_name}] {line}", file=sys.stderr, flush=True)
