@@ -8,7 +8,7 @@ import os
 from collections import deque
 from dataclasses import dataclass
 
-from matrixbench.errors import DockerUnavailableError
+from matrixbench.errors import DockerUnavailableError, RunError
 
 # Every container and image matrixbench makes carries LABEL_MARK, so leftovers can be found.
 LABEL_MARK = "matrixbench"
@@ -25,8 +25,13 @@ START_HINT = (
 
 def connect():
     """A DockerClient for the daemon in the environment (DOCKER_HOST or the local socket)."""
-    import docker
-
+    try:
+        import docker
+    except ImportError as exc:
+        raise DockerUnavailableError(
+            f"the docker Python package is missing ({exc}); pip install 'docker>=7', "
+            "or run without Docker: --backend local"
+        ) from exc
     try:
         sdk = docker.from_env()
         sdk.ping()
@@ -170,12 +175,17 @@ class DockerClient:
 
     def start_container(self, image, command, *, user, env, mounts, labels, gpus=False, name=None):
         """Start a detached container; ``mounts`` maps host path -> (container path, mode)."""
+        from docker.errors import DockerException
+
         volumes = {str(host): {"bind": path, "mode": mode} for host, (path, mode) in mounts.items()}
-        sdk_container = self._sdk.containers.run(
-            image, command, detach=True, user=user, environment=env, volumes=volumes,
-            labels=labels, name=name, shm_size="2g", init=True,  # init: forwards SIGTERM, reaps cells
-            device_requests=[gpu_request()] if gpus else None,
-        )
+        try:
+            sdk_container = self._sdk.containers.run(
+                image, command, detach=True, user=user, environment=env, volumes=volumes,
+                labels=labels, name=name, shm_size="2g", init=True,  # init: forwards SIGTERM, reaps cells
+                device_requests=[gpu_request()] if gpus else None,
+            )
+        except DockerException as exc:  # the message names the image, never the environment
+            raise RunError(f"Docker could not start a container of {image}: {exc}") from exc
         return Container(sdk_container)
 
     def find_containers(self, labels):

@@ -73,6 +73,8 @@ class FakeContainers:
         self.sdk = sdk
 
     def run(self, image, command, **kwargs):
+        if self.sdk.run_error:
+            raise self.sdk.run_error
         container = FakeContainer(self.sdk, image, command, kwargs, **self.sdk.next_container)
         self.sdk.started.append(container)
         self.sdk.started_live.append(container)
@@ -106,6 +108,7 @@ class FakeSDK:
         self.build_calls, self.started, self.started_live, self.removed_images = [], [], [], []
         self.images_by_tag = {}
         self.next_container = {}
+        self.run_error = None
         self.api = FakeAPI(self)
         self.images = FakeImages(self)
         self.containers = FakeContainers(self)

@@ -6,7 +6,7 @@ from docker.errors import APIError, DockerException
 from docker_fakes import FakeImage, FakeSDK
 from matrixbench import docker_client
 from matrixbench.docker_client import BuildStream, DockerClient
-from matrixbench.errors import DockerUnavailableError
+from matrixbench.errors import DockerUnavailableError, RunError
 
 
 def test_connect_explains_how_to_start_a_daemon_that_is_not_running(monkeypatch):
@@ -111,3 +111,26 @@ def test_find_containers_and_images_select_by_label():
     assert len(client.find_containers({"matrixbench": None})) == 2
     assert len(client.find_containers({"matrixbench": None, "matrixbench.run_id": "r2"})) == 1
     assert client.find_images({"matrixbench": None}) == ["matrixbench:a"]
+
+
+def test_a_container_docker_cannot_start_is_a_run_error_naming_the_image():
+    sdk = FakeSDK()
+    sdk.run_error = APIError("could not select device driver \"\" with capabilities: [[gpu]]")
+    with pytest.raises(RunError, match="could not start a container of matrixbench:stable: .*device driver"):
+        DockerClient(sdk).start_container("matrixbench:stable", [], user="0:0", env={"HF_TOKEN": "x"},
+                                          mounts={}, labels={}, gpus=True)
+
+
+def test_connect_without_the_docker_package_says_what_to_install(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_docker(name, *args, **kwargs):
+        if name == "docker":
+            raise ImportError("No module named 'docker'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_docker)
+    with pytest.raises(DockerUnavailableError, match="pip install 'docker>=7'.*--backend local"):
+        docker_client.connect()
