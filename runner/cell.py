@@ -1,0 +1,89 @@
+"""One cell, measured inside its own process: build, compile, time, check, record.
+
+``run_cell(job)`` never raises: a failure becomes the record's status (oom or error,
+with type, message and traceback). Phases, under torch.no_grad():
+build the model and inputs (load_s); for compiled modes, an eager reference output;
+the first call timed on its own (compile_s: compile time for compiled modes);
+warm-up iterations (warmup_s); then the timed iterations. Peak memory covers the
+first call onwards; the accuracy check compares the last timed output with the eager one.
+"""
+import torch
+
+from runner import accuracy, faults, memory, records
+from runner.compile import compile_model, counters_snapshot, dynamo_stats, reset
+from runner.precision import apply_precision
+from runner.timing import summarize, synchronize, time_iterations
+
+clock = records.clock
+
+
+def run_cell(job, marks=None):
+    """The record of one cell. ``marks`` (a dict) gets clock() stamps of phase starts."""
+    marks = {} if marks is None else marks
+    record = records.new_record(job)
+    try:
+        record["precision"] = apply_precision()
+        reset()
+        with torch.no_grad():
+            _measure(job, record, marks)
+        record["status"] = "ok"
+    except Exception as exc:
+        records.fail_with_exception(record, exc)
+    return records.finish(record, job)
+
+
+def _measure(job, record, marks):
+    cell, settings, device = job["cell"], record["settings"], job["device"]
+    compiled = cell["mode"] != "eager"
+    marks["build"] = clock()
+    built = _build(cell, device)
+    synchronize(device)
+    load_s = clock() - marks["build"]
+    reference = accuracy.to_cpu(built.model(**built.inputs)) if compiled else None
+    step = _step(compile_model(built.model, cell["mode"], cell["fullgraph"]), built.inputs,
+                 cell["mode"], device)
+    memory.reset_peak(device)
+    before = counters_snapshot()
+    marks["first_call"] = clock()
+    faults.inject(cell["fault"])
+    compile_s = _timed(step, 1, device)
+    after_first_call = counters_snapshot()
+    warmup_s = _timed(step, settings["warmup"], device)
+    marks["first_timed_iteration"] = clock()
+    samples_ms, output = time_iterations(step, settings["iterations"], device)
+    marks["timed_end"] = clock()
+    record["memory"] = memory.peak(device)
+    record["timing"] = dict(load_s=load_s, compile_s=compile_s, warmup_s=warmup_s,
+                            timer="cuda_event" if device == "cuda" else "perf_counter",
+                            **summarize(samples_ms, settings["cv_threshold"]))
+    if compiled:
+        record["dynamo"] = dynamo_stats(before, after_first_call, counters_snapshot())
+        record["accuracy"] = accuracy.compare(reference, output, settings["accuracy_tolerance"])
+    else:
+        record["accuracy"] = accuracy.skipped()
+
+
+def _build(cell, device):
+    from runner import models  # imported here so a broken models module is a cell error
+
+    return models.build(cell, device, getattr(torch, cell["dtype"]))
+
+
+def _step(model, inputs, mode, device):
+    """One inference call. reduce-overhead on GPU marks a new cudagraph-trees step first."""
+    mark_step = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
+    if mode == "reduce-overhead" and device == "cuda" and mark_step is not None:
+        def step():
+            mark_step()
+            return model(**inputs)
+        return step
+    return lambda: model(**inputs)
+
+
+def _timed(step, calls, device):
+    """Wall seconds for ``calls`` calls, device work included."""
+    start = clock()
+    for _ in range(calls):
+        step()
+    synchronize(device)
+    return clock() - start

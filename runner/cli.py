@@ -1,0 +1,162 @@
+"""``python -m runner``: parse the command line, build a plan, run it.
+
+Two ways to say what to run:
+- ``--cells FILE``: the cells JSON the host writes (see runner.plan), settings included;
+- shorthand for people: ``--models vit,resnet --modes eager,default --batch-sizes 1,8 ...``,
+  every combination of the lists, with settings from the flags.
+
+Exit codes: 0 when the cells ran, whatever their statuses (a failed cell is a status in
+its record); 2 for bad usage (argparse's code).
+"""
+import argparse
+import itertools
+
+from runner.driver import run_plan
+from runner.plan import DEFAULT_SETTINGS, DEVICES, Plan, PlanError, load_plan, validate_cell, validate_settings
+from runner.schema import DTYPES, MODES, SIZES, TASKS, WEIGHTS
+
+SETTING_FLAGS = ("iterations", "warmup", "timeout_s", "device", "accuracy_tolerance", "cv_threshold")
+SHORTHAND_DEFAULTS = {"modes": ["eager", "default"], "batch_sizes": [1], "dtypes": ["float32"],
+                      "size": "full", "weights": "random"}
+SHORTHAND_FLAGS = ("models", "modes", "batch_sizes", "dtypes", "size", "weights", "fullgraph",
+                   "model_id", "config_path", "task", "fault", "image_name", "image_id")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m runner",
+        description="Benchmark Hugging Face vision models under torch.compile: one JSON record "
+                    "per cell into --out. Give --cells FILE, or --models with the shorthand flags.")
+    parser.add_argument("--out", required=True, help="folder for the records (<cell_id>.json)")
+    parser.add_argument("--cells", help="cells JSON file: {settings, image_name, image_id, cells}")
+    parser.add_argument("--force", action="store_true", help="rerun cells that already have a record")
+    parser.add_argument("--retry-failed", action="store_true",
+                        help="rerun cells whose record has a failed status (oom, error, timeout, crashed)")
+    _add_shorthand(parser.add_argument_group("shorthand (instead of --cells)"))
+    _add_settings(parser.add_argument_group("settings (with the shorthand)"))
+    return parser
+
+
+def _add_shorthand(group):
+    group.add_argument("--models", type=_names, help="comma-separated model short names (e.g. vit,resnet), "
+                       "or 'default' for the default matrix's models")
+    group.add_argument("--modes", type=_choices(MODES),
+                       help=f"comma-separated, from {', '.join(MODES)} (default: eager,default)")
+    group.add_argument("--batch-sizes", type=_positive_ints, help="comma-separated (default: 1)")
+    group.add_argument("--dtypes", type=_choices(DTYPES),
+                       help=f"comma-separated, from {', '.join(DTYPES)} (default: float32)")
+    group.add_argument("--size", choices=SIZES, help="full or tiny (toy dimensions, for tests)")
+    group.add_argument("--weights", choices=WEIGHTS, help="random (default) or pretrained")
+    group.add_argument("--fullgraph", action="store_true", help="torch.compile(fullgraph=True)")
+    group.add_argument("--model-id", help="hub id, for a model that is not shipped (needs --task)")
+    group.add_argument("--config-path", help="local config.json, for a model that is not shipped (needs --task)")
+    group.add_argument("--task", choices=TASKS, help="the task of a model given by --model-id or --config-path")
+    group.add_argument("--fault", choices=("oom", "error", "crash", "hang"), help=argparse.SUPPRESS)
+    group.add_argument("--image-name", help="image name to record in the environment")
+    group.add_argument("--image-id", help="image id to record in the environment")
+
+
+def _add_settings(group):
+    defaults = DEFAULT_SETTINGS
+    group.add_argument("--iterations", type=int, help=f"timed iterations (default {defaults['iterations']})")
+    group.add_argument("--warmup", type=int, help=f"warm-up iterations after the first call "
+                       f"(default {defaults['warmup']}, at least 3)")
+    group.add_argument("--timeout-s", type=float, help=f"per-cell time limit in seconds (default {defaults['timeout_s']})")
+    group.add_argument("--device", choices=DEVICES, help="auto (default: cuda if available), cuda or cpu")
+    group.add_argument("--accuracy-tolerance", type=float,
+                       help="max |compiled - eager| that passes (default: by dtype)")
+    group.add_argument("--cv-threshold", type=float,
+                       help=f"flag timings as noisy above this stdev/mean (default {defaults['cv_threshold']})")
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        plan = plan_from_args(args)
+    except PlanError as exc:
+        parser.error(str(exc))
+    run_plan(plan, args.out, force=args.force, retry_failed=args.retry_failed)
+    return 0
+
+
+def plan_from_args(args):
+    given = [name for name in SHORTHAND_FLAGS + SETTING_FLAGS if getattr(args, name) not in (None, False)]
+    if args.cells:
+        if given:
+            raise PlanError(f"--cells: the file holds the cells and settings; drop "
+                            f"{', '.join(_flag(name) for name in given) or '--models'}")
+        return load_plan(args.cells)
+    if not args.models:
+        raise PlanError("say what to run: --cells FILE, or --models NAMES (with --modes, --batch-sizes, ...)")
+    settings = {name: getattr(args, name) for name in SETTING_FLAGS if getattr(args, name) is not None}
+    cells = [validate_cell(cell, f"--models {cell['model']}") for cell in shorthand_cells(args)]
+    return Plan(settings=validate_settings(settings, "flags"), cells=cells,
+                image_name=args.image_name, image_id=args.image_id)
+
+
+def shorthand_cells(args):
+    """Every combination of the shorthand's lists, as cells."""
+    given = {name: getattr(args, name) for name in SHORTHAND_DEFAULTS if getattr(args, name) is not None}
+    lists = dict(SHORTHAND_DEFAULTS, **given)
+    product = itertools.product(expand_models(args.models), lists["batch_sizes"], lists["modes"], lists["dtypes"])
+    return [dict(_model_fields(name, args), batch_size=batch_size, mode=mode, dtype=dtype,
+                 size=lists["size"], weights=lists["weights"], fullgraph=args.fullgraph, fault=args.fault)
+            for name, batch_size, mode, dtype in product]
+
+
+def expand_models(names):
+    if names == ["default"]:
+        return list(_seed_models()[1])
+    return names
+
+
+def _model_fields(name, args):
+    """model, model_id, config_path and task: from the shipped registry, or from the flags."""
+    if args.model_id or args.config_path:
+        if not args.task:
+            raise PlanError("--model-id / --config-path: add --task (one of " + ", ".join(TASKS) + ")")
+        return {"model": name, "model_id": args.model_id, "config_path": args.config_path, "task": args.task}
+    seed_models = _seed_models()[0]
+    if name not in seed_models:
+        raise PlanError(f"--models: {name!r} is not a shipped model; valid: {', '.join(sorted(seed_models))}. "
+                        "For another model give --model-id or --config-path, and --task")
+    spec = seed_models[name]
+    return {"model": name, "model_id": spec.model_id, "config_path": None, "task": spec.task}
+
+
+def _seed_models():
+    from runner.models import DEFAULT_MODELS, SEED_MODELS  # imports torch: only for the shorthand
+
+    return SEED_MODELS, DEFAULT_MODELS
+
+
+def _flag(name):
+    return "--" + name.replace("_", "-")
+
+
+def _names(text):
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("expected comma-separated names")
+    return names
+
+
+def _choices(valid):
+    def parse(text):
+        names = _names(text)
+        bad = [name for name in names if name not in valid]
+        if bad:
+            raise argparse.ArgumentTypeError(f"{', '.join(bad)} not in {', '.join(valid)}")
+        return names
+    return parse
+
+
+def _positive_ints(text):
+    try:
+        values = [int(part) for part in _names(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if any(value < 1 for value in values):
+        raise argparse.ArgumentTypeError(f"batch sizes must be >= 1, got {text!r}")
+    return values

@@ -1,0 +1,125 @@
+"""The parent's loop: skip recorded cells, run each other cell in a fresh process, log progress.
+
+Stdlib only. A cell's process writes its own record; when it cannot (killed at the time
+limit, crashed), this loop writes the record instead, with the same shape and the
+environment the probe reported. A failed cell never stops the others.
+"""
+import sys
+import tempfile
+from dataclasses import dataclass
+
+from runner import records
+from runner.isolation import Launcher
+from runner.machine import fallback_environment
+from runner.schema import RecordError, cell_id, needs_run, read_record, record_path, write_record
+
+NO_PRECISION = {"float32_matmul_precision": None, "cuda_matmul_allow_tf32": None,
+                "cudnn_allow_tf32": None}
+
+
+@dataclass
+class Context:
+    """What every record of a run shares, as the probe process reported it."""
+
+    device: str
+    environment: dict
+    precision: dict
+    error: object = None   # why cells cannot run at all (e.g. device "cuda" without a GPU)
+
+
+def run_plan(plan, out_dir, force=False, retry_failed=False, log=None, launcher=None,
+             compile_cache_dir=None):
+    """Run the plan's cells that need running; return [(cell_id, status)] for those run.
+
+    compile_cache_dir: share one Inductor cache across cells (warm compiles, for tests);
+    by default each cell compiles cold into a fresh folder.
+    """
+    log = log or _stderr
+    pending = [cell for cell in plan.cells if needs_run(out_dir, cell, force, retry_failed)]
+    log(f"{len(plan.cells)} cells: {len(plan.cells) - len(pending)} already recorded, "
+        f"{len(pending)} to run -> {out_dir}")
+    if not pending:
+        return []
+    launcher = launcher or Launcher()
+    launcher.start()
+    context = probe(launcher, plan)
+    log(f"device {context.device}, torch {context.environment['torch']}, "
+        f"transformers {context.environment['transformers']}")
+    results = []
+    for index, cell in enumerate(pending, 1):
+        prefix = f"[{index}/{len(pending)}] {cell_id(cell)}"
+        log(f"{prefix}: running")
+        record = run_one(launcher, cell, plan, context, out_dir, compile_cache_dir)
+        log(f"{prefix}: {summary_line(record)}")
+        results.append((record["cell_id"], record["status"]))
+    return results
+
+
+def probe(launcher, plan):
+    settings = plan.settings
+    outcome = launcher.run("probe", (settings["device"], plan.image_name, plan.image_id),
+                           settings["timeout_s"])
+    reply = outcome.reply or {}
+    failure = outcome.describe()
+    error = reply.get("error") or (failure and f"the probe process failed: {failure[1]}")
+    requested = settings["device"]
+    return Context(
+        device=reply.get("device") or ("cpu" if requested == "auto" else requested),
+        environment=reply.get("environment") or fallback_environment(plan.image_name, plan.image_id),
+        precision=reply.get("precision") or NO_PRECISION,
+        error=error or None,
+    )
+
+
+def run_one(launcher, cell, plan, context, out_dir, compile_cache_dir=None):
+    """Run one cell in a fresh process; return its record (written by the child or here)."""
+    with tempfile.TemporaryDirectory(prefix="matrixbench-cell-") as scratch_dir:
+        job = make_job(cell, plan, context, out_dir, scratch_dir, compile_cache_dir)
+        if context.error:
+            return _write_failure(job, "error", "RunnerSetupError", context.error)
+        outcome = launcher.run("run_job", (job,), plan.settings["timeout_s"])
+    if outcome.reply and outcome.reply.get("record_written"):
+        return _read_own_record(out_dir, cell, job)
+    status, message = outcome.describe() or ("crashed", "the cell's process wrote no record")
+    return _write_failure(job, status, "CellProcess" + status.capitalize(), message)
+
+
+def make_job(cell, plan, context, out_dir, scratch_dir, compile_cache_dir=None):
+    """Everything a cell's process needs, as plain data."""
+    return {
+        "cell": cell, "settings": plan.settings, "device": context.device,
+        "environment": context.environment, "precision": context.precision,
+        "out_dir": str(out_dir), "scratch_dir": scratch_dir,
+        "compile_cache_dir": None if compile_cache_dir is None else str(compile_cache_dir),
+        "started_at": records.utc_now(), "start_clock": records.clock(),
+    }
+
+
+def summary_line(record):
+    status = record["status"]
+    if status != "ok":
+        message = (record["error"] or {}).get("message", "").strip().splitlines() or [""]
+        return f"{status}: {message[0][:160]} ({record['duration_s']:.1f} s)"
+    timing, accuracy = record["timing"], record["accuracy"]
+    noisy = " NOISY" if timing["noisy"] else ""
+    return (f"ok  mean {timing['mean_ms']:.3f} ms (cv {timing['cv']:.2f}{noisy})  "
+            f"first call {timing['compile_s']:.2f} s  accuracy {accuracy['status']}  "
+            f"({record['duration_s']:.1f} s)")
+
+
+def _write_failure(job, status, error_type, message):
+    record = records.fail(records.new_record(job), status, error_type, message)
+    records.finish(record, job)
+    write_record(job["out_dir"], record)
+    return record
+
+
+def _read_own_record(out_dir, cell, job):
+    try:
+        return read_record(record_path(out_dir, cell))
+    except RecordError as exc:
+        return _write_failure(job, "crashed", "CellProcessCrashed", str(exc))
+
+
+def _stderr(line):
+    print(f"matrixbench runner: {line}", file=sys.stderr, flush=True)

@@ -1,0 +1,347 @@
+"""The model registry and ``build``: a cell's model on its device and dtype, with its real inputs.
+
+A seed model (``SEED_MODELS``) with random weights is built from the config shipped in
+``runner/configs/<name>/`` (the hub model's exact architecture and preprocessing; no network, no
+timm, no backbone download). ``size="tiny"`` applies ``configs/<name>/tiny.json`` on top: the same
+classes at toy dimensions, for fast CPU tests. Pretrained weights come from the hub or the HF
+cache. Any other model is named by a hub id (``model_id``) or a local ``config_path`` plus a task.
+"""
+import dataclasses
+import inspect
+import json
+from pathlib import Path
+
+import torch
+import transformers
+
+from runner import inputs as model_inputs
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+# Where a model of each task may live; the first auto class that knows the config wins.
+TASK_AUTO_CLASSES = {
+    "image-classification": ("AutoModelForImageClassification",),
+    "image-segmentation": (
+        "AutoModelForSemanticSegmentation",
+        "AutoModelForUniversalSegmentation",
+        "AutoModelForInstanceSegmentation",
+        "AutoModelForImageSegmentation",
+    ),
+    "object-detection": ("AutoModelForObjectDetection", "AutoModelForZeroShotObjectDetection"),
+}
+# Text-conditioned models whose random-weight configs can use the shipped CLIP token ids.
+CLIP_TEXT_MODEL_TYPES = ("owlvit", "owlv2")
+TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class ModelError(Exception):
+    """A cell's model cannot be built: the message names the field and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """A model the repository ships a config for."""
+
+    name: str
+    model_id: str
+    task: str
+    model_class: str  # transformers class name, e.g. "ViTForImageClassification"
+    processor_class: str  # image processor class name without the Pil suffix
+    in_default_matrix: bool = True
+
+    @property
+    def config_dir(self):
+        return CONFIG_DIR / self.name
+
+
+SEED_MODELS = {
+    spec.name: spec
+    for spec in (
+        ModelSpec("vit", "google/vit-base-patch16-224", "image-classification",
+                  "ViTForImageClassification", "ViTImageProcessor"),
+        ModelSpec("beit", "microsoft/beit-base-patch16-224-pt22k-ft22k", "image-classification",
+                  "BeitForImageClassification", "BeitImageProcessor"),
+        ModelSpec("convnext", "facebook/convnext-large-224", "image-classification",
+                  "ConvNextForImageClassification", "ConvNextImageProcessor"),
+        ModelSpec("resnet", "microsoft/resnet-50", "image-classification",
+                  "ResNetForImageClassification", "ConvNextImageProcessor"),
+        ModelSpec("segformer", "nvidia/segformer-b0-finetuned-ade-512-512", "image-segmentation",
+                  "SegformerForSemanticSegmentation", "SegformerImageProcessor"),
+        ModelSpec("mask2former", "facebook/mask2former-swin-tiny-coco-panoptic", "image-segmentation",
+                  "Mask2FormerForUniversalSegmentation", "Mask2FormerImageProcessor"),
+        ModelSpec("maskformer", "facebook/maskformer-swin-base-ade", "image-segmentation",
+                  "MaskFormerForInstanceSegmentation", "MaskFormerImageProcessor"),
+        ModelSpec("mobilenet", "google/deeplabv3_mobilenet_v2_1.0_513", "image-segmentation",
+                  "MobileNetV2ForSemanticSegmentation", "MobileNetV2ImageProcessor"),
+        ModelSpec("owlvit", "google/owlvit-base-patch32", "object-detection",
+                  "OwlViTForObjectDetection", "OwlViTImageProcessor"),
+        ModelSpec("detr-resnet-101", "facebook/detr-resnet-101", "object-detection",
+                  "DetrForObjectDetection", "DetrImageProcessor"),
+        ModelSpec("conditional-detr", "microsoft/conditional-detr-resnet-50", "object-detection",
+                  "ConditionalDetrForObjectDetection", "ConditionalDetrImageProcessor"),
+        # The seed table's "Object Detection / DETR" row; not in the default matrix.
+        ModelSpec("detr", "facebook/detr-resnet-50", "object-detection",
+                  "DetrForObjectDetection", "DetrImageProcessor", in_default_matrix=False),
+    )
+}
+DEFAULT_MODELS = tuple(name for name, spec in SEED_MODELS.items() if spec.in_default_matrix)
+
+
+@dataclasses.dataclass
+class Recipe:
+    """Everything ``build`` needs, resolved from a cell, before any weights exist."""
+
+    model_class: type
+    config: object  # a transformers config; None when from_pretrained loads it
+    pretrained_from: object  # hub id or local folder for from_pretrained; None for random weights
+    processor: object
+    text_inputs: object  # dict of batch-1 token tensors, or None for image-only models
+    source: str  # where the architecture came from, for logs and records
+
+
+@dataclasses.dataclass
+class Built:
+    model: torch.nn.Module  # eval mode, on the device, in the dtype
+    inputs: dict  # name -> tensor, batch replicated, on the device; ready for model(**inputs)
+    source: str
+
+
+def preload(names=DEFAULT_MODELS):
+    """Import the model and processor classes of shipped models (transformers imports them lazily),
+    so a worker that forks per cell pays for those imports once."""
+    for name in names:
+        spec = SEED_MODELS[name]
+        getattr(transformers, spec.model_class)
+        model_inputs.processor_class(spec.processor_class)
+
+
+def build(cell, device, dtype):
+    """The cell's model and its batch of real inputs, ready for ``model(**inputs)``."""
+    recipe = make_recipe(cell)
+    torch_dtype = TORCH_DTYPES[dtype] if isinstance(dtype, str) else dtype
+    model = instantiate(recipe).to(device=device, dtype=torch_dtype).eval()
+    batch = model_inputs.to_device(batch_inputs(recipe, cell["batch_size"]), device, torch_dtype)
+    return Built(model=model, inputs=batch, source=recipe.source)
+
+
+def input_shapes(cell):
+    """What ``build`` would feed the model, as name -> shape, without building the model."""
+    batch = batch_inputs(make_recipe(cell), cell["batch_size"])
+    return {name: tuple(value.shape) for name, value in batch.items()}
+
+
+def batch_inputs(recipe, batch_size):
+    """The test image (and text queries) through the model's processor, replicated to the batch size."""
+    single = model_inputs.image_inputs(recipe.processor, model_inputs.test_image())
+    single.update(recipe.text_inputs or {})
+    return model_inputs.replicate(single, batch_size)
+
+
+def instantiate(recipe):
+    """The model on CPU in float32: random weights (seeded) or loaded from pretrained."""
+    if recipe.pretrained_from is not None:
+        return _from_pretrained(recipe)
+    torch.manual_seed(0)
+    return recipe.model_class._from_config(recipe.config)
+
+
+def _from_pretrained(recipe):
+    try:
+        return recipe.model_class.from_pretrained(recipe.pretrained_from)
+    except OSError as exc:
+        raise ModelError(
+            f"weights=pretrained: cannot load {recipe.pretrained_from!r} ({exc}). Mount a Hugging Face "
+            "cache that holds it (HF_HOME), allow hub access, or use weights=random"
+        ) from exc
+    except ImportError as exc:
+        raise ModelError(f"weights=pretrained {recipe.pretrained_from!r} needs a package: {exc}") from exc
+
+
+def make_recipe(cell):
+    """Resolve a cell to its model class, config or checkpoint, processor and text inputs."""
+    spec = seed_spec(cell)
+    if spec is not None:
+        return _seed_recipe(spec, cell)
+    if cell.get("size", "full") == "tiny":
+        raise ModelError(
+            f"size=tiny: model {cell['model']!r} has no tiny variant; tiny exists for the shipped models "
+            f"{sorted(SEED_MODELS)}. Use size=full"
+        )
+    if cell.get("config_path"):
+        return _local_recipe(cell)
+    if cell.get("model_id"):
+        return _hub_recipe(cell)
+    raise ModelError(
+        f"model {cell['model']!r} is not a shipped model ({sorted(SEED_MODELS)}): give model_id (a hub id) "
+        "or config_path (a local config.json), plus task"
+    )
+
+
+def seed_spec(cell):
+    """The shipped spec a cell names, or None when it names another model."""
+    spec = SEED_MODELS.get(cell["model"])
+    if spec is None or cell.get("config_path") or cell.get("model_id") not in (None, spec.model_id):
+        return None
+    if cell["task"] != spec.task:
+        raise ModelError(f"task={cell['task']!r} does not fit model {spec.name!r}: its task is {spec.task!r}")
+    return spec
+
+
+def _seed_recipe(spec, cell):
+    model_class = getattr(transformers, spec.model_class)
+    tiny = cell.get("size", "full") == "tiny"
+    if cell["weights"] == "pretrained":
+        if tiny:
+            raise ModelError(f"size=tiny has random weights only; model {spec.name!r}: use weights=random or size=full")
+        return _pretrained_recipe(model_class, spec.model_id, f"{spec.model_id} (pretrained)")
+    overrides = _read_json(spec.config_dir / "tiny.json") if tiny else {}
+    config_dict = _merged(_read_json(spec.config_dir / "config.json"), overrides.get("config", {}))
+    preprocessor = _merged(_read_json(spec.config_dir / "preprocessor_config.json"), overrides.get("preprocessor", {}))
+    config = model_class.config_class.from_dict(config_dict)
+    return Recipe(
+        model_class=model_class,
+        config=config,
+        pretrained_from=None,
+        processor=model_inputs.make_processor(preprocessor),
+        text_inputs=_shipped_text_inputs(model_class, config, spec.config_dir),
+        source=f"runner/configs/{spec.name}{' tiny' if tiny else ''} (random weights)",
+    )
+
+
+def _pretrained_recipe(model_class, checkpoint, source):
+    """from_pretrained of a hub id or local folder; processor and tokenizer from the same place."""
+    config = _hub_call(transformers.AutoConfig.from_pretrained, checkpoint)
+    return Recipe(
+        model_class=model_class,
+        config=config,
+        pretrained_from=checkpoint,
+        processor=_hub_processor(checkpoint),
+        text_inputs=_tokenized_text_inputs(model_class, config, checkpoint),
+        source=source,
+    )
+
+
+def _hub_recipe(cell):
+    model_id = cell["model_id"]
+    config = _hub_call(transformers.AutoConfig.from_pretrained, model_id)
+    model_class = task_model_class(config, cell["task"])
+    if cell["weights"] == "pretrained":
+        return _pretrained_recipe(model_class, model_id, f"{model_id} (pretrained)")
+    return Recipe(
+        model_class=model_class,
+        config=config,
+        pretrained_from=None,
+        processor=_hub_processor(model_id),
+        text_inputs=_tokenized_text_inputs(model_class, config, model_id),
+        source=f"{model_id} config (random weights)",
+    )
+
+
+def _local_recipe(cell):
+    config_path = Path(cell["config_path"])
+    if not config_path.is_file():
+        raise ModelError(f"config_path={str(config_path)!r} is not a file: point it at a config.json")
+    config = config_from_dict(_read_json(config_path))
+    model_class = task_model_class(config, cell["task"])
+    if cell["weights"] == "pretrained":
+        return _pretrained_recipe(model_class, str(config_path.parent), f"{config_path.parent} (pretrained)")
+    return Recipe(
+        model_class=model_class,
+        config=config,
+        pretrained_from=None,
+        processor=_local_processor(config_path, config),
+        text_inputs=_shipped_text_inputs(model_class, config, SEED_MODELS["owlvit"].config_dir),
+        source=f"{config_path} (random weights)",
+    )
+
+
+def config_from_dict(config_dict):
+    """A transformers config from a config.json dict, by its model_type."""
+    model_type = config_dict.get("model_type")
+    if model_type not in transformers.CONFIG_MAPPING:
+        raise ModelError(
+            f"config model_type={model_type!r} is unknown to transformers {transformers.__version__}: "
+            "fix model_type in the config or use a transformers that has it"
+        )
+    return transformers.CONFIG_MAPPING[model_type].from_dict(config_dict)
+
+
+def task_model_class(config, task):
+    """The model class for a config and task, by the task's auto classes."""
+    if task not in TASK_AUTO_CLASSES:
+        raise ModelError(f"task={task!r} is not one of {sorted(TASK_AUTO_CLASSES)}")
+    for auto_name in TASK_AUTO_CLASSES[task]:
+        mapping = getattr(transformers, auto_name)._model_mapping
+        if type(config) in mapping:
+            return mapping[type(config)]
+    raise ModelError(
+        f"task={task!r}: transformers has no {task} head for model_type {config.model_type!r} "
+        f"(looked in {', '.join(TASK_AUTO_CLASSES[task])}); pick the task the model was made for"
+    )
+
+
+def needs_text(model_class):
+    return "input_ids" in inspect.signature(model_class.forward).parameters
+
+
+def _shipped_text_inputs(model_class, config, config_dir):
+    """Token ids of the text queries, from the shipped file: random weights have no tokenizer."""
+    if not needs_text(model_class):
+        return None
+    if getattr(config, "model_type", None) not in CLIP_TEXT_MODEL_TYPES:
+        raise ModelError(
+            f"{model_class.__name__} needs text queries and random weights have no tokenizer; shipped CLIP "
+            f"token ids fit only model types {CLIP_TEXT_MODEL_TYPES}: use weights=pretrained or a model_id"
+        )
+    text = model_inputs.load_text_inputs(config_dir / "text_inputs.json")
+    max_length = config.text_config.max_position_embeddings
+    if text["input_ids"].shape[-1] != max_length:
+        raise ModelError(f"shipped token ids are {text['input_ids'].shape[-1]} long, the config wants {max_length}")
+    return text
+
+
+def _tokenized_text_inputs(model_class, config, checkpoint):
+    if not needs_text(model_class):
+        return None
+    tokenizer = _hub_call(transformers.AutoTokenizer.from_pretrained, checkpoint)
+    return model_inputs.tokenize_queries(tokenizer, config.text_config.max_position_embeddings)
+
+
+def _hub_processor(checkpoint):
+    settings, _ = _hub_call(transformers.ImageProcessingMixin.get_image_processor_dict, checkpoint)
+    return model_inputs.make_processor(settings)
+
+
+def _local_processor(config_path, config):
+    """preprocessor_config.json beside the config, else a plain resize to the config's image size."""
+    beside = config_path.parent / "preprocessor_config.json"
+    if beside.is_file():
+        return model_inputs.make_processor(_read_json(beside))
+    side = getattr(config, "image_size", None)
+    side = side if isinstance(side, int) else 224
+    return model_inputs.make_processor({"image_processor_type": "ViTImageProcessor", "size": {"height": side, "width": side}})
+
+
+def _hub_call(function, checkpoint):
+    try:
+        return function(checkpoint)
+    except OSError as exc:
+        raise ModelError(
+            f"model_id={checkpoint!r}: not reachable ({exc}). Mount a Hugging Face cache that holds it "
+            "(HF_HOME), allow hub access, or use a shipped model or a local config_path"
+        ) from exc
+
+
+def _read_json(path):
+    return json.loads(Path(path).read_text())
+
+
+def _merged(base, overrides):
+    """base with overrides applied; nested dicts (e.g. backbone_config) merge key by key."""
+    merged = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict) and key not in ("size", "crop_size"):
+            merged[key] = _merged(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

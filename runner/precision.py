@@ -1,0 +1,27 @@
+"""Numeric precision flags, set identically in every cell of every image, and recorded.
+
+The values are torch 2.0.1's defaults, the seed benchmark's settings: full-precision
+float32 matmuls (no TF32), cuDNN convolutions allowed to use TF32. Newer torch versions
+keep the same defaults, but setting them explicitly keeps images comparable.
+"""
+import torch
+
+FLOAT32_MATMUL_PRECISION = "highest"
+CUDA_MATMUL_ALLOW_TF32 = False
+CUDNN_ALLOW_TF32 = True
+
+
+def apply_precision():
+    """Set the flags (touches no GPU) and return what torch reports back."""
+    torch.set_float32_matmul_precision(FLOAT32_MATMUL_PRECISION)
+    torch.backends.cuda.matmul.allow_tf32 = CUDA_MATMUL_ALLOW_TF32
+    torch.backends.cudnn.allow_tf32 = CUDNN_ALLOW_TF32
+    return read_precision()
+
+
+def read_precision():
+    return {
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+    }

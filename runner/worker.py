@@ -1,0 +1,66 @@
+"""Code that runs in the cells' processes, and the forkserver's preload.
+
+The forkserver (see runner.isolation) imports this module once: torch, transformers
+and the runner's own modules are then already loaded in every cell's process, which
+starts as a fork of it. Importing must not touch CUDA or start threads: nothing here
+runs torch code at import time.
+"""
+import os
+
+import torch  # noqa: F401  (preloaded for the cells)
+import transformers  # noqa: F401
+
+from runner import records
+from runner.cell import run_cell
+from runner.compile import use_cache_dir
+from runner.environment import collect_environment, resolve_device
+from runner.precision import apply_precision
+from runner.schema import write_record
+
+
+
+def _preload_models():
+    """Import the shipped models' classes and processors: transformers imports them lazily,
+    and the first costs ~2.5 s. A broken models module is reported by the cell itself."""
+    try:
+        from runner.inputs import processor_class
+        from runner.models import SEED_MODELS
+
+        for spec in SEED_MODELS.values():
+            getattr(transformers, spec.model_class)
+            processor_class(spec.processor_class)
+    except Exception:
+        pass
+
+
+_preload_models()
+
+
+def run_job(job, channel):
+    """A cell's process: run the cell, write its record, report the phase marks."""
+    _own_process_group()
+    marks = {"process_started": records.clock()}
+    use_cache_dir(job["compile_cache_dir"] or job["scratch_dir"])
+    record = run_cell(job, marks)
+    write_record(job["out_dir"], record)
+    channel.send({"record_written": True, "status": record["status"], "marks": marks})
+    channel.close()
+
+
+def probe(device_requested, image_name, image_id, channel):
+    """What every record of the run shares: the device, environment and precision flags."""
+    _own_process_group()
+    reply = {}
+    try:
+        reply["precision"] = apply_precision()
+        reply["environment"] = collect_environment(image_name, image_id)
+        reply["device"] = resolve_device(device_requested)
+    except Exception as exc:
+        reply["error"] = f"{type(exc).__name__}: {exc}"
+    channel.send(reply)
+    channel.close()
+
+
+def _own_process_group():
+    """Lead a process group, so the parent can kill this process and all it started."""
+    os.setpgid(0, 0)
