@@ -194,9 +194,9 @@ class DockerClient:
         return [Container(c) for c in found]
 
     def find_images(self, labels):
-        """Tags (or ids, for untagged ones) of images carrying every label in ``labels``."""
+        """Tags (short ids for untagged ones: earlier builds) of images carrying every label."""
         found = self._sdk.images.list(filters={"label": _label_filters(labels)})
-        return [image.tags[0] if image.tags else image.id for image in found]
+        return [image.tags[0] if image.tags else image.short_id for image in found]
 
     def remove_image(self, tag):
         self._sdk.images.remove(tag, force=True)

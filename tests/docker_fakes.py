@@ -8,6 +8,7 @@ class FakeImage:
         self.tags = [tag] if tag else []
         self.labels = labels
         self.id = image_id
+        self.short_id = image_id[:19]
 
 
 class FakeContainer:
