@@ -60,11 +60,14 @@ def built(client):
     return tags
 
 
+HF_TOKEN = "hf_e2eNeverPrintThis"
+
+
 def matrixbench(*args, results, **popen):
-    """`matrixbench run` in a subprocess, as a user types it."""
+    """`matrixbench run` in a subprocess, as a user types it (with an HF_TOKEN to keep secret)."""
     argv = [sys.executable, "-m", "matrixbench.cli", "run", "--matrix", str(MATRIX_PATH),
             "--results", str(results), "--backend", "docker", "--device", "cpu", *args]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "HF_TOKEN": HF_TOKEN}
     return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, **popen)
 
@@ -112,6 +115,7 @@ def test_each_image_runs_its_cells_with_its_own_torch(client, built, tmp_path):
     code, output = finish(matrixbench("--run", run_id, "--cache-dir", str(tmp_path / "compile"),
                                       results=tmp_path / "results"))
     assert code == 0, output
+    assert HF_TOKEN not in output
     for name, version in TORCH.items():
         out_dir = tmp_path / "results" / run_id / name
         found = records(out_dir)
@@ -126,6 +130,7 @@ def test_each_image_runs_its_cells_with_its_own_torch(client, built, tmp_path):
             assert record["environment"]["image_name"] == name
             assert record["environment"]["image_id"] == image_id
             assert (out_dir / f"{cid}.json").stat().st_uid == os.getuid()
+        assert HF_TOKEN not in (out_dir / "runner.log").read_text()
         # the compiled cells filled this image's compile cache (mounted, so a rerun is warm)
         assert any((tmp_path / "compile" / name / "inductor").rglob("*")), f"empty compile cache for {name}"
     assert containers_of(client, run_id) == []
