@@ -175,3 +175,25 @@ def test_ctrl_c_removes_the_container_and_keeps_finished_records(client, built, 
     assert len(records(out_dir)) >= 1
     assert containers_of(client, run_id) == [], "the interrupted run left its container behind"
     assert json.loads((tmp_path / "results" / run_id / "run.json").read_text())["status"] == "interrupted"
+
+
+def test_a_user_without_a_passwd_entry_in_the_image_runs_cells_and_owns_the_records(client, built, tmp_path):
+    from matrixbench.backends.base import RunRequest
+    from matrixbench.backends.docker import DockerBackend
+    from matrixbench.matrix import expand_cells, runner_settings
+
+    matrix = load_matrix(MATRIX_PATH)
+    cells = [cell for cell in expand_cells(matrix) if cell["model"] == "vit" and cell["mode"] == "eager"]
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)  # the stranger's uid must be able to write here
+    out_dir, cache_dir = shared / "run" / "e2e-latest", shared / "compile"
+    for folder in (out_dir, cache_dir):
+        folder.mkdir(parents=True)
+        folder.chmod(0o777)
+    request = RunRequest(image_name="e2e-latest", cells=cells, settings=runner_settings(matrix, "cpu"),
+                         out_dir=out_dir, cache_dir=cache_dir, env={"HF_HUB_OFFLINE": "1"})
+    assert DockerBackend(client=client, user="12345:12345").run(request) == 0
+    (record_file,) = [path for path in out_dir.glob("*.json") if path.name != "cells.json"]
+    assert read_record(record_file)["status"] == "ok"
+    assert record_file.stat().st_uid == 12345
