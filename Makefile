@@ -1,7 +1,9 @@
 # make test    create .venv if needed, install, run every test (Docker/browser/GPU ones skip
 #              themselves where those are absent)
 # make matrix  build, run and report the default matrix, or the CPU smoke matrix without a GPU,
-#              with the local backend without Docker; one banner says which and why
+#              with the local backend without Docker; one banner says which and why.
+#              Overrides: make matrix HAS_GPU=no HAS_DOCKER=no (force the fallbacks),
+#              BUILD_OPTS='--base-image ... --index-url ...', RUN_OPTS='--cold --models vit'
 .PHONY: test matrix help
 
 PYTHON ?= python3.11
@@ -23,6 +25,8 @@ test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VPY) -m pytest
 
 # --- make matrix: what to run, and why ---------------------------------------------------
+BUILD_OPTS ?=
+RUN_OPTS ?=
 HAS_GPU := $(shell nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && echo yes || echo no)
 HAS_DOCKER := $(shell docker info >/dev/null 2>&1 && echo yes || echo no)
 
@@ -60,7 +64,7 @@ matrix: $(STAMP)
 	@echo "Results: results/$(RUN)/   Report: report/"
 	@echo "================================================================================"
 ifeq ($(HAS_DOCKER),yes)
-	$(MB) build --matrix $(MATRIX_FILE)
+	$(MB) build --matrix $(MATRIX_FILE) $(BUILD_OPTS)
 endif
-	$(MB) run --matrix $(MATRIX_FILE) $(IMAGES) --run $(RUN) --backend $(BACKEND) --device $(DEVICE) --note "$(NOTE)"
+	$(MB) run --matrix $(MATRIX_FILE) $(IMAGES) --run $(RUN) --backend $(BACKEND) --device $(DEVICE) --note "$(NOTE)" $(RUN_OPTS)
 	$(MB) report results/$(RUN) --out report

@@ -233,8 +233,11 @@ def report(results_dirs, out_dir, formats):
 def clean(remove_images, run_id, dry_run):
     """Remove the containers (and with --images the images) matrixbench left behind."""
     clean_docker = _library("matrixbench.clean", "clean", "clean")
-    for line in clean_docker(images=remove_images, run_id=run_id, dry_run=dry_run):
+    removed = clean_docker(images=remove_images, run_id=run_id, dry_run=dry_run)
+    for line in removed:
         click.echo(("would remove " if dry_run else "removed ") + line)
+    if not removed:
+        click.echo("nothing to remove")
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ def cell_label(image_name, cell):
 
 
 def record_summary(record):
-    """"ok 12.34 ms (compile 21.0 s) on cpu" or "error: RuntimeError: ..." for one record."""
+    """"ok 12.34 ms (compile 21.0 s) on cpu[, noisy (cv 0.31)]" or "error: RuntimeError: ..."."""
     status = record["status"]
     if status != "ok":
         error = record.get("error") or {}
@@ -51,7 +51,8 @@ def record_summary(record):
     text = f"ok {timing.get('mean_ms', float('nan')):.2f} ms"
     if timing.get("compile_s") is not None and record["cell"]["mode"] != "eager":
         text += f" (compile {timing['compile_s']:.1f} s)"
-    return f"{text} on {record['device']}"
+    text += f" on {record['device']}"
+    return text + (f", noisy (cv {timing['cv']:.2f})" if timing.get("noisy") else "")
 
 
 class ProgressState:

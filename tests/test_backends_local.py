@@ -14,7 +14,7 @@ import pytest
 from host_helpers import write_matrix
 from matrixbench.backends import backend_names, create_backend
 from matrixbench.backends.base import RunRequest
-from matrixbench.backends.local import PROJECT_ROOT, LocalBackend, _stop, runner_env
+from matrixbench.backends.local import PROJECT_ROOT, LocalBackend, _running, _stop, descendants, runner_env
 from matrixbench.errors import RunError
 from matrixbench.matrix import Overrides, apply_overrides, expand_cells, load_matrix, runner_settings
 from runner.schema import read_record, record_path
@@ -142,23 +142,17 @@ def _interrupt_when_exists(path):
     os.kill(os.getpid(), signal.SIGINT)
 
 
-def test_stop_ends_the_whole_process_group():
-    process = subprocess.Popen(["sh", "-c", "sleep 60 & echo $!; wait"], stdout=subprocess.PIPE,
+@pytest.mark.parametrize("spawn", ["sleep 60", "setsid sleep 60"], ids=["same-group", "own-session"])
+def test_stop_ends_the_runner_and_everything_below_it(spawn):
+    process = subprocess.Popen(["sh", "-c", f"{spawn} & echo $!; wait"], stdout=subprocess.PIPE,
                                start_new_session=True, text=True)
     child = int(process.stdout.readline())
+    time.sleep(0.2)
+    assert child in descendants(process.pid)
     _stop(process)
     assert process.poll() is not None
     time.sleep(0.2)
-    assert not _alive(child)
-
-
-def _alive(pid):
-    """Running, as opposed to gone or a zombie nobody reaped (PID 1 in a container may not)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
+    assert not _running(child)
 
 
 # --- end to end with the real runner -------------------------------------------------------

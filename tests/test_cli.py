@@ -168,4 +168,5 @@ def test_clean_lists_what_it_removes(monkeypatch):
     _fake_module(monkeypatch, "matrixbench.clean", clean=clean)
     result = invoke("clean", "--images", "--run", "r1", "--dry-run")
     assert result.exit_code == 0 and "would remove container abc123" in result.stdout
+    assert "nothing to remove" not in result.stdout
     assert calls == [{"images": True, "run_id": "r1", "dry_run": True}]

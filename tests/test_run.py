@@ -105,6 +105,9 @@ def test_record_summary_shows_latency_compile_time_and_device(matrix):
     assert record_summary(make_record(eager, mean_ms=1.5)) == "ok 1.50 ms on cpu"
     assert record_summary(make_record(compiled, mean_ms=1.5, device="cuda")) == "ok 1.50 ms (compile 3.0 s) on cuda"
     assert record_summary(make_record(compiled, "oom")) == "oom: RuntimeError: boom"
+    noisy = make_record(eager, mean_ms=1.5)
+    noisy["timing"].update(cv=0.31, noisy=True)
+    assert record_summary(noisy) == "ok 1.50 ms on cpu, noisy (cv 0.31)"
 
 
 # --- the record watcher --------------------------------------------------------------------

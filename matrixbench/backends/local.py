@@ -108,14 +108,53 @@ def _wait(process):
 
 
 def _stop(process):
-    """SIGTERM the runner's process group (it and its cell processes), then SIGKILL if needed."""
-    for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, STOP_GRACE_S)):
+    """Stop the runner and everything below it, cell processes in sessions of their own included.
+
+    SIGTERM first (the runner may record the interrupted cell), SIGKILL after the grace period
+    for whatever is left.
+    """
+    targets = [process.pid, *descendants(process.pid)]
+    _signal_all(targets, signal.SIGTERM)
+    try:
+        process.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    _signal_all([pid for pid in targets + descendants(process.pid) if _running(pid)], signal.SIGKILL)
+    process.wait()
+
+
+def _signal_all(pids, sig):
+    for pid in pids:
         try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, sig)  # a group leader: its compiler children go too
+            else:
+                os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def descendants(pid):
+    """Every process below ``pid``, from /proc (Linux); [] where there is no /proc."""
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            process.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
             continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def _running(pid):
+    """Alive and not a zombie (in a container, PID 1 may never reap orphans)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
