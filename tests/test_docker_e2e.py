@@ -131,9 +131,20 @@ def test_each_image_runs_its_cells_with_its_own_torch(client, built, tmp_path):
             assert record["environment"]["image_id"] == image_id
             assert (out_dir / f"{cid}.json").stat().st_uid == os.getuid()
         assert HF_TOKEN not in (out_dir / "runner.log").read_text()
-        # the compiled cells filled this image's compile cache (mounted, so a rerun is warm)
-        assert any((tmp_path / "compile" / name / "inductor").rglob("*")), f"empty compile cache for {name}"
     assert containers_of(client, run_id) == []
+
+
+def test_compiles_fill_the_images_compile_cache_folder_unless_cold(client, built, tmp_path):
+    one_compile = ("--images", "e2e-stable", "--models", "vit", "--modes", "default")
+    warm, cold = tmp_path / "warm", tmp_path / "cold"
+    code, output = finish(matrixbench(*one_compile, "--run", "warm", "--cache-dir", str(warm),
+                                      results=tmp_path / "results"))
+    assert code == 0, output
+    assert any((warm / "e2e-stable" / "inductor").rglob("*.py")), "Inductor wrote nothing to the mounted cache"
+    code, output = finish(matrixbench(*one_compile, "--run", "cold", "--cache-dir", str(cold), "--cold",
+                                      results=tmp_path / "results"))
+    assert code == 0, output
+    assert not cold.exists() or not any(cold.rglob("*.py"))
 
 
 def test_a_killed_container_loses_nothing_and_the_rerun_redoes_nothing(client, built, tmp_path):

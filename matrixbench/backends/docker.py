@@ -142,16 +142,13 @@ def container_env(request):
     """The container's whole environment: an allow-list, never a copy of os.environ.
 
     HOME and USER are set because the host uid may have no passwd entry in the image
-    (getpass and ~ would fail). Without a compile-cache folder (--cold) the caches live in
-    the container and die with it.
+    (getpass and ~ would fail). Without a compile-cache folder (--cold) no cache variable is
+    set: the runner compiles each cell in a scratch folder of its own.
     """
-    caches = COMPILE_CACHE_MOUNT if request.cache_dir is not None else "/tmp/compile-cache"
-    env = {
-        "HOME": "/tmp",
-        "USER": "matrixbench",
-        "TORCHINDUCTOR_CACHE_DIR": f"{caches}/inductor",
-        "TRITON_CACHE_DIR": f"{caches}/triton",
-    }
+    env = {"HOME": "/tmp", "USER": "matrixbench"}
+    if request.cache_dir is not None:
+        env["TORCHINDUCTOR_CACHE_DIR"] = f"{COMPILE_CACHE_MOUNT}/inductor"
+        env["TRITON_CACHE_DIR"] = f"{COMPILE_CACHE_MOUNT}/triton"
     if request.hf_cache_dir is not None:
         env["HF_HOME"] = HF_MOUNT
     env.update(request.env)
