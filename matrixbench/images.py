@@ -75,13 +75,12 @@ def build_images(matrix, image_names, *, no_cache=False, dry_run=False, ca_bundl
     return [run_build(client, plan, no_cache=no_cache, emit=emit) for plan in plans]
 
 
-_BOOKKEEPING = re.compile(r"^\s*---> |^Removing intermediate container ")
+# Docker's own bookkeeping lines: kept in the error tail, not shown as progress.
+_BOOKKEEPING = re.compile(r"^\s*---> |^Removing intermediate container |^Successfully tagged ")
 
 
 def print_progress(image_name, line):
-    """The default progress: build steps and pip's lines, without Docker's bookkeeping."""
-    if not _BOOKKEEPING.match(line):
-        print(f"[{image_name}] {line}", flush=True)
+    print(f"[{image_name}] {line}", flush=True)
 
 
 def select_images(matrix, image_names):
@@ -223,18 +222,32 @@ def run_build(client, plan, *, no_cache, emit):
     chunks = client.build(build_context(plan.ca_bundle), plan.tag, plan.buildargs,
                           plan.labels, nocache=no_cache)
     for chunk in chunks:
-        for line in stream.feed(chunk):
-            emit(plan.name, line)
-    for line in stream.flush():
-        emit(plan.name, line)
+        _emit_progress(plan.name, stream.feed(chunk), emit)
+    _emit_progress(plan.name, stream.flush(), emit)
     if stream.error:
         tail = "\n".join(stream.tail)
         raise BuildError(
-            f"building image {plan.name!r} ({plan.tag}) failed: {stream.error}\n"
+            f"building image {plan.name!r} ({plan.tag}) failed: {stream.error}{_hint(stream, plan)}\n"
             f"--- last {len(stream.tail)} lines of the build log ---\n{tail}"
         )
     emit(plan.name, f"built {plan.tag} in {time.monotonic() - started:.0f} s")
     return plan.tag
+
+
+def _emit_progress(image_name, lines, emit):
+    for line in lines:
+        if not _BOOKKEEPING.match(line):
+            emit(image_name, line)
+
+
+def _hint(stream, plan):
+    """What to do when the build failed at FROM: the base image is neither local nor pullable."""
+    steps = [line for line in stream.tail if line.startswith("Step ")]
+    if steps and " : FROM " in steps[-1]:
+        return (f"\nthe base image {plan.buildargs['BASE_IMAGE']} is not on this machine and could "
+                "not be pulled: pull or load it, or pick another with --base-image (or the "
+                "entry's base_image); for the tests, .ci/make-base-images makes them")
+    return ""
 
 
 def build_context(ca_bundle=None):

@@ -181,12 +181,33 @@ def test_a_failed_build_raises_build_error_with_the_log_tail(monkeypatch):
     assert "matrixbench:stable" not in sdk.images_by_tag
 
 
-def test_print_progress_hides_docker_bookkeeping_lines(capsys):
-    images.print_progress("stable", " ---> Running in 8d2ae4217556")
-    images.print_progress("stable", "Removing intermediate container 8d2ae4217556")
-    images.print_progress("stable", " ---> 730d03285f88")
-    images.print_progress("stable", "Collecting torch==2.0.1")
-    assert capsys.readouterr().out == "[stable] Collecting torch==2.0.1\n"
+def test_progress_leaves_out_docker_bookkeeping_but_the_error_tail_keeps_it(monkeypatch):
+    sdk = FakeSDK(build_chunks=[
+        {"stream": "Step 14/25 : RUN sh /opt/matrixbench/pip-install.sh torch\n"},
+        {"stream": " ---> Running in 8d2ae4217556\n"},
+        {"stream": "Collecting torch==2.0.1\n"},
+        {"stream": "Removing intermediate container 8d2ae4217556\n ---> 730d03285f88\n"},
+        {"error": "boom"},
+    ])
+    _fake_client(monkeypatch, sdk)
+    lines = []
+    with pytest.raises(BuildError) as caught:
+        images.build_images(MATRIX, ["stable"], on_progress=lambda name, line: lines.append(line))
+    assert lines[1:3] == ["Step 14/25 : RUN sh /opt/matrixbench/pip-install.sh torch", "Collecting torch==2.0.1"]
+    assert not any("--->" in line or "intermediate" in line for line in lines)
+    assert " ---> Running in 8d2ae4217556" in str(caught.value)
+
+
+def test_a_build_failing_at_from_says_the_base_image_is_missing(monkeypatch):
+    sdk = FakeSDK(build_chunks=[
+        {"stream": "Step 1/25 : ARG BASE_IMAGE=python:3.10-slim-bookworm\n"},
+        {"stream": "Step 2/25 : FROM ${BASE_IMAGE}\n"},
+        {"error": 'Get "https://registry-1.docker.io/v2/": dial tcp: no such host'},
+    ])
+    _fake_client(monkeypatch, sdk)
+    with pytest.raises(BuildError, match="base image registry.local/py:3.10 is not on this machine.*--base-image"):
+        images.build_images(MATRIX, ["stable"], base_image="registry.local/py:{python}",
+                            on_progress=lambda *_: None)
 
 
 def test_dry_run_of_the_repository_matrix_yaml():
