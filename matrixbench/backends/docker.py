@@ -32,11 +32,11 @@ class DockerBackend(Backend):
 
     name = "docker"
 
-    def __init__(self, matrix=None, *, client=None, run_id=None, on_log=None, user=None):
-        """``matrix`` is unused (the registry passes it to every backend). ``client``: a
-        docker_client.DockerClient (connects on first use when None). ``run_id`` labels the
-        containers (default: the name of out_dir's parent, results/<run>). ``on_log(image_name,
-        line)`` also gets the container's log lines. ``user`` is "uid:gid" (default: ours)."""
+    def __init__(self, *, client=None, run_id=None, on_log=None, user=None):
+        """``client``: a docker_client.DockerClient (connects on first use when None).
+        ``run_id`` labels the containers (default: the name of out_dir's parent, results/<run>).
+        ``on_log(image_name, line)`` also gets the container's log lines (they always go to
+        <out_dir>/runner.log). ``user`` is "uid:gid" (default: the current user's)."""
         self._client = client
         self._run_id = run_id
         self._on_log = on_log
