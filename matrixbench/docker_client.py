@@ -201,6 +201,15 @@ class DockerClient:
     def remove_image(self, tag):
         self._sdk.images.remove(tag, force=True)
 
+    def discard_image(self, image_id):
+        """Remove an image a rebuild replaced; one still in use (or gone) is left alone."""
+        from docker.errors import APIError
+
+        try:
+            self._sdk.images.remove(image_id, force=False, noprune=False)
+        except APIError:
+            pass
+
 
 def _label_filters(labels):
     return [key if value is None else f"{key}={value}" for key, value in labels.items()]

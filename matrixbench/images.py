@@ -217,6 +217,7 @@ def _redact_url(word):
 def run_build(client, plan, *, no_cache, emit):
     """Build one plan, streaming its log lines to ``emit``; return the tag."""
     started = time.monotonic()
+    previous = client.inspect_image(plan.tag)
     emit(plan.name, f"building {plan.tag} from {plan.buildargs['BASE_IMAGE']}")
     stream = docker_client.BuildStream()
     chunks = client.build(build_context(plan.ca_bundle), plan.tag, plan.buildargs,
@@ -230,6 +231,8 @@ def run_build(client, plan, *, no_cache, emit):
             f"building image {plan.name!r} ({plan.tag}) failed: {stream.error}{_hint(stream, plan)}\n"
             f"--- last {len(stream.tail)} lines of the build log ---\n{tail}"
         )
+    if previous is not None and previous.id != client.inspect_image(plan.tag).id:
+        client.discard_image(previous.id)  # the old build would linger untagged
     emit(plan.name, f"built {plan.tag} in {time.monotonic() - started:.0f} s")
     return plan.tag
 

@@ -64,9 +64,11 @@ class FakeImages:
         return [image for image in self.sdk.images_by_tag.values()
                 if _matches(image.labels, filters["label"])]
 
-    def remove(self, tag, force=False):
+    def remove(self, tag, force=False, noprune=False):
         self.sdk.removed_images.append(tag)
-        del self.sdk.images_by_tag[tag]
+        for key, image in list(self.sdk.images_by_tag.items()):
+            if tag in (key, image.id):
+                del self.sdk.images_by_tag[key]
 
 
 class FakeContainers:
@@ -96,7 +98,9 @@ class FakeAPI:
                 raise chunk
             yield chunk
         if not any("error" in chunk for chunk in self.sdk.build_chunks if isinstance(chunk, dict)):
-            self.sdk.images_by_tag[kwargs["tag"]] = FakeImage(kwargs["tag"], kwargs["labels"])
+            self.sdk.builds += 1
+            self.sdk.images_by_tag[kwargs["tag"]] = FakeImage(kwargs["tag"], kwargs["labels"],
+                                                              f"sha256:build{self.sdk.builds}")
 
 
 class FakeSDK:
@@ -110,6 +114,7 @@ class FakeSDK:
         self.images_by_tag = {}
         self.next_container = {}
         self.run_error = None
+        self.builds = 0
         self.api = FakeAPI(self)
         self.images = FakeImages(self)
         self.containers = FakeContainers(self)

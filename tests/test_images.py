@@ -221,3 +221,13 @@ def test_dry_run_of_the_repository_matrix_yaml():
     assert "--build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu118" in text
     assert "--build-arg TRANSFORMERS_SPEC=transformers==4.43.4" in text
     assert "--build-arg BASE_IMAGE=python:3.12-slim-bookworm" in text
+
+
+def test_a_rebuild_discards_the_image_it_replaced(monkeypatch):
+    sdk = FakeSDK(build_chunks=[{"stream": "Successfully built x\n"}])
+    _fake_client(monkeypatch, sdk)
+    images.build_images(MATRIX, ["stable"], on_progress=lambda *_: None)
+    first = sdk.images_by_tag["matrixbench:stable"].id
+    images.build_images(MATRIX, ["stable"], on_progress=lambda *_: None)
+    assert sdk.removed_images == [first]
+    assert sdk.images_by_tag["matrixbench:stable"].id != first
