@@ -104,9 +104,6 @@ class Container:
         """Block until it exits; its exit code."""
         return int(self._sdk.wait()["StatusCode"])
 
-    def log_tail(self, lines=40):
-        return self._sdk.logs(tail=lines).decode("utf-8", "replace")
-
     def stop(self, timeout=10):
         _ignore_missing(self._sdk.stop, timeout=timeout)
 
