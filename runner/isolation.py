@@ -64,7 +64,7 @@ class Launcher:
         receiver, sender = self._context.Pipe(duplex=False)
         process = self._context.Process(
             target=_call, args=("runner.worker", function_name, args, sender),
-            name=f"matrixbench-{function_name}", daemon=True)
+            name=f"matrixbench-{function_name}")
         process.start()
         sender.close()
         try:

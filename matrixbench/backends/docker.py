@@ -1,0 +1,179 @@
+"""The docker backend: one container per image runs `python -m runner` on that image's cells.
+
+Mounted into the container: the image's results folder (/results, holding the cells file the
+runner reads and the records it writes), the host's HF cache (/hf-home, as HF_HOME) and the
+image's compile-cache folder (/compile-cache: Inductor and Triton caches). The container runs
+as the host user's uid:gid, so records on the host belong to that user. Its log goes to
+<out_dir>/runner.log, as with the local backend.
+"""
+import os
+import re
+import uuid
+from collections import deque
+from pathlib import Path
+
+from matrixbench import docker_client
+from matrixbench.backends.base import Backend
+from matrixbench.errors import RunError
+from matrixbench.images import image_tag
+from matrixbench.runner_input import CELLS_FILENAME, write_cells_file
+from runner.schema import record_path
+
+RESULTS_MOUNT = "/results"
+LOG_FILENAME = "runner.log"
+HF_MOUNT = "/hf-home"
+COMPILE_CACHE_MOUNT = "/compile-cache"
+LOG_TAIL_LINES = 40
+SECRET_KEY = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
+
+
+class DockerBackend(Backend):
+    """Runs each image's cells in a fresh container of its `matrixbench build` image."""
+
+    name = "docker"
+
+    def __init__(self, *, client=None, run_id=None, on_log=None, user=None):
+        """``client``: a docker_client.DockerClient (connects on first use when None).
+        ``run_id`` labels the containers (default: the name of out_dir's parent, results/<run>).
+        ``on_log(image_name, line)`` also gets the container's log lines (they always go to
+        <out_dir>/runner.log). ``user`` is "uid:gid" (default: the current user's)."""
+        self._client = client
+        self._run_id = run_id
+        self._on_log = on_log
+        self._user = user or f"{os.getuid()}:{os.getgid()}"
+
+    def describe(self):
+        return f"docker backend: one container per image ({image_tag('<image>')}, built by `matrixbench build`)"
+
+    def gpus_available(self):
+        return self._connected().gpus_available()
+
+    def run(self, request):
+        client = self._connected()
+        image = self._image(client, request)
+        if request.gpus and not client.gpus_available():
+            raise RunError(
+                "GPUs were requested but Docker on this host cannot give them (no nvidia "
+                "runtime: install the NVIDIA driver and nvidia-container-toolkit), or run on "
+                "the CPU with --device cpu"
+            )
+        write_cells_file(request, image.id)
+        container = client.start_container(
+            image_tag(request.image_name), runner_argv(),
+            user=self._user, env=container_env(request), mounts=mounts(request),
+            labels=self._labels(request, image), gpus=request.gpus,
+            name=self._container_name(request),
+        )
+        return self._follow(container, request)
+
+    def _connected(self):
+        if self._client is None:
+            self._client = docker_client.connect()
+        return self._client
+
+    def _image(self, client, request):
+        tag = image_tag(request.image_name)
+        image = client.inspect_image(tag)
+        if image is None:
+            raise RunError(
+                f"image {request.image_name!r}: Docker has no {tag}; build it first with "
+                f"`matrixbench build --images {request.image_name}`"
+            )
+        return image
+
+    def _follow(self, container, request):
+        """Stream logs until the container exits; stop and remove it whatever happens."""
+        tail = deque(maxlen=LOG_TAIL_LINES)
+        hide = secrets(request.env)
+        try:
+            with open(Path(request.out_dir) / LOG_FILENAME, "a") as log:
+                for line in container.log_lines():
+                    line = redact(line, hide)
+                    tail.append(line)
+                    log.write(line + "\n")
+                    log.flush()
+                    if self._on_log:
+                        self._on_log(request.image_name, line)
+            exit_code = container.wait()
+        except KeyboardInterrupt:
+            container.stop(timeout=5)
+            raise
+        finally:
+            container.remove()
+        if exit_code != 0 and not all_recorded(request):
+            raise RunError(container_failure(request, exit_code, tail))
+        return exit_code
+
+    def _labels(self, request, image):
+        return {
+            docker_client.LABEL_MARK: "1",
+            docker_client.LABEL_RUN_ID: self._run_id_for(request),
+            docker_client.LABEL_IMAGE: request.image_name,
+            docker_client.LABEL_TORCH: image.labels.get(docker_client.LABEL_TORCH, "unknown"),
+        }
+
+    def _run_id_for(self, request):
+        return self._run_id or Path(request.out_dir).resolve().parent.name
+
+    def _container_name(self, request):
+        raw = f"matrixbench-{self._run_id_for(request)}-{request.image_name}-{uuid.uuid4().hex[:6]}"
+        return re.sub(r"[^A-Za-z0-9_.-]", "-", raw)
+
+
+def runner_argv():
+    """The argv after the image's ENTRYPOINT (python -m runner)."""
+    return ["--cells", f"{RESULTS_MOUNT}/{CELLS_FILENAME}", "--out", RESULTS_MOUNT]
+
+
+def mounts(request):
+    """Host folder -> (container folder, mode); host folders are made here so Docker does
+    not create them as root."""
+    table = {Path(request.out_dir): (RESULTS_MOUNT, "rw")}
+    if request.hf_cache_dir is not None:
+        table[Path(request.hf_cache_dir)] = (HF_MOUNT, "rw")
+    if request.cache_dir is not None:
+        table[Path(request.cache_dir)] = (COMPILE_CACHE_MOUNT, "rw")
+    for host in table:
+        host.mkdir(parents=True, exist_ok=True)
+    return {host.resolve(): target for host, target in table.items()}
+
+
+def container_env(request):
+    """The container's whole environment: an allow-list, never a copy of os.environ.
+
+    HOME and USER are set because the host uid may have no passwd entry in the image
+    (getpass and ~ would fail). Without a compile-cache folder (--cold) no cache variable is
+    set: the runner compiles each cell in a scratch folder of its own.
+    """
+    env = {"HOME": "/tmp", "USER": "matrixbench"}
+    if request.cache_dir is not None:
+        env["TORCHINDUCTOR_CACHE_DIR"] = f"{COMPILE_CACHE_MOUNT}/inductor"
+        env["TRITON_CACHE_DIR"] = f"{COMPILE_CACHE_MOUNT}/triton"
+    if request.hf_cache_dir is not None:
+        env["HF_HOME"] = HF_MOUNT
+    env.update(request.env)
+    return env
+
+
+def secrets(env):
+    """Values that must never reach a log or an error message (HF_TOKEN and the like)."""
+    return [value for key, value in env.items() if SECRET_KEY.search(key) and len(str(value)) >= 4]
+
+
+def redact(line, hide):
+    for value in hide:
+        line = line.replace(str(value), "***")
+    return line
+
+
+def all_recorded(request):
+    return all(record_path(request.out_dir, cell).exists() for cell in request.cells)
+
+
+def container_failure(request, exit_code, tail):
+    done = sum(record_path(request.out_dir, cell).exists() for cell in request.cells)
+    return (
+        f"image {request.image_name!r}: the container exited with code {exit_code} before "
+        f"every cell had a record ({done} of {len(request.cells)} do; finished records are "
+        f"kept, rerun to resume)\n--- last {len(tail)} lines of its log ---\n" + "\n".join(tail)
+    )

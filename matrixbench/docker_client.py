@@ -1,0 +1,212 @@
+"""The one module that imports the docker SDK: a thin wrapper the rest of matrixbench uses.
+
+Tests fake the SDK at one seam: ``DockerClient(sdk)`` takes any object shaped like
+``docker.DockerClient``; ``connect()`` is the only place that calls ``docker.from_env()``.
+"""
+import json
+import os
+from collections import deque
+from dataclasses import dataclass
+
+from matrixbench.errors import DockerUnavailableError, RunError
+
+# Every container and image matrixbench makes carries LABEL_MARK, so leftovers can be found.
+LABEL_MARK = "matrixbench"
+LABEL_IMAGE = "matrixbench.image"
+LABEL_TORCH = "matrixbench.torch"
+LABEL_MATRIX_HASH = "matrixbench.matrix_hash"
+LABEL_RUN_ID = "matrixbench.run_id"
+
+START_HINT = (
+    "start it with `sudo systemctl start docker` (or `sudo dockerd &`), "
+    "or run without Docker: --backend local"
+)
+
+
+def connect():
+    """A DockerClient for the daemon in the environment (DOCKER_HOST or the local socket)."""
+    try:
+        import docker
+    except ImportError as exc:
+        raise DockerUnavailableError(
+            f"the docker Python package is missing ({exc}); pip install 'docker>=7', "
+            "or run without Docker: --backend local"
+        ) from exc
+    try:
+        sdk = docker.from_env()
+        sdk.ping()
+    except docker.errors.DockerException as exc:
+        raise DockerUnavailableError(unavailable_message(exc)) from exc
+    return DockerClient(sdk)
+
+
+def unavailable_message(exc):
+    where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"no Docker daemon answers at {where} ({reason}); {START_HINT}"
+
+
+def gpu_request():
+    """`--gpus all` in SDK terms."""
+    from docker.types import DeviceRequest
+
+    return DeviceRequest(count=-1, capabilities=[["gpu"]])
+
+
+class BuildStream:
+    """Turns the SDK's decoded build chunks into whole log lines; keeps a tail for errors."""
+
+    def __init__(self, tail_lines=40):
+        self.tail = deque(maxlen=tail_lines)
+        self.error = None
+        self.image_id = None
+        self._partial = ""
+
+    def feed(self, chunk):
+        """Take one decoded chunk; return the complete lines it finished."""
+        if "error" in chunk:
+            self.error = chunk.get("error") or json.dumps(chunk.get("errorDetail"))
+            return self._keep([f"ERROR: {self.error}"])
+        if "aux" in chunk and isinstance(chunk["aux"], dict):
+            self.image_id = chunk["aux"].get("ID", self.image_id)
+        text = self._partial + chunk.get("stream", "")
+        *lines, self._partial = text.split("\n")
+        return self._keep([line.rsplit("\r", 1)[-1] for line in lines if line.strip()])
+
+    def flush(self):
+        rest, self._partial = self._partial, ""
+        return self._keep([rest] if rest.strip() else [])
+
+    def _keep(self, lines):
+        self.tail.extend(lines)
+        return lines
+
+
+class Container:
+    """A started container: its log lines, its exit code, stop and remove."""
+
+    def __init__(self, sdk_container):
+        self._sdk = sdk_container
+        self.id = sdk_container.id
+
+    def log_lines(self):
+        """Follow stdout+stderr until the container exits, a line at a time."""
+        partial = b""
+        for chunk in self._sdk.logs(stream=True, follow=True):
+            partial += chunk
+            *lines, partial = partial.split(b"\n")
+            for line in lines:
+                yield line.decode("utf-8", "replace")
+        if partial:
+            yield partial.decode("utf-8", "replace")
+
+    def wait(self):
+        """Block until it exits; its exit code."""
+        return int(self._sdk.wait()["StatusCode"])
+
+    def stop(self, timeout=10):
+        _ignore_missing(self._sdk.stop, timeout=timeout)
+
+    def kill(self):
+        _ignore_missing(self._sdk.kill)
+
+    def remove(self):
+        _ignore_missing(self._sdk.remove, force=True)
+
+
+def _ignore_missing(action, **kwargs):
+    """Stop/kill/remove: a container that is already gone is fine."""
+    from docker.errors import APIError, NotFound
+
+    try:
+        action(**kwargs)
+    except NotFound:
+        pass
+    except APIError as exc:
+        if exc.status_code not in (404, 409):  # 409: not running / removal in progress
+            raise
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    id: str
+    labels: dict
+
+
+class DockerClient:
+    """What matrixbench asks of Docker, and nothing else."""
+
+    def __init__(self, sdk):
+        self._sdk = sdk
+
+    def build(self, context_tar, tag, buildargs, labels, nocache=False):
+        """Build from an in-memory tar context; yield the decoded chunks as they stream.
+
+        An SDK failure (bad request, daemon gone) arrives as a last ``{"error": ...}`` chunk,
+        the same shape as a failed build step.
+        """
+        from docker.errors import DockerException
+
+        try:
+            yield from self._sdk.api.build(
+                fileobj=context_tar, custom_context=True, tag=tag, buildargs=buildargs,
+                labels=labels, nocache=nocache, rm=True, forcerm=True, decode=True,
+            )
+        except DockerException as exc:
+            yield {"error": str(exc)}
+
+    def inspect_image(self, tag):
+        """The local image's id and labels, or None when there is no such image."""
+        from docker.errors import ImageNotFound
+
+        try:
+            image = self._sdk.images.get(tag)
+        except ImageNotFound:
+            return None
+        return ImageInfo(id=image.id, labels=dict(image.labels or {}))
+
+    def gpus_available(self):
+        """Whether the daemon can hand out NVIDIA GPUs (the nvidia runtime is registered)."""
+        runtimes = self._sdk.info().get("Runtimes") or {}
+        return "nvidia" in runtimes
+
+    def start_container(self, image, command, *, user, env, mounts, labels, gpus=False, name=None):
+        """Start a detached container; ``mounts`` maps host path -> (container path, mode)."""
+        from docker.errors import DockerException
+
+        volumes = {str(host): {"bind": path, "mode": mode} for host, (path, mode) in mounts.items()}
+        try:
+            sdk_container = self._sdk.containers.run(
+                image, command, detach=True, user=user, environment=env, volumes=volumes,
+                labels=labels, name=name, shm_size="2g", init=True,  # init: forwards SIGTERM, reaps cells
+                device_requests=[gpu_request()] if gpus else None,
+            )
+        except DockerException as exc:  # the message names the image, never the environment
+            raise RunError(f"Docker could not start a container of {image}: {exc}") from exc
+        return Container(sdk_container)
+
+    def find_containers(self, labels):
+        """All containers (running or not) carrying every label in ``labels``."""
+        found = self._sdk.containers.list(all=True, filters={"label": _label_filters(labels)})
+        return [Container(c) for c in found]
+
+    def find_images(self, labels):
+        """Tags (short ids for untagged ones: earlier builds) of images carrying every label."""
+        found = self._sdk.images.list(filters={"label": _label_filters(labels)})
+        return [image.tags[0] if image.tags else image.short_id for image in found]
+
+    def remove_image(self, tag):
+        self._sdk.images.remove(tag, force=True)
+
+    def discard_image(self, image_id):
+        """Remove an image a rebuild replaced; one still in use (or gone) is left alone."""
+        from docker.errors import APIError
+
+        try:
+            self._sdk.images.remove(image_id, force=False, noprune=False)
+        except APIError:
+            pass
+
+
+def _label_filters(labels):
+    return [key if value is None else f"{key}={value}" for key, value in labels.items()]

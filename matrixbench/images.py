@@ -1,0 +1,293 @@
+"""`matrixbench build`: one Docker image per matrix.yaml image entry, from images/Dockerfile.
+
+An image entry is read by field name, as a dict or an object with attributes: ``name``,
+``torch`` (a spec such as "torch==2.0.1", or a bare version), ``index_url`` (where torch comes
+from; CUDA builds), ``python`` ("3.10"), ``base_image``, ``transformers`` (spec or version),
+``extra_pins`` (list of requirements, e.g. ["numpy<2"]), ``extra_index_urls``. ``env`` is a
+run-time setting and is not baked into the image. matrixbench.matrix.Image has these fields.
+"""
+import hashlib
+import io
+import json
+import re
+import tarfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+from urllib.parse import urlsplit, urlunsplit
+
+from matrixbench import docker_client
+from matrixbench.errors import BuildError, MatrixError
+
+DEFAULT_INDEX_URL = "https://pypi.org/simple"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+IMAGES_DIR = REPO_ROOT / "images"
+RUNNER_DIR = REPO_ROOT / "runner"
+CONTEXT_FILES = ("Dockerfile", "ensure-toolchain.sh", "pip-install.sh")
+TAG_REPOSITORY = "matrixbench"
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything one `docker build` gets: what --dry-run prints."""
+
+    name: str
+    tag: str
+    buildargs: dict
+    labels: dict
+    ca_bundle: Optional[Path]
+
+    def describe(self):
+        lines = [f"{self.tag}  (image {self.name!r}, base {self.buildargs['BASE_IMAGE']})"]
+        lines += [f"  --build-arg {key}={_redact_urls(value)}" for key, value in sorted(self.buildargs.items())]
+        lines += [f"  --label {key}={value}" for key, value in sorted(self.labels.items())]
+        lines.append(f"  ca bundle: {self.ca_bundle or 'none'}")
+        return "\n".join(lines)
+
+
+def image_tag(image_name):
+    """The local tag of an image entry's build; the docker backend runs this tag."""
+    return f"{TAG_REPOSITORY}:{image_name}"
+
+
+def build_images(matrix, image_names, *, no_cache=False, dry_run=False, ca_bundle=None,
+                 index_url=None, extra_index_urls=(), base_image=None, on_progress=None):
+    """Build the named images (all when ``image_names`` is None); return their tags.
+
+    ``on_progress(image_name, line)`` gets every build log line (and, with ``dry_run``, the
+    description of each build); it defaults to printing ``[name] line``. ``dry_run`` needs
+    no Docker daemon. A failed build raises BuildError carrying the log tail.
+    """
+    emit = on_progress or print_progress
+    plans = [
+        plan_build(entry, ca_bundle=ca_bundle, index_url=index_url,
+                   extra_index_urls=extra_index_urls, base_image=base_image)
+        for entry in select_images(matrix, image_names)
+    ]
+    if dry_run:
+        for plan in plans:
+            for line in plan.describe().splitlines():
+                emit(plan.name, line)
+        return [plan.tag for plan in plans]
+    client = docker_client.connect()
+    return [run_build(client, plan, no_cache=no_cache, emit=emit) for plan in plans]
+
+
+# Docker's own bookkeeping lines: kept in the error tail, not shown as progress.
+_BOOKKEEPING = re.compile(r"^\s*---> |^Removing intermediate container |^Successfully tagged ")
+
+
+def print_progress(image_name, line):
+    print(f"[{image_name}] {line}", flush=True)
+
+
+def select_images(matrix, image_names):
+    """The image entries named (in that order), or all of them; unknown names are an error."""
+    images = matrix.images if hasattr(matrix, "images") else matrix["images"]
+    if isinstance(images, Mapping):
+        by_name = dict(images)
+    else:
+        by_name = {entry_field(entry, "name"): entry for entry in images}
+    if image_names is None:
+        return [_named(name, entry) for name, entry in by_name.items()]
+    unknown = [name for name in image_names if name not in by_name]
+    if unknown:
+        raise MatrixError(
+            f"--images: unknown image(s) {', '.join(unknown)}; the matrix defines "
+            f"{', '.join(by_name) or 'none'}"
+        )
+    return [_named(name, by_name[name]) for name in image_names]
+
+
+def _named(name, entry):
+    """An entry that knows its name, also when the matrix keys entries by name."""
+    if entry_field(entry, "name"):
+        return entry
+    return dict(vars(entry) if not isinstance(entry, Mapping) else entry, name=name)
+
+
+def entry_field(entry, field, default=None):
+    value = entry.get(field) if isinstance(entry, Mapping) else getattr(entry, field, None)
+    return default if value is None else value
+
+
+def plan_build(entry, *, ca_bundle=None, index_url=None, extra_index_urls=(), base_image=None):
+    """Derive the build args and labels of one image entry; options override the entry."""
+    name = entry_field(entry, "name")
+    python = str(entry_field(entry, "python", ""))
+    torch_spec = requirement("torch", entry_field(entry, "torch"), field=f"images.{name}.torch")
+    buildargs = {
+        "BASE_IMAGE": _base_image(base_image or entry_field(entry, "base_image"), python),
+        "PYTHON": f"python{python}" if python else "python3",
+        "TORCH_SPEC": torch_spec,
+        "TORCH_INDEX_URL": entry_field(entry, "index_url", ""),
+        "TRANSFORMERS_SPEC": requirement("transformers", entry_field(entry, "transformers"),
+                                         field=f"images.{name}.transformers"),
+        "EXTRA_PINS": _joined(entry_field(entry, "extra_pins", ()), f"images.{name}.extra_pins"),
+        "INDEX_URL": index_url or DEFAULT_INDEX_URL,
+        "EXTRA_INDEX_URLS": _joined([*entry_field(entry, "extra_index_urls", ()), *extra_index_urls],
+                                    f"images.{name}.extra_index_urls / --extra-index-url"),
+    }
+    labels = {
+        docker_client.LABEL_MARK: "1",
+        docker_client.LABEL_IMAGE: name,
+        docker_client.LABEL_TORCH: torch_version(torch_spec),
+        docker_client.LABEL_MATRIX_HASH: build_hash(buildargs),
+    }
+    return BuildPlan(name=name, tag=image_tag(name), buildargs=buildargs, labels=labels,
+                     ca_bundle=_checked_ca_bundle(ca_bundle))
+
+
+def _base_image(base_image, python):
+    """The entry's base image (``{python}`` filled in), else the official python image."""
+    if base_image:
+        return base_image.format(python=python)
+    return f"python:{python or '3'}-slim-bookworm"
+
+
+_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def requirement(package, pin, *, field):
+    """A pip requirement for ``package`` from a matrix pin: "2.0.1", "<5", "torch==2.0.1" or None."""
+    if pin is None or str(pin).strip() == "":
+        return package
+    pin = str(pin).strip()
+    if pin[0].isdigit():
+        return f"{package}=={pin}"
+    if pin[0] in "<>=!~":
+        return f"{package}{pin}"
+    match = _NAME.match(pin)
+    if match and match.group(1).lower().replace("_", "-") == package:
+        return pin
+    raise MatrixError(
+        f"{field}: {pin!r} is not a pin of {package}; write a version ('2.0.1'), a "
+        f"specifier ('<2.1') or a requirement ('{package}==2.0.1')"
+    )
+
+
+def torch_version(torch_spec):
+    """The version an exact pin names ("torch==2.0.1" -> "2.0.1"); else the specifier."""
+    match = re.fullmatch(r"torch\s*===?\s*([^\s;,]+)", torch_spec)
+    if match:
+        return match.group(1)
+    return torch_spec[len("torch"):].strip() or "latest"
+
+
+def build_hash(buildargs):
+    """A short digest of what the image was built from: a label to spot stale images."""
+    canonical = json.dumps(buildargs, sort_keys=True).encode()
+    return hashlib.sha256(canonical).hexdigest()[:16]
+
+
+def _joined(items, field):
+    items = [items] if isinstance(items, str) else list(items)
+    spaced = [item for item in items if not item or any(ch.isspace() for ch in str(item))]
+    if spaced:
+        raise MatrixError(f"{field}: {spaced[0]!r} must be one non-empty word without spaces")
+    return " ".join(str(item) for item in items)
+
+
+def _checked_ca_bundle(ca_bundle):
+    if ca_bundle is None:
+        return None
+    path = Path(ca_bundle)
+    if not path.is_file():
+        raise BuildError(
+            f"--ca-bundle {path}: no such file; give a PEM bundle such as "
+            "/etc/ssl/certs/ca-certificates.crt"
+        )
+    return path
+
+
+def _redact_urls(value):
+    """Hide passwords/tokens in index URLs before printing them."""
+    return " ".join(_redact_url(word) for word in str(value).split(" "))
+
+
+def _redact_url(word):
+    parts = urlsplit(word)
+    if not parts.scheme or "@" not in parts.netloc:
+        return word
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
+
+
+def run_build(client, plan, *, no_cache, emit):
+    """Build one plan, streaming its log lines to ``emit``; return the tag."""
+    started = time.monotonic()
+    previous = client.inspect_image(plan.tag)
+    emit(plan.name, f"building {plan.tag} from {plan.buildargs['BASE_IMAGE']}")
+    stream = docker_client.BuildStream()
+    chunks = client.build(build_context(plan.ca_bundle), plan.tag, plan.buildargs,
+                          plan.labels, nocache=no_cache)
+    for chunk in chunks:
+        _emit_progress(plan.name, stream.feed(chunk), emit)
+    _emit_progress(plan.name, stream.flush(), emit)
+    if stream.error:
+        tail = "\n".join(stream.tail)
+        raise BuildError(
+            f"building image {plan.name!r} ({plan.tag}) failed: {stream.error}{_hint(stream, plan)}\n"
+            f"--- last {len(stream.tail)} lines of the build log ---\n{tail}"
+        )
+    if previous is not None and previous.id != client.inspect_image(plan.tag).id:
+        client.discard_image(previous.id)  # the old build would linger untagged
+    emit(plan.name, f"built {plan.tag} in {time.monotonic() - started:.0f} s")
+    return plan.tag
+
+
+def _emit_progress(image_name, lines, emit):
+    for line in lines:
+        if not _BOOKKEEPING.match(line):
+            emit(image_name, line)
+
+
+def _hint(stream, plan):
+    """What to do when the build failed at FROM: the base image is neither local nor pullable."""
+    steps = [line for line in stream.tail if line.startswith("Step ")]
+    if steps and " : FROM " in steps[-1]:
+        return (f"\nthe base image {plan.buildargs['BASE_IMAGE']} is not on this machine and could "
+                "not be pulled: pull or load it, or pick another with --base-image (or the "
+                "entry's base_image); for the tests, .ci/make-base-images makes them")
+    return ""
+
+
+def build_context(ca_bundle=None):
+    """The build context as an in-memory tar: the Dockerfile and its scripts, runner/, the CA bundle."""
+    missing = [str(IMAGES_DIR / name) for name in CONTEXT_FILES if not (IMAGES_DIR / name).is_file()]
+    if missing or not RUNNER_DIR.is_dir():
+        raise BuildError(
+            f"cannot find {', '.join(missing) or RUNNER_DIR}: `matrixbench build` runs from a "
+            "source checkout of matrixbench (pip install -e .)"
+        )
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name in CONTEXT_FILES:
+            tar.add(IMAGES_DIR / name, arcname=name, filter=_readable)
+        tar.add(RUNNER_DIR, arcname="runner", filter=_source_only)
+        _add_bytes(tar, "ca-bundle.crt", Path(ca_bundle).read_bytes() if ca_bundle else b"")
+    buffer.seek(0)
+    return buffer
+
+
+def _readable(info):
+    """Owned by root and readable by all: the container runs as the host user's uid."""
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mode |= 0o755 if info.isdir() else 0o644
+    return info
+
+
+def _source_only(info):
+    if "__pycache__" in info.name.split("/") or info.name.endswith((".pyc", ".pyo")):
+        return None
+    return _readable(info)
+
+
+def _add_bytes(tar, name, data):
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    info.mode = 0o644
+    tar.addfile(info, io.BytesIO(data))
+

@@ -1,0 +1,139 @@
+"""A stand-in for the docker SDK client, for unit tests of matrixbench.docker_client and its
+users. It fakes only the SDK surface docker_client touches (the one seam)."""
+from docker.errors import APIError, ImageNotFound, NotFound
+
+
+class FakeImage:
+    def __init__(self, tag, labels, image_id="sha256:feedface"):
+        self.tags = [tag] if tag else []
+        self.labels = labels
+        self.id = image_id
+        self.short_id = image_id[:19]
+
+
+class FakeContainer:
+    def __init__(self, sdk, image, command, kwargs, log=b"", exit_code=0, on_wait=None, log_raises=None):
+        self.sdk = sdk
+        self.id = f"c{len(sdk.started):011d}deadbeef"
+        self.image, self.command, self.kwargs = image, command, kwargs
+        self.labels = kwargs.get("labels") or {}
+        self.log, self.exit_code, self.on_wait, self.log_raises = log, exit_code, on_wait, log_raises
+        self.calls = []
+
+    def logs(self, stream=False, follow=False, tail=None):
+        if stream:
+            return self._stream()
+        lines = self.log.splitlines(keepends=True)
+        return b"".join(lines[-tail:] if tail else lines)
+
+    def _stream(self):
+        yield from [self.log[i:i + 7] for i in range(0, len(self.log), 7)]
+        if self.log_raises:
+            raise self.log_raises
+
+    def wait(self):
+        self.calls.append("wait")
+        if self.on_wait:
+            self.on_wait(self)
+        return {"StatusCode": self.exit_code}
+
+    def stop(self, timeout=10):
+        self.calls.append("stop")
+
+    def kill(self):
+        self.calls.append("kill")
+
+    def remove(self, force=False):
+        self.calls.append("remove")
+        if self in self.sdk.started_live:
+            self.sdk.started_live.remove(self)
+        else:
+            raise NotFound("gone")
+
+
+class FakeImages:
+    def __init__(self, sdk):
+        self.sdk = sdk
+
+    def get(self, tag):
+        if tag not in self.sdk.images_by_tag:
+            raise ImageNotFound(f"No such image: {tag}")
+        return self.sdk.images_by_tag[tag]
+
+    def list(self, filters=None):
+        return [image for image in self.sdk.images_by_tag.values()
+                if _matches(image.labels, filters["label"])]
+
+    def remove(self, tag, force=False, noprune=False):
+        self.sdk.removed_images.append(tag)
+        for key, image in list(self.sdk.images_by_tag.items()):
+            if tag in (key, image.id):
+                del self.sdk.images_by_tag[key]
+
+
+class FakeContainers:
+    def __init__(self, sdk):
+        self.sdk = sdk
+
+    def run(self, image, command, **kwargs):
+        if self.sdk.run_error:
+            raise self.sdk.run_error
+        container = FakeContainer(self.sdk, image, command, kwargs, **self.sdk.next_container)
+        self.sdk.started.append(container)
+        self.sdk.started_live.append(container)
+        return container
+
+    def list(self, all=False, filters=None):
+        return [c for c in self.sdk.started_live if _matches(c.labels, filters["label"])]
+
+
+class FakeAPI:
+    def __init__(self, sdk):
+        self.sdk = sdk
+
+    def build(self, **kwargs):
+        self.sdk.build_calls.append(kwargs)
+        for chunk in self.sdk.build_chunks:
+            if isinstance(chunk, Exception):
+                raise chunk
+            yield chunk
+        if not any("error" in chunk for chunk in self.sdk.build_chunks if isinstance(chunk, dict)):
+            self.sdk.builds += 1
+            self.sdk.images_by_tag[kwargs["tag"]] = FakeImage(kwargs["tag"], kwargs["labels"],
+                                                              f"sha256:build{self.sdk.builds}")
+
+
+class FakeSDK:
+    """Records what was asked of it; ``build_chunks`` and ``next_container`` script the answers."""
+
+    def __init__(self, runtimes=None, build_chunks=(), fail_ping=None):
+        self.runtimes = runtimes or {"runc": {}}
+        self.build_chunks = list(build_chunks)
+        self.fail_ping = fail_ping
+        self.build_calls, self.started, self.started_live, self.removed_images = [], [], [], []
+        self.images_by_tag = {}
+        self.next_container = {}
+        self.run_error = None
+        self.builds = 0
+        self.api = FakeAPI(self)
+        self.images = FakeImages(self)
+        self.containers = FakeContainers(self)
+
+    def ping(self):
+        if self.fail_ping:
+            raise self.fail_ping
+        return True
+
+    def info(self):
+        return {"Runtimes": self.runtimes}
+
+
+def _matches(labels, selectors):
+    for selector in selectors:
+        key, _, value = selector.partition("=")
+        if key not in labels or (value and labels[key] != value):
+            return False
+    return True
+
+
+__all__ = ["FakeSDK", "FakeImage", "APIError"]

@@ -1,0 +1,24 @@
+"""Cells and checks shared by the runner's tests (not a test module)."""
+import jsonschema
+
+from runner.schema import RECORD_SCHEMA
+
+
+def tiny_cell(model="resnet", mode="eager", **overrides):
+    from runner.models import SEED_MODELS
+
+    spec = SEED_MODELS[model]
+    cell = {"model": model, "model_id": spec.model_id, "config_path": None, "task": spec.task,
+            "weights": "random", "size": "tiny", "batch_size": 1, "mode": mode, "fullgraph": False,
+            "dtype": "float32", "fault": None}
+    return dict(cell, **overrides)
+
+
+def settings(**overrides):
+    base = {"iterations": 5, "warmup": 3, "timeout_s": 600, "device": "cpu",
+            "accuracy_tolerance": None, "cv_threshold": 0.1}
+    return dict(base, **overrides)
+
+
+def assert_valid(record):
+    jsonschema.Draft202012Validator(RECORD_SCHEMA).validate(record)

@@ -1,0 +1,160 @@
+"""DockerBackend with the docker SDK faked at docker_client's seam."""
+import json
+import os
+
+import pytest
+
+from docker_fakes import FakeImage, FakeSDK
+from matrixbench import docker_client
+from matrixbench.backends.base import RunRequest
+from matrixbench.backends.docker import DockerBackend
+from matrixbench.errors import RunError
+from runner.schema import record_path
+
+CELL = {"model": "vit", "model_id": None, "config_path": None, "task": "image-classification",
+        "weights": "random", "size": "tiny", "batch_size": 1, "mode": "eager", "fullgraph": False,
+        "dtype": "float32", "fault": None}
+CELLS = [CELL, dict(CELL, mode="default")]
+SETTINGS = {"iterations": 3, "warmup": 1, "timeout_s": 60, "device": "cpu"}
+
+
+@pytest.fixture
+def sdk():
+    fake = FakeSDK()
+    fake.images_by_tag["matrixbench:stable"] = FakeImage(
+        "matrixbench:stable", {"matrixbench": "1", "matrixbench.torch": "2.0.1"}, "sha256:stable")
+    return fake
+
+
+def request_for(tmp_path, **overrides):
+    fields = dict(image_name="stable", cells=CELLS, settings=SETTINGS,
+                  out_dir=tmp_path / "results" / "run1" / "stable",
+                  cache_dir=tmp_path / "cache" / "stable", hf_cache_dir=tmp_path / "hf",
+                  env={"HF_TOKEN": "hf_abcdefgh"})
+    fields.update(overrides)
+    return RunRequest(**fields)
+
+
+def write_records(request, cells):
+    for cell in cells:
+        path = record_path(request.out_dir, cell)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+
+
+def backend(sdk, **kwargs):
+    return DockerBackend(client=docker_client.DockerClient(sdk), **kwargs)
+
+
+def test_runs_the_runner_with_mounts_env_user_and_labels(sdk, tmp_path):
+    request = request_for(tmp_path)
+    assert backend(sdk).run(request) == 0
+
+    (container,) = sdk.started
+    kwargs = container.kwargs
+    assert container.image == "matrixbench:stable"
+    assert container.command == ["--cells", "/results/cells.json", "--out", "/results"]
+    binds = {spec["bind"]: (host, spec["mode"]) for host, spec in kwargs["volumes"].items()}
+    assert binds == {
+        "/results": (str(request.out_dir.resolve()), "rw"),
+        "/compile-cache": (str(request.cache_dir.resolve()), "rw"),
+        "/hf-home": (str(request.hf_cache_dir.resolve()), "rw"),
+    }
+    env = kwargs["environment"]
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/compile-cache/inductor"
+    assert env["TRITON_CACHE_DIR"] == "/compile-cache/triton"
+    assert env["HF_HOME"] == "/hf-home" and env["HF_TOKEN"] == "hf_abcdefgh"
+    assert "PATH" not in env  # an allow-list, not the host's environment
+    assert kwargs["user"] == f"{os.getuid()}:{os.getgid()}"
+    assert kwargs["labels"] == {"matrixbench": "1", "matrixbench.run_id": "run1",
+                                "matrixbench.image": "stable", "matrixbench.torch": "2.0.1"}
+    assert kwargs["device_requests"] is None
+    cells_file = json.loads((request.out_dir / "cells.json").read_text())
+    assert cells_file == {"settings": SETTINGS, "image_name": "stable",
+                          "image_id": "sha256:stable", "cells": CELLS}
+    assert container.calls[-1] == "remove" and not sdk.started_live
+
+
+def test_cold_runs_mount_no_compile_cache(sdk, tmp_path):
+    backend(sdk).run(request_for(tmp_path, cache_dir=None))
+    kwargs = sdk.started[0].kwargs
+    assert "/compile-cache" not in {spec["bind"] for spec in kwargs["volumes"].values()}
+    assert "TORCHINDUCTOR_CACHE_DIR" not in kwargs["environment"]
+    assert "TRITON_CACHE_DIR" not in kwargs["environment"]
+
+
+def test_gpus_requested_where_docker_has_none_is_a_clear_error(sdk, tmp_path):
+    with pytest.raises(RunError, match="GPUs were requested.*nvidia-container-toolkit.*--device cpu"):
+        backend(sdk).run(request_for(tmp_path, gpus=True))
+    assert sdk.started == []
+
+
+def test_gpus_requested_where_docker_has_them_asks_for_all(sdk, tmp_path):
+    sdk.runtimes["nvidia"] = {}
+    backend(sdk).run(request_for(tmp_path, gpus=True))
+    (device_request,) = sdk.started[0].kwargs["device_requests"]
+    assert device_request["Count"] == -1
+
+
+def test_an_image_that_was_never_built_says_how_to_build_it(sdk, tmp_path):
+    with pytest.raises(RunError, match=r"Docker has no matrixbench:nightly.*matrixbench build --images nightly"):
+        backend(sdk).run(request_for(tmp_path, image_name="nightly"))
+
+
+def test_a_container_that_dies_early_raises_with_its_log_tail_and_is_removed(sdk, tmp_path):
+    request = request_for(tmp_path)
+    sdk.next_container = {"log": b"loading vit\nSegmentation fault, token hf_abcdefgh\n", "exit_code": 139,
+                          "on_wait": lambda _: write_records(request, CELLS[:1])}
+    with pytest.raises(RunError) as caught:
+        backend(sdk).run(request)
+    message = str(caught.value)
+    assert "exited with code 139" in message and "1 of 2" in message
+    assert "Segmentation fault, token ***" in message
+    assert "hf_abcdefgh" not in message
+    assert not sdk.started_live
+
+
+def test_a_nonzero_exit_after_every_cell_has_a_record_is_returned(sdk, tmp_path):
+    request = request_for(tmp_path)
+    sdk.next_container = {"exit_code": 1, "on_wait": lambda _: write_records(request, CELLS)}
+    assert backend(sdk).run(request) == 1
+
+
+def test_ctrl_c_stops_and_removes_the_container_and_keeps_records(sdk, tmp_path):
+    request = request_for(tmp_path)
+    write_records(request, CELLS[:1])
+    sdk.next_container = {"log": b"cell 1 ok\n", "log_raises": KeyboardInterrupt()}
+    with pytest.raises(KeyboardInterrupt):
+        backend(sdk).run(request)
+    (container,) = sdk.started
+    assert container.calls == ["stop", "remove"]
+    assert record_path(request.out_dir, CELLS[0]).exists()
+
+
+def test_the_log_goes_to_runner_log_and_on_log_with_secrets_hidden(sdk, tmp_path):
+    lines = []
+    request = request_for(tmp_path)
+    sdk.next_container = {"log": b"HF_TOKEN=hf_abcdefgh\ncell vit ok\n"}
+    backend(sdk, on_log=lambda *args: lines.append(args)).run(request)
+    assert lines == [("stable", "HF_TOKEN=***"), ("stable", "cell vit ok")]
+    assert (request.out_dir / "runner.log").read_text() == "HF_TOKEN=***\ncell vit ok\n"
+
+
+def test_gpus_available_and_describe(sdk):
+    docker = backend(sdk)
+    assert docker.gpus_available() is False
+    sdk.runtimes["nvidia"] = {}
+    assert docker.gpus_available() is True
+    assert "docker" in docker.describe()
+
+
+def test_the_registry_builds_it_from_a_matrix():
+    from matrixbench.backends import create_backend
+
+    assert isinstance(create_backend("docker", matrix=None), DockerBackend)
+
+
+def test_run_id_can_be_given(sdk, tmp_path):
+    backend(sdk, run_id="nightly-42").run(request_for(tmp_path))
+    assert sdk.started[0].kwargs["labels"]["matrixbench.run_id"] == "nightly-42"
+    assert sdk.started[0].kwargs["name"].startswith("matrixbench-nightly-42-stable-")

@@ -1,0 +1,210 @@
+"""Real Docker: build two images with two real torch versions from PyPI, run tiny-model cells
+on the CPU in both with `matrixbench run --backend docker`, and resume after a killed container.
+
+Needs a Docker daemon and the base images .ci/make-base-images makes; skips, saying so, when
+either is missing. The first build downloads torch from PyPI (about 2.5 GB for each image)
+and takes minutes; later ones reuse Docker's layer cache (only runner/ changes).
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from matrixbench import docker_client
+from matrixbench.errors import DockerUnavailableError
+from matrixbench.images import build_images, image_tag
+from matrixbench.matrix import load_matrix
+from runner.schema import RECORD_SCHEMA, read_record
+
+pytestmark = pytest.mark.docker
+
+REPO = Path(__file__).resolve().parents[1]
+MATRIX_PATH = REPO / "tests" / "data" / "docker-matrix.yaml"
+TORCH = {"e2e-stable": "2.0.1", "e2e-latest": "2.13.0"}
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")  # PyPI is reachable from builds only with it here
+BUILD_LOG = REPO / ".ci" / "cache" / "docker-e2e-build.log"
+
+
+@pytest.fixture(scope="module")
+def client():
+    try:
+        client = docker_client.connect()
+    except DockerUnavailableError as exc:
+        pytest.skip(f"no Docker daemon: {exc}")
+    matrix = load_matrix(MATRIX_PATH)
+    missing = [image.base_image for image in matrix.images.values()
+               if client.inspect_image(image.base_image) is None]
+    if missing:
+        pytest.skip(f"base image(s) {', '.join(missing)} missing: run .ci/make-base-images")
+    return client
+
+
+@pytest.fixture(scope="module")
+def built(client):
+    """Both images, built (or found in Docker's cache) through matrixbench's own build."""
+    BUILD_LOG.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with open(BUILD_LOG, "w") as log:
+        tags = build_images(
+            load_matrix(MATRIX_PATH), None,
+            ca_bundle=CA_BUNDLE if CA_BUNDLE.is_file() else None,
+            on_progress=lambda name, line: print(f"[{name}] {line}", file=log, flush=True),
+        )
+    print(f"\nbuilt {', '.join(tags)} in {time.monotonic() - started:.0f} s (log: {BUILD_LOG})")
+    return tags
+
+
+HF_TOKEN = "hf_e2eNeverPrintThis"
+
+
+def matrixbench(*args, results, **popen):
+    """`matrixbench run` in a subprocess, as a user types it (with an HF_TOKEN to keep secret)."""
+    argv = [sys.executable, "-m", "matrixbench.cli", "run", "--matrix", str(MATRIX_PATH),
+            "--results", str(results), "--backend", "docker", "--device", "cpu", *args]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "HF_TOKEN": HF_TOKEN}
+    return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **popen)
+
+
+def finish(process, timeout=1500):
+    output, _ = process.communicate(timeout=timeout)
+    return process.returncode, output
+
+
+def records(out_dir):
+    return {path.stem: read_record(path) for path in sorted(Path(out_dir).glob("*.json"))
+            if path.name != "cells.json"}
+
+
+def containers_of(client, run_id):
+    return client.find_containers({docker_client.LABEL_MARK: None, docker_client.LABEL_RUN_ID: run_id})
+
+
+def wait_for_records(out_dir, count, process, timeout=900):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(records(out_dir)) >= count:
+            return
+        if process.poll() is not None:
+            pytest.fail(f"matrixbench run ended early:\n{process.stdout.read()}")
+        time.sleep(0.5)
+    pytest.fail(f"no {count} record(s) in {out_dir} after {timeout} s")
+
+
+def test_images_carry_labels_and_their_pip_freeze(client, built):
+    import docker  # tests may look behind the wrapper
+
+    sdk = docker.from_env()
+    for name, version in TORCH.items():
+        info = client.inspect_image(image_tag(name))
+        assert info.labels[docker_client.LABEL_IMAGE] == name
+        assert info.labels[docker_client.LABEL_TORCH] == version
+        freeze = sdk.containers.run(image_tag(name), entrypoint=["cat", "/opt/matrixbench/pip-freeze.txt"],
+                                    remove=True).decode()
+        assert f"torch=={version}" in freeze.splitlines()
+
+
+def test_each_image_runs_its_cells_with_its_own_torch(client, built, tmp_path):
+    run_id = "e2e-versions"
+    code, output = finish(matrixbench("--run", run_id, "--cache-dir", str(tmp_path / "compile"),
+                                      results=tmp_path / "results"))
+    assert code == 0, output
+    assert HF_TOKEN not in output
+    for name, version in TORCH.items():
+        out_dir = tmp_path / "results" / run_id / name
+        found = records(out_dir)
+        assert sorted(found) == ["resnet-tiny_bs1_default_float32", "resnet-tiny_bs1_eager_float32",
+                                 "vit-tiny_bs1_default_float32", "vit-tiny_bs1_eager_float32"], output
+        image_id = client.inspect_image(image_tag(name)).id
+        for cid, record in found.items():
+            jsonschema.validate(record, RECORD_SCHEMA)
+            assert record["status"] == "ok", (cid, record["error"])
+            assert record["device"] == "cpu"
+            assert record["environment"]["torch"].split("+")[0] == version
+            assert record["environment"]["image_name"] == name
+            assert record["environment"]["image_id"] == image_id
+            assert (out_dir / f"{cid}.json").stat().st_uid == os.getuid()
+        assert HF_TOKEN not in (out_dir / "runner.log").read_text()
+    assert containers_of(client, run_id) == []
+
+
+def test_compiles_fill_the_images_compile_cache_folder_unless_cold(client, built, tmp_path):
+    one_compile = ("--images", "e2e-stable", "--models", "vit", "--modes", "default")
+    warm, cold = tmp_path / "warm", tmp_path / "cold"
+    code, output = finish(matrixbench(*one_compile, "--run", "warm", "--cache-dir", str(warm),
+                                      results=tmp_path / "results"))
+    assert code == 0, output
+    assert any((warm / "e2e-stable" / "inductor").rglob("*.py")), "Inductor wrote nothing to the mounted cache"
+    code, output = finish(matrixbench(*one_compile, "--run", "cold", "--cache-dir", str(cold), "--cold",
+                                      results=tmp_path / "results"))
+    assert code == 0, output
+    assert not cold.exists() or not any(cold.rglob("*.py"))
+
+
+def test_a_killed_container_loses_nothing_and_the_rerun_redoes_nothing(client, built, tmp_path):
+    run_id = "e2e-resume"
+    results = tmp_path / "results"
+    out_dir = results / run_id / "e2e-latest"
+    narrow = ("--run", run_id, "--images", "e2e-latest", "--models", "vit,resnet",
+              "--modes", "eager", "--batch-sizes", "1,2,3")
+    process = matrixbench(*narrow, results=results)
+    wait_for_records(out_dir, 1, process)
+    for container in containers_of(client, run_id):
+        container.kill()
+    code, output = finish(process)
+    assert code != 0, output
+    before = records(out_dir)
+    assert 1 <= len(before) < 6, output
+    stamps = {cid: ((out_dir / f"{cid}.json").stat().st_mtime_ns, record["started_at"])
+              for cid, record in before.items()}
+
+    code, output = finish(matrixbench(*narrow, results=results))
+    assert code == 0, output
+    after = records(out_dir)
+    assert len(after) == 6 and all(record["status"] == "ok" for record in after.values())
+    for cid, (mtime, started_at) in stamps.items():
+        assert (out_dir / f"{cid}.json").stat().st_mtime_ns == mtime, f"{cid} was run again"
+        assert after[cid]["started_at"] == started_at
+    assert containers_of(client, run_id) == []
+
+
+def test_ctrl_c_removes_the_container_and_keeps_finished_records(client, built, tmp_path):
+    run_id = "e2e-interrupt"
+    out_dir = tmp_path / "results" / run_id / "e2e-stable"
+    process = matrixbench("--run", run_id, "--images", "e2e-stable", "--models", "vit",
+                          "--modes", "eager", "--batch-sizes", "1,2,3,4", results=tmp_path / "results")
+    wait_for_records(out_dir, 1, process)
+    process.send_signal(signal.SIGINT)
+    code, output = finish(process, timeout=120)
+    assert code != 0, output
+    assert len(records(out_dir)) >= 1
+    assert containers_of(client, run_id) == [], "the interrupted run left its container behind"
+    assert json.loads((tmp_path / "results" / run_id / "run.json").read_text())["status"] == "interrupted"
+
+
+def test_a_user_without_a_passwd_entry_in_the_image_runs_cells_and_owns_the_records(client, built, tmp_path):
+    from matrixbench.backends.base import RunRequest
+    from matrixbench.backends.docker import DockerBackend
+    from matrixbench.matrix import expand_cells, runner_settings
+
+    matrix = load_matrix(MATRIX_PATH)
+    cells = [cell for cell in expand_cells(matrix) if cell["model"] == "vit" and cell["mode"] == "eager"]
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)  # the stranger's uid must be able to write here
+    out_dir, cache_dir = shared / "run" / "e2e-latest", shared / "compile"
+    for folder in (out_dir, cache_dir):
+        folder.mkdir(parents=True)
+        folder.chmod(0o777)
+    request = RunRequest(image_name="e2e-latest", cells=cells, settings=runner_settings(matrix, "cpu"),
+                         out_dir=out_dir, cache_dir=cache_dir, env={"HF_HUB_OFFLINE": "1"})
+    assert DockerBackend(client=client, user="12345:12345").run(request) == 0
+    (record_file,) = [path for path in out_dir.glob("*.json") if path.name != "cells.json"]
+    assert read_record(record_file)["status"] == "ok"
+    assert record_file.stat().st_uid == 12345

@@ -1,0 +1,233 @@
+"""Build planning (build args, labels, dry-run) and the build loop, with the SDK faked."""
+import io
+import tarfile
+
+import pytest
+
+from docker_fakes import FakeSDK
+from matrixbench import docker_client, images
+from matrixbench.errors import BuildError, MatrixError
+
+STABLE = {
+    "name": "stable", "torch": "torch==2.0.1", "python": "3.10", "transformers": "4.43.4",
+    "extra_pins": ["numpy<2"], "index_url": "https://download.pytorch.org/whl/cu118",
+    "base_image": None, "env": {"X": "1"},
+}
+NEWEST = {"name": "newest", "torch": "2.13.0", "python": "3.12", "transformers": None}
+MATRIX = {"images": [STABLE, NEWEST]}
+
+
+def test_build_args_come_from_the_image_entry():
+    plan = images.plan_build(STABLE)
+    assert plan.tag == "matrixbench:stable"
+    assert plan.buildargs == {
+        "BASE_IMAGE": "python:3.10-slim-bookworm",
+        "PYTHON": "python3.10",
+        "TORCH_SPEC": "torch==2.0.1",
+        "TORCH_INDEX_URL": "https://download.pytorch.org/whl/cu118",
+        "TRANSFORMERS_SPEC": "transformers==4.43.4",
+        "EXTRA_PINS": "numpy<2",
+        "INDEX_URL": "https://pypi.org/simple",
+        "EXTRA_INDEX_URLS": "",
+    }
+
+
+def test_labels_name_the_image_its_torch_and_a_hash_of_the_build_args():
+    stable, newest = images.plan_build(STABLE), images.plan_build(NEWEST)
+    assert stable.labels[docker_client.LABEL_IMAGE] == "stable"
+    assert stable.labels[docker_client.LABEL_TORCH] == "2.0.1"
+    assert newest.labels[docker_client.LABEL_TORCH] == "2.13.0"
+    assert stable.labels[docker_client.LABEL_MATRIX_HASH] != newest.labels[docker_client.LABEL_MATRIX_HASH]
+    assert stable.labels[docker_client.LABEL_MARK] == "1"
+
+
+def test_options_override_the_entry_and_base_image_can_name_the_python(tmp_path):
+    bundle = tmp_path / "proxy-ca.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    plan = images.plan_build(
+        STABLE, base_image="registry.local/py:{python}", index_url="https://mirror/simple",
+        extra_index_urls=["https://a/simple", "https://b/simple"], ca_bundle=bundle,
+    )
+    assert plan.buildargs["BASE_IMAGE"] == "registry.local/py:3.10"
+    assert plan.buildargs["INDEX_URL"] == "https://mirror/simple"
+    assert plan.buildargs["EXTRA_INDEX_URLS"] == "https://a/simple https://b/simple"
+    assert plan.ca_bundle == bundle
+
+
+def test_changing_an_option_changes_the_hash_label():
+    assert (images.plan_build(STABLE).labels[docker_client.LABEL_MATRIX_HASH]
+            != images.plan_build(STABLE, index_url="https://m/simple").labels[docker_client.LABEL_MATRIX_HASH])
+
+
+@pytest.mark.parametrize("pin, expected", [
+    (None, "transformers"),
+    ("4.43.4", "transformers==4.43.4"),
+    ("<5", "transformers<5"),
+    ("~=4.43.0", "transformers~=4.43.0"),
+    ("transformers==4.43.4", "transformers==4.43.4"),
+])
+def test_requirement_accepts_a_version_a_specifier_or_a_requirement(pin, expected):
+    assert images.requirement("transformers", pin, field="f") == expected
+
+
+def test_requirement_of_another_package_names_the_field():
+    with pytest.raises(MatrixError, match=r"images\.stable\.torch: 'torchvision==0.15' is not a pin of torch"):
+        images.requirement("torch", "torchvision==0.15", field="images.stable.torch")
+
+
+@pytest.mark.parametrize("spec, version", [
+    ("torch==2.0.1", "2.0.1"), ("torch==2.1.0.dev20230601", "2.1.0.dev20230601"),
+    ("torch>=2.1,<2.2", ">=2.1,<2.2"), ("torch", "latest"),
+])
+def test_torch_version_label(spec, version):
+    assert images.torch_version(spec) == version
+
+
+def test_extra_pins_with_spaces_are_refused_with_the_field_path():
+    with pytest.raises(MatrixError, match=r"images\.stable\.extra_pins: 'numpy <2'"):
+        images.plan_build(dict(STABLE, extra_pins=["numpy <2"]))
+
+
+def test_missing_ca_bundle_is_an_error_naming_the_option(tmp_path):
+    with pytest.raises(BuildError, match="--ca-bundle .*no such file"):
+        images.plan_build(STABLE, ca_bundle=tmp_path / "nope.pem")
+
+
+def test_dry_run_prints_tag_build_args_and_base_without_a_daemon(monkeypatch):
+    monkeypatch.setattr(docker_client, "connect", pytest.fail)  # a daemon must not be needed
+    lines = []
+    tags = images.build_images(
+        MATRIX, ["newest", "stable"], dry_run=True,
+        index_url="https://user:s3cret@mirror.example/simple",
+        on_progress=lambda name, line: lines.append((name, line)),
+    )
+    assert tags == ["matrixbench:newest", "matrixbench:stable"]
+    text = "\n".join(line for _, line in lines)
+    assert "matrixbench:stable  (image 'stable', base python:3.10-slim-bookworm)" in text
+    assert "--build-arg TORCH_SPEC=torch==2.0.1" in text
+    assert "--build-arg TORCH_SPEC=torch==2.13.0" in text
+    assert "--label matrixbench.torch=2.13.0" in text
+    assert "s3cret" not in text and "https://***@mirror.example/simple" in text
+    assert {name for name, _ in lines} == {"newest", "stable"}
+
+
+def test_select_images_accepts_a_mapping_keyed_by_name_and_refuses_unknown_names():
+    matrix = {"images": {"stable": {"torch": "2.0.1", "python": "3.10"}}}
+    (entry,) = images.select_images(matrix, None)
+    assert images.entry_field(entry, "name") == "stable"
+    with pytest.raises(MatrixError, match="--images: unknown image.*nightly.*defines stable"):
+        images.select_images(matrix, ["nightly"])
+
+
+def test_build_context_holds_the_dockerfile_scripts_runner_and_the_ca_bundle(tmp_path):
+    bundle = tmp_path / "ca.pem"
+    bundle.write_bytes(b"PEM")
+    with tarfile.open(fileobj=images.build_context(bundle)) as tar:
+        names = set(tar.getnames())
+        assert tar.extractfile("ca-bundle.crt").read() == b"PEM"
+        assert all(tar.getmember(name).mode & 0o444 == 0o444 for name in names)
+    assert {"Dockerfile", "ensure-toolchain.sh", "pip-install.sh", "runner/schema.py"} <= names
+    assert not any("__pycache__" in name or name.endswith(".pyc") for name in names)
+
+
+def test_without_a_ca_bundle_the_context_has_an_empty_one():
+    with tarfile.open(fileobj=images.build_context(None)) as tar:
+        assert tar.extractfile("ca-bundle.crt").read() == b""
+
+
+def test_dockerfile_copies_runner_last_and_uses_no_buildkit_features():
+    lines = [line for line in (images.IMAGES_DIR / "Dockerfile").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    copies = [line for line in lines if line.startswith("COPY")]
+    assert copies[-1].startswith("COPY runner ")
+    assert lines[-1] == 'ENTRYPOINT ["python", "-m", "runner"]'
+    assert not any("--mount" in line or "<<" in line for line in lines)
+    assert any("pip freeze > /opt/matrixbench/pip-freeze.txt" in line for line in lines)
+    build_args = {line.split()[1].split("=")[0] for line in lines if line.startswith("ARG ")}
+    assert build_args == set(images.plan_build(STABLE).buildargs)
+
+
+def _fake_client(monkeypatch, sdk):
+    monkeypatch.setattr(docker_client, "connect", lambda: docker_client.DockerClient(sdk))
+
+
+def test_build_streams_lines_and_passes_no_cache(monkeypatch):
+    sdk = FakeSDK(build_chunks=[{"stream": "Step 1/2 : FROM x\n"}, {"stream": "Collecting torch==2.0.1\n"}])
+    _fake_client(monkeypatch, sdk)
+    lines = []
+    tags = images.build_images(MATRIX, ["stable"], no_cache=True,
+                               on_progress=lambda name, line: lines.append(line))
+    assert tags == ["matrixbench:stable"]
+    assert "Collecting torch==2.0.1" in lines
+    (call,) = sdk.build_calls
+    assert call["nocache"] is True and call["tag"] == "matrixbench:stable"
+    assert call["buildargs"]["TORCH_SPEC"] == "torch==2.0.1"
+    assert call["labels"][docker_client.LABEL_TORCH] == "2.0.1"
+
+
+def test_a_failed_build_raises_build_error_with_the_log_tail(monkeypatch):
+    sdk = FakeSDK(build_chunks=[
+        {"stream": "Step 16/25 : RUN sh /opt/matrixbench/pip-install.sh torch\n"},
+        {"stream": "ERROR: No matching distribution found for torch==9.9.9\n"},
+        {"error": "The command '/bin/sh -eu -c sh pip-install.sh' returned a non-zero code: 1"},
+    ])
+    _fake_client(monkeypatch, sdk)
+    with pytest.raises(BuildError) as caught:
+        images.build_images(MATRIX, ["stable", "newest"], on_progress=lambda *_: None)
+    message = str(caught.value)
+    assert message.startswith("building image 'stable' (matrixbench:stable) failed")
+    assert "No matching distribution found for torch==9.9.9" in message
+    assert len(sdk.build_calls) == 1  # stops at the first failure
+    assert "matrixbench:stable" not in sdk.images_by_tag
+
+
+def test_progress_leaves_out_docker_bookkeeping_but_the_error_tail_keeps_it(monkeypatch):
+    sdk = FakeSDK(build_chunks=[
+        {"stream": "Step 14/25 : RUN sh /opt/matrixbench/pip-install.sh torch\n"},
+        {"stream": " ---> Running in 8d2ae4217556\n"},
+        {"stream": "Collecting torch==2.0.1\n"},
+        {"stream": "Removing intermediate container 8d2ae4217556\n ---> 730d03285f88\n"},
+        {"error": "boom"},
+    ])
+    _fake_client(monkeypatch, sdk)
+    lines = []
+    with pytest.raises(BuildError) as caught:
+        images.build_images(MATRIX, ["stable"], on_progress=lambda name, line: lines.append(line))
+    assert lines[1:3] == ["Step 14/25 : RUN sh /opt/matrixbench/pip-install.sh torch", "Collecting torch==2.0.1"]
+    assert not any("--->" in line or "intermediate" in line for line in lines)
+    assert " ---> Running in 8d2ae4217556" in str(caught.value)
+
+
+def test_a_build_failing_at_from_says_the_base_image_is_missing(monkeypatch):
+    sdk = FakeSDK(build_chunks=[
+        {"stream": "Step 1/25 : ARG BASE_IMAGE=python:3.10-slim-bookworm\n"},
+        {"stream": "Step 2/25 : FROM ${BASE_IMAGE}\n"},
+        {"error": 'Get "https://registry-1.docker.io/v2/": dial tcp: no such host'},
+    ])
+    _fake_client(monkeypatch, sdk)
+    with pytest.raises(BuildError, match="base image registry.local/py:3.10 is not on this machine.*--base-image"):
+        images.build_images(MATRIX, ["stable"], base_image="registry.local/py:{python}",
+                            on_progress=lambda *_: None)
+
+
+def test_dry_run_of_the_repository_matrix_yaml():
+    from matrixbench.matrix import load_matrix
+
+    lines = []
+    tags = images.build_images(load_matrix(images.REPO_ROOT / "matrix.yaml"), None, dry_run=True,
+                               on_progress=lambda name, line: lines.append(line))
+    assert tags == ["matrixbench:stable", "matrixbench:nightly", "matrixbench:latest"]
+    text = "\n".join(lines)
+    assert "--build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu118" in text
+    assert "--build-arg TRANSFORMERS_SPEC=transformers==4.43.4" in text
+    assert "--build-arg BASE_IMAGE=python:3.12-slim-bookworm" in text
+
+
+def test_a_rebuild_discards_the_image_it_replaced(monkeypatch):
+    sdk = FakeSDK(build_chunks=[{"stream": "Successfully built x\n"}])
+    _fake_client(monkeypatch, sdk)
+    images.build_images(MATRIX, ["stable"], on_progress=lambda *_: None)
+    first = sdk.images_by_tag["matrixbench:stable"].id
+    images.build_images(MATRIX, ["stable"], on_progress=lambda *_: None)
+    assert sdk.removed_images == [first]
+    assert sdk.images_by_tag["matrixbench:stable"].id != first

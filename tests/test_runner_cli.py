@@ -1,0 +1,68 @@
+import json
+
+import pytest
+
+from runner.cli import build_parser, main, plan_from_args
+from runner.plan import PlanError
+
+
+def parse(*argv):
+    return build_parser().parse_args(["--out", "OUT", *argv])
+
+
+def test_shorthand_makes_every_combination():
+    plan = plan_from_args(parse("--models", "vit,resnet", "--modes", "eager,default",
+                                "--batch-sizes", "1,8", "--size", "tiny", "--iterations", "20"))
+    assert len(plan.cells) == 8
+    vit = plan.cells[0]
+    assert vit["model_id"] == "google/vit-base-patch16-224" and vit["task"] == "image-classification"
+    assert {(c["model"], c["batch_size"], c["mode"]) for c in plan.cells} >= {("resnet", 8, "default")}
+    assert all(c["size"] == "tiny" and c["dtype"] == "float32" and c["fault"] is None for c in plan.cells)
+    assert plan.settings["iterations"] == 20 and plan.settings["warmup"] == 10
+
+
+def test_default_models_expand_to_the_default_matrix():
+    from runner.models import DEFAULT_MODELS
+
+    plan = plan_from_args(parse("--models", "default", "--modes", "eager"))
+    assert [c["model"] for c in plan.cells] == list(DEFAULT_MODELS)
+
+
+def test_other_model_needs_a_task():
+    with pytest.raises(PlanError, match="add --task"):
+        plan_from_args(parse("--models", "mine", "--model-id", "org/mine"))
+    plan = plan_from_args(parse("--models", "mine", "--model-id", "org/mine", "--task", "object-detection"))
+    assert plan.cells[0]["model_id"] == "org/mine" and plan.cells[0]["task"] == "object-detection"
+
+
+def test_unknown_model_lists_the_shipped_ones():
+    with pytest.raises(PlanError, match="'nosuch' is not a shipped model; valid: .*vit"):
+        plan_from_args(parse("--models", "nosuch"))
+
+
+def test_cells_file_and_shorthand_flags_do_not_mix(tmp_path):
+    path = tmp_path / "cells.json"
+    path.write_text(json.dumps({"cells": [{"model": "vit"}]}))
+    with pytest.raises(PlanError, match="drop --iterations"):
+        plan_from_args(parse("--cells", str(path), "--iterations", "3"))
+
+
+def test_bad_usage_exits_2_naming_the_problem(tmp_path, capsys):
+    path = tmp_path / "cells.json"
+    path.write_text(json.dumps({"cells": [{"model": "vit", "mode": "eager"}]}))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--cells", str(path), "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    assert "missing required keys" in capsys.readouterr().err
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--models", "vit", "--modes", "fast", "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "fast not in eager" in capsys.readouterr().err
+
+
+def test_nothing_to_run_is_bad_usage(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out", "x"])
+    assert exit_info.value.code == 2
+    assert "--cells FILE, or --models" in capsys.readouterr().err

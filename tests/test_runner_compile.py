@@ -1,0 +1,71 @@
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from runner import compile as compile_module
+from runner.driver import run_plan
+from runner.plan import Plan
+from runner.schema import read_record, record_path
+from runner_cells import assert_valid, settings, tiny_cell
+
+COMPILE_CACHE = Path(tempfile.gettempdir()) / "matrixbench-test-compile-cache"
+
+
+def test_use_cache_dir_points_inductor_and_triton_into_the_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/elsewhere")
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    compile_module.use_cache_dir(str(tmp_path))
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "triton")
+
+
+def snapshot(graphs=0, frames=0, breaks=None, skips=0):
+    return {"graphs": graphs, "frames": frames, "graph_breaks": breaks or {}, "cudagraph_skips": skips}
+
+
+def test_dynamo_stats_are_differences_between_snapshots():
+    before = snapshot(graphs=1, frames=1, breaks={"old reason": 2})
+    after_first = snapshot(graphs=4, frames=3, breaks={"old reason": 2, "print": 1})
+    end = snapshot(graphs=5, frames=4, breaks={"old reason": 2, "print": 1}, skips=2)
+    stats = compile_module.dynamo_stats(before, after_first, end)
+    assert stats["graphs"] == 4 and stats["graph_breaks"] == 1 and stats["break_reasons"] == ["print"]
+    assert stats["recompiles"] == 1
+    expected_skips = 2 if torch.__version__ >= compile_module.CUDAGRAPH_SKIPS_SINCE else None
+    assert stats["cudagraph_skips"] == expected_skips
+
+
+class Breaks(torch.nn.Module):
+    def forward(self, x):
+        x = x * 2
+        torch._dynamo.graph_break()
+        return x + 1
+
+
+@pytest.mark.slow
+def test_graph_breaks_are_counted_by_the_installed_torch():
+    compile_module.reset()
+    before = compile_module.counters_snapshot()
+    model = compile_module.compile_model(Breaks(), "default", fullgraph=False)
+    with torch.no_grad():
+        model(torch.ones(4))
+        after_first = compile_module.counters_snapshot()
+        model(torch.ones(4))
+    stats = compile_module.dynamo_stats(before, after_first, compile_module.counters_snapshot())
+    assert stats["graph_breaks"] >= 1 and stats["graphs"] == 2 and stats["recompiles"] == 0
+    assert stats["break_reasons"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_tiny_model_through_compile_mode_on_cpu(tmp_path, mode):
+    cell = tiny_cell("resnet", mode=mode)
+    plan = Plan(settings=settings(iterations=5), cells=[cell])
+    assert run_plan(plan, tmp_path, log=lambda line: None, compile_cache_dir=COMPILE_CACHE)[0][1] == "ok"
+    record = read_record(record_path(tmp_path, cell))
+    assert_valid(record)
+    assert record["accuracy"]["status"] == "pass"
+    assert record["dynamo"]["graphs"] >= 1 and record["dynamo"]["recompiles"] == 0
+    assert record["timing"]["compile_s"] > 0 and record["timing"]["n"] == 5

@@ -1,0 +1,93 @@
+"""Cells in fresh processes: failures become statuses, the next cell still runs, resume."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from runner.driver import run_plan
+from runner.plan import Plan
+from runner.schema import read_record, record_path
+from runner_cells import assert_valid, settings, tiny_cell
+
+
+def plan(cells, **setting_overrides):
+    return Plan(settings=settings(**setting_overrides), cells=cells, image_name="test", image_id="sha256:1")
+
+
+def run(cells, out, **kwargs):
+    lines = []
+    results = run_plan(plan(cells, **kwargs.pop("settings", {})), out, log=lines.append, **kwargs)
+    return results, lines
+
+
+def statuses(out, cells):
+    return [read_record(record_path(out, cell))["status"] for cell in cells]
+
+
+def test_injected_failures_are_statuses_and_the_next_cell_still_runs(tmp_path):
+    cells = [tiny_cell(fault="oom"), tiny_cell(fault="crash", batch_size=2),
+             tiny_cell(fault="error", batch_size=3), tiny_cell(batch_size=4)]
+    results, lines = run(cells, tmp_path)
+    assert [status for _, status in results] == ["oom", "crashed", "error", "ok"]
+    assert statuses(tmp_path, cells) == ["oom", "crashed", "error", "ok"]
+    crashed = read_record(record_path(tmp_path, cells[1]))
+    assert "SIGSEGV" in crashed["error"]["message"]
+    assert crashed["environment"]["torch"] != "unknown" and crashed["environment"]["image_name"] == "test"
+    for cell in cells:
+        assert_valid(read_record(record_path(tmp_path, cell)))
+    assert any("[2/4] resnet-tiny_bs2_eager_float32: crashed" in line for line in lines)
+
+
+def test_a_cell_over_its_time_limit_is_killed_and_recorded_as_timeout(tmp_path):
+    cell = tiny_cell(fault="hang")
+    results, _ = run([cell], tmp_path, settings={"timeout_s": 3})
+    record = read_record(record_path(tmp_path, cell))
+    assert results == [(record["cell_id"], "timeout")]
+    assert 3 <= record["duration_s"] < 60
+    assert record["settings"]["timeout_s"] == 3
+    assert_valid(record)
+
+
+def test_resume_skips_recorded_cells_force_and_retry_failed_rerun(tmp_path):
+    good, bad = tiny_cell(), tiny_cell(fault="error", batch_size=2)
+    run([good, bad], tmp_path)
+    first = read_record(record_path(tmp_path, good))["started_at"], os.stat(record_path(tmp_path, good)).st_mtime_ns
+
+    results, lines = run([good, bad], tmp_path)
+    assert results == [] and "2 already recorded, 0 to run" in lines[0]
+
+    results, _ = run([good, bad], tmp_path, retry_failed=True)
+    assert [cell_id for cell_id, _ in results] == ["resnet-tiny_bs2_eager_float32"]
+    assert os.stat(record_path(tmp_path, good)).st_mtime_ns == first[1]
+
+    results, _ = run([good], tmp_path, force=True)
+    assert results == [("resnet-tiny_bs1_eager_float32", "ok")]
+    assert os.stat(record_path(tmp_path, good)).st_mtime_ns != first[1]
+
+
+def test_cuda_requested_without_gpu_gives_error_records(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    cell = tiny_cell()
+    results, _ = run([cell], tmp_path, settings={"device": "cuda"})
+    record = read_record(record_path(tmp_path, cell))
+    assert results == [(record["cell_id"], "error")]
+    assert "settings.device is 'cuda'" in record["error"]["message"]
+    assert record["device"] == "cuda"
+    assert_valid(record)
+
+
+def test_python_m_runner_shorthand_end_to_end(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "runner", "--models", "resnet", "--modes", "eager", "--size", "tiny",
+         "--iterations", "3", "--device", "cpu", "--out", str(tmp_path), "--image-name", "local"],
+        capture_output=True, text=True, timeout=600, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert result.returncode == 0, result.stderr
+    record = json.loads((tmp_path / "resnet-tiny_bs1_eager_float32.json").read_text())
+    assert record["status"] == "ok" and record["timing"]["n"] == 3
+    assert record["environment"]["image_name"] == "local"
+    assert "[1/1] resnet-tiny_bs1_eager_float32: ok" in result.stderr
+    assert result.stdout == ""

@@ -1,0 +1,83 @@
+import json
+
+import pytest
+
+from runner.plan import DEFAULT_SETTINGS, PlanError, load_plan, plan_from_dict, validate_cell, validate_settings
+
+
+def cell(**overrides):
+    base = {"model": "vit", "task": "image-classification", "weights": "random", "size": "tiny",
+            "batch_size": 1, "mode": "eager", "fullgraph": False, "dtype": "float32"}
+    return dict(base, **overrides)
+
+
+def test_validate_cell_fills_optional_keys():
+    checked = validate_cell(cell())
+    assert checked["model_id"] is None and checked["config_path"] is None and checked["fault"] is None
+
+
+@pytest.mark.parametrize("field", ["model", "task", "weights", "size", "batch_size", "mode", "fullgraph", "dtype"])
+def test_missing_required_field_is_named(field):
+    broken = cell()
+    del broken[field]
+    with pytest.raises(PlanError, match=f"missing required keys \\['{field}'\\]"):
+        validate_cell(broken, "cells[3]")
+
+
+@pytest.mark.parametrize("field, value", [
+    ("mode", "fast"), ("dtype", "float64"), ("batch_size", 0), ("batch_size", True),
+    ("fullgraph", "yes"), ("task", "captioning"), ("fault", "boom"), ("model_id", 3),
+])
+def test_bad_value_names_the_field(field, value):
+    with pytest.raises(PlanError, match=f"cells\\[0\\]: '{field}'"):
+        validate_cell(cell(**{field: value}), "cells[0]")
+
+
+def test_unknown_cell_key_is_refused_with_valid_keys():
+    with pytest.raises(PlanError, match="unknown keys \\['batchsize'\\]; valid: .*batch_size"):
+        validate_cell(cell(batchsize=2))
+
+
+def test_settings_defaults_and_overrides():
+    settings = validate_settings({"iterations": 5})
+    assert settings == dict(DEFAULT_SETTINGS, iterations=5)
+
+
+@pytest.mark.parametrize("settings, field", [
+    ({"iterations": 0}, "iterations"), ({"warmup": -1}, "warmup"), ({"timeout_s": 0}, "timeout_s"),
+    ({"device": "tpu"}, "device"), ({"accuracy_tolerance": -1}, "accuracy_tolerance"),
+])
+def test_bad_settings_name_the_field(settings, field):
+    with pytest.raises(PlanError, match=f"'{field}'"):
+        validate_settings(settings)
+
+
+def test_unknown_setting_is_refused():
+    with pytest.raises(PlanError, match="unknown settings \\['iteration'\\]"):
+        validate_settings({"iteration": 3})
+
+
+def test_load_plan_reads_the_host_format(tmp_path):
+    path = tmp_path / "cells.json"
+    path.write_text(json.dumps({"settings": {"iterations": 7}, "image_name": "stable",
+                                "image_id": "sha256:abc", "cells": [cell(), cell(mode="default")]}))
+    plan = load_plan(path)
+    assert [c["mode"] for c in plan.cells] == ["eager", "default"]
+    assert plan.settings["iterations"] == 7 and plan.settings["warmup"] == DEFAULT_SETTINGS["warmup"]
+    assert (plan.image_name, plan.image_id) == ("stable", "sha256:abc")
+
+
+def test_load_plan_reports_bad_json_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(PlanError, match="not valid JSON"):
+        load_plan(bad)
+    with pytest.raises(PlanError, match="cannot read it"):
+        load_plan(tmp_path / "missing.json")
+
+
+def test_plan_needs_cells():
+    with pytest.raises(PlanError, match="'cells' must be a non-empty list"):
+        plan_from_dict({"settings": {}, "cells": []})
+    with pytest.raises(PlanError, match="unknown top-level keys \\['cell'\\]"):
+        plan_from_dict({"cell": [cell()]})

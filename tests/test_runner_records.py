@@ -1,0 +1,65 @@
+import pytest
+
+from runner import records
+
+
+def job(**cell_overrides):
+    cell = {"model": "vit", "model_id": None, "config_path": None, "task": "image-classification",
+            "weights": "random", "size": "tiny", "batch_size": 2, "mode": "default", "fullgraph": False,
+            "dtype": "float16", "fault": None}
+    cell.update(cell_overrides)
+    settings = {"iterations": 10, "warmup": 0, "timeout_s": 60, "device": "auto",
+                "accuracy_tolerance": None, "cv_threshold": 0.1}
+    return {"cell": cell, "settings": settings, "device": "cpu", "environment": {}, "precision": {},
+            "started_at": records.utc_now(), "start_clock": records.clock()}
+
+
+def test_record_settings_apply_warmup_floor_and_dtype_tolerance():
+    settings = records.record_settings(job()["settings"], job()["cell"])
+    assert settings["warmup"] == records.MIN_WARMUP
+    assert settings["accuracy_tolerance"] == records.DEFAULT_TOLERANCES["float16"]
+    assert settings["device_requested"] == "auto"
+
+
+def test_explicit_tolerance_wins():
+    given = dict(job()["settings"], accuracy_tolerance=0.5)
+    assert records.record_settings(given, job()["cell"])["accuracy_tolerance"] == 0.5
+
+
+def test_new_record_names_the_cell():
+    record = records.new_record(job())
+    assert record["cell_id"] == "vit-tiny_bs2_default_float16"
+    assert record["timing"] is None and record["error"] is None
+
+
+class OutOfMemoryError(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("exc, status", [
+    (OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"), "oom"),
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"), "oom"),
+    (ValueError("shapes do not match"), "error"),
+])
+def test_exceptions_map_to_statuses(exc, status):
+    record = records.fail_with_exception(records.new_record(job()), exc)
+    assert record["status"] == status
+    assert record["error"]["message"] == str(exc)
+
+
+def test_oom_wrapped_by_another_exception_is_oom():
+    try:
+        try:
+            raise OutOfMemoryError("CUDA out of memory")
+        except OutOfMemoryError as inner:
+            raise RuntimeError("backend compiler failed") from inner
+    except RuntimeError as outer:
+        record = records.fail_with_exception(records.new_record(job()), outer)
+    assert record["status"] == "oom"
+    assert "OutOfMemoryError" in record["error"]["traceback"]
+    assert record["error"]["type"] == "RuntimeError"
+
+
+def test_long_messages_are_clipped():
+    record = records.fail(records.new_record(job()), "error", "E", "x" * 10000)
+    assert len(record["error"]["message"]) < 4100
