@@ -11,7 +11,8 @@ from runner.plan import Plan
 from runner.schema import read_record, record_path
 from runner_cells import assert_valid, settings, tiny_cell
 
-COMPILE_CACHE = Path(tempfile.gettempdir()) / "matrixbench-test-compile-cache"
+# Shared across test runs (warm compiles after the first run); one per torch version.
+COMPILE_CACHE = Path(tempfile.gettempdir()) / f"matrixbench-test-compile-cache-{torch.__version__}"
 
 
 def test_use_cache_dir_points_inductor_and_triton_into_the_folder(monkeypatch, tmp_path):
