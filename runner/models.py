@@ -31,6 +31,8 @@ TASK_AUTO_CLASSES = {
 }
 # Text-conditioned models whose random-weight configs can use the shipped CLIP token ids.
 CLIP_TEXT_MODEL_TYPES = ("owlvit", "owlv2")
+USE_RANDOM = "use weights=random"
+USE_LOCAL = "use a shipped model or a local config_path"
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -92,7 +94,7 @@ class Recipe:
     """Everything ``build`` needs, resolved from a cell, before any weights exist."""
 
     model_class: type
-    config: object  # a transformers config; None when from_pretrained loads it
+    config: object  # the transformers config the model is built from (or was saved with)
     pretrained_from: object  # hub id or local folder for from_pretrained; None for random weights
     processor: object
     text_inputs: object  # dict of batch-1 token tensors, or None for image-only models
@@ -118,10 +120,18 @@ def preload(names=DEFAULT_MODELS):
 def build(cell, device, dtype):
     """The cell's model and its batch of real inputs, ready for ``model(**inputs)``."""
     recipe = make_recipe(cell)
-    torch_dtype = TORCH_DTYPES[dtype] if isinstance(dtype, str) else dtype
+    torch_dtype = _torch_dtype(dtype)
     model = instantiate(recipe).to(device=device, dtype=torch_dtype).eval()
     batch = model_inputs.to_device(batch_inputs(recipe, cell["batch_size"]), device, torch_dtype)
     return Built(model=model, inputs=batch, source=recipe.source)
+
+
+def _torch_dtype(dtype):
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in TORCH_DTYPES:
+        raise ModelError(f"dtype={dtype!r} is not one of {sorted(TORCH_DTYPES)}")
+    return TORCH_DTYPES[dtype]
 
 
 def input_shapes(cell):
@@ -139,22 +149,17 @@ def batch_inputs(recipe, batch_size):
 
 def instantiate(recipe):
     """The model on CPU in float32: random weights (seeded) or loaded from pretrained."""
-    if recipe.pretrained_from is not None:
-        return _from_pretrained(recipe)
-    torch.manual_seed(0)
-    return recipe.model_class._from_config(recipe.config)
-
-
-def _from_pretrained(recipe):
     try:
-        return recipe.model_class.from_pretrained(recipe.pretrained_from)
-    except OSError as exc:
+        if recipe.pretrained_from is not None:
+            return _hub_call(recipe.model_class.from_pretrained, recipe.pretrained_from, USE_RANDOM)
+        torch.manual_seed(0)
+        return recipe.model_class._from_config(recipe.config)
+    except ImportError as exc:  # e.g. timm for a hub DETR config, scipy for Mask(2)Former
         raise ModelError(
-            f"weights=pretrained: cannot load {recipe.pretrained_from!r} ({exc}). Mount a Hugging Face "
-            "cache that holds it (HF_HOME), allow hub access, or use weights=random"
+            f"{recipe.source}: {recipe.model_class.__name__} needs a package this image lacks ({exc}). Install "
+            "it, or for DETR-style models use a config with use_timm_backbone=false and a backbone_config "
+            "(see runner/configs/detr)"
         ) from exc
-    except ImportError as exc:
-        raise ModelError(f"weights=pretrained {recipe.pretrained_from!r} needs a package: {exc}") from exc
 
 
 def make_recipe(cell):
@@ -182,7 +187,7 @@ def seed_spec(cell):
     spec = SEED_MODELS.get(cell["model"])
     if spec is None or cell.get("config_path") or cell.get("model_id") not in (None, spec.model_id):
         return None
-    if cell["task"] != spec.task:
+    if cell.get("task") not in (None, spec.task):
         raise ModelError(f"task={cell['task']!r} does not fit model {spec.name!r}: its task is {spec.task!r}")
     return spec
 
@@ -190,7 +195,7 @@ def seed_spec(cell):
 def _seed_recipe(spec, cell):
     model_class = getattr(transformers, spec.model_class)
     tiny = cell.get("size", "full") == "tiny"
-    if cell["weights"] == "pretrained":
+    if cell.get("weights", "random") == "pretrained":
         if tiny:
             raise ModelError(f"size=tiny has random weights only; model {spec.name!r}: use weights=random or size=full")
         return _pretrained_recipe(model_class, spec.model_id, f"{spec.model_id} (pretrained)")
@@ -208,31 +213,31 @@ def _seed_recipe(spec, cell):
     )
 
 
-def _pretrained_recipe(model_class, checkpoint, source):
+def _pretrained_recipe(model_class, checkpoint, source, processor=None):
     """from_pretrained of a hub id or local folder; processor and tokenizer from the same place."""
-    config = _hub_call(transformers.AutoConfig.from_pretrained, checkpoint)
+    config = _hub_call(transformers.AutoConfig.from_pretrained, checkpoint, USE_RANDOM)
     return Recipe(
         model_class=model_class,
         config=config,
         pretrained_from=checkpoint,
-        processor=_hub_processor(checkpoint),
-        text_inputs=_tokenized_text_inputs(model_class, config, checkpoint),
+        processor=processor or _hub_processor(checkpoint, USE_RANDOM),
+        text_inputs=_tokenized_text_inputs(model_class, config, checkpoint, USE_RANDOM),
         source=source,
     )
 
 
 def _hub_recipe(cell):
     model_id = cell["model_id"]
-    config = _hub_call(transformers.AutoConfig.from_pretrained, model_id)
-    model_class = task_model_class(config, cell["task"])
-    if cell["weights"] == "pretrained":
+    config = _hub_call(transformers.AutoConfig.from_pretrained, model_id, USE_LOCAL)
+    model_class = task_model_class(config, cell.get("task"))
+    if cell.get("weights", "random") == "pretrained":
         return _pretrained_recipe(model_class, model_id, f"{model_id} (pretrained)")
     return Recipe(
         model_class=model_class,
         config=config,
         pretrained_from=None,
-        processor=_hub_processor(model_id),
-        text_inputs=_tokenized_text_inputs(model_class, config, model_id),
+        processor=_hub_processor(model_id, USE_LOCAL),
+        text_inputs=_tokenized_text_inputs(model_class, config, model_id, USE_LOCAL),
         source=f"{model_id} config (random weights)",
     )
 
@@ -242,9 +247,10 @@ def _local_recipe(cell):
     if not config_path.is_file():
         raise ModelError(f"config_path={str(config_path)!r} is not a file: point it at a config.json")
     config = config_from_dict(_read_json(config_path))
-    model_class = task_model_class(config, cell["task"])
-    if cell["weights"] == "pretrained":
-        return _pretrained_recipe(model_class, str(config_path.parent), f"{config_path.parent} (pretrained)")
+    model_class = task_model_class(config, cell.get("task"))
+    if cell.get("weights", "random") == "pretrained":
+        folder = str(config_path.parent)
+        return _pretrained_recipe(model_class, folder, f"{folder} (pretrained)", _local_processor(config_path, config))
     return Recipe(
         model_class=model_class,
         config=config,
@@ -300,15 +306,15 @@ def _shipped_text_inputs(model_class, config, config_dir):
     return text
 
 
-def _tokenized_text_inputs(model_class, config, checkpoint):
+def _tokenized_text_inputs(model_class, config, checkpoint, instead):
     if not needs_text(model_class):
         return None
-    tokenizer = _hub_call(transformers.AutoTokenizer.from_pretrained, checkpoint)
+    tokenizer = _hub_call(transformers.AutoTokenizer.from_pretrained, checkpoint, instead)
     return model_inputs.tokenize_queries(tokenizer, config.text_config.max_position_embeddings)
 
 
-def _hub_processor(checkpoint):
-    settings, _ = _hub_call(transformers.ImageProcessingMixin.get_image_processor_dict, checkpoint)
+def _hub_processor(checkpoint, instead):
+    settings, _ = _hub_call(transformers.ImageProcessingMixin.get_image_processor_dict, checkpoint, instead)
     return model_inputs.make_processor(settings)
 
 
@@ -322,13 +328,14 @@ def _local_processor(config_path, config):
     return model_inputs.make_processor({"image_processor_type": "ViTImageProcessor", "size": {"height": side, "width": side}})
 
 
-def _hub_call(function, checkpoint):
+def _hub_call(function, checkpoint, instead):
+    """A from_pretrained-style call; offline without the files it says what to do instead."""
     try:
         return function(checkpoint)
     except OSError as exc:
         raise ModelError(
-            f"model_id={checkpoint!r}: not reachable ({exc}). Mount a Hugging Face cache that holds it "
-            "(HF_HOME), allow hub access, or use a shipped model or a local config_path"
+            f"cannot load {checkpoint!r} ({exc}). Mount a Hugging Face cache that holds it (HF_HOME), "
+            f"allow hub access, or {instead}"
         ) from exc
 
 
