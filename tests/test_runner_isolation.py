@@ -116,3 +116,23 @@ def test_the_forkserver_preload_never_asks_cuda_anything():
                             cwd=os.path.dirname(os.path.dirname(__file__)))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[] False"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["eager", "reduce-overhead"])
+def test_gpu_cell_in_a_forked_process(tmp_path, mode):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU")
+    cell = tiny_cell(mode=mode)
+    run([cell], tmp_path, settings={"device": "auto", "iterations": 20})
+    record = read_record(record_path(tmp_path, cell))
+    assert record["status"] == "ok", record["error"]
+    assert record["device"] == "cuda" and record["timing"]["timer"] == "cuda_event"
+    assert record["memory"]["kind"] == "cuda_max_allocated" and record["memory"]["peak_bytes"] > 0
+    assert record["environment"]["gpu_count"] >= 1 and record["environment"]["gpu_name"]
+    if mode == "reduce-overhead":
+        assert record["accuracy"]["status"] == "pass" and record["dynamo"]["recompiles"] == 0
+        if torch.__version__ >= "2.4":
+            assert record["dynamo"]["cudagraph_skips"] == 0
+    assert_valid(record)
