@@ -6,8 +6,7 @@ from runner.driver import run_plan
 from runner.models import SEED_MODELS
 from runner.plan import Plan
 from runner.schema import read_record, record_path
-from runner_cells import assert_valid, settings, tiny_cell
-from test_runner_compile import COMPILE_CACHE
+from runner_cells import COMPILE_CACHE, assert_valid, settings, tiny_cell
 
 
 def expected_accuracy(model):
