@@ -25,49 +25,42 @@ from runner.driver import make_job, probe  # noqa: E402
 from runner.isolation import Launcher  # noqa: E402
 from runner.plan import plan_from_dict  # noqa: E402
 
-PHASES = ("fork_to_child", "child_to_build", "build", "build_to_first_call")
-
-
 def vit_cell(mode):
     return {"model": "vit", "model_id": "google/vit-base-patch16-224", "config_path": None,
             "task": "image-classification", "weights": "random", "size": "full", "batch_size": 1,
             "mode": mode, "fullgraph": False, "dtype": "float32", "fault": None}
 
 
-def measure_once(launcher, plan, context, out_dir, cache_dir):
-    with tempfile.TemporaryDirectory() as scratch:
+def measure_once(launcher, plan, context, cache_dir):
+    """One cell in a fresh process: its phase times (s) and the environment it recorded."""
+    with tempfile.TemporaryDirectory() as out_dir, tempfile.TemporaryDirectory() as scratch:
         job = make_job(plan.cells[0], plan, context, out_dir, scratch, cache_dir)
         outcome = launcher.run("run_job", (job,), plan.settings["timeout_s"])
-    record = json.loads(next(Path(out_dir).glob("*.json")).read_text())
+        record = json.loads(next(Path(out_dir).glob("*.json")).read_text())
     if record["status"] != "ok":
         raise SystemExit(f"cell failed: {record['error']}")
     marks, start, timing = outcome.reply["marks"], job["start_clock"], record["timing"]
     to_first_timed = marks["first_timed_iteration"] - start
-    return {
+    phases = {
         "fork_to_child": marks["process_started"] - start,
         "child_to_build": marks["build"] - marks["process_started"],
         "build": timing["load_s"],
-        "build_to_first_call": marks["first_call"] - marks["build"] - timing["load_s"],
+        "accuracy_reference": marks["first_call"] - marks["build"] - timing["load_s"],
         "first_call": timing["compile_s"],
         "warmup": timing["warmup_s"],
         "start_to_first_timed_iteration": to_first_timed,
         "fixed_cost": to_first_timed - timing["compile_s"] - timing["warmup_s"],
     }
+    return phases, record["environment"]
 
 
-def machine():
-    from runner.machine import cpu_model
-    env = json.loads(next(iter(Path(_LAST_OUT).glob("*.json"))).read_text())["environment"]
-    return {"cpu_model": cpu_model(), "cores": os.cpu_count(), "torch": env["torch"],
-            "transformers": env["transformers"], "python": env["python"], "threads": env["threads"],
-            "load_average_at_end": os.getloadavg()}
-
-
-_LAST_OUT = None
+def machine(environment):
+    return {"cpu_model": environment["cpu_model"], "cores": os.cpu_count(), "torch": environment["torch"],
+            "transformers": environment["transformers"], "python": environment["python"],
+            "threads": environment["threads"], "load_average_at_end": os.getloadavg()}
 
 
 def main():
-    global _LAST_OUT
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--mode", default="eager", help="eager, or a compiled mode (compiles warm from a shared cache)")
@@ -80,14 +73,10 @@ def main():
     launcher.start()
     context = probe(launcher, plan)
     startup_s = time.monotonic() - started
-    runs = []
     with tempfile.TemporaryDirectory() as cache_dir:
-        for _ in range(args.repeats + 1):   # the first run warms the compile cache and page cache
-            with tempfile.TemporaryDirectory() as out_dir:
-                _LAST_OUT = out_dir
-                runs.append(measure_once(launcher, plan, context, out_dir, cache_dir))
-                info = machine()
-    report = summarize(runs[1:], startup_s, args, info)
+        # The first cell warms the compile cache and the page cache; it is not counted.
+        runs = [measure_once(launcher, plan, context, cache_dir) for _ in range(args.repeats + 1)]
+    report = summarize([phases for phases, _ in runs[1:]], startup_s, args, machine(runs[-1][1]))
     write(report, Path(args.out), f"cell_overhead_{args.mode}")
 
 

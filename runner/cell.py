@@ -3,7 +3,8 @@
 ``run_cell(job)`` never raises: a failure becomes the record's status (oom or error,
 with type, message and traceback). Phases, under torch.no_grad():
 build the model and inputs (load_s); for compiled modes, an eager reference output;
-the first call timed on its own (compile_s: compile time for compiled modes);
+the first call timed on its own, with the torch.compile() call before it (compile_s:
+compile time for compiled modes);
 warm-up iterations (warmup_s); then the timed iterations. Peak memory covers the
 first call onwards; the accuracy check compares the last timed output with the eager one.
 """
@@ -35,23 +36,15 @@ def run_cell(job, marks=None):
 def _measure(job, record, marks):
     cell, settings, device = job["cell"], record["settings"], job["device"]
     compiled = cell["mode"] != "eager"
-    marks["build"] = clock()
-    built = _build(cell, device)
-    synchronize(device)
-    load_s = clock() - marks["build"]
+    built, load_s = _load(cell, device, marks)
     reference = accuracy.to_cpu(built.model(**built.inputs)) if compiled else None
-    step = _step(compile_model(built.model, cell["mode"], cell["fullgraph"]), built.inputs,
-                 cell["mode"], device)
     memory.reset_peak(device)
     before = counters_snapshot()
-    marks["first_call"] = clock()
-    faults.inject(cell["fault"])
-    compile_s = _timed(step, 1, device)
+    step, compile_s = _compile_and_call_once(built, cell, device, marks)
     after_first_call = counters_snapshot()
     warmup_s = _timed(step, settings["warmup"], device)
     marks["first_timed_iteration"] = clock()
     samples_ms, output = time_iterations(step, settings["iterations"], device)
-    marks["timed_end"] = clock()
     record["memory"] = memory.peak(device)
     record["timing"] = dict(load_s=load_s, compile_s=compile_s, warmup_s=warmup_s,
                             timer="cuda_event" if device == "cuda" else "perf_counter",
@@ -61,6 +54,23 @@ def _measure(job, record, marks):
         record["accuracy"] = accuracy.compare(reference, output, settings["accuracy_tolerance"])
     else:
         record["accuracy"] = accuracy.skipped()
+
+
+def _load(cell, device, marks):
+    marks["build"] = clock()
+    built = _build(cell, device)
+    synchronize(device)
+    return built, clock() - marks["build"]
+
+
+def _compile_and_call_once(built, cell, device, marks):
+    """The step to time, and compile_s: torch.compile() itself plus the first call."""
+    marks["first_call"] = clock()
+    faults.inject(cell["fault"])
+    step = _step(compile_model(built.model, cell["mode"], cell["fullgraph"]), built.inputs,
+                 cell["mode"], device)
+    _timed(step, 1, device)
+    return step, clock() - marks["first_call"]
 
 
 def _build(cell, device):

@@ -29,15 +29,18 @@ def reset():
     torch._dynamo.reset()
 
 
-def use_cache_dir(directory):
-    """Point Inductor's and Triton's caches into ``directory`` (for this process only).
+def use_cache_dirs(cache_dirs):
+    """Set this process's Inductor and Triton cache variables (None: torch's default).
 
-    The runner gives each cell a fresh folder, so every cell compiles cold: a cache left by
-    an earlier cell would make compile_s depend on run order. Tests and benchmarks may share
-    one folder across cells to compile warm (driver.run_plan's compile_cache_dir).
+    The values come from the parent (driver.compile_cache_dirs), never from this process's
+    own environment: importing torch sets TORCHINDUCTOR_CACHE_DIR to its default as a side
+    effect. The cell runs in its own process, so this changes nothing outside the cell.
     """
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(directory, "inductor")
-    os.environ["TRITON_CACHE_DIR"] = os.path.join(directory, "triton")
+    for variable, directory in cache_dirs.items():
+        if directory is None:
+            os.environ.pop(variable, None)
+        else:
+            os.environ[variable] = directory
 
 
 def counters_snapshot():

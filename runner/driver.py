@@ -4,6 +4,7 @@ Stdlib only. A cell's process writes its own record; when it cannot (killed at t
 limit, crashed), this loop writes the record instead, with the same shape and the
 environment the probe reported. A failed cell never stops the others.
 """
+import os
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -31,8 +32,8 @@ def run_plan(plan, out_dir, force=False, retry_failed=False, log=None, launcher=
              compile_cache_dir=None):
     """Run the plan's cells that need running; return [(cell_id, status)] for those run.
 
-    compile_cache_dir: share one Inductor cache across cells (warm compiles, for tests);
-    by default each cell compiles cold into a fresh folder.
+    compile_cache_dir: one Inductor/Triton cache shared by the cells (warm compiles, for
+    tests). See compile_cache_dirs for the default.
     """
     log = log or _stderr
     pending = [cell for cell in plan.cells if needs_run(out_dir, cell, force, retry_failed)]
@@ -90,9 +91,26 @@ def make_job(cell, plan, context, out_dir, scratch_dir, compile_cache_dir=None):
         "cell": cell, "settings": plan.settings, "device": context.device,
         "environment": context.environment, "precision": context.precision,
         "out_dir": str(out_dir), "scratch_dir": scratch_dir,
-        "compile_cache_dir": None if compile_cache_dir is None else str(compile_cache_dir),
+        "compile_cache_dirs": compile_cache_dirs(compile_cache_dir, scratch_dir),
         "started_at": records.utc_now(), "start_clock": records.clock(),
     }
+
+
+def compile_cache_dirs(shared_dir, scratch_dir, environ=None):
+    """Inductor's and Triton's cache folders for one cell.
+
+    - shared_dir given: its inductor/ and triton/ subfolders;
+    - else TORCHINDUCTOR_CACHE_DIR set in this (torch-free) process's environment: the caller's
+      shared cache (the host sets it per image, unless asked for cold runs), TRITON_CACHE_DIR too;
+    - else the cell's scratch folder: the cell compiles cold, whatever ran before it.
+    """
+    environ = os.environ if environ is None else environ
+    if shared_dir is None and environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        return {"TORCHINDUCTOR_CACHE_DIR": environ["TORCHINDUCTOR_CACHE_DIR"],
+                "TRITON_CACHE_DIR": environ.get("TRITON_CACHE_DIR")}
+    root = str(shared_dir or scratch_dir)
+    return {"TORCHINDUCTOR_CACHE_DIR": os.path.join(root, "inductor"),
+            "TRITON_CACHE_DIR": os.path.join(root, "triton")}
 
 
 def summary_line(record):

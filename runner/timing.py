@@ -3,7 +3,8 @@
 GPU: a pair of CUDA events around each iteration, one synchronize at the end (no sync
 per iteration, so the GPU queue stays full as in real inference). CPU: perf_counter
 around each iteration. Both return raw samples in milliseconds; ``summarize`` turns
-them into the record's ``timing`` statistics.
+them into the record's ``timing`` statistics. (torch.utils.benchmark.Timer times blocks
+of calls with a sync per block, so it gives no per-iteration samples: not used here.)
 """
 import math
 import statistics

@@ -12,7 +12,7 @@ import transformers  # noqa: F401
 
 from runner import records
 from runner.cell import run_cell
-from runner.compile import use_cache_dir
+from runner.compile import use_cache_dirs
 from runner.environment import collect_environment, resolve_device
 from runner.precision import apply_precision
 from runner.schema import write_record
@@ -40,7 +40,7 @@ def run_job(job, channel):
     """A cell's process: run the cell, write its record, report the phase marks."""
     _own_process_group()
     marks = {"process_started": records.clock()}
-    use_cache_dir(job["compile_cache_dir"] or job["scratch_dir"])
+    use_cache_dirs(job["compile_cache_dirs"])
     record = run_cell(job, marks)
     write_record(job["out_dir"], record)
     channel.send({"record_written": True, "status": record["status"], "marks": marks})

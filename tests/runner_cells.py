@@ -1,7 +1,15 @@
 """Cells and checks shared by the runner's tests (not a test module)."""
+import tempfile
+from pathlib import Path
+
 import jsonschema
+import torch
 
 from runner.schema import RECORD_SCHEMA
+
+# Inductor's cache for the tests that compile: shared across cells and test runs (warm
+# compiles after the first run), one per torch version. The runner itself compiles cold.
+COMPILE_CACHE = Path(tempfile.gettempdir()) / f"matrixbench-test-compile-cache-{torch.__version__}"
 
 
 def tiny_cell(model="resnet", mode="eager", **overrides):

@@ -1,4 +1,7 @@
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -66,3 +69,16 @@ def test_nothing_to_run_is_bad_usage(capsys):
         main(["--out", "x"])
     assert exit_info.value.code == 2
     assert "--cells FILE, or --models" in capsys.readouterr().err
+
+
+def test_the_parent_leaves_the_compile_cache_variable_alone():
+    """Importing torch._dynamo sets TORCHINDUCTOR_CACHE_DIR; the parent must not, or every
+    cell would share torch's default cache instead of compiling cold (driver.compile_cache_dirs)."""
+    code = ("import os; from runner.cli import build_parser, plan_from_args; "
+            "plan_from_args(build_parser().parse_args(['--out', 'x', '--models', 'vit'])); "
+            "print(os.environ.get('TORCHINDUCTOR_CACHE_DIR'))")
+    env = {key: value for key, value in os.environ.items() if key != "TORCHINDUCTOR_CACHE_DIR"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env=env, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "None"

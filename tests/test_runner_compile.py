@@ -1,25 +1,37 @@
 import os
-import tempfile
-from pathlib import Path
 
 import pytest
 import torch
 
 from runner import compile as compile_module
-from runner.driver import run_plan
+from runner.driver import compile_cache_dirs, run_plan
 from runner.plan import Plan
 from runner.schema import read_record, record_path
-from runner_cells import assert_valid, settings, tiny_cell
-
-COMPILE_CACHE = Path(tempfile.gettempdir()) / "matrixbench-test-compile-cache"
+from runner_cells import COMPILE_CACHE, assert_valid, settings, tiny_cell
 
 
-def test_use_cache_dir_points_inductor_and_triton_into_the_folder(monkeypatch, tmp_path):
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/elsewhere")
-    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
-    compile_module.use_cache_dir(str(tmp_path))
-    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
-    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "triton")
+
+def test_cache_dirs_are_the_cells_scratch_folder_by_default():
+    dirs = compile_cache_dirs(None, "/scratch", environ={})
+    assert dirs == {"TORCHINDUCTOR_CACHE_DIR": "/scratch/inductor", "TRITON_CACHE_DIR": "/scratch/triton"}
+
+
+def test_cache_dirs_set_by_the_caller_are_kept():
+    environ = {"TORCHINDUCTOR_CACHE_DIR": "/host/inductor"}
+    dirs = compile_cache_dirs(None, "/scratch", environ=environ)
+    assert dirs == {"TORCHINDUCTOR_CACHE_DIR": "/host/inductor", "TRITON_CACHE_DIR": None}
+
+
+def test_an_explicit_shared_cache_wins(tmp_path):
+    dirs = compile_cache_dirs(tmp_path, "/scratch", environ={"TORCHINDUCTOR_CACHE_DIR": "/host/inductor"})
+    assert dirs["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
+
+
+def test_use_cache_dirs_sets_and_clears_the_variables(monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_default")
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/tmp/triton_default")
+    compile_module.use_cache_dirs({"TORCHINDUCTOR_CACHE_DIR": "/cell/inductor", "TRITON_CACHE_DIR": None})
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/cell/inductor" and "TRITON_CACHE_DIR" not in os.environ
 
 
 def snapshot(graphs=0, frames=0, breaks=None, skips=0):

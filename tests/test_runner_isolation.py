@@ -91,3 +91,48 @@ def test_python_m_runner_shorthand_end_to_end(tmp_path):
     assert record["environment"]["image_name"] == "local"
     assert "[1/1] resnet-tiny_bs1_eager_float32: ok" in result.stderr
     assert result.stdout == ""
+
+
+CUDA_SPY = """
+import torch
+asked = []
+def spy(name, real):
+    def wrapper(*args, **kwargs):
+        asked.append(name)
+        return real(*args, **kwargs)
+    return wrapper
+for name in ("is_available", "device_count", "init", "_lazy_init"):
+    setattr(torch.cuda, name, spy(name, getattr(torch.cuda, name)))
+if hasattr(torch._C, "_cuda_getDeviceCount"):
+    torch._C._cuda_getDeviceCount = spy("_cuda_getDeviceCount", torch._C._cuda_getDeviceCount)
+import runner.worker
+print(sorted(set(asked)), torch.cuda.is_initialized())
+"""
+
+
+def test_the_forkserver_preload_never_asks_cuda_anything():
+    """A forked child can use CUDA only if its parent never initialised the driver."""
+    result = subprocess.run([sys.executable, "-c", CUDA_SPY], capture_output=True, text=True, timeout=300,
+                            cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[] False"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["eager", "reduce-overhead"])
+def test_gpu_cell_in_a_forked_process(tmp_path, mode):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU")
+    cell = tiny_cell(mode=mode)
+    run([cell], tmp_path, settings={"device": "auto", "iterations": 20})
+    record = read_record(record_path(tmp_path, cell))
+    assert record["status"] == "ok", record["error"]
+    assert record["device"] == "cuda" and record["timing"]["timer"] == "cuda_event"
+    assert record["memory"]["kind"] == "cuda_max_allocated" and record["memory"]["peak_bytes"] > 0
+    assert record["environment"]["gpu_count"] >= 1 and record["environment"]["gpu_name"]
+    if mode == "reduce-overhead":
+        assert record["accuracy"]["status"] == "pass" and record["dynamo"]["recompiles"] == 0
+        if torch.__version__ >= "2.4":
+            assert record["dynamo"]["cudagraph_skips"] == 0
+    assert_valid(record)

