@@ -63,8 +63,14 @@ matrix: $(STAMP)
 	@echo "$(NOTE)"
 	@echo "Results: results/$(RUN)/   Report: report/"
 	@echo "================================================================================"
-ifeq ($(HAS_DOCKER),yes)
-	$(MB) build --matrix $(MATRIX_FILE) $(BUILD_OPTS)
-endif
-	$(MB) run --matrix $(MATRIX_FILE) $(IMAGES) --run $(RUN) --backend $(BACKEND) --device $(DEVICE) --note "$(NOTE)" $(RUN_OPTS)
+	@set -e; backend=$(BACKEND); images="$(IMAGES)"; note="$(NOTE)"; \
+	if [ "$$backend" = docker ] && ! $(MB) build --matrix $(MATRIX_FILE) $(BUILD_OPTS); then \
+	  if [ "$(HAS_GPU)" = yes ]; then exit 1; fi; \
+	  backend=local; images="--images latest"; \
+	  note="$$note The Docker build failed (no registry or index reachable?), so it fell back to the local backend (this interpreter's torch, recorded as image 'latest')."; \
+	  echo "================================================================================"; \
+	  echo "$$note"; \
+	  echo "================================================================================"; \
+	fi; \
+	$(MB) run --matrix $(MATRIX_FILE) $$images --run $(RUN) --backend $$backend --device $(DEVICE) --note "$$note" $(RUN_OPTS)
 	$(MB) report results/$(RUN) --out report
