@@ -10,6 +10,8 @@ its record); 2 for bad usage (argparse's code).
 """
 import argparse
 import itertools
+import signal
+import sys
 
 from runner.driver import run_plan
 from runner.plan import DEFAULT_SETTINGS, DEVICES, Plan, PlanError, load_plan, validate_cell, validate_settings
@@ -76,8 +78,19 @@ def main(argv=None):
         plan = plan_from_args(args)
     except PlanError as exc:
         parser.error(str(exc))
-    run_plan(plan, args.out, force=args.force, retry_failed=args.retry_failed)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        run_plan(plan, args.out, force=args.force, retry_failed=args.retry_failed)
+    except KeyboardInterrupt:
+        print("runner: interrupted; the running cell was stopped, finished records are kept", file=sys.stderr)
+        return 130
     return 0
+
+
+def _interrupt(signum, frame):
+    """SIGTERM (docker stop, the host's Ctrl-C) unwinds like Ctrl-C, so the running cell's
+    process group is killed on the way out (runner.isolation kills it in a finally)."""
+    raise KeyboardInterrupt
 
 
 def plan_from_args(args):

@@ -82,3 +82,41 @@ def test_the_parent_leaves_the_compile_cache_variable_alone():
                             env=env, cwd=os.path.dirname(os.path.dirname(__file__)))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "None"
+
+
+def test_sigterm_stops_the_running_cell_and_keeps_finished_records(tmp_path):
+    """docker stop / the host's Ctrl-C send SIGTERM: the hanging cell's process dies with the runner."""
+    import signal
+    import time
+
+    from runner.schema import read_record, record_path
+    from runner_cells import settings, tiny_cell
+
+    done, hang = tiny_cell(), tiny_cell(fault="hang", batch_size=2)
+    cells_file = tmp_path / "cells.json"
+    cells_file.write_text(json.dumps({"settings": settings(), "image_name": None, "image_id": None,
+                                      "cells": [done, hang]}))
+    out = tmp_path / "out"
+    runner = subprocess.Popen([sys.executable, "-m", "runner", "--cells", str(cells_file), "--out", str(out)],
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not record_path(out, done).exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert record_path(out, done).exists(), "the first cell never finished"
+    time.sleep(1.0)  # the hanging cell is running now
+    runner.send_signal(signal.SIGTERM)
+    _, stderr = runner.communicate(timeout=60)
+    assert runner.returncode == 130, stderr
+    assert read_record(record_path(out, done))["status"] == "ok"
+    assert not record_path(out, hang).exists()
+    leftovers = _session_processes(runner.pid)
+    for _ in range(50):  # the forkserver exits once it sees its parent gone
+        if not leftovers:
+            break
+        time.sleep(0.2)
+        leftovers = _session_processes(runner.pid)
+    assert leftovers == [], f"processes left in the runner's session: {leftovers}"
+
+
+def _session_processes(session_id):
+    return subprocess.run(["pgrep", "-s", str(session_id)], capture_output=True, text=True).stdout.split()

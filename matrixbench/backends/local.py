@@ -10,7 +10,6 @@ from importlib import metadata
 import signal
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from matrixbench.backends.base import Backend
@@ -49,8 +48,8 @@ class LocalBackend(Backend):
     def run(self, request):
         cells_file = write_cells_file(request)
         argv = [self.python, "-m", "runner", "--cells", str(cells_file), "--out", str(request.out_dir)]
-        with _compile_cache(request) as cache_env, open(Path(request.out_dir) / LOG_FILENAME, "ab") as log:
-            env = runner_env(os.environ, request, cache_env)
+        with open(Path(request.out_dir) / LOG_FILENAME, "ab") as log:
+            env = runner_env(os.environ, request, compile_cache_env(request))
             process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL, start_new_session=True)
             return _wait(process)
@@ -66,7 +65,7 @@ def _torch_version():
 def runner_env(environ, request, cache_env):
     """The runner's environment: the allow-list, the request's env, caches, the project on the path."""
     env = {key: value for key, value in environ.items()
-           if key in ENV_ALLOWED or key.startswith(ENV_ALLOWED_PREFIXES)}
+           if (key in ENV_ALLOWED or key.startswith(ENV_ALLOWED_PREFIXES)) and key not in CACHE_VARIABLES}
     if request.hf_cache_dir is not None:
         env["HF_HOME"] = str(request.hf_cache_dir)
     if not request.gpus:
@@ -78,25 +77,16 @@ def runner_env(environ, request, cache_env):
     return env
 
 
-class _compile_cache:
-    """Inductor/Triton cache folders: the request's per-image folder, or a fresh one for --cold."""
+CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
-    def __init__(self, request):
-        self._root = request.cache_dir
-        self._temp = None
 
-    def __enter__(self):
-        if self._root is None:
-            self._temp = tempfile.TemporaryDirectory(prefix="matrixbench-cold-")
-            root = Path(self._temp.name)
-        else:
-            root = Path(self._root)
-        return {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"), "TRITON_CACHE_DIR": str(root / "triton")}
-
-    def __exit__(self, *exc):
-        if self._temp is not None:
-            self._temp.cleanup()
-        return False
+def compile_cache_env(request):
+    """The per-image Inductor/Triton caches, so a rerun compiles warm. --cold (no cache_dir)
+    sets none, and the runner compiles every cell in its own scratch folder."""
+    if request.cache_dir is None:
+        return {}
+    root = Path(request.cache_dir)
+    return {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"), "TRITON_CACHE_DIR": str(root / "triton")}
 
 
 def _wait(process):
