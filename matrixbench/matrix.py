@@ -73,7 +73,7 @@ class Matrix:
     iterations: int = 300
     warmup: int = 10
     timeout_s: float = 900
-    accuracy_tolerance: float = 1e-3
+    accuracy_tolerance: Optional[float] = None  # None: the dtype's default (runner.accuracy)
     cv_threshold: float = 0.1
     path: Optional[Path] = None
 

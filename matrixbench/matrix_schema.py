@@ -92,7 +92,7 @@ MATRIX_SCHEMA = {
         "iterations": {"type": "integer", "minimum": 1},
         "warmup": {"type": "integer", "minimum": 0},
         "timeout_s": {"type": "number", "exclusiveMinimum": 0},
-        "accuracy_tolerance": {"type": "number", "minimum": 0},
+        "accuracy_tolerance": {"type": ["number", "null"], "minimum": 0},
         "cv_threshold": {"type": "number", "exclusiveMinimum": 0},
     },
 }
@@ -105,6 +105,6 @@ DEFAULTS = {
     "iterations": 300,
     "warmup": 10,
     "timeout_s": 900,
-    "accuracy_tolerance": 1e-3,
+    "accuracy_tolerance": None,  # the runner picks the dtype's default
     "cv_threshold": 0.1,
 }
