@@ -1,4 +1,7 @@
-"""The Markdown report of the recorded fixture runs, compared with golden files exactly.
+"""The Markdown report of the fixture runs, compared with golden files exactly.
+
+cpu-docker-run is a real recorded run (two Docker images, torch 2.0.1 and 2.13.0, tiny models on
+the CPU); gpu-run and cpu-run are synthetic (tests/fixtures/make_fixtures.py) for the GPU paths.
 
 Regenerate after an intended change: UPDATE_GOLDEN=1 pytest tests/test_report_golden.py
 """
@@ -17,6 +20,7 @@ GOLDEN = Path(__file__).parent / "golden"
     (["gpu-run"], "gpu-run.md"),
     (["cpu-run"], "cpu-run.md"),
     (["gpu-run", "cpu-run"], "gpu-and-cpu-runs.md"),
+    (["cpu-docker-run"], "cpu-docker-run.md"),
 ])
 def test_markdown_matches_golden(tmp_path, runs, golden):
     build_report([FIXTURES / run for run in runs], tmp_path, ["md"])
