@@ -30,6 +30,8 @@ RUN_OPTS ?=
 HAS_GPU := $(shell nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && echo yes || echo no)
 HAS_DOCKER := $(shell docker info >/dev/null 2>&1 && echo yes || echo no)
 
+LOCAL_HOW := the local backend (this interpreter's torch, recorded as image 'latest')
+
 ifeq ($(HAS_GPU),yes)
   MATRIX_FILE := matrix.yaml
   RUN := default
@@ -52,11 +54,12 @@ ifeq ($(HAS_DOCKER),yes)
 else
   BACKEND := local
   IMAGES := --images latest
-  HOW := the local backend (this interpreter's torch, recorded as image 'latest')
+  HOW := $(LOCAL_HOW)
   WHY_BACKEND := Docker is not available (docker info fails), so the images' torch versions are not compared.
 endif
 
 NOTE := $(strip make matrix ran $(WHAT), with $(HOW). $(WHY_DEVICE) $(WHY_BACKEND))
+FALLBACK_NOTE := $(strip make matrix ran $(WHAT), with $(LOCAL_HOW). $(WHY_DEVICE) Docker runs, but the image build failed (see above: no registry or package index reachable?), so the images' torch versions are not compared.)
 
 matrix: $(STAMP)
 	@echo "================================================================================"
@@ -67,7 +70,7 @@ matrix: $(STAMP)
 	if [ "$$backend" = docker ] && ! $(MB) build --matrix $(MATRIX_FILE) $(BUILD_OPTS); then \
 	  if [ "$(HAS_GPU)" = yes ]; then exit 1; fi; \
 	  backend=local; images="--images latest"; \
-	  note="$$note The Docker build failed (no registry or index reachable?), so it fell back to the local backend (this interpreter's torch, recorded as image 'latest')."; \
+	  note="$(FALLBACK_NOTE)"; \
 	  echo "================================================================================"; \
 	  echo "$$note"; \
 	  echo "================================================================================"; \
