@@ -148,7 +148,8 @@ def test_tiny_models_are_not_compared_with_published_ones():
 
 
 def test_run_note_is_shown_and_absence_tolerated(tmp_path):
-    assert _report([FIXTURES / "cpu-run"]).notes == ["no NVIDIA GPU: CPU smoke matrix"]
+    [note] = _report([FIXTURES / "cpu-run"]).notes
+    assert note.startswith("SYNTHETIC fixture") and note.endswith("no NVIDIA GPU: CPU smoke matrix.")
     run = _subset(tmp_path, lambda record: True, run="cpu-run")
     (run / "run.json").unlink()
     assert _report([run]).notes == []
