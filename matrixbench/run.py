@@ -175,6 +175,7 @@ def _request(plan, matrix, options, gpus, environ):
         hf_cache_dir=options.hf_cache_dir or default_hf_cache(),
         gpus=gpus,
         env={**image.env, **{key: environ[key] for key in RUNTIME_SECRETS if environ.get(key)}},
+        torch=image.torch,
     )
 
 

@@ -158,3 +158,11 @@ def test_run_id_can_be_given(sdk, tmp_path):
     backend(sdk, run_id="nightly-42").run(request_for(tmp_path))
     assert sdk.started[0].kwargs["labels"]["matrixbench.run_id"] == "nightly-42"
     assert sdk.started[0].kwargs["name"].startswith("matrixbench-nightly-42-stable-")
+
+
+def test_an_image_built_for_another_torch_is_refused_before_any_container(sdk, tmp_path):
+    with pytest.raises(RunError, match=r"built with torch 2\.0\.1, but the matrix asks for torch==2\.1\.0.*"
+                                       r"matrixbench build --images stable"):
+        backend(sdk).run(request_for(tmp_path, torch="torch==2.1.0"))
+    assert sdk.started == []
+    assert backend(sdk).run(request_for(tmp_path, torch="torch==2.0.1")) == 0

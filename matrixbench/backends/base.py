@@ -23,6 +23,7 @@ class RunRequest:
     gpus: bool = False                    # ask for all GPUs (--gpus all)
     # run-time only env, e.g. HF_TOKEN: kept out of repr() so it is never printed
     env: dict = field(default_factory=dict, repr=False)
+    torch: Optional[str] = None           # the image entry's torch requirement, e.g. "torch==2.0.1"
 
 
 class Backend(ABC):

@@ -15,7 +15,7 @@ from pathlib import Path
 from matrixbench import docker_client
 from matrixbench.backends.base import Backend
 from matrixbench.errors import RunError
-from matrixbench.images import image_tag
+from matrixbench.images import image_tag, torch_version
 from matrixbench.runner_input import CELLS_FILENAME, write_cells_file
 from runner.schema import record_path
 
@@ -77,6 +77,13 @@ class DockerBackend(Backend):
         if image is None:
             raise RunError(
                 f"image {request.image_name!r}: Docker has no {tag}; build it first with "
+                f"`matrixbench build --images {request.image_name}`"
+            )
+        built_torch = image.labels.get(docker_client.LABEL_TORCH)
+        if request.torch and built_torch and built_torch != torch_version(request.torch):
+            raise RunError(
+                f"image {request.image_name!r}: {tag} was built with torch {built_torch}, but the "
+                f"matrix asks for {request.torch}; rebuild it with "
                 f"`matrixbench build --images {request.image_name}`"
             )
         return image
