@@ -183,3 +183,15 @@ def test_matrixbench_run_local_end_to_end(tmp_path, monkeypatch):
     assert all(r["timing"]["n"] == 3 and r["environment"]["image_name"] == "latest" for r in records)
     again = CliRunner().invoke(main, args)
     assert again.exit_code == 0 and "2 skipped" in again.output
+
+
+def test_an_image_pinning_another_torch_is_refused(tmp_path):
+    from matrixbench.backends.local import check_torch_pin
+    from matrixbench.errors import RunError
+
+    request = _request(tmp_path, [], torch="torch==2.0.1")
+    with pytest.raises(RunError, match=r"image 'stable' pins torch==2\.0\.1, but --backend local runs "
+                                       r"this interpreter's torch 2\.13\.0\+cpu.*--images NAME"):
+        check_torch_pin(request, "2.13.0+cpu")
+    check_torch_pin(_request(tmp_path, [], torch="torch==2.13.0"), "2.13.0+cpu")
+    check_torch_pin(_request(tmp_path, [], torch="torch>=2.1"), "2.13.0+cpu")

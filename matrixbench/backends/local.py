@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from matrixbench.backends.base import Backend
+from matrixbench.errors import RunError
 from matrixbench.gpu import host_gpus
 from matrixbench.runner_input import write_cells_file
 
@@ -46,6 +47,8 @@ class LocalBackend(Backend):
         return bool(host_gpus())
 
     def run(self, request):
+        if self.python == sys.executable:
+            check_torch_pin(request, _torch_version())
         cells_file = write_cells_file(request)
         argv = [self.python, "-m", "runner", "--cells", str(cells_file), "--out", str(request.out_dir)]
         with open(Path(request.out_dir) / LOG_FILENAME, "ab") as log:
@@ -60,6 +63,20 @@ def _torch_version():
         return metadata.version("torch")
     except metadata.PackageNotFoundError:
         return "not installed"
+
+
+def check_torch_pin(request, installed):
+    """Refuse to record this interpreter's torch under an image that pins another one: the
+    report would compare images that ran the same torch."""
+    if not request.torch or "==" not in request.torch:
+        return
+    pinned = request.torch.split("==", 1)[1].strip()
+    if installed.split("+", 1)[0] != pinned.split("+", 1)[0]:
+        raise RunError(
+            f"image {request.image_name!r} pins {request.torch}, but --backend local runs this "
+            f"interpreter's torch {installed}: run only images that pin torch {installed} "
+            f"(--images NAME), or use --backend docker"
+        )
 
 
 def runner_env(environ, request, cache_env):
