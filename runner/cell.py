@@ -16,6 +16,8 @@ from runner.precision import apply_precision
 from runner.timing import summarize, synchronize, time_iterations
 
 clock = records.clock
+# Modes whose Inductor config turns on CUDA graphs (cudagraph trees): each call starts a step.
+CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
 def run_cell(job, marks=None):
@@ -80,9 +82,9 @@ def _build(cell, device):
 
 
 def _step(model, inputs, mode, device):
-    """One inference call. reduce-overhead on GPU marks a new cudagraph-trees step first."""
+    """One inference call. CUDA-graph modes on GPU mark a new cudagraph-trees step first."""
     mark_step = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
-    if mode == "reduce-overhead" and device == "cuda" and mark_step is not None:
+    if mode in CUDAGRAPH_MODES and device == "cuda" and mark_step is not None:
         def step():
             mark_step()
             return model(**inputs)

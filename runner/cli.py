@@ -14,7 +14,7 @@ import signal
 import sys
 
 from runner.driver import run_plan
-from runner.plan import DEFAULT_SETTINGS, DEVICES, Plan, PlanError, load_plan, validate_cell, validate_settings
+from runner.plan import DEFAULT_SETTINGS, DEVICES, FAULTS, Plan, PlanError, load_plan, validate_cell, validate_settings
 from runner.schema import DTYPES, MODES, SIZES, TASKS, WEIGHTS
 
 SETTING_FLAGS = ("iterations", "warmup", "timeout_s", "device", "accuracy_tolerance", "cv_threshold")
@@ -53,7 +53,7 @@ def _add_shorthand(group):
     group.add_argument("--model-id", help="hub id, for a model that is not shipped (needs --task)")
     group.add_argument("--config-path", help="local config.json, for a model that is not shipped (needs --task)")
     group.add_argument("--task", choices=TASKS, help="the task of a model given by --model-id or --config-path")
-    group.add_argument("--fault", choices=("oom", "error", "crash", "hang"), help=argparse.SUPPRESS)
+    group.add_argument("--fault", choices=FAULTS[1:], help=argparse.SUPPRESS)
     group.add_argument("--image-name", help="image name to record in the environment")
     group.add_argument("--image-id", help="image id to record in the environment")
 

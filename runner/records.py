@@ -91,7 +91,7 @@ def is_out_of_memory(exc):
         message = str(exc).lower()
         if type(exc).__name__ == "OutOfMemoryError" or any(m in message for m in OOM_MARKERS):
             return True
-        exc = exc.__cause__ or exc.__context__
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
     return False
 
 

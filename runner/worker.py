@@ -23,12 +23,9 @@ def _preload_models():
     """Import the shipped models' classes and processors: transformers imports them lazily,
     and the first costs ~2.5 s. A broken models module is reported by the cell itself."""
     try:
-        from runner.inputs import processor_class
-        from runner.models import SEED_MODELS
+        from runner.models import SEED_MODELS, preload
 
-        for spec in SEED_MODELS.values():
-            getattr(transformers, spec.model_class)
-            processor_class(spec.processor_class)
+        preload(SEED_MODELS)
     except Exception:
         pass
 

@@ -38,6 +38,7 @@ class OutOfMemoryError(RuntimeError):
 
 @pytest.mark.parametrize("exc, status", [
     (OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"), "oom"),
+    (OutOfMemoryError("no words about memory"), "oom"),  # by type name alone
     (RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"), "oom"),
     (ValueError("shapes do not match"), "error"),
 ])
@@ -58,6 +59,17 @@ def test_oom_wrapped_by_another_exception_is_oom():
     assert record["status"] == "oom"
     assert "OutOfMemoryError" in record["error"]["traceback"]
     assert record["error"]["type"] == "RuntimeError"
+
+
+def test_an_oom_handled_and_suppressed_does_not_make_a_later_error_oom():
+    try:
+        try:
+            raise OutOfMemoryError("CUDA out of memory")  # e.g. an autotune candidate, handled
+        except OutOfMemoryError:
+            raise ValueError("an unrelated failure") from None
+    except ValueError as outer:
+        record = records.fail_with_exception(records.new_record(job()), outer)
+    assert record["status"] == "error"
 
 
 def test_long_messages_are_clipped():
