@@ -5,9 +5,10 @@ move to ``history``. ``note`` says why the run is what it is (``make matrix`` wr
 fallback reason there) and the report shows it.
 """
 import json
-import os
 from datetime import datetime, timezone
 from pathlib import Path
+
+from runner.schema import write_json_atomic
 
 MANIFEST_FILENAME = "run.json"
 MANIFEST_VERSION = 1
@@ -66,9 +67,4 @@ def read_manifest(run_path):
 
 
 def write_manifest(run_path, manifest):
-    path = Path(run_path) / MANIFEST_FILENAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, sort_keys=True, indent=1) + "\n")
-    os.replace(tmp, path)
-    return path
+    return write_json_atomic(Path(run_path) / MANIFEST_FILENAME, manifest)

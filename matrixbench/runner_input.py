@@ -3,9 +3,9 @@
 Every backend writes it into the image's output folder as ``cells.json``, so the folder says
 what was asked of the runner last time, next to the records it wrote.
 """
-import json
-import os
 from pathlib import Path
+
+from runner.schema import write_json_atomic
 
 CELLS_FILENAME = "cells.json"
 
@@ -23,8 +23,4 @@ def runner_input(request, image_id=None):
 def write_cells_file(request, image_id=None, path=None):
     """Write the runner's input atomically (sorted keys); return its path."""
     path = Path(path) if path is not None else Path(request.out_dir) / CELLS_FILENAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(runner_input(request, image_id), sort_keys=True, indent=1) + "\n")
-    os.replace(tmp, path)
-    return path
+    return write_json_atomic(path, runner_input(request, image_id))

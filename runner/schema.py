@@ -39,14 +39,18 @@ def record_path(out_dir, cell):
     return Path(out_dir) / f"{cell_id(cell)}.json"
 
 
-def write_record(out_dir, record):
-    """Write atomically (temp file + rename) so a killed run never leaves half a record."""
-    path = record_path(out_dir, record["cell"])
+def write_json_atomic(path, data):
+    """Write JSON with sorted keys via a temp file + rename, so a killed run never leaves half a file."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, sort_keys=True, indent=1, allow_nan=True) + "\n")
+    tmp.write_text(json.dumps(data, sort_keys=True, indent=1, allow_nan=True) + "\n")
     os.replace(tmp, path)
     return path
+
+
+def write_record(out_dir, record):
+    return write_json_atomic(record_path(out_dir, record["cell"]), record)
 
 
 def read_record(path):
