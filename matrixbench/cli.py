@@ -16,7 +16,7 @@ from matrixbench.errors import MatrixbenchError
 from matrixbench.matrix import Overrides, apply_overrides, load_matrix
 from matrixbench.plan import plan_run, run_dir
 from matrixbench.progress import TqdmProgress
-from matrixbench.run import DEFAULT_RUN, DEVICES, RunOptions, run_matrix
+from matrixbench.run import DEFAULT_RUN, DEVICES, RunOptions, check_device, run_matrix
 from runner.schema import DTYPES, MODES, SIZES, WEIGHTS
 
 INTERRUPTED_EXIT = 130
@@ -190,6 +190,7 @@ def run(matrix_path, run_name, results_root, backend, device, force, retry_faile
     """Run the matrix's cells that have no record yet (HF_TOKEN is passed on, never printed)."""
     matrix = _load(matrix_path, _overrides(options))
     if dry_run:
+        check_device(matrix, backend, device)
         click.echo(describe_plan(matrix, run_dir(results_root, run_name), force, retry_failed))
         return
     run_options = RunOptions(

@@ -35,3 +35,9 @@ class ReportError(MatrixbenchError):
     """Records cannot be read or merged into a report."""
 
     exit_code = 6
+
+
+class ResultsFolderError(MatrixbenchError):
+    """The results folder cannot hold the run: under a file, or not writable."""
+
+    exit_code = 2

@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-import yaml
-
-from matrixbench import matrix_errors
+from matrixbench import matrix_errors, matrix_yaml
 from matrixbench.errors import MatrixError
 from matrixbench.matrix_schema import DEFAULTS, MATRIX_SCHEMA
 from runner.schema import DTYPES, MODES, SIZES, WEIGHTS
@@ -113,37 +111,10 @@ def _short_hash(data):
 def load_matrix(path):
     """Read, validate and resolve a matrix file; raise MatrixError naming what is wrong."""
     path = Path(path)
-    text = _read_text(path)
-    data = _parse_yaml(text, path)
+    text = matrix_yaml.read_text(path)
+    data = matrix_yaml.parse(text, path)
     matrix_errors.validate(data, MATRIX_SCHEMA, text, path)
     return _build(data, path)
-
-
-def _read_text(path):
-    try:
-        return path.read_text()
-    except FileNotFoundError:
-        raise MatrixError(f"matrix file {path} not found; pass --matrix PATH") from None
-    except OSError as exc:
-        raise MatrixError(f"cannot read matrix file {path}: {exc}") from exc
-
-
-def _parse_yaml(text, path):
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise MatrixError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
-    if data is None:
-        raise MatrixError(f"{path} is empty; see the repository's matrix.yaml for the keys")
-    return data
-
-
-def _yaml_problem(exc):
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc)
-    if mark is None:
-        return problem
-    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
 
 
 def _build(data, path):

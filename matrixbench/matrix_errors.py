@@ -5,6 +5,7 @@ import yaml
 from matrixbench.errors import MatrixError
 
 MAX_SHOWN = 10
+MAX_VALUE_CHARS = 60
 
 _TYPE_NAMES = {
     "object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
@@ -41,21 +42,27 @@ def dotted(parts):
     return text
 
 
+def _shown(value):
+    """A value for a message, cut short: an error never echoes a whole file."""
+    text = repr(value)
+    return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS] + "..."
+
+
 def _hint(error):
     return error.schema.get("x-message")
 
 
 def _type(where, error):
     if _hint(error):
-        return f"{where} {_hint(error)}, got {error.instance!r}"
+        return f"{where} {_hint(error)}, got {_shown(error.instance)}"
     wanted = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
     names = " or ".join(_TYPE_NAMES.get(name, name) for name in wanted)
-    return f"{where} must be {names}, got {error.instance!r}"
+    return f"{where} must be {names}, got {_shown(error.instance)}"
 
 
 def _enum(where, error):
     allowed = ", ".join(str(value) for value in error.validator_value)
-    return f"{where} must be one of [{allowed}], got {error.instance!r}"
+    return f"{where} must be one of [{allowed}], got {_shown(error.instance)}"
 
 
 def _unknown_keys(where, error):
@@ -71,7 +78,7 @@ def _required(where, error):
 
 def _minimum(where, error):
     sign = ">" if error.validator == "exclusiveMinimum" else ">="
-    return f"{where} must be {sign} {error.validator_value}, got {error.instance!r}"
+    return f"{where} must be {sign} {error.validator_value}, got {_shown(error.instance)}"
 
 
 def _empty(where, error):
@@ -86,7 +93,7 @@ def _with_hint(where, error):
     if error.schema.get("x-name"):
         return f"{where}: {error.instance!r}: {_hint(error)}"
     if _hint(error):
-        return f"{where} {_hint(error)}, got {error.instance!r}"
+        return f"{where} {_hint(error)}, got {_shown(error.instance)}"
     return _default(where, error)
 
 
@@ -112,6 +119,7 @@ _RULES = {
     "uniqueItems": _duplicates,
     "pattern": _with_hint,
     "anyOf": _any_of,
+    "oneOf": _any_of,
 }
 
 

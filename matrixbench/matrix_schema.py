@@ -50,8 +50,8 @@ MODEL_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "required": ["task"],
-    "anyOf": [{"required": ["id"]}, {"required": ["config"]}],
-    "x-message": "needs `id` (a hub model id) or `config` (a local config.json)",
+    "oneOf": [{"required": ["id"]}, {"required": ["config"]}],
+    "x-message": "needs `id` (a hub model id) or `config` (a local config.json), not both",
     "properties": {
         "id": {"type": "string", "minLength": 1},
         "config": {"type": "string", "minLength": 1},

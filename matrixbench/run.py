@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from matrixbench import run_folder
 from matrixbench.backends import create_backend
 from matrixbench.backends.base import RunRequest
 from matrixbench.errors import RunError
@@ -98,9 +99,9 @@ def run_matrix(matrix, options, progress=None, environ=None):
     progress = progress or NullProgress()
     environ = os.environ if environ is None else environ
     _check_device(options.device)
+    run_path = run_folder.prepare(run_dir(options.results_root, options.run_name))
     backend = create_backend(options.backend, matrix)
     gpus = _resolve_gpus(backend, options.device, progress)
-    run_path = run_dir(options.results_root, options.run_name)
     plans = plan_run(matrix, run_path, force=options.force, retry_failed=options.retry_failed)
     manifest = start_manifest(run_path, run_name=options.run_name, matrix=matrix, backend=options.backend,
                               device=options.device, gpus=gpus, note=options.note, command=options.command)
@@ -120,6 +121,13 @@ def run_matrix(matrix, options, progress=None, environ=None):
     if summary.missing:
         raise RunError(summary.describe())
     return summary
+
+
+def check_device(matrix, backend_name, device):
+    """What a dry run checks of the device: ``--device cuda`` needs a GPU the backend can give."""
+    _check_device(device)
+    if device == "cuda":
+        _resolve_gpus(create_backend(backend_name, matrix), device, NullProgress())
 
 
 def _check_device(device):

@@ -1,0 +1,94 @@
+"""Reading a matrix file's YAML strictly: UTF-8, string keys, no key twice, the right line.
+
+PyYAML accepts what a matrix must not hold: ``50:`` and ``yes:`` as keys (a number and a
+boolean), and a key given twice (the last one silently wins). This loader refuses them, naming
+the line. Syntax errors point at the line where the unclosed bracket or quote was opened.
+"""
+import yaml
+from yaml.constructor import ConstructorError
+
+from matrixbench.errors import MatrixError
+
+_STR_TAG = "tag:yaml.org,2002:str"
+_READ_AS = {
+    "tag:yaml.org,2002:int": "a number", "tag:yaml.org,2002:float": "a number",
+    "tag:yaml.org,2002:bool": "true or false", "tag:yaml.org,2002:null": "null",
+}
+_OPENERS = {"while parsing a flow sequence": "'['", "while parsing a flow mapping": "'{'"}
+
+
+class StrictLoader(yaml.SafeLoader):
+    """SafeLoader whose mappings must have string keys, each once."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            self.flatten_mapping(node)
+            _check_keys(node)
+        return super().construct_mapping(node, deep=deep)
+
+
+
+def _check_keys(node):
+    seen = {}
+    for key, _ in node.value:
+        if key.tag != _STR_TAG:
+            kind = _READ_AS.get(key.tag, f"a {key.tag.rsplit(':', 1)[-1]}")
+            raise ConstructorError(
+                None, None,
+                f"the key {key.value} is read by YAML as {kind}; names and keys must be strings: "
+                f"quote it ('{key.value}':)", key.start_mark)
+        if key.value in seen:
+            raise ConstructorError(
+                None, None,
+                f"the key {key.value!r} appears twice (lines {seen[key.value] + 1} and "
+                f"{key.start_mark.line + 1}); keep one", key.start_mark)
+        seen[key.value] = key.start_mark.line
+
+
+def read_text(path):
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MatrixError(f"matrix file {path} not found; pass --matrix PATH") from None
+    except UnicodeDecodeError as exc:
+        raw = path.read_bytes()
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise MatrixError(f"{path}: not UTF-8 text: line {line} holds the byte 0x{raw[exc.start]:02x} "
+                          f"(byte offset {exc.start}); save the file as UTF-8") from None
+    except OSError as exc:
+        raise MatrixError(f"cannot read matrix file {path}: {exc}") from exc
+
+
+def parse(text, path):
+    """The YAML document in ``text``: a mapping, or MatrixError naming the line."""
+    try:
+        data = yaml.load(text, Loader=StrictLoader)
+    except ConstructorError as exc:
+        raise MatrixError(f"{path}: {problem(exc)}") from None
+    except yaml.YAMLError as exc:
+        raise MatrixError(f"{path}: not valid YAML: {problem(exc)}") from None
+    if data is None:
+        raise MatrixError(f"{path} is empty; see the repository's matrix.yaml for the keys")
+    if not isinstance(data, dict):
+        kind = "a list" if isinstance(data, list) else f"a single value ({type(data).__name__})"
+        raise MatrixError(f"{path}: the top level must be a mapping of keys "
+                          f"(images, models, batch_sizes, modes, ...), got {kind}")
+    return data
+
+
+def problem(exc):
+    """"line L, column C: what" for a YAML error, at the line where the trouble started."""
+    mark = getattr(exc, "problem_mark", None)
+    what = getattr(exc, "problem", None) or str(exc)
+    if mark is None:
+        return what
+    opened = getattr(exc, "context_mark", None)
+    opener = _OPENERS.get(getattr(exc, "context", None))
+    if opened is not None and opener and opened.line != mark.line:
+        return (f"{_where(opened)}: the {opener} opened here is never closed "
+                f"({what} at {_where(mark)})")
+    return f"{_where(mark)}: {what}"
+
+
+def _where(mark):
+    return f"line {mark.line + 1}, column {mark.column + 1}"
