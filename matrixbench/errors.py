@@ -31,6 +31,10 @@ class RunError(MatrixbenchError):
     exit_code = 5
 
 
+class ManifestError(MatrixbenchError):
+    """A run manifest (run.json) is unreadable or of an unknown schema version."""
+
+
 class ReportError(MatrixbenchError):
     """Records cannot be read or merged into a report."""
 

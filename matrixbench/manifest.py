@@ -8,10 +8,12 @@ import json
 from datetime import datetime, timezone
 from pathlib import Path
 
+from matrixbench.errors import ManifestError
 from runner.schema import write_json_atomic
 
 MANIFEST_FILENAME = "run.json"
 MANIFEST_VERSION = 1
+SUPPORTED_MANIFEST_VERSIONS = (1,)
 _HISTORY_KEYS = ("command", "started_at", "ended_at", "status", "images", "backend", "device", "note")
 
 
@@ -59,11 +61,22 @@ def _history(previous):
 
 
 def read_manifest(run_path):
+    """The run's manifest as a dict, or None when the run has none; the only reader of run.json.
+
+    ManifestError when the file is not a JSON object or carries an unknown ``schema_version``.
+    """
     path = Path(run_path) / MANIFEST_FILENAME
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+    if not path.is_file():
         return None
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ManifestError(f"{path}: run manifest is not valid JSON ({exc}); delete it or rerun the run") from exc
+    version = manifest.get("schema_version") if isinstance(manifest, dict) else None
+    if version not in SUPPORTED_MANIFEST_VERSIONS:
+        raise ManifestError(f"{path}: run manifest schema_version {version!r} is not supported; this matrixbench "
+                            f"reads versions {list(SUPPORTED_MANIFEST_VERSIONS)}. Upgrade matrixbench or rerun.")
+    return manifest
 
 
 def write_manifest(run_path, manifest):

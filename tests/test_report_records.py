@@ -26,10 +26,25 @@ def _edit(path, change):
 def test_finds_records_recursively_and_skips_manifests(tmp_path):
     run = _copy_run(tmp_path)
     (run / "stable" / "cells.json").write_text(json.dumps({"schema_version": 1, "cells": []}))
-    (run / "notes.json").write_text(json.dumps({"not": "a record"}))
     found = records.find_record_files([tmp_path])
     assert len(found) == len(list((FIXTURES / "gpu-run").rglob("*_float32.json")))
-    assert all(path.name not in ("cells.json", "run.json", "notes.json") for path in found)
+    assert all(path.name not in ("cells.json", "run.json") for path in found)
+
+
+def test_a_stray_json_file_is_named_not_skipped(tmp_path):
+    run = _copy_run(tmp_path)
+    (run / "notes.json").write_text(json.dumps({"not": "a record"}))
+    with pytest.raises(ReportError, match="notes.json: schema_version None is not supported"):
+        records.load_results([run])
+
+
+def test_each_record_file_is_parsed_once(tmp_path, monkeypatch):
+    run = _copy_run(tmp_path)
+    parsed = []
+    real_loads = json.loads
+    monkeypatch.setattr(json, "loads", lambda text, **kw: parsed.append(text) or real_loads(text, **kw))
+    frame = records.load_results([run])
+    assert len(parsed) == len(frame) == len(records.find_record_files([run]))
 
 
 def test_one_row_per_cell_with_dotted_environment_columns():
@@ -70,7 +85,7 @@ def test_a_record_breaking_the_schema_names_file_and_field(tmp_path):
 def test_broken_json_is_reported_with_its_path(tmp_path):
     run = _copy_run(tmp_path)
     (run / "stable" / "half.json").write_text('{"schema_version": 1, ')
-    with pytest.raises(ReportError, match="half.json: not valid JSON"):
+    with pytest.raises(ReportError, match="half.json: not a readable record"):
         records.load_results([run])
 
 
@@ -106,12 +121,32 @@ def test_device_name_and_published_gpu():
 
 
 def test_run_notes_and_image_order_come_from_manifests(tmp_path):
-    notes = records.read_run_notes([FIXTURES])
+    notes = records.run_notes(records.read_manifests([FIXTURES]))
     assert len(notes) == 3 and sum("no NVIDIA GPU: CPU smoke matrix" in note for note in notes) == 1
-    assert records.read_image_order([FIXTURES / "gpu-run"]) == ["stable", "nightly"]
+    assert records.image_order(records.read_manifests([FIXTURES / "gpu-run"])) == ["stable", "nightly"]
     run = _copy_run(tmp_path)
     (run / "run.json").unlink()
-    assert records.read_run_notes([run]) == [] and records.read_image_order([run]) == []
+    assert records.read_manifests([run]) == []
+
+
+def test_each_manifest_is_read_once_through_the_manifest_reader(monkeypatch):
+    read = []
+    real = records.read_manifest
+    monkeypatch.setattr(records, "read_manifest", lambda path: read.append(path) or real(path))
+    manifests = records.read_manifests([FIXTURES])
+    assert len(read) == len(manifests) == len(set(read)) == 3
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"schema_version": 99}', "schema_version 99 is not supported"),
+    ('{"note": "no version"}', "schema_version None is not supported"),
+    ("{broken", "not valid JSON"),
+])
+def test_a_bad_manifest_is_a_report_error(tmp_path, text, message):
+    run = _copy_run(tmp_path)
+    (run / "run.json").write_text(text)
+    with pytest.raises(ReportError, match=message):
+        records.read_manifests([run])
 
 
 def test_merged_table_is_written_as_csv_and_jsonl(tmp_path):

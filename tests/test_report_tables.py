@@ -17,8 +17,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 def _report(folders):
     frame = records.load_results(folders)
-    cells = CellIndex(frame, records.read_image_order(folders))
-    return assemble(cells, load_published(), records.read_run_notes(folders), charts=[])
+    manifests = records.read_manifests(folders)
+    return assemble(CellIndex(frame, records.image_order(manifests)), load_published(), records.run_notes(manifests),
+                    charts=[])
 
 
 def _subset(tmp_path, keep, run="gpu-run"):

@@ -25,7 +25,7 @@ def build_report(results_dirs, out_dir, formats=FORMATS):
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     if "md" in formats or "html" in formats:
-        written += _write_documents(frame, results_dirs, out_dir, formats)
+        written += _write_documents(frame, records.read_manifests(results_dirs), out_dir, formats)
     if "csv" in formats:
         written += records.write_merged(frame, out_dir)
     return written
@@ -38,10 +38,10 @@ def _check_formats(formats):
     return list(formats)
 
 
-def _write_documents(frame, results_dirs, out_dir, formats):
-    cells = CellIndex(frame, records.read_image_order(results_dirs))
+def _write_documents(frame, manifests, out_dir, formats):
+    cells = CellIndex(frame, records.image_order(manifests))
     drawn = charts.write_charts(cells, out_dir)
-    report = assemble(cells, load_published(), records.read_run_notes(results_dirs), drawn)
+    report = assemble(cells, load_published(), records.run_notes(manifests), drawn)
     written = []
     if "md" in formats:
         written += [chart.path for chart in drawn] + [_write(out_dir / "report.md", render.render_markdown(report))]

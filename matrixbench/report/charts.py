@@ -7,6 +7,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from matrixbench.report import arithmetic  # noqa: E402
 from matrixbench.report.cells import STATUS_TEXT, is_ok, row_label  # noqa: E402
 from matrixbench.report.records import slug  # noqa: E402
 
@@ -92,7 +93,7 @@ class _Plot:
         if kind == "duration":
             return row["timing.mean_ms"]
         eager = self.cells.get(self.device, image, self.batch, row_key, "eager")
-        return (eager["timing.mean_ms"] / row["timing.mean_ms"] - 1.0) * 100.0 if is_ok(eager) else None
+        return arithmetic.percent_faster(eager["timing.mean_ms"], row["timing.mean_ms"]) if is_ok(eager) else None
 
     def _decorate(self, axes, title, kind):
         labels = [row_label(self.cells.select(device=self.device, batch=self.batch, row=key)[0])

@@ -2,15 +2,16 @@
 
 ``matrixbench/data/perf_torch_compile.md`` is a vendored copy of the seed page
 (Apache-2.0, The HuggingFace Team). ``parse_seed_tables`` reads its Markdown tables
-into one row per published number; ``python -m matrixbench.report.published``
-regenerates ``published_torch_compile.csv`` from it, so no number is typed twice.
+into one row per published number; ``python tools/regenerate_published.py`` (which calls
+``regenerate_dataset``) writes ``published_torch_compile.csv`` from it, so no number is typed twice.
 """
 import csv
 import re
-import sys
 from pathlib import Path
 
 import pandas as pd
+
+from matrixbench.report import arithmetic
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 SEED_PATH = DATA_DIR / "perf_torch_compile.md"
@@ -137,16 +138,11 @@ class PublishedReference:
         eager, compiled = self.number(gpu, batch, model, "eager", table), self.number(gpu, batch, model, mode)
         if eager is None or compiled is None or "oom" in (eager["status"], compiled["status"]):
             return None
-        return eager["latency_ms"] / compiled["latency_ms"]
+        return arithmetic.speedup(eager["latency_ms"], compiled["latency_ms"])
 
 
-def main(argv):
-    seed = Path(argv[0]) if argv else SEED_PATH
-    out = Path(argv[1]) if len(argv) > 1 else DATASET_PATH
-    rows = parse_seed_tables(seed.read_text(encoding="utf-8"))
+def regenerate_dataset(seed=SEED_PATH, out=DATASET_PATH):
+    """Parse the seed page and write the dataset; returns the number of published values."""
+    rows = parse_seed_tables(Path(seed).read_text(encoding="utf-8"))
     write_dataset(rows, out)
-    print(f"wrote {len(rows)} published numbers from {seed} to {out}")
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
+    return len(rows)

@@ -1,9 +1,9 @@
 """Read result records and merge them into one tidy table: one row per cell.
 
-Records live at ``<results>/<run>/<image>/<cell_id>.json``; any ``*.json`` that carries a
-``schema_version`` under a results folder is a record (``cells.json`` and ``run.json`` are
-not). Every record is validated against ``runner.schema.RECORD_SCHEMA``; unknown schema
-versions are refused.
+Records live at ``<results>/<run>/<image>/<cell_id>.json``; every ``*.json`` under a results
+folder but ``cells.json`` and ``run.json`` is a record, read once by ``runner.schema``'s reader
+and validated against ``runner.schema.RECORD_SCHEMA``; unknown schema versions are refused.
+Run manifests are read through ``matrixbench.manifest.read_manifest``, once each.
 """
 import json
 import re
@@ -12,12 +12,12 @@ from pathlib import Path
 import jsonschema
 import pandas as pd
 
-from matrixbench.errors import ReportError
+from matrixbench.errors import ManifestError, ReportError
+from matrixbench.manifest import MANIFEST_FILENAME, read_manifest
 from matrixbench.report.published import match_gpu
 from runner.schema import RECORD_SCHEMA, RecordError, read_record
 
-NOT_RECORDS = ("cells.json", "run.json")
-RUN_MANIFEST = "run.json"
+NOT_RECORDS = ("cells.json", MANIFEST_FILENAME)
 # Columns computed here, ahead of the record's own flattened (dotted) keys.
 DERIVED_COLUMNS = ("run", "image", "device_name", "published_gpu", "row_key", "mode_label", "source")
 LIST_COLUMNS = ("timing.samples_ms", "dynamo.break_reasons")
@@ -53,33 +53,28 @@ COLUMNS = list(DERIVED_COLUMNS) + record_columns()
 
 
 def find_record_files(results_dirs):
-    """Record files under the given folders (searched recursively), sorted."""
+    """Record files under the given folders (searched recursively), sorted: every ``*.json``
+    but the manifests (cells.json, run.json). A results folder holds nothing else."""
     paths = []
     for folder in map(Path, results_dirs):
         if not folder.is_dir():
             raise ReportError(f"results folder {folder} does not exist; pass a folder written by `matrixbench run`")
-        paths += [path for path in folder.rglob("*.json") if path.name not in NOT_RECORDS and _has_version(path)]
+        paths += [path for path in folder.rglob("*.json") if path.name not in NOT_RECORDS]
     return sorted(set(paths))
 
 
-def _has_version(path):
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ReportError(f"{path}: not valid JSON ({exc}); delete it or rerun its cell") from exc
-    return isinstance(data, dict) and "schema_version" in data
-
-
 def load_record(path):
-    """One record, checked against the schema; ReportError names the file and the field."""
+    """One record, parsed once by runner.schema's reader and checked against the schema;
+    ReportError names the file and the field."""
     try:
         record = read_record(path)
     except RecordError as exc:
-        raise ReportError(str(exc)) from exc
+        raise ReportError(f"{exc}; a results folder holds only records, cells.json and run.json") from exc
     error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(record))
     if error is not None:
         field = ".".join(map(str, error.absolute_path)) or "(top level)"
-        raise ReportError(f"{path}: field {field}: {error.message}; the record does not match schema v1")
+        raise ReportError(f"{path}: field {field}: {error.message}; the record does not match schema "
+                          f"v{record['schema_version']}")
     return record
 
 
@@ -147,32 +142,34 @@ def load_results(results_dirs):
     return merge([to_row(load_record(path), path) for path in paths])
 
 
-def read_run_notes(results_dirs):
-    """The "note" of every run manifest (run.json) found, in path order, without repeats."""
-    notes = []
+def read_manifests(results_dirs):
+    """Every run manifest (run.json) under the folders, each read once, in path order."""
+    manifests = []
     for folder in map(Path, results_dirs):
-        for manifest in sorted(folder.rglob(RUN_MANIFEST)):
-            note = _manifest(manifest).get("note")
-            if note and note not in notes:
-                notes.append(str(note))
+        for path in sorted(folder.rglob(MANIFEST_FILENAME)):
+            try:
+                manifests.append(read_manifest(path.parent))
+            except ManifestError as exc:
+                raise ReportError(str(exc)) from exc
+    return [manifest for manifest in manifests if manifest is not None]
+
+
+def run_notes(manifests):
+    """The "note" of every run manifest, in order, without repeats."""
+    notes = []
+    for manifest in manifests:
+        note = manifest.get("note")
+        if note and str(note) not in notes:
+            notes.append(str(note))
     return notes
 
 
-def read_image_order(results_dirs):
-    """Image names in the order the run manifests list them (matrix order), if they do."""
+def image_order(manifests):
+    """Image names in the order the run manifests list them (matrix order)."""
     order = []
-    for folder in map(Path, results_dirs):
-        for manifest in sorted(folder.rglob(RUN_MANIFEST)):
-            order += [name for name in _manifest_images(_manifest(manifest)) if name not in order]
+    for manifest in manifests:
+        order += [name for name in _manifest_images(manifest) if name not in order]
     return order
-
-
-def _manifest(path):
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ReportError(f"{path}: run manifest is not valid JSON ({exc})") from exc
-    return data if isinstance(data, dict) else {}
 
 
 def _manifest_images(manifest):

@@ -7,6 +7,8 @@ from typing import Optional
 
 import numpy as np
 
+from matrixbench.report import arithmetic
+
 CONFIDENCE = 0.95
 RESAMPLES = 2000
 _CHUNK = 250
@@ -30,11 +32,11 @@ class Change:
 
 def change(baseline_mean, candidate_mean, baseline_samples=None, candidate_samples=None):
     """The % change of candidate over baseline, with a bootstrap interval when samples exist."""
-    percent = (candidate_mean / baseline_mean - 1.0) * 100.0
+    percent = arithmetic.change_pct(baseline_mean, candidate_mean)
     if not _usable(baseline_samples) or not _usable(candidate_samples):
         return Change(percent)
     low, high = ratio_of_means_interval(baseline_samples, candidate_samples)
-    return Change(percent, (low - 1.0) * 100.0, (high - 1.0) * 100.0)
+    return Change(percent, arithmetic.percent(low), arithmetic.percent(high))
 
 
 def _usable(samples):

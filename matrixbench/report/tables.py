@@ -7,7 +7,7 @@ a made-up 0. Columns with nothing to show are dropped.
 from dataclasses import dataclass, field
 from typing import Optional
 
-from matrixbench.report import stats
+from matrixbench.report import arithmetic, stats
 from matrixbench.report.cells import STATUS_TEXT, CellIndex, is_ok, row_label
 from matrixbench.report.published import GPUS, PublishedReference
 
@@ -89,8 +89,8 @@ def status_cell(row, notes):
 
 
 def speedup_pct(eager, compiled):
-    """Speed-up of compiled over eager in %: eager ms / compiled ms - 1."""
-    return (eager["timing.mean_ms"] / compiled["timing.mean_ms"] - 1.0) * 100.0
+    """% faster than eager (see arithmetic.percent_faster)."""
+    return arithmetic.percent_faster(eager["timing.mean_ms"], compiled["timing.mean_ms"])
 
 
 def compare(baseline, candidate):
@@ -267,7 +267,7 @@ def _published_cell(number):
 def _deviation(row, number):
     if not is_ok(row) or number["status"] != "ok":
         return missing()
-    return Cell(f"{(row['timing.mean_ms'] / number['latency_ms'] - 1.0) * 100.0:+.1f}%")
+    return Cell(f"{arithmetic.deviation_pct(number['latency_ms'], row['timing.mean_ms']):+.1f}%")
 
 
 def _ratio_table(cells, notes, reference, rows, _gpu):
@@ -291,7 +291,7 @@ def _measured_speedup(eager, row, notes):
             return status_cell(side, notes)
     if eager is None:
         return missing()
-    return ratio(eager["timing.mean_ms"] / row["timing.mean_ms"])
+    return ratio(arithmetic.speedup(eager["timing.mean_ms"], row["timing.mean_ms"]))
 
 
 # ---- 5. summary per image and mode ------------------------------------------------------
@@ -326,7 +326,7 @@ def _geomean_cell(cells, ok_rows):
     for row in ok_rows:
         eager = cells.get(row["device_name"], row["image"], row["cell.batch_size"], row["row_key"], "eager")
         if is_ok(eager):
-            speedups.append(eager["timing.mean_ms"] / row["timing.mean_ms"])
+            speedups.append(arithmetic.speedup(eager["timing.mean_ms"], row["timing.mean_ms"]))
     value = stats.geometric_mean(speedups)
     return ratio(value) if value else missing("n/a")
 
