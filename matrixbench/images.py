@@ -1,4 +1,4 @@
-"""`matrixbench build`: one Docker image per matrix.yaml image entry, from images/Dockerfile.
+"""`matrixbench build`: one Docker image per matrix.yaml image entry, from matrixbench/docker_build/Dockerfile.
 
 An image entry is read by field name, as a dict or an object with attributes: ``name``,
 ``torch`` (a spec such as "torch==2.0.1", or a bare version), ``index_url`` (where torch comes
@@ -18,14 +18,10 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import urlsplit, urlunsplit
 
-from matrixbench import docker_client
+from matrixbench import docker_client, resources
 from matrixbench.errors import BuildError, MatrixError
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple"
-REPO_ROOT = Path(__file__).resolve().parents[1]
-IMAGES_DIR = REPO_ROOT / "images"
-RUNNER_DIR = REPO_ROOT / "runner"
-CONTEXT_FILES = ("Dockerfile", "ensure-toolchain.sh", "pip-install.sh")
 TAG_REPOSITORY = "matrixbench"
 
 
@@ -254,18 +250,17 @@ def _hint(stream, plan):
 
 
 def build_context(ca_bundle=None):
-    """The build context as an in-memory tar: the Dockerfile and its scripts, runner/, the CA bundle."""
-    missing = [str(IMAGES_DIR / name) for name in CONTEXT_FILES if not (IMAGES_DIR / name).is_file()]
-    if missing or not RUNNER_DIR.is_dir():
-        raise BuildError(
-            f"cannot find {', '.join(missing) or RUNNER_DIR}: `matrixbench build` runs from a "
-            "source checkout of matrixbench (pip install -e .)"
-        )
+    """The build context as an in-memory tar: the Dockerfile and its scripts, runner/, the CA bundle.
+
+    All of them come from the installed packages (matrixbench.resources).
+    """
+    build_files = resources.docker_build_files()
+    runner = resources.runner_dir()
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name in CONTEXT_FILES:
-            tar.add(IMAGES_DIR / name, arcname=name, filter=_readable)
-        tar.add(RUNNER_DIR, arcname="runner", filter=_source_only)
+        for path in build_files:
+            tar.add(path, arcname=path.name, filter=_readable)
+        tar.add(runner, arcname="runner", filter=_source_only)
         _add_bytes(tar, "ca-bundle.crt", Path(ca_bundle).read_bytes() if ca_bundle else b"")
     buffer.seek(0)
     return buffer

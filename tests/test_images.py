@@ -1,12 +1,15 @@
 """Build planning (build args, labels, dry-run) and the build loop, with the SDK faked."""
 import io
 import tarfile
+from pathlib import Path
 
 import pytest
 
 from docker_fakes import FakeSDK
-from matrixbench import docker_client, images
+from matrixbench import docker_client, images, resources
 from matrixbench.errors import BuildError, MatrixError
+
+REPO = Path(__file__).resolve().parents[1]
 
 STABLE = {
     "name": "stable", "torch": "torch==2.0.1", "python": "3.10", "transformers": "4.43.4",
@@ -135,8 +138,12 @@ def test_without_a_ca_bundle_the_context_has_an_empty_one():
         assert tar.extractfile("ca-bundle.crt").read() == b""
 
 
+def _build_file(name):
+    return next(path for path in resources.docker_build_files() if path.name == name)
+
+
 def test_dockerfile_copies_runner_last_and_uses_no_buildkit_features():
-    lines = [line for line in (images.IMAGES_DIR / "Dockerfile").read_text().splitlines()
+    lines = [line for line in _build_file("Dockerfile").read_text().splitlines()
              if line.strip() and not line.startswith("#")]
     copies = [line for line in lines if line.startswith("COPY")]
     assert copies[-1].startswith("COPY runner ")
@@ -214,7 +221,7 @@ def test_dry_run_of_the_repository_matrix_yaml():
     from matrixbench.matrix import load_matrix
 
     lines = []
-    tags = images.build_images(load_matrix(images.REPO_ROOT / "matrix.yaml"), None, dry_run=True,
+    tags = images.build_images(load_matrix(REPO / "matrix.yaml"), None, dry_run=True,
                                on_progress=lambda name, line: lines.append(line))
     assert tags == ["matrixbench:stable", "matrixbench:nightly", "matrixbench:latest"]
     text = "\n".join(lines)

@@ -1,25 +1,35 @@
-"""Render a Report with the Jinja templates in templates/: Markdown, and one self-contained HTML."""
+"""Render a Report with the Jinja templates in matrixbench/templates/: Markdown, and self-contained HTML."""
 import base64
 from pathlib import Path
 
 import jinja2
 
-TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
+from matrixbench import resources
+from matrixbench.errors import ReportError
 
 
 def render_markdown(report):
-    return _environment(autoescape=False).get_template("report.md.j2").render(report=report)
+    return _template("report.md.j2", autoescape=False).render(report=report)
 
 
 def render_html(report):
     """HTML with CSS inline and every chart embedded as a base64 PNG: one file, nothing to fetch."""
     images = {chart.relative: _data_uri(chart.path) for chart in report.charts}
-    return _environment(autoescape=True).get_template("report.html.j2").render(report=report, images=images)
+    return _template("report.html.j2", autoescape=True).render(report=report, images=images)
+
+
+def _template(name, autoescape):
+    """A template of the installed package; its absence is a ReportError, not a traceback."""
+    try:
+        return _environment(autoescape).get_template(name)
+    except jinja2.TemplateNotFound:
+        raise ReportError(f"report template {name} not found in {resources.templates_dir()}; "
+                          "reinstall matrixbench") from None
 
 
 def _environment(autoescape):
     environment = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES_DIR), undefined=jinja2.StrictUndefined,
+        loader=jinja2.FileSystemLoader(resources.templates_dir()), undefined=jinja2.StrictUndefined,
         autoescape=autoescape, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     environment.filters.update(md_cell=md_cell, md_escape=md_escape)
     environment.globals.update(aligns=aligns)

@@ -1,0 +1,52 @@
+"""The files matrixbench ships inside its packages, found with importlib.resources.
+
+The report templates (matrixbench/templates/), the Docker build files (matrixbench/docker_build/)
+and the in-container runner (the ``runner`` package, copied into every image) come from wherever
+Python imports them: a source checkout, an editable install or an installed wheel alike.
+"""
+from importlib import resources
+from pathlib import Path
+
+from matrixbench.errors import BuildError, MatrixbenchError, ReportError
+
+TEMPLATES = "templates"
+DOCKER_BUILD = "docker_build"
+DOCKER_BUILD_FILES = ("Dockerfile", "ensure-toolchain.sh", "pip-install.sh")
+
+
+def templates_dir() -> Path:
+    """The folder of the report's Jinja templates."""
+    return package_dir("matrixbench", TEMPLATES, error=ReportError)
+
+
+def docker_build_files() -> list[Path]:
+    """The Dockerfile and its helper scripts, in DOCKER_BUILD_FILES order."""
+    folder = package_dir("matrixbench", DOCKER_BUILD, error=BuildError)
+    paths = [folder / name for name in DOCKER_BUILD_FILES]
+    missing = [str(path) for path in paths if not path.is_file()]
+    if missing:
+        raise BuildError(f"{_broken_install('matrixbench')}: {', '.join(missing)} missing")
+    return paths
+
+
+def runner_dir(error: type[MatrixbenchError] = BuildError) -> Path:
+    """The folder of the ``runner`` package: what images get as /opt/matrixbench/runner."""
+    return package_dir("runner", error=error)
+
+
+def package_dir(package: str, *parts: str, error: type[MatrixbenchError]) -> Path:
+    """``parts`` under an importable package, as a folder on disk; ``error`` when it is not one."""
+    try:
+        folder = resources.files(package)
+    except ModuleNotFoundError as missing:
+        raise error(f"{_broken_install(package)}: {missing}") from None
+    for part in parts:
+        folder = folder / part
+    if not isinstance(folder, Path) or not folder.is_dir():
+        raise error(f"{_broken_install(package)}: {'/'.join((package, *parts))} is not a folder ({folder})")
+    return folder
+
+
+def _broken_install(package: str) -> str:
+    return (f"the installed {package} package lacks files it ships; reinstall matrixbench "
+            "(pip install --force-reinstall matrixbench, or pip install -e . in a checkout)")

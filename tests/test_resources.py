@@ -1,0 +1,55 @@
+"""The files matrixbench ships (templates, Docker build files, runner/): found, or a clear error."""
+import tarfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import runner
+from matrixbench import images, resources
+from matrixbench.cli import main
+from matrixbench.errors import BuildError, ReportError, RunError
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_resources_are_found_in_the_imported_packages():
+    package = Path(resources.__file__).parent
+    assert resources.templates_dir() == package / "templates"
+    assert {path.name for path in resources.templates_dir().iterdir()} >= {"report.md.j2", "report.html.j2"}
+    assert [path.parent for path in resources.docker_build_files()] == [package / "docker_build"] * 3
+    assert resources.runner_dir() == Path(runner.__file__).parent
+
+
+def test_a_missing_folder_is_the_error_asked_for():
+    with pytest.raises(RunError, match="lacks files it ships.*matrixbench/nowhere is not a folder"):
+        resources.package_dir("matrixbench", "nowhere", error=RunError)
+    with pytest.raises(BuildError, match="lacks files.*No module named 'no_such_package'"):
+        resources.package_dir("no_such_package", error=BuildError)
+
+
+def test_a_missing_docker_build_file_is_a_build_error(tmp_path, monkeypatch):
+    (tmp_path / "docker_build").mkdir()
+    (tmp_path / "docker_build" / "Dockerfile").write_text("FROM x\n")
+    monkeypatch.setattr(resources.resources, "files", lambda package: tmp_path)
+    with pytest.raises(BuildError, match="pip-install.sh missing"):
+        images.build_context()
+
+
+def test_a_missing_template_exits_6_with_a_message_not_a_traceback(tmp_path, monkeypatch):
+    monkeypatch.setattr(resources, "templates_dir", lambda: tmp_path)
+    result = CliRunner().invoke(main, ["report", str(FIXTURES / "cpu-run"), "--out", str(tmp_path / "out"),
+                                       "--format", "md"])
+    assert result.exit_code == 6
+    assert f"report template report.md.j2 not found in {tmp_path}" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_the_build_context_takes_runner_from_the_runner_package():
+    with tarfile.open(fileobj=images.build_context()) as tar:
+        names = set(tar.getnames())
+    shipped = {f"runner/{path.relative_to(resources.runner_dir()).as_posix()}"
+               for path in resources.runner_dir().rglob("*")
+               if path.is_file() and "__pycache__" not in path.parts}
+    assert shipped <= names
+    assert "runner/configs/vit/config.json" in names
