@@ -14,6 +14,9 @@ from runner.isolation import Launcher
 from runner.machine import fallback_environment
 from runner.schema import RecordError, cell_id, needs_run, read_record, record_path, write_record
 
+# The probe's own limit: the runner's one-time start (the forkserver's imports, the probe's
+# environment queries) never counts against a cell's timeout_s, which covers the cell only.
+PROBE_TIMEOUT_S = 600
 NO_PRECISION = {"float32_matmul_precision": None, "cuda_matmul_allow_tf32": None,
                 "cudnn_allow_tf32": None}
 
@@ -59,7 +62,7 @@ def run_plan(plan, out_dir, force=False, retry_failed=False, log=None, launcher=
 def probe(launcher, plan):
     settings = plan.settings
     outcome = launcher.run("probe", (settings["device"], plan.image_name, plan.image_id),
-                           settings["timeout_s"])
+                           PROBE_TIMEOUT_S)
     reply = outcome.reply or {}
     failure = outcome.describe()
     error = reply.get("error") or (failure and f"the probe process failed: {failure[1]}")

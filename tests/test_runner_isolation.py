@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from runner.driver import run_plan
+from runner.driver import PROBE_TIMEOUT_S, run_plan
+from runner.isolation import Outcome
 from runner.plan import Plan
 from runner.schema import read_record, record_path
 from runner_cells import assert_valid, settings, tiny_cell
@@ -47,6 +48,34 @@ def test_a_cell_over_its_time_limit_is_killed_and_recorded_as_timeout(tmp_path):
     assert results == [(record["cell_id"], "timeout")]
     assert 3 <= record["duration_s"] < 60
     assert record["settings"]["timeout_s"] == 3
+    assert_valid(record)
+
+
+class SlowStartLauncher:
+    """A launcher whose probe takes 4.7 s (the runner's start on a loaded machine) and whose
+    cells hang; it records the time limit each call gets."""
+
+    PROBE_S = 4.7
+
+    def __init__(self):
+        self.limits = []
+
+    def start(self):
+        pass
+
+    def run(self, function_name, args, timeout_s):
+        self.limits.append((function_name, timeout_s))
+        if function_name == "probe" and timeout_s > self.PROBE_S:
+            return Outcome(exitcode=0, timed_out=False, messages=[{"device": "cpu"}])
+        return Outcome(exitcode=None, timed_out=True)
+
+
+def test_a_short_timeout_limits_the_cell_not_the_runners_start(tmp_path):
+    cell, launcher = tiny_cell(), SlowStartLauncher()
+    run([cell], tmp_path, settings={"timeout_s": 1}, launcher=launcher)
+    record = read_record(record_path(tmp_path, cell))
+    assert record["status"] == "timeout", record["error"]
+    assert launcher.limits == [("probe", PROBE_TIMEOUT_S), ("run_job", 1)]
     assert_valid(record)
 
 
