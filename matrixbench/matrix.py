@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 from matrixbench import matrix_errors, matrix_yaml
 from matrixbench.errors import MatrixError
-from matrixbench.matrix_schema import DEFAULTS, MATRIX_SCHEMA
+from matrixbench.matrix_schema import DEFAULTS, MATRIX_SCHEMA, NUMBER_BOUNDS
 from runner.schema import DTYPES, MODES, SIZES, WEIGHTS
 
 
@@ -166,7 +166,22 @@ def _existing_config(name, config, matrix_path):
             f"{matrix_path}: models.{name}.config: {config} not found "
             f"(looked for {resolved}; paths are relative to the matrix file)"
         )
+    _check_config_json(f"{matrix_path}: models.{name}.config", resolved)
     return resolved
+
+
+def _check_config_json(where, path):
+    """What the host can check of a transformers config.json: JSON, an object, a model_type."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, OSError) as exc:
+        raise MatrixError(f"{where}: cannot read {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise MatrixError(f"{where}: {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                          f"{exc.msg})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
+        raise MatrixError(f"{where}: {path} names no model_type (e.g. \"model_type\": \"vit\"); a "
+                          "transformers config.json needs one, as save_pretrained writes it")
 
 
 # --- overrides -----------------------------------------------------------------------------
@@ -192,7 +207,7 @@ def apply_overrides(matrix, overrides):
         changes["size"] = _check_choice("--size", overrides.size, SIZES)
     changes.update(_numbers(overrides))
     result = dataclasses.replace(matrix, **changes)
-    _check_tiny_weights(result, overrides)
+    _check_tiny(result, overrides)
     return result
 
 
@@ -231,24 +246,36 @@ def _check_batch_sizes(sizes):
 
 
 def _numbers(overrides):
-    rules = (("iterations", 1, "--iterations"), ("warmup", 0, "--warmup"), ("timeout_s", 1e-9, "--timeout"))
     changes = {}
-    for name, lowest, flag in rules:
+    for name, flag in (("iterations", "--iterations"), ("warmup", "--warmup"), ("timeout_s", "--timeout")):
         value = getattr(overrides, name)
         if value is None:
             continue
+        lowest, highest = NUMBER_BOUNDS[name]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < lowest:
             raise MatrixError(f"{flag} must be a number >= {lowest:g}, got {value!r}")
+        if value > highest:
+            raise MatrixError(f"{flag} must be <= {highest:,}, got {value!r}: more is a typo, not a measurement")
         changes[name] = value
     return changes
 
 
-def _check_tiny_weights(matrix, overrides):
-    if matrix.size == "tiny" and overrides.weights == "pretrained":
-        raise MatrixError(
-            "--weights pretrained cannot be combined with size tiny: the tiny variants exist "
-            "only with random weights; drop one of them"
-        )
+def _check_tiny(matrix, overrides):
+    """The tiny variants exist only for the shipped models, and only with random weights."""
+    if matrix.size != "tiny":
+        return
+    size = "--size tiny" if overrides.size == "tiny" else "size: tiny"
+    for model in matrix.models.values():
+        if model.config_path is not None:
+            raise MatrixError(
+                f"models.{model.name}: {size} cannot be combined with a model given by `config`: "
+                "tiny variants exist only for the shipped models; use size full")
+        if model.weights == "pretrained":
+            given = "--weights pretrained" if overrides.weights == "pretrained" else (
+                f"weights: pretrained (models.{model.name})")
+            raise MatrixError(
+                f"{given} cannot be combined with {size}: the tiny variants exist only with random "
+                "weights; drop one of them (or set --weights random)")
 
 
 def _unique(values):
@@ -279,8 +306,7 @@ def _cell(matrix, model, dtype, batch_size, mode):
         "model_id": model.model_id,
         "config_path": model.config_path,
         "task": model.task,
-        # The tiny variants exist only with random weights.
-        "weights": "random" if matrix.size == "tiny" else model.weights,
+        "weights": model.weights,
         "size": matrix.size,
         "batch_size": batch_size,
         "mode": mode,

@@ -81,6 +81,11 @@ def _minimum(where, error):
     return f"{where} must be {sign} {error.validator_value}, got {_shown(error.instance)}"
 
 
+def _maximum(where, error):
+    return (f"{where} must be <= {error.validator_value:,}, got {_shown(error.instance)}: "
+            "more is a typo, not a measurement")
+
+
 def _empty(where, error):
     return f"{where} must not be empty"
 
@@ -113,6 +118,7 @@ _RULES = {
     "required": _required,
     "minimum": _minimum,
     "exclusiveMinimum": _minimum,
+    "maximum": _maximum,
     "minItems": _empty,
     "minProperties": _empty,
     "minLength": _empty,

@@ -8,6 +8,14 @@ from runner.schema import DTYPES, MODES, SIZES, TASKS, WEIGHTS
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]*$"
 _NAME_RULE = "must use lowercase letters, digits, '.', '_' and '-', and start with a letter or digit"
 
+# Sane limits: past them a run is a typo, not a measurement (10**12 iterations fail as MemoryError).
+NUMBER_BOUNDS = {
+    "iterations": (1, 1_000_000),
+    "warmup": (0, 100_000),
+    "timeout_s": (1e-9, 7 * 24 * 3600),
+    "batch_size": (1, 4096),
+}
+
 _STRING_LIST = {"type": "array", "items": {"type": "string", "minLength": 1}}
 
 IMAGE_SCHEMA = {
@@ -85,13 +93,13 @@ MATRIX_SCHEMA = {
         "models": _named(MODEL_SCHEMA, "model"),
         "weights": {"enum": list(WEIGHTS)},
         "size": {"enum": list(SIZES)},
-        "batch_sizes": _unique_list({"type": "integer", "minimum": 1}),
+        "batch_sizes": _unique_list({"type": "integer", "minimum": 1, "maximum": NUMBER_BOUNDS["batch_size"][1]}),
         "modes": _unique_list({"enum": list(MODES)}),
         "fullgraph": {"type": "boolean"},
         "dtypes": _unique_list({"enum": list(DTYPES)}),
-        "iterations": {"type": "integer", "minimum": 1},
-        "warmup": {"type": "integer", "minimum": 0},
-        "timeout_s": {"type": "number", "exclusiveMinimum": 0},
+        "iterations": {"type": "integer", "minimum": 1, "maximum": NUMBER_BOUNDS["iterations"][1]},
+        "warmup": {"type": "integer", "minimum": 0, "maximum": NUMBER_BOUNDS["warmup"][1]},
+        "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": NUMBER_BOUNDS["timeout_s"][1]},
         "accuracy_tolerance": {"type": ["number", "null"], "minimum": 0},
         "cv_threshold": {"type": "number", "exclusiveMinimum": 0},
     },

@@ -153,7 +153,7 @@ def test_missing_and_empty_files_say_so(tmp_path):
 
 def test_a_local_config_resolves_relative_to_the_matrix_file(tmp_path):
     (tmp_path / "configs").mkdir()
-    (tmp_path / "configs" / "mine.json").write_text("{}")
+    (tmp_path / "configs" / "mine.json").write_text('{"model_type": "vit"}')
     data = small_matrix_data()
     data["models"]["mine"] = {"config": "configs/mine.json", "task": "image-classification"}
     matrix = load_matrix(write_matrix(tmp_path, data))
@@ -253,11 +253,11 @@ def test_every_image_gets_the_same_cells(matrix):
     assert by_image["stable"] == by_image["latest"] == expand_cells(matrix)
 
 
-def test_tiny_cells_use_random_weights(tmp_path):
+def test_tiny_with_pretrained_weights_in_the_file_is_refused_not_made_random(tmp_path):
     data = small_matrix_data()
     data["weights"] = "pretrained"
-    matrix = apply_overrides(load_matrix(write_matrix(tmp_path, data)), Overrides(size="tiny"))
-    assert {(c["size"], c["weights"]) for c in expand_cells(matrix)} == {("tiny", "random")}
+    with pytest.raises(MatrixError, match="weights: pretrained .* cannot be combined with --size tiny"):
+        apply_overrides(load_matrix(write_matrix(tmp_path, data)), Overrides(size="tiny"))
 
 
 def test_fullgraph_applies_to_compiled_modes_only(tmp_path):
