@@ -10,7 +10,7 @@ from pathlib import Path
 
 from matrixbench.errors import MatrixError
 from matrixbench.matrix import cells_by_image
-from runner.schema import needs_run
+from runner.schema import RecordError, needs_run, read_record, record_path
 
 RUN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
@@ -23,6 +23,7 @@ class ImagePlan:
     out_dir: Path
     cells: list
     pending: list
+    recorded_failures: int = 0   # cells skipped because recorded, whose record is a failure
 
     @property
     def done(self):
@@ -48,4 +49,18 @@ def plan_run(matrix, run_path, *, force=False, retry_failed=False):
 
 def _plan_image(name, cells, out_dir, force, retry_failed):
     pending = [cell for cell in cells if needs_run(out_dir, cell, force, retry_failed)]
-    return ImagePlan(image_name=name, out_dir=out_dir, cells=cells, pending=pending)
+    failures = sum(_recorded_status(out_dir, cell) != "ok" for cell in cells if cell not in pending)
+    return ImagePlan(image_name=name, out_dir=out_dir, cells=cells, pending=pending,
+                     recorded_failures=failures)
+
+
+def _recorded_status(out_dir, cell):
+    try:
+        return read_record(record_path(out_dir, cell))["status"]
+    except RecordError:
+        return None
+
+
+def recorded_failures_line(count):
+    """What a rerun says of the failures it skips."""
+    return f"{count} recorded cells are failures; --retry-failed reruns them"

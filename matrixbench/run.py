@@ -19,7 +19,7 @@ from matrixbench.backends.base import RunRequest
 from matrixbench.errors import RunError
 from matrixbench.manifest import finish_manifest, start_manifest
 from matrixbench.matrix import runner_settings
-from matrixbench.plan import plan_run, run_dir
+from matrixbench.plan import plan_run, recorded_failures_line, run_dir
 from matrixbench.progress import NullProgress, RecordWatcher
 from matrixbench.runner_input import write_cells_file
 from runner.schema import cell_id
@@ -60,6 +60,7 @@ class ImageResult:
     image_name: str
     out_dir: Path
     skipped: int
+    recorded_failures: int = 0   # of the skipped cells
     ran: int = 0
     exit_code: Optional[int] = None
     statuses: Counter = field(default_factory=Counter)
@@ -78,22 +79,39 @@ class RunSummary:
     def statuses(self):
         return sum((image.statuses for image in self.images), Counter())
 
+    def failures(self):
+        """Cells of the run whose record is a failure: those run now and those skipped."""
+        ran = sum(n for status, n in self.statuses().items() if status != "ok")
+        return ran + sum(image.recorded_failures for image in self.images)
+
+    def cells(self):
+        return sum(image.ran + image.skipped for image in self.images)
+
+    @property
+    def all_failed(self):
+        return self.cells() > 0 and self.failures() == self.cells()
+
     def describe(self):
+        """Per image what ran and what was skipped; the last line says how many cells failed."""
         lines = [f"results in {self.run_dir}"]
         for image in self.images:
             counts = ", ".join(f"{n} {status}" for status, n in sorted(image.statuses.items())) or "nothing ran"
-            lines.append(f"  {image.image_name}: {counts}; {image.skipped} skipped (already recorded)")
+            failed = f", {image.recorded_failures} of them failures" if image.recorded_failures else ""
+            lines.append(f"  {image.image_name}: {counts}; {image.skipped} skipped (already recorded{failed})")
             if image.missing:
                 lines.append(f"    {len(image.missing)} cell(s) without a record "
                              f"(runner exit code {image.exit_code}); see {image.out_dir}")
+        if self.failures():
+            lines.append(f"{self.failures()} of {self.cells()} cells failed (their records say why); "
+                         "--retry-failed reruns them")
         return "\n".join(lines)
 
 
 def run_matrix(matrix, options, progress=None, environ=None):
     """Run every pending cell of ``matrix``; return a RunSummary.
 
-    Raises RunError when GPUs are asked for but unavailable, or when cells end without a
-    record (the summary is in the message); KeyboardInterrupt passes through after the
+    Raises RunError when GPUs are asked for but unavailable, when cells end without a
+    record, or when every cell of the run failed (the summary is in the message); KeyboardInterrupt passes through after the
     backend stopped and run.json says "interrupted".
     """
     progress = progress or NullProgress()
@@ -109,16 +127,19 @@ def run_matrix(matrix, options, progress=None, environ=None):
     status, summary = "failed", RunSummary(run_path, [])
     try:
         progress.start(sum(len(p.pending) for p in plans), sum(p.done for p in plans))
+        recorded_failures = sum(p.recorded_failures for p in plans)
+        if recorded_failures:
+            progress.note(recorded_failures_line(recorded_failures))
         for plan in plans:
             summary.images.append(_run_image(backend, plan, matrix, options, gpus, environ, progress))
-        status = "finished" if not summary.missing else "incomplete"
+        status = "incomplete" if summary.missing else ("failed" if summary.all_failed else "finished")
     except KeyboardInterrupt:
         status = "interrupted"
         raise
     finally:
         progress.close()
         finish_manifest(run_path, manifest, status, _cell_counts(summary))
-    if summary.missing:
+    if summary.missing or summary.all_failed:
         raise RunError(summary.describe())
     return summary
 
@@ -152,7 +173,8 @@ def _resolve_gpus(backend, device, progress):
 
 
 def _run_image(backend, plan, matrix, options, gpus, environ, progress):
-    result = ImageResult(plan.image_name, plan.out_dir, skipped=plan.done)
+    result = ImageResult(plan.image_name, plan.out_dir, skipped=plan.done,
+                         recorded_failures=plan.recorded_failures)
     progress.image_started(plan.image_name, len(plan.pending), plan.done)
     if not plan.pending:
         return result

@@ -170,3 +170,17 @@ def test_clean_lists_what_it_removes(monkeypatch):
     assert result.exit_code == 0 and "would remove container abc123" in result.stdout
     assert "nothing to remove" not in result.stdout
     assert calls == [{"images": True, "run_id": "r1", "dry_run": True}]
+
+
+def test_a_run_whose_every_cell_failed_exits_5(matrix_file, monkeypatch):
+    use_backend(monkeypatch, RecordingBackend(statuses={"vit": "error", "detr-resnet-101": "error"}))
+    result = invoke("run", "--matrix", matrix_file, "--backend", "local", "--images", "stable")
+    assert result.exit_code == 5
+    assert "8 of 8 cells failed" in result.stderr
+
+
+def test_dry_run_after_failures_says_how_many_are_failures(matrix_file, monkeypatch):
+    use_backend(monkeypatch, RecordingBackend(statuses={"vit": "error"}))
+    invoke("run", "--matrix", matrix_file, "--backend", "local", "--images", "stable")
+    result = invoke("run", "--matrix", matrix_file, "--backend", "local", "--images", "stable", "--dry-run")
+    assert "4 recorded cells are failures; --retry-failed reruns them" in result.stdout

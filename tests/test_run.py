@@ -314,3 +314,27 @@ def test_watcher_threads_do_not_outlive_the_run(matrix, tmp_path, monkeypatch):
     use_backend(monkeypatch, RecordingBackend())
     run_matrix(matrix, _options(tmp_path))
     assert not [t for t in threading.enumerate() if t.name == "record-watcher"]
+
+
+def test_a_run_whose_every_cell_failed_raises_and_says_failed(matrix, tmp_path, monkeypatch):
+    use_backend(monkeypatch, RecordingBackend(statuses={"vit": "error", "detr-resnet-101": "oom"}))
+    with pytest.raises(RunError, match=r"16 of 16 cells failed .*--retry-failed reruns them"):
+        run_matrix(matrix, _options(tmp_path))
+    assert read_manifest(tmp_path / "results" / "r1")["status"] == "failed"
+
+
+def test_some_failures_finish_the_run_and_the_last_line_says_so(matrix, tmp_path, monkeypatch):
+    use_backend(monkeypatch, RecordingBackend(statuses={"vit": "error"}))
+    summary = run_matrix(matrix, _options(tmp_path))
+    assert summary.describe().splitlines()[-1].startswith("8 of 16 cells failed")
+    assert read_manifest(tmp_path / "results" / "r1")["status"] == "finished"
+
+
+def test_a_rerun_counts_the_recorded_failures_it_skips(matrix, tmp_path, monkeypatch):
+    use_backend(monkeypatch, RecordingBackend(statuses={"vit": "error"}))
+    run_matrix(matrix, _options(tmp_path))
+    progress = RecordingProgress()
+    summary = run_matrix(matrix, _options(tmp_path), progress=progress)
+    assert ("note", "8 recorded cells are failures; --retry-failed reruns them") in progress.events
+    assert "4 of them failures" in summary.describe()
+    assert summary.describe().splitlines()[-1].startswith("8 of 16 cells failed")
