@@ -13,7 +13,7 @@ import torch
 from runner import accuracy, faults, memory, records
 from runner.compile import compile_model, counters_snapshot, dynamo_stats, reset
 from runner.precision import apply_precision
-from runner.timing import summarize, synchronize, time_iterations
+from runner.timing import self_check, summarize, synchronize, time_iterations
 
 clock = records.clock
 # Modes whose Inductor config turns on CUDA graphs (cudagraph trees): each call starts a step.
@@ -39,23 +39,39 @@ def _measure(job, record, marks):
     cell, settings, device = job["cell"], record["settings"], job["device"]
     compiled = cell["mode"] != "eager"
     built, load_s = _load(cell, device, marks)
-    reference = accuracy.to_cpu(built.model(**built.inputs)) if compiled else None
+    reference = _reference(built) if compiled else None
     memory.reset_peak(device)
     before = counters_snapshot()
     step, compile_s = _compile_and_call_once(built, cell, device, marks)
     after_first_call = counters_snapshot()
     warmup_s = _timed(step, settings["warmup"], device)
     marks["first_timed_iteration"] = clock()
-    samples_ms, output = time_iterations(step, settings["iterations"], device)
+    samples_ms, output, loop_wall_ms = time_iterations(step, settings["iterations"], device)
     record["memory"] = memory.peak(device)
+    stats = summarize(samples_ms, settings["cv_threshold"])
     record["timing"] = dict(load_s=load_s, compile_s=compile_s, warmup_s=warmup_s,
                             timer="cuda_event" if device == "cuda" else "perf_counter",
-                            **summarize(samples_ms, settings["cv_threshold"]))
+                            **stats, **self_check(stats["mean_ms"], loop_wall_ms, stats["n"]))
     if compiled:
         record["dynamo"] = dynamo_stats(before, after_first_call, counters_snapshot())
         record["accuracy"] = accuracy.compare(reference, output, settings["accuracy_tolerance"])
     else:
         record["accuracy"] = accuracy.skipped()
+
+
+class ReferenceOutOfMemory(RuntimeError):
+    """The eager reference call of a compiled cell ran out of memory (not the compiled mode)."""
+
+
+def _reference(built):
+    """The eager output the compiled one is checked against, as CPU tensors."""
+    try:
+        return accuracy.to_cpu(built.model(**built.inputs))
+    except Exception as exc:
+        if records.is_out_of_memory(exc):
+            raise ReferenceOutOfMemory(f"out of memory in the eager reference call (before compiling; "
+                                       f"the compiled mode never ran): {exc}") from exc
+        raise
 
 
 def _load(cell, device, marks):

@@ -24,7 +24,7 @@ DEFAULT_SETTINGS = {
     "warmup": 10,
     "timeout_s": 900,
     "device": "auto",
-    "accuracy_tolerance": None,   # None: the dtype's default, see records.DEFAULT_TOLERANCES
+    "accuracy_tolerance": None,   # None: the dtype's default, see runner.tolerance
     "cv_threshold": 0.1,
 }
 

@@ -8,16 +8,15 @@ import time
 import traceback as traceback_module
 
 from runner.schema import SCHEMA_VERSION, cell_id
+from runner.tolerance import default_tolerance
 
 MIN_WARMUP = 3   # cudagraph trees: warm-up run, record, then replay
 MAX_TRACEBACK_CHARS = 20000
 MAX_MESSAGE_CHARS = 4000
 
-# Absolute tolerance on the largest element-wise |compiled - eager|, per dtype, when the
-# settings give none. float32 leaves room for Inductor's reordered reductions and fused
-# kernels; half types for their 3-4 significant digits accumulated through a deep net.
-DEFAULT_TOLERANCES = {"float32": 1e-2, "float16": 1e-1, "bfloat16": 2.5e-1}
-OOM_MARKERS = ("out of memory", "can't allocate memory")
+# cuBLAS/cuDNN report a failed workspace allocation with their own status, not torch's OOM.
+OOM_MARKERS = ("out of memory", "can't allocate memory", "cublas_status_alloc_failed",
+               "cudnn_status_alloc_failed")
 
 
 def utc_now():
@@ -29,15 +28,17 @@ def clock():
     return time.monotonic()
 
 
-def record_settings(settings, cell):
-    """The settings as they applied to this cell: effective warm-up and tolerance."""
+def record_settings(settings, cell, device=None, precision=None):
+    """The settings as they applied to this cell: effective warm-up and (relative) tolerance."""
     tolerance = settings["accuracy_tolerance"]
+    if tolerance is None:
+        tolerance = default_tolerance(cell["dtype"], device, precision)
     return {
         "iterations": settings["iterations"],
         "warmup": max(settings["warmup"], MIN_WARMUP),
         "timeout_s": settings["timeout_s"],
         "device_requested": settings["device"],
-        "accuracy_tolerance": DEFAULT_TOLERANCES[cell["dtype"]] if tolerance is None else tolerance,
+        "accuracy_tolerance": tolerance,
         "cv_threshold": settings["cv_threshold"],
     }
 
@@ -51,7 +52,7 @@ def new_record(job):
         "status": "error",
         "error": None,
         "device": job["device"],
-        "settings": record_settings(job["settings"], job["cell"]),
+        "settings": record_settings(job["settings"], job["cell"], job["device"], job["precision"]),
         "timing": None,
         "memory": None,
         "dynamo": None,

@@ -97,6 +97,9 @@ def _obj(properties, required=None, nullable=False):
     return schema
 
 
+_TIMING_REQUIRED = ["load_s", "compile_s", "warmup_s", "timer", "n", "mean_ms", "median_ms", "p90_ms",
+                    "p99_ms", "stdev_ms", "min_ms", "max_ms", "cv", "noisy", "samples_ms"]
+
 CELL_SCHEMA = _obj(
     {
         "model": {"type": "string", "minLength": 1},
@@ -158,7 +161,11 @@ RECORD_SCHEMA = {
             "cv": {"type": "number"},        # stdev / mean
             "noisy": {"type": "boolean"},    # cv > settings.cv_threshold
             "samples_ms": {"type": "array", "items": {"type": "number"}},
-        }, nullable=True),
+            # The self-check: the whole loop on the wall clock, synchronized before and after.
+            "loop_wall_ms": _NUM,
+            "wall_mean_ms": _NUM,        # loop_wall_ms / n
+            "timer_mismatch": _BOOL,     # wall mean and timer mean disagree beyond launch overhead
+        }, required=_TIMING_REQUIRED, nullable=True),
         "memory": _obj({
             "peak_bytes": _INT,
             "kind": {"enum": ["cuda_max_allocated", "cpu_max_rss", None]},
@@ -174,9 +181,17 @@ RECORD_SCHEMA = {
         # compiled vs eager outputs on the same inputs; status "skipped" for eager.
         "accuracy": _obj({
             "max_abs_diff": _NUM,
-            "tolerance": _NUM,
+            "tolerance": _NUM,           # relative: see criterion (runner.tolerance)
             "status": {"enum": list(ACCURACY_STATUSES)},
-        }, nullable=True),
+            "criterion": _STR,
+            "max_rel_error": _NUM,       # the worst output tensor's max abs diff / its max abs value
+            "min_cosine": _NUM,
+            "outputs": {"type": "array", "items": _obj({
+                "shape": {"type": "array", "items": {"type": "integer"}},
+                "max_abs_diff": _NUM, "ref_max_abs": _NUM, "rel_error": _NUM, "cosine": _NUM,
+                "flag": {"enum": [None, "nan", "fail", "shape"]},
+            })},
+        }, required=["max_abs_diff", "tolerance", "status"], nullable=True),
         "precision": _obj({
             "float32_matmul_precision": _STR,
             "cuda_matmul_allow_tf32": _BOOL,

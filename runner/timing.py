@@ -5,44 +5,87 @@ per iteration, so the GPU queue stays full as in real inference). CPU: perf_coun
 around each iteration. Both return raw samples in milliseconds; ``summarize`` turns
 them into the record's ``timing`` statistics. (torch.utils.benchmark.Timer times blocks
 of calls with a sync per block, so it gives no per-iteration samples: not used here.)
+
+Self-check: the whole loop is also timed by the wall clock, with a synchronize before and
+after it (``loop_wall_ms``). Its mean per call must agree with the per-iteration mean: on
+GPU a disagreement beyond launch overhead means the events did not measure the model's work
+(e.g. the work ran on another stream); on CPU the two agree by construction.
+
+One output is alive at a time: the previous one is dropped before the next call starts (and
+before its timer starts), so peak memory holds one output, not two.
 """
 import math
 import statistics
 import time
+from typing import Any, List, NamedTuple
+
+# A wall mean further than this from the timer's mean (relative, plus an allowance per call
+# for the event records and the Python loop around the step) flags the cell.
+AGREEMENT_RELATIVE = 0.10
+LAUNCH_ALLOWANCE_MS = 0.05
 
 
-def time_iterations(step, iterations, device):
-    """Run ``step()`` ``iterations`` times; return (samples_ms, the last output)."""
+class TimedLoop(NamedTuple):
+    samples_ms: List[float]
+    output: Any             # the last call's output
+    loop_wall_ms: float     # the whole loop, wall clock, synchronized before and after
+
+
+def time_iterations(step, iterations, device, cuda=None, clock=time.perf_counter):
+    """Run ``step()`` ``iterations`` times. ``cuda`` (default torch.cuda) and ``clock`` are
+    for tests: a fake CUDA module and a fake wall clock."""
     if device == "cuda":
-        return _time_cuda(step, iterations)
-    return _time_cpu(step, iterations)
+        return _time_cuda(step, iterations, cuda or _torch_cuda(), clock)
+    return _time_cpu(step, iterations, clock)
 
 
-def _time_cpu(step, iterations):
-    clock = time.perf_counter
+def _time_cpu(step, iterations, clock):
     samples = [0.0] * iterations
     output = None
+    loop_start = clock()
     for i in range(iterations):
+        output = None  # frees the previous output outside the timed region
         start = clock()
-        latest = step()
+        output = step()
         samples[i] = clock() - start
-        output = latest  # frees the previous output outside the timed region
-    return [s * 1000.0 for s in samples], output
+    loop_wall = clock() - loop_start
+    return TimedLoop([s * 1000.0 for s in samples], output, loop_wall * 1000.0)
 
 
-def _time_cuda(step, iterations):
+def _time_cuda(step, iterations, cuda, clock):
+    starts = [cuda.Event(enable_timing=True) for _ in range(iterations)]
+    ends = [cuda.Event(enable_timing=True) for _ in range(iterations)]
+    output = None
+    cuda.synchronize()
+    loop_start = clock()
+    for start, end in zip(starts, ends):
+        output = None  # frees the previous output outside the timed region
+        start.record()
+        output = step()
+        end.record()
+    cuda.synchronize()
+    loop_wall = clock() - loop_start
+    samples = [start.elapsed_time(end) for start, end in zip(starts, ends)]
+    return TimedLoop(samples, output, loop_wall * 1000.0)
+
+
+def _torch_cuda():
     import torch
 
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iterations)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iterations)]
-    output = None
-    for start, end in zip(starts, ends):
-        start.record()
-        latest = step()
-        end.record()
-        output = latest  # frees the previous output outside the timed region
-    torch.cuda.synchronize()
-    return [start.elapsed_time(end) for start, end in zip(starts, ends)], output
+    return torch.cuda
+
+
+def self_check(mean_ms, loop_wall_ms, n):
+    """The record's wall-clock fields: the loop's wall mean beside the timer's, and whether
+    they disagree by more than launch overhead explains."""
+    wall_mean = loop_wall_ms / n
+    allowed = AGREEMENT_RELATIVE * mean_ms + LAUNCH_ALLOWANCE_MS
+    return {"loop_wall_ms": loop_wall_ms, "wall_mean_ms": wall_mean,
+            "timer_mismatch": abs(wall_mean - mean_ms) > allowed}
+
+
+def flags(timing):
+    return ["timer_mismatch"] if timing and timing.get("timer_mismatch") else []
 
 
 def synchronize(device):

@@ -1,6 +1,7 @@
 import pytest
 
 from runner import records
+from runner.tolerance import DEFAULT_TOLERANCES, TF32_TOLERANCE
 
 
 def job(**cell_overrides):
@@ -17,8 +18,18 @@ def job(**cell_overrides):
 def test_record_settings_apply_warmup_floor_and_dtype_tolerance():
     settings = records.record_settings(job()["settings"], job()["cell"])
     assert settings["warmup"] == records.MIN_WARMUP
-    assert settings["accuracy_tolerance"] == records.DEFAULT_TOLERANCES["float16"]
+    assert settings["accuracy_tolerance"] == DEFAULT_TOLERANCES["float16"]
     assert settings["device_requested"] == "auto"
+
+
+@pytest.mark.parametrize("device, precision, expected", [
+    ("cpu", {"cudnn_allow_tf32": True}, DEFAULT_TOLERANCES["float32"]),      # no TF32 on a CPU
+    ("cuda", {"cudnn_allow_tf32": True, "cuda_matmul_allow_tf32": False}, TF32_TOLERANCE),
+    ("cuda", {"cudnn_allow_tf32": False, "cuda_matmul_allow_tf32": False}, DEFAULT_TOLERANCES["float32"]),
+])
+def test_float32_default_tolerance_accounts_for_tf32(device, precision, expected):
+    settings = records.record_settings(job()["settings"], job(dtype="float32")["cell"], device, precision)
+    assert settings["accuracy_tolerance"] == expected
 
 
 def test_explicit_tolerance_wins():
@@ -40,6 +51,8 @@ class OutOfMemoryError(RuntimeError):
     (OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"), "oom"),
     (OutOfMemoryError("no words about memory"), "oom"),  # by type name alone
     (RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"), "oom"),
+    (RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"), "oom"),
+    (RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"), "oom"),
     (ValueError("shapes do not match"), "error"),
 ])
 def test_exceptions_map_to_statuses(exc, status):
