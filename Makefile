@@ -1,10 +1,11 @@
-# make test    create .venv if needed, install, run every test (Docker/browser/GPU ones skip
+# make test    create .venv if needed, install, lint, run every test (Docker/browser/GPU ones skip
 #              themselves where those are absent)
+# make lint    ruff (style, imports, bugbear, complexity) and mypy (strict on the typed core)
 # make matrix  build, run and report the default matrix, or the CPU smoke matrix without a GPU,
 #              with the local backend without Docker; one banner says which and why.
 #              Overrides: make matrix HAS_GPU=no HAS_DOCKER=no (force the fallbacks),
 #              BUILD_OPTS='--base-image ... --index-url ...', RUN_OPTS='--cold --models vit'
-.PHONY: test matrix help
+.PHONY: test lint matrix help
 
 PYTHON ?= python3.11
 VENV := .venv
@@ -13,7 +14,7 @@ MB := $(VENV)/bin/matrixbench
 STAMP := $(VENV)/.installed
 
 help:
-	@sed -n '1,5p' Makefile
+	@sed -n '1,6p' Makefile
 
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
@@ -21,7 +22,11 @@ $(STAMP): pyproject.toml
 	$(VPY) -m pip install --quiet -e '.[test,runner]'
 	touch $(STAMP)
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+test: lint
 	HF_HUB_OFFLINE=1 $(VPY) -m pytest
 
 # --- make matrix: what to run, and why ---------------------------------------------------

@@ -25,6 +25,7 @@ from runner.driver import make_job, probe  # noqa: E402
 from runner.isolation import Launcher  # noqa: E402
 from runner.plan import plan_from_dict  # noqa: E402
 
+
 def vit_cell(mode):
     return {"model": "vit", "model_id": "google/vit-base-patch16-224", "config_path": None,
             "task": "image-classification", "weights": "random", "size": "full", "batch_size": 1,

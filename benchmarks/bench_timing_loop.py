@@ -73,6 +73,10 @@ def main():
     write(report, Path(args.out))
 
 
+def _row(label, us_per_iteration):
+    return f"| {label} | {us_per_iteration['min']:.3f} | {us_per_iteration['median']:.3f} |"
+
+
 def write(report, out):
     out.mkdir(parents=True, exist_ok=True)
     (out / "timing_loop.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
@@ -85,9 +89,9 @@ def write(report, out):
         f"Measured {report['measured_at']}: {report['module']}, {report['iterations']} iterations "
         f"x {report['repeats']} interleaved repeats.", "",
         "| loop | min us/iter | median us/iter |", "| --- | ---: | ---: |",
-        f"| bare `for` loop | {report['bare_us_per_iteration']['min']:.3f} | {report['bare_us_per_iteration']['median']:.3f} |",
-        f"| runner.timing | {report['runner_us_per_iteration']['min']:.3f} | {report['runner_us_per_iteration']['median']:.3f} |",
-        f"| overhead | {overhead['min']:.3f} | {overhead['median']:.3f} |", "",
+        _row("bare `for` loop", report["bare_us_per_iteration"]),
+        _row("runner.timing", report["runner_us_per_iteration"]),
+        _row("overhead", overhead), "",
         f"Median overhead {overhead['median']:.3f} us per iteration, which {verdict} the {TARGET_US} us target.",
     ]
     (out / "timing_loop.md").write_text("\n".join(lines) + "\n")

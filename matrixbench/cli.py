@@ -39,7 +39,8 @@ def _comma_list(choices=None, convert=str):
         try:
             return [convert(item) for item in items]
         except ValueError:
-            raise click.BadParameter(f"expected a comma-separated list of integers, got {','.join(values)}")
+            raise click.BadParameter(
+                f"expected a comma-separated list of integers, got {','.join(values)}") from None
     return callback
 
 
@@ -109,7 +110,7 @@ def _library(module, name, command):
     try:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
-        raise MatrixbenchError(f"`matrixbench {command}` is not available here: {module}.{name} ({exc})")
+        raise MatrixbenchError(f"`matrixbench {command}` is not available here: {module}.{name} ({exc})") from exc
 
 
 # --- commands ------------------------------------------------------------------------------

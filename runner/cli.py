@@ -63,7 +63,8 @@ def _add_settings(group):
     group.add_argument("--iterations", type=int, help=f"timed iterations (default {defaults['iterations']})")
     group.add_argument("--warmup", type=int, help=f"warm-up iterations after the first call "
                        f"(default {defaults['warmup']}, at least 3)")
-    group.add_argument("--timeout-s", type=float, help=f"per-cell time limit in seconds (default {defaults['timeout_s']})")
+    group.add_argument("--timeout-s", type=float,
+                       help=f"per-cell time limit in seconds (default {defaults['timeout_s']})")
     group.add_argument("--device", choices=DEVICES, help="auto (default: cuda if available), cuda or cpu")
     group.add_argument("--accuracy-tolerance", type=float,
                        help="max |compiled - eager| that passes (default: by dtype)")

@@ -103,7 +103,8 @@ def load_text_inputs(path):
     """Token ids shipped for offline text queries (see tools/make_owlvit_tokens.py)."""
     record = json.loads(path.read_text())
     if tuple(record["texts"]) != TEXT_QUERIES:
-        raise InputError(f"{path} tokenizes {record['texts']}, not {list(TEXT_QUERIES)}: rerun tools/make_owlvit_tokens.py")
+        raise InputError(f"{path} tokenizes {record['texts']}, not {list(TEXT_QUERIES)}: "
+                         "rerun tools/make_owlvit_tokens.py")
     return {name: torch.tensor(record[name], dtype=torch.long) for name in ("input_ids", "attention_mask")}
 
 

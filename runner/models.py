@@ -325,7 +325,8 @@ def _local_processor(config_path, config):
         return model_inputs.make_processor(_read_json(beside))
     side = getattr(config, "image_size", None)
     side = side if isinstance(side, int) else 224
-    return model_inputs.make_processor({"image_processor_type": "ViTImageProcessor", "size": {"height": side, "width": side}})
+    return model_inputs.make_processor({"image_processor_type": "ViTImageProcessor",
+                                        "size": {"height": side, "width": side}})
 
 
 def _hub_call(function, checkpoint, instead):

@@ -18,7 +18,6 @@ from runner.precision import apply_precision
 from runner.schema import write_record
 
 
-
 def _preload_models():
     """Import the shipped models' classes and processors: transformers imports them lazily,
     and the first costs ~2.5 s. A broken models module is reported by the cell itself."""

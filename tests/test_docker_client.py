@@ -103,8 +103,9 @@ def test_container_log_lines_rejoin_chunks_and_removal_of_a_gone_container_is_fi
 def test_find_containers_and_images_select_by_label():
     sdk = FakeSDK()
     client = DockerClient(sdk)
-    client.start_container("img", [], user="0:0", env={}, mounts={}, labels={"matrixbench": "1", "matrixbench.run_id": "r1"})
-    client.start_container("img", [], user="0:0", env={}, mounts={}, labels={"matrixbench": "1", "matrixbench.run_id": "r2"})
+    for run_id in ("r1", "r2"):
+        client.start_container("img", [], user="0:0", env={}, mounts={},
+                               labels={"matrixbench": "1", "matrixbench.run_id": run_id})
     client.start_container("img", [], user="0:0", env={}, mounts={}, labels={"other": "1"})
     sdk.images_by_tag["matrixbench:a"] = FakeImage("matrixbench:a", {"matrixbench": "1"})
     sdk.images_by_tag["someone:else"] = FakeImage("someone:else", {})

@@ -1,5 +1,4 @@
 """Build planning (build args, labels, dry-run) and the build loop, with the SDK faked."""
-import io
 import tarfile
 from pathlib import Path
 

@@ -46,7 +46,8 @@ def test_make_processor_needs_a_type():
 
 
 def test_make_processor_uses_the_config_values():
-    processor = inputs.make_processor({"image_processor_type": "ViTImageProcessor", "size": {"height": 48, "width": 40}})
+    processor = inputs.make_processor({"image_processor_type": "ViTImageProcessor",
+                                       "size": {"height": 48, "width": 40}})
     encoded = inputs.image_inputs(processor, inputs.test_image())
     assert tuple(encoded["pixel_values"].shape) == (1, 3, 48, 40)
 

@@ -6,8 +6,7 @@ import pytest
 
 from host_helpers import small_matrix_data, write_matrix
 from matrixbench.errors import MatrixError
-from matrixbench.matrix import (Overrides, apply_overrides, cells_by_image, expand_cells, load_matrix,
-                                runner_settings)
+from matrixbench.matrix import Overrides, apply_overrides, cells_by_image, expand_cells, load_matrix, runner_settings
 from runner.schema import CELL_SCHEMA, cell_id
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,8 +7,16 @@ from pathlib import Path
 import pytest
 
 from matrixbench.report.published import (
-    COLUMNS, DATASET_PATH, GPUS, MODEL_NAMES, SEED_PATH, SeedFormatError, load_published, match_gpu,
-    parse_seed_tables, write_dataset,
+    COLUMNS,
+    DATASET_PATH,
+    GPUS,
+    MODEL_NAMES,
+    SEED_PATH,
+    SeedFormatError,
+    load_published,
+    match_gpu,
+    parse_seed_tables,
+    write_dataset,
 )
 
 SHARED_SEED = Path(__file__).resolve().parents[2] / "shared" / "seeds" / "perf_torch_compile.md"

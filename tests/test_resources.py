@@ -8,7 +8,7 @@ from click.testing import CliRunner
 import runner
 from matrixbench import images, resources
 from matrixbench.cli import main
-from matrixbench.errors import BuildError, ReportError, RunError
+from matrixbench.errors import BuildError, RunError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

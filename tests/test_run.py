@@ -11,8 +11,14 @@ from matrixbench.errors import MatrixError, RunError
 from matrixbench.manifest import read_manifest
 from matrixbench.matrix import Overrides, apply_overrides, expand_cells, load_matrix
 from matrixbench.plan import plan_run, run_dir
-from matrixbench.progress import (NullProgress, ProgressState, RecordWatcher, eta_seconds, format_duration,
-                                  record_summary)
+from matrixbench.progress import (
+    NullProgress,
+    ProgressState,
+    RecordWatcher,
+    eta_seconds,
+    format_duration,
+    record_summary,
+)
 from matrixbench.run import RunOptions, run_matrix
 from runner.schema import RECORD_SCHEMA, record_path, write_record
 

@@ -10,7 +10,6 @@ from runner.schema import read_record, record_path
 from runner_cells import COMPILE_CACHE, assert_valid, settings, tiny_cell
 
 
-
 def test_cache_dirs_are_the_cells_scratch_folder_by_default():
     dirs = compile_cache_dirs(None, "/scratch", environ={})
     assert dirs == {"TORCHINDUCTOR_CACHE_DIR": "/scratch/inductor", "TRITON_CACHE_DIR": "/scratch/triton"}

@@ -6,10 +6,10 @@ whole process group. The image's torch pin is not installed: cells run with what
 interpreter has, and every record says which.
 """
 import os
-from importlib import metadata
 import signal
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 from matrixbench.backends.base import Backend

@@ -4,7 +4,6 @@ from dataclasses import dataclass, field
 from matrixbench.report import stats, tables
 from matrixbench.report.tables import Table
 
-
 _FAILED = "Cells that did not run show their status (OOM, ERR, TIMEOUT, CRASH); the footnote gives the reason."
 _SIGNIFICANT = (
     f"{tables.SIGNIFICANT_MARK} significant: the {round(stats.CONFIDENCE * 100)}% bootstrap interval of the ratio "
