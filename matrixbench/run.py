@@ -111,8 +111,8 @@ def run_matrix(matrix, options, progress=None, environ=None):
     """Run every pending cell of ``matrix``; return a RunSummary.
 
     Raises RunError when GPUs are asked for but unavailable, when cells end without a
-    record, or when every cell of the run failed (the summary is in the message); KeyboardInterrupt passes through after the
-    backend stopped and run.json says "interrupted".
+    record, or when every cell of the run failed (the summary is in the message);
+    KeyboardInterrupt passes through after the backend stopped and run.json says "interrupted".
     """
     progress = progress or NullProgress()
     environ = os.environ if environ is None else environ
