@@ -199,7 +199,9 @@ def _request(plan, matrix, options, gpus, environ):
     return RunRequest(
         image_name=plan.image_name,
         cells=plan.pending,
-        settings=runner_settings(matrix, options.device),
+        # auto on a host whose backend gives GPUs becomes cuda: the runner then fails with
+        # the reason if torch cannot use them, instead of measuring on the CPU.
+        settings=runner_settings(matrix, "cuda" if gpus else options.device),
         out_dir=plan.out_dir,
         cache_dir=None if options.cold else Path(cache_root) / plan.image_name,
         hf_cache_dir=options.hf_cache_dir or default_hf_cache(),

@@ -11,6 +11,7 @@ first call onwards; the accuracy check compares the last timed output with the e
 import torch
 
 from runner import accuracy, faults, memory, records
+from runner.archcheck import bf16_problem
 from runner.compile import compile_model, counters_snapshot, dynamo_stats, reset
 from runner.precision import apply_precision
 from runner.timing import self_check, summarize, synchronize, time_iterations
@@ -38,6 +39,7 @@ def run_cell(job, marks=None):
 def _measure(job, record, marks):
     cell, settings, device = job["cell"], record["settings"], job["device"]
     compiled = cell["mode"] != "eager"
+    refuse_unsupported(cell, device)
     built, load_s = _load(cell, device, marks)
     reference = _reference(built) if compiled else None
     memory.reset_peak(device)
@@ -57,6 +59,19 @@ def _measure(job, record, marks):
         record["accuracy"] = accuracy.compare(reference, output, settings["accuracy_tolerance"])
     else:
         record["accuracy"] = accuracy.skipped()
+
+
+class UnsupportedOnThisGpu(RuntimeError):
+    """A cell this GPU cannot run natively (bfloat16 below compute capability 8.0)."""
+
+
+def refuse_unsupported(cell, device, cuda=None):
+    if device != "cuda" or cell["dtype"] != "bfloat16":
+        return
+    cuda = cuda or torch.cuda
+    problem = bf16_problem(cuda.get_device_capability(0), cuda.get_device_name(0))
+    if problem:
+        raise UnsupportedOnThisGpu(problem)
 
 
 class ReferenceOutOfMemory(RuntimeError):

@@ -4,22 +4,49 @@ Runs in a cell's process (never in the forkserver, which must not touch CUDA).
 """
 import platform
 import socket
+import warnings
 
 import torch
 import transformers
 
-from runner.machine import cpu_model, gpu_driver_version
+from runner.archcheck import arch_problem
+from runner.machine import cpu_model, gpu_devices_present, gpu_driver_version
 
 
-def resolve_device(requested):
-    """``auto`` means cuda when a GPU is usable, else cpu; ``cuda`` without a GPU is an error."""
-    if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("settings.device is 'cuda' but torch sees no usable GPU "
-                           f"(torch {torch.__version__}, built for CUDA {torch.version.cuda}); "
-                           "use device 'auto' or 'cpu'")
-    return requested
+def resolve_device(requested, image_name=None, cuda=None, gpus_present=None):
+    """The device the cells use, or a RuntimeError saying why the GPU cannot be used.
+
+    ``auto`` is cuda when a GPU is usable and cpu when the machine has none; on a machine
+    whose NVIDIA devices torch cannot use (a driver too old for the build's CUDA, a GPU
+    architecture the wheel has no kernels for) it is an error, never a silent CPU run.
+    ``cuda`` and ``gpus_present`` are for tests (a fake torch.cuda; what /dev shows).
+    """
+    if requested == "cpu":
+        return "cpu"
+    cuda = cuda or torch.cuda
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        available = cuda.is_available()
+    present = gpu_devices_present() if gpus_present is None else gpus_present
+    if not available:
+        if requested == "auto" and not present:
+            return "cpu"
+        raise RuntimeError(_unusable_message(requested, present, caught, image_name))
+    problem = arch_problem(cuda.get_arch_list(), cuda.get_device_capability(0), cuda.get_device_name(0),
+                           torch.__version__, image_name)
+    if problem:
+        raise RuntimeError(problem)
+    return "cuda"
+
+
+def _unusable_message(requested, present, caught, image_name):
+    why = " ".join(str(w.message).strip().splitlines()[0] for w in caught if str(w.message).strip())
+    where = f"image {image_name!r}: " if image_name else ""
+    seen = "this machine has NVIDIA devices (/dev/nvidia*), but " if present else ""
+    return (f"{where}settings.device is {requested!r}: {seen}torch {torch.__version__} (built for CUDA "
+            f"{torch.version.cuda}) sees no usable GPU (driver {gpu_driver_version() or 'not found'})"
+            f"{': ' + why if why else ''}. Fix: a driver new enough for CUDA {torch.version.cuda}, or an "
+            "image built for the driver's CUDA version (its index_url); or run on the CPU with --device cpu")
 
 
 def collect_environment(image_name=None, image_id=None):

@@ -3,6 +3,7 @@
 Stdlib only, so the parent process can use it too (for records of cells whose
 process died before it could report its own environment).
 """
+import glob
 import platform
 import shutil
 import socket
@@ -18,6 +19,11 @@ def cpu_model(cpuinfo="/proc/cpuinfo"):
     except OSError:
         pass
     return platform.processor() or None
+
+
+def gpu_devices_present(dev="/dev"):
+    """Whether NVIDIA GPU device nodes exist (a GPU host, or a container given GPUs)."""
+    return bool(glob.glob(f"{dev}/nvidia[0-9]*"))
 
 
 def gpu_driver_version():

@@ -50,7 +50,7 @@ def probe(device_requested, image_name, image_id, channel):
     try:
         reply["precision"] = apply_precision()
         reply["environment"] = collect_environment(image_name, image_id)
-        reply["device"] = resolve_device(device_requested)
+        reply["device"] = resolve_device(device_requested, image_name)
     except Exception as exc:
         reply["error"] = f"{type(exc).__name__}: {exc}"
     channel.send(reply)

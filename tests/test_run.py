@@ -270,15 +270,17 @@ def test_auto_device_uses_gpus_when_the_backend_has_them(matrix, tmp_path, monke
     progress = RecordingProgress()
     run_matrix(matrix, _options(tmp_path), progress=progress)
     assert all(r.gpus for r in backend.requests) and ("note", "device: cuda") in progress.events
+    assert all(r.settings["device"] == "cuda" for r in backend.requests)   # never a silent CPU run
     run_matrix(matrix, _options(tmp_path, run_name="cpu", device="cpu"))
     assert backend.requests[-1].gpus is False
 
 
 def test_auto_device_falls_back_to_cpu_and_says_so(matrix, tmp_path, monkeypatch):
-    use_backend(monkeypatch, RecordingBackend(gpus=False))
+    backend = use_backend(monkeypatch, RecordingBackend(gpus=False))
     progress = RecordingProgress()
     run_matrix(matrix, _options(tmp_path), progress=progress)
     assert any(e[0] == "note" and "device: cpu (no NVIDIA GPU" in e[1] for e in progress.events)
+    assert backend.requests[-1].settings["device"] == "auto"
 
 
 def test_hf_token_reaches_the_runner_only_at_run_time_and_is_never_written(matrix, tmp_path, monkeypatch):
