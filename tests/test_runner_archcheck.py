@@ -69,7 +69,7 @@ def test_bf16_needs_ampere(gpu, refused):
 def fake_cuda(available=True, gpu="NVIDIA A100-SXM4-80GB", arch_list=None, warning=None):
     def is_available():
         if warning:
-            warnings.warn(warning)
+            warnings.warn(warning, stacklevel=2)
         return available
 
     return types.SimpleNamespace(
