@@ -2,6 +2,8 @@
 users. It fakes only the SDK surface docker_client touches (the one seam)."""
 from docker.errors import APIError, ImageNotFound, NotFound
 
+from matrixbench.docker_client import DockerClient
+
 
 class FakeImage:
     def __init__(self, tag, labels, image_id="sha256:feedface"):
@@ -137,3 +139,18 @@ def _matches(labels, selectors):
 
 
 __all__ = ["FakeSDK", "FakeImage", "APIError"]
+
+
+def client_with_leftovers():
+    """A DockerClient over a FakeSDK holding what `matrixbench clean` looks for, beside what it
+    must keep: containers of runs r1 and r2 and the image matrixbench:stable (all labelled), a
+    postgres container and the image postgres:16 (not labelled). Returns (sdk, client)."""
+    sdk = FakeSDK()
+    client = DockerClient(sdk)
+    for run_id in ("r1", "r2"):
+        client.start_container("matrixbench:stable", [], user="0:0", env={}, mounts={},
+                               labels={"matrixbench": "1", "matrixbench.run_id": run_id})
+    client.start_container("postgres", [], user="0:0", env={}, mounts={}, labels={})
+    sdk.images_by_tag["matrixbench:stable"] = FakeImage("matrixbench:stable", {"matrixbench": "1"})
+    sdk.images_by_tag["postgres:16"] = FakeImage("postgres:16", {})
+    return sdk, client

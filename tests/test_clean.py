@@ -1,19 +1,6 @@
 """matrixbench clean with the docker SDK faked at docker_client's seam."""
-from docker_fakes import FakeImage, FakeSDK
+from docker_fakes import client_with_leftovers as make_client
 from matrixbench.clean import clean
-from matrixbench.docker_client import DockerClient
-
-
-def make_client():
-    sdk = FakeSDK()
-    client = DockerClient(sdk)
-    for run_id in ("r1", "r2"):
-        client.start_container("matrixbench:stable", [], user="0:0", env={}, mounts={},
-                               labels={"matrixbench": "1", "matrixbench.run_id": run_id})
-    client.start_container("postgres", [], user="0:0", env={}, mounts={}, labels={})
-    sdk.images_by_tag["matrixbench:stable"] = FakeImage("matrixbench:stable", {"matrixbench": "1"})
-    sdk.images_by_tag["postgres:16"] = FakeImage("postgres:16", {})
-    return sdk, client
 
 
 def test_clean_removes_only_labelled_containers_and_keeps_images_by_default():

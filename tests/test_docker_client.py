@@ -3,7 +3,7 @@ import docker
 import pytest
 from docker.errors import APIError, DockerException
 
-from docker_fakes import FakeImage, FakeSDK
+from docker_fakes import FakeImage, FakeSDK, client_with_leftovers
 from matrixbench import docker_client
 from matrixbench.docker_client import BuildStream, DockerClient
 from matrixbench.errors import DockerUnavailableError, RunError
@@ -101,17 +101,10 @@ def test_container_log_lines_rejoin_chunks_and_removal_of_a_gone_container_is_fi
 
 
 def test_find_containers_and_images_select_by_label():
-    sdk = FakeSDK()
-    client = DockerClient(sdk)
-    for run_id in ("r1", "r2"):
-        client.start_container("img", [], user="0:0", env={}, mounts={},
-                               labels={"matrixbench": "1", "matrixbench.run_id": run_id})
-    client.start_container("img", [], user="0:0", env={}, mounts={}, labels={"other": "1"})
-    sdk.images_by_tag["matrixbench:a"] = FakeImage("matrixbench:a", {"matrixbench": "1"})
-    sdk.images_by_tag["someone:else"] = FakeImage("someone:else", {})
+    _, client = client_with_leftovers()
     assert len(client.find_containers({"matrixbench": None})) == 2
     assert len(client.find_containers({"matrixbench": None, "matrixbench.run_id": "r2"})) == 1
-    assert client.find_images({"matrixbench": None}) == ["matrixbench:a"]
+    assert client.find_images({"matrixbench": None}) == ["matrixbench:stable"]
 
 
 def test_a_container_docker_cannot_start_is_a_run_error_naming_the_image():
