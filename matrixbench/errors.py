@@ -45,3 +45,7 @@ class ResultsFolderError(MatrixbenchError):
     """The results folder cannot hold the run: under a file, or not writable."""
 
     exit_code = 2
+
+
+class RunLockedError(RunError):
+    """Another matrixbench run holds the run folder's lock."""

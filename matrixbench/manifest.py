@@ -1,7 +1,8 @@
 """results/<run>/run.json: what a run was asked to do, by which command, when, and how it ended.
 
-Each invocation rewrites the top-level fields; earlier invocations of the same run (resumes)
-move to ``history``. ``note`` says why the run is what it is (``make matrix`` writes its
+Each invocation writes the top-level fields; earlier invocations of the same run (resumes)
+move to ``history`` whole, so nothing an invocation recorded is overwritten; one that was
+killed (still "running" when the next one took the lock) is marked "killed" there. ``note`` says why the run is what it is (``make matrix`` writes its
 fallback reason there) and the report shows it.
 """
 import json
@@ -14,7 +15,6 @@ from runner.schema import write_json_atomic
 MANIFEST_FILENAME = "run.json"
 MANIFEST_VERSION = 1
 SUPPORTED_MANIFEST_VERSIONS = (1,)
-_HISTORY_KEYS = ("command", "started_at", "ended_at", "status", "images", "backend", "device", "note")
 
 
 def now_iso():
@@ -54,10 +54,14 @@ def finish_manifest(run_path, manifest, status, cells=None):
 
 
 def _history(previous):
+    """Every earlier invocation, as it recorded itself (nothing it said is overwritten). One
+    still "running" was killed: the caller holds the run's lock, so it is not running."""
     if previous is None:
         return []
-    earlier = previous.get("history", [])
-    return earlier + [{key: previous.get(key) for key in _HISTORY_KEYS}]
+    entry = {key: value for key, value in previous.items() if key != "history"}
+    if entry.get("status") == "running":
+        entry["status"] = "killed"
+    return previous.get("history", []) + [entry]
 
 
 def read_manifest(run_path):

@@ -110,14 +110,34 @@ class RunSummary:
 def run_matrix(matrix, options, progress=None, environ=None):
     """Run every pending cell of ``matrix``; return a RunSummary.
 
-    Raises RunError when GPUs are asked for but unavailable, when cells end without a
-    record, or when every cell of the run failed (the summary is in the message);
-    KeyboardInterrupt passes through after the backend stopped and run.json says "interrupted".
+    The run folder is locked for the whole run (a second run on it is refused). Raises
+    RunError when GPUs are asked for but unavailable, when cells end without a record, or when
+    every cell of the run failed (the summary is in the message); KeyboardInterrupt passes
+    through after the backend stopped and run.json says "interrupted" with the cells that ran.
     """
     progress = progress or NullProgress()
     environ = os.environ if environ is None else environ
     _check_device(options.device)
     run_path = run_folder.prepare(run_dir(options.results_root, options.run_name))
+    with run_folder.RunLock(run_path, options.command) as lock:
+        _take_over(lock, run_path, progress)
+        summary = _run_locked(matrix, options, run_path, progress, environ)
+    if summary.missing or summary.all_failed:
+        raise RunError(summary.describe())
+    return summary
+
+
+def _take_over(lock, run_path, progress):
+    """Say so when a killed run left its lock behind, and remove its scratch folders."""
+    if lock.stale is not None:
+        progress.note(f"the previous run of {run_path} was killed before it ended "
+                      f"({run_folder.describe_holder(lock.stale)}); run.json records it as killed")
+    removed = run_folder.clean_scratch(run_path)
+    if removed:
+        progress.note(f"removed {removed} scratch folder(s) a killed run left in {run_path}")
+
+
+def _run_locked(matrix, options, run_path, progress, environ):
     backend = create_backend(options.backend, matrix)
     gpus = _resolve_gpus(backend, options.device, progress)
     plans = plan_run(matrix, run_path, force=options.force, retry_failed=options.retry_failed)
@@ -131,7 +151,9 @@ def run_matrix(matrix, options, progress=None, environ=None):
         if recorded_failures:
             progress.note(recorded_failures_line(recorded_failures))
         for plan in plans:
-            summary.images.append(_run_image(backend, plan, matrix, options, gpus, environ, progress))
+            summary.images.append(ImageResult(plan.image_name, plan.out_dir, skipped=plan.done,
+                                              recorded_failures=plan.recorded_failures))
+            _run_image(backend, plan, summary.images[-1], matrix, options, gpus, environ, progress)
         status = "incomplete" if summary.missing else ("failed" if summary.all_failed else "finished")
     except KeyboardInterrupt:
         status = "interrupted"
@@ -139,8 +161,6 @@ def run_matrix(matrix, options, progress=None, environ=None):
     finally:
         progress.close()
         finish_manifest(run_path, manifest, status, _cell_counts(summary))
-    if summary.missing or summary.all_failed:
-        raise RunError(summary.describe())
     return summary
 
 
@@ -172,12 +192,11 @@ def _resolve_gpus(backend, device, progress):
     return available
 
 
-def _run_image(backend, plan, matrix, options, gpus, environ, progress):
-    result = ImageResult(plan.image_name, plan.out_dir, skipped=plan.done,
-                         recorded_failures=plan.recorded_failures)
+def _run_image(backend, plan, result, matrix, options, gpus, environ, progress):
+    """Run one image's pending cells; ``result`` counts them as their records appear."""
     progress.image_started(plan.image_name, len(plan.pending), plan.done)
     if not plan.pending:
-        return result
+        return
     plan.out_dir.mkdir(parents=True, exist_ok=True)
 
     def on_record(cell, record):
@@ -190,7 +209,6 @@ def _run_image(backend, plan, matrix, options, gpus, environ, progress):
     with RecordWatcher(plan.out_dir, plan.pending, on_record, on_tick=progress.tick) as watcher:
         result.exit_code = backend.run(request)
     result.missing = [cell_id(cell) for cell in watcher.waiting]
-    return result
 
 
 def _request(plan, matrix, options, gpus, environ):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from runner import records
 from runner.isolation import Launcher
 from runner.machine import fallback_environment
-from runner.schema import RecordError, cell_id, needs_run, read_record, record_path, write_record
+from runner.schema import SCRATCH_DIRNAME, RecordError, cell_id, needs_run, read_record, record_path, write_record
 
 # The probe's own limit: the runner's one-time start (the forkserver's imports, the probe's
 # environment queries) never counts against a cell's timeout_s, which covers the cell only.
@@ -50,13 +50,23 @@ def run_plan(plan, out_dir, force=False, retry_failed=False, log=None, launcher=
     log(f"device {context.device}, torch {context.environment['torch']}, "
         f"transformers {context.environment['transformers']}")
     results = []
-    for index, cell in enumerate(pending, 1):
-        prefix = f"[{index}/{len(pending)}] {cell_id(cell)}"
-        log(f"{prefix}: running")
-        record = run_one(launcher, cell, plan, context, out_dir, compile_cache_dir)
-        log(f"{prefix}: {summary_line(record)}")
-        results.append((record["cell_id"], record["status"]))
+    try:
+        for index, cell in enumerate(pending, 1):
+            prefix = f"[{index}/{len(pending)}] {cell_id(cell)}"
+            log(f"{prefix}: running")
+            record = run_one(launcher, cell, plan, context, out_dir, compile_cache_dir)
+            log(f"{prefix}: {summary_line(record)}")
+            results.append((record["cell_id"], record["status"]))
+    finally:
+        _remove_if_empty(os.path.join(out_dir, SCRATCH_DIRNAME))
     return results
+
+
+def _remove_if_empty(folder):
+    try:
+        os.rmdir(folder)
+    except OSError:
+        pass
 
 
 def probe(launcher, plan):
@@ -77,7 +87,9 @@ def probe(launcher, plan):
 
 def run_one(launcher, cell, plan, context, out_dir, compile_cache_dir=None):
     """Run one cell in a fresh process; return its record (written by the child or here)."""
-    with tempfile.TemporaryDirectory(prefix="matrixbench-cell-") as scratch_dir:
+    scratch_root = os.path.join(out_dir, SCRATCH_DIRNAME)
+    os.makedirs(scratch_root, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="matrixbench-cell-", dir=scratch_root) as scratch_dir:
         job = make_job(cell, plan, context, out_dir, scratch_dir, compile_cache_dir)
         if context.error:
             return _write_failure(job, "error", "RunnerSetupError", context.error)

@@ -24,6 +24,11 @@ TASKS = ("image-classification", "image-segmentation", "object-detection")
 ACCURACY_STATUSES = ("pass", "fail", "nan", "skipped")
 
 
+# The runner's per-cell scratch folders live in <out_dir>/.scratch/matrixbench-cell-*, under the
+# run folder rather than the system temp folder: the host removes what a killed run left there.
+SCRATCH_DIRNAME = ".scratch"
+
+
 class RecordError(Exception):
     """A record file that cannot be read: bad JSON or an unknown schema version."""
 

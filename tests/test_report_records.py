@@ -31,6 +31,14 @@ def test_finds_records_recursively_and_skips_manifests(tmp_path):
     assert all(path.name not in ("cells.json", "run.json") for path in found)
 
 
+def test_json_under_hidden_folders_is_not_a_record(tmp_path):
+    run = _copy_run(tmp_path)
+    scratch = run / "stable" / ".scratch" / "matrixbench-cell-x" / "inductor"
+    scratch.mkdir(parents=True)
+    (scratch / "cache.json").write_text("{}")
+    assert not [path for path in records.find_record_files([tmp_path]) if ".scratch" in str(path)]
+
+
 def test_a_stray_json_file_is_named_not_skipped(tmp_path):
     run = _copy_run(tmp_path)
     (run / "notes.json").write_text(json.dumps({"not": "a record"}))

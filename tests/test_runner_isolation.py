@@ -3,13 +3,14 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from runner.driver import PROBE_TIMEOUT_S, run_plan
 from runner.isolation import Outcome
 from runner.plan import Plan
-from runner.schema import read_record, record_path
+from runner.schema import SCRATCH_DIRNAME, read_record, record_path
 from runner_cells import assert_valid, settings, tiny_cell
 
 
@@ -77,6 +78,18 @@ def test_a_short_timeout_limits_the_cell_not_the_runners_start(tmp_path):
     assert record["status"] == "timeout", record["error"]
     assert launcher.limits == [("probe", PROBE_TIMEOUT_S), ("run_job", 1)]
     assert_valid(record)
+
+
+def test_cell_scratch_folders_live_under_the_run_folder_and_go_when_done(tmp_path):
+    launcher = SlowStartLauncher()
+    scratch = []
+    launcher.run = lambda name, args, timeout_s: (
+        scratch.append(args[0]["scratch_dir"]) if name == "run_job" else None,
+        Outcome(exitcode=0, timed_out=False, messages=[{"device": "cpu"}]))[1]
+    run([tiny_cell()], tmp_path, launcher=launcher)
+    assert Path(scratch[0]).parent == tmp_path / SCRATCH_DIRNAME
+    assert Path(scratch[0]).name.startswith("matrixbench-cell-")
+    assert not (tmp_path / SCRATCH_DIRNAME).exists()
 
 
 def test_resume_skips_recorded_cells_force_and_retry_failed_rerun(tmp_path):

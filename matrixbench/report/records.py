@@ -59,8 +59,14 @@ def find_record_files(results_dirs):
     for folder in map(Path, results_dirs):
         if not folder.is_dir():
             raise ReportError(f"results folder {folder} does not exist; pass a folder written by `matrixbench run`")
-        paths += [path for path in folder.rglob("*.json") if path.name not in NOT_RECORDS]
+        paths += [path for path in folder.rglob("*.json")
+                  if path.name not in NOT_RECORDS and not _hidden(path.relative_to(folder))]
     return sorted(set(paths))
+
+
+def _hidden(relative):
+    """Under a hidden folder, e.g. the runner's .scratch (compile caches hold JSON too)."""
+    return any(part.startswith(".") for part in relative.parts[:-1])
 
 
 def load_record(path):

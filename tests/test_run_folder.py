@@ -1,0 +1,137 @@
+"""One writer per run folder: the lock, a dead holder taken over, run.json's history, scratch folders."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from host_helpers import RecordingBackend, use_backend, write_matrix
+from matrixbench.errors import RunLockedError
+from matrixbench.manifest import read_manifest, write_manifest
+from matrixbench.matrix import Overrides, apply_overrides, load_matrix
+from matrixbench.run import RunOptions, run_matrix
+from matrixbench.run_folder import LOCK_FILENAME, RunLock
+from runner.schema import SCRATCH_DIRNAME
+from test_run import RecordingProgress
+
+ROOT = Path(__file__).resolve().parents[1]
+
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from matrixbench.manifest import write_manifest
+    from matrixbench.run_folder import RunLock
+    RunLock(sys.argv[1], ["matrixbench", "run", "--run", "r1"]).acquire()
+    write_manifest(sys.argv[1], {"schema_version": 1, "status": "running", "command": ["matrixbench", "run"],
+                                 "started_at": "2026-01-01T00:00:00+00:00", "matrix_hash": "first"})
+    print("locked", flush=True)
+    time.sleep(600)
+""")
+
+
+@pytest.fixture
+def matrix(tmp_path):
+    return load_matrix(write_matrix(tmp_path))
+
+
+@pytest.fixture
+def run_path(tmp_path):
+    path = tmp_path / "results" / "r1"
+    path.mkdir(parents=True)
+    return path
+
+
+def _options(tmp_path, **changes):
+    values = dict(run_name="r1", results_root=tmp_path / "results", backend="local", device="auto",
+                  cache_root=tmp_path / "cache", hf_cache_dir=tmp_path / "hf",
+                  command=("matrixbench", "run", "--run", "r1"))
+    return RunOptions(**{**values, **changes})
+
+
+def _holder(run_path):
+    """Another process holding the run's lock (and a run.json saying "running")."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_path)], stdout=subprocess.PIPE,
+                               text=True, env=env)
+    assert process.stdout.readline().strip() == "locked"
+    return process
+
+
+def test_a_second_run_on_a_locked_folder_is_refused_with_the_holders_details(matrix, tmp_path, run_path,
+                                                                             monkeypatch):
+    backend = use_backend(monkeypatch, RecordingBackend())
+    holder = _holder(run_path)
+    try:
+        with pytest.raises(RunLockedError) as caught:
+            run_matrix(matrix, _options(tmp_path))
+    finally:
+        holder.kill()
+        holder.wait()
+    message = str(caught.value)
+    assert f"pid {holder.pid}" in message and "matrixbench run --run r1" in message and "in use" in message
+    assert backend.requests == []
+    assert read_manifest(run_path)["matrix_hash"] == "first"   # the holder's run.json is untouched
+
+
+def test_a_lock_left_by_a_killed_run_is_taken_over_and_run_json_says_killed(matrix, tmp_path, run_path,
+                                                                           monkeypatch):
+    use_backend(monkeypatch, RecordingBackend())
+    holder = _holder(run_path)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    assert (run_path / LOCK_FILENAME).exists()
+    progress = RecordingProgress()
+    run_matrix(matrix, _options(tmp_path), progress=progress)
+    notes = [event[1] for event in progress.events if event[0] == "note"]
+    assert any("was killed" in note and f"pid {holder.pid}" in note for note in notes), notes
+    manifest = read_manifest(run_path)
+    assert manifest["history"][0]["status"] == "killed" and manifest["status"] == "finished"
+    assert not (run_path / LOCK_FILENAME).exists()
+
+
+def test_the_lock_is_released_after_a_run_and_after_ctrl_c(matrix, tmp_path, monkeypatch):
+    use_backend(monkeypatch, RecordingBackend(stop_after=1))
+    with pytest.raises(KeyboardInterrupt):
+        run_matrix(matrix, _options(tmp_path))
+    with RunLock(tmp_path / "results" / "r1") as lock:
+        assert lock.stale is None
+
+
+def test_ctrl_c_records_the_cells_that_finished(matrix, tmp_path, monkeypatch):
+    use_backend(monkeypatch, RecordingBackend(stop_after=3))
+    with pytest.raises(KeyboardInterrupt):
+        run_matrix(matrix, _options(tmp_path))
+    manifest = read_manifest(tmp_path / "results" / "r1")
+    assert manifest["status"] == "interrupted"
+    assert manifest["cells"]["ran"] == 3 and manifest["cells"]["statuses"] == {"ok": 3}
+
+
+def test_run_json_history_keeps_what_each_invocation_said(matrix, tmp_path, monkeypatch):
+    use_backend(monkeypatch, RecordingBackend())
+    run_matrix(matrix, _options(tmp_path, note="first"))
+    first = read_manifest(tmp_path / "results" / "r1")
+    changed = apply_overrides(matrix, Overrides(models=["vit"]))
+    run_matrix(changed, _options(tmp_path, note="second", force=True))
+    history = read_manifest(tmp_path / "results" / "r1")["history"]
+    assert history == [{key: value for key, value in first.items() if key != "history"}]
+    assert history[0]["matrix_hash"] == matrix.content_hash() != changed.content_hash()
+
+
+def test_scratch_folders_a_killed_run_left_are_removed_by_the_next_run(matrix, tmp_path, run_path,
+                                                                     monkeypatch):
+    use_backend(monkeypatch, RecordingBackend())
+    left = run_path / "stable" / SCRATCH_DIRNAME / "matrixbench-cell-abc123"
+    left.mkdir(parents=True)
+    (left / "inductor.json").write_text("{}")
+    progress = RecordingProgress()
+    run_matrix(matrix, _options(tmp_path), progress=progress)
+    assert not (run_path / "stable" / SCRATCH_DIRNAME).exists()
+    assert ("note", f"removed 1 scratch folder(s) a killed run left in {run_path}") in progress.events
+
+
+def test_a_second_lock_in_the_same_process_is_refused_too(run_path):
+    with RunLock(run_path, ["first"]):
+        with pytest.raises(RunLockedError, match="first"):
+            RunLock(run_path, ["second"]).acquire()
