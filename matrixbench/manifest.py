@@ -2,8 +2,9 @@
 
 Each invocation writes the top-level fields; earlier invocations of the same run (resumes)
 move to ``history`` whole, so nothing an invocation recorded is overwritten; one that was
-killed (still "running" when the next one took the lock) is marked "killed" there. ``note`` says why the run is what it is (``make matrix`` writes its
-fallback reason there) and the report shows it.
+killed (still "running" when the next one took the lock) is marked "killed" there. ``note``
+says why the run is what it is (``make matrix`` writes its fallback reason there) and the
+report shows it.
 """
 import json
 from datetime import datetime, timezone

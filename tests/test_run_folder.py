@@ -10,7 +10,7 @@ import pytest
 
 from host_helpers import RecordingBackend, use_backend, write_matrix
 from matrixbench.errors import RunLockedError
-from matrixbench.manifest import read_manifest, write_manifest
+from matrixbench.manifest import read_manifest
 from matrixbench.matrix import Overrides, apply_overrides, load_matrix
 from matrixbench.run import RunOptions, run_matrix
 from matrixbench.run_folder import LOCK_FILENAME, RunLock
