@@ -15,7 +15,7 @@ from matrixbench.backends import backend_names
 from matrixbench.errors import MatrixbenchError
 from matrixbench.matrix import Overrides, apply_overrides, load_matrix
 from matrixbench.plan import plan_run, recorded_failures_line, run_dir
-from matrixbench.progress import TqdmProgress
+from matrixbench.progress import make_progress
 from matrixbench.run import DEFAULT_RUN, DEVICES, RunOptions, check_device, run_matrix
 from runner.schema import DTYPES, MODES, SIZES, WEIGHTS
 
@@ -199,7 +199,7 @@ def run(matrix_path, run_name, results_root, backend, device, force, retry_faile
         retry_failed=retry_failed, cold=cold, cache_root=cache_root, hf_cache_dir=hf_cache_dir,
         note=note, command=tuple(["matrixbench", *sys.argv[1:]]),
     )
-    summary = run_matrix(matrix, run_options, progress=TqdmProgress())
+    summary = run_matrix(matrix, run_options, progress=make_progress())
     click.echo(summary.describe())
 
 

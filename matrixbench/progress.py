@@ -112,6 +112,42 @@ class NullProgress:
         pass
 
 
+def make_progress(stream=None):
+    """A tqdm bar where ``stream`` (default stderr) is a terminal; else one line per finished
+    cell, so a log file (``make matrix > run.log``, nohup, tee, CI) holds no bar redraws."""
+    stream = stream or sys.stderr
+    is_terminal = getattr(stream, "isatty", lambda: False)()
+    return TqdmProgress(stream) if is_terminal else LineProgress(stream)
+
+
+class LineProgress(NullProgress):
+    """For logs: one line per finished cell (k/N, cell, status, ms, first call, elapsed, ETA)
+    and the run's few notes; nothing is redrawn."""
+
+    def __init__(self, stream=None):
+        super().__init__()
+        self._stream = stream or sys.stderr
+
+    def cell_finished(self, image_name, cell, record):
+        super().cell_finished(image_name, cell, record)
+        state = self.state
+        self.note(f"[{state.counter()}] {cell_label(image_name, cell)}: {cell_result(record)} | "
+                  f"elapsed {format_duration(state.elapsed_s())} eta {format_duration(state.eta_s())}")
+
+    def note(self, text):
+        print(text, file=self._stream, flush=True)
+
+
+def cell_result(record):
+    """"ok 12.34 ms, first call 21.0 s" or "error: RuntimeError: ..." (one line)."""
+    if record["status"] != "ok":
+        return record_summary(record).splitlines()[0]
+    timing = record.get("timing") or {}
+    first = timing.get("compile_s")
+    first_call = f", first call {first:.1f} s" if first is not None else ""
+    return f"ok {timing.get('mean_ms', float('nan')):.2f} ms{first_call}"
+
+
 class TqdmProgress(NullProgress):
     """A tqdm bar on stderr plus one log line per finished cell."""
 
