@@ -14,7 +14,7 @@ import click
 from matrixbench.backends import backend_names
 from matrixbench.errors import MatrixbenchError
 from matrixbench.matrix import Overrides, apply_overrides, load_matrix
-from matrixbench.plan import plan_run, recorded_failures_line, run_dir
+from matrixbench.plan import plan_run, recorded_failures_line, run_dir, unreadable_lines
 from matrixbench.progress import make_progress
 from matrixbench.run import DEFAULT_RUN, DEVICES, RunOptions, check_device, run_matrix
 from runner.schema import DTYPES, MODES, SIZES, WEIGHTS
@@ -208,6 +208,7 @@ def describe_plan(matrix, run_path, force, retry_failed):
     for plan in plan_run(matrix, run_path, force=force, retry_failed=retry_failed):
         failed = f" ({recorded_failures_line(plan.recorded_failures)})" if plan.recorded_failures else ""
         lines.append(f"{plan.image_name}: {len(plan.pending)} to run, {plan.done} done{failed} -> {plan.out_dir}")
+        lines += [f"  {line}" for line in unreadable_lines(plan)]
         lines += [f"  {cell['model']} {cell['mode']} bs={cell['batch_size']} {cell['dtype']}"
                   for cell in plan.pending]
     return "\n".join(lines)

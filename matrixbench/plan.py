@@ -24,6 +24,7 @@ class ImagePlan:
     cells: list
     pending: list
     recorded_failures: int = 0   # cells skipped because recorded, whose record is a failure
+    unreadable: tuple = ()       # (record path, why) of pending cells whose record is corrupt
 
     @property
     def done(self):
@@ -51,7 +52,22 @@ def _plan_image(name, cells, out_dir, force, retry_failed):
     pending = [cell for cell in cells if needs_run(out_dir, cell, force, retry_failed)]
     failures = sum(_recorded_status(out_dir, cell) != "ok" for cell in cells if cell not in pending)
     return ImagePlan(image_name=name, out_dir=out_dir, cells=cells, pending=pending,
-                     recorded_failures=failures)
+                     recorded_failures=failures, unreadable=tuple(_unreadable(out_dir, pending)))
+
+
+def _unreadable(out_dir, cells):
+    for cell in cells:
+        path = record_path(out_dir, cell)
+        if path.exists():
+            try:
+                read_record(path)
+            except RecordError as exc:
+                yield path, str(exc)
+
+
+def unreadable_lines(plan):
+    """What a rerun says of each corrupt record it replaces."""
+    return [f"{path}: unreadable record, its cell reruns and replaces it ({why})" for path, why in plan.unreadable]
 
 
 def _recorded_status(out_dir, cell):

@@ -19,7 +19,7 @@ from matrixbench.backends.base import RunRequest
 from matrixbench.errors import RunError
 from matrixbench.manifest import finish_manifest, start_manifest
 from matrixbench.matrix import runner_settings
-from matrixbench.plan import plan_run, recorded_failures_line, run_dir
+from matrixbench.plan import plan_run, recorded_failures_line, run_dir, unreadable_lines
 from matrixbench.progress import NullProgress, RecordWatcher
 from matrixbench.runner_input import write_cells_file
 from runner.schema import cell_id
@@ -147,9 +147,7 @@ def _run_locked(matrix, options, run_path, progress, environ):
     status, summary = "failed", RunSummary(run_path, [])
     try:
         progress.start(sum(len(p.pending) for p in plans), sum(p.done for p in plans))
-        recorded_failures = sum(p.recorded_failures for p in plans)
-        if recorded_failures:
-            progress.note(recorded_failures_line(recorded_failures))
+        _note_recorded(plans, progress)
         for plan in plans:
             summary.images.append(ImageResult(plan.image_name, plan.out_dir, skipped=plan.done,
                                               recorded_failures=plan.recorded_failures))
@@ -162,6 +160,16 @@ def _run_locked(matrix, options, run_path, progress, environ):
         progress.close()
         finish_manifest(run_path, manifest, status, _cell_counts(summary))
     return summary
+
+
+def _note_recorded(plans, progress):
+    """What the records already there say: failures that stay, corrupt ones that get replaced."""
+    recorded_failures = sum(p.recorded_failures for p in plans)
+    if recorded_failures:
+        progress.note(recorded_failures_line(recorded_failures))
+    for plan in plans:
+        for line in unreadable_lines(plan):
+            progress.note(line)
 
 
 def check_device(matrix, backend_name, device):

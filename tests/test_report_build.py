@@ -1,5 +1,6 @@
 """build_report: formats, files written, self-contained HTML."""
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,14 @@ def test_partial_runs_build_every_format(tmp_path, keep):
     charts = [path.name for path in written if path.suffix == ".png"]
     assert charts and not any(name.endswith("_speedup.png") for name in charts)
     assert (tmp_path / "out" / "report.html").read_text().count("<img ") == len(charts)
+
+
+def test_one_corrupt_record_is_listed_and_the_rest_reported(tmp_path):
+    run = Path(shutil.copytree(FIXTURES / "cpu-run", tmp_path / "cpu-run"))
+    corrupt = sorted(run.rglob("*_float32.json"))[0]
+    corrupt.write_text('{"schema_version": 1, ')
+    build_report([run], tmp_path / "out", ["md", "csv"])
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert f"Left out, not a readable record: {corrupt}: not a readable record" in markdown
+    rows = (tmp_path / "out" / "results.csv").read_text().splitlines()
+    assert len(rows) - 1 == len(list((FIXTURES / "cpu-run").rglob("*_float32.json"))) - 1

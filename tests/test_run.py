@@ -346,3 +346,15 @@ def test_a_rerun_counts_the_recorded_failures_it_skips(matrix, tmp_path, monkeyp
     assert ("note", "8 recorded cells are failures; --retry-failed reruns them") in progress.events
     assert "4 of them failures" in summary.describe()
     assert summary.describe().splitlines()[-1].startswith("8 of 16 cells failed")
+
+
+def test_a_rerun_replacing_a_corrupt_record_says_so(matrix, tmp_path, monkeypatch):
+    use_backend(monkeypatch, RecordingBackend())
+    run_matrix(matrix, _options(tmp_path))
+    corrupt = record_path(tmp_path / "results" / "r1" / "stable", expand_cells(matrix)[0])
+    corrupt.write_text('{"schema_version": 1, ')
+    progress = RecordingProgress()
+    run_matrix(matrix, _options(tmp_path), progress=progress)
+    notes = [event[1] for event in progress.events if event[0] == "note"]
+    assert any(note.startswith(f"{corrupt}: unreadable record, its cell reruns and replaces it") for note in notes)
+    assert ("start", 1, 15) in progress.events

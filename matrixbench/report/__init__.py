@@ -20,12 +20,13 @@ def build_report(results_dirs, out_dir, formats=FORMATS):
     results.jsonl (the merged table). Returns the paths written, in that order.
     """
     formats = _check_formats(formats)
-    frame = records.load_results(results_dirs)
+    unreadable = []   # files that are not readable records: left out, listed in the notes
+    frame = records.load_results(results_dirs, unreadable)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     if "md" in formats or "html" in formats:
-        written += _write_documents(frame, records.read_manifests(results_dirs), out_dir, formats)
+        written += _write_documents(frame, records.read_manifests(results_dirs), out_dir, formats, unreadable)
     if "csv" in formats:
         written += records.write_merged(frame, out_dir)
     return written
@@ -38,10 +39,11 @@ def _check_formats(formats):
     return list(formats)
 
 
-def _write_documents(frame, manifests, out_dir, formats):
+def _write_documents(frame, manifests, out_dir, formats, unreadable=()):
     cells = CellIndex(frame, records.image_order(manifests))
     drawn = charts.write_charts(cells, out_dir)
-    report = assemble(cells, load_published(), records.run_notes(manifests), drawn)
+    notes = records.run_notes(manifests) + [f"Left out, not a readable record: {error}" for error in unreadable]
+    report = assemble(cells, load_published(), notes, drawn)
     written = []
     if "md" in formats:
         written += [chart.path for chart in drawn] + [_write(out_dir / "report.md", render.render_markdown(report))]

@@ -139,13 +139,27 @@ def merge(rows):
     return frame.sort_values(["device_name", "image", "cell_id"], kind="stable").reset_index(drop=True)
 
 
-def load_results(results_dirs):
-    """All records under ``results_dirs`` merged into one DataFrame (see COLUMNS)."""
+def load_results(results_dirs, unreadable=None):
+    """All records under ``results_dirs`` merged into one DataFrame (see COLUMNS).
+
+    Given a list as ``unreadable``, a file that is not a readable record is left out and its
+    error appended there (the report lists it); without one it is a ReportError.
+    """
     paths = find_record_files(results_dirs)
     if not paths:
         folders = ", ".join(map(str, results_dirs))
         raise ReportError(f"no records under {folders}; run `matrixbench run` first or pass the run's folder")
-    return merge([to_row(load_record(path), path) for path in paths])
+    rows = []
+    for path in paths:
+        try:
+            rows.append(to_row(load_record(path), path))
+        except ReportError as exc:
+            if unreadable is None:
+                raise
+            unreadable.append(str(exc))
+    if not rows:
+        raise ReportError("no readable records:\n" + "\n".join(unreadable or []))
+    return merge(rows)
 
 
 def read_manifests(results_dirs):
