@@ -46,11 +46,19 @@ def unavailable_message(exc):
     return f"no Docker daemon answers at {where} ({reason}); {START_HINT}"
 
 
-def gpu_request():
-    """`--gpus all` in SDK terms."""
+def gpu_request(device_ids=None):
+    """`--gpus all` in SDK terms, or `--gpus '"device=0,2"'` for chosen GPUs (indices or UUIDs)."""
     from docker.types import DeviceRequest
 
+    if device_ids:
+        return DeviceRequest(device_ids=[str(d) for d in device_ids], capabilities=[["gpu"]])
     return DeviceRequest(count=-1, capabilities=[["gpu"]])
+
+
+# What a throwaway container runs to see whether Docker can hand it GPUs: the NVIDIA container
+# toolkit (or CDI) mounts nvidia-smi into any container given a GPU request.
+GPU_PROBE_ENTRYPOINT = "nvidia-smi"
+GPU_PROBE_ARGS = ["-L"]
 
 
 class BuildStream:
@@ -165,13 +173,31 @@ class DockerClient:
             return None
         return ImageInfo(id=image.id, labels=dict(image.labels or {}))
 
-    def gpus_available(self):
-        """Whether the daemon can hand out NVIDIA GPUs (the nvidia runtime is registered)."""
-        runtimes = self._sdk.info().get("Runtimes") or {}
-        return "nvidia" in runtimes
+    def gpu_probe(self, image, device_ids=None):
+        """The GPUs a container of ``image`` sees when it asks for them (``nvidia-smi -L`` lines,
+        "GPU 0: NAME (UUID: GPU-...)"); [] when Docker cannot give GPUs. Works with the NVIDIA
+        container toolkit or CDI, with or without an ``nvidia`` runtime in ``docker info``."""
+        from docker.errors import DockerException
 
-    def start_container(self, image, command, *, user, env, mounts, labels, gpus=False, name=None):
-        """Start a detached container; ``mounts`` maps host path -> (container path, mode)."""
+        try:
+            container = self._sdk.containers.run(
+                image, GPU_PROBE_ARGS, entrypoint=GPU_PROBE_ENTRYPOINT, detach=True,
+                labels={LABEL_MARK: "1"}, device_requests=[gpu_request(device_ids)])
+        except DockerException:
+            return []
+        try:
+            exit_code = int(container.wait()["StatusCode"])
+            output = container.logs().decode("utf-8", "replace")
+        except DockerException:
+            return []
+        finally:
+            _ignore_missing(container.remove, force=True)
+        return [line.strip() for line in output.splitlines() if line.startswith("GPU ")] if exit_code == 0 else []
+
+    def start_container(self, image, command, *, user, env, mounts, labels, gpus=False, name=None,
+                        gpu_ids=None):
+        """Start a detached container; ``mounts`` maps host path -> (container path, mode);
+        ``gpu_ids`` (indices or UUIDs) narrows ``gpus`` to those GPUs."""
         from docker.errors import DockerException
 
         volumes = {str(host): {"bind": path, "mode": mode} for host, (path, mode) in mounts.items()}
@@ -179,7 +205,7 @@ class DockerClient:
             sdk_container = self._sdk.containers.run(
                 image, command, detach=True, user=user, environment=env, volumes=volumes,
                 labels=labels, name=name, shm_size="2g", init=True,  # init: forwards SIGTERM, reaps cells
-                device_requests=[gpu_request()] if gpus else None,
+                device_requests=[gpu_request(gpu_ids)] if gpus else None,
             )
         except DockerException as exc:  # the message names the image, never the environment
             raise RunError(f"Docker could not start a container of {image}: {exc}") from exc

@@ -53,6 +53,7 @@ class RunOptions:
     hf_cache_dir: Optional[Path] = None   # None: default_hf_cache()
     note: Optional[str] = None
     command: tuple = ()
+    gpu: Optional[str] = None             # --gpu: indices or UUIDs, comma-separated; None: CUDA_VISIBLE_DEVICES
 
 
 @dataclass
@@ -234,7 +235,14 @@ def _request(plan, matrix, options, gpus, environ):
         gpus=gpus,
         env={**image.env, **{key: environ[key] for key in RUNTIME_SECRETS if environ.get(key)}},
         torch=image.torch,
+        gpu_ids=gpu_choice(options.gpu, environ) if gpus else (),
     )
+
+
+def gpu_choice(gpu, environ):
+    """The GPUs asked for: --gpu, else the host's CUDA_VISIBLE_DEVICES; () means all."""
+    text = gpu if gpu is not None else environ.get("CUDA_VISIBLE_DEVICES", "")
+    return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 def _cell_counts(summary):

@@ -59,6 +59,7 @@ def collect_environment(image_name=None, image_id=None):
         "cuda": torch.version.cuda,
         "cudnn": _cudnn_version(),
         "gpu_name": torch.cuda.get_device_name(0) if gpu_count else None,
+        "gpu_uuid": gpu_uuid() if gpu_count else None,
         "gpu_count": gpu_count,
         "driver": gpu_driver_version() if gpu_count else None,
         "cpu_model": cpu_model(),
@@ -68,6 +69,29 @@ def collect_environment(image_name=None, image_id=None):
         "image_name": image_name,
         "image_id": image_id,
     }
+
+
+def gpu_uuid(cuda=None, nvml_uuid=None):
+    """The UUID of the GPU the cells run on (torch's device 0), as nvidia-smi writes it
+    ("GPU-..."): torch's device properties where they have it, else NVML's, else None."""
+    cuda = cuda or torch.cuda
+    value = getattr(cuda.get_device_properties(0), "uuid", None)
+    if value is None:
+        value = nvml_uuid() if nvml_uuid else _nvml_uuid()
+    text = str(value) if value is not None else None
+    return text if text is None or text.startswith(("GPU-", "MIG-")) else "GPU-" + text
+
+
+def _nvml_uuid():
+    import os
+
+    from runner.gpu_state import open_monitor
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    uuid = visible if visible.startswith(("GPU-", "MIG-")) else None
+    index = int(visible) if visible.isdigit() else 0
+    monitor = open_monitor("cuda", visible_uuid=uuid, index=index)
+    return monitor.uuid() if monitor else None
 
 
 def _cudnn_version():

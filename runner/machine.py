@@ -59,7 +59,7 @@ def fallback_environment(image_name=None, image_id=None):
     """What the parent can say without torch, when no cell process ever reported."""
     return {
         "python": platform.python_version(), "torch": "unknown", "torch_git": None,
-        "transformers": "unknown", "cuda": None, "cudnn": None, "gpu_name": None,
+        "transformers": "unknown", "cuda": None, "cudnn": None, "gpu_name": None, "gpu_uuid": None,
         "gpu_count": 0, "driver": None, "cpu_model": cpu_model(), "threads": 0,
         "platform": platform.platform(), "hostname": socket.gethostname(),
         "image_name": image_name, "image_id": image_id,

@@ -105,6 +105,9 @@ def _obj(properties, required=None, nullable=False):
 _TIMING_REQUIRED = ["load_s", "compile_s", "warmup_s", "timer", "n", "mean_ms", "median_ms", "p90_ms",
                     "p99_ms", "stdev_ms", "min_ms", "max_ms", "cv", "noisy", "samples_ms"]
 
+_ENVIRONMENT_REQUIRED = ["python", "torch", "torch_git", "transformers", "cuda", "cudnn", "gpu_name", "gpu_count",
+                         "driver", "cpu_model", "threads", "platform", "hostname", "image_name", "image_id"]
+
 CELL_SCHEMA = _obj(
     {
         "model": {"type": "string", "minLength": 1},
@@ -210,6 +213,7 @@ RECORD_SCHEMA = {
             "cuda": _STR,
             "cudnn": _INT,
             "gpu_name": _STR,
+            "gpu_uuid": _STR,            # schema v2; the GPU the cells ran on, "GPU-..." as nvidia-smi names it
             "gpu_count": {"type": "integer"},
             "driver": _STR,
             "cpu_model": _STR,
@@ -218,7 +222,7 @@ RECORD_SCHEMA = {
             "hostname": {"type": "string"},
             "image_name": _STR,
             "image_id": _STR,
-        }),
+        }, required=_ENVIRONMENT_REQUIRED),
         "started_at": {"type": "string"},   # ISO 8601, UTC
         "duration_s": {"type": "number"},   # wall time of the whole cell, process start to record
     },

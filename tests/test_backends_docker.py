@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from docker_fakes import FakeImage, FakeSDK
+from docker_fakes import APIError, FakeImage, FakeSDK
 from matrixbench import docker_client
 from matrixbench.backends.base import RunRequest
 from matrixbench.backends.docker import DockerBackend
@@ -84,15 +84,16 @@ def test_cold_runs_mount_no_compile_cache(sdk, tmp_path):
 
 
 def test_gpus_requested_where_docker_has_none_is_a_clear_error(sdk, tmp_path):
-    with pytest.raises(RunError, match="GPUs were requested.*nvidia-container-toolkit.*--device cpu"):
+    sdk.next_container = {"log": b"", "exit_code": 127}   # the probe container: no nvidia-smi
+    with pytest.raises(RunError, match="GPUs were requested.*NVIDIA container toolkit.*--device cpu"):
         backend(sdk).run(request_for(tmp_path, gpus=True))
-    assert sdk.started == []
+    assert [c.kwargs.get("entrypoint") for c in sdk.started] == ["nvidia-smi"]   # only the probe
 
 
 def test_gpus_requested_where_docker_has_them_asks_for_all(sdk, tmp_path):
-    sdk.runtimes["nvidia"] = {}
+    sdk.next_container = {"log": b"GPU 0: NVIDIA L4 (UUID: GPU-0a1b2c3d)\n", "exit_code": 0}
     backend(sdk).run(request_for(tmp_path, gpus=True))
-    (device_request,) = sdk.started[0].kwargs["device_requests"]
+    (device_request,) = sdk.started[-1].kwargs["device_requests"]
     assert device_request["Count"] == -1
 
 
@@ -140,12 +141,28 @@ def test_the_log_goes_to_runner_log_and_on_log_with_secrets_hidden(sdk, tmp_path
     assert (request.out_dir / "runner.log").read_text() == "HF_TOKEN=***\ncell vit ok\n"
 
 
-def test_gpus_available_and_describe(sdk):
+def test_gpus_available_asks_a_container_once_per_run(sdk):
+    sdk.next_container = {"log": b"GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-5f0e1d2c-3b4a-5968-7a6b-8c9d0e1f2a3b)\n",
+                          "exit_code": 0}
     docker = backend(sdk)
-    assert docker.gpus_available() is False
-    sdk.runtimes["nvidia"] = {}
-    assert docker.gpus_available() is True
+    assert docker.gpus_available() is True and docker.gpus_available() is True
+    assert len(sdk.started) == 1 and sdk.started[0].image == "matrixbench:stable"
     assert "docker" in docker.describe()
+
+
+def test_no_gpus_without_a_working_probe_or_a_built_image(sdk):
+    sdk.run_error = APIError('could not select device driver "" with capabilities: [[gpu]]')
+    assert backend(sdk).gpus_available() is False
+    assert backend(FakeSDK()).gpus_available() is False   # nothing built: nothing to probe with
+
+
+def test_chosen_gpus_reach_the_device_request(sdk, tmp_path):
+    sdk.next_container = {"log": b"GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-5f0e1d2c)\n", "exit_code": 0}
+    docker = backend(sdk)
+    docker.gpus_available()
+    sdk.next_container = {}
+    docker.run(request_for(tmp_path, gpus=True, gpu_ids=("2",)))
+    assert sdk.started[-1].kwargs["device_requests"][0]["DeviceIDs"] == ["2"]
 
 
 def test_the_registry_builds_it_from_a_matrix():

@@ -66,9 +66,42 @@ def test_inspect_image_gives_id_and_labels_or_none():
     assert client.inspect_image("matrixbench:missing") is None
 
 
-@pytest.mark.parametrize("runtimes, expected", [({"runc": {}}, False), ({"runc": {}, "nvidia": {}}, True)])
-def test_gpus_available_follows_the_nvidia_runtime(runtimes, expected):
-    assert DockerClient(FakeSDK(runtimes=runtimes)).gpus_available() is expected
+# `nvidia-smi -L` as NVIDIA documents it: "GPU <index>: <name> (UUID: GPU-<uuid>)". Made-up UUIDs.
+NVIDIA_SMI_L = (b"GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1d5b6f2e-8c3a-4f7e-9b21-5a0c3e7d9f41)\n"
+                b"GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-7e2a9c4b-0d1f-4a63-8e55-b3c9d2f1a086)\n")
+
+
+def test_gpu_probe_starts_a_throwaway_container_asking_for_gpus():
+    sdk = FakeSDK()   # no nvidia runtime in `docker info`: the toolkit or CDI is enough
+    sdk.next_container = {"log": NVIDIA_SMI_L, "exit_code": 0}
+    lines = DockerClient(sdk).gpu_probe("matrixbench:stable")
+    assert lines == [line.decode() for line in NVIDIA_SMI_L.splitlines()]
+    probe = sdk.started[0]
+    assert probe.kwargs["entrypoint"] == "nvidia-smi" and probe.command == ["-L"]
+    (request,) = probe.kwargs["device_requests"]
+    assert request["Count"] == -1 and request["Capabilities"] == [["gpu"]]
+    assert probe.calls[-1] == "remove" and sdk.started_live == []
+
+
+def test_gpu_probe_without_gpus_is_empty():
+    sdk = FakeSDK()
+    sdk.run_error = APIError('could not select device driver "" with capabilities: [[gpu]]')
+    assert DockerClient(sdk).gpu_probe("matrixbench:stable") == []
+    sdk.run_error = None
+    sdk.next_container = {"log": b"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n",
+                          "exit_code": 9}
+    assert DockerClient(sdk).gpu_probe("matrixbench:stable") == []
+
+
+def test_gpu_probe_and_containers_can_ask_for_chosen_gpus():
+    sdk = FakeSDK()
+    sdk.next_container = {"log": NVIDIA_SMI_L.splitlines(keepends=True)[1], "exit_code": 0}
+    DockerClient(sdk).gpu_probe("img", device_ids=("1",))
+    DockerClient(sdk).start_container("img", [], user="0:0", env={}, mounts={}, labels={}, gpus=True,
+                                      gpu_ids=("GPU-7e2a9c4b-0d1f-4a63-8e55-b3c9d2f1a086",))
+    first, second = (c.kwargs["device_requests"][0] for c in sdk.started)
+    assert first["DeviceIDs"] == ["1"]
+    assert second["DeviceIDs"] == ["GPU-7e2a9c4b-0d1f-4a63-8e55-b3c9d2f1a086"]
 
 
 def test_start_container_asks_for_all_gpus_with_a_device_request():

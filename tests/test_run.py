@@ -358,3 +358,12 @@ def test_a_rerun_replacing_a_corrupt_record_says_so(matrix, tmp_path, monkeypatc
     notes = [event[1] for event in progress.events if event[0] == "note"]
     assert any(note.startswith(f"{corrupt}: unreadable record, its cell reruns and replaces it") for note in notes)
     assert ("start", 1, 15) in progress.events
+
+
+@pytest.mark.parametrize("gpu, visible, expected", [
+    (None, "", ()), (None, "1,3", ("1", "3")), ("GPU-5f0e1d2c", "1,3", ("GPU-5f0e1d2c",)), ("0", "", ("0",)),
+])
+def test_gpu_choice_is_the_flag_else_cuda_visible_devices(gpu, visible, expected):
+    from matrixbench.run import gpu_choice
+
+    assert gpu_choice(gpu, {"CUDA_VISIBLE_DEVICES": visible}) == expected

@@ -109,3 +109,14 @@ def test_bf16_cell_refused_on_a_t4_and_allowed_on_cpu():
         cell_module.refuse_unsupported(tiny_cell(dtype="bfloat16"), "cuda", cuda=fake_cuda(gpu="Tesla T4"))
     cell_module.refuse_unsupported(tiny_cell(dtype="bfloat16"), "cuda", cuda=fake_cuda(gpu="NVIDIA L4"))
     cell_module.refuse_unsupported(tiny_cell(dtype="bfloat16"), "cpu")
+
+
+def test_gpu_uuid_from_torch_or_nvml():
+    from runner.environment import gpu_uuid
+
+    with_uuid = types.SimpleNamespace(get_device_properties=lambda i: types.SimpleNamespace(
+        uuid="5f0e1d2c-3b4a-5968-7a6b-8c9d0e1f2a3b"))
+    assert gpu_uuid(with_uuid) == "GPU-5f0e1d2c-3b4a-5968-7a6b-8c9d0e1f2a3b"
+    without = types.SimpleNamespace(get_device_properties=lambda i: types.SimpleNamespace())
+    assert gpu_uuid(without, nvml_uuid=lambda: "GPU-7e2a9c4b") == "GPU-7e2a9c4b"
+    assert gpu_uuid(without, nvml_uuid=lambda: None) is None

@@ -24,6 +24,7 @@ class RunRequest:
     # run-time only env, e.g. HF_TOKEN: kept out of repr() so it is never printed
     env: dict = field(default_factory=dict, repr=False)
     torch: Optional[str] = None           # the image entry's torch requirement, e.g. "torch==2.0.1"
+    gpu_ids: tuple = ()                   # the GPUs to use (indices or UUIDs); () = all
 
 
 class Backend(ABC):

@@ -41,27 +41,38 @@ class DockerBackend(Backend):
         self._run_id = run_id
         self._on_log = on_log
         self._user = user or f"{os.getuid()}:{os.getgid()}"
+        self._gpus = None   # nvidia-smi -L lines from a throwaway container, once per run
 
     def describe(self):
         return f"docker backend: one container per image ({image_tag('<image>')}, built by `matrixbench build`)"
 
     def gpus_available(self):
-        return self._connected().gpus_available()
+        """Whether a throwaway container that asks for GPUs sees any (asked once per run)."""
+        return bool(self.container_gpus())
+
+    def container_gpus(self):
+        """``nvidia-smi -L`` lines seen from a container of a built matrixbench image; [] when
+        Docker cannot give GPUs or no image is built yet (nothing to run then anyway)."""
+        if self._gpus is None:
+            client = self._connected()
+            images = sorted(client.find_images({docker_client.LABEL_MARK: None}))
+            self._gpus = client.gpu_probe(images[0]) if images else []
+        return self._gpus
 
     def run(self, request):
         client = self._connected()
         image = self._image(client, request)
-        if request.gpus and not client.gpus_available():
+        if request.gpus and not self.gpus_available():
             raise RunError(
-                "GPUs were requested but Docker on this host cannot give them (no nvidia "
-                "runtime: install the NVIDIA driver and nvidia-container-toolkit), or run on "
-                "the CPU with --device cpu"
+                "GPUs were requested but a container asking for them sees none: install the "
+                "NVIDIA driver and the NVIDIA container toolkit (`docker run --rm --gpus all "
+                f"{image_tag(request.image_name)} nvidia-smi` must work), or run on the CPU with --device cpu"
             )
         write_cells_file(request, image.id)
         container = client.start_container(
             image_tag(request.image_name), runner_argv(),
             user=self._user, env=container_env(request), mounts=mounts(request),
-            labels=self._labels(request, image), gpus=request.gpus,
+            labels=self._labels(request, image), gpus=request.gpus, gpu_ids=request.gpu_ids,
             name=self._container_name(request),
         )
         return self._follow(container, request)

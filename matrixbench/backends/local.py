@@ -87,6 +87,8 @@ def runner_env(environ, request, cache_env):
         env["HF_HOME"] = str(request.hf_cache_dir)
     if not request.gpus:
         env["CUDA_VISIBLE_DEVICES"] = ""
+    elif request.gpu_ids:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(request.gpu_ids)
     env.update(cache_env)
     env.update(request.env)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
