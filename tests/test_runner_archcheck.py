@@ -1,5 +1,5 @@
 """Torch build vs GPU architecture, bfloat16 support, and device resolution, against the
-arch lists of each default image's torch (tests/fixtures/gpu/arch_lists.json: written from
+arch lists of each default image's torch (tests/data/gpu/arch_lists.json: written from
 the build scripts, see its _about) and a fake torch.cuda."""
 import json
 import types
@@ -13,7 +13,7 @@ from runner.archcheck import arch_problem, bf16_problem, parse_arch, runs_on
 from runner.environment import resolve_device
 from runner_cells import tiny_cell
 
-ARCH_LISTS = json.loads((Path(__file__).parent / "fixtures" / "gpu" / "arch_lists.json").read_text())
+ARCH_LISTS = json.loads((Path(__file__).parent / "data" / "gpu" / "arch_lists.json").read_text())
 # Compute capabilities from NVIDIA's CUDA GPUs table (developer.nvidia.com/cuda-gpus).
 GPUS = {"Tesla V100-SXM2-16GB": (7, 0), "Tesla T4": (7, 5), "NVIDIA A100-SXM4-80GB": (8, 0),
         "NVIDIA A10G": (8, 6), "NVIDIA L4": (8, 9), "NVIDIA H100 80GB HBM3": (9, 0),
