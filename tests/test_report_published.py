@@ -8,6 +8,7 @@ import pytest
 
 from matrixbench.report.published import (
     COLUMNS,
+    DATASET_NOTES,
     DATASET_PATH,
     GPUS,
     MODEL_NAMES,
@@ -103,3 +104,87 @@ def test_write_dataset_round_trips(tmp_path):
 ])
 def test_match_gpu(name, expected):
     assert match_gpu(name) == expected
+
+
+# ---- issue 12: the dataset can catch misfiled sections ------------------------------------
+
+KEY = ("table", "gpu", "batch_size", "model", "torch", "mode")
+
+
+def test_dataset_key_is_unique():
+    keys = Counter(tuple(row[column] for column in KEY) for row in _dataset_rows())
+    assert [key for key, count in keys.items() if count > 1] == []
+
+
+@pytest.mark.parametrize("table, values, oom", [("main", 204, 4), ("nightly", 36, 4), ("reduce-overhead", 32, 0)])
+def test_exact_value_count_per_section(table, values, oom):
+    rows = [row for row in _dataset_rows() if row["table"] == table]
+    assert len(rows) == values
+    assert sum(row["status"] == "oom" for row in rows) == oom
+
+
+def test_eight_values_are_oom_in_all():
+    assert sum(row["status"] == "oom" for row in _dataset_rows()) == 8
+
+
+# Typed from the page (matrixbench/data/perf_torch_compile.md), one or more per section and GPU.
+SPOT_VALUES = [
+    ("main", "A100", 1, "vit", "eager", "9.325"), ("main", "A100", 16, "maskformer", "default", "579.826"),
+    ("main", "V100", 4, "detr", "eager", "88.529"), ("main", "V100", 16, "detr", "default", ""),
+    ("main", "T4", 1, "owlvit", "default", "51.105"), ("main", "T4", 16, "detr-resnet-101", "eager", "1619.505"),
+    ("nightly", "A100", 1, "beit", "default", "6.954"), ("nightly", "A100", 16, "detr", "eager", "163.749"),
+    ("nightly", "T4", 1, "beit", "default", "14.052"), ("nightly", "T4", 4, "detr", "default", "204.785"),
+    ("nightly", "V100", 1, "beit", "default", "7.926"), ("nightly", "V100", 4, "detr", "default", "62.949"),
+    ("nightly", "V100", 16, "beit", "eager", "52.517"), ("nightly", "V100", 16, "detr", "eager", ""),
+    ("reduce-overhead", "A100", 4, "resnet", "reduce-overhead", "2.187"),
+    ("reduce-overhead", "A100", 1, "conditional-detr", "eager", "32.823"),
+    ("reduce-overhead", "T4", 1, "convnext", "reduce-overhead", "31.84"),
+    ("reduce-overhead", "T4", 4, "mobilenet", "eager", "78.311"),
+]
+
+
+@pytest.mark.parametrize("table, gpu, batch, model, mode, value", SPOT_VALUES)
+def test_spot_values_typed_from_the_page(table, gpu, batch, model, mode, value):
+    [row] = [row for row in _dataset_rows() if (row["table"], row["gpu"], int(row["batch_size"]), row["model"],
+                                                 row["mode"]) == (table, gpu, batch, model, mode)]
+    assert row["latency_ms"] == value
+    assert row["status"] == ("ok" if value else "oom")
+
+
+def test_every_section_has_every_gpu_it_publishes():
+    found = {(row["table"], row["gpu"]) for row in _dataset_rows()}
+    assert found == {("main", gpu) for gpu in GPUS} | {("nightly", gpu) for gpu in GPUS} | {
+        ("reduce-overhead", "A100"), ("reduce-overhead", "T4")}
+
+
+def test_a_no_break_space_in_a_heading_is_read_as_a_space():
+    seed = ("## PyTorch Nightly\n### T4\n| Object Detection/DETR | Unbatched | 1.000 | 2.000 |\n"
+            "###\u00a0V100\n| Object Detection/DETR | Unbatched | 3.000 | 4.000 |\n")
+    assert [(row["gpu"], row["latency_ms"]) for row in parse_seed_tables(seed)] == [
+        ("T4", "1.000"), ("T4", "2.000"), ("V100", "3.000"), ("V100", "4.000")]
+
+
+@pytest.mark.parametrize("heading", ["### H100", "### A100 (bs 1)", "#### Results"])
+def test_a_table_under_a_heading_naming_no_gpu_is_refused(heading):
+    seed = f"### T4 (batch size: 1)\n| Image Classification/ViT | 1.0 | 2.0 |\n{heading}\n" \
+           "| Image Classification/ViT | 1.0 | 2.0 |\n"
+    if heading.startswith("####"):
+        assert len(parse_seed_tables(seed)) == 4   # a deeper heading does not replace the GPU heading
+        return
+    with pytest.raises(SeedFormatError, match="line 4: a table row under heading"):
+        parse_seed_tables(seed)
+
+
+def test_the_pages_anomalies_are_noted_in_the_dataset():
+    rows = _dataset_rows()
+    noted = {(row["table"], row["gpu"], row["batch_size"], row["model"], row["mode"]): row for row in rows
+             if row["note"]}
+    copied = [noted[("nightly", "T4", "16", "beit", mode)] for mode in ("eager", "default")]
+    assert all("copy error" in row["note"] for row in copied)
+    a100 = [row for row in rows if (row["table"], row["gpu"], row["batch_size"], row["model"]) ==
+            ("nightly", "A100", "16", "beit")]
+    assert [row["latency_ms"] for row in copied] == [row["latency_ms"] for row in a100]   # the note is true
+    two_decimals = [row["latency_ms"] for row in noted.values() if "two decimals" in row["note"]]
+    assert sorted(two_decimals) == sorted(["6.00", "53.99", "2656.88", "31.84"])
+    assert not [row for row in rows if row["model"] == "owlvit" and row["batch_size"] != "1"]
+    assert any("OwlViT" in note for note in DATASET_NOTES)

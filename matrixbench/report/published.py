@@ -16,7 +16,7 @@ from matrixbench.report import arithmetic
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 SEED_PATH = DATA_DIR / "perf_torch_compile.md"
 DATASET_PATH = DATA_DIR / "published_torch_compile.csv"
-COLUMNS = ("table", "torch", "gpu", "batch_size", "model_label", "model", "mode", "status", "latency_ms")
+COLUMNS = ("table", "torch", "gpu", "batch_size", "model_label", "model", "mode", "status", "latency_ms", "note")
 GPUS = ("A100", "V100", "T4")
 
 # The seed's row labels -> our model short names (runner/models).
@@ -43,22 +43,53 @@ _SECTIONS = {
 }
 _HEADING = re.compile(r"^(?P<gpu>A100|V100|T4)(?: \(batch size: (?P<batch>\d+)\))?$")
 
+# The page's own anomalies, kept beside its numbers (the ``note`` column), never silently trusted.
+# Key: (table, gpu, batch size, model) of a published row.
+KNOWN_ANOMALIES = {
+    ("nightly", "T4", 16, "beit"): (
+        "repeats the A100 nightly BeiT batch size 16 values (42.179 / 42.147): almost certainly a copy error "
+        "on the page"),
+}
+TWO_DECIMALS_NOTE = "given with two decimals on the page (the others have three)"
+# What the page leaves out, as whole rows; shown in the report's legend.
+DATASET_NOTES = (
+    "The page has no OwlViT rows for batch sizes 4 and 16; its text says OwlViT runs out of memory there.",
+)
+
 
 class SeedFormatError(ValueError):
     """The seed page's tables are not laid out as this parser expects."""
 
 
 def parse_seed_tables(markdown):
-    """One dict per published number, in page order (see COLUMNS); latency kept as its text."""
+    """One dict per published number, in page order (see COLUMNS); latency kept as its text.
+
+    Headings are read with Unicode whitespace normalised (the page writes one as ``###`` + a
+    no-break space); a table row under a heading that names no GPU is an error, never skipped.
+    """
     rows, section, heading = [], _MAIN, None
-    for number, line in enumerate(markdown.splitlines(), start=1):
+    for number, raw in enumerate(markdown.splitlines(), start=1):
+        line = normalise_space(raw)
         if line.startswith("## "):
             section, heading = _SECTIONS.get(line[3:].strip(), _MAIN), None
         elif line.startswith("### "):
-            heading = _HEADING.match(line[4:].strip())
-        elif line.startswith("|") and heading and not _is_table_header(line):
-            rows += _parse_row(_split_row(line), section, heading, number)
+            heading = (line[4:].strip(), _HEADING.match(line[4:].strip()))
+        elif line.startswith("|") and not _is_table_header(line):
+            rows += _parse_row(_split_row(line), section, _placed(heading, number), number)
     return rows
+
+
+def normalise_space(line):
+    """Every run of Unicode whitespace (no-break spaces included) as one ASCII space."""
+    return re.sub(r"\s+", " ", line, flags=re.UNICODE).strip()
+
+
+def _placed(heading, line_number):
+    if heading is None or heading[1] is None:
+        text = "no heading" if heading is None else f"heading {heading[0]!r}"
+        raise SeedFormatError(f"line {line_number}: a table row under {text}, which names no GPU "
+                              f"(expected e.g. 'A100' or 'A100 (batch size: 1)')")
+    return heading[1]
 
 
 def _is_table_header(line):
@@ -90,11 +121,14 @@ def _expect(cells, count, line_number):
 
 
 def _number(common, mode, text, line_number):
+    note = KNOWN_ANOMALIES.get((common["table"], common["gpu"], common["batch_size"], common["model"]), "")
     if text == "OOM":
-        return {**common, "mode": mode, "status": "oom", "latency_ms": ""}
+        return {**common, "mode": mode, "status": "oom", "latency_ms": "", "note": note}
     if not re.fullmatch(r"\d+(\.\d+)?", text):
         raise SeedFormatError(f"line {line_number}: {text!r} is neither a latency nor OOM")
-    return {**common, "mode": mode, "status": "ok", "latency_ms": text}
+    if len(text.partition(".")[2]) == 2:
+        note = "; ".join(filter(None, (note, TWO_DECIMALS_NOTE)))
+    return {**common, "mode": mode, "status": "ok", "latency_ms": text, "note": note}
 
 
 def write_dataset(rows, path):
@@ -106,7 +140,8 @@ def write_dataset(rows, path):
 
 def load_published(path=DATASET_PATH):
     """The published dataset as a DataFrame; latency_ms is NaN where the page says OOM."""
-    return pd.read_csv(path, dtype={"torch": str, "batch_size": int, "latency_ms": float})
+    frame = pd.read_csv(path, dtype={"torch": str, "batch_size": int, "latency_ms": float, "note": str})
+    return frame.assign(note=frame["note"].fillna(""))
 
 
 def match_gpu(gpu_name):
