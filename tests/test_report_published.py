@@ -98,10 +98,25 @@ def test_write_dataset_round_trips(tmp_path):
     assert (tmp_path / "out.csv").read_bytes() == DATASET_PATH.read_bytes()
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("NVIDIA A100-SXM4-40GB", "A100"), ("Tesla V100-SXM2-16GB", "V100"), ("Tesla T4", "T4"),
-    ("NVIDIA H100 80GB HBM3", None), ("NVIDIA GeForce RTX 4090", None), (None, None),
-])
+# GPU names as nvidia-smi --query-gpu=name / torch.cuda.get_device_name() print them.
+REAL_GPU_NAMES = {
+    "NVIDIA A100-SXM4-40GB": "A100", "NVIDIA A100-SXM4-80GB": "A100", "NVIDIA A100-PCIE-40GB": "A100",
+    "NVIDIA A100 80GB PCIe": "A100", "A100-SXM4-40GB": "A100",
+    "Tesla V100-SXM2-16GB": "V100", "Tesla V100-SXM2-32GB": "V100", "Tesla V100-PCIE-16GB": "V100",
+    "Tesla V100-PCIE-32GB": "V100", "Tesla V100-FHHL-16GB": "V100",
+    "Tesla T4": "T4", "NVIDIA T4": "T4",
+    # not one of the page's GPUs: compared by speed-up ratios
+    "NVIDIA A100-SXM4-40GB MIG 1g.5gb": None, "NVIDIA A100-SXM4-80GB MIG 3g.40gb": None,
+    "NVIDIA A100 80GB PCIe MIG 7g.80gb": None,
+    "Tesla V100S-PCIE-32GB": None, "NVIDIA A800-SXM4-80GB": None, "NVIDIA A100X": None, "NVIDIA T4G": None,
+    "GRID A100X-4C": None, "GRID T4-16Q": None,
+    "NVIDIA H100 80GB HBM3": None, "NVIDIA H100 PCIe": None, "NVIDIA H100 NVL": None, "NVIDIA H200": None,
+    "NVIDIA L4": None, "NVIDIA A10G": None, "NVIDIA A10": None, "NVIDIA L40S": None,
+    "NVIDIA GeForce RTX 4090": None, "Tesla P100-PCIE-16GB": None, "": None, None: None,
+}
+
+
+@pytest.mark.parametrize("name, expected", REAL_GPU_NAMES.items())
 def test_match_gpu(name, expected):
     assert match_gpu(name) == expected
 

@@ -144,10 +144,17 @@ def load_published(path=DATASET_PATH):
     return frame.assign(note=frame["note"].fillna(""))
 
 
+# A whole GPU the page measured, as nvidia-smi / torch name it: an optional vendor prefix, the
+# model, then only form-factor and memory words. Anything else (a MIG slice "... MIG 1g.5gb",
+# V100S, A100X, T4G, A800, a vGPU profile) is another device: compared by speed-up ratios only.
+_PUBLISHED_GPU_NAME = re.compile(
+    r"^(?:NVIDIA |Tesla )?(?P<gpu>A100|V100|T4)(?:[- ](?:SXM[0-9]?|PCIE|FHHL|[0-9]+GB|HBM2E?))*$", re.IGNORECASE)
+
+
 def match_gpu(gpu_name):
-    """The published GPU ("A100", "V100", "T4") a measured GPU name is, or None."""
-    found = re.search(r"\b(A100|V100|T4)\b", gpu_name or "")
-    return found.group(1) if found else None
+    """The published GPU ("A100", "V100", "T4") a measured GPU name is exactly, or None."""
+    found = _PUBLISHED_GPU_NAME.match(normalise_space(gpu_name or ""))
+    return found.group("gpu").upper() if found else None
 
 
 class PublishedReference:
