@@ -32,6 +32,7 @@ class Image:
     extra_pins: tuple = ()
     env: dict = field(default_factory=dict)
     description: str = ""
+    published: Optional[str] = None   # the report's published source; None: by torch version
 
     @property
     def torch_version(self):
@@ -46,7 +47,7 @@ class Image:
     def content_hash(self):
         """Short hash of everything that goes into building this image (for image labels)."""
         build = dataclasses.asdict(self)
-        del build["name"], build["description"]
+        del build["name"], build["description"], build["published"]
         return _short_hash(build)
 
 
@@ -143,6 +144,7 @@ def _image(name, entry):
         extra_pins=tuple(entry.get("extra_pins", ())),
         env=dict(entry.get("env", {})),
         description=entry.get("description", ""),
+        published=entry.get("published"),
     )
 
 

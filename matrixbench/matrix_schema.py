@@ -51,6 +51,9 @@ IMAGE_SCHEMA = {
         },
         "extra_pins": _STRING_LIST,
         "env": {"type": "object", "additionalProperties": {"type": "string"}},
+        # Which published tables the report compares this image with (report/published.py
+        # PUBLISHED_SOURCES); absent: chosen by the image's torch version.
+        "published": {"enum": ["main", "nightly", "none"]},
     },
 }
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from matrixbench.errors import ReportError
 from matrixbench.report import charts, records, render
 from matrixbench.report.cells import CellIndex
-from matrixbench.report.document import assemble
+from matrixbench.report.document import assemble, image_sources
 from matrixbench.report.published import load_published
 
 FORMATS = ("md", "html", "csv")
@@ -41,9 +41,10 @@ def _check_formats(formats):
 
 def _write_documents(frame, manifests, out_dir, formats, unreadable=()):
     cells = CellIndex(frame, records.image_order(manifests))
+    sources = image_sources(cells, records.published_overrides(manifests))
     drawn = charts.write_charts(cells, out_dir)
     notes = records.run_notes(manifests) + [f"Left out, not a readable record: {error}" for error in unreadable]
-    report = assemble(cells, load_published(), notes, drawn)
+    report = assemble(cells, load_published(), notes, drawn, sources)
     written = []
     if "md" in formats:
         written += [chart.path for chart in drawn] + [_write(out_dir / "report.md", render.render_markdown(report))]

@@ -24,7 +24,18 @@ class CellIndex:
     def __init__(self, frame, image_order=()):
         self.rows = [{key: plain_value(value) for key, value in row.items()} for row in frame.to_dict("records")]
         self._image_rank = _image_ranks(self.rows, list(image_order))
+        self.image_labels = _image_labels(self.rows)
+        for row in self.rows:
+            row["image_label"] = self.image_labels[row["image"]]
         self._by_key = {self.key(row): row for row in self.rows}
+
+    def images(self):
+        """Every image, in report (matrix) order."""
+        return sorted(self._image_rank, key=self._image_rank.get)
+
+    def torch_version(self, image):
+        """The torch version an image's records ran (the first, if records disagree)."""
+        return next(row["environment.torch"] for row in self.rows if row["image"] == image)
 
     @staticmethod
     def key(row):
@@ -66,12 +77,29 @@ def _image_ranks(rows, manifest_order):
     versions = {row["image"]: row["environment.torch"] for row in rows}
     ordered = sorted(versions, key=lambda image: (
         manifest_order.index(image) if image in manifest_order else len(manifest_order),
-        _version_key(versions[image]), image))
+        torch_release(versions[image]), image))
     return {image: rank for rank, image in enumerate(ordered)}
 
 
-def _version_key(version):
+def torch_release(version):
+    """A torch version's numbers without the local build part: "2.1.0.dev20230601+cu118" -> (2, 1, 0, 20230601)."""
     return tuple(int(part) for part in re.findall(r"\d+", str(version).split("+")[0]))
+
+
+def public_version(version):
+    """A torch version without its local build tag: "2.0.1+cu118" -> "2.0.1"."""
+    return str(version).split("+")[0]
+
+
+def _image_labels(rows):
+    """Image names with the torch versions their records ran, e.g. "stable (torch 2.0.1)"."""
+    versions = {}
+    for row in rows:
+        found = versions.setdefault(row["image"], [])
+        version = public_version(row["environment.torch"])
+        if version not in found:
+            found.append(version)
+    return {image: f"{image} (torch {' / '.join(found)})" for image, found in versions.items()}
 
 
 def row_label(row):

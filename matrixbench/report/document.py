@@ -2,6 +2,8 @@
 from dataclasses import dataclass, field
 
 from matrixbench.report import stats, tables
+from matrixbench.report.cells import torch_release
+from matrixbench.report.published import DATASET_NOTES, source_for
 from matrixbench.report.tables import Table
 
 _FAILED = "Cells that did not run show their status (OOM, ERR, TIMEOUT, CRASH); the footnote gives the reason."
@@ -13,7 +15,8 @@ LEGENDS = {
         "Mean latency in ms. In compiled columns, in brackets, the speed-up over eager: eager ms / compiled ms - 1. "
         f"{tables.NOISY_MARK} noisy: coefficient of variation above the run's threshold. "
         f"{tables.ACCURACY_MARK} accuracy check failed (compiled output off from eager, or NaN). "
-        f"{tables.NO_DATA} no record for this cell. {_FAILED}"),
+        f"{tables.EAGER_FAILED_MARK} no speed-up: this row's eager cell did not run (its status is in the eager "
+        f"column). {tables.NO_DATA} no record for this cell. {_FAILED}"),
     "image_pairs": (
         "Mean latency in ms of the same cell in two images, in matrix order. Change: later / earlier - 1; "
         f"negative is faster. {_SIGNIFICANT} {tables.NO_DATA} not comparable: a side did not run."),
@@ -21,9 +24,13 @@ LEGENDS = {
         "Mean latency in ms; in brackets, the change against default (negative is faster). "
         f"{_SIGNIFICANT} {tables.NO_DATA} no record for this cell."),
     "published": (
-        "Published: the seed page's torch 2.0 tables for eager and default, its nightly reduce-overhead table "
-        "for reduce-overhead. On an A100, V100 or T4: ms beside ms, deviation = measured / published - 1. "
-        f"Elsewhere: speed-up (eager ms / compiled ms) beside the published ones; {tables.NO_DATA} not published."),
+        "Each image is compared with the page's source for its torch version: 2.0.x with the main tables "
+        "(torch 2.0, eager and default); 2.1.x with the nightly tables (2.1.0dev nightly, eager and default) and "
+        "the reduce-overhead tables (eager and reduce-overhead); other versions with none, unless matrix.yaml "
+        "sets `published: main|nightly|none` for the image. Each table names its source. On a whole A100, V100 "
+        "or T4: ms beside ms, deviation = measured / published - 1. Elsewhere: speed-up (eager ms / compiled ms) "
+        f"beside the published ones; {tables.NO_DATA} not published. {tables.PUBLISHED_NOTE_MARK} the page's "
+        "value is doubtful; the footnote says why. " + " ".join(DATASET_NOTES)),
 }
 
 
@@ -43,8 +50,17 @@ class Report:
     legends: dict = field(default_factory=lambda: dict(LEGENDS))
 
 
-def assemble(cells, published, notes, charts):
-    """Build every table from a CellIndex and the published dataset; charts are already drawn."""
+def image_sources(cells, overrides=None):
+    """{image: "main" | "nightly" | "none"}: the published source each image is compared with."""
+    overrides = overrides or {}
+    return {image: source_for(torch_release(cells.torch_version(image)), overrides.get(image))
+            for image in cells.images()}
+
+
+def assemble(cells, published, notes, charts, sources=None):
+    """Build every table from a CellIndex and the published dataset; charts are already drawn.
+    ``sources`` (image -> published source) defaults to each image's torch version's."""
+    sources = image_sources(cells) if sources is None else sources
     footnotes = tables.Footnotes()
     return Report(
         runs=sorted({row["run"] for row in cells.rows}),
@@ -54,7 +70,7 @@ def assemble(cells, published, notes, charts):
         per_device=tables.per_device_tables(cells, footnotes),
         image_pairs=tables.image_pair_tables(cells, footnotes),
         compile_modes=tables.compile_mode_tables(cells, footnotes),
-        published=tables.published_tables(cells, footnotes, published),
+        published=tables.published_tables(cells, footnotes, published, sources),
         environment=tables.environment_table(cells),
         charts=list(charts),
         footnotes=footnotes.texts,

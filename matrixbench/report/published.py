@@ -157,30 +157,70 @@ def match_gpu(gpu_name):
     return found.group("gpu").upper() if found else None
 
 
-class PublishedReference:
-    """Published numbers: eager and default from the torch 2.0 tables, reduce-overhead from its own."""
+# The page's three sources, and which of its tables each compares a mode with. An image on the
+# 2.0 line is compared with the main tables; one on the 2.1 line (the page's "2.1.0dev nightly")
+# with the nightly tables (eager vs default: BeiT, DETR) and the reduce-overhead tables (eager vs
+# reduce-overhead); others with none, unless matrix.yaml says ``published:`` for the image.
+PUBLISHED_SOURCES = ("main", "nightly", "none")
+SOURCE_TABLES = {
+    "main": {"eager": ("main",), "default": ("main",)},
+    "nightly": {"eager": ("nightly", "reduce-overhead"), "default": ("nightly",),
+                "reduce-overhead": ("reduce-overhead",)},
+    "none": {},
+}
+SOURCE_BY_TORCH_LINE = {(2, 0): "main", (2, 1): "nightly"}
+TABLE_TITLES = {"main": "main tables (torch 2.0)", "nightly": "nightly tables (torch 2.1.0dev nightly)",
+                "reduce-overhead": "reduce-overhead tables (torch 2.1.0dev nightly)"}
 
-    TABLE_FOR_MODE = {"eager": "main", "default": "main", "reduce-overhead": "reduce-overhead"}
+
+def source_for(torch_release, override=None):
+    """The published source an image is compared with: its matrix.yaml override, else by torch line."""
+    if override is not None:
+        return override
+    return SOURCE_BY_TORCH_LINE.get(tuple(torch_release[:2]), "none")
+
+
+def source_title(source):
+    """How a table names its source, e.g. "main tables (torch 2.0)"."""
+    tables = dict.fromkeys(table for names in SOURCE_TABLES[source].values() for table in names)
+    return " and ".join(TABLE_TITLES[table] for table in tables) or "no published tables"
+
+
+class PublishedReference:
+    """Published numbers looked up by source (main / nightly / none), GPU, batch size, model and mode."""
 
     def __init__(self, published):
         self._by_key = {(r["table"], r["gpu"], r["batch_size"], r["model"], r["mode"]): r
                         for r in published.to_dict("records")}
         self._models = {r["model"] for r in self._by_key.values()}
 
-    def comparable(self, row):
-        """Full-size float32 models the page benchmarked, in a mode it published."""
+    def comparable(self, row, source):
+        """Full-size float32 models the page benchmarked, in a mode the source publishes."""
         return (row["cell.size"] == "full" and row["cell.dtype"] == "float32" and not row["cell.fullgraph"]
-                and row["cell.model"] in self._models and row["cell.mode"] in self.TABLE_FOR_MODE)
+                and row["cell.model"] in self._models and row["cell.mode"] in SOURCE_TABLES[source])
 
-    def number(self, gpu, batch, model, mode, table=None):
-        return self._by_key.get((table or self.TABLE_FOR_MODE[mode], gpu, batch, model, mode))
+    def number(self, source, gpu, batch, model, mode):
+        """The published row (a dict with table, status, latency_ms, note) for a cell, or None."""
+        for table in SOURCE_TABLES[source].get(mode, ()):
+            found = self._by_key.get((table, gpu, batch, model, mode))
+            if found is not None:
+                return found
+        return None
 
-    def speedup(self, gpu, batch, model, mode):
-        table = self.TABLE_FOR_MODE[mode]
-        eager, compiled = self.number(gpu, batch, model, "eager", table), self.number(gpu, batch, model, mode)
-        if eager is None or compiled is None or "oom" in (eager["status"], compiled["status"]):
+    def pair(self, source, gpu, batch, model, mode):
+        """(eager row, compiled row) from the one table that publishes this compiled mode, or None."""
+        compiled = self.number(source, gpu, batch, model, mode)
+        if compiled is None:
             return None
-        return arithmetic.speedup(eager["latency_ms"], compiled["latency_ms"])
+        eager = self._by_key.get((compiled["table"], gpu, batch, model, "eager"))
+        return (eager, compiled) if eager is not None else None
+
+    def speedup(self, source, gpu, batch, model, mode):
+        """The published speed-up (eager ms / compiled ms) of a compiled cell, or None."""
+        pair = self.pair(source, gpu, batch, model, mode)
+        if pair is None or "oom" in (pair[0]["status"], pair[1]["status"]):
+            return None
+        return arithmetic.speedup(pair[0]["latency_ms"], pair[1]["latency_ms"])
 
 
 def regenerate_dataset(seed=SEED_PATH, out=DATASET_PATH):

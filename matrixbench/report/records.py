@@ -192,6 +192,16 @@ def image_order(manifests):
     return order
 
 
+def published_overrides(manifests):
+    """{image: "main" | "nightly" | "none"} where a run's matrix sets ``published`` for an image."""
+    overrides = {}
+    for manifest in manifests:
+        images = (manifest.get("matrix") or {}).get("images") or {}
+        overrides.update({name: entry["published"] for name, entry in images.items()
+                          if isinstance(entry, dict) and entry.get("published")})
+    return overrides
+
+
 def _manifest_images(manifest):
     images = manifest.get("images") or []
     names = [image.get("name") if isinstance(image, dict) else image for image in images]

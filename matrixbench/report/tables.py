@@ -9,10 +9,12 @@ from typing import Optional
 
 from matrixbench.report import arithmetic, stats
 from matrixbench.report.cells import STATUS_TEXT, CellIndex, is_ok, row_label
-from matrixbench.report.published import GPUS, PublishedReference
+from matrixbench.report.published import GPUS, TABLE_TITLES, PublishedReference, source_title
 
 NOISY_MARK = "†"
 ACCURACY_MARK = "‡"
+EAGER_FAILED_MARK = "◊"
+PUBLISHED_NOTE_MARK = "§"
 SIGNIFICANT_MARK = "*"
 NO_DATA = "—"
 ACCURACY_FAILURES = ("fail", "nan")
@@ -35,23 +37,27 @@ class Table:
 
 @dataclass
 class Footnotes:
-    """Why cells did not run, numbered in order of first mention; one number per record."""
+    """Why cells did not run, and what the page's flagged numbers are, numbered in order of first
+    mention; one number per record or published note."""
 
     texts: list = field(default_factory=list)
     _numbers: dict = field(default_factory=dict)
 
     def ref(self, row):
-        if row["source"] not in self._numbers:
-            self.texts.append(_failure_reason(row))
-            self._numbers[row["source"]] = len(self.texts)
-        return self._numbers[row["source"]]
+        return self.ref_text(row["source"], _failure_reason(row))
+
+    def ref_text(self, key, text):
+        if key not in self._numbers:
+            self.texts.append(text)
+            self._numbers[key] = len(self.texts)
+        return self._numbers[key]
 
 
 def _failure_reason(row):
     error = row["error.message"] or "no message"
     kind = f"{row['error.type']}: " if row["error.type"] else ""
-    where = f"{row['image']}, {row['device_name']}, batch size {row['cell.batch_size']}, " \
-            f"{row['row_key']}, {row['mode_label']}"
+    where = f"{row['image_label']}, {row['device_name']}, batch size {row['cell.batch_size']}, " \
+            f"{row_label(row)}, {row['mode_label']}"
     return f"{STATUS_TEXT[row['status']]} ({where}): {kind}{_one_line(error)}"
 
 
@@ -139,13 +145,17 @@ def _per_device_table(cells, notes, device, batch, image):
         found = [cells.get(device, image, batch, row_key, mode) for mode in modes]
         eager = cells.get(device, image, batch, row_key, "eager")
         rows.append([label(row_label(_first(found)))] + [_mode_cell(eager, row, notes) for row in found])
-    title = f"{device} · batch size {batch} · {image}"
+    title = f"{device} · batch size {batch} · {cells.image_labels[image]}"
     return drop_empty_columns(Table(title, ["Task/Model"] + modes, rows))
 
 
 def _mode_cell(eager, row, notes):
-    if row is None or row["cell.mode"] == "eager" or not is_ok(row) or not is_ok(eager):
+    if row is None or row["cell.mode"] == "eager" or not is_ok(row):
         return latency(row, notes)
+    if not is_ok(eager):
+        cell = latency(row, notes)
+        cell.marks += EAGER_FAILED_MARK if eager is not None else ""
+        return cell
     return latency(row, notes, suffix=f" ({speedup_pct(eager, row):+.1f}%)")
 
 
@@ -174,8 +184,9 @@ def _pair_table(cells, notes, device, batch, before, after):
             old, new = (cells.get(device, image, batch, row_key, mode) for image in (before, after))
             if old is not None and new is not None:
                 rows.append(_pair_row(old, new, notes))
-    header = ["Task/Model", "Mode", f"{before} (ms)", f"{after} (ms)", "Change", "95% interval"]
-    return drop_empty_columns(Table(f"{before} → {after} · {device} · batch size {batch}", header, rows))
+    names = [cells.image_labels[image] for image in (before, after)]
+    header = ["Task/Model", "Mode", f"{names[0]} (ms)", f"{names[1]} (ms)", "Change", "95% interval"]
+    return drop_empty_columns(Table(f"{names[0]} → {names[1]} · {device} · batch size {batch}", header, rows))
 
 
 def _pair_row(old, new, notes):
@@ -209,7 +220,7 @@ def _compile_mode_table(cells, notes, device, image, modes):
             rows.append([label(row_label(default)), label(batch), latency(default, notes)]
                         + [_versus_default(default, other, notes) for other in others])
     header = ["Task/Model", "Batch size", "default"] + modes
-    return drop_empty_columns(Table(f"{device} · {image}", header, rows))
+    return drop_empty_columns(Table(f"{device} · {cells.image_labels[image]}", header, rows))
 
 
 def _versus_default(default, other, notes):
@@ -220,17 +231,20 @@ def _versus_default(default, other, notes):
 
 # ---- 4. measured vs published ------------------------------------------------------------
 
-def published_tables(cells, notes, published):
+def published_tables(cells, notes, published, sources):
+    """Each image against its own published source (``sources``: image -> main | nightly | none)."""
     reference = PublishedReference(published)
     tables = []
     for device in cells.values("device"):
         for image in cells.values("image", device=device):
-            rows = [row for row in _in_order(cells, device, image) if reference.comparable(row)]
+            source = sources[image]
+            rows = [row for row in _in_order(cells, device, image) if reference.comparable(row, source)]
             gpu = rows[0]["published_gpu"] if rows else None
             build = _ms_table if gpu else _ratio_table
-            table = build(cells, notes, reference, rows, gpu)
+            table = build(cells, notes, reference, rows, gpu, source)
             if table.rows:
-                table.title = f"{device} · {image}" + (f" vs published {gpu}" if gpu else "")
+                against = f"published {gpu}" if gpu else "published speed-ups"
+                table.title = f"{device} · {cells.image_labels[image]} vs {against}, {source_title(source)}"
                 tables.append(table)
     return tables
 
@@ -243,13 +257,13 @@ def _in_order(cells, device, image):
             for mode in cells.values("mode", device=device, image=image, row=row_key, batch=batch)]
 
 
-def _ms_table(cells, notes, reference, rows, gpu):
+def _ms_table(cells, notes, reference, rows, gpu, source):
     body = []
     for row in rows:
-        number = reference.number(gpu, row["cell.batch_size"], row["cell.model"], row["cell.mode"])
+        number = reference.number(source, gpu, row["cell.batch_size"], row["cell.model"], row["cell.mode"])
         if number is not None:
-            body.append(_labels(row) + [latency(row, notes), _published_cell(number), _deviation(row, number),
-                                        label(f"torch {number['torch']}, {number['table']} table")])
+            body.append(_labels(row) + [latency(row, notes), _published_cell(number, notes),
+                                        _deviation(row, number), label(TABLE_TITLES[number["table"]])])
     header = ["Task/Model", "Batch size", "Mode", "measured (ms)", "published (ms)", "deviation", "published in"]
     return drop_empty_columns(Table("", header, body))
 
@@ -258,10 +272,22 @@ def _labels(row):
     return [label(row_label(row)), label(row["cell.batch_size"]), label(row["mode_label"])]
 
 
-def _published_cell(number):
-    if number["status"] == "oom":
-        return Cell("OOM", kind="failed")
-    return Cell(f"{number['latency_ms']:.3f}")
+def _published_cell(number, notes):
+    cell = Cell("OOM", kind="failed") if number["status"] == "oom" else Cell(f"{number['latency_ms']:.3f}")
+    if number["note"]:
+        cell.marks = PUBLISHED_NOTE_MARK
+        cell.footnote = notes.ref_text(_published_key(number), _published_note(number))
+    return cell
+
+
+def _published_key(number):
+    return ("published", number["table"], number["gpu"], number["batch_size"], number["model"], number["mode"])
+
+
+def _published_note(number):
+    where = (f"{TABLE_TITLES[number['table']]}, {number['gpu']}, batch size {number['batch_size']}, "
+             f"{number['model_label']}, {number['mode']}")
+    return f"Published value ({where}): {number['note']}"
 
 
 def _deviation(row, number):
@@ -270,19 +296,30 @@ def _deviation(row, number):
     return Cell(f"{arithmetic.deviation_pct(number['latency_ms'], row['timing.mean_ms']):+.1f}%")
 
 
-def _ratio_table(cells, notes, reference, rows, _gpu):
+def _ratio_table(cells, notes, reference, rows, _gpu, source):
     body = []
     for row in rows:
         if row["cell.mode"] == "eager":
             continue
         batch, model = row["cell.batch_size"], row["cell.model"]
-        published = [reference.speedup(gpu, batch, model, row["cell.mode"]) for gpu in GPUS]
-        if any(value is not None for value in published):
+        published = [_published_ratio(reference, notes, source, gpu, batch, model, row["cell.mode"]) for gpu in GPUS]
+        if any(cell.kind != "missing" for cell in published):
             eager = cells.get(row["device_name"], row["image"], batch, row["row_key"], "eager")
-            body.append(_labels(row) + [_measured_speedup(eager, row, notes)]
-                        + [ratio(value) if value else missing() for value in published])
+            body.append(_labels(row) + [_measured_speedup(eager, row, notes)] + published)
     header = ["Task/Model", "Batch size", "Mode", "measured speed-up"] + [f"{gpu} (published)" for gpu in GPUS]
     return drop_empty_columns(Table("", header, body))
+
+
+def _published_ratio(reference, notes, source, gpu, batch, model, mode):
+    value = reference.speedup(source, gpu, batch, model, mode)
+    if value is None:
+        return missing()
+    cell = ratio(value)
+    flagged = [number for number in reference.pair(source, gpu, batch, model, mode) if number["note"]]
+    if flagged:
+        cell.marks = PUBLISHED_NOTE_MARK
+        cell.footnote = notes.ref_text(_published_key(flagged[0]), _published_note(flagged[0]))
+    return cell
 
 
 def _measured_speedup(eager, row, notes):
@@ -302,33 +339,61 @@ SUMMARY_STATUSES = ("ok", "oom", "error", "timeout", "crashed")
 def summary_table(cells):
     rows = []
     for device in cells.values("device"):
+        common = _common_cells(cells, device)
         for image in cells.values("image", device=device):
             for mode in cells.values("mode", device=device, image=image):
-                rows.append(_summary_row(cells, device, image, mode))
-    header = ["Device", "Image", "Mode", "geo-mean speed-up", *SUMMARY_STATUSES, "noisy",
-              "accuracy failures", "compile time (median s)", "graph breaks"]
+                rows.append(_summary_row(cells, device, image, mode, common.get(mode)))
+    header = ["Device", "Image", "Mode", "geo-mean speed-up", "geo-mean over common cells", *SUMMARY_STATUSES,
+              "noisy", "accuracy failures", "compile time (median s)", "graph breaks"]
     return drop_empty_columns(Table("Summary", header, rows))
 
 
-def _summary_row(cells, device, image, mode):
+def _summary_row(cells, device, image, mode, common):
     selected = cells.select(device=device, image=image, mode=mode)
     ok = [row for row in selected if is_ok(row)]
     counts = [Cell(str(sum(row["status"] == status for row in selected))) for status in SUMMARY_STATUSES]
     compiled = mode != "eager"
-    return ([label(device), label(image), label(mode), _geomean_cell(cells, ok) if compiled else missing("baseline")]
+    geomeans = [_geomean_cell(speedups(cells, ok)), _common_geomean_cell(cells, ok, common)] if compiled \
+        else [missing("baseline"), missing()]
+    return ([label(device), label(cells.image_labels[image]), label(mode)] + geomeans
             + counts + [Cell(str(sum(bool(row["timing.noisy"]) for row in ok)))]
             + [Cell(str(sum(row["accuracy.status"] in ACCURACY_FAILURES for row in ok)))]
             + ([_median_compile(ok), _graph_breaks(ok)] if compiled else [missing(), missing()]))
 
 
-def _geomean_cell(cells, ok_rows):
-    speedups = []
-    for row in ok_rows:
+def speedups(cells, rows):
+    """{(batch size, row key): speed-up} of the compiled rows that ran, passed the accuracy check
+    (a wrong output has no speed-up worth quoting) and whose eager cell ran."""
+    found = {}
+    for row in rows:
         eager = cells.get(row["device_name"], row["image"], row["cell.batch_size"], row["row_key"], "eager")
-        if is_ok(eager):
-            speedups.append(arithmetic.speedup(eager["timing.mean_ms"], row["timing.mean_ms"]))
-    value = stats.geometric_mean(speedups)
-    return ratio(value) if value else missing("n/a")
+        if is_ok(row) and is_ok(eager) and row["accuracy.status"] not in ACCURACY_FAILURES:
+            found[(row["cell.batch_size"], row["row_key"])] = arithmetic.speedup(eager["timing.mean_ms"],
+                                                                                 row["timing.mean_ms"])
+    return found
+
+
+def _common_cells(cells, device):
+    """{mode: the (batch, row) cells with a speed-up in every image of the device} when images differ."""
+    images = cells.values("image", device=device)
+    common = {}
+    for mode in cells.values("mode", device=device):
+        sets = [set(speedups(cells, cells.select(device=device, image=image, mode=mode))) for image in images]
+        if len(sets) > 1 and len(set(map(frozenset, sets))) > 1:
+            common[mode] = set.intersection(*sets)
+    return common
+
+
+def _geomean_cell(found):
+    value = stats.geometric_mean(list(found.values()))
+    return Cell(f"{value:.2f}× ({len(found)} cells)") if value else missing("n/a")
+
+
+def _common_geomean_cell(cells, ok_rows, common):
+    if common is None:
+        return missing()
+    found = speedups(cells, ok_rows)
+    return _geomean_cell({key: value for key, value in found.items() if key in common})
 
 
 def _median_compile(ok_rows):
@@ -362,7 +427,7 @@ def environment_table(cells):
     for device in cells.values("device"):
         for image in cells.values("image", device=device):
             selected = cells.select(device=device, image=image)
-            rows.append([label(device), label(image)]
+            rows.append([label(device), label(cells.image_labels[image])]
                         + [_distinct(selected, *field[1:]) for field in ENVIRONMENT_FIELDS])
     header = ["Device", "Image"] + [field[0] for field in ENVIRONMENT_FIELDS]
     return drop_empty_columns(Table("Environment", header, rows))
