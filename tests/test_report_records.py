@@ -3,6 +3,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from matrixbench.errors import ReportError
@@ -66,7 +67,7 @@ def test_one_row_per_cell_with_dotted_environment_columns():
 def test_failed_cells_have_every_column_with_empty_timing():
     frame = records.load_results([FIXTURES / "gpu-run"])
     oom = frame[frame["status"] == "oom"]
-    assert len(oom) == 1 and oom["timing.mean_ms"].isna().all()
+    assert len(oom) == 2 and oom["timing.mean_ms"].isna().all()
     assert list(frame.columns) == records.COLUMNS
 
 
@@ -125,7 +126,7 @@ def test_image_falls_back_to_the_folder_name():
 def test_device_name_and_published_gpu():
     frame = records.load_results([FIXTURES / "gpu-run", FIXTURES / "cpu-run"])
     assert set(zip(frame["device_name"], frame["published_gpu"].fillna("-"))) == {
-        ("NVIDIA A100-SXM4-40GB", "A100"), ("CPU (AMD EPYC 7B13)", "-")}
+        ("NVIDIA A100-SXM4-40GB", "A100"), ("CPU (SYNTHETIC CPU)", "-")}
 
 
 def test_run_notes_and_image_order_come_from_manifests(tmp_path):
@@ -168,6 +169,18 @@ def test_merged_table_is_written_as_csv_and_jsonl(tmp_path):
     assert isinstance(ok["timing.samples_ms"], list) and isinstance(ok["timing.n"], int)
     failed = next(line for line in lines if line["status"] == "oom")
     assert failed["timing.mean_ms"] is None
+
+
+def test_results_csv_has_one_line_per_record_and_images_in_matrix_order(tmp_path):
+    frame = records.load_results([FIXTURES / "gpu-run"])
+    assert any("\n" in str(text) for text in frame["error.traceback"].dropna())   # the case at hand
+    csv_path, _ = records.write_merged(frame, tmp_path, ["stable", "nightly"])
+    lines = csv_path.read_text().splitlines()
+    assert len(lines) == len(frame) + 1
+    written = pd.read_csv(csv_path)
+    assert list(dict.fromkeys(written["image"])) == ["stable", "nightly"]
+    traceback = written["error.traceback"].dropna().iloc[0]
+    assert "\\n" in traceback and "\n" not in traceback
 
 
 def test_flatten_uses_dotted_keys_and_keeps_lists():

@@ -15,11 +15,11 @@ from matrixbench.report.tables import ACCURACY_MARK, NOISY_MARK, SIGNIFICANT_MAR
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def _report(folders):
+def _report(folders, sources=None):
     frame = records.load_results(folders)
     manifests = records.read_manifests(folders)
     return assemble(CellIndex(frame, records.image_order(manifests)), load_published(), records.run_notes(manifests),
-                    charts=[])
+                    charts=[], sources=sources)
 
 
 def _subset(tmp_path, keep, run="gpu-run"):
@@ -61,7 +61,7 @@ def test_full_fixture_tables_are_well_formed():
 def test_failed_cells_show_status_and_a_footnote_with_the_reason():
     report = _report([FIXTURES / "gpu-run"])
     failed = [cell for table in report.per_device for row in table.rows for cell in row if cell.kind == "failed"]
-    assert sorted(cell.text for cell in failed) == sorted(STATUS_TEXT.values())
+    assert sorted(cell.text for cell in failed) == sorted([*STATUS_TEXT.values(), "OOM"])
     assert all(cell.footnote for cell in failed)
     assert "CUDA out of memory" in report.footnotes[next(c.footnote for c in failed if c.text == "OOM") - 1]
     assert len(report.footnotes) == len(failed)
@@ -69,7 +69,7 @@ def test_failed_cells_show_status_and_a_footnote_with_the_reason():
 
 def test_noisy_and_inaccurate_cells_are_flagged():
     report = _report([FIXTURES / "gpu-run"])
-    nightly_bs1 = next(t for t in report.per_device if t.title.endswith("batch size 1 · nightly"))
+    nightly_bs1 = next(t for t in report.per_device if t.title.endswith("batch size 1 · nightly (torch 2.1.0)"))
     assert NOISY_MARK in _cell(nightly_bs1, "Image Classification/ResNet", "eager").marks
     assert ACCURACY_MARK in _cell(nightly_bs1, "Object Detection/Resnet-101", "default").marks
     assert not _cell(nightly_bs1, "Image Classification/ViT", "eager").marks
@@ -97,7 +97,7 @@ def test_one_image_only_has_no_image_comparison(tmp_path):
     report = _report([run])
     _assert_well_formed(report)
     assert report.image_pairs == []
-    assert [row[1].text for row in report.summary.rows] == ["stable"] * 4
+    assert [row[1].text for row in report.summary.rows] == ["stable (torch 2.0.1)"] * 4
 
 
 def test_eager_only_renders_latency_tables_without_compile_columns(tmp_path):
@@ -128,7 +128,7 @@ def test_a_failed_cell_alone_still_renders(tmp_path):
 
 def test_published_ms_beside_ms_on_a_published_gpu():
     table = _report([FIXTURES / "gpu-run"]).published[0]
-    assert table.title.endswith("vs published A100")
+    assert table.title.endswith("stable (torch 2.0.1) vs published A100, main tables (torch 2.0)")
     assert {"measured (ms)", "published (ms)", "deviation"} <= set(table.header)
 
 
@@ -144,8 +144,12 @@ def test_published_speedups_side_by_side_elsewhere(tmp_path):
 
 
 def test_tiny_models_are_not_compared_with_published_ones():
-    table = _report([FIXTURES / "cpu-run"]).published[0]
+    table = _report([FIXTURES / "cpu-run"], sources={"local": "main"}).published[0]
     assert [row[0].text for row in table.rows] == ["Image Classification/ViT"]
+
+
+def test_an_image_of_another_torch_line_is_compared_with_nothing_by_default():
+    assert _report([FIXTURES / "cpu-run"]).published == []   # torch 2.13
 
 
 def test_run_note_is_shown_and_absence_tolerated(tmp_path):

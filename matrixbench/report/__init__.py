@@ -7,6 +7,7 @@ from pathlib import Path
 from matrixbench.errors import ReportError
 from matrixbench.report import charts, records, render
 from matrixbench.report.cells import CellIndex
+from matrixbench.report.comparisons import comparisons, write_comparisons
 from matrixbench.report.document import assemble, image_sources
 from matrixbench.report.published import load_published
 
@@ -17,18 +18,24 @@ def build_report(results_dirs, out_dir, formats=FORMATS):
     """Read every record under ``results_dirs``; write the requested formats into ``out_dir``.
 
     md: report.md + charts/*.png; html: report.html (self-contained); csv: results.csv and
-    results.jsonl (the merged table). Returns the paths written, in that order.
+    results.jsonl (the merged table, one line per record, images in matrix order) and
+    comparisons.csv (every derived number). Returns the paths written, in that order.
     """
     formats = _check_formats(formats)
     unreadable = []   # files that are not readable records: left out, listed in the notes
     frame = records.load_results(results_dirs, unreadable)
+    manifests = records.read_manifests(results_dirs)
+    cells = CellIndex(frame, records.image_order(manifests))
+    sources = image_sources(cells, records.published_overrides(manifests))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     if "md" in formats or "html" in formats:
-        written += _write_documents(frame, records.read_manifests(results_dirs), out_dir, formats, unreadable)
+        notes = records.run_notes(manifests) + [f"Left out, not a readable record: {error}" for error in unreadable]
+        written += _write_documents(cells, sources, notes, out_dir, formats)
     if "csv" in formats:
-        written += records.write_merged(frame, out_dir)
+        written += records.write_merged(frame, out_dir, cells.images())
+        written.append(write_comparisons(comparisons(cells, load_published(), sources), out_dir))
     return written
 
 
@@ -39,11 +46,9 @@ def _check_formats(formats):
     return list(formats)
 
 
-def _write_documents(frame, manifests, out_dir, formats, unreadable=()):
-    cells = CellIndex(frame, records.image_order(manifests))
-    sources = image_sources(cells, records.published_overrides(manifests))
-    drawn = charts.write_charts(cells, out_dir)
-    notes = records.run_notes(manifests) + [f"Left out, not a readable record: {error}" for error in unreadable]
+<<<<<<< HEAD
+def _write_documents(cells, sources, notes, out_dir, formats):
+    drawn = charts.write_charts(cells, out_dir, load_published(), sources)
     report = assemble(cells, load_published(), notes, drawn, sources)
     written = []
     if "md" in formats:

@@ -1,4 +1,12 @@
-"""Charts like the seed page's: per device and batch size, latency bars and speed-up per model."""
+"""Charts like the seed page's, and two it lacks.
+
+Per device and batch size: latency bars and % faster than eager per model (every image and
+mode); with two or more images, the same mode of each image side by side per model (the
+torch-version question). Per device: measured against published, one point per cell, with
+the y=x line (ms against ms on one of the page's GPUs, else speed-ups against each of its GPUs).
+A cell that did not run is labelled inside the plot (OOM, ERR, ...), and so is a compiled cell
+whose eager cell did not run ("no eager").
+"""
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -8,12 +16,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from matrixbench.report import arithmetic  # noqa: E402
-from matrixbench.report.cells import STATUS_TEXT, is_ok, row_label  # noqa: E402
+from matrixbench.report.cells import STATUS_TEXT, is_ok, mode_rank, row_label  # noqa: E402
+from matrixbench.report.published import GPUS, PublishedReference, source_title  # noqa: E402
 from matrixbench.report.records import slug  # noqa: E402
 
 CHART_DIR = "charts"
 BAR_HEIGHT = 0.8
 HATCHES = ("", "//", "..", "xx", "\\\\", "++")   # one per image; colour is per mode
+MARKERS = ("o", "s", "^", "D", "v", "P")         # one per mode in scatter plots
+SPEEDUP_AXIS = "% faster than eager (eager ms / compiled ms − 1)"
+LATENCY_AXIS = "mean latency (ms)"
+FAILURE_STYLE = {"fontsize": 8, "fontweight": "bold", "color": "firebrick", "va": "center", "ha": "left",
+                 "clip_on": True}
 
 
 @dataclass(frozen=True)
@@ -23,18 +37,27 @@ class Chart:
     relative: str       # the path relative to the report folder, for Markdown links
 
 
-def write_charts(cells, out_dir):
-    """Two PNGs per device and batch size (durations, speed-ups); returns them in order."""
+def write_charts(cells, out_dir, published=None, sources=None):
+    """The PNGs, in report order: per device and batch size the bar charts, then per device the
+    measured-vs-published chart where the images have a published source."""
     folder = Path(out_dir) / CHART_DIR
     folder.mkdir(parents=True, exist_ok=True)
     charts = []
     for device in cells.values("device"):
         for batch in cells.values("batch", device=device):
-            plot = _Plot(cells, device, batch)
-            charts.append(plot.draw(folder, "duration", f"{device}, batch size {batch}: latency (ms)"))
-            if plot.has_speedups():
-                charts.append(plot.draw(folder, "speedup", f"{device}, batch size {batch}: speed-up over eager (%)"))
+            charts += _Plot(cells, device, batch).draw_all(folder)
+        if published is not None:
+            charts += _published_chart(cells, device, PublishedReference(published), sources or {}, folder)
     return charts
+
+
+def _save(figure, folder, name, title):
+    path = folder / name
+    try:
+        figure.savefig(path, dpi=100, bbox_inches="tight", metadata={"Software": None})
+    finally:
+        plt.close(figure)
+    return Chart(title, path, f"{CHART_DIR}/{path.name}")
 
 
 class _Plot:
@@ -47,61 +70,202 @@ class _Plot:
         self.modes = cells.values("mode", device=device, batch=batch)
         self.series = [(image, mode) for image in self.images
                        for mode in cells.values("mode", device=device, batch=batch, image=image)]
+        self.name = f"{slug(device)}_bs{batch}"
+        self.heading = f"{device}, batch size {batch}"
+
+    def draw_all(self, folder):
+        charts = [self.draw(folder, "duration", f"{self.heading}: latency (ms)")]
+        if self.has_speedups():
+            charts.append(self.draw(folder, "speedup", f"{self.heading}: % faster than eager"))
+        if len(self.images) > 1:
+            charts.append(self.draw_images(folder, f"{self.heading}: each mode, image against image (ms)"))
+        return charts
 
     def has_speedups(self):
         """Is there a compiled cell whose eager cell also ran? Else a speed-up chart has no bars."""
-        return any(self._value(self.cells.get(self.device, image, self.batch, row_key, mode), image, row_key,
-                               "speedup") is not None
+        return any(self._value(self._get(image, row_key, mode), image, row_key, "speedup") is not None
                    for image, mode in self.compiled_series() for row_key in self.row_keys)
 
     def compiled_series(self):
         return [(image, mode) for image, mode in self.series if mode != "eager"]
 
+    def _get(self, image, row_key, mode):
+        return self.cells.get(self.device, image, self.batch, row_key, mode)
+
     def draw(self, folder, kind, title):
         series = self.series if kind == "duration" else self.compiled_series()
         figure, axes = plt.subplots(figsize=(9, 1.2 + 0.32 * len(self.row_keys) * len(series)))
-        try:
-            for index, (image, mode) in enumerate(series):
-                self._bars(axes, index, len(series), image, mode, kind)
-            self._decorate(axes, title, kind)
-            path = folder / f"{slug(self.device)}_bs{self.batch}_{kind}.png"
-            figure.savefig(path, dpi=100, bbox_inches="tight", metadata={"Software": None})
-        finally:
-            plt.close(figure)
-        return Chart(title, path, f"{CHART_DIR}/{path.name}")
+        labels = []
+        for index, (image, mode) in enumerate(series):
+            labels += self._bars(axes, index, len(series), image, mode, kind)
+        self._decorate(axes, title, LATENCY_AXIS if kind == "duration" else SPEEDUP_AXIS)
+        _place_labels(axes, labels)
+        return _save(figure, folder, f"{self.name}_{kind}.png", title)
 
     def _bars(self, axes, index, count, image, mode, kind):
         offset = (index - (count - 1) / 2) * BAR_HEIGHT / count
-        positions, values, failures = [], [], []
+        positions, values, labels = [], [], []
         for position, row_key in enumerate(self.row_keys):
-            row = self.cells.get(self.device, image, self.batch, row_key, mode)
+            row = self._get(image, row_key, mode)
             value = self._value(row, image, row_key, kind)
             if value is not None:
                 positions.append(position + offset)
                 values.append(value)
-            elif row is not None and not is_ok(row):
-                failures.append((position + offset, STATUS_TEXT.get(row["status"], row["status"])))
-        axes.barh(positions, values, height=BAR_HEIGHT / count, label=f"{image} {mode}",
+            elif row is not None:
+                labels.append((position + offset, f"{self._why_no_bar(row, image, row_key)}: {image} {mode}"))
+        axes.barh(positions, values, height=BAR_HEIGHT / count, label=f"{self.cells.image_labels[image]} {mode}",
                   color=f"C{self.modes.index(mode)}", edgecolor="white",
                   hatch=HATCHES[self.images.index(image) % len(HATCHES)])
-        for position, text in failures:
-            axes.text(0, position, f" {text}", va="center", fontsize=7, color="firebrick")
+        return labels
+
+    def _why_no_bar(self, row, image, row_key):
+        if not is_ok(row):
+            return STATUS_TEXT.get(row["status"], row["status"])
+        eager = self._get(image, row_key, "eager")
+        return f"no eager ({STATUS_TEXT.get(eager['status'], eager['status'])})" if eager else "no eager"
 
     def _value(self, row, image, row_key, kind):
         if not is_ok(row):
             return None
         if kind == "duration":
             return row["timing.mean_ms"]
-        eager = self.cells.get(self.device, image, self.batch, row_key, "eager")
+        eager = self._get(image, row_key, "eager")
         return arithmetic.percent_faster(eager["timing.mean_ms"], row["timing.mean_ms"]) if is_ok(eager) else None
 
-    def _decorate(self, axes, title, kind):
-        labels = [row_label(self.cells.select(device=self.device, batch=self.batch, row=key)[0])
-                  for key in self.row_keys]
-        axes.set_yticks(range(len(labels)), labels)
+    def _decorate(self, axes, title, axis_text):
+        axes.set_yticks(range(len(self.row_keys)), self._row_labels())
         axes.invert_yaxis()
-        axes.set_xlabel("mean latency (ms)" if kind == "duration" else "speed-up over eager (%)")
+        axes.set_xlabel(axis_text)
         axes.axvline(0, color="black", linewidth=0.6)
         axes.set_title(title)
         axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         axes.grid(axis="x", alpha=0.3)
+
+    def _row_labels(self):
+        return [row_label(self.cells.select(device=self.device, batch=self.batch, row=key)[0])
+                for key in self.row_keys]
+
+    def draw_images(self, folder, title):
+        """One panel per mode; in each, per model, one bar per image: the torch-version question."""
+        figure, panels = plt.subplots(1, len(self.modes), sharey=True, squeeze=False,
+                                      figsize=(3.2 * len(self.modes) + 2.5, 1.2 + 0.3 * len(self.row_keys) * len(self.images)))
+        for mode, axes in zip(self.modes, panels[0]):
+            labels = []
+            for index, image in enumerate(self.images):
+                labels += self._image_bars(axes, index, image, mode)
+            axes.set_title(mode, fontsize=10)
+            axes.set_xlabel(LATENCY_AXIS, fontsize=8)
+            axes.grid(axis="x", alpha=0.3)
+            _place_labels(axes, labels)
+        panels[0][0].set_yticks(range(len(self.row_keys)), self._row_labels())
+        panels[0][0].invert_yaxis()
+        handles, names = panels[0][0].get_legend_handles_labels()
+        figure.legend(handles, names, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 0.95))
+        figure.suptitle(title)
+        figure.tight_layout()
+        return _save(figure, folder, f"{self.name}_images.png", title)
+
+    def _image_bars(self, axes, index, image, mode):
+        count = len(self.images)
+        offset = (index - (count - 1) / 2) * BAR_HEIGHT / count
+        positions, values, labels = [], [], []
+        for position, row_key in enumerate(self.row_keys):
+            row = self._get(image, row_key, mode)
+            if is_ok(row):
+                positions.append(position + offset)
+                values.append(row["timing.mean_ms"])
+            elif row is not None:
+                labels.append((position + offset, f"{STATUS_TEXT.get(row['status'], row['status'])}: {image}"))
+        axes.barh(positions, values, height=BAR_HEIGHT / count, label=self.cells.image_labels[image],
+                  color=f"C{index}", edgecolor="white")
+        return labels
+
+
+def _place_labels(axes, labels):
+    """Failure labels inside the plot area, at the left edge of the bars' axis, on the missing bar."""
+    if not labels:
+        return
+    low, high = axes.get_xlim()
+    low, high = min(low, 0.0), max(high, 0.0)
+    span = (high - low) or 1.0
+    axes.set_xlim(low, high + 0.25 * span)     # room for the text when every bar is short
+    for position, text in labels:
+        axes.text(0.0 + 0.01 * span, position, text, **FAILURE_STYLE)
+
+
+# ---- measured against published -----------------------------------------------------------
+
+def _published_chart(cells, device, reference, sources, folder):
+    points = _published_points(cells, device, reference, sources)
+    if not points:
+        return []
+    gpu = cells.select(device=device)[0]["published_gpu"]
+    panels = [gpu] if gpu else [name for name in GPUS if any(point["gpu"] == name for point in points)]
+    figure, axes_list = plt.subplots(1, len(panels), squeeze=False, figsize=(4.6 * len(panels) + 2.5, 4.6))
+    for name, axes in zip(panels, axes_list[0]):
+        _scatter(axes, [point for point in points if point["gpu"] == name], cells, ms=bool(gpu))
+        axes.set_title(f"published {name}", fontsize=10)
+    handles, names = axes_list[0][0].get_legend_handles_labels()
+    figure.legend(handles, names, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 0.9))
+    kind = "latency (ms)" if gpu else "speed-up (eager ms / compiled ms)"
+    title = f"{device}: measured against published {kind}, one point per cell"
+    found = {point["image"]: point["source"] for point in points}
+    used = {image: found[image] for image in cells.images() if image in found}
+    against = "; ".join(f"{image} against the {source_title(source)}" for image, source in used.items())
+    figure.suptitle(f"{title}\n{against}", fontsize=9)
+    figure.tight_layout()
+    return [_save(figure, folder, f"{slug(device)}_published.png", title)]
+
+
+def _published_points(cells, device, reference, sources):
+    """One point per measured cell with a published counterpart: (published, measured) values."""
+    points = []
+    gpu = None
+    for row in cells.select(device=device):
+        source = sources.get(row["image"], "none")
+        if not is_ok(row) or not reference.comparable(row, source):
+            continue
+        gpu = row["published_gpu"]
+        for name in [gpu] if gpu else GPUS:
+            value = _published_value(cells, reference, row, source, name, ms=bool(gpu))
+            if value is not None:
+                points.append({"gpu": name, "image": row["image"], "mode": row["mode_label"], "source": source,
+                               "published": value[0], "measured": value[1]})
+    return points
+
+
+def _published_value(cells, reference, row, source, gpu, ms):
+    batch, model, mode = row["cell.batch_size"], row["cell.model"], row["cell.mode"]
+    if ms:
+        number = reference.number(source, gpu, batch, model, mode)
+        ok = number is not None and number["status"] == "ok"
+        return (number["latency_ms"], row["timing.mean_ms"]) if ok else None
+    published = reference.speedup(source, gpu, batch, model, mode) if mode != "eager" else None
+    eager = cells.get(row["device_name"], row["image"], batch, row["row_key"], "eager")
+    if published is None or not is_ok(eager):
+        return None
+    return published, arithmetic.speedup(eager["timing.mean_ms"], row["timing.mean_ms"])
+
+
+def _scatter(axes, points, cells, ms):
+    images = [image for image in cells.images() if any(point["image"] == image for point in points)]
+    modes = sorted({point["mode"] for point in points}, key=mode_rank)
+    for image_index, image in enumerate(images):
+        for mode_index, mode in enumerate(modes):
+            chosen = [point for point in points if point["image"] == image and point["mode"] == mode]
+            if chosen:
+                axes.scatter([p["published"] for p in chosen], [p["measured"] for p in chosen], s=28,
+                             color=f"C{image_index}", marker=MARKERS[mode_index % len(MARKERS)],
+                             label=f"{cells.image_labels[image]} {mode}")
+    values = [value for point in points for value in (point["published"], point["measured"])]
+    low, high = min(values) * 0.8, max(values) * 1.25
+    axes.plot([low, high], [low, high], color="grey", linewidth=0.8, linestyle="--", label="y = x")
+    if ms:
+        axes.set_xscale("log")
+        axes.set_yscale("log")
+    axes.set_xlim(low, high)
+    axes.set_ylim(low, high)
+    unit = "latency (ms)" if ms else "speed-up (eager ms / compiled ms)"
+    axes.set_xlabel(f"published {unit}", fontsize=8)
+    axes.set_ylabel(f"measured {unit}", fontsize=8)
+    axes.grid(alpha=0.3)

@@ -208,15 +208,36 @@ def _manifest_images(manifest):
     return [str(name) for name in names if name]
 
 
-def write_merged(frame, out_dir):
-    """The merged table as results.csv (list columns dropped) and results.jsonl (everything)."""
+def write_merged(frame, out_dir, image_order=()):
+    """The merged table as results.csv (list columns dropped; one line per record: line breaks
+    inside fields, as in tracebacks, written as the two characters \\n) and results.jsonl
+    (everything); images in ``image_order`` (matrix order), then by name."""
     out_dir = Path(out_dir)
     csv_path, jsonl_path = out_dir / "results.csv", out_dir / "results.jsonl"
-    frame.drop(columns=list(LIST_COLUMNS)).to_csv(csv_path, index=False, lineterminator="\n")
+    frame = in_image_order(frame, list(image_order))
+    flat = frame.drop(columns=list(LIST_COLUMNS))
+    text_columns = [column for column in flat.columns
+                    if pd.api.types.is_string_dtype(flat[column]) or flat[column].dtype == object]
+    flat[text_columns] = flat[text_columns].map(_one_line)
+    flat.to_csv(csv_path, index=False, lineterminator="\n")
     with open(jsonl_path, "w", encoding="utf-8") as handle:
         for row in frame.to_dict("records"):
             handle.write(json.dumps(_plain(row), sort_keys=True) + "\n")
     return [csv_path, jsonl_path]
+
+
+def in_image_order(frame, image_order):
+    """Rows by device, then image in matrix order (unlisted images after, by name), then cell."""
+    rank = {image: index for index, image in enumerate(image_order)}
+    key = frame["image"].map(lambda image: (rank.get(image, len(rank)), image))
+    order = sorted(range(len(frame)), key=lambda i: (frame["device_name"].iat[i], key.iat[i], frame["cell_id"].iat[i]))
+    return frame.iloc[order].reset_index(drop=True)
+
+
+def _one_line(value):
+    if isinstance(value, str):
+        return value.replace("\r\n", "\\n").replace("\n", "\\n").replace("\r", "\\n")
+    return value
 
 
 def _plain(row):
