@@ -26,7 +26,7 @@ HATCHES = ("", "//", "..", "xx", "\\\\", "++")   # one per image; colour is per 
 MARKERS = ("o", "s", "^", "D", "v", "P")         # one per mode in scatter plots
 SPEEDUP_AXIS = "% faster than eager (eager ms / compiled ms − 1)"
 LATENCY_AXIS = "mean latency (ms)"
-FAILURE_STYLE = {"fontsize": 8, "fontweight": "bold", "color": "firebrick", "va": "center", "ha": "left",
+FAILURE_STYLE = {"fontsize": 9, "fontweight": "bold", "color": "firebrick", "va": "center", "ha": "left",
                  "clip_on": True}
 
 

@@ -386,7 +386,8 @@ def _common_cells(cells, device):
 
 def _geomean_cell(found):
     value = stats.geometric_mean(list(found.values()))
-    return Cell(f"{value:.2f}× ({len(found)} cells)") if value else missing("n/a")
+    count = f"{len(found)} cell" + ("" if len(found) == 1 else "s")
+    return Cell(f"{value:.2f}× ({count})") if value else missing("n/a")
 
 
 def _common_geomean_cell(cells, ok_rows, common):
