@@ -147,8 +147,8 @@ class _Plot:
 
     def draw_images(self, folder, title):
         """One panel per mode; in each, per model, one bar per image: the torch-version question."""
-        figure, panels = plt.subplots(1, len(self.modes), sharey=True, squeeze=False,
-                                      figsize=(3.2 * len(self.modes) + 2.5, 1.2 + 0.3 * len(self.row_keys) * len(self.images)))
+        size = (3.2 * len(self.modes) + 2.5, 1.2 + 0.3 * len(self.row_keys) * len(self.images))
+        figure, panels = plt.subplots(1, len(self.modes), sharey=True, squeeze=False, figsize=size)
         for mode, axes in zip(self.modes, panels[0]):
             labels = []
             for index, image in enumerate(self.images):
