@@ -46,7 +46,6 @@ def _check_formats(formats):
     return list(formats)
 
 
-<<<<<<< HEAD
 def _write_documents(cells, sources, notes, out_dir, formats):
     drawn = charts.write_charts(cells, out_dir, load_published(), sources)
     report = assemble(cells, load_published(), notes, drawn, sources)
