@@ -49,3 +49,9 @@ class ResultsFolderError(MatrixbenchError):
 
 class RunLockedError(RunError):
     """Another matrixbench run holds the run folder's lock."""
+
+
+class ResumeConflictError(MatrixbenchError):
+    """A run would resume records measured with other settings than it asks for."""
+
+    exit_code = 2

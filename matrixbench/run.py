@@ -17,10 +17,11 @@ from matrixbench import run_folder
 from matrixbench.backends import create_backend
 from matrixbench.backends.base import RunRequest
 from matrixbench.errors import RunError
-from matrixbench.manifest import finish_manifest, start_manifest
+from matrixbench.manifest import finish_manifest, read_manifest, start_manifest
 from matrixbench.matrix import runner_settings
 from matrixbench.plan import plan_run, recorded_failures_line, run_dir, unreadable_lines
 from matrixbench.progress import NullProgress, RecordWatcher
+from matrixbench.resume import check_resume
 from matrixbench.runner_input import write_cells_file
 from runner.schema import cell_id
 
@@ -142,6 +143,7 @@ def _run_locked(matrix, options, run_path, progress, environ):
     backend = create_backend(options.backend, matrix)
     gpus = _resolve_gpus(backend, options.device, progress)
     plans = plan_run(matrix, run_path, force=options.force, retry_failed=options.retry_failed)
+    check_resume(plans, matrix, "cuda" if gpus else "cpu", read_manifest(run_path), run_path)
     manifest = start_manifest(run_path, run_name=options.run_name, matrix=matrix, backend=options.backend,
                               device=options.device, gpus=gpus, note=options.note, command=options.command)
     progress.note(backend.describe())

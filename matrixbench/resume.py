@@ -1,0 +1,67 @@
+"""Resume only what measures the same thing: a recorded cell is skipped when its record was
+measured as this run would measure it, and the run is refused when it was not.
+
+What defines a measurement: the cell (model, its id or config, task, weights, size, batch size,
+mode, fullgraph, dtype), the settings that change the numbers (iterations, warm-up, the
+accuracy tolerance when one is set), the device, and the image's content hash (run.json's
+``image_hashes``). Resuming a run with other settings would put two measurements under one
+name; the error names what differs and offers ``--force`` or a new ``--run`` name.
+"""
+from collections import Counter
+
+from matrixbench.errors import ResumeConflictError
+from runner.schema import cell_id, read_record, record_path
+
+MEASUREMENT_SETTINGS = ("iterations", "warmup", "accuracy_tolerance")
+MAX_SHOWN = 8
+
+
+def check_resume(plans, matrix, device, previous_manifest, run_path):
+    """Raise ResumeConflictError when a record this run would skip was measured differently."""
+    differences = Counter()
+    for plan in plans:
+        for record, cell in _skipped(plan):
+            differences.update(record_differences(record, cell, matrix, device))
+        differences.update(_image_change(plan, matrix, previous_manifest))
+    if differences:
+        raise ResumeConflictError(_message(differences, run_path))
+
+
+def record_differences(record, cell, matrix, device):
+    """(what, recorded, asked) for each way ``record`` differs from this run's measurement."""
+    cell = cell.to_dict() if hasattr(cell, "to_dict") else cell
+    found = [(f"cell {key}", record["cell"].get(key), value) for key, value in cell.items()
+             if key in record["cell"] and record["cell"][key] != value]
+    settings = record.get("settings") or {}
+    for name in MEASUREMENT_SETTINGS:
+        asked = getattr(matrix, name)
+        if asked is not None and settings.get(name) != asked:
+            found.append((name, settings.get(name), asked))
+    if record.get("device") != device:
+        found.append(("device", record.get("device"), device))
+    return found
+
+
+def _skipped(plan):
+    pending = {cell_id(cell) for cell in plan.pending}
+    for cell in plan.cells:
+        if cell_id(cell) not in pending:
+            yield read_record(record_path(plan.out_dir, cell)), cell
+
+
+def _image_change(plan, matrix, previous_manifest):
+    recorded = ((previous_manifest or {}).get("image_hashes") or {}).get(plan.image_name)
+    asked = matrix.images[plan.image_name].content_hash()
+    if plan.done and recorded is not None and recorded != asked:
+        return Counter({(f"image {plan.image_name} (content hash)", recorded, asked): plan.done})
+    return Counter()
+
+
+def _message(differences, run_path):
+    lines = [f"  {what}: recorded {recorded!r}, this run asks {asked!r} ({count} record(s))"
+             for (what, recorded, asked), count in sorted(differences.items(), key=str)[:MAX_SHOWN]]
+    more = len(differences) - MAX_SHOWN
+    lines += [f"  ... and {more} more"] if more > 0 else []
+    return (f"{run_path} holds records measured differently from what this run asks; resuming would "
+            "report two measurements under one name:\n" + "\n".join(lines) +
+            "\nRerun those cells with --force, or give this run another name with --run NAME")

@@ -1,0 +1,79 @@
+"""Resume skips a recorded cell only when its record measured what this run asks."""
+import pytest
+from click.testing import CliRunner
+
+from host_helpers import RecordingBackend, use_backend, write_matrix
+from matrixbench.cli import main
+from matrixbench.errors import ResumeConflictError
+from matrixbench.manifest import read_manifest
+from matrixbench.matrix import Overrides, apply_overrides, load_matrix
+from matrixbench.run import run_matrix
+from test_run_folder import _options
+
+
+@pytest.fixture
+def matrix(tmp_path):
+    return load_matrix(write_matrix(tmp_path))
+
+
+def run(matrix, tmp_path, **options):
+    return run_matrix(matrix, _options(tmp_path, **options))
+
+
+def test_an_identical_rerun_skips_every_recorded_cell(matrix, tmp_path, monkeypatch):
+    use_backend(monkeypatch, RecordingBackend())
+    run(matrix, tmp_path)
+    again = run(matrix, tmp_path)
+    assert again.statuses() == {} and again.cells() == 16
+
+
+def test_a_rerun_with_other_iterations_is_refused_naming_them(matrix, tmp_path, monkeypatch):
+    backend = use_backend(monkeypatch, RecordingBackend())
+    run(matrix, tmp_path)
+    before = read_manifest(tmp_path / "results" / "r1")
+    with pytest.raises(ResumeConflictError) as caught:
+        run(apply_overrides(matrix, Overrides(iterations=50, warmup=3)), tmp_path)
+    message = str(caught.value)
+    assert "iterations: recorded 5, this run asks 50 (16 record(s))" in message
+    assert "warmup: recorded 1, this run asks 3" in message
+    assert "--force" in message and "--run NAME" in message
+    assert len(backend.requests) == 2                                  # nothing ran
+    assert read_manifest(tmp_path / "results" / "r1") == before       # run.json not relabelled
+
+
+def test_force_or_a_new_run_name_measures_afresh(matrix, tmp_path, monkeypatch):
+    backend = use_backend(monkeypatch, RecordingBackend())
+    run(matrix, tmp_path)
+    changed = apply_overrides(matrix, Overrides(iterations=50))
+    run(changed, tmp_path, force=True)
+    run(changed, tmp_path, run_name="r2")
+    assert sum(len(request.cells) for request in backend.requests) == 16 * 3
+
+
+def test_a_changed_image_or_cell_definition_is_refused(matrix, tmp_path, monkeypatch):
+    use_backend(monkeypatch, RecordingBackend())
+    run(matrix, tmp_path)
+    path = tmp_path / "matrix.yaml"
+    path.write_text(path.read_text().replace("torch==2.13.0", "torch==2.12.0")
+                    .replace("google/vit-base-patch16-224", "google/vit-large-patch16-224"))
+    with pytest.raises(ResumeConflictError) as caught:
+        run(load_matrix(path), tmp_path)
+    assert "image latest (content hash)" in str(caught.value)
+    assert "cell model_id: recorded 'google/vit-base-patch16-224'" in str(caught.value)
+
+
+def test_a_device_change_is_refused(matrix, tmp_path, monkeypatch):
+    use_backend(monkeypatch, RecordingBackend(gpus=True))
+    run(matrix, tmp_path, device="cpu")
+    with pytest.raises(ResumeConflictError, match="device: recorded 'cpu', this run asks 'cuda'"):
+        run(matrix, tmp_path, device="auto")
+
+
+def test_the_cli_exits_2_and_names_the_setting(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    use_backend(monkeypatch, RecordingBackend())
+    matrix_path = write_matrix(tmp_path)
+    args = ["run", "--matrix", str(matrix_path), "--backend", "local", "--images", "stable"]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    result = CliRunner().invoke(main, args + ["--iterations", "50"])
+    assert result.exit_code == 2 and "iterations: recorded 5, this run asks 50" in result.stderr
