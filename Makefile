@@ -72,6 +72,7 @@ matrix: $(STAMP)
 	@echo "Results: results/$(RUN)/   Report: report/"
 	@echo "================================================================================"
 	@set -e; backend=$(BACKEND); images="$(IMAGES)"; note="$(NOTE)"; \
+	if [ "$(HAS_GPU)" = yes ]; then $(MB) doctor --matrix $(MATRIX_FILE); fi; \
 	if [ "$$backend" = docker ] && ! $(MB) build --matrix $(MATRIX_FILE) $(BUILD_OPTS); then \
 	  if [ "$(HAS_GPU)" = yes ]; then exit 1; fi; \
 	  backend=local; images="--images latest"; \

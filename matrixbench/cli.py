@@ -130,6 +130,18 @@ def validate(matrix_path, **options):
     click.echo(describe_matrix(_load(matrix_path, _overrides(options))))
 
 
+@main.command()
+@matrix_option
+@handles_errors
+def doctor(matrix_path):
+    """Check this machine before paying for GPU time: driver and GPUs, Docker, GPUs in a
+    container, each image's build, other GPU processes, persistence and clocks, disk, HF cache.
+    Every failure comes with its fix; exit code 7 when a check fails."""
+    from matrixbench.doctor import diagnose, report
+
+    click.echo(report(diagnose(load_matrix(matrix_path))))
+
+
 def describe_matrix(matrix):
     cells = len(matrix.models) * len(matrix.batch_sizes) * len(matrix.modes) * len(matrix.dtypes)
     lines = [f"{matrix.path}: valid"]
