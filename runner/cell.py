@@ -5,20 +5,29 @@ with type, message and traceback). Phases, under torch.no_grad():
 build the model and inputs (load_s); for compiled modes, an eager reference output;
 the first call timed on its own, with the torch.compile() call before it (compile_s:
 compile time for compiled modes);
-warm-up iterations (warmup_s); then the timed iterations. Peak memory covers the
-first call onwards; the accuracy check compares the last timed output with the eager one.
+warm-up iterations (warmup_s: at least the warm-up count, and on GPU at least
+MIN_WARMUP_S); one untimed call counting host syncs (GPU); then the timed iterations, with
+CUDA-graph captures/replays counted per phase (runner.cudagraphs) and the GPU's clocks,
+temperature, power and throttling read before and after (runner.gpu_state). Peak memory
+covers the first call onwards; the accuracy check compares the last timed output with the
+eager one. ``timing.flags`` lists what makes a number other than its label says:
+no_cudagraphs, cudagraph_recaptured, throttled, timer_mismatch.
 """
+import contextlib
+
 import torch
 
-from runner import accuracy, faults, memory, records
+from runner import accuracy, cudagraphs, faults, gpu_state, memory, records
 from runner.archcheck import bf16_problem
 from runner.compile import compile_model, counters_snapshot, dynamo_stats, reset
 from runner.precision import apply_precision
+from runner.syncs import count_host_syncs
+from runner.timing import flags as timing_flags
 from runner.timing import self_check, summarize, synchronize, time_iterations
 
 clock = records.clock
-# Modes whose Inductor config turns on CUDA graphs (cudagraph trees): each call starts a step.
-CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
+CUDAGRAPH_MODES = cudagraphs.CUDAGRAPH_MODES   # each call starts a cudagraph-trees step
+MIN_WARMUP_S = 1.0
 
 
 def run_cell(job, marks=None):
@@ -44,21 +53,64 @@ def _measure(job, record, marks):
     reference = _reference(built) if compiled else None
     memory.reset_peak(device)
     before = counters_snapshot()
-    step, compile_s = _compile_and_call_once(built, cell, device, marks)
-    after_first_call = counters_snapshot()
-    warmup_s = _timed(step, settings["warmup"], device)
-    marks["first_timed_iteration"] = clock()
-    samples_ms, output, loop_wall_ms = time_iterations(step, settings["iterations"], device)
+    graphs = cudagraphs.counter_for(device)
+    with graphs or contextlib.nullcontext():
+        step, compile_s = _compile_and_call_once(built, cell, device, marks)
+        after_first_call = counters_snapshot()
+        warmup_s, warmup_calls = warm_up(step, settings["warmup"], min_warmup_s(device), device)
+        syncs = count_host_syncs(step, device)
+        loop, state = _timed_loop(step, settings["iterations"], device, job, graphs, marks)
     record["memory"] = memory.peak(device)
-    stats = summarize(samples_ms, settings["cv_threshold"])
-    record["timing"] = dict(load_s=load_s, compile_s=compile_s, warmup_s=warmup_s,
-                            timer="cuda_event" if device == "cuda" else "perf_counter",
-                            **stats, **self_check(stats["mean_ms"], loop_wall_ms, stats["n"]))
+    record["timing"] = _timing(loop, settings, device, cell["mode"], graphs, state,
+                               dict(load_s=load_s, compile_s=compile_s, warmup_s=warmup_s,
+                                    warmup_calls=warmup_calls, host_syncs_per_call=syncs))
     if compiled:
         record["dynamo"] = dynamo_stats(before, after_first_call, counters_snapshot())
-        record["accuracy"] = accuracy.compare(reference, output, settings["accuracy_tolerance"])
+        record["accuracy"] = accuracy.compare(reference, loop.output, settings["accuracy_tolerance"])
     else:
         record["accuracy"] = accuracy.skipped()
+
+
+def _timed_loop(step, iterations, device, job, graphs, marks):
+    """The timed iterations, with the GPU's state read just before and just after them."""
+    monitor = gpu_state.open_monitor(device, visible_uuid=(job["environment"] or {}).get("gpu_uuid"))
+    start = monitor.sample() if monitor else None
+    if graphs is not None:
+        graphs.timed()
+    marks["first_timed_iteration"] = clock()
+    loop = time_iterations(step, iterations, device)
+    end = monitor.sample() if monitor else None
+    return loop, gpu_state.summarize(start, end)
+
+
+def _timing(loop, settings, device, mode, graphs, state, phases):
+    """The record's ``timing``: phases, statistics, the self-check, CUDA-graph counts, GPU
+    state, and the flags that say a number is not what its label claims."""
+    stats = summarize(loop.samples_ms, settings["cv_threshold"])
+    check = self_check(stats["mean_ms"], loop.loop_wall_ms, stats["n"])
+    counts = graphs.summary() if graphs is not None else None
+    flags = cudagraphs.flags(counts, mode, device) + gpu_state.flags(state) + timing_flags(check)
+    return dict(phases, timer="cuda_event" if device == "cuda" else "perf_counter", **stats, **check,
+                cudagraphs=counts, gpu_state=state, flags=flags)
+
+
+def min_warmup_s(device):
+    """On GPU the warm-up lasts at least MIN_WARMUP_S, so that compiled cells (after a long,
+    GPU-idle compile) and eager ones start their timed loops from comparable clocks."""
+    return MIN_WARMUP_S if device == "cuda" else 0.0
+
+
+def warm_up(step, min_calls, min_seconds, device):
+    """At least ``min_calls`` calls and ``min_seconds`` of them; (seconds, calls)."""
+    start = clock()
+    calls = 0
+    while calls < min_calls or clock() - start < min_seconds:
+        step()
+        calls += 1
+        if calls >= min_calls:
+            synchronize(device)   # so the duration counts finished device work
+    synchronize(device)
+    return clock() - start, calls
 
 
 class UnsupportedOnThisGpu(RuntimeError):

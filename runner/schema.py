@@ -102,6 +102,9 @@ def _obj(properties, required=None, nullable=False):
     return schema
 
 
+_GPU_SAMPLE = _obj({"sm_clock_mhz": _NUM, "mem_clock_mhz": _NUM, "temperature_c": _NUM, "power_w": _NUM,
+                    "throttle_reasons": {"type": ["array", "null"], "items": {"type": "string"}}})
+
 _TIMING_REQUIRED = ["load_s", "compile_s", "warmup_s", "timer", "n", "mean_ms", "median_ms", "p90_ms",
                     "p99_ms", "stdev_ms", "min_ms", "max_ms", "cv", "noisy", "samples_ms"]
 
@@ -173,6 +176,16 @@ RECORD_SCHEMA = {
             "loop_wall_ms": _NUM,
             "wall_mean_ms": _NUM,        # loop_wall_ms / n
             "timer_mismatch": _BOOL,     # wall mean and timer mean disagree beyond launch overhead
+            "warmup_calls": _INT,        # at least settings.warmup, and on GPU at least 1 s of calls
+            "host_syncs_per_call": _INT,  # synchronizing CUDA ops in one call; null on CPU
+            # CUDA-graph captures and replays (warmup_* include the first call); null on CPU
+            "cudagraphs": _obj({key: {"type": "integer"} for key in (
+                "warmup_captures", "warmup_replays", "timed_captures", "timed_replays")}, nullable=True),
+            # NVML readings just before and after the timed loop; null without pynvml or on CPU
+            "gpu_state": _obj({"start": _GPU_SAMPLE, "end": _GPU_SAMPLE, "throttled": {"type": "boolean"}},
+                              nullable=True),
+            # no_cudagraphs, cudagraph_recaptured, throttled, timer_mismatch
+            "flags": {"type": "array", "items": {"type": "string"}},
         }, required=_TIMING_REQUIRED, nullable=True),
         "memory": _obj({
             "peak_bytes": _INT,

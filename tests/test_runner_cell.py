@@ -76,3 +76,53 @@ def test_oom_in_the_eager_reference_call_says_so(monkeypatch):
     assert "eager reference call" in record["error"]["message"]
     assert "CUBLAS_STATUS_ALLOC_FAILED" in record["error"]["message"]
     assert_valid(record)
+
+
+def test_warm_up_lasts_a_count_and_a_duration():
+    import time
+
+    from runner.cell import min_warmup_s, warm_up
+
+    assert warm_up(lambda: None, 3, 0.0, "cpu")[1] == 3
+    seconds, calls = warm_up(lambda: time.sleep(0.01), 3, 0.08, "cpu")
+    assert seconds >= 0.08 and calls >= 6
+    assert min_warmup_s("cuda") == 1.0 and min_warmup_s("cpu") == 0.0
+
+
+def test_timed_loop_counts_graph_replays_reads_the_gpu_and_flags(monkeypatch):
+    """The GPU branches of the timed loop, with a fake CUDAGraph class and a fake NVML monitor."""
+    from runner import cell as cell_module
+    from runner.cudagraphs import GraphCounter
+    from test_runner_cudagraphs import FakeCUDAGraph
+
+    readings = iter([
+        {"sm_clock_mhz": 1410, "mem_clock_mhz": 1593, "temperature_c": 40, "power_w": 90.0, "throttle_reasons": []},
+        {"sm_clock_mhz": 1275, "mem_clock_mhz": 1593, "temperature_c": 83, "power_w": 400.0,
+         "throttle_reasons": ["sw_thermal_slowdown"]},
+    ])
+    monitor = type("Monitor", (), {"sample": lambda self: next(readings)})()
+    asked = []
+    monkeypatch.setattr(cell_module.gpu_state, "open_monitor",
+                        lambda device, visible_uuid=None: asked.append(visible_uuid) or monitor)
+    graph = FakeCUDAGraph()
+    job = {"environment": {"gpu_uuid": "GPU-5f0e1d2c"}}
+    with GraphCounter(FakeCUDAGraph) as graphs:
+        graph.capture_begin()
+        graph.replay()
+        loop, state = cell_module._timed_loop(lambda: graph.replay() or 1, 4, "cpu", job, graphs, {})
+    assert asked == ["GPU-5f0e1d2c"] and state["throttled"] is True
+    timing = cell_module._timing(loop, settings(), "cuda", "reduce-overhead", graphs, state, {"load_s": 1.0})
+    assert timing["cudagraphs"] == {"warmup_captures": 1, "warmup_replays": 1, "timed_captures": 0,
+                                    "timed_replays": 4}
+    assert timing["flags"] == ["throttled"] and timing["gpu_state"]["end"]["sm_clock_mhz"] == 1275
+    skipped = GraphCounter(FakeCUDAGraph)   # torch 2.0's silent fallback: no graph ever replayed
+    timing = cell_module._timing(loop, settings(), "cuda", "reduce-overhead", skipped, None, {})
+    assert timing["flags"] == ["no_cudagraphs"] and timing["gpu_state"] is None
+
+
+def test_cpu_cells_record_null_gpu_fields(tmp_path):
+    record = run_cell(job(tiny_cell("resnet"), iterations=3))
+    timing = record["timing"]
+    assert timing["cudagraphs"] is None and timing["gpu_state"] is None and timing["host_syncs_per_call"] is None
+    assert timing["flags"] == [] and timing["warmup_calls"] == 3
+    assert_valid(record)
