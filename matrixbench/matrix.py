@@ -149,16 +149,26 @@ def _image(name, entry):
 
 
 def _model(name, entry, default_weights, matrix_path):
-    config = entry.get("config")
+    """A model by hub id, by ``config`` (a config.json), or by ``path`` (a save_pretrained
+    folder: its config.json, and its weights unless the entry says ``weights: random``)."""
+    config, weights = entry.get("config"), entry.get("weights", default_weights)
     if config is not None:
         config = str(_existing_config(name, config, matrix_path))
-    return Model(
-        name=name,
-        task=entry["task"],
-        weights=entry.get("weights", default_weights),
-        model_id=entry.get("id"),
-        config_path=config,
-    )
+    if entry.get("path") is not None:
+        config = str(_checkpoint_config(name, entry["path"], matrix_path))
+        weights = entry.get("weights", "pretrained")
+    return Model(name=name, task=entry["task"], weights=weights, model_id=entry.get("id"),
+                 config_path=config)
+
+
+def _checkpoint_config(name, folder, matrix_path):
+    resolved = (matrix_path.parent / folder).resolve()
+    if not (resolved / "config.json").is_file():
+        raise MatrixError(
+            f"{matrix_path}: models.{name}.path: {folder} is not a save_pretrained folder (looked for "
+            f"{resolved / 'config.json'}; paths are relative to the matrix file)")
+    _check_config_json(f"{matrix_path}: models.{name}.path", resolved / "config.json")
+    return resolved / "config.json"
 
 
 def _existing_config(name, config, matrix_path):

@@ -61,11 +61,13 @@ MODEL_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "required": ["task"],
-    "oneOf": [{"required": ["id"]}, {"required": ["config"]}],
-    "x-message": "needs `id` (a hub model id) or `config` (a local config.json), not both",
+    "oneOf": [{"required": ["id"]}, {"required": ["config"]}, {"required": ["path"]}],
+    "x-message": ("needs `id` (a hub model id) or `config` (a local config.json) or `path` (a "
+                  "save_pretrained folder), exactly one of them, not both"),
     "properties": {
         "id": {"type": "string", "minLength": 1},
         "config": {"type": "string", "minLength": 1},
+        "path": {"type": "string", "minLength": 1},
         "task": {"enum": list(TASKS)},
         "weights": {"enum": list(WEIGHTS)},
     },

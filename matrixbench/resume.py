@@ -14,6 +14,9 @@ from runner.schema import cell_id, read_record, record_path
 
 MEASUREMENT_SETTINGS = ("iterations", "warmup", "accuracy_tolerance")
 MAX_SHOWN = 8
+# Where a local model's config is, not what it is: the docker backend records its mount
+# (/models/<model>/config.json), the local backend the host path.
+WHERE_NOT_WHAT = ("config_path",)
 
 
 def check_resume(plans, matrix, device, previous_manifest, run_path):
@@ -31,7 +34,7 @@ def record_differences(record, cell, matrix, device):
     """(what, recorded, asked) for each way ``record`` differs from this run's measurement."""
     cell = cell.to_dict() if hasattr(cell, "to_dict") else cell
     found = [(f"cell {key}", record["cell"].get(key), value) for key, value in cell.items()
-             if key in record["cell"] and record["cell"][key] != value]
+             if key in record["cell"] and key not in WHERE_NOT_WHAT and record["cell"][key] != value]
     settings = record.get("settings") or {}
     for name in MEASUREMENT_SETTINGS:
         asked = getattr(matrix, name)

@@ -183,3 +183,16 @@ def test_an_image_built_for_another_torch_is_refused_before_any_container(sdk, t
         backend(sdk).run(request_for(tmp_path, torch="torch==2.1.0"))
     assert sdk.started == []
     assert backend(sdk).run(request_for(tmp_path, torch="torch==2.0.1")) == 0
+
+
+def test_a_users_own_model_is_mounted_read_only_and_its_path_rewritten(sdk, tmp_path):
+    mine = tmp_path / "my models" / "swin"
+    mine.mkdir(parents=True)
+    (mine / "config.json").write_text('{"model_type": "swin"}')
+    cell = dict(CELL, model="swin", size="full", config_path=str(mine / "config.json"))
+    request = request_for(tmp_path, cells=[cell, dict(cell, mode="default")])
+    backend(sdk).run(request)
+    binds = {spec["bind"]: (host, spec["mode"]) for host, spec in sdk.started[0].kwargs["volumes"].items()}
+    assert binds["/models/swin"] == (str(mine.resolve()), "ro")
+    cells = json.loads((request.out_dir / "cells.json").read_text())["cells"]
+    assert [c["config_path"] for c in cells] == ["/models/swin/config.json"] * 2

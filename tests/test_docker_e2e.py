@@ -208,3 +208,41 @@ def test_a_user_without_a_passwd_entry_in_the_image_runs_cells_and_owns_the_reco
     (record_file,) = [path for path in out_dir.glob("*.json") if path.name != "cells.json"]
     assert read_record(record_file)["status"] == "ok"
     assert record_file.stat().st_uid == 12345
+
+
+def _own_models(folder):
+    """A tiny ViT as a config.json, and as a save_pretrained folder with its (random) weights."""
+    import transformers
+
+    config = transformers.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                    intermediate_size=37, image_size=32, patch_size=8, num_labels=3)
+    processor = transformers.ViTImageProcessor(size={"height": 32, "width": 32})
+    for name in ("config", "checkpoint"):
+        (folder / name).mkdir(parents=True)
+        processor.save_pretrained(folder / name)
+    config.save_pretrained(folder / "config")
+    transformers.ViTForImageClassification(config).save_pretrained(folder / "checkpoint")
+
+
+def test_your_own_model_reaches_the_container(client, built, tmp_path):
+    _own_models(tmp_path / "own models")
+    matrix = load_matrix(MATRIX_PATH)
+    image = matrix.images["e2e-latest"]
+    (tmp_path / "matrix.yaml").write_text(json.dumps({
+        "images": {"e2e-latest": {"torch": image.torch, "python": image.python, "transformers": image.transformers,
+                                  "base_image": image.base_image}},
+        "models": {"own-config": {"config": "own models/config/config.json", "task": "image-classification"},
+                   "own-checkpoint": {"path": "own models/checkpoint", "task": "image-classification"}},
+        "batch_sizes": [1], "modes": ["eager"], "iterations": 3, "warmup": 1, "timeout_s": 600,
+    }))
+    argv = [sys.executable, "-m", "matrixbench.cli", "run", "--matrix", str(tmp_path / "matrix.yaml"),
+            "--results", str(tmp_path / "results"), "--backend", "docker", "--device", "cpu"]
+    done = subprocess.run(argv, cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = records(tmp_path / "results" / "default" / "e2e-latest")
+    config, checkpoint = found["own-config_bs1_eager_float32"], found["own-checkpoint_bs1_eager_float32"]
+    assert (config["status"], checkpoint["status"]) == ("ok", "ok"), (config["error"], checkpoint["error"])
+    assert config["cell"]["config_path"] == "/models/own-config/config.json"
+    assert checkpoint["cell"]["config_path"] == "/models/own-checkpoint/config.json"
+    assert (config["cell"]["weights"], checkpoint["cell"]["weights"]) == ("random", "pretrained")

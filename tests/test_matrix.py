@@ -160,6 +160,17 @@ def test_a_local_config_resolves_relative_to_the_matrix_file(tmp_path):
     assert matrix.models["mine"].model_id is None
 
 
+def test_a_save_pretrained_folder_is_its_config_with_its_weights(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text('{"model_type": "vit"}')
+    data = small_matrix_data()
+    data["models"]["mine"] = {"path": "ckpt", "task": "image-classification"}
+    data["models"]["mine-random"] = {"path": "ckpt", "task": "image-classification", "weights": "random"}
+    matrix = load_matrix(write_matrix(tmp_path, data))
+    assert matrix.models["mine"].config_path == str(tmp_path / "ckpt" / "config.json")
+    assert (matrix.models["mine"].weights, matrix.models["mine-random"].weights) == ("pretrained", "random")
+
+
 def test_a_missing_local_config_is_named(tmp_path):
     data = small_matrix_data()
     data["models"]["mine"] = {"config": "configs/absent.json", "task": "image-classification"}

@@ -2,10 +2,13 @@
 
 Mounted into the container: the image's results folder (/results, holding the cells file the
 runner reads and the records it writes), the host's HF cache (/hf-home, as HF_HOME) and the
-image's compile-cache folder (/compile-cache: Inductor and Triton caches). The container runs
+image's compile-cache folder (/compile-cache: Inductor and Triton caches), and read-only the
+folder of each model given by a local config or checkpoint (/models/<model>; the cell's
+config_path is rewritten to it). The container runs
 as the host user's uid:gid, so records on the host belong to that user. Its log goes to
 <out_dir>/runner.log, as with the local backend.
 """
+import dataclasses
 import os
 import re
 import uuid
@@ -23,6 +26,7 @@ RESULTS_MOUNT = "/results"
 LOG_FILENAME = "runner.log"
 HF_MOUNT = "/hf-home"
 COMPILE_CACHE_MOUNT = "/compile-cache"
+MODELS_MOUNT = "/models"
 LOG_TAIL_LINES = 40
 SECRET_KEY = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
 
@@ -68,10 +72,12 @@ class DockerBackend(Backend):
                 "NVIDIA driver and the NVIDIA container toolkit (`docker run --rm --gpus all "
                 f"{image_tag(request.image_name)} nvidia-smi` must work), or run on the CPU with --device cpu"
             )
+        models = model_mounts(request.cells)
+        request = dataclasses.replace(request, cells=[in_container(cell, models) for cell in request.cells])
         write_cells_file(request, image.id)
         container = client.start_container(
             image_tag(request.image_name), runner_argv(),
-            user=self._user, env=container_env(request), mounts=mounts(request),
+            user=self._user, env=container_env(request), mounts={**mounts(request), **models},
             labels=self._labels(request, image), gpus=request.gpus, gpu_ids=request.gpu_ids,
             name=self._container_name(request),
         )
@@ -154,6 +160,29 @@ def mounts(request):
     for host in table:
         host.mkdir(parents=True, exist_ok=True)
     return {host.resolve(): target for host, target in table.items()}
+
+
+def model_mounts(cells):
+    """The folder of each model given by a local config or checkpoint -> (/models/<model>, "ro"):
+    the container sees the user's own models read-only, at a path of its own."""
+    table = {}
+    for cell in cells:
+        folder = _model_folder(cell)
+        if folder is not None and folder not in table:
+            table[folder] = (f"{MODELS_MOUNT}/{cell['model']}", "ro")
+    return table
+
+
+def in_container(cell, models):
+    """The cell as the container sees it: a local config_path rewritten to its mount."""
+    folder = _model_folder(cell)
+    if folder is None:
+        return cell
+    return {**cell, "config_path": f"{models[folder][0]}/{Path(cell['config_path']).name}"}
+
+
+def _model_folder(cell):
+    return Path(cell["config_path"]).resolve().parent if cell.get("config_path") else None
 
 
 def container_env(request):
