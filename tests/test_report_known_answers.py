@@ -17,7 +17,6 @@ import pytest
 from matrixbench.report import build_report
 from runner import records
 from runner.plan import plan_from_dict
-from runner.schema import write_record
 from runner.timing import summarize
 
 GPU = "Tesla T4"
@@ -44,7 +43,10 @@ def _write_run(run_dir):
     run_dir.mkdir(parents=True)
     (run_dir / "run.json").write_text(json.dumps(manifest))
     for key, value in CELLS.items():
-        write_record(run_dir / key[0], _record(key, value))
+        for repeat in (0, 1):          # two processes per cell, so that changes are tested
+            record = {**_record(key, value), "repeat": repeat}
+            (run_dir / key[0]).mkdir(exist_ok=True)
+            (run_dir / key[0] / f"{record['cell_id']}.r{repeat}.json").write_text(json.dumps(record))
 
 
 def _record(key, value):
@@ -119,13 +121,13 @@ def test_no_speedup_where_eager_failed(built):
 def test_image_changes(built, before, after, model, mode, percent, significant):
     row = _one(built[0], kind="image_change", image=after, against=before, model=model, mode=mode)
     assert row["percent"] == pytest.approx(percent, abs=1e-9)
-    assert bool(row["significant"]) is significant
+    assert str(row["significant"]) == str(significant) and row["processes"] == 2
     assert row["low_pct"] <= percent <= row["high_pct"]
 
 
 def test_mode_change(built):
     row = _one(built[0], kind="mode_change", image="new", model="vit", mode="reduce-overhead")
-    assert row["percent"] == pytest.approx(-36.0) and bool(row["significant"])
+    assert row["percent"] == pytest.approx(-36.0) and str(row["significant"]) == "True"
 
 
 # Published T4 values typed from the page: main (torch 2.0), nightly, reduce-overhead.

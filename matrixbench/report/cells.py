@@ -5,6 +5,9 @@ exist, in which order devices, images, models and modes come, and how a model is
 """
 import re
 
+import numpy as np
+from scipy.stats import variation
+
 from matrixbench.report.published import MODEL_NAMES
 from matrixbench.report.records import plain_value
 from runner.schema import MODES, TASKS
@@ -22,7 +25,8 @@ class CellIndex:
     """Rows of the merged table (plain dicts, NaN as None), looked up by their cell key."""
 
     def __init__(self, frame, image_order=()):
-        self.rows = [{key: plain_value(value) for key, value in row.items()} for row in frame.to_dict("records")]
+        records = [{key: plain_value(value) for key, value in row.items()} for row in frame.to_dict("records")]
+        self.rows = combine_repeats(records, self.key)
         self._image_rank = _image_ranks(self.rows, list(image_order))
         self.image_labels = _image_labels(self.rows)
         for row in self.rows:
@@ -79,6 +83,45 @@ def _image_ranks(rows, manifest_order):
         manifest_order.index(image) if image in manifest_order else len(manifest_order),
         torch_release(versions[image]), image))
     return {image: rank for rank, image in enumerate(ordered)}
+
+
+def combine_repeats(records, key):
+    """One row per cell from its processes' records (repeats), in first-seen order.
+
+    A cell's row is its last ok process's, with ``timing.mean_ms`` the mean over every sample of
+    every ok process (the published statistic) and, added to every row: ``processes`` (ok ones),
+    ``failed_processes``, ``process_means``, ``process_samples``, ``between_cv`` (the CV of the
+    process means; None with fewer than 2) and ``between_noisy`` (it exceeds the cell's
+    ``settings.cv_threshold``). A cell none of whose processes ran keeps its last record.
+    """
+    groups = {}
+    for record in records:
+        groups.setdefault(key(record), []).append(record)
+    return [_combined(group) for group in groups.values()]
+
+
+def _combined(group):
+    ok = [row for row in group if is_ok(row)]
+    if not ok:
+        return {**group[-1], "processes": 0, "failed_processes": len(group), "process_means": [],
+                "process_samples": [], "between_cv": None, "between_noisy": False}
+    samples = [row["timing.samples_ms"] or [row["timing.mean_ms"]] for row in ok]
+    means = [row["timing.mean_ms"] for row in ok]
+    row = {**ok[-1], "processes": len(ok), "failed_processes": len(group) - len(ok), "process_means": means,
+           "process_samples": samples, "between_cv": None, "between_noisy": False}
+    if len(ok) > 1:
+        between_cv = float(variation(means, ddof=1))
+        row.update({"timing.mean_ms": float(np.mean(np.concatenate(samples))),
+                    "timing.samples_ms": [value for values in samples for value in values],
+                    "timing.noisy": any(bool(process["timing.noisy"]) for process in ok),
+                    "accuracy.status": _worst_accuracy(ok), "between_cv": between_cv,
+                    "between_noisy": between_cv > (row["settings.cv_threshold"] or 0.1)})
+    return row
+
+
+def _worst_accuracy(rows):
+    statuses = [row["accuracy.status"] for row in rows]
+    return next((status for status in ("nan", "fail") if status in statuses), statuses[-1])
 
 
 def torch_release(version):

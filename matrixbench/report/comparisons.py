@@ -6,15 +6,16 @@ One row per comparison, keyed like the tables (device, image, batch size, model,
 - ``speedup``: a compiled cell against its image's eager cell; ratio = eager ms / compiled ms,
   percent = % faster (ratio - 1).
 - ``image_change``: a cell against the same cell in the previous image (matrix order);
-  ratio = candidate ms / baseline ms, percent = change (negative is faster), with the bootstrap
-  interval and its significance.
+  ratio = candidate ms / baseline ms, percent = change (negative is faster), with the
+  hierarchical bootstrap interval and its significance ("not tested: one process per cell"
+  when a side has one process; ``processes`` is the fewer of the two).
 - ``mode_change``: a compiled cell against the same image's default cell, likewise.
 - ``published_deviation``: a cell against the image's published source on the same GPU;
   ratio = measured ms / published ms, percent = deviation.
 - ``published_speedup``: on another GPU, a measured speed-up beside one GPU's published one;
   ratio = measured speed-up, published_ratio = published speed-up.
 
-The arithmetic is matrixbench.report.arithmetic's, the intervals stats.change's: the same
+The arithmetic is matrixbench.report.arithmetic's, the intervals stats.compare_processes': the same
 functions the tables use.
 """
 import csv
@@ -26,7 +27,7 @@ from matrixbench.report.published import GPUS, PublishedReference
 
 FILENAME = "comparisons.csv"
 COLUMNS = ("kind", "device", "image", "torch", "batch_size", "model", "task_model", "mode", "against",
-           "baseline_ms", "candidate_ms", "ratio", "percent", "low_pct", "high_pct", "significant",
+           "baseline_ms", "candidate_ms", "ratio", "percent", "low_pct", "high_pct", "significant", "processes",
            "accuracy", "published_source", "published_gpu", "published_table", "published_ratio", "published_note")
 
 
@@ -90,13 +91,13 @@ def _speedup(cells, row):
 def _change(kind, against, baseline, row):
     if not (is_ok(baseline) and is_ok(row)):
         return []
-    change = stats.change(baseline["timing.mean_ms"], row["timing.mean_ms"], baseline["timing.samples_ms"],
-                          row["timing.samples_ms"])
+    change = stats.compare_processes(baseline["process_samples"], row["process_samples"])
     return [{**_key(row, kind, against), "baseline_ms": baseline["timing.mean_ms"],
              "candidate_ms": row["timing.mean_ms"],
              "ratio": arithmetic.change_ratio(baseline["timing.mean_ms"], row["timing.mean_ms"]),
              "percent": change.change_pct, "low_pct": change.low_pct, "high_pct": change.high_pct,
-             "significant": change.significant}]
+             "significant": stats.NOT_TESTED if change.significant is None else change.significant,
+             "processes": change.processes}]
 
 
 def _mode_change(cells, row):

@@ -8,12 +8,17 @@ from matrixbench.report.tables import Table
 
 _FAILED = "Cells that did not run show their status (OOM, ERR, TIMEOUT, CRASH); the footnote gives the reason."
 _SIGNIFICANT = (
-    f"{tables.SIGNIFICANT_MARK} significant: the {round(stats.CONFIDENCE * 100)}% bootstrap interval of the ratio "
-    f"of means ({stats.RESAMPLES} resamples of the raw samples) excludes no change.")
+    f"{tables.SIGNIFICANT_MARK} significant: the {round(stats.CONFIDENCE * 100)}% hierarchical bootstrap interval of "
+    f"the ratio of means ({stats.RESAMPLES} resamples: processes, then samples within each) excludes no change. "
+    f"Tested only when both cells ran in {stats.MIN_PROCESSES} or more processes (repeats); otherwise the change "
+    f"is shown and marked \"{stats.NOT_TESTED}\": samples within one process are not independent draws of what a "
+    f"rerun would give, so they cannot tell a real change from run-to-run noise.")
 LEGENDS = {
     "per_device": (
         "Mean latency in ms. In compiled columns, in brackets, the speed-up over eager: eager ms / compiled ms - 1. "
-        f"{tables.NOISY_MARK} noisy: coefficient of variation above the run's threshold. "
+        f"{tables.NOISY_MARK} noisy within a process: its samples' coefficient of variation above the run's threshold. "
+        f"{tables.BETWEEN_NOISY_MARK} noisy between processes: the coefficient of variation of the cell's "
+        f"per-process means above that threshold (cells with 2 or more repeats; the mean is over all their samples). "
         f"{tables.ACCURACY_MARK} accuracy check failed (compiled output off from eager, or NaN). "
         f"{tables.EAGER_FAILED_MARK} no speed-up: this row's eager cell did not run (its status is in the eager "
         f"column). {tables.NO_DATA} no record for this cell. {_FAILED}"),

@@ -19,7 +19,7 @@ from runner.schema import RECORD_SCHEMA, RecordError, read_record
 
 NOT_RECORDS = ("cells.json", MANIFEST_FILENAME)
 # Columns computed here, ahead of the record's own flattened (dotted) keys.
-DERIVED_COLUMNS = ("run", "image", "device_name", "published_gpu", "row_key", "mode_label", "source")
+DERIVED_COLUMNS = ("run", "image", "device_name", "published_gpu", "row_key", "mode_label", "repeat", "source")
 LIST_COLUMNS = ("timing.samples_ms", "dynamo.break_reasons")
 _VALIDATOR = jsonschema.Draft202012Validator(RECORD_SCHEMA)
 
@@ -49,7 +49,7 @@ def _types(spec):
     return [kind] if isinstance(kind, str) else kind
 
 
-COLUMNS = list(DERIVED_COLUMNS) + record_columns()
+COLUMNS = list(DERIVED_COLUMNS) + [column for column in record_columns() if column not in DERIVED_COLUMNS]
 
 
 def find_record_files(results_dirs):
@@ -99,7 +99,7 @@ def to_row(record, path):
     """A record as one table row: every schema column, plus the derived ones."""
     flat = flatten(record)
     row = {column: flat.get(column) for column in record_columns()}
-    row.update(_derived(row, Path(path)))
+    row.update(_derived(row, Path(path)), repeat=int(record.get("repeat") or 0))
     return row
 
 
@@ -132,11 +132,13 @@ def _row_key(row):
 
 
 def merge(rows):
-    """Rows -> one DataFrame, one row per (device, image, cell); the newest record wins."""
+    """Rows -> one DataFrame, one row per (device, image, cell, repeat); the newest record of a
+    repeat wins. A cell's repeats (one process each; ``repeat`` 0 when a record has none) stay
+    separate rows: cells.CellIndex combines them."""
     frame = pd.DataFrame(rows, columns=COLUMNS).astype({column: "Int64" for column in integer_columns()})
     frame = frame.sort_values(["started_at", "source"], kind="stable")
-    frame = frame.drop_duplicates(["device_name", "image", "cell_id"], keep="last")
-    return frame.sort_values(["device_name", "image", "cell_id"], kind="stable").reset_index(drop=True)
+    frame = frame.drop_duplicates(["device_name", "image", "cell_id", "repeat"], keep="last")
+    return frame.sort_values(["device_name", "image", "cell_id", "repeat"], kind="stable").reset_index(drop=True)
 
 
 def load_results(results_dirs, unreadable=None):
@@ -230,7 +232,8 @@ def in_image_order(frame, image_order):
     """Rows by device, then image in matrix order (unlisted images after, by name), then cell."""
     rank = {image: index for index, image in enumerate(image_order)}
     key = frame["image"].map(lambda image: (rank.get(image, len(rank)), image))
-    order = sorted(range(len(frame)), key=lambda i: (frame["device_name"].iat[i], key.iat[i], frame["cell_id"].iat[i]))
+    order = sorted(range(len(frame)), key=lambda i: (frame["device_name"].iat[i], key.iat[i], frame["cell_id"].iat[i],
+                                                     frame["repeat"].iat[i]))
     return frame.iloc[order].reset_index(drop=True)
 
 

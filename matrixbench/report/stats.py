@@ -1,4 +1,10 @@
-"""Is a latency difference real? A bootstrap interval of the ratio of means on raw samples.
+"""Is a latency difference real? A hierarchical bootstrap over processes, then samples.
+
+Samples inside one process are not independent draws of what a rerun would give (its memory
+layout, clocks, the machine's load that minute and the chosen kernels are fixed for all of
+them), so a change between two cells is tested only when each has at least two processes
+(repeats): resample the processes, then the samples within each, and take the interval of the
+ratio of means. With one process the change is shown, marked "not tested".
 
 Deterministic (fixed seed), so a report rendered twice from the same records is identical.
 """
@@ -14,6 +20,10 @@ RESAMPLES = 2000
 _CHUNK = 250
 
 
+MIN_PROCESSES = 2
+NOT_TESTED = "not tested: one process per cell"
+
+
 @dataclass(frozen=True)
 class Change:
     """candidate vs baseline: mean ratio as a % change, its interval and whether it excludes 0."""
@@ -21,39 +31,47 @@ class Change:
     change_pct: float
     low_pct: Optional[float] = None
     high_pct: Optional[float] = None
+    processes: Optional[int] = None    # the fewer processes of the two cells, when known
 
     @property
     def significant(self):
-        """True/False when the interval is known; None when there were no raw samples."""
+        """True/False when the interval is known; None when untested (one process, no samples)."""
         if self.low_pct is None:
             return None
         return self.low_pct > 0 or self.high_pct < 0
 
 
-def change(baseline_mean, candidate_mean, baseline_samples=None, candidate_samples=None):
-    """The % change of candidate over baseline, with a bootstrap interval when samples exist."""
+def compare_processes(baseline_processes, candidate_processes):
+    """The change of candidate over baseline, each a list of processes' sample lists; the
+    hierarchical interval only when both have MIN_PROCESSES or more."""
+    baseline_mean = float(np.mean(np.concatenate(baseline_processes)))
+    candidate_mean = float(np.mean(np.concatenate(candidate_processes)))
     percent = arithmetic.change_pct(baseline_mean, candidate_mean)
-    if not _usable(baseline_samples) or not _usable(candidate_samples):
-        return Change(percent)
-    low, high = ratio_of_means_interval(baseline_samples, candidate_samples)
-    return Change(percent, arithmetic.percent(low), arithmetic.percent(high))
+    processes = min(len(baseline_processes), len(candidate_processes))
+    if processes < MIN_PROCESSES:
+        return Change(percent, processes=processes)
+    low, high = hierarchical_interval(baseline_processes, candidate_processes)
+    return Change(percent, arithmetic.percent(low), arithmetic.percent(high), processes)
 
 
-def _usable(samples):
-    return samples is not None and len(samples) >= 2
-
-
-def ratio_of_means_interval(baseline, candidate, confidence=CONFIDENCE, resamples=RESAMPLES, seed=0):
-    """Percentile bootstrap interval of mean(candidate) / mean(baseline)."""
+def hierarchical_interval(baseline, candidate, confidence=CONFIDENCE, resamples=RESAMPLES, seed=0):
+    """Percentile interval of mean(candidate) / mean(baseline) resampling processes, then samples."""
     rng = np.random.default_rng(seed)
-    base, cand = np.asarray(baseline, dtype=float), np.asarray(candidate, dtype=float)
-    ratios = np.concatenate([
-        _resampled_means(rng, cand, size) / _resampled_means(rng, base, size)
-        for size in _chunks(resamples)
-    ])
+    ratios = np.concatenate([_hierarchical_means(rng, candidate, size) / _hierarchical_means(rng, baseline, size)
+                             for size in _chunks(resamples)])
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(ratios, [tail, 1.0 - tail])
     return float(low), float(high)
+
+
+def _hierarchical_means(rng, processes, count):
+    """``count`` bootstrap means: pick len(processes) processes with replacement, resample each
+    picked process's samples, average the processes' resampled means."""
+    arrays = [np.asarray(values, dtype=float) for values in processes]
+    slots = len(arrays)
+    within = np.stack([_resampled_means(rng, values, count * slots).reshape(count, slots) for values in arrays])
+    picks = rng.integers(0, slots, size=(count, slots))
+    return within[picks, np.arange(count)[:, None], np.arange(slots)[None, :]].mean(axis=1)
 
 
 def _chunks(total):

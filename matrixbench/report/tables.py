@@ -7,11 +7,14 @@ a made-up 0. Columns with nothing to show are dropped.
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
+
 from matrixbench.report import arithmetic, stats
 from matrixbench.report.cells import STATUS_TEXT, CellIndex, is_ok, row_label
 from matrixbench.report.published import GPUS, TABLE_TITLES, PublishedReference, source_title
 
 NOISY_MARK = "†"
+BETWEEN_NOISY_MARK = "¶"
 ACCURACY_MARK = "‡"
 EAGER_FAILED_MARK = "◊"
 PUBLISHED_NOTE_MARK = "§"
@@ -86,7 +89,7 @@ def latency(row, notes, suffix=""):
 
 
 def _marks(row):
-    noisy = NOISY_MARK if row["timing.noisy"] else ""
+    noisy = (NOISY_MARK if row["timing.noisy"] else "") + (BETWEEN_NOISY_MARK if row.get("between_noisy") else "")
     return noisy + (ACCURACY_MARK if row["accuracy.status"] in ACCURACY_FAILURES else "")
 
 
@@ -100,8 +103,8 @@ def speedup_pct(eager, compiled):
 
 
 def compare(baseline, candidate):
-    return stats.change(baseline["timing.mean_ms"], candidate["timing.mean_ms"],
-                        baseline["timing.samples_ms"], candidate["timing.samples_ms"])
+    """A change between two cells' processes (see stats.compare_processes)."""
+    return stats.compare_processes(baseline["process_samples"], candidate["process_samples"])
 
 
 def change_text(change):
@@ -110,7 +113,7 @@ def change_text(change):
 
 def interval_cell(change):
     if change.significant is None:
-        return missing("n/a (no samples)")
+        return label(stats.NOT_TESTED)
     return Cell(f"[{change.low_pct:+.1f}%, {change.high_pct:+.1f}%]")
 
 
@@ -344,7 +347,7 @@ def summary_table(cells):
             for mode in cells.values("mode", device=device, image=image):
                 rows.append(_summary_row(cells, device, image, mode, common.get(mode)))
     header = ["Device", "Image", "Mode", "geo-mean speed-up", "geo-mean over common cells", *SUMMARY_STATUSES,
-              "noisy", "accuracy failures", "compile time (median s)", "graph breaks"]
+              "noisy", "between-process CV (median)", "accuracy failures", "compile time (median s)", "graph breaks"]
     return drop_empty_columns(Table("Summary", header, rows))
 
 
@@ -356,7 +359,8 @@ def _summary_row(cells, device, image, mode, common):
     geomeans = [_geomean_cell(speedups(cells, ok)), _common_geomean_cell(cells, ok, common)] if compiled \
         else [missing("baseline"), missing()]
     return ([label(device), label(cells.image_labels[image]), label(mode)] + geomeans
-            + counts + [Cell(str(sum(bool(row["timing.noisy"]) for row in ok)))]
+            + counts + [Cell(str(sum(bool(row["timing.noisy"]) or bool(row["between_noisy"]) for row in ok))),
+                        _median_between_cv(ok)]
             + [Cell(str(sum(row["accuracy.status"] in ACCURACY_FAILURES for row in ok)))]
             + ([_median_compile(ok), _graph_breaks(ok)] if compiled else [missing(), missing()]))
 
@@ -395,6 +399,11 @@ def _common_geomean_cell(cells, ok_rows, common):
         return missing()
     found = speedups(cells, ok_rows)
     return _geomean_cell({key: value for key, value in found.items() if key in common})
+
+
+def _median_between_cv(ok_rows):
+    values = [row["between_cv"] for row in ok_rows if row["between_cv"] is not None]
+    return Cell(f"{float(np.median(values)):.3f}") if values else missing()
 
 
 def _median_compile(ok_rows):

@@ -1,0 +1,105 @@
+"""Cells measured in several processes (records with a `repeat` index): statistics across them.
+
+Hand-made records: vit's processes have tight samples but per-process means that overlap
+between the two images (no star); resnet's are cleanly separated (a star); beit ran once per
+image (the change is shown, "not tested: one process per cell").
+"""
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from matrixbench.report import build_report
+from runner import records
+from runner.plan import plan_from_dict
+from runner.timing import summarize
+
+# (image, model) -> the mean of each process; samples spread 0.5% around it
+PROCESS_MEANS = {
+    ("old", "vit"): [10.0, 12.0, 14.0], ("new", "vit"): [11.0, 13.0, 15.0],       # overlapping
+    ("old", "resnet"): [10.0, 10.1, 9.9], ("new", "resnet"): [12.0, 12.1, 11.9],  # cleanly separated
+    ("old", "beit"): [10.0], ("new", "beit"): [12.0],                             # one process each
+}
+TORCH = {"old": "2.0.1", "new": "2.1.0"}
+
+
+def _record(image, model, repeat, mean):
+    cell = {"model": model, "task": "image-classification", "weights": "random", "size": "full",
+            "batch_size": 1, "mode": "eager", "fullgraph": False, "dtype": "float32"}
+    plan = plan_from_dict({"settings": {"iterations": 100, "cv_threshold": 0.05}, "cells": [cell]})
+    environment = {"python": "3.10", "torch": TORCH[image], "torch_git": None, "transformers": "4.43.4",
+                   "cuda": None, "cudnn": None, "gpu_name": None, "gpu_count": 0, "driver": None,
+                   "cpu_model": "hand-made", "threads": 1, "platform": "hand-made", "hostname": "hand-made",
+                   "image_name": image, "image_id": None}
+    job = {"cell": plan.cells[0], "settings": plan.settings, "device": "cpu", "environment": environment,
+           "precision": {"float32_matmul_precision": "highest", "cuda_matmul_allow_tf32": None,
+                         "cudnn_allow_tf32": None},
+           "started_at": "2026-01-01T00:00:00+00:00", "start_clock": 0.0}
+    record = records.new_record(job)
+    noise = np.random.default_rng(repeat + 7 * len(model)).standard_normal(100)
+    samples = [float(value) for value in mean * (1 + 0.005 * (noise - noise.mean()) / noise.std(ddof=1))]
+    record.update(status="ok", duration_s=1.0, repeat=repeat, memory={"peak_bytes": 1, "kind": "cpu_max_rss"},
+                  accuracy={"max_abs_diff": None, "tolerance": None, "status": "skipped"},
+                  timing={"load_s": 1.0, "compile_s": 1.0, "warmup_s": 1.0, "timer": "perf_counter",
+                          **summarize(samples, 0.05)})
+    if repeat == 0 and image == "new" and model == "beit":
+        del record["repeat"]          # a record without the index is repeat 0
+    return record
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("repeats")
+    run = root / "run"
+    (run / "old").mkdir(parents=True)
+    (run / "new").mkdir()
+    (run / "run.json").write_text(json.dumps({"schema_version": 1, "images": ["old", "new"]}))
+    for (image, model), means in PROCESS_MEANS.items():
+        for repeat, mean in enumerate(means):
+            path = run / image / f"{model}_bs1_eager_float32.r{repeat}.json"
+            path.write_text(json.dumps(_record(image, model, repeat, mean)))
+    build_report([run], root / "out", ["md", "csv"])
+    return (pd.read_csv(root / "out" / "comparisons.csv"), (root / "out" / "report.md").read_text(encoding="utf-8"),
+            pd.read_csv(root / "out" / "results.csv"))
+
+
+def _pair_row(markdown, label):
+    return next(line for line in markdown.splitlines() if line.startswith(f"| {label} | eager |"))
+
+
+def test_every_process_is_a_line_of_results_csv(built):
+    assert len(built[2]) == sum(len(means) for means in PROCESS_MEANS.values())
+    assert sorted(built[2]["repeat"].unique()) == [0, 1, 2]
+
+
+def test_overlapping_process_means_get_no_star(built):
+    row = built[0].query("kind == 'image_change' and model == 'vit'").iloc[0]
+    assert row["percent"] == pytest.approx((13 / 12 - 1) * 100, abs=0.01)   # mean over all samples
+    assert row["significant"] == "False" and row["processes"] == 3
+    assert re.search(r"\| \+8\.3% \| \[", _pair_row(built[1], "Image Classification/ViT"))
+
+
+def test_cleanly_separated_process_means_get_a_star(built):
+    row = built[0].query("kind == 'image_change' and model == 'resnet'").iloc[0]
+    assert row["percent"] == pytest.approx(20.0, abs=0.01) and row["significant"] == "True"
+    assert "| +20.0%* |" in _pair_row(built[1], "Image Classification/ResNet")
+
+
+def test_one_process_per_cell_is_shown_but_not_tested(built):
+    row = built[0].query("kind == 'image_change' and model == 'beit'").iloc[0]
+    assert row["percent"] == pytest.approx(20.0, abs=0.01)
+    assert row["significant"] == "not tested: one process per cell" and row["processes"] == 1
+    assert _pair_row(built[1], "Image Classification/BeiT").endswith(
+        "| +20.0% | not tested: one process per cell |")
+
+
+def test_between_process_noise_is_flagged_apart_from_within_process_noise(built):
+    markdown = built[1]
+    assert "12.000¶" in markdown          # vit: CV of 10/12/14 = 0.167 > 0.05
+    assert "10.000¶" not in markdown      # resnet: CV 0.01
+    assert "¶ noisy between processes" in markdown and "† noisy within a process" in markdown
+    summary = next(line for line in markdown.splitlines() if line.startswith("| CPU (hand-made) | old"))
+    between = np.median([np.std(m, ddof=1) / np.mean(m) for m in ([10.0, 12.0, 14.0], [10.0, 10.1, 9.9])])
+    assert f"| {between:.3f} |" in summary
