@@ -29,7 +29,7 @@ from runner.plan import plan_from_dict  # noqa: E402
 def vit_cell(mode):
     return {"model": "vit", "model_id": "google/vit-base-patch16-224", "config_path": None,
             "task": "image-classification", "weights": "random", "size": "full", "batch_size": 1,
-            "mode": mode, "fullgraph": False, "dtype": "float32", "fault": None}
+            "mode": mode, "fullgraph": False, "dtype": "float32"}
 
 
 def measure_once(launcher, plan, context, cache_dir):

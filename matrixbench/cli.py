@@ -13,11 +13,12 @@ import click
 
 from matrixbench.backends import backend_names
 from matrixbench.errors import MatrixbenchError
-from matrixbench.matrix import Overrides, apply_overrides, load_matrix
+from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.plan import plan_run, recorded_failures_line, run_dir, unreadable_lines
 from matrixbench.progress import make_progress
-from matrixbench.run import DEFAULT_RUN, DEVICES, RunOptions, check_device, run_matrix
-from runner.schema import DTYPES, MODES, SIZES, WEIGHTS
+from matrixbench.run import DEFAULT_RUN, RunOptions, check_device, run_matrix
+from runner.core import DEVICES
+from runner.settings import BY_NAME, OVERRIDES
 
 INTERRUPTED_EXIT = 130
 DEFAULT_MATRIX = "matrix.yaml"
@@ -59,34 +60,37 @@ images_option = click.option(
     "--images", multiple=True, callback=_comma_list(), metavar="NAMES",
     help="Only these images, comma-separated (e.g. stable,nightly).")
 
+FLAG_ALIASES = {"dtypes": ("--dtype",)}
+_CLICK_TYPES = {"integer": int, "number": float, "string": str}
+
+
+def _setting_option(setting):
+    """The override option of one declared setting (runner.settings). Click only parses the
+    value; load_matrix checks it, with the file's values, against the one schema."""
+    names = (setting.flag, *FLAG_ALIASES.get(setting.name, ()), setting.name)
+    convert = _CLICK_TYPES[setting.kind]
+    if setting.many:
+        return click.option(*names, multiple=True, callback=_comma_list(convert=convert),
+                            metavar=setting.name.upper(), help=setting.help)
+    choices = f" One of {', '.join(setting.choices)}." if setting.choices else ""
+    return click.option(*names, type=convert, help=setting.help + choices)
+
+
 override_options = _stack(
     images_option,
     click.option("--models", multiple=True, callback=_comma_list(), metavar="NAMES",
                  help="Only these models, comma-separated (e.g. vit,detr-resnet-101)."),
-    click.option("--batch-sizes", multiple=True, callback=_comma_list(convert=int), metavar="SIZES",
-                 help="Batch sizes, comma-separated (e.g. 1,4)."),
-    click.option("--modes", multiple=True, callback=_comma_list(MODES), metavar="MODES",
-                 help=f"Modes, comma-separated, from {', '.join(MODES)}."),
-    click.option("--dtypes", "--dtype", "dtypes", multiple=True, callback=_comma_list(DTYPES),
-                 metavar="DTYPES",
-                 help=f"Dtypes, comma-separated, from {', '.join(DTYPES)}."),
-    click.option("--iterations", type=click.IntRange(min=1), help="Timed iterations per cell."),
-    click.option("--warmup", type=click.IntRange(min=0), help="Warm-up iterations per cell."),
-    click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
-                 help="Per-cell time limit in seconds, compile included."),
-    click.option("--size", type=click.Choice(SIZES), help="Model size: full, or tiny (CPU tests)."),
-    click.option("--weights", type=click.Choice(WEIGHTS), help="Weights for every model."),
+    *(_setting_option(setting) for setting in OVERRIDES),
 )
 
 
 def _overrides(options):
-    names = ("images", "models", "batch_sizes", "modes", "dtypes", "iterations", "warmup",
-             "timeout_s", "size", "weights")
+    names = ("images", "models", *(setting.name for setting in OVERRIDES))
     return Overrides(**{name: options.get(name) for name in names})
 
 
 def _load(matrix_path, overrides):
-    return apply_overrides(load_matrix(matrix_path), overrides)
+    return load_matrix(matrix_path, overrides)
 
 
 def handles_errors(command):
@@ -186,8 +190,8 @@ def _echo_build_line(image_name, line):
               default="results", show_default=True, help="Results folder.")
 @click.option("--backend", type=click.Choice(backend_names()), default="docker", show_default=True,
               help="docker: one container per image; local: this interpreter, no Docker.")
-@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True,
-              help="auto: the GPU when there is one, else the CPU; cuda fails without a GPU.")
+@click.option("--device", type=click.Choice(DEVICES), default=BY_NAME["device"].default,
+              show_default=True, help=BY_NAME["device"].help)
 @click.option("--force", is_flag=True, help="Rerun cells that already have a record.")
 @click.option("--retry-failed", is_flag=True, help="Rerun cells whose record is not ok.")
 @click.option("--cold", is_flag=True, help="No compile cache: every compile starts cold.")
@@ -223,8 +227,7 @@ def describe_plan(matrix, run_path, force, retry_failed):
         failed = f" ({recorded_failures_line(plan.recorded_failures)})" if plan.recorded_failures else ""
         lines.append(f"{plan.image_name}: {len(plan.pending)} to run, {plan.done} done{failed} -> {plan.out_dir}")
         lines += [f"  {line}" for line in unreadable_lines(plan)]
-        lines += [f"  {cell['model']} {cell['mode']} bs={cell['batch_size']} {cell['dtype']}"
-                  for cell in plan.pending]
+        lines += [f"  {cell.model} {cell.mode} bs={cell.batch_size} {cell.dtype}" for cell in plan.pending]
     return "\n".join(lines)
 
 

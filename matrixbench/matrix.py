@@ -1,21 +1,33 @@
-"""matrix.yaml: load and validate it, apply CLI overrides, expand it into runner cells.
+"""matrix.yaml: load it with CLI overrides, validate the merged result once, expand it into cells.
 
-``load_matrix(path)`` returns a ``Matrix``; ``apply_overrides(matrix, Overrides(...))`` narrows
-or changes it; ``cells_by_image(matrix)`` gives each image's runner cell dicts
-(runner/schema.py CELL_SCHEMA). Every problem raises ``MatrixError`` naming the field path or
-the flag, and the allowed values.
+``load_matrix(path, Overrides(...))`` returns a ``Matrix``: the overrides' values replace the
+file's, the merged data is checked once against the schema (a file problem gives
+``file:line:col``, an override problem its flag), then ``--images``/``--models`` select.
+``cells_by_image(matrix)`` gives each image's ``runner.core.Cell`` list. Every problem raises
+``MatrixError`` naming the field path or the flag, and the allowed values.
 """
+from __future__ import annotations
+
 import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from matrixbench import matrix_errors, matrix_yaml
 from matrixbench.errors import MatrixError
-from matrixbench.matrix_schema import DEFAULTS, MATRIX_SCHEMA, NUMBER_BOUNDS
-from runner.schema import DTYPES, MODES, SIZES, WEIGHTS
+from matrixbench.matrix_schema import DEFAULTS, MATRIX_SCHEMA
+from runner.core import Cell
+from runner.settings import BY_NAME, OVERRIDES, RUNNER_SETTINGS
+
+JSON = Dict[str, Any]
+
+
+def _default(name: str) -> Any:
+    """A matrix field's default, from its declaration (runner.settings)."""
+    value = BY_NAME[name].default
+    return tuple(value) if isinstance(value, (list, tuple)) else value
 
 
 @dataclass(frozen=True)
@@ -28,23 +40,19 @@ class Image:
     transformers: str
     base_image: str
     index_url: Optional[str] = None
-    extra_index_urls: tuple = ()
-    extra_pins: tuple = ()
-    env: dict = field(default_factory=dict)
+    extra_index_urls: Tuple[str, ...] = ()
+    extra_pins: Tuple[str, ...] = ()
+    env: Dict[str, str] = field(default_factory=dict)
     description: str = ""
     published: Optional[str] = None   # the report's published source; None: by torch version
 
     @property
-    def torch_version(self):
+    def torch_version(self) -> Optional[str]:
         """The pinned version ("2.0.1" for "torch==2.0.1"), or None when not pinned exactly."""
         spec = self.torch.replace(" ", "")
         return spec[len("torch=="):] if spec.startswith("torch==") and "," not in spec else None
 
-    def requirements(self):
-        """What pip installs into the image: torch, transformers, then the extra pins."""
-        return [self.torch, self.transformers, *self.extra_pins]
-
-    def content_hash(self):
+    def content_hash(self) -> str:
         """Short hash of everything that goes into building this image (for image labels)."""
         build = dataclasses.asdict(self)
         del build["name"], build["description"], build["published"]
@@ -62,33 +70,36 @@ class Model:
 
 @dataclass(frozen=True)
 class Matrix:
-    images: dict
-    models: dict
-    batch_sizes: tuple
-    modes: tuple
-    dtypes: tuple = ("float32",)
-    size: str = "full"
-    fullgraph: bool = False
-    iterations: int = 300
-    warmup: int = 10
-    timeout_s: float = 900
-    accuracy_tolerance: Optional[float] = None  # None: the dtype's default (runner.accuracy)
-    cv_threshold: float = 0.1
+    """A validated matrix; defaults of the settings come from runner.settings."""
+
+    images: Dict[str, Image]
+    models: Dict[str, Model]
+    batch_sizes: Tuple[int, ...]
+    modes: Tuple[str, ...]
+    dtypes: Tuple[str, ...] = _default("dtypes")
+    size: str = _default("size")
+    fullgraph: bool = _default("fullgraph")
+    iterations: int = _default("iterations")
+    warmup: int = _default("warmup")
+    timeout_s: float = _default("timeout_s")
+    accuracy_tolerance: Optional[float] = _default("accuracy_tolerance")  # None: the dtype's default
+    cv_threshold: float = _default("cv_threshold")
     path: Optional[Path] = None
 
-    def to_dict(self):
+    def to_dict(self) -> JSON:
         """Plain data (for run.json and hashing); ``path`` left out."""
         data = dataclasses.asdict(self)
         del data["path"]
         return data
 
-    def content_hash(self):
+    def content_hash(self) -> str:
         return _short_hash(self.to_dict())
 
 
 @dataclass(frozen=True)
 class Overrides:
-    """CLI overrides; None leaves the matrix's value."""
+    """CLI overrides; None leaves the matrix's value. The settings ones (every field but
+    images and models) are those runner.settings declares with a flag."""
 
     images: Optional[Sequence[str]] = None
     models: Optional[Sequence[str]] = None
@@ -101,29 +112,49 @@ class Overrides:
     size: Optional[str] = None
     weights: Optional[str] = None
 
+    def settings(self) -> JSON:
+        """The settings given, by matrix key (lists without repeats)."""
+        given = {s.name: getattr(self, s.name) for s in OVERRIDES if getattr(self, s.name) is not None}
+        return {name: _unique(value) if isinstance(value, (list, tuple)) else value
+                for name, value in given.items()}
 
-def _short_hash(data):
+
+def _short_hash(data: Any) -> str:
     text = json.dumps(data, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 # --- loading -------------------------------------------------------------------------------
 
-def load_matrix(path):
-    """Read, validate and resolve a matrix file; raise MatrixError naming what is wrong."""
+def load_matrix(path: Path | str, overrides: Optional[Overrides] = None) -> Matrix:
+    """Read a matrix file, apply ``overrides``, validate the result once, resolve it.
+
+    Raises MatrixError naming what is wrong: ``file:line:col`` for the file, the flag for an
+    override.
+    """
     path = Path(path)
+    overrides = overrides or Overrides()
     text = matrix_yaml.read_text(path)
     data = matrix_yaml.parse(text, path)
-    matrix_errors.validate(data, MATRIX_SCHEMA, text, path)
-    return _build(data, path)
+    given = overrides.settings()
+    if isinstance(data, dict):
+        data = {**data, **given}
+    flags = {name: BY_NAME[name].flag or name for name in given}
+    matrix_errors.validate(data, MATRIX_SCHEMA, text, path, flags=flags)
+    matrix = _build(data, path, weights=overrides.weights)
+    _check_tiny(matrix, overrides)
+    return _select_entries(matrix, overrides)
 
 
-def _build(data, path):
+def _build(data: JSON, path: Path, weights: Optional[str] = None) -> Matrix:
+    """The Matrix of validated data; ``weights`` (--weights) replaces every model's."""
     values = {**DEFAULTS, **data}
-    weights = values.pop("weights")
+    default_weights = values.pop("weights")
+    models = values.pop("models")
     return Matrix(
         images={name: _image(name, entry) for name, entry in values.pop("images").items()},
-        models={name: _model(name, entry, weights, path) for name, entry in values.pop("models").items()},
+        models={name: _model(name, dict(entry, **({"weights": weights} if weights else {})),
+                             default_weights, path) for name, entry in models.items()},
         batch_sizes=tuple(int(size) for size in values.pop("batch_sizes")),
         modes=tuple(values.pop("modes")),
         dtypes=tuple(values.pop("dtypes")),
@@ -132,7 +163,7 @@ def _build(data, path):
     )
 
 
-def _image(name, entry):
+def _image(name: str, entry: JSON) -> Image:
     return Image(
         name=name,
         torch=entry["torch"],
@@ -148,7 +179,7 @@ def _image(name, entry):
     )
 
 
-def _model(name, entry, default_weights, matrix_path):
+def _model(name: str, entry: JSON, default_weights: str, matrix_path: Path) -> Model:
     """A model by hub id, by ``config`` (a config.json), or by ``path`` (a save_pretrained
     folder: its config.json, and its weights unless the entry says ``weights: random``)."""
     config, weights = entry.get("config"), entry.get("weights", default_weights)
@@ -161,7 +192,7 @@ def _model(name, entry, default_weights, matrix_path):
                  config_path=config)
 
 
-def _checkpoint_config(name, folder, matrix_path):
+def _checkpoint_config(name: str, folder: str, matrix_path: Path) -> Path:
     resolved = (matrix_path.parent / folder).resolve()
     if not (resolved / "config.json").is_file():
         raise MatrixError(
@@ -171,7 +202,7 @@ def _checkpoint_config(name, folder, matrix_path):
     return resolved / "config.json"
 
 
-def _existing_config(name, config, matrix_path):
+def _existing_config(name: str, config: str, matrix_path: Path) -> Path:
     resolved = (matrix_path.parent / config).resolve()
     if not resolved.is_file():
         raise MatrixError(
@@ -182,7 +213,7 @@ def _existing_config(name, config, matrix_path):
     return resolved
 
 
-def _check_config_json(where, path):
+def _check_config_json(where: str, path: Path) -> None:
     """What the host can check of a transformers config.json: JSON, an object, a model_type."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -198,32 +229,17 @@ def _check_config_json(where, path):
 
 # --- overrides -----------------------------------------------------------------------------
 
-def apply_overrides(matrix, overrides):
-    """Return ``matrix`` narrowed or changed by ``overrides``; unknown names are errors."""
-    changes = {}
+def _select_entries(matrix: Matrix, overrides: Overrides) -> Matrix:
+    """``--images`` / ``--models``: only those entries, in that order."""
+    changes: JSON = {}
     if overrides.images is not None:
         changes["images"] = _select("--images", overrides.images, matrix.images)
     if overrides.models is not None:
         changes["models"] = _select("--models", overrides.models, matrix.models)
-    if overrides.weights is not None:
-        _check_choice("--weights", overrides.weights, WEIGHTS)
-        models = changes.get("models", matrix.models)
-        changes["models"] = {n: dataclasses.replace(m, weights=overrides.weights) for n, m in models.items()}
-    for flag, name, choices in (("--modes", "modes", MODES), ("--dtypes", "dtypes", DTYPES)):
-        values = getattr(overrides, name)
-        if values is not None:
-            changes[name] = tuple(_check_choices(flag, values, choices))
-    if overrides.batch_sizes is not None:
-        changes["batch_sizes"] = tuple(_check_batch_sizes(overrides.batch_sizes))
-    if overrides.size is not None:
-        changes["size"] = _check_choice("--size", overrides.size, SIZES)
-    changes.update(_numbers(overrides))
-    result = dataclasses.replace(matrix, **changes)
-    _check_tiny(result, overrides)
-    return result
+    return dataclasses.replace(matrix, **changes) if changes else matrix
 
 
-def _select(flag, names, available):
+def _select(flag: str, names: Sequence[str], available: Mapping[str, Any]) -> Dict[str, Any]:
     names = _unique(names)
     if not names:
         raise MatrixError(f"{flag} is empty; valid: {', '.join(available)}")
@@ -235,44 +251,7 @@ def _select(flag, names, available):
     return {name: available[name] for name in names}
 
 
-def _check_choices(flag, values, choices):
-    values = _unique(values)
-    if not values:
-        raise MatrixError(f"{flag} is empty; valid: {', '.join(choices)}")
-    for value in values:
-        _check_choice(flag, value, choices)
-    return values
-
-
-def _check_choice(flag, value, choices):
-    if value not in choices:
-        raise MatrixError(f"{flag}: {value!r} is not one of {', '.join(choices)}")
-    return value
-
-
-def _check_batch_sizes(sizes):
-    sizes = _unique(sizes)
-    if not sizes or any(not isinstance(s, int) or isinstance(s, bool) or s < 1 for s in sizes):
-        raise MatrixError(f"--batch-sizes must be positive integers, got {list(sizes)}")
-    return sizes
-
-
-def _numbers(overrides):
-    changes = {}
-    for name, flag in (("iterations", "--iterations"), ("warmup", "--warmup"), ("timeout_s", "--timeout")):
-        value = getattr(overrides, name)
-        if value is None:
-            continue
-        lowest, highest = NUMBER_BOUNDS[name]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < lowest:
-            raise MatrixError(f"{flag} must be a number >= {lowest:g}, got {value!r}")
-        if value > highest:
-            raise MatrixError(f"{flag} must be <= {highest:,}, got {value!r}: more is a typo, not a measurement")
-        changes[name] = value
-    return changes
-
-
-def _check_tiny(matrix, overrides):
+def _check_tiny(matrix: Matrix, overrides: Overrides) -> None:
     """The tiny variants exist only for the shipped models, and only with random weights."""
     if matrix.size != "tiny":
         return
@@ -290,14 +269,14 @@ def _check_tiny(matrix, overrides):
                 "weights; drop one of them (or set --weights random)")
 
 
-def _unique(values):
+def _unique(values: Sequence[Any]) -> List[Any]:
     return list(dict.fromkeys(values))
 
 
 # --- cells ---------------------------------------------------------------------------------
 
-def expand_cells(matrix):
-    """The cells every image runs, as runner cell dicts: model x dtype x batch size x mode."""
+def expand_cells(matrix: Matrix) -> List[Cell]:
+    """The cells every image runs: model x dtype x batch size x mode."""
     return [
         _cell(matrix, model, dtype, batch_size, mode)
         for model in matrix.models.values()
@@ -307,34 +286,26 @@ def expand_cells(matrix):
     ]
 
 
-def cells_by_image(matrix):
+def cells_by_image(matrix: Matrix) -> Dict[str, List[Cell]]:
     """image name -> that image's cells (every image runs the same cells)."""
     return {name: expand_cells(matrix) for name in matrix.images}
 
 
-def _cell(matrix, model, dtype, batch_size, mode):
-    return {
-        "model": model.name,
-        "model_id": model.model_id,
-        "config_path": model.config_path,
-        "task": model.task,
-        "weights": model.weights,
-        "size": matrix.size,
-        "batch_size": batch_size,
-        "mode": mode,
-        "fullgraph": matrix.fullgraph and mode != "eager",
-        "dtype": dtype,
-        "fault": None,
-    }
+def _cell(matrix: Matrix, model: Model, dtype: str, batch_size: int, mode: str) -> Cell:
+    return Cell(
+        model=model.name,
+        model_id=model.model_id,
+        config_path=model.config_path,
+        task=model.task,
+        weights=model.weights,
+        size=matrix.size,
+        batch_size=batch_size,
+        mode=mode,
+        fullgraph=matrix.fullgraph and mode != "eager",
+        dtype=dtype,
+    )
 
 
-def runner_settings(matrix, device):
-    """The ``settings`` block of the runner's cells file."""
-    return {
-        "iterations": matrix.iterations,
-        "warmup": matrix.warmup,
-        "timeout_s": matrix.timeout_s,
-        "device": device,
-        "accuracy_tolerance": matrix.accuracy_tolerance,
-        "cv_threshold": matrix.cv_threshold,
-    }
+def runner_settings(matrix: Matrix, device: str) -> JSON:
+    """The ``settings`` block of the runner's cells file: every runner setting."""
+    return {s.name: device if s.name == "device" else getattr(matrix, s.name) for s in RUNNER_SETTINGS}

@@ -1,4 +1,7 @@
 """Schema validation of matrix.yaml with messages that name the field path, its line and the fix."""
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
 import jsonschema
 import yaml
 
@@ -13,12 +16,22 @@ _TYPE_NAMES = {
 }
 
 
-def validate(data, schema, text, path):
-    """Raise MatrixError listing every schema violation of ``data`` (parsed from ``text``)."""
+def validate(data: Any, schema: Mapping[str, Any], text: str, path: Path,
+             flags: Optional[Mapping[str, str]] = None) -> None:
+    """Raise MatrixError listing every schema violation of ``data`` (parsed from ``text``).
+
+    ``flags`` maps top-level keys whose value came from a command-line flag to that flag:
+    their problems name the flag; the others name ``file:line:col``.
+    """
+    flags = flags or {}
     validator = jsonschema.Draft202012Validator(schema)
     errors = list(validator.iter_errors(data))
     if not errors:
         return
+    from_flags = [error for error in errors if _flag_of(error, flags)]
+    if from_flags:
+        raise MatrixError("invalid option:\n" + "\n".join(
+            f"  {describe(error, _flag_of(error, flags))}" for error in from_flags))
     root = _compose(text)
     located = sorted((_location(root, error), describe(error)) for error in errors)
     lines = [f"  {path}:{line}:{column}: {message}" for (line, column), message in located]
@@ -27,11 +40,16 @@ def validate(data, schema, text, path):
     raise MatrixError(f"{path} is invalid:\n" + "\n".join(shown))
 
 
-def describe(error):
-    """One sentence for one jsonschema error: field path, what is wrong, what is allowed."""
-    where = dotted(error.absolute_path)
+def describe(error, where=None):
+    """One sentence for one jsonschema error: field path (or ``where``), what is wrong, what is allowed."""
+    where = where or dotted(error.absolute_path)
     rule = _RULES.get(error.validator, _default)
     return rule(where or "top level", error)
+
+
+def _flag_of(error, flags):
+    path = list(error.absolute_path)
+    return flags.get(path[0]) if path else None
 
 
 def dotted(parts):

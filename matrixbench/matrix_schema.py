@@ -1,20 +1,17 @@
 """The JSON Schema of matrix.yaml, and the defaults of its optional keys.
 
+The settings' properties (axes, iterations, ...) and defaults derive from their one
+declaration in ``runner.settings``; images and models are described here.
 Each subschema may carry ``x-message``: the sentence shown when it fails, for rules whose
 jsonschema message would be cryptic (``anyOf``, ``pattern``).
 """
-from runner.schema import DTYPES, MODES, SIZES, TASKS, WEIGHTS
+from typing import Any, Dict
+
+from runner.core import TASKS, WEIGHTS
+from runner.settings import MATRIX_SETTINGS, matrix_defaults
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]*$"
 _NAME_RULE = "must use lowercase letters, digits, '.', '_' and '-', and start with a letter or digit"
-
-# Sane limits: past them a run is a typo, not a measurement (10**12 iterations fail as MemoryError).
-NUMBER_BOUNDS = {
-    "iterations": (1, 1_000_000),
-    "warmup": (0, 100_000),
-    "timeout_s": (1e-9, 7 * 24 * 3600),
-    "batch_size": (1, 4096),
-}
 
 _STRING_LIST = {"type": "array", "items": {"type": "string", "minLength": 1}}
 
@@ -74,7 +71,7 @@ MODEL_SCHEMA = {
 }
 
 
-def _named(schema, what):
+def _named(schema: Dict[str, Any], what: str) -> Dict[str, Any]:
     return {
         "type": "object",
         "minProperties": 1,
@@ -83,41 +80,17 @@ def _named(schema, what):
     }
 
 
-def _unique_list(items):
-    return {"type": "array", "minItems": 1, "uniqueItems": True, "items": items}
-
-
 MATRIX_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "matrixbench matrix.yaml",
     "type": "object",
     "additionalProperties": False,
-    "required": ["images", "models", "batch_sizes", "modes"],
+    "required": ["images", "models", *(s.name for s in MATRIX_SETTINGS if s.required)],
     "properties": {
         "images": _named(IMAGE_SCHEMA, "image"),
         "models": _named(MODEL_SCHEMA, "model"),
-        "weights": {"enum": list(WEIGHTS)},
-        "size": {"enum": list(SIZES)},
-        "batch_sizes": _unique_list({"type": "integer", "minimum": 1, "maximum": NUMBER_BOUNDS["batch_size"][1]}),
-        "modes": _unique_list({"enum": list(MODES)}),
-        "fullgraph": {"type": "boolean"},
-        "dtypes": _unique_list({"enum": list(DTYPES)}),
-        "iterations": {"type": "integer", "minimum": 1, "maximum": NUMBER_BOUNDS["iterations"][1]},
-        "warmup": {"type": "integer", "minimum": 0, "maximum": NUMBER_BOUNDS["warmup"][1]},
-        "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": NUMBER_BOUNDS["timeout_s"][1]},
-        "accuracy_tolerance": {"type": ["number", "null"], "minimum": 0},
-        "cv_threshold": {"type": "number", "exclusiveMinimum": 0},
+        **{s.name: s.json_schema() for s in MATRIX_SETTINGS},
     },
 }
 
-DEFAULTS = {
-    "weights": "random",
-    "size": "full",
-    "fullgraph": False,
-    "dtypes": ["float32"],
-    "iterations": 300,
-    "warmup": 10,
-    "timeout_s": 900,
-    "accuracy_tolerance": None,  # the runner picks the dtype's default
-    "cv_threshold": 0.1,
-}
+DEFAULTS = matrix_defaults()

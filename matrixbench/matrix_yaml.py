@@ -4,6 +4,9 @@ PyYAML accepts what a matrix must not hold: ``50:`` and ``yes:`` as keys (a numb
 boolean), and a key given twice (the last one silently wins). This loader refuses them, naming
 the line. Syntax errors point at the line where the unclosed bracket or quote was opened.
 """
+from pathlib import Path
+from typing import Any
+
 import yaml
 from yaml.constructor import ConstructorError
 
@@ -45,7 +48,7 @@ def _check_keys(node):
         seen[key.value] = key.start_mark.line
 
 
-def read_text(path):
+def read_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -59,7 +62,7 @@ def read_text(path):
         raise MatrixError(f"cannot read matrix file {path}: {exc}") from exc
 
 
-def parse(text, path):
+def parse(text: str, path: Path) -> Any:
     """The YAML document in ``text``: a mapping, or MatrixError naming the line."""
     try:
         data = yaml.load(text, Loader=StrictLoader)

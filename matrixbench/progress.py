@@ -10,7 +10,8 @@ import threading
 import time
 from collections import Counter
 
-from runner.schema import RecordError, read_record, record_path
+from runner.core import Status
+from runner.schema import RecordError, load_record, record_path
 
 
 def format_duration(seconds):
@@ -36,22 +37,21 @@ def eta_seconds(elapsed, done, total):
 
 def cell_label(image_name, cell):
     """"stable resnet default bs=4" (dtype added when not float32)."""
-    dtype = "" if cell["dtype"] == "float32" else f" {cell['dtype']}"
-    return f"{image_name} {cell['model']} {cell['mode']} bs={cell['batch_size']}{dtype}"
+    dtype = "" if cell.dtype == "float32" else f" {cell.dtype}"
+    return f"{image_name} {cell.model} {cell.mode} bs={cell.batch_size}{dtype}"
 
 
 def record_summary(record):
     """"ok 12.34 ms (compile 21.0 s) on cpu[, noisy (cv 0.31)]" or "error: RuntimeError: ..."."""
-    status = record["status"]
-    if status != "ok":
-        error = record.get("error") or {}
-        message = f"{error.get('type', '')}: {error.get('message', '')}".strip(": ")
-        return f"{status}: {message[:160]}" if message else status
-    timing = record.get("timing") or {}
+    if record.status is not Status.OK:
+        error = record.error
+        message = f"{error.type}: {error.message}".strip(": ") if error else ""
+        return f"{record.status.value}: {message[:160]}" if message else record.status.value
+    timing = record.timing or {}
     text = f"ok {timing.get('mean_ms', float('nan')):.2f} ms"
-    if timing.get("compile_s") is not None and record["cell"]["mode"] != "eager":
+    if timing.get("compile_s") is not None and record.cell.mode != "eager":
         text += f" (compile {timing['compile_s']:.1f} s)"
-    text += f" on {record['device']}"
+    text += f" on {record.device}"
     return text + (f", noisy (cv {timing['cv']:.2f})" if timing.get("noisy") else "")
 
 
@@ -68,7 +68,7 @@ class ProgressState:
 
     def cell_finished(self, image_name, cell, record):
         self.done += 1
-        self.statuses[record["status"]] += 1
+        self.statuses[record.status.value] += 1
         self.last = f"{cell_label(image_name, cell)}: {record_summary(record)}"
 
     def elapsed_s(self):
@@ -140,9 +140,9 @@ class LineProgress(NullProgress):
 
 def cell_result(record):
     """"ok 12.34 ms, first call 21.0 s" or "error: RuntimeError: ..." (one line)."""
-    if record["status"] != "ok":
+    if record.status is not Status.OK:
         return record_summary(record).splitlines()[0]
-    timing = record.get("timing") or {}
+    timing = record.timing or {}
     first = timing.get("compile_s")
     first_call = f", first call {first:.1f} s" if first is not None else ""
     return f"ok {timing.get('mean_ms', float('nan')):.2f} ms{first_call}"
@@ -232,7 +232,7 @@ class RecordWatcher:
         reported = 0
         for path in found:
             try:
-                record = read_record(path)
+                record = load_record(path)
             except RecordError:
                 continue  # unreadable for now: look again at the next poll
             self._on_record(self._waiting.pop(path), record)

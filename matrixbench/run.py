@@ -23,9 +23,8 @@ from matrixbench.plan import plan_run, recorded_failures_line, run_dir, unreadab
 from matrixbench.progress import NullProgress, RecordWatcher
 from matrixbench.resume import check_resume
 from matrixbench.runner_input import write_cells_file
-from runner.schema import cell_id
+from runner.core import DEVICES
 
-DEVICES = ("auto", "cuda", "cpu")
 DEFAULT_RUN = "default"
 # Passed into the runner at run time only, never baked into an image or printed.
 RUNTIME_SECRETS = ("HF_TOKEN",)
@@ -212,14 +211,14 @@ def _run_image(backend, plan, result, matrix, options, gpus, environ, progress):
 
     def on_record(cell, record):
         result.ran += 1
-        result.statuses[record["status"]] += 1
+        result.statuses[record.status.value] += 1
         progress.cell_finished(plan.image_name, cell, record)
 
     request = _request(plan, matrix, options, gpus, environ)
     write_cells_file(request)  # what was asked, next to the records, whatever the backend
     with RecordWatcher(plan.out_dir, plan.pending, on_record, on_tick=progress.tick) as watcher:
         result.exit_code = backend.run(request)
-    result.missing = [cell_id(cell) for cell in watcher.waiting]
+    result.missing = [cell.id for cell in watcher.waiting]
 
 
 def _request(plan, matrix, options, gpus, environ):

@@ -16,7 +16,7 @@ def runner_input(request, image_id=None):
         "settings": dict(request.settings),
         "image_name": request.image_name,
         "image_id": image_id,
-        "cells": list(request.cells),
+        "cells": [cell.to_dict() for cell in request.cells],
     }
 
 

@@ -20,6 +20,7 @@ import torch
 from runner import accuracy, cudagraphs, faults, gpu_state, memory, records
 from runner.archcheck import bf16_problem
 from runner.compile import compile_model, counters_snapshot, dynamo_stats, reset
+from runner.core import Status
 from runner.precision import apply_precision
 from runner.syncs import count_host_syncs
 from runner.timing import flags as timing_flags
@@ -35,19 +36,19 @@ def run_cell(job, marks=None):
     marks = {} if marks is None else marks
     record = records.new_record(job)
     try:
-        record["precision"] = apply_precision()
+        record.precision = apply_precision()
         reset()
         with torch.no_grad():
             _measure(job, record, marks)
-        record["status"] = "ok"
+        record.status = Status.OK
     except Exception as exc:
         records.fail_with_exception(record, exc)
     return records.finish(record, job)
 
 
 def _measure(job, record, marks):
-    cell, settings, device = job["cell"], record["settings"], job["device"]
-    compiled = cell["mode"] != "eager"
+    cell, settings, device = job["cell"], record.settings, job["device"]
+    compiled = cell.mode != "eager"
     refuse_unsupported(cell, device)
     built, load_s = _load(cell, device, marks)
     reference = _reference(built) if compiled else None
@@ -55,20 +56,20 @@ def _measure(job, record, marks):
     before = counters_snapshot()
     graphs = cudagraphs.counter_for(device)
     with graphs or contextlib.nullcontext():
-        step, compile_s = _compile_and_call_once(built, cell, device, marks)
+        step, compile_s = _compile_and_call_once(built, job, device, marks)
         after_first_call = counters_snapshot()
         warmup_s, warmup_calls = warm_up(step, settings["warmup"], min_warmup_s(device), device)
         syncs = count_host_syncs(step, device)
         loop, state = _timed_loop(step, settings["iterations"], device, job, graphs, marks)
-    record["memory"] = memory.peak(device)
-    record["timing"] = _timing(loop, settings, device, cell["mode"], graphs, state,
+    record.memory = memory.peak(device)
+    record.timing = _timing(loop, settings, device, cell.mode, graphs, state,
                                dict(load_s=load_s, compile_s=compile_s, warmup_s=warmup_s,
                                     warmup_calls=warmup_calls, host_syncs_per_call=syncs))
     if compiled:
-        record["dynamo"] = dynamo_stats(before, after_first_call, counters_snapshot())
-        record["accuracy"] = accuracy.compare(reference, loop.output, settings["accuracy_tolerance"])
+        record.dynamo = dynamo_stats(before, after_first_call, counters_snapshot())
+        record.accuracy = accuracy.compare(reference, loop.output, settings["accuracy_tolerance"])
     else:
-        record["accuracy"] = accuracy.skipped()
+        record.accuracy = accuracy.skipped()
 
 
 def _timed_loop(step, iterations, device, job, graphs, marks):
@@ -118,7 +119,7 @@ class UnsupportedOnThisGpu(RuntimeError):
 
 
 def refuse_unsupported(cell, device, cuda=None):
-    if device != "cuda" or cell["dtype"] != "bfloat16":
+    if device != "cuda" or cell.dtype != "bfloat16":
         return
     cuda = cuda or torch.cuda
     problem = bf16_problem(cuda.get_device_capability(0), cuda.get_device_name(0))
@@ -148,12 +149,12 @@ def _load(cell, device, marks):
     return built, clock() - marks["build"]
 
 
-def _compile_and_call_once(built, cell, device, marks):
+def _compile_and_call_once(built, job, device, marks):
     """The step to time, and compile_s: torch.compile() itself plus the first call."""
+    cell = job["cell"]
     marks["first_call"] = clock()
-    faults.inject(cell["fault"])
-    step = _step(compile_model(built.model, cell["mode"], cell["fullgraph"]), built.inputs,
-                 cell["mode"], device)
+    faults.inject(job.get("fault"))
+    step = _step(compile_model(built.model, cell.mode, cell.fullgraph), built.inputs, cell.mode, device)
     _timed(step, 1, device)
     return step, clock() - marks["first_call"]
 
@@ -161,7 +162,7 @@ def _compile_and_call_once(built, cell, device, marks):
 def _build(cell, device):
     from runner import models  # imported here so a broken models module is a cell error
 
-    return models.build(cell, device, getattr(torch, cell["dtype"]))
+    return models.build(cell, device, getattr(torch, cell.dtype))
 
 
 def _step(model, inputs, mode, device):

@@ -13,15 +13,16 @@ import itertools
 import signal
 import sys
 
+from runner.core import DTYPES, MODES, SIZES, TASKS, WEIGHTS
 from runner.driver import run_plan
-from runner.plan import DEFAULT_SETTINGS, DEVICES, FAULTS, Plan, PlanError, load_plan, validate_cell, validate_settings
-from runner.schema import DTYPES, MODES, SIZES, TASKS, WEIGHTS
+from runner.plan import Plan, PlanError, load_plan, validate_cell, validate_settings
+from runner.settings import BY_NAME, RUNNER_SETTINGS
 
-SETTING_FLAGS = ("iterations", "warmup", "timeout_s", "device", "accuracy_tolerance", "cv_threshold")
-SHORTHAND_DEFAULTS = {"modes": ["eager", "default"], "batch_sizes": [1], "dtypes": ["float32"],
-                      "size": "full", "weights": "random"}
+SETTING_FLAGS = tuple(setting.name for setting in RUNNER_SETTINGS)
+SHORTHAND_DEFAULTS = {name: list(BY_NAME[name].default) if BY_NAME[name].many else BY_NAME[name].default
+                      for name in ("modes", "batch_sizes", "dtypes", "size", "weights")}
 SHORTHAND_FLAGS = ("models", "modes", "batch_sizes", "dtypes", "size", "weights", "fullgraph",
-                   "model_id", "config_path", "task", "fault", "image_name", "image_id")
+                   "model_id", "config_path", "task", "image_name", "image_id")
 
 
 def build_parser():
@@ -53,23 +54,17 @@ def _add_shorthand(group):
     group.add_argument("--model-id", help="hub id, for a model that is not shipped (needs --task)")
     group.add_argument("--config-path", help="local config.json, for a model that is not shipped (needs --task)")
     group.add_argument("--task", choices=TASKS, help="the task of a model given by --model-id or --config-path")
-    group.add_argument("--fault", choices=FAULTS[1:], help=argparse.SUPPRESS)
     group.add_argument("--image-name", help="image name to record in the environment")
     group.add_argument("--image-id", help="image id to record in the environment")
 
 
 def _add_settings(group):
-    defaults = DEFAULT_SETTINGS
-    group.add_argument("--iterations", type=int, help=f"timed iterations (default {defaults['iterations']})")
-    group.add_argument("--warmup", type=int, help=f"warm-up iterations after the first call "
-                       f"(default {defaults['warmup']}, at least 3)")
-    group.add_argument("--timeout-s", type=float,
-                       help=f"per-cell time limit in seconds (default {defaults['timeout_s']})")
-    group.add_argument("--device", choices=DEVICES, help="auto (default: cuda if available), cuda or cpu")
-    group.add_argument("--accuracy-tolerance", type=float,
-                       help="max |compiled - eager| that passes (default: by dtype)")
-    group.add_argument("--cv-threshold", type=float,
-                       help=f"flag timings as noisy above this stdev/mean (default {defaults['cv_threshold']})")
+    """One flag per runner setting, from its declaration (runner.settings)."""
+    types = {"integer": int, "number": float, "string": str}
+    for setting in RUNNER_SETTINGS:
+        default = "by dtype" if setting.default is None else setting.default
+        group.add_argument(_flag(setting.name), type=types[setting.kind], choices=setting.choices,
+                           help=f"{setting.help} (default: {default})")
 
 
 def main(argv=None):
@@ -115,7 +110,7 @@ def shorthand_cells(args):
     lists = dict(SHORTHAND_DEFAULTS, **given)
     product = itertools.product(expand_models(args.models), lists["batch_sizes"], lists["modes"], lists["dtypes"])
     return [dict(_model_fields(name, args), batch_size=batch_size, mode=mode, dtype=dtype,
-                 size=lists["size"], weights=lists["weights"], fullgraph=args.fullgraph, fault=args.fault)
+                 size=lists["size"], weights=lists["weights"], fullgraph=args.fullgraph)
             for name, batch_size, mode, dtype in product]
 
 

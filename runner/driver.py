@@ -4,15 +4,25 @@ Stdlib only. A cell's process writes its own record; when it cannot (killed at t
 limit, crashed), this loop writes the record instead, with the same shape and the
 environment the probe reported. A failed cell never stops the others.
 """
+from __future__ import annotations
+
 import os
 import sys
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from runner import records
+from runner.core import Cell, Record, Status
+from runner.faults import fault_for
 from runner.isolation import Launcher
 from runner.machine import fallback_environment
-from runner.schema import SCRATCH_DIRNAME, RecordError, cell_id, needs_run, read_record, record_path, write_record
+from runner.plan import Plan
+from runner.schema import SCRATCH_DIRNAME, RecordError, load_record, needs_run, record_path, write_record
+
+JSON = Dict[str, Any]
+Log = Callable[[str], None]
 
 # The probe's own limit: the runner's one-time start (the forkserver's imports, the probe's
 # environment queries) never counts against a cell's timeout_s, which covers the cell only.
@@ -26,13 +36,14 @@ class Context:
     """What every record of a run shares, as the probe process reported it."""
 
     device: str
-    environment: dict
-    precision: dict
-    error: object = None   # why cells cannot run at all (e.g. device "cuda" without a GPU)
+    environment: JSON
+    precision: JSON
+    error: Optional[str] = None   # why cells cannot run at all (e.g. device "cuda" without a GPU)
 
 
-def run_plan(plan, out_dir, force=False, retry_failed=False, log=None, launcher=None,
-             compile_cache_dir=None):
+def run_plan(plan: Plan, out_dir: Union[str, Path], force: bool = False, retry_failed: bool = False,
+             log: Optional[Log] = None, launcher: Optional[Launcher] = None,
+             compile_cache_dir: Optional[Union[str, Path]] = None) -> List[Tuple[str, str]]:
     """Run the plan's cells that need running; return [(cell_id, status)] for those run.
 
     compile_cache_dir: one Inductor/Triton cache shared by the cells (warm compiles, for
@@ -52,29 +63,29 @@ def run_plan(plan, out_dir, force=False, retry_failed=False, log=None, launcher=
     results = []
     try:
         for index, cell in enumerate(pending, 1):
-            prefix = f"[{index}/{len(pending)}] {cell_id(cell)}"
+            prefix = f"[{index}/{len(pending)}] {cell.id}"
             log(f"{prefix}: running")
             record = run_one(launcher, cell, plan, context, out_dir, compile_cache_dir)
             log(f"{prefix}: {summary_line(record)}")
-            results.append((record["cell_id"], record["status"]))
+            results.append((record.cell_id, record.status.value))
     finally:
         _remove_if_empty(os.path.join(out_dir, SCRATCH_DIRNAME))
     return results
 
 
-def _remove_if_empty(folder):
+def _remove_if_empty(folder: str) -> None:
     try:
         os.rmdir(folder)
     except OSError:
         pass
 
 
-def probe(launcher, plan):
+def probe(launcher: Launcher, plan: Plan) -> Context:
     settings = plan.settings
     outcome = launcher.run("probe", (settings["device"], plan.image_name, plan.image_id),
                            PROBE_TIMEOUT_S)
     reply = outcome.reply or {}
-    failure = outcome.describe()
+    failure = outcome.failure()
     error = reply.get("error") or (failure and f"the probe process failed: {failure[1]}")
     requested = settings["device"]
     return Context(
@@ -85,25 +96,27 @@ def probe(launcher, plan):
     )
 
 
-def run_one(launcher, cell, plan, context, out_dir, compile_cache_dir=None):
+def run_one(launcher: Launcher, cell: Cell, plan: Plan, context: Context, out_dir: Union[str, Path],
+            compile_cache_dir: Optional[Union[str, Path]] = None) -> Record:
     """Run one cell in a fresh process; return its record (written by the child or here)."""
     scratch_root = os.path.join(out_dir, SCRATCH_DIRNAME)
     os.makedirs(scratch_root, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="matrixbench-cell-", dir=scratch_root) as scratch_dir:
         job = make_job(cell, plan, context, out_dir, scratch_dir, compile_cache_dir)
         if context.error:
-            return _write_failure(job, "error", "RunnerSetupError", context.error)
+            return _write_failure(job, Status.ERROR, "RunnerSetupError", context.error)
         outcome = launcher.run("run_job", (job,), plan.settings["timeout_s"])
     if outcome.reply and outcome.reply.get("record_written"):
         return _read_own_record(out_dir, cell, job)
-    status, message = outcome.describe() or ("crashed", "the cell's process wrote no record")
-    return _write_failure(job, status, "CellProcess" + status.capitalize(), message)
+    status, message = outcome.failure() or (Status.CRASHED, "the cell's process wrote no record")
+    return _write_failure(job, status, "CellProcess" + status.value.capitalize(), message)
 
 
-def make_job(cell, plan, context, out_dir, scratch_dir, compile_cache_dir=None):
-    """Everything a cell's process needs, as plain data."""
+def make_job(cell: Cell, plan: Plan, context: Context, out_dir: Union[str, Path], scratch_dir: str,
+             compile_cache_dir: Optional[Union[str, Path]] = None) -> JSON:
+    """Everything a cell's process needs (picklable); ``fault`` only where a test asked for one."""
     return {
-        "cell": cell, "settings": plan.settings, "device": context.device,
+        "cell": cell, "settings": plan.settings, "device": context.device, "fault": fault_for(cell.id),
         "environment": context.environment, "precision": context.precision,
         "out_dir": str(out_dir), "scratch_dir": scratch_dir,
         "compile_cache_dirs": compile_cache_dirs(compile_cache_dir, scratch_dir),
@@ -111,7 +124,8 @@ def make_job(cell, plan, context, out_dir, scratch_dir, compile_cache_dir=None):
     }
 
 
-def compile_cache_dirs(shared_dir, scratch_dir, environ=None):
+def compile_cache_dirs(shared_dir: Optional[Union[str, Path]], scratch_dir: str,
+                       environ: Optional[Mapping[str, str]] = None) -> Dict[str, Optional[str]]:
     """Inductor's and Triton's cache folders for one cell.
 
     - shared_dir given: its inductor/ and triton/ subfolders;
@@ -128,31 +142,31 @@ def compile_cache_dirs(shared_dir, scratch_dir, environ=None):
             "TRITON_CACHE_DIR": os.path.join(root, "triton")}
 
 
-def summary_line(record):
-    status = record["status"]
-    if status != "ok":
-        message = (record["error"] or {}).get("message", "").strip().splitlines() or [""]
-        return f"{status}: {message[0][:160]} ({record['duration_s']:.1f} s)"
-    timing, accuracy = record["timing"], record["accuracy"]
+def summary_line(record: Record) -> str:
+    duration = record.duration_s or 0.0
+    if record.status is not Status.OK:
+        message = (record.error.message if record.error else "").strip().splitlines() or [""]
+        return f"{record.status.value}: {message[0][:160]} ({duration:.1f} s)"
+    timing, accuracy = record.timing or {}, record.accuracy or {}
     noisy = " NOISY" if timing["noisy"] else ""
     return (f"ok  mean {timing['mean_ms']:.3f} ms (cv {timing['cv']:.2f}{noisy})  "
             f"first call {timing['compile_s']:.2f} s  accuracy {accuracy['status']}  "
-            f"({record['duration_s']:.1f} s)")
+            f"({duration:.1f} s)")
 
 
-def _write_failure(job, status, error_type, message):
+def _write_failure(job: JSON, status: Status, error_type: str, message: str) -> Record:
     record = records.fail(records.new_record(job), status, error_type, message)
     records.finish(record, job)
     write_record(job["out_dir"], record)
     return record
 
 
-def _read_own_record(out_dir, cell, job):
+def _read_own_record(out_dir: Union[str, Path], cell: Cell, job: JSON) -> Record:
     try:
-        return read_record(record_path(out_dir, cell))
+        return load_record(record_path(out_dir, cell))
     except RecordError as exc:
-        return _write_failure(job, "crashed", "CellProcessCrashed", str(exc))
+        return _write_failure(job, Status.CRASHED, "CellProcessCrashed", str(exc))
 
 
-def _stderr(line):
+def _stderr(line: str) -> None:
     print(f"matrixbench runner: {line}", file=sys.stderr, flush=True)

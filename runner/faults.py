@@ -1,21 +1,42 @@
-"""Injected failures, for tests: a cell's ``fault`` makes it fail the way real cells do.
+"""Injected failures, for tests only: never part of a cell, a record or the runner's flags.
 
-Injected where real failures happen, at the cell's first (compiling) call:
-oom raises torch's OOM error, error raises an exception, crash kills the process
-with SIGSEGV, hang sleeps until the parent's time limit.
+A test sets ``MATRIXBENCH_TEST_FAULTS`` to a JSON object, cell id -> fault name, e.g.
+``{"resnet-tiny_bs1_eager_float32": "crash"}``. The runner's parent process reads it only when
+it is set (``fault_for``) and hands the fault to the cell's process in its job; the cell
+injects it where real failures happen, at its first (compiling) call: oom raises torch's OOM
+error, error raises an exception, crash kills the process with SIGSEGV, hang sleeps until the
+parent's time limit. Stdlib at import: torch is imported only to raise its OOM error.
 """
+from __future__ import annotations
+
+import json
 import os
 import signal
 import time
+from typing import Mapping, Optional
 
-import torch
+FAULTS_VARIABLE = "MATRIXBENCH_TEST_FAULTS"
+FAULTS = ("oom", "error", "crash", "hang")
 
 
 class InjectedError(RuntimeError):
     """The exception a cell with fault "error" raises."""
 
 
-def inject(fault):
+def fault_for(cell_id: str, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """The fault a test asked for this cell, or None (always None when the variable is unset)."""
+    environ = os.environ if environ is None else environ
+    text = environ.get(FAULTS_VARIABLE)
+    if not text:
+        return None
+    faults = json.loads(text)
+    fault = faults.get(cell_id)
+    if fault is not None and fault not in FAULTS:
+        raise ValueError(f"{FAULTS_VARIABLE}: unknown fault {fault!r} for {cell_id}; valid: {', '.join(FAULTS)}")
+    return fault if isinstance(fault, str) else None
+
+
+def inject(fault: Optional[str]) -> None:
     if fault is None:
         return
     if fault == "oom":
@@ -27,9 +48,11 @@ def inject(fault):
     if fault == "hang":
         while True:
             time.sleep(60)
-    raise ValueError(f"unknown fault {fault!r}; valid: oom, error, crash, hang")
+    raise ValueError(f"unknown fault {fault!r}; valid: {', '.join(FAULTS)}")
 
 
-def _out_of_memory(message):
+def _out_of_memory(message: str) -> BaseException:
+    import torch
+
     error_class = getattr(torch.cuda, "OutOfMemoryError", RuntimeError)
     return error_class(message)

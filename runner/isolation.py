@@ -10,6 +10,8 @@ context and no thread pools when it forks. This parent process stays stdlib-only
 A child leads its own process group; the parent waits for it up to the time limit,
 then kills the whole group (Inductor's compile workers included).
 """
+from __future__ import annotations
+
 import importlib
 import multiprocessing
 import os
@@ -17,6 +19,9 @@ import signal
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
+from typing import Any, List, Optional, Tuple
+
+from runner.core import Status
 
 PRELOAD = ["runner.worker"]
 
@@ -25,24 +30,24 @@ PRELOAD = ["runner.worker"]
 class Outcome:
     """How a child process ended, and the messages it sent."""
 
-    exitcode: object  # int, negative for a signal; None if it never exited (killed)
+    exitcode: Optional[int]  # negative for a signal; None if it never exited (killed)
     timed_out: bool
-    messages: list = field(default_factory=list)
+    messages: List[Any] = field(default_factory=list)
 
     @property
-    def reply(self):
+    def reply(self) -> Any:
         return self.messages[-1] if self.messages else None
 
-    def describe(self):
+    def failure(self) -> Optional[Tuple[Status, str]]:
         """Why the child failed as (status, message), or None if it ended normally."""
         if self.timed_out:
-            return "timeout", "the cell's process was still running at the time limit and was killed"
+            return Status.TIMEOUT, "the cell's process was still running at the time limit and was killed"
         if self.exitcode is not None and self.exitcode < 0:
-            return "crashed", f"the cell's process was killed by signal {_signal_name(-self.exitcode)}"
+            return Status.CRASHED, f"the cell's process was killed by signal {_signal_name(-self.exitcode)}"
         if self.exitcode != 0:
-            return "crashed", f"the cell's process exited with code {self.exitcode}"
+            return Status.CRASHED, f"the cell's process exited with code {self.exitcode}"
         if self.reply is None:
-            return "crashed", "the cell's process exited without reporting"
+            return Status.CRASHED, "the cell's process exited without reporting"
         return None
 
 
@@ -117,7 +122,7 @@ def _kill_group(process):
     process.join()
 
 
-def _signal_name(number):
+def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
     except ValueError:

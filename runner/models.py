@@ -122,7 +122,7 @@ def build(cell, device, dtype):
     recipe = make_recipe(cell)
     torch_dtype = _torch_dtype(dtype)
     model = instantiate(recipe).to(device=device, dtype=torch_dtype).eval()
-    batch = model_inputs.to_device(batch_inputs(recipe, cell["batch_size"]), device, torch_dtype)
+    batch = model_inputs.to_device(batch_inputs(recipe, cell.batch_size), device, torch_dtype)
     return Built(model=model, inputs=batch, source=recipe.source)
 
 
@@ -136,7 +136,7 @@ def _torch_dtype(dtype):
 
 def input_shapes(cell):
     """What ``build`` would feed the model, as name -> shape, without building the model."""
-    batch = batch_inputs(make_recipe(cell), cell["batch_size"])
+    batch = batch_inputs(make_recipe(cell), cell.batch_size)
     return {name: tuple(value.shape) for name, value in batch.items()}
 
 
@@ -167,35 +167,35 @@ def make_recipe(cell):
     spec = seed_spec(cell)
     if spec is not None:
         return _seed_recipe(spec, cell)
-    if cell.get("size", "full") == "tiny":
+    if cell.size == "tiny":
         raise ModelError(
-            f"size=tiny: model {cell['model']!r} has no tiny variant; tiny exists for the shipped models "
+            f"size=tiny: model {cell.model!r} has no tiny variant; tiny exists for the shipped models "
             f"{sorted(SEED_MODELS)}. Use size=full"
         )
-    if cell.get("config_path"):
+    if cell.config_path:
         return _local_recipe(cell)
-    if cell.get("model_id"):
+    if cell.model_id:
         return _hub_recipe(cell)
     raise ModelError(
-        f"model {cell['model']!r} is not a shipped model ({sorted(SEED_MODELS)}): give model_id (a hub id) "
+        f"model {cell.model!r} is not a shipped model ({sorted(SEED_MODELS)}): give model_id (a hub id) "
         "or config_path (a local config.json), plus task"
     )
 
 
 def seed_spec(cell):
     """The shipped spec a cell names, or None when it names another model."""
-    spec = SEED_MODELS.get(cell["model"])
-    if spec is None or cell.get("config_path") or cell.get("model_id") not in (None, spec.model_id):
+    spec = SEED_MODELS.get(cell.model)
+    if spec is None or cell.config_path or cell.model_id not in (None, spec.model_id):
         return None
-    if cell.get("task") not in (None, spec.task):
-        raise ModelError(f"task={cell['task']!r} does not fit model {spec.name!r}: its task is {spec.task!r}")
+    if cell.task not in (None, spec.task):
+        raise ModelError(f"task={cell.task!r} does not fit model {spec.name!r}: its task is {spec.task!r}")
     return spec
 
 
 def _seed_recipe(spec, cell):
     model_class = getattr(transformers, spec.model_class)
-    tiny = cell.get("size", "full") == "tiny"
-    if cell.get("weights", "random") == "pretrained":
+    tiny = cell.size == "tiny"
+    if cell.weights == "pretrained":
         if tiny:
             raise ModelError(f"size=tiny has random weights only; model {spec.name!r}: use weights=random or size=full")
         return _pretrained_recipe(model_class, spec.model_id, f"{spec.model_id} (pretrained)")
@@ -227,10 +227,10 @@ def _pretrained_recipe(model_class, checkpoint, source, processor=None):
 
 
 def _hub_recipe(cell):
-    model_id = cell["model_id"]
+    model_id = cell.model_id
     config = _hub_call(transformers.AutoConfig.from_pretrained, model_id, USE_LOCAL)
-    model_class = task_model_class(config, cell.get("task"))
-    if cell.get("weights", "random") == "pretrained":
+    model_class = task_model_class(config, cell.task)
+    if cell.weights == "pretrained":
         return _pretrained_recipe(model_class, model_id, f"{model_id} (pretrained)")
     return Recipe(
         model_class=model_class,
@@ -243,12 +243,12 @@ def _hub_recipe(cell):
 
 
 def _local_recipe(cell):
-    config_path = Path(cell["config_path"])
+    config_path = Path(cell.config_path)
     if not config_path.is_file():
         raise ModelError(f"config_path={str(config_path)!r} is not a file: point it at a config.json")
     config = config_from_dict(_read_json(config_path))
-    model_class = task_model_class(config, cell.get("task"))
-    if cell.get("weights", "random") == "pretrained":
+    model_class = task_model_class(config, cell.task)
+    if cell.weights == "pretrained":
         folder = str(config_path.parent)
         return _pretrained_recipe(model_class, folder, f"{folder} (pretrained)", _local_processor(config_path, config))
     return Recipe(

@@ -10,26 +10,18 @@ The file's shape (the host writes it; ``python -m runner --cells FILE`` reads it
 Validation is minimal and stdlib-only: required keys, types and allowed values, with an
 error that names the field. Stdlib only: the parent process never imports torch.
 """
+from __future__ import annotations
+
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Union
 
-from runner.schema import CELL_SCHEMA, DTYPES, MODES, SIZES, TASKS, WEIGHTS
+from runner.core import DTYPES, MODES, SIZES, TASKS, WEIGHTS, Cell
+from runner.schema import CELL_SCHEMA
+from runner.settings import BY_NAME, DEFAULT_SETTINGS
 
-DEVICES = ("auto", "cuda", "cpu")
-FAULTS = (None, "oom", "error", "crash", "hang")
-
-DEFAULT_SETTINGS = {
-    "iterations": 300,
-    "warmup": 10,
-    "timeout_s": 900,
-    "device": "auto",
-    "accuracy_tolerance": None,   # None: the dtype's default, see runner.tolerance
-    "cv_threshold": 0.1,
-}
-
-# Optional cell keys and the value they take when left out.
-CELL_DEFAULTS = {"model_id": None, "config_path": None, "fault": None}
+JSON = Dict[str, Any]
 
 
 class PlanError(ValueError):
@@ -38,14 +30,13 @@ class PlanError(ValueError):
 
 @dataclass
 class Plan:
-    settings: dict
-    cells: list
-    image_name: object = None
-    image_id: object = None
-    source: str = "<argv>"
+    settings: JSON
+    cells: List[Cell]
+    image_name: Optional[str] = None
+    image_id: Optional[str] = None
 
 
-def load_plan(path):
+def load_plan(path: Union[str, Path]) -> Plan:
     path = Path(path)
     try:
         data = json.loads(path.read_text())
@@ -56,7 +47,7 @@ def load_plan(path):
     return plan_from_dict(data, source=str(path))
 
 
-def plan_from_dict(data, source="<dict>"):
+def plan_from_dict(data: Any, source: str = "<dict>") -> Plan:
     if not isinstance(data, dict):
         raise PlanError(f"{source}: expected a JSON object with 'settings' and 'cells'")
     unknown = sorted(set(data) - {"settings", "cells", "image_name", "image_id"})
@@ -71,28 +62,25 @@ def plan_from_dict(data, source="<dict>"):
         cells=[validate_cell(cell, f"{source}: cells[{i}]") for i, cell in enumerate(cells)],
         image_name=_optional_str(data, "image_name", source),
         image_id=_optional_str(data, "image_id", source),
-        source=source,
     )
 
 
-def validate_settings(settings, where="settings"):
+def validate_settings(settings: Any, where: str = "settings") -> JSON:
+    """The runner settings with defaults filled in; each checked against its declaration."""
     if not isinstance(settings, dict):
         raise PlanError(f"{where}: 'settings' must be an object")
     unknown = sorted(set(settings) - set(DEFAULT_SETTINGS))
     if unknown:
         raise PlanError(f"{where}: unknown settings {unknown}; valid: {sorted(DEFAULT_SETTINGS)}")
     merged = dict(DEFAULT_SETTINGS, **settings)
-    _check_int(merged, "iterations", 1, f"{where}: settings")
-    _check_int(merged, "warmup", 0, f"{where}: settings")
-    _check_positive(merged, "timeout_s", f"{where}: settings")
-    _check_positive(merged, "cv_threshold", f"{where}: settings")
-    if merged["accuracy_tolerance"] is not None:
-        _check_positive(merged, "accuracy_tolerance", f"{where}: settings")
-    _check_choice(merged, "device", DEVICES, f"{where}: settings")
+    for name, value in merged.items():
+        problem = BY_NAME[name].problem(value)
+        if problem:
+            raise PlanError(f"{where}: settings: '{name}' {problem}")
     return merged
 
 
-def validate_cell(cell, where="cell"):
+def validate_cell(cell: Any, where: str = "cell") -> Cell:
     if not isinstance(cell, dict):
         raise PlanError(f"{where}: a cell must be an object, got {type(cell).__name__}")
     known = set(CELL_SCHEMA["properties"])
@@ -102,42 +90,27 @@ def validate_cell(cell, where="cell"):
     missing = [key for key in CELL_SCHEMA["required"] if key not in cell]
     if missing:
         raise PlanError(f"{where}: missing required keys {missing}")
-    cell = dict(CELL_DEFAULTS, **cell)
     _check_fields(cell, where)
-    return cell
+    return Cell.from_dict(cell)
 
 
-def _check_fields(cell, where):
+def _check_fields(cell: Mapping[str, Any], where: str) -> None:
     if not isinstance(cell["model"], str) or not cell["model"]:
         raise PlanError(f"{where}: 'model' must be a non-empty string")
     for key, choices in (("task", TASKS), ("weights", WEIGHTS), ("size", SIZES),
-                         ("mode", MODES), ("dtype", DTYPES), ("fault", FAULTS)):
-        _check_choice(cell, key, choices, where)
-    _check_int(cell, "batch_size", 1, where)
+                         ("mode", MODES), ("dtype", DTYPES)):
+        if cell[key] not in choices:
+            raise PlanError(f"{where}: '{key}' must be one of {list(choices)}, got {cell[key]!r}")
+    problem = BY_NAME["batch_sizes"].problem_of_item(cell["batch_size"])
+    if problem:
+        raise PlanError(f"{where}: 'batch_size' {problem}")
     if not isinstance(cell["fullgraph"], bool):
         raise PlanError(f"{where}: 'fullgraph' must be true or false, got {cell['fullgraph']!r}")
     for key in ("model_id", "config_path"):
         _optional_str(cell, key, where)
 
 
-def _check_choice(obj, key, choices, where):
-    if obj[key] not in choices:
-        raise PlanError(f"{where}: '{key}' must be one of {list(choices)}, got {obj[key]!r}")
-
-
-def _check_int(obj, key, minimum, where):
-    value = obj[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise PlanError(f"{where}: '{key}' must be an integer >= {minimum}, got {value!r}")
-
-
-def _check_positive(obj, key, where):
-    value = obj[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise PlanError(f"{where}: '{key}' must be a number > 0, got {value!r}")
-
-
-def _optional_str(obj, key, where):
+def _optional_str(obj: Mapping[str, Any], key: str, where: str) -> Optional[str]:
     value = obj.get(key)
     if value is not None and not isinstance(value, str):
         raise PlanError(f"{where}: '{key}' must be a string or null, got {value!r}")

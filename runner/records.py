@@ -1,14 +1,19 @@
-"""Assembling a cell's record (schema v1, see runner.schema), on either side of the fork.
+"""Assembling a cell's Record (runner.core; schema in runner.schema), on either side of the fork.
 
 Stdlib only: the parent writes the records of cells whose process timed out or crashed,
 with the environment its probe reported, so every record has the same shape.
 """
+from __future__ import annotations
+
 import datetime
 import time
 import traceback as traceback_module
+from typing import Any, Dict, Mapping, Optional
 
-from runner.schema import SCHEMA_VERSION, cell_id
+from runner.core import Cell, CellError, Record, Status
 from runner.tolerance import default_tolerance
+
+JSON = Dict[str, Any]
 
 MIN_WARMUP = 3   # cudagraph trees: warm-up run, record, then replay
 MAX_TRACEBACK_CHARS = 20000
@@ -19,20 +24,21 @@ OOM_MARKERS = ("out of memory", "can't allocate memory", "cublas_status_alloc_fa
                "cudnn_status_alloc_failed")
 
 
-def utc_now():
+def utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def clock():
+def clock() -> float:
     """CLOCK_MONOTONIC on Linux: one time base for the parent and the cell's process."""
     return time.monotonic()
 
 
-def record_settings(settings, cell, device=None, precision=None):
+def record_settings(settings: Mapping[str, Any], cell: Cell, device: Optional[str] = None,
+                    precision: Optional[Mapping[str, Any]] = None) -> JSON:
     """The settings as they applied to this cell: effective warm-up and (relative) tolerance."""
     tolerance = settings["accuracy_tolerance"]
     if tolerance is None:
-        tolerance = default_tolerance(cell["dtype"], device, precision)
+        tolerance = default_tolerance(cell.dtype, device, precision)
     return {
         "iterations": settings["iterations"],
         "warmup": max(settings["warmup"], MIN_WARMUP),
@@ -43,47 +49,34 @@ def record_settings(settings, cell, device=None, precision=None):
     }
 
 
-def new_record(job):
-    """A record with every field present and nothing measured yet."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "cell_id": cell_id(job["cell"]),
-        "cell": job["cell"],
-        "status": "error",
-        "error": None,
-        "device": job["device"],
-        "settings": record_settings(job["settings"], job["cell"], job["device"], job["precision"]),
-        "timing": None,
-        "memory": None,
-        "dynamo": None,
-        "accuracy": None,
-        "precision": job["precision"],
-        "environment": job["environment"],
-        "started_at": job["started_at"],
-        "duration_s": None,
-    }
+def new_record(job: Mapping[str, Any]) -> Record:
+    """A record with every field present and nothing measured yet (status error)."""
+    cell, device, precision = job["cell"], job["device"], job["precision"]
+    return Record(cell=cell, device=device, settings=record_settings(job["settings"], cell, device, precision),
+                  precision=precision, environment=job["environment"], started_at=job["started_at"])
 
 
-def finish(record, job):
-    record["duration_s"] = clock() - job["start_clock"]
+def finish(record: Record, job: Mapping[str, Any]) -> Record:
+    record.duration_s = clock() - job["start_clock"]
     return record
 
 
-def fail(record, status, error_type, message, traceback=None):
-    record["status"] = status
-    record["error"] = {"type": error_type, "message": _clip(message, MAX_MESSAGE_CHARS),
-                       "traceback": traceback}
+def fail(record: Record, status: Status, error_type: str, message: str,
+         traceback: Optional[str] = None) -> Record:
+    record.status = status
+    record.error = CellError(type=error_type, message=_clip(message, MAX_MESSAGE_CHARS),
+                             traceback=traceback)
     return record
 
 
-def fail_with_exception(record, exc):
-    status = "oom" if is_out_of_memory(exc) else "error"
+def fail_with_exception(record: Record, exc: BaseException) -> Record:
+    status = Status.OOM if is_out_of_memory(exc) else Status.ERROR
     text = "".join(traceback_module.format_exception(type(exc), exc, exc.__traceback__))
     return fail(record, status, _qualified_name(type(exc)), str(exc) or repr(exc),
                 _clip(text, MAX_TRACEBACK_CHARS, keep="end"))
 
 
-def is_out_of_memory(exc):
+def is_out_of_memory(exc: Optional[BaseException]) -> bool:
     """torch's OutOfMemoryError, or an error mentioning OOM, anywhere in the cause chain
     (dynamo wraps backend errors in BackendCompilerFailed)."""
     seen = set()
@@ -96,12 +89,12 @@ def is_out_of_memory(exc):
     return False
 
 
-def _qualified_name(cls):
+def _qualified_name(cls: type) -> str:
     module = cls.__module__
     return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
 
 
-def _clip(text, limit, keep="start"):
+def _clip(text: str, limit: int, keep: str = "start") -> str:
     if len(text) <= limit:
         return text
     return text[:limit] + " [...]" if keep == "start" else "[...] " + text[-limit:]

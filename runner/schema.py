@@ -1,28 +1,40 @@
-"""The result record: the one contract between the host and the container.
+"""The record and the cells file on disk: their JSON Schemas, reading and writing them.
 
 One JSON record per matrix cell, written by the runner into the output folder as
-``<cell_id>.json`` with sorted keys. The host reads only these files.
+``<cell_id>.json`` with sorted keys. The host reads only these files. The typed objects
+(``Cell``, ``Record``, ``Status``) live in ``runner.core``; the settings in ``runner.settings``.
 
-This module is stdlib-only: the host imports it (and nothing else from ``runner``)
+This module is stdlib-only: the host imports it (with ``runner.core`` and ``runner.settings``)
 to validate and read records. ``RECORD_SCHEMA`` is a JSON Schema (draft 2020-12)
 that the host validates with ``jsonschema``; the runner itself only checks the version.
 """
+from __future__ import annotations
+
 import json
 import os
 from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Union
 
-SCHEMA_VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+from runner.core import (
+    ACCURACY_STATUSES,
+    DTYPES,
+    MODES,
+    SCHEMA_VERSION,
+    SIZES,
+    STATUSES,
+    SUPPORTED_VERSIONS,
+    TASKS,
+    USED_DEVICES,
+    WEIGHTS,
+    Cell,
+    Record,
+    cell_id,
+    upgrade_record,
+)
+from runner.settings import BY_NAME, RUNNER_SETTINGS
 
-STATUSES = ("ok", "oom", "error", "timeout", "crashed")
-FAILED_STATUSES = ("oom", "error", "timeout", "crashed")
-MODES = ("eager", "default", "reduce-overhead", "max-autotune")
-DTYPES = ("float32", "float16", "bfloat16")
-WEIGHTS = ("random", "pretrained")
-SIZES = ("full", "tiny")
-TASKS = ("image-classification", "image-segmentation", "object-detection")
-ACCURACY_STATUSES = ("pass", "fail", "nan", "skipped")
-
+JSON = Dict[str, Any]
+CellLike = Union[Cell, Mapping[str, Any]]
 
 # The runner's per-cell scratch folders live in <out_dir>/.scratch/matrixbench-cell-*, under the
 # run folder rather than the system temp folder: the host removes what a killed run left there.
@@ -33,18 +45,11 @@ class RecordError(Exception):
     """A record file that cannot be read: bad JSON or an unknown schema version."""
 
 
-def cell_id(cell):
-    """The stable name of a cell: its record's file stem and its key for resume."""
-    name = cell["model"] + ("-tiny" if cell.get("size") == "tiny" else "")
-    fullgraph = "_fullgraph" if cell.get("fullgraph") else ""
-    return f"{name}_bs{cell['batch_size']}_{cell['mode']}{fullgraph}_{cell['dtype']}"
-
-
-def record_path(out_dir, cell):
+def record_path(out_dir: Union[str, Path], cell: CellLike) -> Path:
     return Path(out_dir) / f"{cell_id(cell)}.json"
 
 
-def write_json_atomic(path, data):
+def write_json_atomic(path: Union[str, Path], data: Any) -> Path:
     """Write JSON with sorted keys via a temp file + rename, so a killed run never leaves half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -54,11 +59,12 @@ def write_json_atomic(path, data):
     return path
 
 
-def write_record(out_dir, record):
-    return write_json_atomic(record_path(out_dir, record["cell"]), record)
+def write_record(out_dir: Union[str, Path], record: Record) -> Path:
+    return write_json_atomic(record_path(out_dir, record.cell), record.to_dict())
 
 
-def read_record(path):
+def read_record(path: Union[str, Path]) -> JSON:
+    """A record file as a dict of the current schema version (older versions converted)."""
     path = Path(path)
     try:
         record = json.loads(path.read_text())
@@ -70,11 +76,22 @@ def read_record(path):
             f"{path}: schema_version {version!r} is not supported; this matrixbench reads "
             f"versions {list(SUPPORTED_VERSIONS)}. Upgrade matrixbench or rerun the cell."
         )
-    return record
+    return upgrade_record(record)
 
 
-def needs_run(out_dir, cell, force=False, retry_failed=False):
-    """Resume logic shared by the runner and the host: does this cell still need running?"""
+def load_record(path: Union[str, Path]) -> Record:
+    """A record file as a typed Record; RecordError when it lacks what a record has."""
+    data = read_record(path)
+    try:
+        return Record.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RecordError(f"{path}: not a complete record ({type(exc).__name__}: {exc})") from exc
+
+
+def needs_run(out_dir: Union[str, Path], cell: CellLike, force: bool = False,
+              retry_failed: bool = False) -> bool:
+    """The one resume rule: does this cell still need running? (No record, an unreadable one,
+    ``force``, or a failed one with ``retry_failed``.)"""
     if force:
         return True
     path = record_path(out_dir, cell)
@@ -93,13 +110,24 @@ _STR = {"type": ["string", "null"]}
 _BOOL = {"type": ["boolean", "null"]}
 
 
-def _obj(properties, required=None, nullable=False):
-    schema = {
+def _obj(properties: JSON, required: Optional[List[str]] = None, nullable: bool = False) -> JSON:
+    schema: JSON = {
         "type": ["object", "null"] if nullable else "object",
         "properties": properties,
         "required": list(properties) if required is None else required,
     }
     return schema
+
+
+def _record_settings_schema() -> JSON:
+    """Each runner setting's schema, as applied: tolerance resolved, device as asked for."""
+    applied = {"device": ("device_requested", None),
+               "accuracy_tolerance": ("accuracy_tolerance", {"type": "number", "minimum": 0})}
+    properties: JSON = {}
+    for setting in RUNNER_SETTINGS:
+        name, schema = applied.get(setting.name, (setting.name, None))
+        properties[name] = schema or setting.json_schema()
+    return properties
 
 
 _GPU_SAMPLE = _obj({"sm_clock_mhz": _NUM, "mem_clock_mhz": _NUM, "temperature_c": _NUM, "power_w": _NUM,
@@ -119,11 +147,10 @@ CELL_SCHEMA = _obj(
         "task": {"enum": list(TASKS)},
         "weights": {"enum": list(WEIGHTS)},
         "size": {"enum": list(SIZES)},
-        "batch_size": {"type": "integer", "minimum": 1},
+        "batch_size": BY_NAME["batch_sizes"].item_schema(),
         "mode": {"enum": list(MODES)},
         "fullgraph": {"type": "boolean"},
         "dtype": {"enum": list(DTYPES)},
-        "fault": {"enum": [None, "oom", "error", "crash", "hang"]},
     },
     required=["model", "task", "weights", "size", "batch_size", "mode", "fullgraph", "dtype"],
 )
@@ -146,15 +173,9 @@ RECORD_SCHEMA = {
         "error": _obj({"type": {"type": "string"}, "message": {"type": "string"}, "traceback": _STR},
                       required=["type", "message"], nullable=True),
         # The device actually used: "cuda" or "cpu" (device="auto" picks cuda when available).
-        "device": {"enum": ["cuda", "cpu"]},
-        "settings": _obj({
-            "iterations": {"type": "integer", "minimum": 1},
-            "warmup": {"type": "integer", "minimum": 0},
-            "timeout_s": {"type": "number"},
-            "device_requested": {"enum": ["auto", "cuda", "cpu"]},
-            "accuracy_tolerance": {"type": "number"},
-            "cv_threshold": {"type": "number"},
-        }),
+        "device": {"enum": list(USED_DEVICES)},
+        # The runner settings as they applied to this cell (runner.records.record_settings).
+        "settings": _obj(_record_settings_schema()),
         # null unless the cell got as far as timing. All latencies in milliseconds.
         "timing": _obj({
             "load_s": _NUM,          # build model + inputs, move to device

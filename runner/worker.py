@@ -39,7 +39,7 @@ def run_job(job, channel):
     use_cache_dirs(job["compile_cache_dirs"])
     record = run_cell(job, marks)
     write_record(job["out_dir"], record)
-    channel.send({"record_written": True, "status": record["status"], "marks": marks})
+    channel.send({"record_written": True, "status": record.status.value, "marks": marks})
     channel.close()
 
 

@@ -5,7 +5,8 @@ from pathlib import Path
 import yaml
 
 from matrixbench.backends.base import Backend
-from runner.schema import SCHEMA_VERSION, cell_id, write_record
+from runner.core import CellError, Record, Status
+from runner.schema import write_record
 
 SMALL_MATRIX = {
     "images": {
@@ -35,33 +36,28 @@ def write_matrix(folder, data=None, name="matrix.yaml"):
 
 
 def make_record(cell, status="ok", mean_ms=2.5, device="cpu"):
-    """A record as the runner writes it (valid against RECORD_SCHEMA)."""
+    """A Record as the runner builds it (valid against RECORD_SCHEMA)."""
     ok = status == "ok"
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "cell_id": cell_id(cell),
-        "cell": cell,
-        "status": status,
-        "error": None if ok else {"type": "RuntimeError", "message": "boom", "traceback": None},
-        "device": device,
-        "settings": {"iterations": 5, "warmup": 1, "timeout_s": 60, "device_requested": "auto",
-                     "accuracy_tolerance": 0.001, "cv_threshold": 0.1},
-        "timing": {"load_s": 0.1, "compile_s": 3.0, "warmup_s": 0.1, "timer": "perf_counter", "n": 5,
-                   "mean_ms": mean_ms, "median_ms": mean_ms, "p90_ms": mean_ms, "p99_ms": mean_ms,
-                   "stdev_ms": 0.0, "min_ms": mean_ms, "max_ms": mean_ms, "cv": 0.0, "noisy": False,
-                   "samples_ms": [mean_ms] * 5} if ok else None,
-        "memory": None,
-        "dynamo": None,
-        "accuracy": None,
-        "precision": {"float32_matmul_precision": "highest", "cuda_matmul_allow_tf32": False,
-                      "cudnn_allow_tf32": False},
-        "environment": {"python": "3.11.7", "torch": "2.13.0", "torch_git": None, "transformers": "5.23.0",
-                        "cuda": None, "cudnn": None, "gpu_name": None, "gpu_count": 0, "driver": None,
-                        "cpu_model": None, "threads": 2, "platform": "linux", "hostname": "test",
-                        "image_name": None, "image_id": None},
-        "started_at": "2026-01-01T00:00:00+00:00",
-        "duration_s": 1.0,
-    }
+    return Record(
+        cell=cell,
+        status=Status(status),
+        error=None if ok else CellError(type="RuntimeError", message="boom", traceback=None),
+        device=device,
+        settings={"iterations": 5, "warmup": 1, "timeout_s": 60, "device_requested": "auto",
+                  "accuracy_tolerance": 0.001, "cv_threshold": 0.1},
+        timing={"load_s": 0.1, "compile_s": 3.0, "warmup_s": 0.1, "timer": "perf_counter", "n": 5,
+                "mean_ms": mean_ms, "median_ms": mean_ms, "p90_ms": mean_ms, "p99_ms": mean_ms,
+                "stdev_ms": 0.0, "min_ms": mean_ms, "max_ms": mean_ms, "cv": 0.0, "noisy": False,
+                "samples_ms": [mean_ms] * 5} if ok else None,
+        precision={"float32_matmul_precision": "highest", "cuda_matmul_allow_tf32": False,
+                   "cudnn_allow_tf32": False},
+        environment={"python": "3.11.7", "torch": "2.13.0", "torch_git": None, "transformers": "5.23.0",
+                     "cuda": None, "cudnn": None, "gpu_name": None, "gpu_count": 0, "driver": None,
+                     "cpu_model": None, "threads": 2, "platform": "linux", "hostname": "test",
+                     "image_name": None, "image_id": None},
+        started_at="2026-01-01T00:00:00+00:00",
+        duration_s=1.0,
+    )
 
 
 class RecordingBackend(Backend):
@@ -88,8 +84,8 @@ class RecordingBackend(Backend):
         for done, cell in enumerate(request.cells):
             if self.stop_after is not None and done >= self.stop_after:
                 raise KeyboardInterrupt
-            if cell["model"] not in self.skip:
-                write_record(request.out_dir, make_record(cell, self.statuses.get(cell["model"], "ok")))
+            if cell.model not in self.skip:
+                write_record(request.out_dir, make_record(cell, self.statuses.get(cell.model, "ok")))
         return self.exit_code
 
 
@@ -97,5 +93,5 @@ def use_backend(monkeypatch, backend):
     """Register ``backend`` under the name "local" for the duration of a test."""
     from matrixbench import backends
 
-    monkeypatch.setitem(backends.FACTORIES, "local", lambda matrix: backend)
+    monkeypatch.setitem(backends.FACTORIES, "local", lambda matrix=None: backend)
     return backend

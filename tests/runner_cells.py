@@ -1,10 +1,13 @@
 """Cells and checks shared by the runner's tests (not a test module)."""
+import json
 import tempfile
 from pathlib import Path
 
 import jsonschema
 import torch
 
+from runner.core import Cell
+from runner.faults import FAULTS_VARIABLE
 from runner.schema import RECORD_SCHEMA
 
 # Inductor's cache for the tests that compile: shared across cells and test runs (warm
@@ -18,8 +21,13 @@ def tiny_cell(model="resnet", mode="eager", **overrides):
     spec = SEED_MODELS[model]
     cell = {"model": model, "model_id": spec.model_id, "config_path": None, "task": spec.task,
             "weights": "random", "size": "tiny", "batch_size": 1, "mode": mode, "fullgraph": False,
-            "dtype": "float32", "fault": None}
-    return dict(cell, **overrides)
+            "dtype": "float32"}
+    return Cell(**dict(cell, **overrides))
+
+
+def inject_faults(monkeypatch, faults):
+    """Make the runner inject ``faults`` ({cell: fault name}) the test-only way."""
+    monkeypatch.setenv(FAULTS_VARIABLE, json.dumps({cell.id: fault for cell, fault in faults.items()}))
 
 
 def settings(**overrides):
@@ -29,4 +37,6 @@ def settings(**overrides):
 
 
 def assert_valid(record):
-    jsonschema.Draft202012Validator(RECORD_SCHEMA).validate(record)
+    """``record``: a dict as on disk, or a Record."""
+    data = record if isinstance(record, dict) else record.to_dict()
+    jsonschema.Draft202012Validator(RECORD_SCHEMA).validate(data)

@@ -1,4 +1,5 @@
 """DockerBackend with the docker SDK faked at docker_client's seam."""
+import dataclasses
 import json
 import os
 
@@ -9,12 +10,12 @@ from matrixbench import docker_client
 from matrixbench.backends.base import RunRequest
 from matrixbench.backends.docker import DockerBackend
 from matrixbench.errors import RunError
+from runner.core import Cell
 from runner.schema import record_path
 
-CELL = {"model": "vit", "model_id": None, "config_path": None, "task": "image-classification",
-        "weights": "random", "size": "tiny", "batch_size": 1, "mode": "eager", "fullgraph": False,
-        "dtype": "float32", "fault": None}
-CELLS = [CELL, dict(CELL, mode="default")]
+CELL = Cell(model="vit", model_id=None, config_path=None, task="image-classification",
+            weights="random", size="tiny", batch_size=1, mode="eager", fullgraph=False, dtype="float32")
+CELLS = [CELL, dataclasses.replace(CELL, mode="default")]
 SETTINGS = {"iterations": 3, "warmup": 1, "timeout_s": 60, "device": "cpu"}
 
 
@@ -71,7 +72,7 @@ def test_runs_the_runner_with_mounts_env_user_and_labels(sdk, tmp_path):
     assert kwargs["device_requests"] is None
     cells_file = json.loads((request.out_dir / "cells.json").read_text())
     assert cells_file == {"settings": SETTINGS, "image_name": "stable",
-                          "image_id": "sha256:stable", "cells": CELLS}
+                          "image_id": "sha256:stable", "cells": [c.to_dict() for c in CELLS]}
     assert container.calls[-1] == "remove" and not sdk.started_live
 
 

@@ -16,7 +16,7 @@ from matrixbench.backends import backend_names, create_backend
 from matrixbench.backends.base import RunRequest
 from matrixbench.backends.local import PROJECT_ROOT, LocalBackend, _running, _stop, descendants, runner_env
 from matrixbench.errors import RunError
-from matrixbench.matrix import Overrides, apply_overrides, expand_cells, load_matrix
+from matrixbench.matrix import Overrides, expand_cells, load_matrix
 from runner.schema import read_record, record_path
 
 TESTS = Path(__file__).resolve().parent
@@ -71,6 +71,7 @@ STAND_IN = textwrap.dedent("""\
     import json, os, sys, time
     sys.path.insert(0, {tests!r})
     from host_helpers import make_record
+    from runner.core import Cell
     from runner.schema import write_record
     assert sys.argv[1:3] == ["-m", "runner"], sys.argv
     args = dict(zip(sys.argv[3::2], sys.argv[4::2]))
@@ -80,7 +81,7 @@ STAND_IN = textwrap.dedent("""\
     print("a log line")
     for cell in doc["cells"]:
         time.sleep(float(os.environ.get("STAND_IN_DELAY", "0")))
-        write_record(args["--out"], make_record(cell))
+        write_record(args["--out"], make_record(Cell.from_dict(cell)))
 """)
 
 
@@ -95,7 +96,7 @@ def stand_in(tmp_path):
 @pytest.fixture
 def cells(tmp_path):
     matrix = load_matrix(write_matrix(tmp_path))
-    return expand_cells(apply_overrides(matrix, Overrides(models=["vit"], batch_sizes=[1])))
+    return expand_cells(load_matrix(matrix.path, Overrides(models=["vit"], batch_sizes=[1])))
 
 
 def test_local_backend_runs_the_runner_with_a_cells_file_and_logs(tmp_path, stand_in, cells):
@@ -106,7 +107,7 @@ def test_local_backend_runs_the_runner_with_a_cells_file_and_logs(tmp_path, stan
     cells_file = request.out_dir / "cells.json"
     assert seen["argv"] == ["-m", "runner", "--cells", str(cells_file), "--out", str(request.out_dir)]
     assert seen["doc"] == {"settings": {"iterations": 2, "device": "cpu"}, "image_name": "stable",
-                           "image_id": None, "cells": cells}
+                           "image_id": None, "cells": [c.to_dict() for c in cells]}
     assert seen["env"]["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "cache" / "inductor")
     assert seen["env"]["TRITON_CACHE_DIR"] == str(tmp_path / "cache" / "triton")
     assert [read_record(record_path(request.out_dir, c))["status"] for c in cells] == ["ok", "ok"]

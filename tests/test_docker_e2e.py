@@ -194,7 +194,7 @@ def test_a_user_without_a_passwd_entry_in_the_image_runs_cells_and_owns_the_reco
     from matrixbench.matrix import expand_cells, runner_settings
 
     matrix = load_matrix(MATRIX_PATH)
-    cells = [cell for cell in expand_cells(matrix) if cell["model"] == "vit" and cell["mode"] == "eager"]
+    cells = [cell for cell in expand_cells(matrix) if cell.model == "vit" and cell.mode == "eager"]
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o777)
     shared.chmod(0o777)  # the stranger's uid must be able to write here

@@ -6,7 +6,7 @@ import pytest
 
 from host_helpers import small_matrix_data, write_matrix
 from matrixbench.errors import MatrixError
-from matrixbench.matrix import Overrides, apply_overrides, cells_by_image, expand_cells, load_matrix, runner_settings
+from matrixbench.matrix import Overrides, cells_by_image, expand_cells, load_matrix, runner_settings
 from runner.schema import CELL_SCHEMA, cell_id
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,20 +197,25 @@ def test_image_hash_follows_build_inputs_not_description(tmp_path):
 # --- overrides -----------------------------------------------------------------------------
 
 @pytest.fixture
-def matrix(tmp_path):
-    return load_matrix(write_matrix(tmp_path))
+def matrix_file(tmp_path):
+    return write_matrix(tmp_path)
 
 
-def test_overrides_select_and_order_images_and_models(matrix):
-    changed = apply_overrides(matrix, Overrides(images=["latest", "stable", "latest"], models=["vit"]))
+@pytest.fixture
+def matrix(matrix_file):
+    return load_matrix(matrix_file)
+
+
+def test_overrides_select_and_order_images_and_models(matrix_file):
+    changed = load_matrix(matrix_file, Overrides(images=["latest", "stable", "latest"], models=["vit"]))
     assert list(changed.images) == ["latest", "stable"]
     assert list(changed.models) == ["vit"]
-    assert list(matrix.models) == ["vit", "detr-resnet-101"]  # the original is untouched
+    assert list(load_matrix(matrix_file).models) == ["vit", "detr-resnet-101"]
 
 
-def test_overrides_replace_settings(matrix):
-    changed = apply_overrides(matrix, Overrides(batch_sizes=[16], modes=["max-autotune"], dtypes=["float16"],
-                                                iterations=7, warmup=0, timeout_s=30.0, weights="pretrained"))
+def test_overrides_replace_settings(matrix_file):
+    changed = load_matrix(matrix_file, Overrides(batch_sizes=[16], modes=["max-autotune"], dtypes=["float16"],
+                                                 iterations=7, warmup=0, timeout_s=30.0, weights="pretrained"))
     assert (changed.batch_sizes, changed.modes, changed.dtypes) == ((16,), ("max-autotune",), ("float16",))
     assert (changed.iterations, changed.warmup, changed.timeout_s) == (7, 0, 30.0)
     assert {m.weights for m in changed.models.values()} == {"pretrained"}
@@ -221,40 +226,51 @@ def test_overrides_replace_settings(matrix):
     (Overrides(models=["detr"]), ["--models", "detr", "valid: vit, detr-resnet-101"]),
     (Overrides(models=[]), ["--models is empty"]),
     (Overrides(modes=["eager", "turbo"]), ["--modes", "'turbo'", "eager, default, reduce-overhead, max-autotune"]),
+    (Overrides(modes=[]), ["--modes must not be empty"]),
     (Overrides(dtypes=["int8"]), ["--dtypes", "float32, float16, bfloat16"]),
-    (Overrides(batch_sizes=[0]), ["--batch-sizes", "positive"]),
+    (Overrides(batch_sizes=[0]), ["--batch-sizes", ">= 1"]),
+    (Overrides(timeout_s=0), ["--timeout", "> 0"]),
     (Overrides(size="huge"), ["--size", "full, tiny"]),
     (Overrides(weights="imagenet"), ["--weights", "random, pretrained"]),
     (Overrides(iterations=0), ["--iterations", ">= 1"]),
     (Overrides(size="tiny", weights="pretrained"), ["--weights pretrained", "tiny"]),
 ])
-def test_bad_overrides_name_the_flag_and_valid_values(matrix, overrides, words):
+def test_bad_overrides_name_the_flag_and_valid_values(matrix_file, overrides, words):
     with pytest.raises(MatrixError) as caught:
-        apply_overrides(matrix, overrides)
+        load_matrix(matrix_file, overrides)
     for word in words:
         assert word in str(caught.value)
+    assert "matrix.yaml:" not in str(caught.value)  # an override's problem is not the file's
+
+
+def test_the_file_and_its_overrides_are_validated_together(tmp_path):
+    data = small_matrix_data()
+    data["iterations"] = 0
+    path = write_matrix(tmp_path, data)
+    with pytest.raises(MatrixError, match=r"matrix.yaml:\d+:\d+: iterations must be >= 1"):
+        load_matrix(path)
+    assert load_matrix(path, Overrides(iterations=3)).iterations == 3
 
 
 # --- cells ---------------------------------------------------------------------------------
 
-def test_cells_are_the_product_of_models_dtypes_batch_sizes_and_modes(matrix):
-    matrix = apply_overrides(matrix, Overrides(dtypes=["float32", "bfloat16"]))
+def test_cells_are_the_product_of_models_dtypes_batch_sizes_and_modes(matrix_file):
+    matrix = load_matrix(matrix_file, Overrides(dtypes=["float32", "bfloat16"]))
     cells = expand_cells(matrix)
     assert len(cells) == 2 * 2 * 2 * 2
     assert len({cell_id(cell) for cell in cells}) == len(cells)
-    assert {(c["model"], c["dtype"], c["batch_size"], c["mode"]) for c in cells} == {
+    assert {(c.model, c.dtype, c.batch_size, c.mode) for c in cells} == {
         (m, d, b, mode) for m in ("vit", "detr-resnet-101") for d in ("float32", "bfloat16")
         for b in (1, 4) for mode in ("eager", "default")
     }
-    assert [c["mode"] for c in cells[:2]] == ["eager", "default"]  # eager next to its compiled twin
+    assert [c.mode for c in cells[:2]] == ["eager", "default"]  # eager next to its compiled twin
 
 
 def test_cells_follow_the_runner_cell_schema(matrix):
     for cell in expand_cells(matrix):
-        jsonschema.validate(cell, CELL_SCHEMA)
-    detr = next(c for c in expand_cells(matrix) if c["model"] == "detr-resnet-101")
-    assert (detr["model_id"], detr["task"], detr["size"], detr["fault"]) == (
-        "facebook/detr-resnet-101", "object-detection", "full", None)
+        jsonschema.validate(cell.to_dict(), CELL_SCHEMA)
+    detr = next(c for c in expand_cells(matrix) if c.model == "detr-resnet-101")
+    assert (detr.model_id, detr.task, detr.size) == ("facebook/detr-resnet-101", "object-detection", "full")
 
 
 def test_every_image_gets_the_same_cells(matrix):
@@ -267,14 +283,14 @@ def test_tiny_with_pretrained_weights_in_the_file_is_refused_not_made_random(tmp
     data = small_matrix_data()
     data["weights"] = "pretrained"
     with pytest.raises(MatrixError, match="weights: pretrained .* cannot be combined with --size tiny"):
-        apply_overrides(load_matrix(write_matrix(tmp_path, data)), Overrides(size="tiny"))
+        load_matrix(write_matrix(tmp_path, data), Overrides(size="tiny"))
 
 
 def test_fullgraph_applies_to_compiled_modes_only(tmp_path):
     data = small_matrix_data()
     data["fullgraph"] = True
     cells = expand_cells(load_matrix(write_matrix(tmp_path, data)))
-    assert {(c["mode"], c["fullgraph"]) for c in cells} == {("eager", False), ("default", True)}
+    assert {(c.mode, c.fullgraph) for c in cells} == {("eager", False), ("default", True)}
 
 
 def test_runner_settings_carry_the_matrix_and_device(matrix):

@@ -9,6 +9,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 from runner import models  # noqa: E402
+from runner.core import Cell  # noqa: E402
 from runner.inputs import IMAGE_SIZE, TEXT_QUERIES  # noqa: E402
 
 # Published parameter counts (millions): papers and model cards. Architecture facts, checked with 5%.
@@ -32,9 +33,9 @@ def cell(name, **overrides):
     spec = models.SEED_MODELS.get(name)
     values = {"model": name, "model_id": None, "config_path": None, "task": spec.task if spec else None,
               "weights": "random", "size": "full", "batch_size": 1, "mode": "eager", "fullgraph": False,
-              "dtype": "float32", "fault": None}
+              "dtype": "float32"}
     values.update(overrides)
-    return values
+    return Cell(**values)
 
 
 def shipped(name, filename):

@@ -1,4 +1,5 @@
 """Progress for people: a bar on a terminal, one line per finished cell in a log."""
+import dataclasses
 import io
 
 from click.testing import CliRunner
@@ -6,10 +7,11 @@ from click.testing import CliRunner
 from host_helpers import RecordingBackend, make_record, use_backend, write_matrix
 from matrixbench.cli import main
 from matrixbench.progress import LineProgress, TqdmProgress, make_progress
+from runner.core import Cell
 
-CELL = {"model": "vit", "model_id": None, "config_path": None, "task": "image-classification",
-        "weights": "random", "size": "full", "batch_size": 1, "mode": "default", "fullgraph": False,
-        "dtype": "float32"}
+CELL = Cell(model="vit", model_id=None, config_path=None, task="image-classification",
+            weights="random", size="full", batch_size=1, mode="default", fullgraph=False, dtype="float32")
+EAGER = dataclasses.replace(CELL, mode="eager")
 
 
 class Terminal(io.StringIO):
@@ -22,7 +24,7 @@ def _drive(progress):
     progress.tick()
     progress.cell_finished("stable", CELL, make_record(CELL))
     progress.tick()
-    progress.cell_finished("stable", dict(CELL, mode="eager"), make_record(dict(CELL, mode="eager"), "oom"))
+    progress.cell_finished("stable", EAGER, make_record(EAGER, "oom"))
     progress.tick()
     progress.close()
 

@@ -16,6 +16,7 @@ import pytest
 
 from matrixbench.report import build_report
 from runner import records
+from runner.core import Status
 from runner.plan import plan_from_dict
 from runner.timing import summarize
 
@@ -63,21 +64,21 @@ def _record(key, value):
                          "cudnn_allow_tf32": True},
            "started_at": "2026-01-01T00:00:00+00:00", "start_clock": 0.0}
     record = records.new_record(job)
-    record["duration_s"] = 1.0
+    record.duration_s = 1.0
     if value == "oom":
-        return records.fail(record, "oom", "OutOfMemoryError", "CUDA out of memory (hand-made)")
+        return records.fail(record, Status.OOM, "OutOfMemoryError", "CUDA out of memory (hand-made)")
     samples = [value * 0.99, value * 1.01] * 10          # mean exactly `value`, spread 1%
-    record.update(status="ok", memory={"peak_bytes": 1, "kind": "cuda_max_allocated"},
-                  timing={"load_s": 1.0, "compile_s": 1.0, "warmup_s": 1.0, "timer": "cuda_event",
-                          **summarize(samples, 0.1)})
+    record.status, record.memory = Status.OK, {"peak_bytes": 1, "kind": "cuda_max_allocated"}
+    record.timing = {"load_s": 1.0, "compile_s": 1.0, "warmup_s": 1.0, "timer": "cuda_event",
+                     **summarize(samples, 0.1)}
     if mode == "eager":
-        record["accuracy"] = {"max_abs_diff": None, "tolerance": None, "status": "skipped"}
+        record.accuracy = {"max_abs_diff": None, "tolerance": None, "status": "skipped"}
     else:
         failed = key in ACCURACY_FAILED
-        record["accuracy"] = {"max_abs_diff": 0.5 if failed else 0.0, "tolerance": 0.01,
-                              "status": "fail" if failed else "pass"}
-        record["dynamo"] = {"graphs": 1, "graph_breaks": 0, "recompiles": 0, "cudagraph_skips": 0,
-                            "break_reasons": []}
+        record.accuracy = {"max_abs_diff": 0.5 if failed else 0.0, "tolerance": 0.01,
+                           "status": "fail" if failed else "pass"}
+        record.dynamo = {"graphs": 1, "graph_breaks": 0, "recompiles": 0, "cudagraph_skips": 0,
+                         "break_reasons": []}
     return record
 
 

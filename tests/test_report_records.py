@@ -8,6 +8,7 @@ import pytest
 
 from matrixbench.errors import ReportError
 from matrixbench.report import records
+from runner.core import Record
 from runner.schema import read_record, write_record
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -109,9 +110,9 @@ def test_the_newest_record_of_a_cell_wins(tmp_path):
     older = tmp_path / "run-1" / "stable"
     newer = tmp_path / "run-2" / "stable"
     record = read_record(A_RECORD)
-    write_record(older, record)
-    write_record(newer, {**record, "started_at": "2030-01-01T00:00:00+00:00",
-                         "timing": {**record["timing"], "mean_ms": 1.5}})
+    write_record(older, Record.from_dict(record))
+    write_record(newer, Record.from_dict({**record, "started_at": "2030-01-01T00:00:00+00:00",
+                                          "timing": {**record["timing"], "mean_ms": 1.5}}))
     frame = records.load_results([tmp_path])
     assert list(frame["timing.mean_ms"]) == [1.5]
     assert list(frame["run"]) == ["run-2"]

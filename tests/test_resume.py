@@ -6,7 +6,7 @@ from host_helpers import RecordingBackend, use_backend, write_matrix
 from matrixbench.cli import main
 from matrixbench.errors import ResumeConflictError
 from matrixbench.manifest import read_manifest
-from matrixbench.matrix import Overrides, apply_overrides, load_matrix
+from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.run import run_matrix
 from test_run_folder import _options
 
@@ -32,7 +32,7 @@ def test_a_rerun_with_other_iterations_is_refused_naming_them(matrix, tmp_path, 
     run(matrix, tmp_path)
     before = read_manifest(tmp_path / "results" / "r1")
     with pytest.raises(ResumeConflictError) as caught:
-        run(apply_overrides(matrix, Overrides(iterations=50, warmup=3)), tmp_path)
+        run(load_matrix(matrix.path, Overrides(iterations=50, warmup=3)), tmp_path)
     message = str(caught.value)
     assert "iterations: recorded 5, this run asks 50 (16 record(s))" in message
     assert "warmup: recorded 1, this run asks 3" in message
@@ -44,7 +44,7 @@ def test_a_rerun_with_other_iterations_is_refused_naming_them(matrix, tmp_path, 
 def test_force_or_a_new_run_name_measures_afresh(matrix, tmp_path, monkeypatch):
     backend = use_backend(monkeypatch, RecordingBackend())
     run(matrix, tmp_path)
-    changed = apply_overrides(matrix, Overrides(iterations=50))
+    changed = load_matrix(matrix.path, Overrides(iterations=50))
     run(changed, tmp_path, force=True)
     run(changed, tmp_path, run_name="r2")
     assert sum(len(request.cells) for request in backend.requests) == 16 * 3

@@ -9,7 +9,7 @@ import pytest
 from host_helpers import RecordingBackend, make_record, use_backend, write_matrix
 from matrixbench.errors import MatrixError, RunError
 from matrixbench.manifest import read_manifest
-from matrixbench.matrix import Overrides, apply_overrides, expand_cells, load_matrix
+from matrixbench.matrix import Overrides, expand_cells, load_matrix
 from matrixbench.plan import plan_run, run_dir
 from matrixbench.progress import (
     NullProgress,
@@ -30,7 +30,7 @@ def matrix(tmp_path):
 
 def test_the_test_records_follow_the_record_schema(matrix):
     for status in ("ok", "error"):
-        jsonschema.validate(make_record(expand_cells(matrix)[0], status), RECORD_SCHEMA)
+        jsonschema.validate(make_record(expand_cells(matrix)[0], status).to_dict(), RECORD_SCHEMA)
 
 
 # --- resume --------------------------------------------------------------------------------
@@ -112,7 +112,7 @@ def test_record_summary_shows_latency_compile_time_and_device(matrix):
     assert record_summary(make_record(compiled, mean_ms=1.5, device="cuda")) == "ok 1.50 ms (compile 3.0 s) on cuda"
     assert record_summary(make_record(compiled, "oom")) == "oom: RuntimeError: boom"
     noisy = make_record(eager, mean_ms=1.5)
-    noisy["timing"].update(cv=0.31, noisy=True)
+    noisy.timing.update(cv=0.31, noisy=True)
     assert record_summary(noisy) == "ok 1.50 ms on cpu, noisy (cv 0.31)"
 
 
@@ -121,7 +121,7 @@ def test_record_summary_shows_latency_compile_time_and_device(matrix):
 def test_watcher_reports_each_new_record_once(matrix, tmp_path):
     cells = expand_cells(matrix)[:3]
     seen = []
-    watcher = RecordWatcher(tmp_path, cells, lambda cell, record: seen.append(cell["mode"]))
+    watcher = RecordWatcher(tmp_path, cells, lambda cell, record: seen.append(cell.mode))
     assert watcher.poll() == 0
     write_record(tmp_path, make_record(cells[1]))
     (tmp_path / "unrelated.json").write_text("{}")
@@ -135,7 +135,7 @@ def test_watcher_sees_rewritten_records_but_not_old_ones(matrix, tmp_path):
     cell = expand_cells(matrix)[0]
     write_record(tmp_path, make_record(cell, "error"))
     seen = []
-    watcher = RecordWatcher(tmp_path, [cell], lambda c, record: seen.append(record["status"]))
+    watcher = RecordWatcher(tmp_path, [cell], lambda c, record: seen.append(record.status.value))
     assert watcher.poll() == 0  # there before the run started (a --force rerun overwrites it)
     write_record(tmp_path, make_record(cell, "ok"))
     watcher.poll()
@@ -152,7 +152,7 @@ def test_watcher_waits_for_a_readable_record(matrix, tmp_path):
 def test_watcher_thread_reports_records_written_while_it_runs(matrix, tmp_path):
     cells = expand_cells(matrix)[:2]
     seen = []
-    with RecordWatcher(tmp_path, cells, lambda cell, record: seen.append(cell["mode"]), interval=0.01):
+    with RecordWatcher(tmp_path, cells, lambda cell, record: seen.append(cell.mode), interval=0.01):
         write_record(tmp_path, make_record(cells[0]))
         deadline = time.monotonic() + 5
         while not seen and time.monotonic() < deadline:
@@ -175,7 +175,7 @@ class RecordingProgress(NullProgress):
 
     def cell_finished(self, image_name, cell, record):
         super().cell_finished(image_name, cell, record)
-        self.events.append(("cell", image_name, cell["model"], cell["mode"], record["status"]))
+        self.events.append(("cell", image_name, cell.model, cell.mode, record.status.value))
 
     def note(self, text):
         self.events.append(("note", text))
@@ -198,7 +198,7 @@ def test_run_records_every_cell_per_image_and_writes_the_manifest(matrix, tmp_pa
         assert sorted(p.name for p in (run_path / image).glob("*_*.json")) == sorted(
             record_path(run_path / image, c).name for c in cells)
     assert [r.image_name for r in backend.requests] == ["stable", "latest"]
-    assert json.loads((run_path / "stable" / "cells.json").read_text())["cells"] == cells
+    assert json.loads((run_path / "stable" / "cells.json").read_text())["cells"] == [c.to_dict() for c in cells]
     assert progress.events[0][0] == "note" and ("start", 16, 0) in progress.events
     assert len([e for e in progress.events if e[0] == "cell"]) == 16
     assert summary.statuses() == {"ok": 16}
@@ -228,7 +228,7 @@ def test_a_rerun_skips_recorded_cells_and_retries_failed_ones(matrix, tmp_path, 
     run_matrix(matrix, _options(tmp_path), progress=progress)
     assert backend.requests == [] and ("start", 0, 16) in progress.events
     run_matrix(matrix, _options(tmp_path, retry_failed=True))
-    assert {c["model"] for r in backend.requests for c in r.cells} == {"vit"}
+    assert {c.model for r in backend.requests for c in r.cells} == {"vit"}
     assert sum(len(r.cells) for r in backend.requests) == 8
     run_matrix(matrix, _options(tmp_path, force=True))
     assert sum(len(r.cells) for r in backend.requests) == 8 + 16
@@ -299,7 +299,7 @@ def test_image_env_is_passed_at_run_time(tmp_path, monkeypatch):
 
     data = small_matrix_data()
     data["images"]["stable"]["env"] = {"OMP_NUM_THREADS": "1"}
-    matrix = apply_overrides(load_matrix(write_matrix(tmp_path, data)), Overrides(images=["stable"]))
+    matrix = load_matrix(write_matrix(tmp_path, data), Overrides(images=["stable"]))
     backend = use_backend(monkeypatch, RecordingBackend())
     run_matrix(matrix, _options(tmp_path), environ={})
     assert backend.requests[0].env == {"OMP_NUM_THREADS": "1"}

@@ -11,7 +11,7 @@ import pytest
 from host_helpers import RecordingBackend, use_backend, write_matrix
 from matrixbench.errors import RunLockedError
 from matrixbench.manifest import read_manifest
-from matrixbench.matrix import Overrides, apply_overrides, load_matrix
+from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.run import RunOptions, run_matrix
 from matrixbench.run_folder import LOCK_FILENAME, RunLock
 from runner.schema import SCRATCH_DIRNAME
@@ -112,7 +112,7 @@ def test_run_json_history_keeps_what_each_invocation_said(matrix, tmp_path, monk
     use_backend(monkeypatch, RecordingBackend())
     run_matrix(matrix, _options(tmp_path, note="first"))
     first = read_manifest(tmp_path / "results" / "r1")
-    changed = apply_overrides(matrix, Overrides(models=["vit"]))
+    changed = load_matrix(matrix.path, Overrides(models=["vit"]))
     run_matrix(changed, _options(tmp_path, note="second", force=True))
     history = read_manifest(tmp_path / "results" / "r1")["history"]
     assert history == [{key: value for key, value in first.items() if key != "history"}]

@@ -18,9 +18,9 @@ def test_shorthand_makes_every_combination():
                                 "--batch-sizes", "1,8", "--size", "tiny", "--iterations", "20"))
     assert len(plan.cells) == 8
     vit = plan.cells[0]
-    assert vit["model_id"] == "google/vit-base-patch16-224" and vit["task"] == "image-classification"
-    assert {(c["model"], c["batch_size"], c["mode"]) for c in plan.cells} >= {("resnet", 8, "default")}
-    assert all(c["size"] == "tiny" and c["dtype"] == "float32" and c["fault"] is None for c in plan.cells)
+    assert vit.model_id == "google/vit-base-patch16-224" and vit.task == "image-classification"
+    assert {(c.model, c.batch_size, c.mode) for c in plan.cells} >= {("resnet", 8, "default")}
+    assert all(c.size == "tiny" and c.dtype == "float32" for c in plan.cells)
     assert plan.settings["iterations"] == 20 and plan.settings["warmup"] == 10
 
 
@@ -28,14 +28,14 @@ def test_default_models_expand_to_the_default_matrix():
     from runner.models import DEFAULT_MODELS
 
     plan = plan_from_args(parse("--models", "default", "--modes", "eager"))
-    assert [c["model"] for c in plan.cells] == list(DEFAULT_MODELS)
+    assert [c.model for c in plan.cells] == list(DEFAULT_MODELS)
 
 
 def test_other_model_needs_a_task():
     with pytest.raises(PlanError, match="add --task"):
         plan_from_args(parse("--models", "mine", "--model-id", "org/mine"))
     plan = plan_from_args(parse("--models", "mine", "--model-id", "org/mine", "--task", "object-detection"))
-    assert plan.cells[0]["model_id"] == "org/mine" and plan.cells[0]["task"] == "object-detection"
+    assert plan.cells[0].model_id == "org/mine" and plan.cells[0].task == "object-detection"
 
 
 def test_unknown_model_lists_the_shipped_ones():
@@ -84,18 +84,19 @@ def test_the_parent_leaves_the_compile_cache_variable_alone():
     assert result.stdout.strip() == "None"
 
 
-def test_sigterm_stops_the_running_cell_and_keeps_finished_records(tmp_path):
+def test_sigterm_stops_the_running_cell_and_keeps_finished_records(tmp_path, monkeypatch):
     """docker stop / the host's Ctrl-C send SIGTERM: the hanging cell's process dies with the runner."""
     import signal
     import time
 
     from runner.schema import read_record, record_path
-    from runner_cells import settings, tiny_cell
+    from runner_cells import inject_faults, settings, tiny_cell
 
-    done, hang = tiny_cell(), tiny_cell(fault="hang", batch_size=2)
+    done, hang = tiny_cell(), tiny_cell(batch_size=2)
+    inject_faults(monkeypatch, {hang: "hang"})
     cells_file = tmp_path / "cells.json"
     cells_file.write_text(json.dumps({"settings": settings(), "image_name": None, "image_id": None,
-                                      "cells": [done, hang]}))
+                                      "cells": [done.to_dict(), hang.to_dict()]}))
     out = tmp_path / "out"
     runner = subprocess.Popen([sys.executable, "-m", "runner", "--cells", str(cells_file), "--out", str(out)],
                               stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -11,7 +11,7 @@ from runner.driver import PROBE_TIMEOUT_S, run_plan
 from runner.isolation import Outcome
 from runner.plan import Plan
 from runner.schema import SCRATCH_DIRNAME, read_record, record_path
-from runner_cells import assert_valid, settings, tiny_cell
+from runner_cells import assert_valid, inject_faults, settings, tiny_cell
 
 
 def plan(cells, **setting_overrides):
@@ -28,9 +28,9 @@ def statuses(out, cells):
     return [read_record(record_path(out, cell))["status"] for cell in cells]
 
 
-def test_injected_failures_are_statuses_and_the_next_cell_still_runs(tmp_path):
-    cells = [tiny_cell(fault="oom"), tiny_cell(fault="crash", batch_size=2),
-             tiny_cell(fault="error", batch_size=3), tiny_cell(batch_size=4)]
+def test_injected_failures_are_statuses_and_the_next_cell_still_runs(tmp_path, monkeypatch):
+    cells = [tiny_cell(), tiny_cell(batch_size=2), tiny_cell(batch_size=3), tiny_cell(batch_size=4)]
+    inject_faults(monkeypatch, dict(zip(cells, ["oom", "crash", "error"])))
     results, lines = run(cells, tmp_path)
     assert [status for _, status in results] == ["oom", "crashed", "error", "ok"]
     assert statuses(tmp_path, cells) == ["oom", "crashed", "error", "ok"]
@@ -42,8 +42,9 @@ def test_injected_failures_are_statuses_and_the_next_cell_still_runs(tmp_path):
     assert any("[2/4] resnet-tiny_bs2_eager_float32: crashed" in line for line in lines)
 
 
-def test_a_cell_over_its_time_limit_is_killed_and_recorded_as_timeout(tmp_path):
-    cell = tiny_cell(fault="hang")
+def test_a_cell_over_its_time_limit_is_killed_and_recorded_as_timeout(tmp_path, monkeypatch):
+    cell = tiny_cell()
+    inject_faults(monkeypatch, {cell: "hang"})
     results, _ = run([cell], tmp_path, settings={"timeout_s": 3})
     record = read_record(record_path(tmp_path, cell))
     assert results == [(record["cell_id"], "timeout")]
@@ -92,8 +93,9 @@ def test_cell_scratch_folders_live_under_the_run_folder_and_go_when_done(tmp_pat
     assert not (tmp_path / SCRATCH_DIRNAME).exists()
 
 
-def test_resume_skips_recorded_cells_force_and_retry_failed_rerun(tmp_path):
-    good, bad = tiny_cell(), tiny_cell(fault="error", batch_size=2)
+def test_resume_skips_recorded_cells_force_and_retry_failed_rerun(tmp_path, monkeypatch):
+    good, bad = tiny_cell(), tiny_cell(batch_size=2)
+    inject_faults(monkeypatch, {bad: "error"})
     run([good, bad], tmp_path)
     first = read_record(record_path(tmp_path, good))["started_at"], os.stat(record_path(tmp_path, good)).st_mtime_ns
 

@@ -13,7 +13,7 @@ def cell(**overrides):
 
 def test_validate_cell_fills_optional_keys():
     checked = validate_cell(cell())
-    assert checked["model_id"] is None and checked["config_path"] is None and checked["fault"] is None
+    assert checked.model_id is None and checked.config_path is None
 
 
 @pytest.mark.parametrize("field", ["model", "task", "weights", "size", "batch_size", "mode", "fullgraph", "dtype"])
@@ -26,11 +26,17 @@ def test_missing_required_field_is_named(field):
 
 @pytest.mark.parametrize("field, value", [
     ("mode", "fast"), ("dtype", "float64"), ("batch_size", 0), ("batch_size", True),
-    ("fullgraph", "yes"), ("task", "captioning"), ("fault", "boom"), ("model_id", 3),
+    ("fullgraph", "yes"), ("task", "captioning"), ("model_id", 3),
 ])
 def test_bad_value_names_the_field(field, value):
     with pytest.raises(PlanError, match=f"cells\\[0\\]: '{field}'"):
         validate_cell(cell(**{field: value}), "cells[0]")
+
+
+def test_a_fault_is_no_cell_key():
+    """Fault injection is a test-only environment variable (runner.faults), not part of a cell."""
+    with pytest.raises(PlanError, match="unknown keys \\['fault'\\]"):
+        validate_cell(cell(fault="crash"))
 
 
 def test_unknown_cell_key_is_refused_with_valid_keys():
@@ -62,7 +68,7 @@ def test_load_plan_reads_the_host_format(tmp_path):
     path.write_text(json.dumps({"settings": {"iterations": 7}, "image_name": "stable",
                                 "image_id": "sha256:abc", "cells": [cell(), cell(mode="default")]}))
     plan = load_plan(path)
-    assert [c["mode"] for c in plan.cells] == ["eager", "default"]
+    assert [c.mode for c in plan.cells] == ["eager", "default"]
     assert plan.settings["iterations"] == 7 and plan.settings["warmup"] == DEFAULT_SETTINGS["warmup"]
     assert (plan.image_name, plan.image_id) == ("stable", "sha256:abc")
 

@@ -1,14 +1,15 @@
 import pytest
 
 from runner import records
+from runner.core import Cell, Status
 from runner.tolerance import DEFAULT_TOLERANCES, TF32_TOLERANCE
 
 
 def job(**cell_overrides):
     cell = {"model": "vit", "model_id": None, "config_path": None, "task": "image-classification",
             "weights": "random", "size": "tiny", "batch_size": 2, "mode": "default", "fullgraph": False,
-            "dtype": "float16", "fault": None}
-    cell.update(cell_overrides)
+            "dtype": "float16"}
+    cell = Cell(**dict(cell, **cell_overrides))
     settings = {"iterations": 10, "warmup": 0, "timeout_s": 60, "device": "auto",
                 "accuracy_tolerance": None, "cv_threshold": 0.1}
     return {"cell": cell, "settings": settings, "device": "cpu", "environment": {}, "precision": {},
@@ -39,8 +40,8 @@ def test_explicit_tolerance_wins():
 
 def test_new_record_names_the_cell():
     record = records.new_record(job())
-    assert record["cell_id"] == "vit-tiny_bs2_default_float16"
-    assert record["timing"] is None and record["error"] is None
+    assert record.cell_id == "vit-tiny_bs2_default_float16"
+    assert record.timing is None and record.error is None and record.status is Status.ERROR
 
 
 class OutOfMemoryError(RuntimeError):
@@ -57,8 +58,8 @@ class OutOfMemoryError(RuntimeError):
 ])
 def test_exceptions_map_to_statuses(exc, status):
     record = records.fail_with_exception(records.new_record(job()), exc)
-    assert record["status"] == status
-    assert record["error"]["message"] == str(exc)
+    assert record.status == status
+    assert record.error.message == str(exc)
 
 
 def test_oom_wrapped_by_another_exception_is_oom():
@@ -69,9 +70,9 @@ def test_oom_wrapped_by_another_exception_is_oom():
             raise RuntimeError("backend compiler failed") from inner
     except RuntimeError as outer:
         record = records.fail_with_exception(records.new_record(job()), outer)
-    assert record["status"] == "oom"
-    assert "OutOfMemoryError" in record["error"]["traceback"]
-    assert record["error"]["type"] == "RuntimeError"
+    assert record.status is Status.OOM
+    assert "OutOfMemoryError" in record.error.traceback
+    assert record.error.type == "RuntimeError"
 
 
 def test_an_oom_handled_and_suppressed_does_not_make_a_later_error_oom():
@@ -82,9 +83,9 @@ def test_an_oom_handled_and_suppressed_does_not_make_a_later_error_oom():
             raise ValueError("an unrelated failure") from None
     except ValueError as outer:
         record = records.fail_with_exception(records.new_record(job()), outer)
-    assert record["status"] == "error"
+    assert record.status is Status.ERROR
 
 
 def test_long_messages_are_clipped():
-    record = records.fail(records.new_record(job()), "error", "E", "x" * 10000)
-    assert len(record["error"]["message"]) < 4100
+    record = records.fail(records.new_record(job()), Status.ERROR, "E", "x" * 10000)
+    assert len(record.error.message) < 4100

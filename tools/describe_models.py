@@ -17,6 +17,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 from runner import models  # noqa: E402
+from runner.core import SIZES, Cell  # noqa: E402
 
 
 def construct(recipe):
@@ -29,7 +30,8 @@ def construct(recipe):
 
 def describe(name, size, batch_size):
     spec = models.SEED_MODELS[name]
-    cell = {"model": name, "task": spec.task, "weights": "random", "size": size, "batch_size": batch_size}
+    cell = Cell(model=name, task=spec.task, weights="random", size=size, batch_size=batch_size,
+                mode="eager", fullgraph=False, dtype="float32")
     start = time.perf_counter()
     model, device = construct(models.make_recipe(cell))
     count = sum(parameter.numel() for parameter in model.parameters())
@@ -41,7 +43,7 @@ def describe(name, size, batch_size):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", default=list(models.SEED_MODELS))
-    parser.add_argument("--size", choices=("full", "tiny"), default="full")
+    parser.add_argument("--size", choices=SIZES, default="full")
     parser.add_argument("--batch-size", type=int, default=1)
     args = parser.parse_args()
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")

@@ -2,27 +2,29 @@
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Dict, List, Optional
+
+from runner.core import Cell
 
 
 @dataclass(frozen=True)
 class RunRequest:
     """What a backend needs to run one image's pending cells.
 
-    ``cells`` are runner cell dicts (see runner/schema.py CELL_SCHEMA); ``settings`` are
+    ``cells`` are the cells to run (runner.core.Cell); ``settings`` are
     the runner settings (iterations, warmup, timeout_s, device, accuracy_tolerance,
     cv_threshold). Records land in ``out_dir`` as ``<cell_id>.json``.
     """
 
     image_name: str
-    cells: list
-    settings: dict
+    cells: List[Cell]
+    settings: Dict[str, Any]
     out_dir: Path
     cache_dir: Optional[Path] = None      # compile caches (Inductor/Triton); None = cold
     hf_cache_dir: Optional[Path] = None   # the host's HF cache, shared by all images
     gpus: bool = False                    # ask for all GPUs (--gpus all)
     # run-time only env, e.g. HF_TOKEN: kept out of repr() so it is never printed
-    env: dict = field(default_factory=dict, repr=False)
+    env: Dict[str, str] = field(default_factory=dict, repr=False)
     torch: Optional[str] = None           # the image entry's torch requirement, e.g. "torch==2.0.1"
     gpu_ids: tuple = ()                   # the GPUs to use (indices or UUIDs); () = all
 

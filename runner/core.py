@@ -1,0 +1,146 @@
+"""The typed core both sides share: the vocabularies, one Status, a Cell and a Record.
+
+Stdlib only (the host imports it, and so does the runner in every image, Python 3.10 included).
+``to_dict()`` gives the JSON on disk, exactly as ``runner.schema.RECORD_SCHEMA`` says;
+``from_dict()`` reads it back. Records of an older schema version are converted on read
+(``upgrade_record``); unknown versions are refused by ``runner.schema.read_record``.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
+
+# The record format. History: 1 (cells carried a test-only ``fault``); 2 (no ``fault``).
+SCHEMA_VERSION = 2
+SUPPORTED_VERSIONS: Tuple[int, ...] = (1, 2)
+
+MODES = ("eager", "default", "reduce-overhead", "max-autotune")
+DTYPES = ("float32", "float16", "bfloat16")
+WEIGHTS = ("random", "pretrained")
+SIZES = ("full", "tiny")
+TASKS = ("image-classification", "image-segmentation", "object-detection")
+DEVICES = ("auto", "cuda", "cpu")            # what may be asked for
+USED_DEVICES = ("cuda", "cpu")               # what a record says ran
+ACCURACY_STATUSES = ("pass", "fail", "nan", "skipped")
+
+JSON = Dict[str, Any]
+
+
+class Status(str, enum.Enum):
+    """How a cell ended. A str, so records hold the plain value ("ok", "oom", ...)."""
+
+    OK = "ok"
+    OOM = "oom"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+STATUSES = tuple(status.value for status in Status)
+
+
+def cell_id(cell: Union["Cell", Mapping[str, Any]]) -> str:
+    """The stable name of a cell: its record's file stem and its key for resume."""
+    data = cell.to_dict() if isinstance(cell, Cell) else cell
+    name = data["model"] + ("-tiny" if data.get("size") == "tiny" else "")
+    fullgraph = "_fullgraph" if data.get("fullgraph") else ""
+    return f"{name}_bs{data['batch_size']}_{data['mode']}{fullgraph}_{data['dtype']}"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the matrix: a model at one batch size, mode and dtype (CELL_SCHEMA)."""
+
+    model: str
+    task: str
+    weights: str
+    size: str
+    batch_size: int
+    mode: str
+    fullgraph: bool
+    dtype: str
+    model_id: Optional[str] = None
+    config_path: Optional[str] = None
+
+    @property
+    def id(self) -> str:
+        return cell_id(self)
+
+    def to_dict(self) -> JSON:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Cell":
+        """A cell from its JSON form (unchecked: ``runner.plan.validate_cell`` checks)."""
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+@dataclass(frozen=True)
+class CellError:
+    """What went wrong in a cell that is not ok: the report's footnote."""
+
+    type: str
+    message: str
+    traceback: Optional[str] = None
+
+    def to_dict(self) -> JSON:
+        return asdict(self)
+
+
+@dataclass
+class Record:
+    """The result of one cell (RECORD_SCHEMA). The nested blocks stay JSON objects."""
+
+    cell: Cell
+    device: str
+    settings: JSON
+    precision: JSON
+    environment: JSON
+    started_at: str
+    status: Status = Status.ERROR
+    error: Optional[CellError] = None
+    timing: Optional[JSON] = None
+    memory: Optional[JSON] = None
+    dynamo: Optional[JSON] = None
+    accuracy: Optional[JSON] = None
+    duration_s: Optional[float] = None
+    extra: JSON = field(default_factory=dict)   # v2 fields this version does not model
+
+    @property
+    def cell_id(self) -> str:
+        return self.cell.id
+
+    def to_dict(self) -> JSON:
+        data: JSON = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        data.update(self.extra)
+        data.update(schema_version=SCHEMA_VERSION, cell_id=self.cell_id, cell=self.cell.to_dict(),
+                    status=self.status.value, error=self.error.to_dict() if self.error else None)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Record":
+        """A record from its JSON form; older versions are converted first."""
+        data = upgrade_record(data)
+        known = {f.name for f in fields(cls)}
+        values = {key: value for key, value in data.items() if key in known}
+        values.update(cell=Cell.from_dict(data["cell"]), status=Status(data["status"]),
+                      error=CellError(**data["error"]) if data.get("error") else None,
+                      extra={key: value for key, value in data.items()
+                             if key not in known and key not in ("schema_version", "cell_id")})
+        return cls(**values)
+
+
+def upgrade_record(data: Mapping[str, Any]) -> JSON:
+    """A record of any supported version as the current version (a new dict; v2 is returned as is).
+
+    v1 -> v2: the cell's ``fault`` (a test hook, always null in real runs) is dropped.
+    """
+    record = dict(data)
+    if record.get("schema_version") == 1:
+        record["cell"] = {k: v for k, v in record["cell"].items() if k != "fault"}
+        record["schema_version"] = SCHEMA_VERSION
+    return record

@@ -1,0 +1,75 @@
+"""runner.core: Cell and Record to and from their JSON, one Status, v1 records converted on read."""
+import json
+
+import jsonschema
+import pytest
+
+from host_helpers import make_record
+from runner.core import SCHEMA_VERSION, STATUSES, Cell, Record, Status, cell_id, upgrade_record
+from runner.schema import CELL_SCHEMA, RECORD_SCHEMA, RecordError, load_record, read_record, write_record
+
+CELL = Cell(model="vit", task="image-classification", weights="random", size="tiny", batch_size=4,
+            mode="default", fullgraph=True, dtype="bfloat16", model_id="google/vit-base-patch16-224")
+
+
+def test_a_cell_round_trips_through_its_schema_valid_json():
+    data = CELL.to_dict()
+    jsonschema.validate(data, CELL_SCHEMA)
+    assert Cell.from_dict(json.loads(json.dumps(data))) == CELL
+    assert CELL.id == cell_id(data) == "vit-tiny_bs4_default_fullgraph_bfloat16"
+
+
+def test_a_record_round_trips_and_its_json_is_what_the_schema_says(tmp_path):
+    record = make_record(CELL, "oom")
+    data = record.to_dict()
+    jsonschema.validate(data, RECORD_SCHEMA)
+    assert (data["schema_version"], data["status"], data["cell_id"]) == (SCHEMA_VERSION, "oom", CELL.id)
+    assert data["error"] == {"type": "RuntimeError", "message": "boom", "traceback": None}
+    assert load_record(write_record(tmp_path, record)) == record
+
+
+def test_status_is_the_schemas_list_and_reads_as_its_value():
+    assert RECORD_SCHEMA["properties"]["status"]["enum"] == list(STATUSES) == [s.value for s in Status]
+    assert Status.OK == "ok" and f"{Status.TIMEOUT}" == "timeout" and json.dumps(Status.OOM) == '"oom"'
+
+
+def test_fields_this_version_does_not_model_are_kept():
+    data = dict(make_record(CELL).to_dict(), later_field={"x": 1})
+    assert Record.from_dict(data).to_dict() == data
+
+
+def _v1(record):
+    data = record.to_dict()
+    data["schema_version"] = 1
+    data["cell"] = dict(data["cell"], fault=None)
+    return data
+
+
+def test_a_v1_record_is_converted_on_read(tmp_path):
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(_v1(make_record(CELL))))
+    data = read_record(path)
+    assert data["schema_version"] == SCHEMA_VERSION and "fault" not in data["cell"]
+    jsonschema.validate(data, RECORD_SCHEMA)
+    assert load_record(path) == make_record(CELL)
+
+
+def test_upgrading_leaves_the_input_alone():
+    old = _v1(make_record(CELL))
+    upgrade_record(old)
+    assert old["schema_version"] == 1 and "fault" in old["cell"]
+
+
+@pytest.mark.parametrize("version", [0, 3, None, "2"])
+def test_unknown_versions_are_refused(tmp_path, version):
+    path = tmp_path / "future.json"
+    path.write_text(json.dumps(dict(make_record(CELL).to_dict(), schema_version=version)))
+    with pytest.raises(RecordError, match="is not supported"):
+        read_record(path)
+
+
+def test_an_incomplete_record_is_a_record_error(tmp_path):
+    path = tmp_path / "part.json"
+    path.write_text(json.dumps({"schema_version": SCHEMA_VERSION, "cell": CELL.to_dict()}))
+    with pytest.raises(RecordError, match="not a complete record"):
+        load_record(path)
