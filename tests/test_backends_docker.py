@@ -190,8 +190,8 @@ def test_a_users_own_model_is_mounted_read_only_and_its_path_rewritten(sdk, tmp_
     mine = tmp_path / "my models" / "swin"
     mine.mkdir(parents=True)
     (mine / "config.json").write_text('{"model_type": "swin"}')
-    cell = dict(CELL, model="swin", size="full", config_path=str(mine / "config.json"))
-    request = request_for(tmp_path, cells=[cell, dict(cell, mode="default")])
+    cell = dataclasses.replace(CELL, model="swin", size="full", config_path=str(mine / "config.json"))
+    request = request_for(tmp_path, cells=[cell, dataclasses.replace(cell, mode="default")])
     backend(sdk).run(request)
     binds = {spec["bind"]: (host, spec["mode"]) for host, spec in sdk.started[0].kwargs["volumes"].items()}
     assert binds["/models/swin"] == (str(mine.resolve()), "ro")

@@ -125,7 +125,7 @@ def test_timed_loop_counts_graph_replays_reads_the_gpu_and_flags(monkeypatch):
 
 def test_cpu_cells_record_null_gpu_fields(tmp_path):
     record = run_cell(job(tiny_cell("resnet"), iterations=3))
-    timing = record["timing"]
+    timing = record.timing
     assert timing["cudagraphs"] is None and timing["gpu_state"] is None and timing["host_syncs_per_call"] is None
     assert timing["flags"] == [] and timing["warmup_calls"] == 3
     assert_valid(record)

@@ -169,7 +169,7 @@ def model_mounts(cells):
     for cell in cells:
         folder = _model_folder(cell)
         if folder is not None and folder not in table:
-            table[folder] = (f"{MODELS_MOUNT}/{cell['model']}", "ro")
+            table[folder] = (f"{MODELS_MOUNT}/{cell.model}", "ro")
     return table
 
 
@@ -178,11 +178,11 @@ def in_container(cell, models):
     folder = _model_folder(cell)
     if folder is None:
         return cell
-    return {**cell, "config_path": f"{models[folder][0]}/{Path(cell['config_path']).name}"}
+    return dataclasses.replace(cell, config_path=f"{models[folder][0]}/{Path(cell.config_path).name}")
 
 
 def _model_folder(cell):
-    return Path(cell["config_path"]).resolve().parent if cell.get("config_path") else None
+    return Path(cell.config_path).resolve().parent if cell.config_path else None
 
 
 def container_env(request):
