@@ -13,6 +13,8 @@ import os
 import torch
 import torch._dynamo
 
+from runner.versions import at_least
+
 CUDAGRAPH_SKIPS_SINCE = "2.4"
 MAX_REASONS = 50
 MAX_REASON_CHARS = 1000
@@ -64,9 +66,14 @@ def dynamo_stats(before, after_first_call, end):
         "graphs": end["graphs"] - before["graphs"],
         "graph_breaks": sum(breaks.values()),
         "recompiles": end["frames"] - after_first_call["frames"] if after_first_call else None,
-        "cudagraph_skips": skips if torch.__version__ >= CUDAGRAPH_SKIPS_SINCE else None,
+        "cudagraph_skips": skips if counts_cudagraph_skips(torch.__version__) else None,
         "break_reasons": [_short(reason) for reason in sorted(breaks)][:MAX_REASONS],
     }
+
+
+def counts_cudagraph_skips(torch_version):
+    """Whether this torch counts ``inductor/cudagraph_skips`` (2.4 and later, 2.10 included)."""
+    return at_least(torch_version, CUDAGRAPH_SKIPS_SINCE)
 
 
 def _short(reason):

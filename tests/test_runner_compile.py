@@ -37,15 +37,26 @@ def snapshot(graphs=0, frames=0, breaks=None, skips=0):
     return {"graphs": graphs, "frames": frames, "graph_breaks": breaks or {}, "cudagraph_skips": skips}
 
 
-def test_dynamo_stats_are_differences_between_snapshots():
+def _stats():
     before = snapshot(graphs=1, frames=1, breaks={"old reason": 2})
     after_first = snapshot(graphs=4, frames=3, breaks={"old reason": 2, "print": 1})
     end = snapshot(graphs=5, frames=4, breaks={"old reason": 2, "print": 1}, skips=2)
-    stats = compile_module.dynamo_stats(before, after_first, end)
+    return compile_module.dynamo_stats(before, after_first, end)
+
+
+def test_dynamo_stats_are_differences_between_snapshots():
+    stats = _stats()
     assert stats["graphs"] == 4 and stats["graph_breaks"] == 1 and stats["break_reasons"] == ["print"]
     assert stats["recompiles"] == 1
-    expected_skips = 2 if torch.__version__ >= compile_module.CUDAGRAPH_SKIPS_SINCE else None
-    assert stats["cudagraph_skips"] == expected_skips
+
+
+@pytest.mark.parametrize("version, skips", [
+    ("2.0.1+cu118", None), ("2.3.1", None), ("2.4.0", 2), ("2.4.0.dev20240601+cu121", 2),
+    ("2.10.0", 2), ("2.13.0+cpu", 2),   # compared as strings, "2.10.0" < "2.4": skips were lost
+])
+def test_cudagraph_skips_are_counted_from_torch_2_4_on(monkeypatch, version, skips):
+    monkeypatch.setattr(compile_module.torch, "__version__", version)
+    assert _stats()["cudagraph_skips"] == skips
 
 
 class Breaks(torch.nn.Module):
