@@ -20,6 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from matrixbench import docker_client, resources
 from matrixbench.errors import BuildError, MatrixError
+from matrixbench.versions import torch_label
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple"
 TAG_REPOSITORY = "matrixbench"
@@ -129,7 +130,7 @@ def plan_build(entry, *, ca_bundle=None, index_url=None, extra_index_urls=(), ba
     labels = {
         docker_client.LABEL_MARK: "1",
         docker_client.LABEL_IMAGE: name,
-        docker_client.LABEL_TORCH: torch_version(torch_spec),
+        docker_client.LABEL_TORCH: torch_label(torch_spec),
         docker_client.LABEL_MATRIX_HASH: build_hash(buildargs),
     }
     return BuildPlan(name=name, tag=image_tag(name), buildargs=buildargs, labels=labels,
@@ -162,14 +163,6 @@ def requirement(package, pin, *, field):
         f"{field}: {pin!r} is not a pin of {package}; write a version ('2.0.1'), a "
         f"specifier ('<2.1') or a requirement ('{package}==2.0.1')"
     )
-
-
-def torch_version(torch_spec):
-    """The version an exact pin names ("torch==2.0.1" -> "2.0.1"); else the specifier."""
-    match = re.fullmatch(r"torch\s*===?\s*([^\s;,]+)", torch_spec)
-    if match:
-        return match.group(1)
-    return torch_spec[len("torch"):].strip() or "latest"
 
 
 def build_hash(buildargs):

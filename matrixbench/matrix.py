@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from matrixbench import matrix_errors, matrix_yaml
 from matrixbench.errors import MatrixError
 from matrixbench.matrix_schema import DEFAULTS, MATRIX_SCHEMA
+from matrixbench.versions import pinned_version
 from runner.core import Cell
 from runner.settings import BY_NAME, OVERRIDES, RUNNER_SETTINGS
 
@@ -49,8 +50,7 @@ class Image:
     @property
     def torch_version(self) -> Optional[str]:
         """The pinned version ("2.0.1" for "torch==2.0.1"), or None when not pinned exactly."""
-        spec = self.torch.replace(" ", "")
-        return spec[len("torch=="):] if spec.startswith("torch==") and "," not in spec else None
+        return pinned_version(self.torch)
 
     def content_hash(self) -> str:
         """Short hash of everything that goes into building this image (for image labels)."""

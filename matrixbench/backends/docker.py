@@ -18,8 +18,9 @@ from pathlib import Path
 from matrixbench import docker_client
 from matrixbench.backends.base import Backend
 from matrixbench.errors import RunError
-from matrixbench.images import image_tag, torch_version
+from matrixbench.images import image_tag
 from matrixbench.runner_input import CELLS_FILENAME, write_cells_file
+from matrixbench.versions import torch_label
 from runner.schema import record_path
 
 RESULTS_MOUNT = "/results"
@@ -97,7 +98,7 @@ class DockerBackend(Backend):
                 f"`matrixbench build --images {request.image_name}`"
             )
         built_torch = image.labels.get(docker_client.LABEL_TORCH)
-        if request.torch and built_torch and built_torch != torch_version(request.torch):
+        if request.torch and built_torch and built_torch != torch_label(request.torch):
             raise RunError(
                 f"image {request.image_name!r}: {tag} was built with torch {built_torch}, but the "
                 f"matrix asks for {request.torch}; rebuild it with "

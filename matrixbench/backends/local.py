@@ -16,6 +16,7 @@ from matrixbench.backends.base import Backend
 from matrixbench.errors import RunError
 from matrixbench.gpu import host_gpus
 from matrixbench.runner_input import write_cells_file
+from matrixbench.versions import pinned_version, same_release
 
 LOG_FILENAME = "runner.log"
 STOP_GRACE_S = 10
@@ -40,7 +41,7 @@ class LocalBackend(Backend):
         self.python = python or sys.executable
 
     def describe(self):
-        return (f"local backend: this interpreter ({self.python}, torch {_torch_version()}); "
+        return (f"local backend: this interpreter ({self.python}, torch {_installed_torch()}); "
                 "the images' torch pins are not installed")
 
     def gpus_available(self):
@@ -48,7 +49,7 @@ class LocalBackend(Backend):
 
     def run(self, request):
         if self.python == sys.executable:
-            check_torch_pin(request, _torch_version())
+            check_torch_pin(request, _installed_torch())
         cells_file = write_cells_file(request)
         argv = [self.python, "-m", "runner", "--cells", str(cells_file), "--out", str(request.out_dir)]
         with open(Path(request.out_dir) / LOG_FILENAME, "ab") as log:
@@ -58,7 +59,7 @@ class LocalBackend(Backend):
             return _wait(process)
 
 
-def _torch_version():
+def _installed_torch():
     try:
         return metadata.version("torch")
     except metadata.PackageNotFoundError:
@@ -68,10 +69,8 @@ def _torch_version():
 def check_torch_pin(request, installed):
     """Refuse to record this interpreter's torch under an image that pins another one: the
     report would compare images that ran the same torch."""
-    if not request.torch or "==" not in request.torch:
-        return
-    pinned = request.torch.split("==", 1)[1].strip()
-    if installed.split("+", 1)[0] != pinned.split("+", 1)[0]:
+    pinned = pinned_version(request.torch) if request.torch else None
+    if pinned is not None and not same_release(installed, pinned):
         raise RunError(
             f"image {request.image_name!r} pins {request.torch}, but --backend local runs this "
             f"interpreter's torch {installed}: run only images that pin torch {installed} "

@@ -3,13 +3,13 @@
 Tables and charts both read results through ``CellIndex``, so they agree on which cells
 exist, in which order devices, images, models and modes come, and how a model is labelled.
 """
-import re
 
 import numpy as np
 from scipy.stats import variation
 
 from matrixbench.report.published import MODEL_NAMES
 from matrixbench.report.records import plain_value
+from matrixbench.versions import release
 from runner.schema import MODES, TASKS
 
 FIELDS = {"device": "device_name", "image": "image", "batch": "cell.batch_size", "row": "row_key",
@@ -125,8 +125,8 @@ def _worst_accuracy(rows):
 
 
 def torch_release(version):
-    """A torch version's numbers without the local build part: "2.1.0.dev20230601+cu118" -> (2, 1, 0, 20230601)."""
-    return tuple(int(part) for part in re.findall(r"\d+", str(version).split("+")[0]))
+    """A torch version's release numbers: "2.1.0.dev20230601+cu118" -> (2, 1, 0) (matrixbench.versions)."""
+    return release(version)
 
 
 def public_version(version):
