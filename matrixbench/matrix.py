@@ -20,6 +20,7 @@ from matrixbench.errors import MatrixError
 from matrixbench.matrix_schema import DEFAULTS, MATRIX_SCHEMA
 from matrixbench.versions import pinned_version
 from runner.core import Cell
+from runner.registry import shipped_spec
 from runner.settings import BY_NAME, OVERRIDES, RUNNER_SETTINGS
 
 JSON = Dict[str, Any]
@@ -188,8 +189,18 @@ def _model(name: str, entry: JSON, default_weights: str, matrix_path: Path) -> M
     if entry.get("path") is not None:
         config = str(_checkpoint_config(name, entry["path"], matrix_path))
         weights = entry.get("weights", "pretrained")
+    _check_shipped_task(name, entry, matrix_path)
     return Model(name=name, task=entry["task"], weights=weights, model_id=entry.get("id"),
                  config_path=config)
+
+
+def _check_shipped_task(name: str, entry: JSON, matrix_path: Path) -> None:
+    """A shipped model (by its name and hub id) has one task; another fails every cell."""
+    spec = shipped_spec(name, entry.get("id"), entry.get("config") or entry.get("path"))
+    if spec is not None and entry["task"] != spec.task:
+        raise MatrixError(
+            f"{matrix_path}: models.{name}.task: {entry['task']!r} does not fit the shipped model "
+            f"{name} ({spec.model_id}), whose task is {spec.task!r}")
 
 
 def _checkpoint_config(name: str, folder: str, matrix_path: Path) -> Path:

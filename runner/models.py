@@ -15,8 +15,7 @@ import torch
 import transformers
 
 from runner import inputs as model_inputs
-
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+from runner.registry import CONFIG_DIR, DEFAULT_MODELS, SEED_MODELS, ModelSpec, shipped_spec  # noqa: F401
 
 # Where a model of each task may live; the first auto class that knows the config wins.
 TASK_AUTO_CLASSES = {
@@ -40,53 +39,6 @@ class ModelError(Exception):
     """A cell's model cannot be built: the message names the field and the fix."""
 
 
-@dataclasses.dataclass(frozen=True)
-class ModelSpec:
-    """A model the repository ships a config for."""
-
-    name: str
-    model_id: str
-    task: str
-    model_class: str  # transformers class name, e.g. "ViTForImageClassification"
-    processor_class: str  # image processor class name without the Pil suffix
-    in_default_matrix: bool = True
-
-    @property
-    def config_dir(self):
-        return CONFIG_DIR / self.name
-
-
-SEED_MODELS = {
-    spec.name: spec
-    for spec in (
-        ModelSpec("vit", "google/vit-base-patch16-224", "image-classification",
-                  "ViTForImageClassification", "ViTImageProcessor"),
-        ModelSpec("beit", "microsoft/beit-base-patch16-224-pt22k-ft22k", "image-classification",
-                  "BeitForImageClassification", "BeitImageProcessor"),
-        ModelSpec("convnext", "facebook/convnext-large-224", "image-classification",
-                  "ConvNextForImageClassification", "ConvNextImageProcessor"),
-        ModelSpec("resnet", "microsoft/resnet-50", "image-classification",
-                  "ResNetForImageClassification", "ConvNextImageProcessor"),
-        ModelSpec("segformer", "nvidia/segformer-b0-finetuned-ade-512-512", "image-segmentation",
-                  "SegformerForSemanticSegmentation", "SegformerImageProcessor"),
-        ModelSpec("mask2former", "facebook/mask2former-swin-tiny-coco-panoptic", "image-segmentation",
-                  "Mask2FormerForUniversalSegmentation", "Mask2FormerImageProcessor"),
-        ModelSpec("maskformer", "facebook/maskformer-swin-base-ade", "image-segmentation",
-                  "MaskFormerForInstanceSegmentation", "MaskFormerImageProcessor"),
-        ModelSpec("mobilenet", "google/deeplabv3_mobilenet_v2_1.0_513", "image-segmentation",
-                  "MobileNetV2ForSemanticSegmentation", "MobileNetV2ImageProcessor"),
-        ModelSpec("owlvit", "google/owlvit-base-patch32", "object-detection",
-                  "OwlViTForObjectDetection", "OwlViTImageProcessor"),
-        ModelSpec("detr-resnet-101", "facebook/detr-resnet-101", "object-detection",
-                  "DetrForObjectDetection", "DetrImageProcessor"),
-        ModelSpec("conditional-detr", "microsoft/conditional-detr-resnet-50", "object-detection",
-                  "ConditionalDetrForObjectDetection", "ConditionalDetrImageProcessor"),
-        # The seed table's "Object Detection / DETR" row; not in the default matrix.
-        ModelSpec("detr", "facebook/detr-resnet-50", "object-detection",
-                  "DetrForObjectDetection", "DetrImageProcessor", in_default_matrix=False),
-    )
-}
-DEFAULT_MODELS = tuple(name for name, spec in SEED_MODELS.items() if spec.in_default_matrix)
 
 
 @dataclasses.dataclass
@@ -184,8 +136,8 @@ def make_recipe(cell):
 
 def seed_spec(cell):
     """The shipped spec a cell names, or None when it names another model."""
-    spec = SEED_MODELS.get(cell.model)
-    if spec is None or cell.config_path or cell.model_id not in (None, spec.model_id):
+    spec = shipped_spec(cell.model, cell.model_id, cell.config_path)
+    if spec is None:
         return None
     if cell.task not in (None, spec.task):
         raise ModelError(f"task={cell.task!r} does not fit model {spec.name!r}: its task is {spec.task!r}")
