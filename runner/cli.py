@@ -1,5 +1,9 @@
 """``python -m runner``: parse the command line, build a plan, run it.
 
+One pending-cells rule: the host decides which cells run (matrixbench.plan, with
+runner.schema.needs_run) and the runner runs every cell of a ``--cells`` file; only the
+shorthand, where no host decided, skips recorded cells by the same ``needs_run``.
+
 Two ways to say what to run:
 - ``--cells FILE``: the cells JSON the host writes (see runner.plan), settings included;
 - shorthand for people: ``--models vit,resnet --modes eager,default --batch-sizes 1,8 ...``,
@@ -21,6 +25,7 @@ from runner.settings import BY_NAME, RUNNER_SETTINGS
 SETTING_FLAGS = tuple(setting.name for setting in RUNNER_SETTINGS)
 SHORTHAND_DEFAULTS = {name: list(BY_NAME[name].default) if BY_NAME[name].many else BY_NAME[name].default
                       for name in ("modes", "batch_sizes", "dtypes", "size", "weights")}
+RESUME_FLAGS = ("force", "retry_failed")   # the shorthand's own resume: the host decides for --cells
 SHORTHAND_FLAGS = ("models", "modes", "batch_sizes", "dtypes", "size", "weights", "fullgraph",
                    "model_id", "config_path", "task", "image_name", "image_id")
 
@@ -32,9 +37,11 @@ def build_parser():
                     "per cell into --out. Give --cells FILE, or --models with the shorthand flags.")
     parser.add_argument("--out", required=True, help="folder for the records (<cell_id>.json)")
     parser.add_argument("--cells", help="cells JSON file: {settings, image_name, image_id, cells}")
-    parser.add_argument("--force", action="store_true", help="rerun cells that already have a record")
+    parser.add_argument("--force", action="store_true",
+                        help="shorthand: rerun cells that already have a record (a --cells file is run whole: "
+                             "the host chose its cells)")
     parser.add_argument("--retry-failed", action="store_true",
-                        help="rerun cells whose record has a failed status (oom, error, timeout, crashed)")
+                        help="shorthand: rerun cells whose record has a failed status (oom, error, timeout, crashed)")
     _add_shorthand(parser.add_argument_group("shorthand (instead of --cells)"))
     _add_settings(parser.add_argument_group("settings (with the shorthand)"))
     return parser
@@ -76,7 +83,7 @@ def main(argv=None):
         parser.error(str(exc))
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        run_plan(plan, args.out, force=args.force, retry_failed=args.retry_failed)
+        run_plan(plan, args.out, force=args.force or bool(args.cells), retry_failed=args.retry_failed)
     except KeyboardInterrupt:
         print("runner: interrupted; the running cell was stopped, finished records are kept", file=sys.stderr)
         return 130
@@ -90,7 +97,8 @@ def _interrupt(signum, frame):
 
 
 def plan_from_args(args):
-    given = [name for name in SHORTHAND_FLAGS + SETTING_FLAGS if getattr(args, name) not in (None, False)]
+    given = [name for name in SHORTHAND_FLAGS + SETTING_FLAGS + RESUME_FLAGS
+             if getattr(args, name) not in (None, False)]
     if args.cells:
         if given:
             raise PlanError(f"--cells: the file holds the cells and settings; drop "

@@ -50,6 +50,35 @@ def test_cells_file_and_shorthand_flags_do_not_mix(tmp_path):
         plan_from_args(parse("--cells", str(path), "--iterations", "3"))
 
 
+def _cells_file(tmp_path):
+    from runner_cells import settings, tiny_cell
+
+    path = tmp_path / "cells.json"
+    path.write_text(json.dumps({"settings": settings(), "cells": [tiny_cell().to_dict()]}))
+    return path
+
+
+@pytest.mark.parametrize("argv, force", [
+    (["--cells", "CELLS"], True),                       # the host chose these cells: all run
+    (["--models", "resnet", "--size", "tiny"], False),  # no host: recorded cells are skipped
+    (["--models", "resnet", "--size", "tiny", "--force"], True),
+])
+def test_a_cells_file_runs_whole_and_only_the_shorthand_resumes(tmp_path, monkeypatch, argv, force):
+    import runner.cli
+
+    calls = []
+    monkeypatch.setattr(runner.cli, "run_plan", lambda plan, out, **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(runner.cli.signal, "signal", lambda *args: None)
+    argv = [str(_cells_file(tmp_path)) if arg == "CELLS" else arg for arg in argv]
+    assert main(["--out", str(tmp_path / "out"), *argv]) == 0
+    assert calls == [{"force": force, "retry_failed": False}]
+
+
+def test_resume_flags_belong_to_the_shorthand(tmp_path):
+    with pytest.raises(PlanError, match="drop --force"):
+        plan_from_args(parse("--cells", str(_cells_file(tmp_path)), "--force"))
+
+
 def test_bad_usage_exits_2_naming_the_problem(tmp_path, capsys):
     path = tmp_path / "cells.json"
     path.write_text(json.dumps({"cells": [{"model": "vit", "mode": "eager"}]}))
