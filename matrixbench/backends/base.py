@@ -6,6 +6,9 @@ from typing import Any, Dict, List, Optional
 
 from runner.core import Cell
 
+# Every backend appends the runner's output to this file in the image's results folder.
+LOG_FILENAME = "runner.log"
+
 
 @dataclass(frozen=True)
 class RunRequest:

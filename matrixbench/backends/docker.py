@@ -16,7 +16,7 @@ from collections import deque
 from pathlib import Path
 
 from matrixbench import docker_client
-from matrixbench.backends.base import Backend
+from matrixbench.backends.base import LOG_FILENAME, Backend
 from matrixbench.errors import RunError
 from matrixbench.images import image_tag
 from matrixbench.runner_input import CELLS_FILENAME, write_cells_file
@@ -24,7 +24,6 @@ from matrixbench.versions import torch_label
 from runner.schema import record_path
 
 RESULTS_MOUNT = "/results"
-LOG_FILENAME = "runner.log"
 HF_MOUNT = "/hf-home"
 COMPILE_CACHE_MOUNT = "/compile-cache"
 MODELS_MOUNT = "/models"

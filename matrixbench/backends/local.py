@@ -12,13 +12,12 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from matrixbench.backends.base import Backend
+from matrixbench.backends.base import LOG_FILENAME, Backend
 from matrixbench.errors import RunError
 from matrixbench.gpu import host_gpus
 from matrixbench.runner_input import write_cells_file
 from matrixbench.versions import pinned_version, same_release
 
-LOG_FILENAME = "runner.log"
 STOP_GRACE_S = 10
 
 # Passed through from the caller's environment; nothing else is.

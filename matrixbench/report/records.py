@@ -15,9 +15,10 @@ import pandas as pd
 from matrixbench.errors import ManifestError, ReportError
 from matrixbench.manifest import MANIFEST_FILENAME, read_manifest
 from matrixbench.report.published import match_gpu
+from matrixbench.runner_input import CELLS_FILENAME
 from runner.schema import RECORD_SCHEMA, RecordError, read_record
 
-NOT_RECORDS = ("cells.json", MANIFEST_FILENAME)
+NOT_RECORDS = (CELLS_FILENAME, MANIFEST_FILENAME)
 # Columns computed here, ahead of the record's own flattened (dotted) keys.
 DERIVED_COLUMNS = ("run", "image", "device_name", "published_gpu", "row_key", "mode_label", "repeat", "source")
 LIST_COLUMNS = ("timing.samples_ms", "dynamo.break_reasons")

@@ -12,6 +12,7 @@ import numpy as np
 from matrixbench.report import arithmetic, stats
 from matrixbench.report.cells import STATUS_TEXT, CellIndex, is_ok, row_label
 from matrixbench.report.published import GPUS, TABLE_TITLES, PublishedReference, source_title
+from runner.core import STATUSES
 
 NOISY_MARK = "†"
 BETWEEN_NOISY_MARK = "¶"
@@ -336,7 +337,7 @@ def _measured_speedup(eager, row, notes):
 
 # ---- 5. summary per image and mode ------------------------------------------------------
 
-SUMMARY_STATUSES = ("ok", "oom", "error", "timeout", "crashed")
+SUMMARY_STATUSES = STATUSES
 
 
 def summary_table(cells):
