@@ -45,7 +45,7 @@ def _write_run(run_dir):
     (run_dir / "run.json").write_text(json.dumps(manifest))
     for key, value in CELLS.items():
         for repeat in (0, 1):          # two processes per cell, so that changes are tested
-            record = {**_record(key, value), "repeat": repeat}
+            record = {**_record(key, value).to_dict(), "repeat": repeat}
             (run_dir / key[0]).mkdir(exist_ok=True)
             (run_dir / key[0] / f"{record['cell_id']}.r{repeat}.json").write_text(json.dumps(record))
 
