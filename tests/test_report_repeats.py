@@ -74,6 +74,13 @@ def test_every_process_is_a_line_of_results_csv(built):
     assert sorted(built[2]["repeat"].unique()) == [0, 1, 2]
 
 
+def test_each_cell_lists_its_process_means_and_their_cv(built):
+    row = built[0].query("kind == 'cell' and image == 'old' and model == 'vit'").iloc[0]
+    assert [float(mean) for mean in row["process_means"].split(";")] == pytest.approx([10.0, 12.0, 14.0])
+    assert row["candidate_ms"] == pytest.approx(12.0) and row["processes"] == 3
+    assert row["between_cv"] == pytest.approx(np.std([10.0, 12.0, 14.0], ddof=1) / 12.0)
+
+
 def test_overlapping_process_means_get_no_star(built):
     row = built[0].query("kind == 'image_change' and model == 'vit'").iloc[0]
     assert row["percent"] == pytest.approx((13 / 12 - 1) * 100, abs=0.01)   # mean over all samples

@@ -3,6 +3,9 @@
 One row per comparison, keyed like the tables (device, image, batch size, model, mode) plus
 ``kind`` and what the cell is compared ``against``:
 
+- ``cell``: one cell's own statistics across its processes (repeats): candidate_ms = the mean over
+  all samples of all processes, ``processes``, ``process_means`` (";"-separated, in repeat order)
+  and ``between_cv`` (the CV of those means; empty with one process).
 - ``speedup``: a compiled cell against its image's eager cell; ratio = eager ms / compiled ms,
   percent = % faster (ratio - 1).
 - ``image_change``: a cell against the same cell in the previous image (matrix order);
@@ -27,8 +30,9 @@ from matrixbench.report.published import GPUS, PublishedReference
 
 FILENAME = "comparisons.csv"
 COLUMNS = ("kind", "device", "image", "torch", "batch_size", "model", "task_model", "mode", "against",
-           "baseline_ms", "candidate_ms", "ratio", "percent", "low_pct", "high_pct", "significant", "processes",
-           "accuracy", "published_source", "published_gpu", "published_table", "published_ratio", "published_note")
+           "baseline_ms", "candidate_ms", "ratio", "percent", "low_pct", "high_pct", "significant",
+           "processes", "process_means", "between_cv", "accuracy",
+           "published_source", "published_gpu", "published_table", "published_ratio", "published_note")
 
 
 def comparisons(cells, published, sources):
@@ -39,7 +43,7 @@ def comparisons(cells, published, sources):
         images = cells.values("image", device=device)
         for index, image in enumerate(images):
             for row in _in_order(cells, device, image):
-                rows += _speedup(cells, row) + _mode_change(cells, row)
+                rows += _cell(row) + _speedup(cells, row) + _mode_change(cells, row)
                 rows += _image_change(cells, row, images[index - 1] if index else None)
                 rows += _published(cells, reference, row, sources[image])
     return rows
@@ -77,6 +81,14 @@ def _key(row, kind, against):
 def _sibling(cells, row, image=None, mode=None):
     return cells.get(row["device_name"], image or row["image"], row["cell.batch_size"], row["row_key"],
                      mode or row["mode_label"])
+
+
+def _cell(row):
+    if not is_ok(row):
+        return []
+    return [{**_key(row, "cell", ""), "candidate_ms": row["timing.mean_ms"], "processes": row["processes"],
+             "process_means": ";".join(repr(float(mean)) for mean in row["process_means"]),
+             "between_cv": row["between_cv"]}]
 
 
 def _speedup(cells, row):
