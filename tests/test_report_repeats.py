@@ -13,6 +13,7 @@ import pytest
 
 from matrixbench.report import build_report
 from runner import records
+from runner.core import Status
 from runner.plan import plan_from_dict
 from runner.timing import summarize
 
@@ -40,13 +41,15 @@ def _record(image, model, repeat, mean):
     record = records.new_record(job).to_dict()
     noise = np.random.default_rng(repeat + 7 * len(model)).standard_normal(100)
     samples = [float(value) for value in mean * (1 + 0.005 * (noise - noise.mean()) / noise.std(ddof=1))]
-    record.update(status="ok", duration_s=1.0, repeat=repeat, memory={"peak_bytes": 1, "kind": "cpu_max_rss"},
-                  accuracy={"max_abs_diff": None, "tolerance": None, "status": "skipped"},
-                  timing={"load_s": 1.0, "compile_s": 1.0, "warmup_s": 1.0, "timer": "perf_counter",
-                          **summarize(samples, 0.05)})
+    record.status, record.duration_s = Status.OK, 1.0
+    record.memory = {"peak_bytes": 1, "kind": "cpu_max_rss"}
+    record.accuracy = {"max_abs_diff": None, "tolerance": None, "status": "skipped"}
+    record.timing = {"load_s": 1.0, "compile_s": 1.0, "warmup_s": 1.0, "timer": "perf_counter",
+                     **summarize(samples, 0.05)}
+    data = {**record.to_dict(), "repeat": repeat}
     if repeat == 0 and image == "new" and model == "beit":
-        del record["repeat"]          # a record without the index is repeat 0
-    return record
+        del data["repeat"]          # a record without the index is repeat 0
+    return data
 
 
 @pytest.fixture(scope="module")
