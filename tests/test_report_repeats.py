@@ -38,7 +38,7 @@ def _record(image, model, repeat, mean):
            "precision": {"float32_matmul_precision": "highest", "cuda_matmul_allow_tf32": None,
                          "cudnn_allow_tf32": None},
            "started_at": "2026-01-01T00:00:00+00:00", "start_clock": 0.0}
-    record = records.new_record(job).to_dict()
+    record = records.new_record(job)
     noise = np.random.default_rng(repeat + 7 * len(model)).standard_normal(100)
     samples = [float(value) for value in mean * (1 + 0.005 * (noise - noise.mean()) / noise.std(ddof=1))]
     record.status, record.duration_s = Status.OK, 1.0
