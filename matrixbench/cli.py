@@ -128,10 +128,21 @@ def main():
 @main.command()
 @matrix_option
 @override_options
+@click.option("--build", "build_models", is_flag=True,
+              help="Also build every model on the meta device (no memory, no weights) with this "
+                   "interpreter's torch, naming each model that does not build.")
 @handles_errors
-def validate(matrix_path, **options):
+def validate(matrix_path, build_models, **options):
     """Check the matrix file (and overrides) and list its images, models and cells."""
-    click.echo(describe_matrix(_load(matrix_path, _overrides(options))))
+    matrix = _load(matrix_path, _overrides(options))
+    click.echo(describe_matrix(matrix))
+    if build_models:
+        from matrixbench.build_check import build_models as build
+        from matrixbench.build_check import check_built, describe_build
+
+        check = build(matrix)
+        click.echo(describe_build(check))
+        check_built(check)
 
 
 @main.command()

@@ -42,6 +42,8 @@ def build_parser():
                              "the host chose its cells)")
     parser.add_argument("--retry-failed", action="store_true",
                         help="shorthand: rerun cells whose record has a failed status (oom, error, timeout, crashed)")
+    parser.add_argument("--check", action="store_true",
+                        help="run nothing: build each model on the meta device, write <out>/check.json")
     _add_shorthand(parser.add_argument_group("shorthand (instead of --cells)"))
     _add_settings(parser.add_argument_group("settings (with the shorthand)"))
     return parser
@@ -81,6 +83,11 @@ def main(argv=None):
         plan = plan_from_args(args)
     except PlanError as exc:
         parser.error(str(exc))
+    if args.check:
+        from runner.check import write_check  # imports torch: only when asked
+
+        write_check(plan, args.out)
+        return 0
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         run_plan(plan, args.out, force=args.force or bool(args.cells), retry_failed=args.retry_failed)

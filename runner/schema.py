@@ -39,6 +39,8 @@ CellLike = Union[Cell, Mapping[str, Any]]
 # The runner's per-cell scratch folders live in <out_dir>/.scratch/matrixbench-cell-*, under the
 # run folder rather than the system temp folder: the host removes what a killed run left there.
 SCRATCH_DIRNAME = ".scratch"
+# ``python -m runner --check`` writes <out>/check.json: each model built on the meta device, or why not.
+CHECK_FILENAME = "check.json"
 
 
 class RecordError(Exception):

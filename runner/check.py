@@ -1,0 +1,40 @@
+"""``python -m runner --check``: build every model of a cells file on the meta device.
+
+No memory, no weights, no timing: each distinct model is resolved (config, classes, processor)
+and instantiated on torch's meta device, so a broken config.json, an unknown model_type or a
+task that does not fit is found before anything is measured. The answer goes to
+``<out>/check.json``: one entry per model with the error, or null when it builds.
+"""
+import torch
+
+from runner.models import make_recipe
+from runner.schema import CHECK_FILENAME, write_json_atomic
+
+
+def check_models(cells):
+    """[{"model", "size", "weights", "error"}] for each distinct model of ``cells``."""
+    results, seen = [], set()
+    for cell in cells:
+        key = (cell.model, cell.model_id, cell.config_path, cell.task, cell.size, cell.weights)
+        if key not in seen:
+            seen.add(key)
+            results.append({"model": cell.model, "size": cell.size, "weights": cell.weights,
+                            "error": build_error(cell)})
+    return results
+
+
+def build_error(cell):
+    """Why the cell's model cannot be built, or None when it builds on the meta device."""
+    try:
+        recipe = make_recipe(cell)
+        with torch.device("meta"):
+            recipe.model_class._from_config(recipe.config)
+    except Exception as exc:  # every failure is the answer, not a crash
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def write_check(plan, out_dir):
+    return write_json_atomic(f"{out_dir}/{CHECK_FILENAME}",
+                             {"image_name": plan.image_name, "torch": torch.__version__,
+                              "models": check_models(plan.cells)})
