@@ -87,7 +87,9 @@ def test_each_model_ships_its_configs_and_names_existing_classes(name):
     for filename in ("config.json", "preprocessor_config.json", "tiny.json"):
         assert (spec.config_dir / filename).is_file()
     assert spec.task in models.TASK_AUTO_CLASSES
-    assert getattr(transformers, spec.model_class) is not None
+    model_class = getattr(transformers, spec.model_class, None)   # getattr(...) "is not None" could never fail
+    assert isinstance(model_class, type) and issubclass(model_class, transformers.PreTrainedModel), spec.model_class
+    assert model_class.config_class.model_type == shipped(name, "config.json")["model_type"]
     assert shipped(name, "preprocessor_config.json")["image_processor_type"] == spec.processor_class
 
 
