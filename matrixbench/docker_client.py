@@ -67,7 +67,6 @@ class BuildStream:
     def __init__(self, tail_lines=40):
         self.tail = deque(maxlen=tail_lines)
         self.error = None
-        self.image_id = None
         self._partial = ""
 
     def feed(self, chunk):
@@ -75,8 +74,6 @@ class BuildStream:
         if "error" in chunk:
             self.error = chunk.get("error") or json.dumps(chunk.get("errorDetail"))
             return self._keep([f"ERROR: {self.error}"])
-        if "aux" in chunk and isinstance(chunk["aux"], dict):
-            self.image_id = chunk["aux"].get("ID", self.image_id)
         text = self._partial + chunk.get("stream", "")
         *lines, self._partial = text.split("\n")
         return self._keep([line.rsplit("\r", 1)[-1] for line in lines if line.strip()])

@@ -139,7 +139,7 @@ def _take_over(lock, run_path, progress):
 
 
 def _run_locked(matrix, options, run_path, progress, environ):
-    backend = create_backend(options.backend, matrix)
+    backend = create_backend(options.backend)
     gpus = _resolve_gpus(backend, options.device, progress)
     plans = plan_run(matrix, run_path, force=options.force, retry_failed=options.retry_failed)
     check_resume(plans, matrix, "cuda" if gpus else "cpu", read_manifest(run_path), run_path)
@@ -178,7 +178,7 @@ def check_device(matrix, backend_name, device):
     """What a dry run checks of the device: ``--device cuda`` needs a GPU the backend can give."""
     _check_device(device)
     if device == "cuda":
-        _resolve_gpus(create_backend(backend_name, matrix), device, NullProgress())
+        _resolve_gpus(create_backend(backend_name), device, NullProgress())
 
 
 def _check_device(device):

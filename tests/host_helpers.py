@@ -93,5 +93,5 @@ def use_backend(monkeypatch, backend):
     """Register ``backend`` under the name "local" for the duration of a test."""
     from matrixbench import backends
 
-    monkeypatch.setitem(backends.FACTORIES, "local", lambda matrix=None: backend)
+    monkeypatch.setitem(backends.FACTORIES, "local", lambda: backend)
     return backend

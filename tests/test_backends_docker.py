@@ -84,13 +84,6 @@ def test_cold_runs_mount_no_compile_cache(sdk, tmp_path):
     assert "TRITON_CACHE_DIR" not in kwargs["environment"]
 
 
-def test_gpus_requested_where_docker_has_none_is_a_clear_error(sdk, tmp_path):
-    sdk.next_container = {"log": b"", "exit_code": 127}   # the probe container: no nvidia-smi
-    with pytest.raises(RunError, match="GPUs were requested.*NVIDIA container toolkit.*--device cpu"):
-        backend(sdk).run(request_for(tmp_path, gpus=True))
-    assert [c.kwargs.get("entrypoint") for c in sdk.started] == ["nvidia-smi"]   # only the probe
-
-
 def test_gpus_requested_where_docker_has_them_asks_for_all(sdk, tmp_path):
     sdk.next_container = {"log": b"GPU 0: NVIDIA L4 (UUID: GPU-0a1b2c3d)\n", "exit_code": 0}
     backend(sdk).run(request_for(tmp_path, gpus=True))
@@ -166,10 +159,10 @@ def test_chosen_gpus_reach_the_device_request(sdk, tmp_path):
     assert sdk.started[-1].kwargs["device_requests"][0]["DeviceIDs"] == ["2"]
 
 
-def test_the_registry_builds_it_from_a_matrix():
+def test_the_registry_builds_it():
     from matrixbench.backends import create_backend
 
-    assert isinstance(create_backend("docker", matrix=None), DockerBackend)
+    assert isinstance(create_backend("docker"), DockerBackend)
 
 
 def test_run_id_can_be_given(sdk, tmp_path):

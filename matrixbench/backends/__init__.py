@@ -1,18 +1,18 @@
-"""Backend registry: a backend name -> a factory taking the (overridden) Matrix (which a backend may ignore).
+"""Backend registry: a backend name -> a factory.
 
-``create_backend(name, matrix)`` rejects unknown names with the list of valid ones. The docker
+``create_backend(name)`` rejects unknown names with the list of valid ones. The docker
 backend is imported only when asked for, so the local backend works without the docker SDK.
 """
 from matrixbench.errors import RunError
 
 
-def _local(matrix):
+def _local():
     from matrixbench.backends.local import LocalBackend
 
     return LocalBackend()
 
 
-def _docker(matrix):
+def _docker():
     try:
         from matrixbench.backends.docker import DockerBackend
     except ImportError as exc:
@@ -27,8 +27,8 @@ def backend_names():
     return sorted(FACTORIES)
 
 
-def create_backend(name, matrix=None):
-    """The backend called ``name``, built for ``matrix``."""
+def create_backend(name):
+    """The backend called ``name``; everything a run needs comes in its RunRequest."""
     if name not in FACTORIES:
         raise RunError(f"unknown backend {name!r}; valid: {', '.join(backend_names())}")
-    return FACTORIES[name](matrix)
+    return FACTORIES[name]()

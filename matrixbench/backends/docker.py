@@ -65,13 +65,7 @@ class DockerBackend(Backend):
 
     def run(self, request):
         client = self._connected()
-        image = self._image(client, request)
-        if request.gpus and not self.gpus_available():
-            raise RunError(
-                "GPUs were requested but a container asking for them sees none: install the "
-                "NVIDIA driver and the NVIDIA container toolkit (`docker run --rm --gpus all "
-                f"{image_tag(request.image_name)} nvidia-smi` must work), or run on the CPU with --device cpu"
-            )
+        image = self._image(client, request)   # GPUs: checked once, by run.py, before any image runs
         models = model_mounts(request.cells)
         request = dataclasses.replace(request, cells=[in_container(cell, models) for cell in request.cells])
         write_cells_file(request, image.id)
