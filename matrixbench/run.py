@@ -22,7 +22,6 @@ from matrixbench.matrix import runner_settings
 from matrixbench.plan import plan_run, recorded_failures_line, run_dir, unreadable_lines
 from matrixbench.progress import NullProgress, RecordWatcher
 from matrixbench.resume import check_resume
-from matrixbench.runner_input import write_cells_file
 from runner.core import DEVICES
 
 DEFAULT_RUN = "default"
@@ -215,7 +214,6 @@ def _run_image(backend, plan, result, matrix, options, gpus, environ, progress):
         progress.cell_finished(plan.image_name, cell, record)
 
     request = _request(plan, matrix, options, gpus, environ)
-    write_cells_file(request)  # what was asked, next to the records, whatever the backend
     with RecordWatcher(plan.out_dir, plan.pending, on_record, on_tick=progress.tick) as watcher:
         result.exit_code = backend.run(request)
     result.missing = [cell.id for cell in watcher.waiting]

@@ -1,11 +1,13 @@
 """The runner's input file (``python -m runner --cells FILE``), written from a RunRequest.
 
-Every backend writes it into the image's output folder as ``cells.json``, so the folder says
-what was asked of the runner last time, next to the records it wrote.
+The backend that runs an image writes it once, into the image's output folder as ``cells.json``
+(the docker backend with the image's id and the cells' in-container paths), so the folder says
+what was asked of the runner last time, next to the records it wrote. Its ``schema_version``
+(runner.schema.CELLS_SCHEMA_VERSION, schema CELLS_SCHEMA) is checked by the runner.
 """
 from pathlib import Path
 
-from runner.schema import write_json_atomic
+from runner.schema import CELLS_SCHEMA_VERSION, write_json_atomic
 
 CELLS_FILENAME = "cells.json"
 
@@ -13,6 +15,7 @@ CELLS_FILENAME = "cells.json"
 def runner_input(request, image_id=None):
     """The runner's cells document: settings, image name and id, and the cells."""
     return {
+        "schema_version": CELLS_SCHEMA_VERSION,
         "settings": dict(request.settings),
         "image_name": request.image_name,
         "image_id": image_id,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
 from runner.core import DTYPES, MODES, SIZES, TASKS, WEIGHTS, Cell
-from runner.schema import CELL_SCHEMA
+from runner.schema import CELL_SCHEMA, SUPPORTED_CELLS_VERSIONS
 from runner.settings import BY_NAME, DEFAULT_SETTINGS
 
 JSON = Dict[str, Any]
@@ -44,7 +44,12 @@ def load_plan(path: Union[str, Path]) -> Plan:
         raise PlanError(f"--cells {path}: cannot read it ({exc.strerror})") from exc
     except ValueError as exc:
         raise PlanError(f"--cells {path}: not valid JSON ({exc})") from exc
-    return plan_from_dict(data, source=str(path))
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if version not in SUPPORTED_CELLS_VERSIONS:
+        raise PlanError(f"--cells {path}: schema_version {version!r} is not supported; this runner reads "
+                        f"versions {list(SUPPORTED_CELLS_VERSIONS)}: the host and the image differ, rebuild "
+                        "the image (`matrixbench build`)")
+    return plan_from_dict({key: value for key, value in data.items() if key != "schema_version"}, str(path))
 
 
 def plan_from_dict(data: Any, source: str = "<dict>") -> Plan:

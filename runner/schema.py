@@ -43,6 +43,11 @@ SCRATCH_DIRNAME = ".scratch"
 CHECK_FILENAME = "check.json"
 
 
+# The runner's input file (cells.json), written by the host once per image: its own version.
+CELLS_SCHEMA_VERSION = 1
+SUPPORTED_CELLS_VERSIONS = (1,)
+
+
 class RecordError(Exception):
     """A record file that cannot be read: bad JSON or an unknown schema version."""
 
@@ -261,5 +266,22 @@ RECORD_SCHEMA = {
         }, required=_ENVIRONMENT_REQUIRED),
         "started_at": {"type": "string"},   # ISO 8601, UTC
         "duration_s": {"type": "number"},   # wall time of the whole cell, process start to record
+    },
+}
+
+CELLS_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "matrixbench cells file (the runner's input)",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["schema_version", "settings", "cells"],
+    "properties": {
+        "schema_version": {"const": CELLS_SCHEMA_VERSION},
+        # The runner settings; left-out ones take runner.settings' defaults.
+        "settings": {"type": "object", "additionalProperties": False,
+                     "properties": {s.name: s.json_schema() for s in RUNNER_SETTINGS}},
+        "image_name": _STR,
+        "image_id": _STR,
+        "cells": {"type": "array", "minItems": 1, "items": dict(CELL_SCHEMA, additionalProperties=False)},
     },
 }

@@ -5,6 +5,7 @@ from pathlib import Path
 import yaml
 
 from matrixbench.backends.base import Backend
+from matrixbench.runner_input import write_cells_file
 from runner.core import CellError, Record, Status
 from runner.schema import write_record
 
@@ -81,6 +82,7 @@ class RecordingBackend(Backend):
 
     def run(self, request):
         self.requests.append(request)
+        write_cells_file(request)   # as every backend does, once per image
         for done, cell in enumerate(request.cells):
             if self.stop_after is not None and done >= self.stop_after:
                 raise KeyboardInterrupt

@@ -54,7 +54,7 @@ def _cells_file(tmp_path):
     from runner_cells import settings, tiny_cell
 
     path = tmp_path / "cells.json"
-    path.write_text(json.dumps({"settings": settings(), "cells": [tiny_cell().to_dict()]}))
+    path.write_text(json.dumps({"schema_version": 1, "settings": settings(), "cells": [tiny_cell().to_dict()]}))
     return path
 
 
@@ -81,7 +81,7 @@ def test_resume_flags_belong_to_the_shorthand(tmp_path):
 
 def test_bad_usage_exits_2_naming_the_problem(tmp_path, capsys):
     path = tmp_path / "cells.json"
-    path.write_text(json.dumps({"cells": [{"model": "vit", "mode": "eager"}]}))
+    path.write_text(json.dumps({"schema_version": 1, "cells": [{"model": "vit", "mode": "eager"}]}))
     with pytest.raises(SystemExit) as exit_info:
         main(["--cells", str(path), "--out", str(tmp_path / "out")])
     assert exit_info.value.code == 2
@@ -124,7 +124,7 @@ def test_sigterm_stops_the_running_cell_and_keeps_finished_records(tmp_path, mon
     done, hang = tiny_cell(), tiny_cell(batch_size=2)
     inject_faults(monkeypatch, {hang: "hang"})
     cells_file = tmp_path / "cells.json"
-    cells_file.write_text(json.dumps({"settings": settings(), "image_name": None, "image_id": None,
+    cells_file.write_text(json.dumps({"schema_version": 1, "settings": settings(), "image_name": None, "image_id": None,
                                       "cells": [done.to_dict(), hang.to_dict()]}))
     out = tmp_path / "out"
     runner = subprocess.Popen([sys.executable, "-m", "runner", "--cells", str(cells_file), "--out", str(out)],

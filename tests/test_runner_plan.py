@@ -1,5 +1,6 @@
 import json
 
+import jsonschema
 import pytest
 
 from runner.plan import DEFAULT_SETTINGS, PlanError, load_plan, plan_from_dict, validate_cell, validate_settings
@@ -63,9 +64,34 @@ def test_unknown_setting_is_refused():
         validate_settings({"iteration": 3})
 
 
+@pytest.mark.parametrize("version", [None, 0, 2, "1"])
+def test_a_cells_file_of_an_unknown_version_is_refused(tmp_path, version):
+    path = tmp_path / "cells.json"
+    data = {"settings": {}, "cells": [cell()]}
+    if version is not None:
+        data["schema_version"] = version
+    path.write_text(json.dumps(data))
+    with pytest.raises(PlanError, match="schema_version .* is not supported; this runner reads versions \\[1\\]"):
+        load_plan(path)
+
+
+def test_the_hosts_cells_file_is_what_cells_schema_says_and_the_runner_reads_it(tmp_path):
+    from matrixbench.backends.base import RunRequest
+    from matrixbench.runner_input import write_cells_file
+    from runner.core import Cell
+    from runner.schema import CELLS_SCHEMA
+    from runner.settings import DEFAULT_SETTINGS as settings
+
+    request = RunRequest(image_name="stable", cells=[Cell.from_dict(cell())], settings=dict(settings),
+                         out_dir=tmp_path)
+    path = write_cells_file(request, "sha256:abc")
+    jsonschema.validate(json.loads(path.read_text()), CELLS_SCHEMA)
+    assert load_plan(path).cells == request.cells
+
+
 def test_load_plan_reads_the_host_format(tmp_path):
     path = tmp_path / "cells.json"
-    path.write_text(json.dumps({"settings": {"iterations": 7}, "image_name": "stable",
+    path.write_text(json.dumps({"schema_version": 1, "settings": {"iterations": 7}, "image_name": "stable",
                                 "image_id": "sha256:abc", "cells": [cell(), cell(mode="default")]}))
     plan = load_plan(path)
     assert [c.mode for c in plan.cells] == ["eager", "default"]
