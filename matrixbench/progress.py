@@ -49,8 +49,8 @@ def record_summary(record):
         return f"{record.status.value}: {message[:160]}" if message else record.status.value
     timing = record.timing or {}
     text = f"ok {timing.get('mean_ms', float('nan')):.2f} ms"
-    if timing.get("compile_s") is not None and record.cell.mode != "eager":
-        text += f" (compile {timing['compile_s']:.1f} s)"
+    if timing.get("first_call_s") is not None and record.cell.mode != "eager":
+        text += f" (compile {timing['first_call_s']:.1f} s)"
     text += f" on {record.device}"
     return text + (f", noisy (cv {timing['cv']:.2f})" if timing.get("noisy") else "")
 
@@ -143,7 +143,7 @@ def cell_result(record):
     if record.status is not Status.OK:
         return record_summary(record).splitlines()[0]
     timing = record.timing or {}
-    first = timing.get("compile_s")
+    first = timing.get("first_call_s")
     first_call = f", first call {first:.1f} s" if first is not None else ""
     return f"ok {timing.get('mean_ms', float('nan')):.2f} ms{first_call}"
 

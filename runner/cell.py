@@ -3,7 +3,7 @@
 ``run_cell(job)`` never raises: a failure becomes the record's status (oom or error,
 with type, message and traceback). Phases, under torch.no_grad():
 build the model and inputs (load_s); for compiled modes, an eager reference output;
-the first call timed on its own, with the torch.compile() call before it (compile_s:
+the first call timed on its own, with the torch.compile() call before it (first_call_s:
 compile time for compiled modes);
 warm-up iterations (warmup_s: at least the warm-up count, and on GPU at least
 MIN_WARMUP_S); one untimed call counting host syncs (GPU); then the timed iterations, with
@@ -56,15 +56,15 @@ def _measure(job, record, marks):
     before = counters_snapshot()
     graphs = cudagraphs.counter_for(device)
     with graphs or contextlib.nullcontext():
-        step, compile_s = _compile_and_call_once(built, job, device, marks)
+        step, first_call_s = _compile_and_call_once(built, job, device, marks)
         after_first_call = counters_snapshot()
         warmup_s, warmup_calls = warm_up(step, settings["warmup"], min_warmup_s(device), device)
         syncs = count_host_syncs(step, device)
         loop, state = _timed_loop(step, settings["iterations"], device, job, graphs, marks)
     record.memory = memory.peak(device)
     record.timing = _timing(loop, settings, device, cell.mode, graphs, state,
-                               dict(load_s=load_s, compile_s=compile_s, warmup_s=warmup_s,
-                                    warmup_calls=warmup_calls, host_syncs_per_call=syncs))
+                     dict(load_s=load_s, first_call_s=first_call_s, warmup_s=warmup_s,
+                          warmup_calls=warmup_calls, host_syncs_per_call=syncs))
     if compiled:
         record.dynamo = dynamo_stats(before, after_first_call, counters_snapshot())
         record.accuracy = accuracy.compare(reference, loop.output, settings["accuracy_tolerance"])
@@ -150,7 +150,7 @@ def _load(cell, device, marks):
 
 
 def _compile_and_call_once(built, job, device, marks):
-    """The step to time, and compile_s: torch.compile() itself plus the first call."""
+    """The step to time, and first_call_s: torch.compile() itself plus the first call."""
     cell = job["cell"]
     marks["first_call"] = clock()
     faults.inject(job.get("fault"))

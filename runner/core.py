@@ -11,7 +11,8 @@ import enum
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
-# The record format. History: 1 (cells carried a test-only ``fault``); 2 (no ``fault``).
+# The record format. History: 1 (cells carried a test-only ``fault``; ``timing.compile_s``);
+# 2 (no ``fault``; ``timing.first_call_s``: the first call, timed on its own, eager cells too).
 SCHEMA_VERSION = 2
 SUPPORTED_VERSIONS: Tuple[int, ...] = (1, 2)
 
@@ -137,10 +138,13 @@ class Record:
 def upgrade_record(data: Mapping[str, Any]) -> JSON:
     """A record of any supported version as the current version (a new dict; v2 is returned as is).
 
-    v1 -> v2: the cell's ``fault`` (a test hook, always null in real runs) is dropped.
+    v1 -> v2: the cell's ``fault`` (a test hook, always null in real runs) is dropped, and
+    ``timing.compile_s`` is ``timing.first_call_s`` (it always was the first call, eager too).
     """
     record = dict(data)
     if record.get("schema_version") == 1:
         record["cell"] = {k: v for k, v in record["cell"].items() if k != "fault"}
+        if isinstance(record.get("timing"), dict):
+            record["timing"] = {("first_call_s" if k == "compile_s" else k): v for k, v in record["timing"].items()}
         record["schema_version"] = SCHEMA_VERSION
     return record

@@ -150,7 +150,7 @@ def summary_line(record: Record) -> str:
     timing, accuracy = record.timing or {}, record.accuracy or {}
     noisy = " NOISY" if timing["noisy"] else ""
     return (f"ok  mean {timing['mean_ms']:.3f} ms (cv {timing['cv']:.2f}{noisy})  "
-            f"first call {timing['compile_s']:.2f} s  accuracy {accuracy['status']}  "
+            f"first call {timing['first_call_s']:.2f} s  accuracy {accuracy['status']}  "
             f"({duration:.1f} s)")
 
 

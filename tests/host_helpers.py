@@ -46,7 +46,7 @@ def make_record(cell, status="ok", mean_ms=2.5, device="cpu"):
         device=device,
         settings={"iterations": 5, "warmup": 1, "timeout_s": 60, "device_requested": "auto",
                   "accuracy_tolerance": 0.001, "cv_threshold": 0.1},
-        timing={"load_s": 0.1, "compile_s": 3.0, "warmup_s": 0.1, "timer": "perf_counter", "n": 5,
+        timing={"load_s": 0.1, "first_call_s": 3.0, "warmup_s": 0.1, "timer": "perf_counter", "n": 5,
                 "mean_ms": mean_ms, "median_ms": mean_ms, "p90_ms": mean_ms, "p99_ms": mean_ms,
                 "stdev_ms": 0.0, "min_ms": mean_ms, "max_ms": mean_ms, "cv": 0.0, "noisy": False,
                 "samples_ms": [mean_ms] * 5} if ok else None,

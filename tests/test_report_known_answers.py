@@ -69,7 +69,7 @@ def _record(key, value):
         return records.fail(record, Status.OOM, "OutOfMemoryError", "CUDA out of memory (hand-made)")
     samples = [value * 0.99, value * 1.01] * 10          # mean exactly `value`, spread 1%
     record.status, record.memory = Status.OK, {"peak_bytes": 1, "kind": "cuda_max_allocated"}
-    record.timing = {"load_s": 1.0, "compile_s": 1.0, "warmup_s": 1.0, "timer": "cuda_event",
+    record.timing = {"load_s": 1.0, "first_call_s": 1.0, "warmup_s": 1.0, "timer": "cuda_event",
                      **summarize(samples, 0.1)}
     if mode == "eager":
         record.accuracy = {"max_abs_diff": None, "tolerance": None, "status": "skipped"}

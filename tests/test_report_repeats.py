@@ -44,7 +44,7 @@ def _record(image, model, repeat, mean):
     record.status, record.duration_s = Status.OK, 1.0
     record.memory = {"peak_bytes": 1, "kind": "cpu_max_rss"}
     record.accuracy = {"max_abs_diff": None, "tolerance": None, "status": "skipped"}
-    record.timing = {"load_s": 1.0, "compile_s": 1.0, "warmup_s": 1.0, "timer": "perf_counter",
+    record.timing = {"load_s": 1.0, "first_call_s": 1.0, "warmup_s": 1.0, "timer": "perf_counter",
                      **summarize(samples, 0.05)}
     data = {**record.to_dict(), "repeat": repeat}
     if repeat == 0 and image == "new" and model == "beit":

@@ -408,7 +408,7 @@ def _median_between_cv(ok_rows):
 
 
 def _median_compile(ok_rows):
-    times = sorted(row["timing.compile_s"] for row in ok_rows if row["timing.compile_s"] is not None)
+    times = sorted(row["timing.first_call_s"] for row in ok_rows if row["timing.first_call_s"] is not None)
     if not times:
         return missing("n/a")
     middle = len(times) // 2
