@@ -10,7 +10,8 @@ name; the error names what differs and offers ``--force`` or a new ``--run`` nam
 from collections import Counter
 
 from matrixbench.errors import ResumeConflictError
-from runner.schema import cell_id, read_record, record_path
+from runner.core import cell_id
+from runner.schema import read_record, record_path
 
 MEASUREMENT_SETTINGS = ("iterations", "warmup", "accuracy_tolerance")
 MAX_SHOWN = 8

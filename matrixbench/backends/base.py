@@ -2,7 +2,7 @@
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from runner.core import Cell
 
@@ -29,7 +29,7 @@ class RunRequest:
     # run-time only env, e.g. HF_TOKEN: kept out of repr() so it is never printed
     env: Dict[str, str] = field(default_factory=dict, repr=False)
     torch: Optional[str] = None           # the image entry's torch requirement, e.g. "torch==2.0.1"
-    gpu_ids: tuple = ()                   # the GPUs to use (indices or UUIDs); () = all
+    gpu_ids: Tuple[str, ...] = ()         # the GPUs to use (indices or UUIDs); () = all
 
 
 class Backend(ABC):

@@ -10,7 +10,7 @@ from scipy.stats import variation
 from matrixbench.report.published import MODEL_NAMES
 from matrixbench.report.records import plain_value
 from matrixbench.versions import release
-from runner.schema import MODES, TASKS
+from runner.core import MODES, TASKS
 
 FIELDS = {"device": "device_name", "image": "image", "batch": "cell.batch_size", "row": "row_key",
           "mode": "mode_label"}
