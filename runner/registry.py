@@ -5,6 +5,7 @@ wrong task) without importing torch; ``runner.models`` builds them.
 """
 import dataclasses
 from pathlib import Path
+from typing import Optional
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -58,7 +59,8 @@ SEED_MODELS = {
 DEFAULT_MODELS = tuple(name for name, spec in SEED_MODELS.items() if spec.in_default_matrix)
 
 
-def shipped_spec(name, model_id=None, config_path=None):
+def shipped_spec(name: str, model_id: Optional[str] = None,
+                 config_path: Optional[str] = None) -> Optional[ModelSpec]:
     """The shipped spec a model entry names (its name, and its hub id if given), or None."""
     spec = SEED_MODELS.get(name)
     if spec is None or config_path or model_id not in (None, spec.model_id):
