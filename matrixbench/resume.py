@@ -11,6 +11,7 @@ from collections import Counter
 
 from matrixbench.errors import ResumeConflictError
 from runner.core import cell_id
+from runner.records import effective_warmup
 from runner.schema import read_record, record_path
 
 MEASUREMENT_SETTINGS = ("iterations", "warmup", "accuracy_tolerance")
@@ -39,6 +40,8 @@ def record_differences(record, cell, matrix, device):
     settings = record.get("settings") or {}
     for name in MEASUREMENT_SETTINGS:
         asked = getattr(matrix, name)
+        if name == "warmup":  # records hold the warm-up the cell really made
+            asked = effective_warmup(asked)
         if asked is not None and settings.get(name) != asked:
             found.append((name, settings.get(name), asked))
     if record.get("device") != device:

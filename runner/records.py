@@ -33,6 +33,11 @@ def clock() -> float:
     return time.monotonic()
 
 
+def effective_warmup(requested: int) -> int:
+    """The warm-up calls a cell really makes: at least MIN_WARMUP, whatever was asked."""
+    return max(requested, MIN_WARMUP)
+
+
 def record_settings(settings: Mapping[str, Any], cell: Cell, device: Optional[str] = None,
                     precision: Optional[Mapping[str, Any]] = None) -> JSON:
     """The settings as they applied to this cell: effective warm-up and (relative) tolerance."""
@@ -41,7 +46,7 @@ def record_settings(settings: Mapping[str, Any], cell: Cell, device: Optional[st
         tolerance = default_tolerance(cell.dtype, device, precision)
     return {
         "iterations": settings["iterations"],
-        "warmup": max(settings["warmup"], MIN_WARMUP),
+        "warmup": effective_warmup(settings["warmup"]),
         "timeout_s": settings["timeout_s"],
         "device_requested": settings["device"],
         "accuracy_tolerance": tolerance,

@@ -7,6 +7,7 @@ import yaml
 from matrixbench.backends.base import Backend
 from matrixbench.runner_input import write_cells_file
 from runner.core import CellError, Record, Status
+from runner.records import record_settings
 from runner.schema import write_record
 
 SMALL_MATRIX = {
@@ -44,8 +45,8 @@ def make_record(cell, status="ok", mean_ms=2.5, device="cpu"):
         status=Status(status),
         error=None if ok else CellError(type="RuntimeError", message="boom", traceback=None),
         device=device,
-        settings={"iterations": 5, "warmup": 1, "timeout_s": 60, "device_requested": "auto",
-                  "accuracy_tolerance": 0.001, "cv_threshold": 0.1},
+        settings=record_settings({"iterations": 5, "warmup": 1, "timeout_s": 60, "device": "auto",
+                                  "accuracy_tolerance": 0.001, "cv_threshold": 0.1}, cell),
         timing={"load_s": 0.1, "first_call_s": 3.0, "warmup_s": 0.1, "timer": "perf_counter", "n": 5,
                 "mean_ms": mean_ms, "median_ms": mean_ms, "p90_ms": mean_ms, "p99_ms": mean_ms,
                 "stdev_ms": 0.0, "min_ms": mean_ms, "max_ms": mean_ms, "cv": 0.0, "noisy": False,

@@ -79,8 +79,9 @@ STAND_IN = textwrap.dedent("""\
     json.dump({{"argv": sys.argv[1:], "env": dict(os.environ), "doc": doc}},
               open(os.path.join(args["--out"], "seen.json"), "w"))
     print("a log line")
-    for cell in doc["cells"]:
-        time.sleep(float(os.environ.get("STAND_IN_DELAY", "0")))
+    for index, cell in enumerate(doc["cells"]):
+        if index:  # the first record comes at once; STAND_IN_DELAY seconds pass before each later one
+            time.sleep(float(os.environ.get("STAND_IN_DELAY", "0")))
         write_record(args["--out"], make_record(Cell.from_dict(cell)))
 """)
 
@@ -124,7 +125,7 @@ def test_cold_runs_set_no_compile_cache_so_each_cell_compiles_in_its_own(tmp_pat
 
 
 def test_ctrl_c_stops_the_runner_and_keeps_finished_records(tmp_path, stand_in, cells):
-    request = _request(tmp_path, cells, env={"STAND_IN_DELAY": "1.5"})
+    request = _request(tmp_path, cells, env={"STAND_IN_DELAY": "30"})
     request.out_dir.mkdir()
     first = record_path(request.out_dir, cells[0])
     timer = threading.Thread(target=_interrupt_when_exists, args=(first,), daemon=True)

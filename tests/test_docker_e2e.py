@@ -178,7 +178,9 @@ def test_ctrl_c_removes_the_container_and_keeps_finished_records(client, built, 
     run_id = "e2e-interrupt"
     out_dir = tmp_path / "results" / run_id / "e2e-stable"
     process = matrixbench("--run", run_id, "--images", "e2e-stable", "--models", "vit",
-                          "--modes", "eager", "--batch-sizes", "1,2,3,4", results=tmp_path / "results")
+                          "--modes", "eager", "--batch-sizes", "1,2,3,4",
+                          # long cells: the later ones cannot all finish before the SIGINT lands
+                          "--iterations", "3000", results=tmp_path / "results")
     wait_for_records(out_dir, 1, process)
     process.send_signal(signal.SIGINT)
     code, output = finish(process, timeout=120)

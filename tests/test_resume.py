@@ -32,10 +32,10 @@ def test_a_rerun_with_other_iterations_is_refused_naming_them(matrix, tmp_path, 
     run(matrix, tmp_path)
     before = read_manifest(tmp_path / "results" / "r1")
     with pytest.raises(ResumeConflictError) as caught:
-        run(load_matrix(matrix.path, Overrides(iterations=50, warmup=3)), tmp_path)
+        run(load_matrix(matrix.path, Overrides(iterations=50, warmup=5)), tmp_path)
     message = str(caught.value)
     assert "iterations: recorded 5, this run asks 50 (16 record(s))" in message
-    assert "warmup: recorded 1, this run asks 3" in message
+    assert "warmup: recorded 3, this run asks 5" in message
     assert "--force" in message and "--run NAME" in message
     assert len(backend.requests) == 2                                  # nothing ran
     assert read_manifest(tmp_path / "results" / "r1") == before       # run.json not relabelled
