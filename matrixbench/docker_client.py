@@ -14,7 +14,8 @@ from matrixbench.errors import DockerUnavailableError, RunError
 LABEL_MARK = "matrixbench"
 LABEL_IMAGE = "matrixbench.image"
 LABEL_TORCH = "matrixbench.torch"
-LABEL_MATRIX_HASH = "matrixbench.matrix_hash"
+# matrix.Image.content_hash() of the entry an image was built from (run.json's image_hashes).
+LABEL_CONTENT_HASH = "matrixbench.image_content_hash"
 LABEL_RUN_ID = "matrixbench.run_id"
 
 START_HINT = (

@@ -1,18 +1,15 @@
 """`matrixbench build`: one Docker image per matrix.yaml image entry, from matrixbench/docker_build/Dockerfile.
 
-An image entry is read by field name, as a dict or an object with attributes: ``name``,
-``torch`` (a spec such as "torch==2.0.1", or a bare version), ``index_url`` (where torch comes
-from; CUDA builds), ``python`` ("3.10"), ``base_image``, ``transformers`` (spec or version),
-``extra_pins`` (list of requirements, e.g. ["numpy<2"]), ``extra_index_urls``. ``env`` is a
-run-time setting and is not baked into the image. matrixbench.matrix.Image has these fields.
+Each build is one matrix.Image (its fields already checked by the matrix schema): ``torch`` and
+``transformers`` requirements, ``index_url`` (where torch comes from; CUDA builds), ``python``,
+``base_image``, ``extra_pins``, ``extra_index_urls``. ``env`` is a run-time setting and is not
+baked into the image. Images are labelled with the entry's ``content_hash()``, which
+`matrixbench run` compares with the matrix's to refuse a stale image.
 """
-import hashlib
 import io
-import json
 import re
 import tarfile
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -59,9 +56,9 @@ def build_images(matrix, image_names, *, no_cache=False, dry_run=False, ca_bundl
     """
     emit = on_progress or print_progress
     plans = [
-        plan_build(entry, ca_bundle=ca_bundle, index_url=index_url,
+        plan_build(image, ca_bundle=ca_bundle, index_url=index_url,
                    extra_index_urls=extra_index_urls, base_image=base_image)
-        for entry in select_images(matrix, image_names)
+        for image in select_images(matrix, image_names)
     ]
     if dry_run:
         for plan in plans:
@@ -81,59 +78,39 @@ def print_progress(image_name, line):
 
 
 def select_images(matrix, image_names):
-    """The image entries named (in that order), or all of them; unknown names are an error."""
-    images = matrix.images if hasattr(matrix, "images") else matrix["images"]
-    if isinstance(images, Mapping):
-        by_name = dict(images)
-    else:
-        by_name = {entry_field(entry, "name"): entry for entry in images}
+    """The matrix's Image entries named (in that order), or all of them; unknown names are an error."""
     if image_names is None:
-        return [_named(name, entry) for name, entry in by_name.items()]
-    unknown = [name for name in image_names if name not in by_name]
+        return list(matrix.images.values())
+    unknown = [name for name in image_names if name not in matrix.images]
     if unknown:
         raise MatrixError(
             f"--images: unknown image(s) {', '.join(unknown)}; the matrix defines "
-            f"{', '.join(by_name) or 'none'}"
+            f"{', '.join(matrix.images) or 'none'}"
         )
-    return [_named(name, by_name[name]) for name in image_names]
+    return [matrix.images[name] for name in image_names]
 
 
-def _named(name, entry):
-    """An entry that knows its name, also when the matrix keys entries by name."""
-    if entry_field(entry, "name"):
-        return entry
-    return dict(vars(entry) if not isinstance(entry, Mapping) else entry, name=name)
-
-
-def entry_field(entry, field, default=None):
-    value = entry.get(field) if isinstance(entry, Mapping) else getattr(entry, field, None)
-    return default if value is None else value
-
-
-def plan_build(entry, *, ca_bundle=None, index_url=None, extra_index_urls=(), base_image=None):
-    """Derive the build args and labels of one image entry; options override the entry."""
-    name = entry_field(entry, "name")
-    python = str(entry_field(entry, "python", ""))
-    torch_spec = requirement("torch", entry_field(entry, "torch"), field=f"images.{name}.torch")
+def plan_build(image, *, ca_bundle=None, index_url=None, extra_index_urls=(), base_image=None):
+    """The build args and labels of one matrix.Image (validated by the matrix schema); options
+    override the entry. The content-hash label lets `matrixbench run` refuse a stale image."""
     buildargs = {
-        "BASE_IMAGE": _base_image(base_image or entry_field(entry, "base_image"), python),
-        "PYTHON": f"python{python}" if python else "python3",
-        "TORCH_SPEC": torch_spec,
-        "TORCH_INDEX_URL": entry_field(entry, "index_url", ""),
-        "TRANSFORMERS_SPEC": requirement("transformers", entry_field(entry, "transformers"),
-                                         field=f"images.{name}.transformers"),
-        "EXTRA_PINS": _joined(entry_field(entry, "extra_pins", ()), f"images.{name}.extra_pins"),
+        "BASE_IMAGE": _base_image(base_image or image.base_image, image.python),
+        "PYTHON": f"python{image.python}",
+        "TORCH_SPEC": image.torch,
+        "TORCH_INDEX_URL": image.index_url or "",
+        "TRANSFORMERS_SPEC": image.transformers,
+        "EXTRA_PINS": _joined(image.extra_pins, f"images.{image.name}.extra_pins"),
         "INDEX_URL": index_url or DEFAULT_INDEX_URL,
-        "EXTRA_INDEX_URLS": _joined([*entry_field(entry, "extra_index_urls", ()), *extra_index_urls],
-                                    f"images.{name}.extra_index_urls / --extra-index-url"),
+        "EXTRA_INDEX_URLS": _joined([*image.extra_index_urls, *extra_index_urls],
+                                    f"images.{image.name}.extra_index_urls / --extra-index-url"),
     }
     labels = {
         docker_client.LABEL_MARK: "1",
-        docker_client.LABEL_IMAGE: name,
-        docker_client.LABEL_TORCH: torch_label(torch_spec),
-        docker_client.LABEL_MATRIX_HASH: build_hash(buildargs),
+        docker_client.LABEL_IMAGE: image.name,
+        docker_client.LABEL_TORCH: torch_label(image.torch),
+        docker_client.LABEL_CONTENT_HASH: image.content_hash(),
     }
-    return BuildPlan(name=name, tag=image_tag(name), buildargs=buildargs, labels=labels,
+    return BuildPlan(name=image.name, tag=image_tag(image.name), buildargs=buildargs, labels=labels,
                      ca_bundle=_checked_ca_bundle(ca_bundle))
 
 
@@ -142,33 +119,6 @@ def _base_image(base_image, python):
     if base_image:
         return base_image.format(python=python)
     return f"python:{python or '3'}-slim-bookworm"
-
-
-_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
-
-
-def requirement(package, pin, *, field):
-    """A pip requirement for ``package`` from a matrix pin: "2.0.1", "<5", "torch==2.0.1" or None."""
-    if pin is None or str(pin).strip() == "":
-        return package
-    pin = str(pin).strip()
-    if pin[0].isdigit():
-        return f"{package}=={pin}"
-    if pin[0] in "<>=!~":
-        return f"{package}{pin}"
-    match = _NAME.match(pin)
-    if match and match.group(1).lower().replace("_", "-") == package:
-        return pin
-    raise MatrixError(
-        f"{field}: {pin!r} is not a pin of {package}; write a version ('2.0.1'), a "
-        f"specifier ('<2.1') or a requirement ('{package}==2.0.1')"
-    )
-
-
-def build_hash(buildargs):
-    """A short digest of what the image was built from: a label to spot stale images."""
-    canonical = json.dumps(buildargs, sort_keys=True).encode()
-    return hashlib.sha256(canonical).hexdigest()[:16]
 
 
 def _joined(items, field):

@@ -234,6 +234,7 @@ def _request(plan, matrix, options, gpus, environ):
         gpus=gpus,
         env={**image.env, **{key: environ[key] for key in RUNTIME_SECRETS if environ.get(key)}},
         torch=image.torch,
+        image_hash=image.content_hash(),
         gpu_ids=gpu_choice(options.gpu, environ) if gpus else (),
     )
 

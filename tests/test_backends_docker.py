@@ -159,6 +159,22 @@ def test_chosen_gpus_reach_the_device_request(sdk, tmp_path):
     assert sdk.started[-1].kwargs["device_requests"][0]["DeviceIDs"] == ["2"]
 
 
+@pytest.mark.parametrize("label", [None, "0123456789ab"])
+def test_a_stale_image_is_refused_naming_the_rebuild(sdk, tmp_path, label):
+    labels = sdk.images_by_tag["matrixbench:stable"].labels
+    if label is not None:
+        labels[docker_client.LABEL_CONTENT_HASH] = label
+    with pytest.raises(RunError, match="another definition of the image .*matrixbench build --images stable"):
+        backend(sdk).run(request_for(tmp_path, image_hash="fedcba987654"))
+    assert sdk.started == []
+
+
+def test_an_image_built_from_the_matrix_entry_runs(sdk, tmp_path):
+    sdk.images_by_tag["matrixbench:stable"].labels[docker_client.LABEL_CONTENT_HASH] = "fedcba987654"
+    backend(sdk).run(request_for(tmp_path, image_hash="fedcba987654"))
+    assert len(sdk.started) == 1
+
+
 def test_the_registry_builds_it():
     from matrixbench.backends import create_backend
 

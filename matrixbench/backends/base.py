@@ -29,6 +29,7 @@ class RunRequest:
     # run-time only env, e.g. HF_TOKEN: kept out of repr() so it is never printed
     env: Dict[str, str] = field(default_factory=dict, repr=False)
     torch: Optional[str] = None           # the image entry's torch requirement, e.g. "torch==2.0.1"
+    image_hash: Optional[str] = None      # the image entry's content_hash(): a built image must carry it
     gpu_ids: Tuple[str, ...] = ()         # the GPUs to use (indices or UUIDs); () = all
 
 

@@ -97,6 +97,7 @@ class DockerBackend(Backend):
                 f"matrix asks for {request.torch}; rebuild it with "
                 f"`matrixbench build --images {request.image_name}`"
             )
+        _refuse_stale(image, tag, request)
         return image
 
     def _follow(self, container, request):
@@ -136,6 +137,18 @@ class DockerBackend(Backend):
     def _container_name(self, request):
         raw = f"matrixbench-{self._run_id_for(request)}-{request.image_name}-{uuid.uuid4().hex[:6]}"
         return re.sub(r"[^A-Za-z0-9_.-]", "-", raw)
+
+
+def _refuse_stale(image, tag, request):
+    """An image built from another definition of its matrix entry (or before images carried
+    the label) is stale: its records would be labelled with what it does not hold."""
+    built = image.labels.get(docker_client.LABEL_CONTENT_HASH)
+    if request.image_hash and built != request.image_hash:
+        raise RunError(
+            f"image {request.image_name!r}: {tag} was built from another definition of the image "
+            f"(content hash {built or 'none'}, the matrix's is {request.image_hash}); rebuild it with "
+            f"`matrixbench build --images {request.image_name}`"
+        )
 
 
 def runner_argv():
