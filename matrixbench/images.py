@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from matrixbench import docker_client, resources
 from matrixbench.errors import BuildError, MatrixError
+from matrixbench.matrix import default_base_image
 from matrixbench.versions import torch_label
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple"
@@ -118,7 +119,7 @@ def _base_image(base_image, python):
     """The entry's base image (``{python}`` filled in), else the official python image."""
     if base_image:
         return base_image.format(python=python)
-    return f"python:{python or '3'}-slim-bookworm"
+    return default_base_image(python or "3")
 
 
 def _joined(items, field):

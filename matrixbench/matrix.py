@@ -164,13 +164,18 @@ def _build(data: JSON, path: Path, weights: Optional[str] = None) -> Matrix:
     )
 
 
+def default_base_image(python: str) -> str:
+    """What an image entry builds on unless it names a base_image: the official Python image."""
+    return f"python:{python}-slim-bookworm"
+
+
 def _image(name: str, entry: JSON) -> Image:
     return Image(
         name=name,
         torch=entry["torch"],
         python=entry["python"],
         transformers=entry["transformers"],
-        base_image=entry.get("base_image") or f"python:{entry['python']}-slim-bookworm",
+        base_image=entry.get("base_image") or default_base_image(entry["python"]),
         index_url=entry.get("index_url"),
         extra_index_urls=tuple(entry.get("extra_index_urls", ())),
         extra_pins=tuple(entry.get("extra_pins", ())),
