@@ -17,7 +17,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 from matrixbench import docker_client, resources
 from matrixbench.errors import BuildError, MatrixError
-from matrixbench.matrix import default_base_image
 from matrixbench.versions import torch_label
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple"
@@ -95,7 +94,8 @@ def plan_build(image, *, ca_bundle=None, index_url=None, extra_index_urls=(), ba
     """The build args and labels of one matrix.Image (validated by the matrix schema); options
     override the entry. The content-hash label lets `matrixbench run` refuse a stale image."""
     buildargs = {
-        "BASE_IMAGE": _base_image(base_image or image.base_image, image.python),
+        # --base-image, else the entry's (the matrix fills in its default); {python} filled in
+        "BASE_IMAGE": (base_image or image.base_image).format(python=image.python),
         "PYTHON": f"python{image.python}",
         "TORCH_SPEC": image.torch,
         "TORCH_INDEX_URL": image.index_url or "",
@@ -113,13 +113,6 @@ def plan_build(image, *, ca_bundle=None, index_url=None, extra_index_urls=(), ba
     }
     return BuildPlan(name=image.name, tag=image_tag(image.name), buildargs=buildargs, labels=labels,
                      ca_bundle=_checked_ca_bundle(ca_bundle))
-
-
-def _base_image(base_image, python):
-    """The entry's base image (``{python}`` filled in), else the official python image."""
-    if base_image:
-        return base_image.format(python=python)
-    return default_base_image(python or "3")
 
 
 def _joined(items, field):
