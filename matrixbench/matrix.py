@@ -80,6 +80,7 @@ class Matrix:
     dtypes: Tuple[str, ...] = _default("dtypes")
     size: str = _default("size")
     fullgraph: bool = _default("fullgraph")
+    attention: str = _default("attention")
     iterations: int = _default("iterations")
     warmup: int = _default("warmup")
     timeout_s: float = _default("timeout_s")
@@ -112,6 +113,7 @@ class Overrides:
     timeout_s: Optional[float] = None
     size: Optional[str] = None
     weights: Optional[str] = None
+    attention: Optional[str] = None
 
     def settings(self) -> JSON:
         """The settings given, by matrix key (lists without repeats)."""
@@ -319,6 +321,7 @@ def _cell(matrix: Matrix, model: Model, dtype: str, batch_size: int, mode: str) 
         mode=mode,
         fullgraph=matrix.fullgraph and mode != "eager",
         dtype=dtype,
+        attention=matrix.attention,
     )
 
 

@@ -51,6 +51,7 @@ def _measure(job, record, marks):
     compiled = cell.mode != "eager"
     refuse_unsupported(cell, device)
     built, load_s = _load(cell, device, marks)
+    record.attention = attention_record(cell, built)
     reference = _reference(built) if compiled else None
     memory.reset_peak(device)
     before = counters_snapshot()
@@ -112,6 +113,14 @@ def warm_up(step, min_calls, min_seconds, device):
             synchronize(device)   # so the duration counts finished device work
     synchronize(device)
     return clock() - start, calls
+
+
+def attention_record(cell, built):
+    """The attention implementation asked for and the one the model uses (with the record's
+    environment.transformers, what an image-vs-image comparison must hold equal)."""
+    from runner.models import requested_attention
+
+    return {"requested": requested_attention(cell), "used": built.attention}
 
 
 class UnsupportedOnThisGpu(RuntimeError):

@@ -17,7 +17,7 @@ import itertools
 import signal
 import sys
 
-from runner.core import DTYPES, MODES, SIZES, TASKS, WEIGHTS
+from runner.core import ATTENTION, DTYPES, MODES, SIZES, TASKS, WEIGHTS
 from runner.driver import run_plan
 from runner.plan import Plan, PlanError, load_plan, validate_cell, validate_settings
 from runner.settings import BY_NAME, RUNNER_SETTINGS
@@ -26,7 +26,7 @@ SETTING_FLAGS = tuple(setting.name for setting in RUNNER_SETTINGS)
 SHORTHAND_DEFAULTS = {name: list(BY_NAME[name].default) if BY_NAME[name].many else BY_NAME[name].default
                       for name in ("modes", "batch_sizes", "dtypes", "size", "weights")}
 RESUME_FLAGS = ("force", "retry_failed")   # the shorthand's own resume: the host decides for --cells
-SHORTHAND_FLAGS = ("models", "modes", "batch_sizes", "dtypes", "size", "weights", "fullgraph",
+SHORTHAND_FLAGS = ("models", "modes", "batch_sizes", "dtypes", "size", "weights", "fullgraph", "attention",
                    "model_id", "config_path", "task", "image_name", "image_id")
 
 
@@ -60,6 +60,7 @@ def _add_shorthand(group):
     group.add_argument("--size", choices=SIZES, help="full or tiny (toy dimensions, for tests)")
     group.add_argument("--weights", choices=WEIGHTS, help="random (default) or pretrained")
     group.add_argument("--fullgraph", action="store_true", help="torch.compile(fullgraph=True)")
+    group.add_argument("--attention", choices=ATTENTION, help=BY_NAME["attention"].help)
     group.add_argument("--model-id", help="hub id, for a model that is not shipped (needs --task)")
     group.add_argument("--config-path", help="local config.json, for a model that is not shipped (needs --task)")
     group.add_argument("--task", choices=TASKS, help="the task of a model given by --model-id or --config-path")
@@ -125,7 +126,8 @@ def shorthand_cells(args):
     lists = dict(SHORTHAND_DEFAULTS, **given)
     product = itertools.product(expand_models(args.models), lists["batch_sizes"], lists["modes"], lists["dtypes"])
     return [dict(_model_fields(name, args), batch_size=batch_size, mode=mode, dtype=dtype,
-                 size=lists["size"], weights=lists["weights"], fullgraph=args.fullgraph)
+                 size=lists["size"], weights=lists["weights"], fullgraph=args.fullgraph,
+                 attention=args.attention or BY_NAME["attention"].default)
             for name, batch_size, mode, dtype in product]
 
 

@@ -24,6 +24,8 @@ TASKS = ("image-classification", "image-segmentation", "object-detection")
 DEVICES = ("auto", "cuda", "cpu")            # what may be asked for
 USED_DEVICES = ("cuda", "cpu")               # what a record says ran
 ACCURACY_STATUSES = ("pass", "fail", "nan", "skipped")
+# Attention implementations a cell may ask for (runner.models explains the default, eager).
+ATTENTION = ("eager", "sdpa", "auto")
 
 JSON = Dict[str, Any]
 
@@ -66,6 +68,7 @@ class Cell:
     dtype: str
     model_id: Optional[str] = None
     config_path: Optional[str] = None
+    attention: Optional[str] = None   # None: not recorded (cells before it existed ran transformers' choice)
 
     @property
     def id(self) -> str:
@@ -108,6 +111,7 @@ class Record:
     memory: Optional[JSON] = None
     dynamo: Optional[JSON] = None
     accuracy: Optional[JSON] = None
+    attention: Optional[JSON] = None      # {requested, used}: the attention implementation
     duration_s: Optional[float] = None
     extra: JSON = field(default_factory=dict)   # v2 fields this version does not model
 

@@ -6,6 +6,7 @@ timm, no backbone download). ``size="tiny"`` applies ``configs/<name>/tiny.json`
 classes at toy dimensions, for fast CPU tests. Pretrained weights come from the hub or the HF
 cache. Any other model is named by a hub id (``model_id``) or a local ``config_path`` plus a task.
 """
+import copy
 import dataclasses
 import inspect
 import json
@@ -15,7 +16,9 @@ import torch
 import transformers
 
 from runner import inputs as model_inputs
+from runner.core import ATTENTION
 from runner.registry import CONFIG_DIR, DEFAULT_MODELS, SEED_MODELS, ModelSpec, shipped_spec  # noqa: F401
+from runner.settings import BY_NAME
 
 # Where a model of each task may live; the first auto class that knows the config wins.
 TASK_AUTO_CLASSES = {
@@ -33,6 +36,12 @@ CLIP_TEXT_MODEL_TYPES = ("owlvit", "owlv2")
 USE_RANDOM = "use weights=random"
 USE_LOCAL = "use a shipped model or a local config_path"
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# Attention implementations (runner.core.ATTENTION). eager (the default) is the only one every
+# image can run: transformers 4.43.4 has no SDPA path on torch < 2.1.1 (stable, nightly), so
+# with "auto" stable/nightly run eager attention and latest SDPA, and an image-vs-image
+# comparison would measure transformers, not torch. "sdpa" falls back to eager for models
+# (or versions) without an SDPA path; the record says which ran.
+DEFAULT_ATTENTION = BY_NAME["attention"].default
 
 
 class ModelError(Exception):
@@ -58,6 +67,7 @@ class Built:
     model: torch.nn.Module  # eval mode, on the device, in the dtype
     inputs: dict  # name -> tensor, batch replicated, on the device; ready for model(**inputs)
     source: str
+    attention: object = None  # the attention implementation the model uses (config._attn_implementation)
 
 
 def preload(names=DEFAULT_MODELS):
@@ -73,9 +83,18 @@ def build(cell, device, dtype):
     """The cell's model and its batch of real inputs, ready for ``model(**inputs)``."""
     recipe = make_recipe(cell)
     torch_dtype = _torch_dtype(dtype)
-    model = instantiate(recipe).to(device=device, dtype=torch_dtype).eval()
+    model = instantiate(recipe, requested_attention(cell)).to(device=device, dtype=torch_dtype).eval()
     batch = model_inputs.to_device(batch_inputs(recipe, cell.batch_size), device, torch_dtype)
-    return Built(model=model, inputs=batch, source=recipe.source)
+    return Built(model=model, inputs=batch, source=recipe.source, attention=attention_used(model))
+
+
+def requested_attention(cell):
+    """The cell's attention, or the setting's default for a cell that names none."""
+    return cell.attention or DEFAULT_ATTENTION
+
+
+def attention_used(model):
+    return getattr(getattr(model, "config", None), "_attn_implementation", None)
 
 
 def _torch_dtype(dtype):
@@ -99,19 +118,35 @@ def batch_inputs(recipe, batch_size):
     return model_inputs.replicate(single, batch_size)
 
 
-def instantiate(recipe):
-    """The model on CPU in float32: random weights (seeded) or loaded from pretrained."""
+def instantiate(recipe, attention=DEFAULT_ATTENTION):
+    """The model on CPU in float32: random weights (seeded) or loaded from pretrained, with the
+    attention implementation asked for ("auto": transformers' own choice)."""
+    if attention not in ATTENTION:
+        raise ModelError(f"attention={attention!r} is not one of {list(ATTENTION)}")
     try:
-        if recipe.pretrained_from is not None:
-            return _hub_call(recipe.model_class.from_pretrained, recipe.pretrained_from, USE_RANDOM)
-        torch.manual_seed(0)
-        return recipe.model_class._from_config(recipe.config)
+        if attention != "sdpa":
+            return _instantiate(recipe, attention)
+        try:
+            return _instantiate(recipe, "sdpa")
+        except ValueError:   # "... does not support an attention implementation through SDPA"
+            return _instantiate(recipe, "eager")
     except ImportError as exc:  # e.g. timm for a hub DETR config, scipy for Mask(2)Former
         raise ModelError(
             f"{recipe.source}: {recipe.model_class.__name__} needs a package this image lacks ({exc}). Install "
             "it, or for DETR-style models use a config with use_timm_backbone=false and a backbone_config "
             "(see runner/configs/detr)"
         ) from exc
+
+
+def _instantiate(recipe, attention):
+    config = copy.deepcopy(recipe.config)
+    if attention != "auto":
+        config._attn_implementation = attention   # 4.43 and 5.x both honour a requested implementation
+    if recipe.pretrained_from is not None:
+        return _hub_call(lambda checkpoint: recipe.model_class.from_pretrained(checkpoint, config=config),
+                         recipe.pretrained_from, USE_RANDOM)
+    torch.manual_seed(0)
+    return recipe.model_class._from_config(config)
 
 
 def make_recipe(cell):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
-from runner.core import DTYPES, MODES, SIZES, TASKS, WEIGHTS, Cell
+from runner.core import ATTENTION, DTYPES, MODES, SIZES, TASKS, WEIGHTS, Cell
 from runner.schema import CELL_SCHEMA, SUPPORTED_CELLS_VERSIONS
 from runner.settings import BY_NAME, DEFAULT_SETTINGS
 
@@ -103,8 +103,8 @@ def _check_fields(cell: Mapping[str, Any], where: str) -> None:
     if not isinstance(cell["model"], str) or not cell["model"]:
         raise PlanError(f"{where}: 'model' must be a non-empty string")
     for key, choices in (("task", TASKS), ("weights", WEIGHTS), ("size", SIZES),
-                         ("mode", MODES), ("dtype", DTYPES)):
-        if cell[key] not in choices:
+                         ("mode", MODES), ("dtype", DTYPES), ("attention", (*ATTENTION, None))):
+        if cell.get(key) not in choices:
             raise PlanError(f"{where}: '{key}' must be one of {list(choices)}, got {cell[key]!r}")
     problem = BY_NAME["batch_sizes"].problem_of_item(cell["batch_size"])
     if problem:

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 
 from runner.core import (
     ACCURACY_STATUSES,
+    ATTENTION,
     DTYPES,
     MODES,
     SCHEMA_VERSION,
@@ -158,6 +159,7 @@ CELL_SCHEMA = _obj(
         "mode": {"enum": list(MODES)},
         "fullgraph": {"type": "boolean"},
         "dtype": {"enum": list(DTYPES)},
+        "attention": {"enum": [*ATTENTION, None]},
     },
     required=["model", "task", "weights", "size", "batch_size", "mode", "fullgraph", "dtype"],
 )
@@ -264,6 +266,9 @@ RECORD_SCHEMA = {
             "image_name": _STR,
             "image_id": _STR,
         }, required=_ENVIRONMENT_REQUIRED),
+        # schema v2: the attention implementation asked for (cell) and used (model config); null
+        # when the cell failed before its model was built
+        "attention": _obj({"requested": _STR, "used": _STR}, nullable=True),
         "started_at": {"type": "string"},   # ISO 8601, UTC
         "duration_s": {"type": "number"},   # wall time of the whole cell, process start to record
     },

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
-from runner.core import DEVICES, DTYPES, MODES, SIZES, WEIGHTS
+from runner.core import ATTENTION, DEVICES, DTYPES, MODES, SIZES, WEIGHTS
 
 JSON = Dict[str, Any]
 _KINDS = {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false"}
@@ -104,6 +104,10 @@ SETTINGS: Tuple[Setting, ...] = (
             "string", default=("eager", "default"), choices=MODES, many=True, required=True, flag="--modes"),
     Setting("fullgraph", "torch.compile(fullgraph=True) for the compiled modes.",
             "boolean", default=False),
+    Setting("attention", "Attention implementation of every model: eager (default: the one every image "
+            "can run, so images compare torch, not transformers), sdpa (eager where a model has no SDPA "
+            "path), or auto (transformers' own choice). Records say which ran.",
+            "string", default="eager", choices=ATTENTION, flag="--attention"),
     Setting("dtypes", f"Dtypes, comma-separated, from {', '.join(DTYPES)}.",
             "string", default=("float32",), choices=DTYPES, many=True, flag="--dtypes"),
     Setting("iterations", "Timed iterations per cell.",
