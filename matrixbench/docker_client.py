@@ -9,6 +9,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from matrixbench.errors import DockerUnavailableError, RunError
+from matrixbench.gpu import LIST_GPUS, gpu_lines
 
 # Every container and image matrixbench makes carries LABEL_MARK, so leftovers can be found.
 LABEL_MARK = "matrixbench"
@@ -58,8 +59,7 @@ def gpu_request(device_ids=None):
 
 # What a throwaway container runs to see whether Docker can hand it GPUs: the NVIDIA container
 # toolkit (or CDI) mounts nvidia-smi into any container given a GPU request.
-GPU_PROBE_ENTRYPOINT = "nvidia-smi"
-GPU_PROBE_ARGS = ["-L"]
+GPU_PROBE_ENTRYPOINT, *GPU_PROBE_ARGS = LIST_GPUS
 
 
 class BuildStream:
@@ -190,7 +190,7 @@ class DockerClient:
             return []
         finally:
             _ignore_missing(container.remove, force=True)
-        return [line.strip() for line in output.splitlines() if line.startswith("GPU ")] if exit_code == 0 else []
+        return gpu_lines(output) if exit_code == 0 else []
 
     def start_container(self, image, command, *, user, env, mounts, labels, gpus=False, name=None,
                         gpu_ids=None):
