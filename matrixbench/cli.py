@@ -16,13 +16,13 @@ from matrixbench.errors import MatrixbenchError
 from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.plan import plan_run, recorded_failures_line, run_dir, unreadable_lines
 from matrixbench.progress import make_progress
+from matrixbench.report_formats import REPORT_FORMATS
 from matrixbench.run import DEFAULT_RUN, RunOptions, check_device, run_matrix
 from runner.core import DEVICES
 from runner.settings import BY_NAME, OVERRIDES
 
 INTERRUPTED_EXIT = 130
 DEFAULT_MATRIX = "matrix.yaml"
-REPORT_FORMATS = ("md", "html", "csv")
 
 
 # --- option helpers ------------------------------------------------------------------------

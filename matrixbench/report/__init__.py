@@ -10,11 +10,10 @@ from matrixbench.report.cells import CellIndex
 from matrixbench.report.comparisons import comparisons, write_comparisons
 from matrixbench.report.document import assemble, image_sources
 from matrixbench.report.published import load_published
+from matrixbench.report_formats import REPORT_FORMATS
 
-FORMATS = ("md", "html", "csv")
 
-
-def build_report(results_dirs, out_dir, formats=FORMATS):
+def build_report(results_dirs, out_dir, formats=REPORT_FORMATS):
     """Read every record under ``results_dirs``; write the requested formats into ``out_dir``.
 
     md: report.md + charts/*.png; html: report.html (self-contained); csv: results.csv and
@@ -40,9 +39,9 @@ def build_report(results_dirs, out_dir, formats=FORMATS):
 
 
 def _check_formats(formats):
-    unknown = [name for name in formats if name not in FORMATS]
+    unknown = [name for name in formats if name not in REPORT_FORMATS]
     if unknown or not formats:
-        raise ReportError(f"--format must be a comma-separated subset of {list(FORMATS)}, got {list(formats)}")
+        raise ReportError(f"--format must be a comma-separated subset of {list(REPORT_FORMATS)}, got {list(formats)}")
     return list(formats)
 
 
