@@ -11,15 +11,17 @@ from pathlib import Path
 
 import pytest
 
+import runner
 from host_helpers import write_matrix
 from matrixbench.backends import backend_names, create_backend
 from matrixbench.backends.base import RunRequest
-from matrixbench.backends.local import PROJECT_ROOT, LocalBackend, _running, _stop, descendants, runner_env
+from matrixbench.backends.local import LocalBackend, _running, _stop, descendants, runner_env
 from matrixbench.errors import RunError
 from matrixbench.matrix import Overrides, expand_cells, load_matrix
 from runner.schema import read_record, record_path
 
 TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
 
 
 # --- registry ------------------------------------------------------------------------------
@@ -49,7 +51,7 @@ def test_runner_env_is_an_allow_list_plus_the_request(tmp_path):
     assert env["HF_TOKEN"] == "hf_abc" and env["OMP_NUM_THREADS"] == "2"
     assert env["TORCHINDUCTOR_MAX_AUTOTUNE"] == "1" and env["TORCHINDUCTOR_CACHE_DIR"] == "/c/inductor"
     assert env["HF_HOME"] == str(tmp_path / "hf")
-    assert env["PYTHONPATH"] == os.pathsep.join([str(PROJECT_ROOT), "/elsewhere"])
+    assert env["PYTHONPATH"] == os.pathsep.join([str(Path(runner.__file__).parent.parent), "/elsewhere"])
     assert env["CUDA_VISIBLE_DEVICES"] == ""  # no GPUs asked for: none visible
 
 
@@ -160,7 +162,7 @@ def test_stop_ends_the_runner_and_everything_below_it(spawn):
 
 # --- end to end with the real runner -------------------------------------------------------
 
-RUNNER_MISSING = not (PROJECT_ROOT / "runner" / "__main__.py").exists()
+RUNNER_MISSING = not (REPO / "runner" / "__main__.py").exists()
 
 
 @pytest.mark.slow
@@ -173,7 +175,7 @@ def test_matrixbench_run_local_end_to_end(tmp_path, monkeypatch):
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(tmp_path)
-    args = ["run", "--matrix", str(PROJECT_ROOT / "matrix-cpu-smoke.yaml"), "--images", "latest",
+    args = ["run", "--matrix", str(REPO / "matrix-cpu-smoke.yaml"), "--images", "latest",
             "--models", "resnet", "--modes", "eager,default", "--iterations", "3", "--warmup", "1",
             "--backend", "local", "--device", "cpu", "--cache-dir", str(tmp_path / "cache")]
     result = CliRunner().invoke(main, args)

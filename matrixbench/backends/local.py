@@ -12,6 +12,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from matrixbench import resources
 from matrixbench.backends.base import LOG_FILENAME, Backend
 from matrixbench.errors import RunError
 from matrixbench.gpu import host_gpus
@@ -30,7 +31,10 @@ ENV_ALLOWED = (
 )
 ENV_ALLOWED_PREFIXES = ("TORCH_", "TORCHINDUCTOR_", "TRITON_")
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+def runner_parent():
+    """The folder the runner package is imported from: the child's PYTHONPATH (a checkout or site-packages)."""
+    return resources.runner_dir(RunError).parent
 
 
 class LocalBackend(Backend):
@@ -89,7 +93,7 @@ def runner_env(environ, request, cache_env):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(request.gpu_ids)
     env.update(cache_env)
     env.update(request.env)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(runner_parent()), env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
