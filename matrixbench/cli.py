@@ -23,6 +23,7 @@ from runner.settings import BY_NAME, OVERRIDES
 
 INTERRUPTED_EXIT = 130
 DEFAULT_MATRIX = "matrix.yaml"
+BUILD_BACKENDS = ("docker", "venv")
 
 
 # --- option helpers ------------------------------------------------------------------------
@@ -172,18 +173,28 @@ def describe_matrix(matrix):
 @main.command()
 @matrix_option
 @images_option
-@click.option("--no-cache", is_flag=True, help="Build every layer afresh (docker build --no-cache).")
+@click.option("--backend", type=click.Choice(BUILD_BACKENDS), default="docker", show_default=True,
+              help="docker: one image per matrix image; venv: one virtual environment per image "
+                   "(in ~/.cache/matrixbench/venvs).")
+@click.option("--no-cache", is_flag=True,
+              help="Build afresh (docker build --no-cache; a venv is made again from nothing).")
 @click.option("--dry-run", is_flag=True, help="Print what would be built; needs no Docker.")
 @click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="CA bundle for pip behind a TLS-inspecting proxy.")
 @click.option("--index-url", help="pip index URL for everything but torch (default PyPI).")
 @click.option("--extra-index-url", "extra_index_urls", multiple=True,
               help="Extra pip index URL; repeatable.")
-@click.option("--base-image", help="Base image for every build (e.g. a mirror of python:3.10-slim).")
+@click.option("--base-image", help="Base image for every Docker build (e.g. a mirror of python:3.10-slim).")
 @handles_errors
-def build(matrix_path, images, **options):
-    """Build one Docker image per matrix image."""
+def build(matrix_path, images, backend, **options):
+    """Build one Docker image (or venv) per matrix image."""
     matrix = _load(matrix_path, Overrides(images=images))
+    if backend == "venv":
+        if options.pop("base_image"):
+            click.echo("note: --base-image is for Docker builds; a venv uses the host's Python", err=True)
+        build_venvs = _library("matrixbench.venvs", "build_venvs", "build")
+        build_venvs(matrix, list(matrix.images), on_progress=_echo_build_line, **options)
+        return
     build_images = _library("matrixbench.images", "build_images", "build")
     build_images(matrix, list(matrix.images), on_progress=_echo_build_line, **options)
 
@@ -200,7 +211,8 @@ def _echo_build_line(image_name, line):
 @click.option("--results", "results_root", type=click.Path(file_okay=False, path_type=Path),
               default="results", show_default=True, help="Results folder.")
 @click.option("--backend", type=click.Choice(backend_names()), default="docker", show_default=True,
-              help="docker: one container per image; local: this interpreter, no Docker.")
+              help="docker: one container per image; venv: one virtual environment per image, "
+                   "built from its pins; local: this interpreter, no Docker.")
 @click.option("--device", type=click.Choice(DEVICES), default=BY_NAME["device"].default,
               show_default=True, help=BY_NAME["device"].help)
 @click.option("--force", is_flag=True, help="Rerun cells that already have a record.")
@@ -259,13 +271,20 @@ def report(results_dirs, out_dir, formats):
 
 @main.command()
 @click.option("--images", "remove_images", is_flag=True, help="Also remove the images `build` made.")
+@click.option("--venvs", "remove_venvs", is_flag=True,
+              help="Remove the venvs `build --backend venv` made (and nothing of Docker's).")
 @click.option("--run", "run_id", help="Only the containers of this run.")
 @click.option("--dry-run", is_flag=True, help="List what would be removed.")
 @handles_errors
-def clean(remove_images, run_id, dry_run):
-    """Remove the containers (and with --images the images) matrixbench left behind."""
-    clean_docker = _library("matrixbench.clean", "clean", "clean")
-    removed = clean_docker(images=remove_images, run_id=run_id, dry_run=dry_run)
+def clean(remove_images, remove_venvs, run_id, dry_run):
+    """Remove the containers (and with --images the images, with --venvs the venvs) matrixbench left behind."""
+    if remove_venvs and (remove_images or run_id):
+        raise click.UsageError("--venvs removes venvs only; clean Docker's leftovers in another call")
+    if remove_venvs:
+        removed = _library("matrixbench.venvs", "remove_venvs", "clean")(dry_run=dry_run)
+    else:
+        removed = _library("matrixbench.clean", "clean", "clean")(images=remove_images, run_id=run_id,
+                                                                  dry_run=dry_run)
     for line in removed:
         click.echo(("would remove " if dry_run else "removed ") + line)
     if not removed:

@@ -145,18 +145,20 @@ class DockerClient:
     def __init__(self, sdk):
         self._sdk = sdk
 
-    def build(self, context_tar, tag, buildargs, labels, nocache=False):
+    def build(self, context_tar, tag, buildargs, labels, nocache=False, network_mode=None):
         """Build from an in-memory tar context; yield the decoded chunks as they stream.
+        ``network_mode="host"`` runs the RUN steps on the host's network.
 
         An SDK failure (bad request, daemon gone) arrives as a last ``{"error": ...}`` chunk,
         the same shape as a failed build step.
         """
         from docker.errors import DockerException
 
+        network = {"network_mode": network_mode} if network_mode else {}
         try:
             yield from self._sdk.api.build(
                 fileobj=context_tar, custom_context=True, tag=tag, buildargs=buildargs,
-                labels=labels, nocache=nocache, rm=True, forcerm=True, decode=True,
+                labels=labels, nocache=nocache, rm=True, forcerm=True, decode=True, **network,
             )
         except DockerException as exc:
             yield {"error": str(exc)}

@@ -55,3 +55,7 @@ class ResumeConflictError(MatrixbenchError):
     """A run would resume records measured with other settings than it asks for."""
 
     exit_code = 2
+
+
+class InterpreterNotFoundError(BuildError):
+    """The venv backend finds no Python of the version an image asks for."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import urlsplit, urlunsplit
 
-from matrixbench import docker_client, resources
+from matrixbench import docker_client, resources, wheelhouse
 from matrixbench.errors import BuildError, MatrixError
 from matrixbench.versions import torch_label
 
@@ -35,7 +35,7 @@ class BuildPlan:
 
     def describe(self):
         lines = [f"{self.tag}  (image {self.name!r}, base {self.buildargs['BASE_IMAGE']})"]
-        lines += [f"  --build-arg {key}={_redact_urls(value)}" for key, value in sorted(self.buildargs.items())]
+        lines += [f"  --build-arg {key}={redact_urls(value)}" for key, value in sorted(self.buildargs.items())]
         lines += [f"  --label {key}={value}" for key, value in sorted(self.labels.items())]
         lines.append(f"  ca bundle: {self.ca_bundle or 'none'}")
         return "\n".join(lines)
@@ -111,6 +111,7 @@ def plan_build(image, *, ca_bundle=None, index_url=None, extra_index_urls=(), ba
         docker_client.LABEL_TORCH: torch_label(image.torch),
         docker_client.LABEL_CONTENT_HASH: image.content_hash(),
     }
+    buildargs["FIND_LINKS"] = ""  # the wheelhouse's URL, set for the build only (run_build)
     return BuildPlan(name=image.name, tag=image_tag(image.name), buildargs=buildargs, labels=labels,
                      ca_bundle=_checked_ca_bundle(ca_bundle))
 
@@ -135,7 +136,7 @@ def _checked_ca_bundle(ca_bundle):
     return path
 
 
-def _redact_urls(value):
+def redact_urls(value):
     """Hide passwords/tokens in index URLs before printing them."""
     return " ".join(_redact_url(word) for word in str(value).split(" "))
 
@@ -151,13 +152,9 @@ def run_build(client, plan, *, no_cache, emit):
     """Build one plan, streaming its log lines to ``emit``; return the tag."""
     started = time.monotonic()
     previous = client.inspect_image(plan.tag)
-    emit(plan.name, f"building {plan.tag} from {plan.buildargs['BASE_IMAGE']}")
-    stream = docker_client.BuildStream()
-    chunks = client.build(build_context(plan.ca_bundle), plan.tag, plan.buildargs,
-                          plan.labels, nocache=no_cache)
-    for chunk in chunks:
-        _emit_progress(plan.name, stream.feed(chunk), emit)
-    _emit_progress(plan.name, stream.flush(), emit)
+    with wheelhouse.offered(plan, python_version(plan), emit=emit) as find_links:
+        emit(plan.name, f"building {plan.tag} from {plan.buildargs['BASE_IMAGE']}")
+        stream = _stream_build(client, plan, no_cache, find_links, emit)
     if stream.error:
         tail = "\n".join(stream.tail)
         raise BuildError(
@@ -168,6 +165,25 @@ def run_build(client, plan, *, no_cache, emit):
         client.discard_image(previous.id)  # the old build would linger untagged
     emit(plan.name, f"built {plan.tag} in {time.monotonic() - started:.0f} s")
     return plan.tag
+
+
+def _stream_build(client, plan, no_cache, find_links, emit):
+    """The build's log lines to ``emit``; with the wheelhouse's URL, on the host's network (the
+    URL is on 127.0.0.1) and with FIND_LINKS set to it."""
+    stream = docker_client.BuildStream()
+    buildargs = {**plan.buildargs, "FIND_LINKS": find_links or ""}
+    chunks = client.build(build_context(plan.ca_bundle), plan.tag, buildargs, plan.labels,
+                          nocache=no_cache, network_mode="host" if find_links else None)
+    for chunk in chunks:
+        _emit_progress(plan.name, stream.feed(chunk), emit)
+    _emit_progress(plan.name, stream.flush(), emit)
+    return stream
+
+
+def python_version(plan):
+    """The image's Python version ("3.10") from its PYTHON build arg; None when unpinned."""
+    interpreter = plan.buildargs["PYTHON"]
+    return interpreter[len("python"):] if re.fullmatch(r"python3\.\d+", interpreter) else None
 
 
 def _emit_progress(image_name, lines, emit):

@@ -29,6 +29,12 @@ def docker_build_files() -> list[Path]:
     return paths
 
 
+def docker_build_file(name: str) -> Path:
+    """One of DOCKER_BUILD_FILES (the venv backend runs pip-install.sh on the host too)."""
+    (path,) = [path for path in docker_build_files() if path.name == name]
+    return path
+
+
 def runner_dir(error: type[MatrixbenchError] = BuildError) -> Path:
     """The folder of the ``runner`` package: what images get as /opt/matrixbench/runner."""
     return package_dir("runner", error=error)

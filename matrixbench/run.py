@@ -19,6 +19,7 @@ from matrixbench.backends.base import RunRequest
 from matrixbench.errors import RunError
 from matrixbench.manifest import finish_manifest, read_manifest, start_manifest
 from matrixbench.matrix import runner_settings
+from matrixbench.paths import cache_home
 from matrixbench.plan import plan_run, recorded_failures_line, run_dir, unreadable_lines
 from matrixbench.progress import NullProgress, RecordWatcher
 from matrixbench.resume import check_resume
@@ -31,8 +32,7 @@ RUNTIME_SECRETS = ("HF_TOKEN",)
 
 def default_cache_root():
     """Per-image compile caches live under ~/.cache/matrixbench/compile/<image>."""
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "matrixbench" / "compile"
+    return cache_home() / "compile"
 
 
 def default_hf_cache():
@@ -147,6 +147,8 @@ def _run_locked(matrix, options, run_path, progress, environ):
     progress.note(backend.describe())
     status, summary = "failed", RunSummary(run_path, [])
     try:
+        backend.prepare([matrix.images[plan.image_name] for plan in plans if plan.pending],
+                        emit=lambda name, line: progress.note(f"[{name}] {line}"))
         progress.start(sum(len(p.pending) for p in plans), sum(p.done for p in plans))
         _note_recorded(plans, progress)
         for plan in plans:

@@ -1,5 +1,7 @@
 """Shared by the host tests: a small valid matrix, schema-valid records, a backend at our seam."""
 import copy
+import sys
+import textwrap
 from pathlib import Path
 
 import yaml
@@ -98,3 +100,32 @@ def use_backend(monkeypatch, backend):
 
     monkeypatch.setitem(backends.FACTORIES, "local", lambda: backend)
     return backend
+
+
+STAND_IN = textwrap.dedent("""\
+    #!{python}
+    # Stands in for `python -m runner`: checks the argv contract, writes one record per cell.
+    import json, os, sys, time
+    sys.path.insert(0, {tests!r})
+    from host_helpers import make_record
+    from runner.core import Cell
+    from runner.schema import write_record
+    assert sys.argv[1:3] == ["-m", "runner"], sys.argv
+    args = dict(zip(sys.argv[3::2], sys.argv[4::2]))
+    doc = json.load(open(args["--cells"]))
+    json.dump({{"argv": sys.argv[1:], "env": dict(os.environ), "doc": doc}},
+              open(os.path.join(args["--out"], "seen.json"), "w"))
+    print("a log line")
+    for index, cell in enumerate(doc["cells"]):
+        if index:  # the first record comes at once; STAND_IN_DELAY seconds pass before each later one
+            time.sleep(float(os.environ.get("STAND_IN_DELAY", "0")))
+        write_record(args["--out"], make_record(Cell.from_dict(cell)))
+""")
+
+
+def write_stand_in(path):
+    """An executable runner stand-in at ``path`` (run as ``path -m runner ...``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(STAND_IN.format(python=sys.executable, tests=str(Path(__file__).resolve().parent)))
+    path.chmod(0o755)
+    return path

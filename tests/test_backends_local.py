@@ -3,8 +3,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -12,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import runner
-from host_helpers import write_matrix
+from host_helpers import write_matrix, write_stand_in
 from matrixbench.backends import backend_names, create_backend
 from matrixbench.backends.base import RunRequest
 from matrixbench.backends.local import LocalBackend, _running, _stop, descendants, runner_env
@@ -27,9 +25,9 @@ REPO = TESTS.parent
 # --- registry ------------------------------------------------------------------------------
 
 def test_registry_names_and_rejects_unknown_backends():
-    assert backend_names() == ["docker", "local"]
+    assert backend_names() == ["docker", "local", "venv"]
     assert isinstance(create_backend("local"), LocalBackend)
-    with pytest.raises(RunError, match="unknown backend 'ssh'; valid: docker, local"):
+    with pytest.raises(RunError, match="unknown backend 'ssh'; valid: docker, local, venv"):
         create_backend("ssh")
 
 
@@ -67,33 +65,10 @@ def test_without_hf_token_the_shell_token_is_not_passed(tmp_path):
 
 # --- running a runner stand-in (the argv contract) -----------------------------------------
 
-STAND_IN = textwrap.dedent("""\
-    #!{python}
-    # Stands in for `python -m runner`: checks the argv contract, writes one record per cell.
-    import json, os, sys, time
-    sys.path.insert(0, {tests!r})
-    from host_helpers import make_record
-    from runner.core import Cell
-    from runner.schema import write_record
-    assert sys.argv[1:3] == ["-m", "runner"], sys.argv
-    args = dict(zip(sys.argv[3::2], sys.argv[4::2]))
-    doc = json.load(open(args["--cells"]))
-    json.dump({{"argv": sys.argv[1:], "env": dict(os.environ), "doc": doc}},
-              open(os.path.join(args["--out"], "seen.json"), "w"))
-    print("a log line")
-    for index, cell in enumerate(doc["cells"]):
-        if index:  # the first record comes at once; STAND_IN_DELAY seconds pass before each later one
-            time.sleep(float(os.environ.get("STAND_IN_DELAY", "0")))
-        write_record(args["--out"], make_record(Cell.from_dict(cell)))
-""")
-
-
 @pytest.fixture
 def stand_in(tmp_path):
     path = tmp_path / "python-stand-in"
-    path.write_text(STAND_IN.format(python=sys.executable, tests=str(TESTS)))
-    path.chmod(0o755)
-    return path
+    return write_stand_in(path)
 
 
 @pytest.fixture

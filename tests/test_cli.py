@@ -184,3 +184,27 @@ def test_dry_run_after_failures_says_how_many_are_failures(matrix_file, monkeypa
     invoke("run", "--matrix", matrix_file, "--backend", "local", "--images", "stable")
     result = invoke("run", "--matrix", matrix_file, "--backend", "local", "--images", "stable", "--dry-run")
     assert "4 recorded cells are failures; --retry-failed reruns them" in result.stdout
+
+
+def test_build_backend_venv_builds_venvs_from_the_same_options(matrix_file, monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    result = invoke("build", "--backend", "venv", "--matrix", matrix_file, "--images", "stable", "--dry-run",
+                    "--extra-index-url", "https://a/simple", "--base-image", "mirror/python:3.10-slim")
+    assert result.exit_code == 0, result.output
+    assert "--base-image is for Docker builds" in result.stderr
+    venvs = tmp_path / "cache" / "matrixbench" / "venvs"
+    assert f"[stable] {venvs}/stable-" in result.stderr
+    assert "[stable]   EXTRA_INDEX_URLS=https://a/simple" in result.stderr
+    assert not venvs.exists()
+
+
+def test_clean_venvs_removes_the_venvs_and_touches_no_docker(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "matrixbench.clean", None)  # Docker's clean is not called
+    (tmp_path / "matrixbench" / "venvs" / "stable-0123456789ab" / "bin").mkdir(parents=True)
+    result = invoke("clean", "--venvs", "--dry-run")
+    assert result.exit_code == 0 and "would remove venv" in result.output
+    assert invoke("clean", "--venvs").exit_code == 0
+    assert list((tmp_path / "matrixbench" / "venvs").iterdir()) == []
+    assert "nothing to remove" in invoke("clean", "--venvs").output
+    assert invoke("clean", "--venvs", "--images").exit_code == 2

@@ -1,4 +1,5 @@
 """Build planning (build args, labels, dry-run) and the build loop, with the SDK faked."""
+import contextlib
 import dataclasses
 import tarfile
 from pathlib import Path
@@ -33,6 +34,7 @@ def test_build_args_come_from_the_image_entry():
         "EXTRA_PINS": "numpy<2",
         "INDEX_URL": "https://pypi.org/simple",
         "EXTRA_INDEX_URLS": "",
+        "FIND_LINKS": "",
     }
 
 
@@ -138,8 +140,42 @@ def test_dockerfile_copies_runner_last_and_uses_no_buildkit_features():
     assert build_args == set(images.plan_build(STABLE).buildargs)
 
 
-def _fake_client(monkeypatch, sdk):
+def _fake_client(monkeypatch, sdk, wheelhouse_url=None):
+    """The SDK faked; the wheelhouse offered at ``wheelhouse_url`` (None: not offered)."""
     monkeypatch.setattr(docker_client, "connect", lambda: docker_client.DockerClient(sdk))
+
+    @contextlib.contextmanager
+    def offered(plan, python, *, emit):
+        offers.append((plan.name, python))
+        yield wheelhouse_url
+
+    offers = []
+    monkeypatch.setattr(images.wheelhouse, "offered", offered)
+    return offers
+
+
+def test_the_wheelhouse_is_offered_to_the_build_on_the_hosts_network(monkeypatch):
+    sdk = FakeSDK(build_chunks=[{"stream": "Step 1/2 : FROM x\n"}])
+    offers = _fake_client(monkeypatch, sdk, wheelhouse_url="http://127.0.0.1:47615/")
+    images.build_images(MATRIX, ["stable"], on_progress=lambda *_: None)
+    assert offers == [("stable", "3.10")]
+    (call,) = sdk.build_calls
+    assert call["network_mode"] == "host" and call["buildargs"]["FIND_LINKS"] == "http://127.0.0.1:47615/"
+    assert call["labels"][docker_client.LABEL_CONTENT_HASH] == images.plan_build(STABLE).labels[
+        docker_client.LABEL_CONTENT_HASH]  # the URL is no part of what the image is
+
+
+def test_without_a_wheelhouse_the_build_uses_dockers_own_network(monkeypatch):
+    sdk = FakeSDK(build_chunks=[{"stream": "Step 1/2 : FROM x\n"}])
+    _fake_client(monkeypatch, sdk)
+    images.build_images(MATRIX, ["stable"], on_progress=lambda *_: None)
+    (call,) = sdk.build_calls
+    assert "network_mode" not in call and call["buildargs"]["FIND_LINKS"] == ""
+
+
+def test_the_python_version_comes_from_the_python_build_arg():
+    assert images.python_version(images.plan_build(STABLE)) == "3.10"
+    assert images.python_version(images.plan_build(NEWEST)) == "3.12"
 
 
 def test_build_streams_lines_and_passes_no_cache(monkeypatch):

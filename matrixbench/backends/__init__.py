@@ -20,7 +20,13 @@ def _docker():
     return DockerBackend()
 
 
-FACTORIES = {"docker": _docker, "local": _local}
+def _venv():
+    from matrixbench.backends.venv import VenvBackend
+
+    return VenvBackend()
+
+
+FACTORIES = {"docker": _docker, "local": _local, "venv": _venv}
 
 
 def backend_names():

@@ -2,7 +2,7 @@
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from runner.core import Cell
 
@@ -45,6 +45,11 @@ class Backend(ABC):
     def gpus_available(self) -> bool:
         """Can this backend give the runner NVIDIA GPUs? ``--device cuda`` needs True."""
         return False
+
+    def prepare(self, images: List[Any], emit: Optional[Callable[[str, str], None]] = None) -> None:
+        """Make ready what the matrix Images need before any cell runs (the venv backend builds
+        their venvs); ``emit(image_name, line)`` gets progress lines. Default: nothing to do."""
+        return None
 
     @abstractmethod
     def run(self, request: RunRequest) -> int:

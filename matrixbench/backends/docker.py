@@ -17,6 +17,7 @@ from pathlib import Path
 
 from matrixbench import docker_client
 from matrixbench.backends.base import LOG_FILENAME, Backend
+from matrixbench.backends.environment import compile_cache_env
 from matrixbench.errors import RunError
 from matrixbench.images import image_tag
 from matrixbench.runner_input import CELLS_FILENAME, write_cells_file
@@ -200,9 +201,7 @@ def container_env(request):
     set: the runner compiles each cell in a scratch folder of its own.
     """
     env = {"HOME": "/tmp", "USER": "matrixbench"}
-    if request.cache_dir is not None:
-        env["TORCHINDUCTOR_CACHE_DIR"] = f"{COMPILE_CACHE_MOUNT}/inductor"
-        env["TRITON_CACHE_DIR"] = f"{COMPILE_CACHE_MOUNT}/triton"
+    env.update(compile_cache_env(COMPILE_CACHE_MOUNT if request.cache_dir is not None else None))
     if request.hf_cache_dir is not None:
         env["HF_HOME"] = HF_MOUNT
     env.update(request.env)

@@ -12,29 +12,14 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from matrixbench import resources
 from matrixbench.backends.base import LOG_FILENAME, Backend
+from matrixbench.backends.environment import compile_cache_env, runner_env
 from matrixbench.errors import RunError
 from matrixbench.gpu import host_gpus
 from matrixbench.runner_input import write_cells_file
 from matrixbench.versions import pinned_version, same_release
 
 STOP_GRACE_S = 10
-
-# Passed through from the caller's environment; nothing else is.
-ENV_ALLOWED = (
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
-    "PYTHONPATH", "LD_LIBRARY_PATH", "CC", "CXX",
-    "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "NVIDIA_VISIBLE_DEVICES",
-    "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-    "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "HF_ENDPOINT", "TRANSFORMERS_OFFLINE",
-)
-ENV_ALLOWED_PREFIXES = ("TORCH_", "TORCHINDUCTOR_", "TRITON_")
-
-
-def runner_parent():
-    """The folder the runner package is imported from: the child's PYTHONPATH (a checkout or site-packages)."""
-    return resources.runner_dir(RunError).parent
 
 
 class LocalBackend(Backend):
@@ -53,13 +38,19 @@ class LocalBackend(Backend):
     def run(self, request):
         if self.python == sys.executable:
             check_torch_pin(request, _installed_torch())
-        cells_file = write_cells_file(request)
-        argv = [self.python, "-m", "runner", "--cells", str(cells_file), "--out", str(request.out_dir)]
-        with open(Path(request.out_dir) / LOG_FILENAME, "ab") as log:
-            env = runner_env(os.environ, request, compile_cache_env(request))
-            process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, start_new_session=True)
-            return _wait(process)
+        env = runner_env(os.environ, request, compile_cache_env(request.cache_dir))
+        return launch_runner(self.python, request, env)
+
+
+def launch_runner(python, request, env, image_id=None):
+    """``python -m runner --cells <out_dir>/cells.json --out <out_dir>``, as the container's
+    entrypoint runs it, logging to <out_dir>/runner.log; return its exit code."""
+    cells_file = write_cells_file(request, image_id)
+    argv = [str(python), "-m", "runner", "--cells", str(cells_file), "--out", str(request.out_dir)]
+    with open(Path(request.out_dir) / LOG_FILENAME, "ab") as log:
+        process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        return _wait(process)
 
 
 def _installed_torch():
@@ -79,35 +70,6 @@ def check_torch_pin(request, installed):
             f"interpreter's torch {installed}: run only images that pin torch {installed} "
             f"(--images NAME), or use --backend docker"
         )
-
-
-def runner_env(environ, request, cache_env):
-    """The runner's environment: the allow-list, the request's env, caches, the project on the path."""
-    env = {key: value for key, value in environ.items()
-           if (key in ENV_ALLOWED or key.startswith(ENV_ALLOWED_PREFIXES)) and key not in CACHE_VARIABLES}
-    if request.hf_cache_dir is not None:
-        env["HF_HOME"] = str(request.hf_cache_dir)
-    if not request.gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    elif request.gpu_ids:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(request.gpu_ids)
-    env.update(cache_env)
-    env.update(request.env)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(runner_parent()), env.get("PYTHONPATH")]))
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
-
-
-def compile_cache_env(request):
-    """The per-image Inductor/Triton caches, so a rerun compiles warm. --cold (no cache_dir)
-    sets none, and the runner compiles every cell in its own scratch folder."""
-    if request.cache_dir is None:
-        return {}
-    root = Path(request.cache_dir)
-    return {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"), "TRITON_CACHE_DIR": str(root / "triton")}
 
 
 def _wait(process):

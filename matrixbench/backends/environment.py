@@ -1,0 +1,69 @@
+"""The runner's environment, shared by the backends: compile-cache variables (every backend) and
+the host allow-list (the backends whose runner is a host process: local and venv).
+
+The runner never gets a copy of ``os.environ``: only ENV_ALLOWED, the ENV_ALLOWED_PREFIXES
+families, the image's ``env`` and the run-time secrets (HF_TOKEN) reach it.
+"""
+import os
+from pathlib import Path
+
+from matrixbench import resources
+from matrixbench.errors import RunError
+
+# Passed through from the caller's environment; nothing else is.
+ENV_ALLOWED = (
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+    "PYTHONPATH", "LD_LIBRARY_PATH", "CC", "CXX",
+    "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "NVIDIA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+    "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "HF_ENDPOINT", "TRANSFORMERS_OFFLINE",
+)
+ENV_ALLOWED_PREFIXES = ("TORCH_", "TORCHINDUCTOR_", "TRITON_")
+CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+def runner_parent():
+    """The folder the runner package is imported from: the local backend's PYTHONPATH (a checkout
+    or site-packages)."""
+    return resources.runner_dir(RunError).parent
+
+
+def compile_cache_env(root):
+    """The Inductor/Triton cache variables under ``root`` (as the runner sees it), so a rerun
+    compiles warm. No root (--cold) sets none: the runner compiles each cell in its own scratch
+    folder."""
+    if root is None:
+        return {}
+    return {"TORCHINDUCTOR_CACHE_DIR": f"{root}/inductor", "TRITON_CACHE_DIR": f"{root}/triton"}
+
+
+def _allowed(key):
+    return (key in ENV_ALLOWED or key.startswith(ENV_ALLOWED_PREFIXES)) and key not in CACHE_VARIABLES
+
+
+def runner_env(environ, request, cache_env, venv=None, runner_path=None):
+    """A host-process runner's environment: the allow-list, the request's env, caches, the runner
+    on the path.
+
+    ``runner_path`` (the folder holding the runner package; default runner_parent()) leads
+    PYTHONPATH. With ``venv`` (its folder), the venv's bin/ leads PATH, VIRTUAL_ENV names it, and
+    the host's PYTHONPATH is dropped: the venv's interpreter sees its own packages and the
+    runner, nothing of the host's. Without GPUs asked for, none is visible; with them,
+    CUDA_VISIBLE_DEVICES passes through as the host has it (or names the chosen GPUs).
+    """
+    env = {key: value for key, value in environ.items() if _allowed(key)}
+    if venv is not None:
+        env.pop("PYTHONPATH", None)
+        env["PATH"] = os.pathsep.join(filter(None, [str(Path(venv) / "bin"), env.get("PATH")]))
+        env["VIRTUAL_ENV"] = str(venv)
+    if request.hf_cache_dir is not None:
+        env["HF_HOME"] = str(request.hf_cache_dir)
+    if not request.gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    elif request.gpu_ids:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(request.gpu_ids)
+    env.update(cache_env)
+    env.update(request.env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(runner_path or runner_parent()), env.get("PYTHONPATH")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env

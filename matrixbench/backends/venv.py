@@ -1,0 +1,53 @@
+"""The venv backend: each image's cells run in a virtual environment built from its pins.
+
+Where Docker is missing (HPC clusters, shared machines, laptops), this still compares torch
+versions. ``prepare(images)`` makes sure each image has its complete venv
+(matrixbench/venvs.py: built, or reused when its content hash matches); ``run(request)`` then
+starts the runner exactly as the container's entrypoint does (``python -m runner --cells ...
+--out ...``), with the venv's interpreter, the runner package alone on PYTHONPATH, the host allow-list
+environment (no other host variable, no host PYTHONPATH), the host's GPUs
+(CUDA_VISIBLE_DEVICES honoured) and the image's content hash as every record's image_id.
+"""
+import os
+
+from matrixbench.backends.base import Backend
+from matrixbench.backends.environment import compile_cache_env, runner_env
+from matrixbench.backends.local import launch_runner
+from matrixbench.errors import RunError
+from matrixbench.gpu import host_gpus
+from matrixbench.images import print_progress
+from matrixbench.venvs import ensure_venv, link_runner, plan_venv, torch_matches, venvs_root
+
+
+class VenvBackend(Backend):
+    name = "venv"
+
+    def __init__(self, *, root=None, finder=None):
+        """``root``: where the venvs live (default venvs.venvs_root()); ``finder``: the
+        interpreter search's seams (interpreters.Finder)."""
+        self._root = root
+        self._finder = finder
+        self._venvs = {}
+
+    def describe(self):
+        return (f"venv backend: one virtual environment per image under {self._root or venvs_root()}, "
+                "built from its pins (`matrixbench build --backend venv`)")
+
+    def gpus_available(self):
+        return bool(host_gpus())
+
+    def prepare(self, images, emit=None):
+        for image in images:
+            plan = plan_venv(image, root=self._root)
+            self._venvs[image.name] = ensure_venv(plan, emit=emit or print_progress, finder=self._finder)
+
+    def run(self, request):
+        venv = self._venvs.get(request.image_name)
+        if venv is None:
+            raise RunError(f"image {request.image_name!r}: no venv prepared for it (VenvBackend.prepare)")
+        if request.torch and not torch_matches(request.torch, venv.torch):
+            raise RunError(f"image {request.image_name!r}: the venv {venv.path} has torch {venv.torch}, "
+                           f"but the matrix asks for {request.torch}")
+        env = runner_env(os.environ, request, compile_cache_env(request.cache_dir), venv=venv.path,
+                         runner_path=link_runner(venv.path))
+        return launch_runner(venv.python_bin, request, env, image_id=venv.image_id)

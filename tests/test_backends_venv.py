@@ -1,0 +1,107 @@
+"""The venv backend with a stand-in venv: the container's runner contract, run by the venv's
+interpreter, with the host allow-list environment and the image's content hash as its id."""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import runner
+from host_helpers import write_matrix, write_stand_in
+from matrixbench.backends import create_backend
+from matrixbench.backends.base import RunRequest
+from matrixbench.backends.venv import VenvBackend
+from matrixbench.errors import RunError
+from matrixbench.matrix import Overrides, expand_cells, load_matrix
+from matrixbench.venvs import plan_venv, recipe_hash
+from runner.schema import read_record, record_path
+
+
+@pytest.fixture
+def matrix(tmp_path):
+    return load_matrix(write_matrix(tmp_path), Overrides(models=["vit"], batch_sizes=[1]))
+
+
+@pytest.fixture
+def venv_root(tmp_path, matrix):
+    """A complete venv for image 'stable' whose python is the runner stand-in."""
+    root = tmp_path / "venvs"
+    plan = plan_venv(matrix.images["stable"], root=root)
+    write_stand_in(plan.python_bin)
+    plan.marker.write_text(json.dumps({"image_id": plan.content_hash, "torch": "2.0.1+cu117",
+                                       "recipe": recipe_hash()}))
+    return root
+
+
+def request_for(tmp_path, matrix, **changes):
+    values = dict(image_name="stable", cells=expand_cells(matrix), settings={"device": "cpu"},
+                  out_dir=tmp_path / "out", cache_dir=tmp_path / "compile" / "stable",
+                  hf_cache_dir=tmp_path / "hf", gpus=False, env={"HF_TOKEN": "hf_secret"},
+                  torch=matrix.images["stable"].torch)
+    values.update(changes)
+    request = RunRequest(**values)
+    request.out_dir.mkdir(parents=True)
+    return request
+
+
+def run_stand_in(backend, matrix, request):
+    lines = []
+    backend.prepare([matrix.images["stable"]], emit=lambda name, line: lines.append((name, line)))
+    assert backend.run(request) == 0
+    return json.loads((request.out_dir / "seen.json").read_text()), lines
+
+
+def test_the_venv_runs_the_containers_argv_and_cells_file_with_the_hash_as_image_id(tmp_path, matrix, venv_root):
+    request = request_for(tmp_path, matrix)
+    seen, lines = run_stand_in(VenvBackend(root=venv_root), matrix, request)
+    plan = plan_venv(matrix.images["stable"], root=venv_root)
+    assert lines == [("stable", f"using {plan.path} (torch 2.0.1+cu117)")]
+    assert seen["argv"] == ["-m", "runner", "--cells", str(request.out_dir / "cells.json"),
+                            "--out", str(request.out_dir)]
+    assert seen["doc"]["image_id"] == matrix.images["stable"].content_hash()
+    assert seen["doc"]["image_name"] == "stable" and seen["doc"]["cells"] == [cell.to_dict() for cell in request.cells]
+    assert all(read_record(record_path(request.out_dir, cell))["status"] == "ok" for cell in request.cells)
+
+
+def test_the_environment_is_the_allow_list_with_the_venv_first_and_no_host_pythonpath(
+        tmp_path, matrix, venv_root, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/host/site-packages")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "leak")
+    monkeypatch.setenv("VIRTUAL_ENV", "/the/hosts/venv")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
+    env, _ = run_stand_in(VenvBackend(root=venv_root), matrix, request_for(tmp_path, matrix))
+    env = env["env"]
+    plan = plan_venv(matrix.images["stable"], root=venv_root)
+    assert env["PYTHONPATH"] == str(plan.path / "matrixbench-runner")  # nothing of the host's
+    assert sorted(path.name for path in (plan.path / "matrixbench-runner").iterdir()) == ["runner"]
+    assert (plan.path / "matrixbench-runner" / "runner").resolve() == Path(runner.__file__).resolve().parent
+    assert env["PATH"].split(os.pathsep)[0] == str(plan.path / "bin")
+    assert env["VIRTUAL_ENV"] == str(plan.path)
+    assert "AWS_SECRET_ACCESS_KEY" not in env
+    assert env["HF_TOKEN"] == "hf_secret" and env["HF_HOME"] == str(tmp_path / "hf")
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "compile" / "stable" / "inductor")
+    assert env["CUDA_VISIBLE_DEVICES"] == ""  # --device cpu: no GPU visible
+
+
+def test_with_gpus_the_hosts_cuda_visible_devices_is_honoured(tmp_path, matrix, venv_root, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
+    seen, _ = run_stand_in(VenvBackend(root=venv_root), matrix, request_for(tmp_path, matrix, gpus=True))
+    assert seen["env"]["CUDA_VISIBLE_DEVICES"] == "1,3"
+
+
+def test_cold_sets_no_compile_cache(tmp_path, matrix, venv_root):
+    seen, _ = run_stand_in(VenvBackend(root=venv_root), matrix, request_for(tmp_path, matrix, cache_dir=None))
+    assert "TORCHINDUCTOR_CACHE_DIR" not in seen["env"] and "TRITON_CACHE_DIR" not in seen["env"]
+
+
+def test_run_without_prepare_and_a_torch_mismatch_are_errors(tmp_path, matrix, venv_root):
+    backend = VenvBackend(root=venv_root)
+    with pytest.raises(RunError, match="no venv prepared"):
+        backend.run(request_for(tmp_path, matrix))
+    backend.prepare([matrix.images["stable"]], emit=lambda *_: None)
+    with pytest.raises(RunError, match="has torch 2.0.1\\+cu117, but the matrix asks for torch==2.1.0"):
+        backend.run(request_for(tmp_path, matrix, torch="torch==2.1.0", out_dir=tmp_path / "other"))
+
+
+def test_the_registry_makes_it():
+    assert isinstance(create_backend("venv"), VenvBackend)

@@ -1,0 +1,120 @@
+"""Real venvs: build two with two real torch versions from their pins (tests/data/venv-matrix.yaml),
+run tiny-model cells on the CPU in both with `matrixbench run --backend venv`, and report them.
+
+The venvs live where users' do (~/.cache/matrixbench/venvs, or under $XDG_CACHE_HOME), so a later
+run reuses them; the wheels come through the shared wheelhouse (~/.cache/matrixbench/wheels), so
+torch 2.0.1 (PyPI's CUDA build, about 2.5 GB with its nvidia-* wheels) is downloaded once for
+venvs, Docker builds and reruns. Skips, saying so, when this host has no Python 3.10 or 3.11.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from matrixbench.errors import InterpreterNotFoundError
+from matrixbench.interpreters import find_interpreter
+from matrixbench.matrix import load_matrix
+from matrixbench.venvs import build_venvs, plan_venv, read_marker
+from runner.schema import RECORD_SCHEMA, read_record
+
+pytestmark = pytest.mark.venv
+
+REPO = Path(__file__).resolve().parents[1]
+MATRIX_PATH = REPO / "tests" / "data" / "venv-matrix.yaml"
+TORCH = {"venv-stable": "2.0.1", "venv-latest": "2.13.0"}
+BUILD_LOG = REPO / ".ci" / "cache" / "venv-e2e-build.log"
+HF_TOKEN = "hf_venvNeverPrintThis"
+CELLS = ["resnet-tiny_bs1_default_float32", "resnet-tiny_bs1_eager_float32",
+         "vit-tiny_bs1_default_float32", "vit-tiny_bs1_eager_float32"]
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    matrix = load_matrix(MATRIX_PATH)
+    for image in matrix.images.values():
+        try:
+            find_interpreter(image.python)
+        except InterpreterNotFoundError as exc:
+            pytest.skip(str(exc))
+    return matrix
+
+
+@pytest.fixture(scope="module")
+def built(matrix):
+    """Both venvs, built (or found complete) through matrixbench's own build; the build log's lines."""
+    BUILD_LOG.parent.mkdir(parents=True, exist_ok=True)
+    lines = []
+    started = time.monotonic()
+    with open(BUILD_LOG, "w") as log:
+        def emit(name, line):
+            lines.append((name, line))
+            print(f"[{name}] {line}", file=log, flush=True)
+        paths = build_venvs(matrix, None, on_progress=emit)
+    print(f"\nvenvs ready in {time.monotonic() - started:.0f} s: {', '.join(map(str, paths))} (log: {BUILD_LOG})")
+    return {plan.name: read_marker(plan) for plan in map(plan_venv, matrix.images.values())}
+
+
+def matrixbench(*args, cwd=REPO):
+    argv = [sys.executable, "-m", "matrixbench.cli", *args]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "HF_TOKEN": HF_TOKEN}
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=1800, check=False)
+    return done.returncode, done.stdout + done.stderr
+
+
+def records(out_dir):
+    return {path.stem: read_record(path) for path in sorted(Path(out_dir).glob("*.json"))
+            if path.name != "cells.json"}
+
+
+def test_each_venv_holds_its_pinned_torch_and_its_identity(matrix, built):
+    for name, version in TORCH.items():
+        venv = built[name]
+        assert venv is not None, f"{name}: no complete venv after the build"
+        assert venv.torch.split("+")[0] == version
+        assert venv.image_id == matrix.images[name].content_hash()
+        assert venv.path.name == f"{name}-{venv.image_id}"
+        freeze = (venv.path / "pip-freeze.txt").read_text().splitlines()
+        assert any(line.startswith(f"torch=={version}") for line in freeze)
+
+
+def test_each_venv_runs_its_cells_with_its_own_torch_and_the_report_compares_them(built, tmp_path):
+    results = tmp_path / "results"
+    code, output = matrixbench("run", "--matrix", str(MATRIX_PATH), "--results", str(results), "--run", "venvs",
+                               "--backend", "venv", "--device", "cpu", "--cache-dir", str(tmp_path / "compile"))
+    assert code == 0, output
+    assert HF_TOKEN not in output
+    for name, version in TORCH.items():
+        out_dir = results / "venvs" / name
+        found = records(out_dir)
+        assert sorted(found) == CELLS, output
+        for cid, record in found.items():
+            jsonschema.validate(record, RECORD_SCHEMA)
+            assert record["status"] == "ok", (cid, record["error"])
+            assert record["environment"]["torch"] == built[name].torch
+            assert record["environment"]["torch"].split("+")[0] == version
+            assert record["environment"]["image_name"] == name
+            assert record["environment"]["image_id"] == built[name].image_id
+        assert HF_TOKEN not in (out_dir / "runner.log").read_text()
+    code, output = matrixbench("report", str(results / "venvs"), "--out", str(tmp_path / "report"), "--format", "md")
+    assert code == 0, output
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "## Image against image" in report
+    assert "### venv-stable → venv-latest · CPU" in report
+
+
+def test_a_second_build_reuses_the_venvs_and_other_pins_get_other_folders(matrix, built):
+    lines = []
+    build_venvs(matrix, None, on_progress=lambda name, line: lines.append((name, line)))
+    assert lines == [(name, f"using {built[name].path} (torch {built[name].torch})") for name in matrix.images]
+    stable = matrix.images["venv-stable"]
+    repinned = plan_venv(stable.__class__(**{**vars(stable), "extra_pins": ("numpy<1.26",)}))
+    assert repinned.path != built["venv-stable"].path
+    assert repinned.path.parent == built["venv-stable"].path.parent
+    assert read_marker(repinned) is None  # never the venv of the other pins
+    marker = json.loads((built["venv-stable"].path / "matrixbench-venv.json").read_text())
+    assert marker["image_id"] == stable.content_hash() and marker["buildargs"]["EXTRA_PINS"] == "numpy<2"
