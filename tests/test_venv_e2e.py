@@ -104,7 +104,7 @@ def test_each_venv_runs_its_cells_with_its_own_torch_and_the_report_compares_the
     assert code == 0, output
     report = (tmp_path / "report" / "report.md").read_text()
     assert "## Image against image" in report
-    assert "### venv-stable → venv-latest · CPU" in report
+    assert "### venv-stable (torch 2.0.1) → venv-latest (torch 2.13.0) · CPU" in report
 
 
 def test_a_second_build_reuses_the_venvs_and_other_pins_get_other_folders(matrix, built):
