@@ -114,9 +114,18 @@ def _combined(group):
         row.update({"timing.mean_ms": float(np.mean(np.concatenate(samples))),
                     "timing.samples_ms": [value for values in samples for value in values],
                     "timing.noisy": any(bool(process["timing.noisy"]) for process in ok),
+                    "timing.flags": _all_flags(ok),
                     "accuracy.status": _worst_accuracy(ok), "between_cv": between_cv,
                     "between_noisy": between_cv > (row["settings.cv_threshold"] or 0.1)})
     return row
+
+
+def _all_flags(rows):
+    """Every process's timing flags, each once (None where no process recorded any list)."""
+    lists = [row.get("timing.flags") for row in rows]
+    if all(flags is None for flags in lists):
+        return None
+    return list(dict.fromkeys(flag for flags in lists for flag in flags or ()))
 
 
 def _worst_accuracy(rows):

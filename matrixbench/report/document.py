@@ -13,6 +13,10 @@ _SIGNIFICANT = (
     f"Tested only when both cells ran in {stats.MIN_PROCESSES} or more processes (repeats); otherwise the change "
     f"is shown and marked \"{stats.NOT_TESTED}\": samples within one process are not independent draws of what a "
     f"rerun would give, so they cannot tell a real change from run-to-run noise.")
+_MIXED = (
+    f"Warning: the two sides differ in more than torch: \"{tables.MIXES_TRANSFORMERS}\" (another transformers "
+    f"version) or \"{tables.MIXES_ATTENTION}\" (another attention implementation used); the change is not torch's "
+    "alone. The summary counts these rows per image and mode.")
 LEGENDS = {
     "per_device": (
         "Mean latency in ms. In compiled columns, in brackets, the speed-up over eager: eager ms / compiled ms - 1. "
@@ -67,6 +71,12 @@ def assemble(cells, published, notes, charts, sources=None):
     ``sources`` (image -> published source) defaults to each image's torch version's."""
     sources = image_sources(cells) if sources is None else sources
     footnotes = tables.Footnotes()
+    legends = dict(LEGENDS)
+    flags = tables.flags_in(cells)
+    if flags:
+        legends["per_device"] += " " + tables.flag_legend(flags)
+    if tables.mixed_rows(cells):
+        legends["image_pairs"] += " " + _MIXED
     return Report(
         runs=sorted({row["run"] for row in cells.rows}),
         record_count=len(cells.rows),
@@ -79,4 +89,5 @@ def assemble(cells, published, notes, charts, sources=None):
         environment=tables.environment_table(cells),
         charts=list(charts),
         footnotes=footnotes.texts,
+        legends=legends,
     )

@@ -22,6 +22,20 @@ PUBLISHED_NOTE_MARK = "§"
 SIGNIFICANT_MARK = "*"
 NO_DATA = "—"
 ACCURACY_FAILURES = ("fail", "nan")
+# timing.flags the runner sets (runner.cudagraphs, runner.gpu_state, runner.timing): mark, meaning.
+FLAGS = {
+    "no_cudagraphs": ("∅", "measured without CUDA graphs: the timed loop replayed no CUDA graph, so this "
+                           "reduce-overhead/max-autotune number is a default-mode number"),
+    "cudagraph_recaptured": ("↻", "a CUDA graph was captured inside the timed loop (re-recording): the "
+                                  "latency includes capture work"),
+    "throttled": ("▼", "the GPU throttled during the timed loop (power cap, thermal or hardware slowdown): "
+                       "the latency is not the GPU's full speed"),
+    "timer_mismatch": ("≠", "event mean and wall-clock mean disagree beyond what launch overhead explains: "
+                            "the per-call timer may not have measured the model"),
+}
+UNKNOWN_FLAG_MARK = "?"
+MIXES_TRANSFORMERS = "mixes a transformers change"
+MIXES_ATTENTION = "mixes attention implementations"
 
 
 @dataclass
@@ -60,9 +74,53 @@ class Footnotes:
 def _failure_reason(row):
     error = row["error.message"] or "no message"
     kind = f"{row['error.type']}: " if row["error.type"] else ""
-    where = f"{row['image_label']}, {row['device_name']}, batch size {row['cell.batch_size']}, " \
-            f"{row_label(row)}, {row['mode_label']}"
-    return f"{STATUS_TEXT[row['status']]} ({where}): {kind}{_one_line(error)}"
+    return f"{STATUS_TEXT[row['status']]} ({_where(row)}): {kind}{_one_line(error)}"
+
+
+def _where(row):
+    return f"{row['image_label']}, {row['device_name']}, batch size {row['cell.batch_size']}, " \
+           f"{row_label(row)}, {row['mode_label']}"
+
+
+def flag_mark(flag):
+    return FLAGS.get(flag, (UNKNOWN_FLAG_MARK, ""))[0]
+
+
+def flags_of(row):
+    """The cell's timing flags (none where the record predates them or the cell did not run)."""
+    return list(row.get("timing.flags") or ())
+
+
+def _flag_note(row):
+    """What a flagged cell's flags mean, with the record's own evidence for each."""
+    parts = [f"{flag_mark(flag)} {flag}: {FLAGS.get(flag, ('', 'flag set by the runner'))[1]}{_evidence(row, flag)}"
+             for flag in flags_of(row)]
+    return f"Flagged ({_where(row)}): " + "; ".join(parts) + "."
+
+
+def _evidence(row, flag):
+    if flag in ("no_cudagraphs", "cudagraph_recaptured"):
+        counts = [row.get(f"timing.cudagraphs.{phase}_{kind}") for phase in ("warmup", "timed")
+                  for kind in ("captures", "replays")]
+        if None not in counts:
+            return (f" (CUDA graphs captured/replayed: warm-up {counts[0]}/{counts[1]}, "
+                    f"timed loop {counts[2]}/{counts[3]})")
+    if flag == "timer_mismatch" and row.get("timing.wall_mean_ms") is not None:
+        return f" (event mean {row['timing.mean_ms']:.3f} ms, wall-clock mean {row['timing.wall_mean_ms']:.3f} ms)"
+    if flag == "throttled":
+        return _throttle_evidence(row)
+    return ""
+
+
+def _throttle_evidence(row):
+    found = []
+    for end in ("start", "end"):
+        clock = row.get(f"timing.gpu_state.{end}.sm_clock_mhz")
+        reasons = row.get(f"timing.gpu_state.{end}.throttle_reasons") or []
+        if clock is not None or reasons:
+            text = f"{end}: SM clock {clock:g} MHz" if clock is not None else f"{end}:"
+            found.append(text + (f", {', '.join(reasons)}" if reasons else ""))
+    return f" ({'; '.join(found)})" if found else ""
 
 
 def _one_line(text, limit=240):
@@ -86,12 +144,25 @@ def latency(row, notes, suffix=""):
         return missing()
     if not is_ok(row):
         return status_cell(row, notes)
-    return Cell(f"{row['timing.mean_ms']:.3f}{suffix}", marks=_marks(row))
+    footnote = notes.ref_text(("flags", row["source"]), _flag_note(row)) if flags_of(row) else None
+    return Cell(f"{row['timing.mean_ms']:.3f}{suffix}", marks=_marks(row), footnote=footnote)
 
 
 def _marks(row):
     noisy = (NOISY_MARK if row["timing.noisy"] else "") + (BETWEEN_NOISY_MARK if row.get("between_noisy") else "")
-    return noisy + (ACCURACY_MARK if row["accuracy.status"] in ACCURACY_FAILURES else "")
+    flagged = "".join(flag_mark(flag) for flag in flags_of(row))
+    return noisy + (ACCURACY_MARK if row["accuracy.status"] in ACCURACY_FAILURES else "") + flagged
+
+
+def flags_in(cells):
+    """Every timing flag some cell that ran carries, in FLAGS order (unknown ones after)."""
+    found = {flag for row in cells.rows if is_ok(row) for flag in flags_of(row)}
+    return [flag for flag in FLAGS if flag in found] + sorted(found - set(FLAGS))
+
+
+def flag_legend(flags):
+    return " ".join(f"{flag_mark(flag)} {flag}: {FLAGS.get(flag, ('', 'flag set by the runner'))[1]}."
+                    for flag in flags) + " A flagged cell's footnote gives the record's evidence."
 
 
 def status_cell(row, notes):
@@ -171,34 +242,73 @@ def _first(rows):
 
 def image_pair_tables(cells, notes):
     tables = []
-    for device in cells.values("device"):
-        for batch in cells.values("batch", device=device):
-            images = cells.values("image", device=device, batch=batch)
-            for before, after in zip(images, images[1:]):
-                table = _pair_table(cells, notes, device, batch, before, after)
-                if table.rows:
-                    tables.append(table)
+    for device, batch, before, after in image_pairs(cells):
+        table = _pair_table(cells, notes, device, batch, before, after)
+        if table.rows:
+            tables.append(table)
     return tables
 
 
-def _pair_table(cells, notes, device, batch, before, after):
-    rows = []
+def image_pairs(cells):
+    """(device, batch size, earlier image, later image) of each image-against-image table."""
+    for device in cells.values("device"):
+        for batch in cells.values("batch", device=device):
+            images = cells.values("image", device=device, batch=batch)
+            yield from ((device, batch, before, after) for before, after in zip(images, images[1:]))
+
+
+def pair_cells(cells, device, batch, before, after):
+    """(earlier, later) rows of the cells both images have, in table order."""
     for row_key in cells.values("row", device=device, batch=batch):
         for mode in cells.values("mode", device=device, batch=batch, row=row_key):
             old, new = (cells.get(device, image, batch, row_key, mode) for image in (before, after))
             if old is not None and new is not None:
-                rows.append(_pair_row(old, new, notes))
+                yield old, new
+
+
+def _pair_table(cells, notes, device, batch, before, after):
+    rows = [_pair_row(old, new, notes) for old, new in pair_cells(cells, device, batch, before, after)]
     names = [cells.image_labels[image] for image in (before, after)]
-    header = ["Task/Model", "Mode", f"{names[0]} (ms)", f"{names[1]} (ms)", "Change", "95% interval"]
+    header = ["Task/Model", "Mode", f"{names[0]} (ms)", f"{names[1]} (ms)", "Change", "95% interval", "Warning"]
     return drop_empty_columns(Table(f"{names[0]} → {names[1]} · {device} · batch size {batch}", header, rows))
 
 
 def _pair_row(old, new, notes):
     start = [label(row_label(old)), label(old["mode_label"]), latency(old, notes), latency(new, notes)]
+    warning = _mix_cell(old, new)
     if not (is_ok(old) and is_ok(new)):
-        return start + [missing(), missing()]
+        return start + [missing(), missing(), warning]
     change = compare(old, new)
-    return start + [Cell(change_text(change)), interval_cell(change)]
+    return start + [Cell(change_text(change)), interval_cell(change), warning]
+
+
+def mixes(old, new):
+    """What besides torch differs between two sides of a row: the transformers version, the
+    attention implementation used (where both records say which)."""
+    found = []
+    versions = old["environment.transformers"], new["environment.transformers"]
+    if None not in versions and versions[0] != versions[1]:
+        found.append(f"{MIXES_TRANSFORMERS} ({versions[0]} → {versions[1]})")
+    used = old.get("attention.used"), new.get("attention.used")
+    if None not in used and used[0] != used[1]:
+        found.append(f"{MIXES_ATTENTION} ({used[0]} → {used[1]})")
+    return found
+
+
+def _mix_cell(old, new):
+    found = mixes(old, new)
+    return label("; ".join(found)) if found else missing()
+
+
+def mixed_rows(cells):
+    """{(device, later image, mode): image-against-image rows whose sides mix more than torch}, for
+    every (device, later image, mode) that has such a table; empty when no row mixes."""
+    counts = {}
+    for device, batch, before, after in image_pairs(cells):
+        for old, new in pair_cells(cells, device, batch, before, after):
+            key = (device, after, old["mode_label"])
+            counts[key] = counts.get(key, 0) + bool(mixes(old, new))
+    return counts if any(counts.values()) else {}
 
 
 # ---- 3. default vs the other compile modes ----------------------------------------------
@@ -342,13 +452,17 @@ SUMMARY_STATUSES = STATUSES
 
 def summary_table(cells):
     rows = []
+    mixed = mixed_rows(cells)
     for device in cells.values("device"):
         common = _common_cells(cells, device)
         for image in cells.values("image", device=device):
             for mode in cells.values("mode", device=device, image=image):
-                rows.append(_summary_row(cells, device, image, mode, common.get(mode)))
+                count = mixed.get((device, image, mode))
+                rows.append(_summary_row(cells, device, image, mode, common.get(mode))
+                            + [missing() if count is None else Cell(str(count))])
     header = ["Device", "Image", "Mode", "geo-mean speed-up", "geo-mean over common cells", *SUMMARY_STATUSES,
-              "noisy", "between-process CV (median)", "accuracy failures", "compile time (median s)", "graph breaks"]
+              "noisy", "between-process CV (median)", "accuracy failures", "flagged", "compile time (median s)",
+              "graph breaks", "image-pair rows mixing transformers/attention"]
     return drop_empty_columns(Table("Summary", header, rows))
 
 
@@ -362,8 +476,23 @@ def _summary_row(cells, device, image, mode, common):
     return ([label(device), label(cells.image_labels[image]), label(mode)] + geomeans
             + counts + [Cell(str(sum(bool(row["timing.noisy"]) or bool(row["between_noisy"]) for row in ok))),
                         _median_between_cv(ok)]
-            + [Cell(str(sum(row["accuracy.status"] in ACCURACY_FAILURES for row in ok)))]
+            + [Cell(str(sum(row["accuracy.status"] in ACCURACY_FAILURES for row in ok))), _flagged_cell(ok)]
             + ([_median_compile(ok), _graph_breaks(ok)] if compiled else [missing(), missing()]))
+
+
+def _flagged_cell(ok_rows):
+    """How many cells carry a timing flag, and which (e.g. "2 (∅ 1, ▼ 1)"); a dash where no record
+    has flags (records before schema v2)."""
+    if all(row.get("timing.flags") is None for row in ok_rows):
+        return missing()
+    counts = {}
+    for row in ok_rows:
+        for flag in flags_of(row):
+            counts[flag] = counts.get(flag, 0) + 1
+    flagged = sum(bool(flags_of(row)) for row in ok_rows)
+    order = [flag for flag in FLAGS if flag in counts] + sorted(set(counts) - set(FLAGS))
+    detail = ", ".join(f"{flag_mark(flag)} {counts[flag]}" for flag in order)
+    return Cell(f"{flagged} ({detail})" if detail else str(flagged))
 
 
 def speedups(cells, rows):
@@ -428,8 +557,9 @@ ENVIRONMENT_FIELDS = (
     ("GPUs", "environment.gpu_count"), ("Driver", "environment.driver"),
     ("CUDA", "environment.cuda"), ("cuDNN", "environment.cudnn"), ("torch", "environment.torch"),
     ("torch git", "environment.torch_git", 12), ("transformers", "environment.transformers"),
+    ("Attention", "attention.used"),
     ("Python", "environment.python"), ("CPU", "environment.cpu_model"), ("Threads", "environment.threads"),
-    ("Host", "environment.hostname"), ("Image id", "environment.image_id", 19),
+    ("GPU UUID", "environment.gpu_uuid"), ("Host", "environment.hostname"), ("Image id", "environment.image_id", 19),
 )
 
 
