@@ -173,6 +173,21 @@ class DockerClient:
             return None
         return ImageInfo(id=image.id, labels=dict(image.labels or {}))
 
+    def ensure_image(self, reference):
+        """Have ``reference`` locally, pulling it if need be; None when it is there, else why not."""
+        from docker.errors import DockerException, ImageNotFound
+
+        try:
+            self._sdk.images.get(reference)
+            return None
+        except ImageNotFound:
+            pass
+        try:
+            self._sdk.images.pull(reference)
+        except DockerException as exc:
+            return str(exc)
+        return None
+
     def gpu_probe(self, image, device_ids=None):
         """The GPUs a container of ``image`` sees when it asks for them (``nvidia-smi -L`` lines,
         "GPU 0: NAME (UUID: GPU-...)"); [] when Docker cannot give GPUs. Works with the NVIDIA

@@ -152,6 +152,9 @@ def run_build(client, plan, *, no_cache, emit):
     """Build one plan, streaming its log lines to ``emit``; return the tag."""
     started = time.monotonic()
     previous = client.inspect_image(plan.tag)
+    missing_base = client.ensure_image(plan.buildargs["BASE_IMAGE"])
+    if missing_base:  # before the wheelhouse is filled: that can take minutes, the build would fail at FROM
+        raise BuildError(f"building image {plan.name!r} ({plan.tag}) failed: {missing_base}{_base_image_hint(plan)}")
     with wheelhouse.offered(plan, python_version(plan), emit=emit) as find_links:
         emit(plan.name, f"building {plan.tag} from {plan.buildargs['BASE_IMAGE']}")
         stream = _stream_build(client, plan, no_cache, find_links, emit)
@@ -195,11 +198,13 @@ def _emit_progress(image_name, lines, emit):
 def _hint(stream, plan):
     """What to do when the build failed at FROM: the base image is neither local nor pullable."""
     steps = [line for line in stream.tail if line.startswith("Step ")]
-    if steps and " : FROM " in steps[-1]:
-        return (f"\nthe base image {plan.buildargs['BASE_IMAGE']} is not on this machine and could "
-                "not be pulled: pull or load it, or pick another with --base-image (or the "
-                "entry's base_image); for the tests, .ci/make-base-images makes them")
-    return ""
+    return _base_image_hint(plan) if steps and " : FROM " in steps[-1] else ""
+
+
+def _base_image_hint(plan):
+    return (f"\nthe base image {plan.buildargs['BASE_IMAGE']} is not on this machine and could "
+            "not be pulled: pull or load it, or pick another with --base-image (or the "
+            "entry's base_image); for the tests, .ci/make-base-images makes them")
 
 
 def build_context(ca_bundle=None):

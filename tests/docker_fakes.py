@@ -62,6 +62,12 @@ class FakeImages:
             raise ImageNotFound(f"No such image: {tag}")
         return self.sdk.images_by_tag[tag]
 
+    def pull(self, reference):
+        if self.sdk.pull_error:
+            raise self.sdk.pull_error
+        self.sdk.pulled.append(reference)
+        self.sdk.images_by_tag[reference] = FakeImage(reference, {}, f"sha256:pulled{len(self.sdk.pulled)}")
+
     def list(self, filters=None):
         return [image for image in self.sdk.images_by_tag.values()
                 if _matches(image.labels, filters["label"])]
@@ -116,6 +122,8 @@ class FakeSDK:
         self.images_by_tag = {}
         self.next_container = {}
         self.run_error = None
+        self.pull_error = None   # raised by images.pull (a base image neither local nor pullable)
+        self.pulled = []
         self.builds = 0
         self.api = FakeAPI(self)
         self.images = FakeImages(self)

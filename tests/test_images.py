@@ -237,6 +237,26 @@ def test_a_build_failing_at_from_says_the_base_image_is_missing(monkeypatch):
                             on_progress=lambda *_: None)
 
 
+def test_a_base_image_that_cannot_be_pulled_fails_before_the_wheelhouse_is_filled(monkeypatch):
+    from docker.errors import APIError
+
+    sdk = FakeSDK(build_chunks=[{"stream": "Step 1/2 : FROM x\n"}])
+    sdk.pull_error = APIError('Get "https://registry-1.docker.io/v2/": dial tcp: no such host')
+    offers = _fake_client(monkeypatch, sdk, wheelhouse_url="http://127.0.0.1:47615/")
+    with pytest.raises(BuildError, match="(?s)registry-1.docker.io.*base image python:3.10-slim-bookworm is not on "
+                                         "this machine.*--base-image"):
+        images.build_images(MATRIX, ["stable"], on_progress=lambda *_: None)
+    assert offers == [] and sdk.build_calls == []   # no wheel downloaded, no build started
+
+
+def test_a_missing_base_image_is_pulled_once_and_a_local_one_is_not(monkeypatch):
+    sdk = FakeSDK(build_chunks=[{"stream": "Step 1/2 : FROM x\n"}])
+    _fake_client(monkeypatch, sdk)
+    images.build_images(MATRIX, ["stable"], on_progress=lambda *_: None)
+    images.build_images(MATRIX, ["stable"], on_progress=lambda *_: None)
+    assert sdk.pulled == ["python:3.10-slim-bookworm"]
+
+
 def test_dry_run_of_the_repository_matrix_yaml():
     from matrixbench.matrix import load_matrix
 
