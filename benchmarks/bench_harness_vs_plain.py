@@ -147,8 +147,10 @@ def summarize(rounds, args):
 
 def markdown(result):
     m = result["machine"]
-    lines = [f"# Harness vs plain loop ({m['cpu_model']}, {m['cores']} cores, torch {m['torch']})", "",
-             f"{max(r['round'] for r in result['rounds']) + 1} rounds A B A B, {result['settings']['iterations']} timed calls, "
+    title = f"# Harness vs plain loop ({m['cpu_model']}, {m['cores']} cores, torch {m['torch']})"
+    rounds = max(r["round"] for r in result["rounds"]) + 1
+    lines = [title, "",
+             f"{rounds} rounds A B A B, {result['settings']['iterations']} timed calls, "
              f"{result['settings']['warmup']} warm-up; load average before {result['loadavg_before']}, "
              f"after {result['loadavg_after']}. The machine was shared with other work (loaded).", "",
              "| model | mode | runner mean ms (range) | plain mean ms (range) | runner CV | plain CV | "
