@@ -22,7 +22,7 @@ def now_iso():
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def start_manifest(run_path, *, run_name, matrix, backend, device, gpus, note, command):
+def start_manifest(run_path, *, run_name, matrix, backend, device, gpus, note, command, order_seed=None):
     """Write run.json with status "running"; return the manifest dict."""
     previous = read_manifest(run_path)
     manifest = {
@@ -38,6 +38,7 @@ def start_manifest(run_path, *, run_name, matrix, backend, device, gpus, note, c
         "gpus": gpus,
         "note": note,
         "command": list(command),
+        "order_seed": order_seed,   # the run order's seed (matrixbench.plan.interleaved)
         "started_at": now_iso(),
         "ended_at": None,
         "status": "running",

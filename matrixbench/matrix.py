@@ -81,6 +81,7 @@ class Matrix:
     size: str = _default("size")
     fullgraph: bool = _default("fullgraph")
     attention: str = _default("attention")
+    repeats: int = _default("repeats")
     iterations: int = _default("iterations")
     warmup: int = _default("warmup")
     timeout_s: float = _default("timeout_s")
@@ -108,6 +109,7 @@ class Overrides:
     batch_sizes: Optional[Sequence[int]] = None
     modes: Optional[Sequence[str]] = None
     dtypes: Optional[Sequence[str]] = None
+    repeats: Optional[int] = None
     iterations: Optional[int] = None
     warmup: Optional[int] = None
     timeout_s: Optional[float] = None

@@ -1,15 +1,26 @@
-"""Resume: which cells of a run still need running, per image.
+"""Resume and order: which repeats of a run's cells still need running, per image, and in
+what order.
 
-Records land in ``results/<run>/<image>/<cell_id>.json``; ``runner.schema.needs_run`` is the one
-rule that says whether a cell needs running again (no record, an unreadable one, ``--force``, or
-a failed one with ``--retry-failed``).
+Records land in ``results/<run>/<image>/<cell_id>.json`` (repeat 0) and ``<cell_id>.r<k>.json``;
+``runner.schema.needs_run`` is the one rule that says whether a repeat needs running again (no
+record, an unreadable one, ``--force``, or a failed one with ``--retry-failed``); each repeat
+counts alone, so a run stopped after repeat 2 of 3 runs only repeat 3.
+
+The order (``interleaved``): every cell's repeat 0, then every cell's repeat 1, ..., so a slow
+drift of the machine spreads over all cells; within a repeat, the modes of each model (same
+batch size and dtype) in an order shuffled with ``random.Random(seed)``, the seed recorded in
+run.json and the cells file. Every image gets the same order.
 """
+import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from matrixbench.errors import MatrixError
 from matrixbench.matrix import cells_by_image
+from runner.core import Repeat
+from runner.plan import schedule_pairs
 from runner.schema import RecordError, needs_run, read_record, record_path
 
 RUN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -17,18 +28,29 @@ RUN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 @dataclass(frozen=True)
 class ImagePlan:
-    """One image's share of a run: all its cells, and those still to run."""
+    """One image's share of a run: all its cells, all their repeats in run order, and the
+    repeats still to run (Repeats, in run order)."""
 
     image_name: str
     out_dir: Path
     cells: list
     pending: list
-    recorded_failures: int = 0   # cells skipped because recorded, whose record is a failure
-    unreadable: tuple = ()       # (record path, why) of pending cells whose record is corrupt
+    recorded_failures: int = 0   # repeats skipped because recorded, whose record is a failure
+    unreadable: tuple = ()       # (record path, why) of pending repeats whose record is corrupt
+    repeats: tuple = ()          # every repeat of every cell, in run order; () = each cell once
+    order_seed: Optional[int] = None
+
+    @property
+    def all(self):
+        return list(self.repeats) or [Repeat(cell) for cell in self.cells]
 
     @property
     def done(self):
-        return len(self.cells) - len(self.pending)
+        return len(self.all) - len(self.pending)
+
+    def schedule(self):
+        """The pending repeats as the cells file says them: (cells, [cell index, repeat] pairs)."""
+        return schedule_pairs(self.pending)
 
 
 def run_dir(results_root, run_name):
@@ -40,24 +62,50 @@ def run_dir(results_root, run_name):
     return Path(results_root) / run_name
 
 
-def plan_run(matrix, run_path, *, force=False, retry_failed=False):
+def new_order_seed():
+    """A fresh seed for the order of one invocation of a run."""
+    return random.SystemRandom().randrange(2**31)
+
+
+def plan_run(matrix, run_path, *, force=False, retry_failed=False, order_seed=0):
     """One ImagePlan per image of ``matrix``, in the matrix's image order."""
     return [
-        _plan_image(name, cells, Path(run_path) / name, force, retry_failed)
+        _plan_image(name, cells, Path(run_path) / name, force, retry_failed,
+                    interleaved(cells, matrix.repeats, order_seed), order_seed)
         for name, cells in cells_by_image(matrix).items()
     ]
 
 
-def _plan_image(name, cells, out_dir, force, retry_failed):
-    pending = [cell for cell in cells if needs_run(out_dir, cell, force, retry_failed)]
-    failures = sum(_recorded_status(out_dir, cell) != "ok" for cell in cells if cell not in pending)
-    return ImagePlan(image_name=name, out_dir=out_dir, cells=cells, pending=pending,
-                     recorded_failures=failures, unreadable=tuple(_unreadable(out_dir, pending)))
+def interleaved(cells, repeats, seed):
+    """Every repeat of every cell in run order: repeat by repeat; within one, each model's modes
+    (cells equal but for the mode) shuffled by ``random.Random(seed)``, models in matrix order."""
+    rng, order = random.Random(seed), []
+    for index in range(repeats):
+        for group in _mode_groups(cells):
+            rng.shuffle(group)
+            order += [Repeat(cell, index) for cell in group]
+    return order
 
 
-def _unreadable(out_dir, cells):
+def _mode_groups(cells):
+    groups = {}
     for cell in cells:
-        path = record_path(out_dir, cell)
+        key = tuple((name, value) for name, value in cell.to_dict().items() if name != "mode")
+        groups.setdefault(key, []).append(cell)
+    return [list(group) for group in groups.values()]
+
+
+def _plan_image(name, cells, out_dir, force, retry_failed, repeats, order_seed):
+    pending = [r for r in repeats if needs_run(out_dir, r.cell, force, retry_failed, repeat=r.index)]
+    failures = sum(_recorded_status(out_dir, r) != "ok" for r in repeats if r not in pending)
+    return ImagePlan(image_name=name, out_dir=out_dir, cells=cells, pending=pending,
+                     recorded_failures=failures, unreadable=tuple(_unreadable(out_dir, pending)),
+                     repeats=tuple(repeats), order_seed=order_seed)
+
+
+def _unreadable(out_dir, repeats):
+    for repeat in repeats:
+        path = record_path(out_dir, repeat.cell, repeat.index)
         if path.exists():
             try:
                 read_record(path)
@@ -70,9 +118,9 @@ def unreadable_lines(plan):
     return [f"{path}: unreadable record, its cell reruns and replaces it ({why})" for path, why in plan.unreadable]
 
 
-def _recorded_status(out_dir, cell):
+def _recorded_status(out_dir, repeat):
     try:
-        return read_record(record_path(out_dir, cell))["status"]
+        return read_record(record_path(out_dir, repeat.cell, repeat.index))["status"]
     except RecordError:
         return None
 

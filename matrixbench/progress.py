@@ -10,7 +10,7 @@ import threading
 import time
 from collections import Counter
 
-from runner.core import Status
+from runner.core import Repeat, Status
 from runner.schema import RecordError, load_record, record_path
 
 
@@ -208,8 +208,13 @@ def _stamp(path):
     return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
 
 
+def _record_path(out_dir, item):
+    return record_path(out_dir, item.cell, item.index) if isinstance(item, Repeat) else record_path(out_dir, item)
+
+
 class RecordWatcher:
-    """Polls ``out_dir`` for new records of ``cells`` and calls ``on_record(cell, record)`` once each.
+    """Polls ``out_dir`` for new records of ``cells`` (Cells, or Repeats for one repeat of a cell
+    each) and calls ``on_record(cell, record)`` once each.
 
     A record counts as new when its file appears or changes after the watcher started (so
     ``--force`` reruns are seen too). Use as a context manager around the backend's run; on
@@ -217,7 +222,7 @@ class RecordWatcher:
     """
 
     def __init__(self, out_dir, cells, on_record, on_tick=None, interval=0.5):
-        self._waiting = {record_path(out_dir, cell): cell for cell in cells}
+        self._waiting = {_record_path(out_dir, item): item for item in cells}
         self._before = {path: _stamp(path) for path in self._waiting}
         self._on_record = on_record
         self._on_tick = on_tick or (lambda: None)
@@ -235,7 +240,8 @@ class RecordWatcher:
                 record = load_record(path)
             except RecordError:
                 continue  # unreadable for now: look again at the next poll
-            self._on_record(self._waiting.pop(path), record)
+            item = self._waiting.pop(path)
+            self._on_record(item.cell if isinstance(item, Repeat) else item, record)
             reported += 1
         return reported
 

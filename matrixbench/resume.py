@@ -10,7 +10,6 @@ name; the error names what differs and offers ``--force`` or a new ``--run`` nam
 from collections import Counter
 
 from matrixbench.errors import ResumeConflictError
-from runner.core import cell_id
 from runner.records import effective_warmup
 from runner.schema import read_record, record_path
 
@@ -50,10 +49,10 @@ def record_differences(record, cell, matrix, device):
 
 
 def _skipped(plan):
-    pending = {cell_id(cell) for cell in plan.pending}
-    for cell in plan.cells:
-        if cell_id(cell) not in pending:
-            yield read_record(record_path(plan.out_dir, cell)), cell
+    pending = {repeat.id for repeat in plan.pending}
+    for repeat in plan.all:
+        if repeat.id not in pending:
+            yield read_record(record_path(plan.out_dir, repeat.cell, repeat.index)), repeat.cell
 
 
 def _image_change(plan, matrix, previous_manifest):

@@ -20,7 +20,7 @@ from matrixbench.errors import RunError
 from matrixbench.manifest import finish_manifest, read_manifest, start_manifest
 from matrixbench.matrix import runner_settings
 from matrixbench.paths import cache_home
-from matrixbench.plan import plan_run, recorded_failures_line, run_dir, unreadable_lines
+from matrixbench.plan import new_order_seed, plan_run, recorded_failures_line, run_dir, unreadable_lines
 from matrixbench.progress import NullProgress, RecordWatcher
 from matrixbench.resume import check_resume
 from runner.core import DEVICES
@@ -53,6 +53,7 @@ class RunOptions:
     note: Optional[str] = None
     command: tuple = ()
     gpu: Optional[str] = None             # --gpu: indices or UUIDs, comma-separated; None: CUDA_VISIBLE_DEVICES
+    order_seed: Optional[int] = None      # the seed of the run order; None: a fresh one (recorded in run.json)
 
 
 @dataclass
@@ -140,10 +141,12 @@ def _take_over(lock, run_path, progress):
 def _run_locked(matrix, options, run_path, progress, environ):
     backend = create_backend(options.backend)
     gpus = _resolve_gpus(backend, options.device, progress)
-    plans = plan_run(matrix, run_path, force=options.force, retry_failed=options.retry_failed)
+    seed = new_order_seed() if options.order_seed is None else options.order_seed
+    plans = plan_run(matrix, run_path, force=options.force, retry_failed=options.retry_failed, order_seed=seed)
     check_resume(plans, matrix, "cuda" if gpus else "cpu", read_manifest(run_path), run_path)
     manifest = start_manifest(run_path, run_name=options.run_name, matrix=matrix, backend=options.backend,
-                              device=options.device, gpus=gpus, note=options.note, command=options.command)
+                              device=options.device, gpus=gpus, note=options.note, command=options.command,
+                              order_seed=seed)
     progress.note(backend.describe())
     status, summary = "failed", RunSummary(run_path, [])
     try:
@@ -218,15 +221,18 @@ def _run_image(backend, plan, result, matrix, options, gpus, environ, progress):
     request = _request(plan, matrix, options, gpus, environ)
     with RecordWatcher(plan.out_dir, plan.pending, on_record, on_tick=progress.tick) as watcher:
         result.exit_code = backend.run(request)
-    result.missing = [cell.id for cell in watcher.waiting]
+    result.missing = [repeat.id for repeat in watcher.waiting]
 
 
 def _request(plan, matrix, options, gpus, environ):
     image = matrix.images[plan.image_name]
     cache_root = options.cache_root or default_cache_root()
+    cells, schedule = plan.schedule()
     return RunRequest(
         image_name=plan.image_name,
-        cells=plan.pending,
+        cells=cells,
+        schedule=tuple(tuple(pair) for pair in schedule),
+        order_seed=plan.order_seed,
         # auto on a host whose backend gives GPUs becomes cuda: the runner then fails with
         # the reason if torch cannot use them, instead of measuring on the CPU.
         settings=runner_settings(matrix, "cuda" if gpus else options.device),

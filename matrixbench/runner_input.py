@@ -13,14 +13,19 @@ CELLS_FILENAME = "cells.json"
 
 
 def runner_input(request, image_id=None):
-    """The runner's cells document: settings, image name and id, and the cells."""
-    return {
+    """The runner's cells document: settings, image name and id, the cells, and the run order
+    (``repeats``: [cell index, repeat index] pairs) with the seed it was shuffled with."""
+    document = {
         "schema_version": CELLS_SCHEMA_VERSION,
         "settings": dict(request.settings),
         "image_name": request.image_name,
         "image_id": image_id,
         "cells": [cell.to_dict() for cell in request.cells],
+        "order_seed": request.order_seed,
     }
+    if request.schedule:
+        document["repeats"] = [[cell, repeat] for cell, repeat in request.schedule]
+    return document
 
 
 def write_cells_file(request, image_id=None, path=None):

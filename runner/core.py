@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 # The record format. History: 1 (cells carried a test-only ``fault``; ``timing.compile_s``);
-# 2 (no ``fault``; ``timing.first_call_s``: the first call, timed on its own, eager cells too).
+# 2 (no ``fault``; ``timing.first_call_s``: the first call, timed on its own, eager cells too; an
+# optional top-level ``repeat``, the 0-based index of the process among the cell's repeats, missing = 0).
 SCHEMA_VERSION = 2
 SUPPORTED_VERSIONS: Tuple[int, ...] = (1, 2)
 
@@ -83,6 +84,24 @@ class Cell:
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
+def repeat_stem(cell_id_: str, repeat: int = 0) -> str:
+    """A repeat's record file stem: ``<cell_id>`` for repeat 0, ``<cell_id>.r<k>`` for k >= 1."""
+    return cell_id_ if repeat == 0 else f"{cell_id_}.r{repeat}"
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """One process's measurement of a cell: the cell and the 0-based repeat index."""
+
+    cell: Cell
+    index: int = 0
+
+    @property
+    def id(self) -> str:
+        """The record's file stem (``repeat_stem``)."""
+        return repeat_stem(self.cell.id, self.index)
+
+
 @dataclass(frozen=True)
 class CellError:
     """What went wrong in a cell that is not ok: the report's footnote."""
@@ -113,6 +132,7 @@ class Record:
     accuracy: Optional[JSON] = None
     attention: Optional[JSON] = None      # {requested, used}: the attention implementation
     duration_s: Optional[float] = None
+    repeat: int = 0                              # which of the cell's processes (0-based)
     extra: JSON = field(default_factory=dict)   # v2 fields this version does not model
 
     @property
@@ -142,8 +162,9 @@ class Record:
 def upgrade_record(data: Mapping[str, Any]) -> JSON:
     """A record of any supported version as the current version (a new dict; v2 is returned as is).
 
-    v1 -> v2: the cell's ``fault`` (a test hook, always null in real runs) is dropped, and
-    ``timing.compile_s`` is ``timing.first_call_s`` (it always was the first call, eager too).
+    v1 -> v2: the cell's ``fault`` (a test hook, always null in real runs) is dropped,
+    ``timing.compile_s`` is ``timing.first_call_s`` (it always was the first call, eager too),
+    and the record is repeat 0 (one process per cell).
     """
     record = dict(data)
     if record.get("schema_version") == 1:
@@ -151,4 +172,5 @@ def upgrade_record(data: Mapping[str, Any]) -> JSON:
         if isinstance(record.get("timing"), dict):
             record["timing"] = {("first_call_s" if k == "compile_s" else k): v for k, v in record["timing"].items()}
         record["schema_version"] = SCHEMA_VERSION
+        record.setdefault("repeat", 0)
     return record

@@ -1,4 +1,5 @@
-"""The parent's loop: skip recorded cells, run each other cell in a fresh process, log progress.
+"""The parent's loop: skip recorded repeats, run each other repeat of a cell in a fresh process
+(in the plan's order), log progress.
 
 Stdlib only. A cell's process writes its own record; when it cannot (killed at the time
 limit, crashed), this loop writes the record instead, with the same shape and the
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from runner import records
-from runner.core import Cell, Record, Status
+from runner.core import Cell, Record, Repeat, Status
 from runner.faults import fault_for
 from runner.isolation import Launcher
 from runner.machine import fallback_environment
@@ -44,15 +45,17 @@ class Context:
 def run_plan(plan: Plan, out_dir: Union[str, Path], force: bool = False, retry_failed: bool = False,
              log: Optional[Log] = None, launcher: Optional[Launcher] = None,
              compile_cache_dir: Optional[Union[str, Path]] = None) -> List[Tuple[str, str]]:
-    """Run the plan's cells that need running; return [(cell_id, status)] for those run.
+    """Run the plan's repeats that need running, in order; return [(record stem, status)] for
+    those run (the stem is the cell id for repeat 0, ``<cell_id>.r<k>`` after).
 
     compile_cache_dir: one Inductor/Triton cache shared by the cells (warm compiles, for
     tests). See compile_cache_dirs for the default.
     """
     log = log or _stderr
-    pending = [cell for cell in plan.cells if needs_run(out_dir, cell, force, retry_failed)]
-    log(f"{len(plan.cells)} cells: {len(plan.cells) - len(pending)} already recorded, "
-        f"{len(pending)} to run -> {out_dir}")
+    pending = [repeat for repeat in plan.repeats
+               if needs_run(out_dir, repeat.cell, force, retry_failed, repeat=repeat.index)]
+    log(f"{len(plan.cells)} cells, {len(plan.repeats)} processes: {len(plan.repeats) - len(pending)} "
+        f"already recorded, {len(pending)} to run -> {out_dir}")
     if not pending:
         return []
     launcher = launcher or Launcher()
@@ -62,12 +65,12 @@ def run_plan(plan: Plan, out_dir: Union[str, Path], force: bool = False, retry_f
         f"transformers {context.environment['transformers']}")
     results = []
     try:
-        for index, cell in enumerate(pending, 1):
-            prefix = f"[{index}/{len(pending)}] {cell.id}"
+        for index, repeat in enumerate(pending, 1):
+            prefix = f"[{index}/{len(pending)}] {repeat.id}"
             log(f"{prefix}: running")
-            record = run_one(launcher, cell, plan, context, out_dir, compile_cache_dir)
+            record = run_one(launcher, repeat.cell, plan, context, out_dir, compile_cache_dir, repeat.index)
             log(f"{prefix}: {summary_line(record)}")
-            results.append((record.cell_id, record.status.value))
+            results.append((repeat.id, record.status.value))
     finally:
         _remove_if_empty(os.path.join(out_dir, SCRATCH_DIRNAME))
     return results
@@ -97,26 +100,27 @@ def probe(launcher: Launcher, plan: Plan) -> Context:
 
 
 def run_one(launcher: Launcher, cell: Cell, plan: Plan, context: Context, out_dir: Union[str, Path],
-            compile_cache_dir: Optional[Union[str, Path]] = None) -> Record:
-    """Run one cell in a fresh process; return its record (written by the child or here)."""
+            compile_cache_dir: Optional[Union[str, Path]] = None, repeat: int = 0) -> Record:
+    """Run one repeat of a cell in a fresh process; return its record (written by the child or here)."""
     scratch_root = os.path.join(out_dir, SCRATCH_DIRNAME)
     os.makedirs(scratch_root, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="matrixbench-cell-", dir=scratch_root) as scratch_dir:
-        job = make_job(cell, plan, context, out_dir, scratch_dir, compile_cache_dir)
+        job = make_job(cell, plan, context, out_dir, scratch_dir, compile_cache_dir, repeat)
         if context.error:
             return _write_failure(job, Status.ERROR, "RunnerSetupError", context.error)
         outcome = launcher.run("run_job", (job,), plan.settings["timeout_s"])
     if outcome.reply and outcome.reply.get("record_written"):
-        return _read_own_record(out_dir, cell, job)
+        return _read_own_record(out_dir, Repeat(cell, repeat), job)
     status, message = outcome.failure() or (Status.CRASHED, "the cell's process wrote no record")
     return _write_failure(job, status, "CellProcess" + status.value.capitalize(), message)
 
 
 def make_job(cell: Cell, plan: Plan, context: Context, out_dir: Union[str, Path], scratch_dir: str,
-             compile_cache_dir: Optional[Union[str, Path]] = None) -> JSON:
+             compile_cache_dir: Optional[Union[str, Path]] = None, repeat: int = 0) -> JSON:
     """Everything a cell's process needs (picklable); ``fault`` only where a test asked for one."""
     return {
-        "cell": cell, "settings": plan.settings, "device": context.device, "fault": fault_for(cell.id),
+        "cell": cell, "repeat": repeat, "settings": plan.settings, "device": context.device,
+        "fault": fault_for(cell.id),
         "environment": context.environment, "precision": context.precision,
         "out_dir": str(out_dir), "scratch_dir": scratch_dir,
         "compile_cache_dirs": compile_cache_dirs(compile_cache_dir, scratch_dir),
@@ -161,9 +165,9 @@ def _write_failure(job: JSON, status: Status, error_type: str, message: str) -> 
     return record
 
 
-def _read_own_record(out_dir: Union[str, Path], cell: Cell, job: JSON) -> Record:
+def _read_own_record(out_dir: Union[str, Path], repeat: Repeat, job: JSON) -> Record:
     try:
-        return load_record(record_path(out_dir, cell))
+        return load_record(record_path(out_dir, repeat.cell, repeat.index))
     except RecordError as exc:
         return _write_failure(job, Status.CRASHED, "CellProcessCrashed", str(exc))
 

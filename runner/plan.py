@@ -5,7 +5,12 @@ The file's shape (the host writes it; ``python -m runner --cells FILE`` reads it
     {"settings": {"iterations": 300, "warmup": 10, "timeout_s": 900, "device": "auto",
                   "accuracy_tolerance": null, "cv_threshold": 0.1},
      "image_name": "stable", "image_id": "sha256:...",
-     "cells": [{"model": "vit", "task": "image-classification", ...}, ...]}
+     "cells": [{"model": "vit", "task": "image-classification", ...}, ...],
+     "repeats": [[0, 0], [1, 0], [1, 1], [0, 1]], "order_seed": 1234}
+
+``repeats`` (optional) is the run order: [index into cells, repeat index] pairs, one process
+each; without it every cell runs once, as repeat 0, in the order of ``cells``. ``order_seed``
+is the seed the host shuffled the order with (recorded, not used here).
 
 Validation is minimal and stdlib-only: required keys, types and allowed values, with an
 error that names the field. Stdlib only: the parent process never imports torch.
@@ -13,11 +18,11 @@ error that names the field. Stdlib only: the parent process never imports torch.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from runner.core import ATTENTION, DTYPES, MODES, SIZES, TASKS, WEIGHTS, Cell
+from runner.core import ATTENTION, DTYPES, MODES, SIZES, TASKS, WEIGHTS, Cell, Repeat
 from runner.schema import CELL_SCHEMA, SUPPORTED_CELLS_VERSIONS
 from runner.settings import BY_NAME, DEFAULT_SETTINGS
 
@@ -28,12 +33,32 @@ class PlanError(ValueError):
     """A cells file or cell that cannot be run; the message names the field."""
 
 
+TOP_LEVEL_KEYS = ("settings", "cells", "image_name", "image_id", "repeats", "order_seed")
+
+
 @dataclass
 class Plan:
+    """The cells, and ``repeats``: the processes to run, in order (default: each cell once)."""
+
     settings: JSON
     cells: List[Cell]
     image_name: Optional[str] = None
     image_id: Optional[str] = None
+    repeats: List[Repeat] = field(default_factory=list)
+    order_seed: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        self.repeats = self.repeats or [Repeat(cell) for cell in self.cells]
+
+
+def schedule_pairs(repeats: Sequence[Repeat]) -> Tuple[List[Cell], List[List[int]]]:
+    """Repeats in run order -> the cells file's ``cells`` (each once, first-seen order) and
+    ``repeats`` ([cell index, repeat index] pairs)."""
+    cells: List[Cell] = []
+    for repeat in repeats:
+        if repeat.cell not in cells:
+            cells.append(repeat.cell)
+    return cells, [[cells.index(repeat.cell), repeat.index] for repeat in repeats]
 
 
 def load_plan(path: Union[str, Path]) -> Plan:
@@ -55,19 +80,44 @@ def load_plan(path: Union[str, Path]) -> Plan:
 def plan_from_dict(data: Any, source: str = "<dict>") -> Plan:
     if not isinstance(data, dict):
         raise PlanError(f"{source}: expected a JSON object with 'settings' and 'cells'")
-    unknown = sorted(set(data) - {"settings", "cells", "image_name", "image_id"})
+    unknown = sorted(set(data) - set(TOP_LEVEL_KEYS))
     if unknown:
-        raise PlanError(f"{source}: unknown top-level keys {unknown}; expected "
-                        "'settings', 'cells', 'image_name', 'image_id'")
+        raise PlanError(f"{source}: unknown top-level keys {unknown}; expected {list(TOP_LEVEL_KEYS)}")
     cells = data.get("cells")
     if not isinstance(cells, list) or not cells:
         raise PlanError(f"{source}: 'cells' must be a non-empty list of cell objects")
+    checked = [validate_cell(cell, f"{source}: cells[{i}]") for i, cell in enumerate(cells)]
+    seed = data.get("order_seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise PlanError(f"{source}: 'order_seed' must be an integer or null, got {seed!r}")
     return Plan(
         settings=validate_settings(data.get("settings") or {}, source),
-        cells=[validate_cell(cell, f"{source}: cells[{i}]") for i, cell in enumerate(cells)],
+        cells=checked,
         image_name=_optional_str(data, "image_name", source),
         image_id=_optional_str(data, "image_id", source),
+        repeats=validate_repeats(data.get("repeats"), checked, source),
+        order_seed=seed,
     )
+
+
+def validate_repeats(pairs: Any, cells: List[Cell], source: str = "<dict>") -> List[Repeat]:
+    """The ``repeats`` pairs as Repeats, in order; each [cell index, repeat index] at most once."""
+    if pairs is None:
+        return [Repeat(cell) for cell in cells]
+    if not isinstance(pairs, list) or not pairs:
+        raise PlanError(f"{source}: 'repeats' must be a non-empty list of [cell index, repeat index] pairs")
+    for i, pair in enumerate(pairs):
+        if not (isinstance(pair, list) and len(pair) == 2 and all(_index(v) for v in pair)
+                and pair[0] < len(cells)):
+            raise PlanError(f"{source}: repeats[{i}] must be [cell index < {len(cells)}, repeat index >= 0], "
+                            f"got {pair!r}")
+    if len({tuple(pair) for pair in pairs}) != len(pairs):
+        raise PlanError(f"{source}: 'repeats' lists a [cell index, repeat index] pair twice")
+    return [Repeat(cells[cell], repeat) for cell, repeat in pairs]
+
+
+def _index(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def validate_settings(settings: Any, where: str = "settings") -> JSON:

@@ -58,7 +58,8 @@ def new_record(job: Mapping[str, Any]) -> Record:
     """A record with every field present and nothing measured yet (status error)."""
     cell, device, precision = job["cell"], job["device"], job["precision"]
     return Record(cell=cell, device=device, settings=record_settings(job["settings"], cell, device, precision),
-                  precision=precision, environment=job["environment"], started_at=job["started_at"])
+                  precision=precision, environment=job["environment"], started_at=job["started_at"],
+                  repeat=job.get("repeat", 0))
 
 
 def finish(record: Record, job: Mapping[str, Any]) -> Record:

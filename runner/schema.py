@@ -1,8 +1,9 @@
 """The record and the cells file on disk: their JSON Schemas, reading and writing them.
 
-One JSON record per matrix cell, written by the runner into the output folder as
-``<cell_id>.json`` with sorted keys. The host reads only these files. The typed objects
-(``Cell``, ``Record``, ``Status``) live in ``runner.core``; the settings in ``runner.settings``.
+One JSON record per process of a matrix cell, written by the runner into the output folder as
+``<cell_id>.json`` (repeat 0) or ``<cell_id>.r<k>.json`` (repeat k >= 1) with sorted keys. The
+host reads only these files. The typed objects (``Cell``, ``Record``, ``Status``, ``Repeat``)
+live in ``runner.core``; the settings in ``runner.settings``.
 
 This module is stdlib-only: the host imports it (with ``runner.core`` and ``runner.settings``)
 to validate and read records. ``RECORD_SCHEMA`` is a JSON Schema (draft 2020-12)
@@ -30,6 +31,7 @@ from runner.core import (
     Cell,
     Record,
     cell_id,
+    repeat_stem,
     upgrade_record,
 )
 from runner.settings import BY_NAME, RUNNER_SETTINGS
@@ -45,16 +47,19 @@ CHECK_FILENAME = "check.json"
 
 
 # The runner's input file (cells.json), written by the host once per image: its own version.
-CELLS_SCHEMA_VERSION = 1
-SUPPORTED_CELLS_VERSIONS = (1,)
+# History: 1; 2 (optional ``repeats``, the run order as [cell index, repeat index] pairs, and
+# ``order_seed``): a runner of version 1 refuses a version 2 file and asks for a rebuild.
+CELLS_SCHEMA_VERSION = 2
+SUPPORTED_CELLS_VERSIONS = (1, 2)
 
 
 class RecordError(Exception):
     """A record file that cannot be read: bad JSON or an unknown schema version."""
 
 
-def record_path(out_dir: Union[str, Path], cell: CellLike) -> Path:
-    return Path(out_dir) / f"{cell_id(cell)}.json"
+def record_path(out_dir: Union[str, Path], cell: CellLike, repeat: int = 0) -> Path:
+    """Where the record of a cell's repeat lives: ``<cell_id>.json``, ``<cell_id>.r<k>.json``."""
+    return Path(out_dir) / f"{repeat_stem(cell_id(cell), repeat)}.json"
 
 
 def write_json_atomic(path: Union[str, Path], data: Any) -> Path:
@@ -68,7 +73,7 @@ def write_json_atomic(path: Union[str, Path], data: Any) -> Path:
 
 
 def write_record(out_dir: Union[str, Path], record: Record) -> Path:
-    return write_json_atomic(record_path(out_dir, record.cell), record.to_dict())
+    return write_json_atomic(record_path(out_dir, record.cell, record.repeat), record.to_dict())
 
 
 def read_record(path: Union[str, Path]) -> JSON:
@@ -97,12 +102,12 @@ def load_record(path: Union[str, Path]) -> Record:
 
 
 def needs_run(out_dir: Union[str, Path], cell: CellLike, force: bool = False,
-              retry_failed: bool = False) -> bool:
-    """The one resume rule: does this cell still need running? (No record, an unreadable one,
-    ``force``, or a failed one with ``retry_failed``.)"""
+              retry_failed: bool = False, repeat: int = 0) -> bool:
+    """The one resume rule: does this repeat of a cell still need running? (No record, an
+    unreadable one, ``force``, or a failed one with ``retry_failed``.) Each repeat counts alone."""
     if force:
         return True
-    path = record_path(out_dir, cell)
+    path = record_path(out_dir, cell, repeat)
     if not path.exists():
         return True
     try:
@@ -271,6 +276,7 @@ RECORD_SCHEMA = {
         "attention": _obj({"requested": _STR, "used": _STR}, nullable=True),
         "started_at": {"type": "string"},   # ISO 8601, UTC
         "duration_s": {"type": "number"},   # wall time of the whole cell, process start to record
+        "repeat": {"type": "integer", "minimum": 0},   # which of the cell's processes; missing = 0
     },
 }
 
@@ -288,5 +294,9 @@ CELLS_SCHEMA = {
         "image_name": _STR,
         "image_id": _STR,
         "cells": {"type": "array", "minItems": 1, "items": dict(CELL_SCHEMA, additionalProperties=False)},
+        # The run order: [index into cells, repeat index], one process each; absent: each cell once.
+        "repeats": {"type": "array", "minItems": 1, "items": {
+            "type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "integer", "minimum": 0}}},
+        "order_seed": _INT,   # the seed the host shuffled the order with (recorded only)
     },
 }

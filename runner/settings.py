@@ -110,6 +110,9 @@ SETTINGS: Tuple[Setting, ...] = (
             "string", default="eager", choices=ATTENTION, flag="--attention"),
     Setting("dtypes", f"Dtypes, comma-separated, from {', '.join(DTYPES)}.",
             "string", default=("float32",), choices=DTYPES, many=True, flag="--dtypes"),
+    Setting("repeats", "Processes per cell (repeats), each its own fresh process and record; 3 for a "
+            "comparison that should survive a rerun.",
+            "integer", default=1, minimum=1, maximum=1000, flag="--repeats"),
     Setting("iterations", "Timed iterations per cell.",
             "integer", default=300, minimum=1, maximum=1_000_000, flag="--iterations", runner=True),
     Setting("warmup", "Warm-up iterations per cell, after the first call (at least 3 run).",

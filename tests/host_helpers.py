@@ -65,7 +65,8 @@ def make_record(cell, status="ok", mean_ms=2.5, device="cpu"):
 
 
 class RecordingBackend(Backend):
-    """Writes a record per requested cell (status from ``statuses[model]``, default ok).
+    """Writes a record per requested repeat of a cell, in the request's order (status from
+    ``statuses[model]``, default ok).
 
     ``stop_after`` cells it raises KeyboardInterrupt (Ctrl-C mid-run); ``skip`` models get no record.
     """
@@ -86,11 +87,13 @@ class RecordingBackend(Backend):
     def run(self, request):
         self.requests.append(request)
         write_cells_file(request)   # as every backend does, once per image
-        for done, cell in enumerate(request.cells):
+        for done, repeat in enumerate(request.repeats()):
             if self.stop_after is not None and done >= self.stop_after:
                 raise KeyboardInterrupt
-            if cell.model not in self.skip:
-                write_record(request.out_dir, make_record(cell, self.statuses.get(cell.model, "ok")))
+            if repeat.cell.model not in self.skip:
+                record = make_record(repeat.cell, self.statuses.get(repeat.cell.model, "ok"))
+                record.repeat = repeat.index
+                write_record(request.out_dir, record)
         return self.exit_code
 
 

@@ -84,7 +84,7 @@ def test_local_backend_runs_the_runner_with_a_cells_file_and_logs(tmp_path, stan
     seen = json.loads((request.out_dir / "seen.json").read_text())
     cells_file = request.out_dir / "cells.json"
     assert seen["argv"] == ["-m", "runner", "--cells", str(cells_file), "--out", str(request.out_dir)]
-    assert seen["doc"] == {"schema_version": 1, "settings": {"iterations": 2, "device": "cpu"}, "image_name": "stable",
+    assert seen["doc"] == {"schema_version": 2, "settings": {"iterations": 2, "device": "cpu"}, "image_name": "stable",
                            "image_id": None, "cells": [c.to_dict() for c in cells]}
     assert seen["env"]["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "cache" / "inductor")
     assert seen["env"]["TRITON_CACHE_DIR"] == str(tmp_path / "cache" / "triton")
@@ -151,7 +151,7 @@ def test_matrixbench_run_local_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(tmp_path)
     args = ["run", "--matrix", str(REPO / "matrix-cpu-smoke.yaml"), "--images", "latest",
-            "--models", "resnet", "--modes", "eager,default", "--iterations", "3", "--warmup", "1",
+            "--models", "resnet", "--modes", "eager,default", "--iterations", "3", "--warmup", "1", "--repeats", "1",
             "--backend", "local", "--device", "cpu", "--cache-dir", str(tmp_path / "cache")]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output

@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from runner.core import Cell
+from runner.core import Cell, Repeat
 
 # Every backend appends the runner's output to this file in the image's results folder.
 LOG_FILENAME = "runner.log"
@@ -16,7 +16,9 @@ class RunRequest:
 
     ``cells`` are the cells to run (runner.core.Cell); ``settings`` are
     the runner settings (iterations, warmup, timeout_s, device, accuracy_tolerance,
-    cv_threshold). Records land in ``out_dir`` as ``<cell_id>.json``.
+    cv_threshold). ``schedule`` is the run order, [cell index, repeat index] pairs, one process
+    each (empty: each cell once, as repeat 0). Records land in ``out_dir`` as ``<cell_id>.json``
+    (repeat 0) and ``<cell_id>.r<k>.json``.
     """
 
     image_name: str
@@ -31,6 +33,14 @@ class RunRequest:
     torch: Optional[str] = None           # the image entry's torch requirement, e.g. "torch==2.0.1"
     image_hash: Optional[str] = None      # the image entry's content_hash(): a built image must carry it
     gpu_ids: Tuple[str, ...] = ()         # the GPUs to use (indices or UUIDs); () = all
+    schedule: Tuple[Tuple[int, int], ...] = ()   # (cell index, repeat index) in run order; () = each cell once
+    order_seed: Optional[int] = None      # the seed the order was shuffled with (recorded)
+
+    def repeats(self) -> List[Repeat]:
+        """The processes to run, in order."""
+        if not self.schedule:
+            return [Repeat(cell) for cell in self.cells]
+        return [Repeat(self.cells[cell], repeat) for cell, repeat in self.schedule]
 
 
 class Backend(ABC):

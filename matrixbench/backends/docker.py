@@ -220,13 +220,14 @@ def redact(line, hide):
 
 
 def all_recorded(request):
-    return all(record_path(request.out_dir, cell).exists() for cell in request.cells)
+    return all(record_path(request.out_dir, r.cell, r.index).exists() for r in request.repeats())
 
 
 def container_failure(request, exit_code, tail):
-    done = sum(record_path(request.out_dir, cell).exists() for cell in request.cells)
+    repeats = request.repeats()
+    done = sum(record_path(request.out_dir, r.cell, r.index).exists() for r in repeats)
     return (
         f"image {request.image_name!r}: the container exited with code {exit_code} before "
-        f"every cell had a record ({done} of {len(request.cells)} do; finished records are "
+        f"every cell had a record ({done} of {len(repeats)} do; finished records are "
         f"kept, rerun to resume)\n--- last {len(tail)} lines of its log ---\n" + "\n".join(tail)
     )
