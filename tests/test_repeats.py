@@ -139,3 +139,25 @@ def test_repeat_indexes_end_to_end_with_the_local_backend(tmp_path, monkeypatch)
         (0, "ok", "resnet-tiny_bs1_eager_float32"), (1, "ok", "resnet-tiny_bs1_eager_float32")]
     assert records[0]["started_at"] <= records[1]["started_at"]
     assert records[0]["environment"]["hostname"] == records[1]["environment"]["hostname"]
+
+
+# --- compile cost in the report ------------------------------------------------------------
+
+def test_the_summary_gives_the_first_compile_apart_from_the_warm_ones(matrix, tmp_path, monkeypatch):
+    from matrixbench.report import records
+    from matrixbench.report.cells import CellIndex
+    from matrixbench.report.document import assemble
+    from matrixbench.report.published import load_published
+
+    use_backend(monkeypatch, RecordingBackend())
+    run_matrix(matrix, _options(tmp_path))
+    run_path = tmp_path / "results" / "r1"
+    for path in (run_path / "latest").glob("*_default_*.json"):     # first call: 30 s cold, then 2 s, 4 s
+        data = json.loads(path.read_text())
+        data["timing"]["compile_s"] = {0: 30.0, 1: 2.0, 2: 4.0}[data["repeat"]]
+        path.write_text(json.dumps(data))
+    frame = records.load_results([run_path])
+    summary = assemble(CellIndex(frame, ["latest"]), load_published(), [], charts=[]).summary
+    row = next(row for row in summary.rows if row[summary.header.index("Mode")].text == "default")
+    assert row[summary.header.index("compile time (median s)")].text == "30.0"
+    assert row[summary.header.index("warm compile, later processes (median s)")].text == "3.0"
