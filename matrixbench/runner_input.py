@@ -21,8 +21,9 @@ def runner_input(request, image_id=None):
         "image_name": request.image_name,
         "image_id": image_id,
         "cells": [cell.to_dict() for cell in request.cells],
-        "order_seed": request.order_seed,
     }
+    if request.order_seed is not None:
+        document["order_seed"] = request.order_seed
     if request.schedule:
         document["repeats"] = [[cell, repeat] for cell, repeat in request.schedule]
     return document
