@@ -90,7 +90,7 @@ def combine_repeats(records, key):
 
     A cell's row is its last ok process's, with ``timing.mean_ms`` the mean over every sample of
     every ok process (the published statistic) and, added to every row: ``processes`` (ok ones),
-    ``failed_processes``, ``process_means``, ``process_samples``, ``process_compile_s`` (each ok
+    ``failed_processes``, ``process_means``, ``process_samples``, ``process_first_call_s`` (each ok
     process's first call, in repeat order: the first compiles cold unless the image's compile
     cache was warm, the later ones warm), ``between_cv`` (the CV of the
     process means; None with fewer than 2) and ``between_noisy`` (it exceeds the cell's
@@ -106,12 +106,12 @@ def _combined(group):
     ok = [row for row in group if is_ok(row)]
     if not ok:
         return {**group[-1], "processes": 0, "failed_processes": len(group), "process_means": [],
-                "process_samples": [], "process_compile_s": [], "between_cv": None, "between_noisy": False}
+                "process_samples": [], "process_first_call_s": [], "between_cv": None, "between_noisy": False}
     samples = [row["timing.samples_ms"] or [row["timing.mean_ms"]] for row in ok]
     means = [row["timing.mean_ms"] for row in ok]
     row = {**ok[-1], "processes": len(ok), "failed_processes": len(group) - len(ok), "process_means": means,
            "process_samples": samples, "between_cv": None, "between_noisy": False,
-           "process_compile_s": [process["timing.first_call_s"] for process in sorted(ok, key=_repeat)]}
+           "process_first_call_s": [process["timing.first_call_s"] for process in sorted(ok, key=_repeat)]}
     if len(ok) > 1:
         between_cv = float(variation(means, ddof=1))
         row.update({"timing.mean_ms": float(np.mean(np.concatenate(samples))),

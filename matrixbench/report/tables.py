@@ -547,13 +547,13 @@ def _median_compile(ok_rows):
 
 
 def _first_process(row):
-    return row["process_compile_s"][0] if row["process_compile_s"] else None
+    return row["process_first_call_s"][0] if row["process_first_call_s"] else None
 
 
 def _median_warm_compile(ok_rows):
     """The later processes' first calls (their compile reads the cache the first one filled),
     median over every such process; missing when no cell has a second process."""
-    times = [value for row in ok_rows for value in row["process_compile_s"][1:] if value is not None]
+    times = [value for row in ok_rows for value in row["process_first_call_s"][1:] if value is not None]
     return Cell(f"{float(np.median(times)):.1f}") if times else missing()
 
 
