@@ -3,6 +3,7 @@ recorded seed, resume repeat by repeat, the repeat index in records end to end."
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from host_helpers import RecordingBackend, make_record, small_matrix_data, use_backend, write_matrix
@@ -12,7 +13,7 @@ from matrixbench.plan import interleaved, plan_run
 from matrixbench.run import RunOptions, run_matrix
 from runner.core import Record
 from runner.plan import PlanError, load_plan, plan_from_dict
-from runner.schema import needs_run, read_record, record_path, write_record
+from runner.schema import CELLS_SCHEMA, needs_run, read_record, record_path, write_record
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,6 +61,7 @@ def test_the_seed_is_recorded_in_run_json_and_the_cells_file(matrix, tmp_path, m
     assert read_manifest(run_path)["order_seed"] == 1234
     cells_file = json.loads((run_path / "latest" / "cells.json").read_text())
     assert cells_file["order_seed"] == 1234
+    jsonschema.validate(cells_file, CELLS_SCHEMA)
     plan = load_plan(run_path / "latest" / "cells.json")
     assert plan.repeats == interleaved(expand_cells(matrix), 3, 1234) == backend.requests[0].repeats()
 
