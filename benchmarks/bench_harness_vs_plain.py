@@ -19,7 +19,7 @@ or the interval is wider than twice it, the script says the machine was too nois
     python benchmarks/bench_harness_vs_plain.py [--models resnet,vit] [--modes eager,default]
         [--rounds 5] [--iterations 20] [--warmup 3] [--budget-s 600] [--resolve 0.05] [--out benchmarks/results]
 
-Writes <out>/harness_vs_plain.json and .md with the machine, its load average before and after.
+Writes <out>/<name>.json and .md (default name harness_vs_plain) with the machine, its load average before and after.
 """
 import argparse
 import json
@@ -175,6 +175,7 @@ def parse(argv):
                         help="start no new round (after the second) once this many seconds have passed")
     parser.add_argument("--resolve", type=float, default=0.05, help="the relative difference to resolve")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--name", default="harness_vs_plain", help="the result files' name (<out>/<name>.json, .md)")
     return parser.parse_args(argv)
 
 
@@ -184,15 +185,15 @@ def main(argv=None):
         return plain_worker(*args.plain_worker, args.iterations, args.warmup)
     before, started = os.getloadavg(), time.time()
     rounds, environment = measure(args)
-    result = {"settings": {k: v for k, v in vars(args).items() if k not in ("out", "plain_worker")},
+    result = {"settings": {k: v for k, v in vars(args).items() if k not in ("out", "plain_worker", "name")},
               "machine": {"cpu_model": environment["cpu_model"], "cores": os.cpu_count(),
                           "torch": environment["torch"], "transformers": environment["transformers"],
                           "python": environment["python"], "platform": platform.platform()},
               "loadavg_before": [round(x, 2) for x in before], "loadavg_after": [round(x, 2) for x in os.getloadavg()],
               "wall_s": round(time.time() - started, 1), "rounds": rounds, "summary": summarize(rounds, args)}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "harness_vs_plain.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
-    (args.out / "harness_vs_plain.md").write_text(markdown(result))
+    (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    (args.out / f"{args.name}.md").write_text(markdown(result))
     print(markdown(result))
 
 
