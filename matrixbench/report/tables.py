@@ -462,7 +462,8 @@ def summary_table(cells):
                             + [missing() if count is None else Cell(str(count))])
     header = ["Device", "Image", "Mode", "geo-mean speed-up", "geo-mean over common cells", *SUMMARY_STATUSES,
               "noisy", "between-process CV (median)", "accuracy failures", "flagged", "compile time (median s)",
-              "warm compile, later processes (median s)", "graph breaks", "image-pair rows mixing transformers/attention"]
+              "warm compile, later processes (median s)", "graph breaks",
+              "image-pair rows mixing transformers/attention"]
     return drop_empty_columns(Table("Summary", header, rows))
 
 
