@@ -21,9 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runner import records  # noqa: E402
+from runner.cells_file import cells_file_from_dict  # noqa: E402
 from runner.driver import make_job, probe  # noqa: E402
 from runner.isolation import Launcher  # noqa: E402
-from runner.plan import plan_from_dict  # noqa: E402
 
 
 def vit_cell(mode):
@@ -67,7 +67,7 @@ def main():
     parser.add_argument("--mode", default="eager", help="eager, or a compiled mode (compiles warm from a shared cache)")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     args = parser.parse_args()
-    plan = plan_from_dict({"settings": {"iterations": 3, "warmup": 3, "device": "cpu"},
+    plan = cells_file_from_dict({"settings": {"iterations": 3, "warmup": 3, "device": "cpu"},
                            "cells": [vit_cell(args.mode)]})
     launcher = Launcher()
     started = time.monotonic()

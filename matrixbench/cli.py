@@ -14,7 +14,7 @@ import click
 from matrixbench.backends import backend_names
 from matrixbench.errors import MatrixbenchError
 from matrixbench.matrix import Overrides, load_matrix
-from matrixbench.plan import plan_run, recorded_failures_line, run_dir, unreadable_lines
+from matrixbench.pending import pending_work, recorded_failures_line, run_dir, unreadable_lines
 from matrixbench.progress import make_progress
 from matrixbench.report_formats import REPORT_FORMATS
 from matrixbench.run import DEFAULT_RUN, RunOptions, check_device, run_matrix
@@ -246,7 +246,7 @@ def run(matrix_path, run_name, results_root, backend, device, force, retry_faile
 
 def describe_plan(matrix, run_path, force, retry_failed):
     lines = []
-    for plan in plan_run(matrix, run_path, force=force, retry_failed=retry_failed):
+    for plan in pending_work(matrix, run_path, force=force, retry_failed=retry_failed):
         failed = f" ({recorded_failures_line(plan.recorded_failures)})" if plan.recorded_failures else ""
         lines.append(f"{plan.image_name}: {len(plan.pending)} to run, {plan.done} done{failed} -> {plan.out_dir}")
         lines += [f"  {line}" for line in unreadable_lines(plan)]

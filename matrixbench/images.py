@@ -24,7 +24,7 @@ TAG_REPOSITORY = "matrixbench"
 
 
 @dataclass(frozen=True)
-class BuildPlan:
+class BuildSpec:
     """Everything one `docker build` gets: what --dry-run prints."""
 
     name: str
@@ -56,7 +56,7 @@ def build_images(matrix, image_names, *, no_cache=False, dry_run=False, ca_bundl
     """
     emit = on_progress or print_progress
     plans = [
-        plan_build(image, ca_bundle=ca_bundle, index_url=index_url,
+        build_spec(image, ca_bundle=ca_bundle, index_url=index_url,
                    extra_index_urls=extra_index_urls, base_image=base_image)
         for image in select_images(matrix, image_names)
     ]
@@ -90,7 +90,7 @@ def select_images(matrix, image_names):
     return [matrix.images[name] for name in image_names]
 
 
-def plan_build(image, *, ca_bundle=None, index_url=None, extra_index_urls=(), base_image=None):
+def build_spec(image, *, ca_bundle=None, index_url=None, extra_index_urls=(), base_image=None):
     """The build args and labels of one matrix.Image (validated by the matrix schema); options
     override the entry. The content-hash label lets `matrixbench run` refuse a stale image."""
     buildargs = {
@@ -112,7 +112,7 @@ def plan_build(image, *, ca_bundle=None, index_url=None, extra_index_urls=(), ba
         docker_client.LABEL_CONTENT_HASH: image.content_hash(),
     }
     buildargs["FIND_LINKS"] = ""  # the wheelhouse's URL, set for the build only (run_build)
-    return BuildPlan(name=image.name, tag=image_tag(image.name), buildargs=buildargs, labels=labels,
+    return BuildSpec(name=image.name, tag=image_tag(image.name), buildargs=buildargs, labels=labels,
                      ca_bundle=_checked_ca_bundle(ca_bundle))
 
 

@@ -38,7 +38,7 @@ def start_manifest(run_path, *, run_name, matrix, backend, device, gpus, note, c
         "gpus": gpus,
         "note": note,
         "command": list(command),
-        "order_seed": order_seed,   # the run order's seed (matrixbench.plan.interleaved)
+        "order_seed": order_seed,   # the run order's seed (matrixbench.pending.interleaved)
         "started_at": now_iso(),
         "ended_at": None,
         "status": "running",

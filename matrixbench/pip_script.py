@@ -2,7 +2,7 @@
 
 The Dockerfile runs the script in the image; the venv backend (matrixbench/venvs.py) and the
 wheelhouse (matrixbench/wheelhouse.py) run the same script here, fed the same build args
-(``images.plan_build``), so the pip logic has one home.
+(``images.build_spec``), so the pip logic has one home.
 """
 import os
 import subprocess

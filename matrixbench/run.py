@@ -20,7 +20,7 @@ from matrixbench.errors import RunError
 from matrixbench.manifest import finish_manifest, read_manifest, start_manifest
 from matrixbench.matrix import runner_settings
 from matrixbench.paths import cache_home
-from matrixbench.plan import new_order_seed, plan_run, recorded_failures_line, run_dir, unreadable_lines
+from matrixbench.pending import new_order_seed, pending_work, recorded_failures_line, run_dir, unreadable_lines
 from matrixbench.progress import NullProgress, RecordWatcher
 from matrixbench.resume import check_resume
 from runner.core import DEVICES
@@ -142,7 +142,7 @@ def _run_locked(matrix, options, run_path, progress, environ):
     backend = create_backend(options.backend)
     gpus = _resolve_gpus(backend, options.device, progress)
     seed = new_order_seed() if options.order_seed is None else options.order_seed
-    plans = plan_run(matrix, run_path, force=options.force, retry_failed=options.retry_failed, order_seed=seed)
+    plans = pending_work(matrix, run_path, force=options.force, retry_failed=options.retry_failed, order_seed=seed)
     check_resume(plans, matrix, "cuda" if gpus else "cpu", read_manifest(run_path), run_path)
     manifest = start_manifest(run_path, run_name=options.run_name, matrix=matrix, backend=options.backend,
                               device=options.device, gpus=gpus, note=options.note, command=options.command,

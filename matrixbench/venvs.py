@@ -3,7 +3,7 @@
 A venv lives in ``<cache>/venvs/<image>-<content hash>/`` (``paths.cache_home()``): the hash is
 ``Image.content_hash()``, so changed pins get a new folder and a venv is never reused for other
 pins. It is built with the Docker build's own pip logic (matrixbench/docker_build/pip-install.sh,
-fed the build args ``images.plan_build`` derives) in two steps per layer (torch, then the rest): ``pip download`` into
+fed the build args ``images.build_spec`` derives) in two steps per layer (torch, then the rest): ``pip download`` into
 the shared wheelhouse (``wheelhouse.wheelhouse_dir()``), then ``pip install --no-index`` from
 there (the indexes only for what it lacks), so each wheel is downloaded once for every venv and test. A marker file
 (``MARKER_FILENAME``, written last) holds the hash, the installed torch and a hash of pip-install.sh:
@@ -47,7 +47,7 @@ class VenvPlan:
     content_hash: str
     path: Path
     python: str                 # "3.10"
-    build: images.BuildPlan     # its buildargs feed pip-install.sh, as they feed the Dockerfile
+    build: images.BuildSpec     # its buildargs feed pip-install.sh, as they feed the Dockerfile
 
     @property
     def python_bin(self):
@@ -69,7 +69,7 @@ class VenvPlan:
 def plan_venv(image, *, root=None, ca_bundle=None, index_url=None, extra_index_urls=()):
     """The venv of a matrix Image; the options override the entry as they do for Docker builds."""
     content_hash = image.content_hash()
-    build = images.plan_build(image, ca_bundle=ca_bundle, index_url=index_url,
+    build = images.build_spec(image, ca_bundle=ca_bundle, index_url=index_url,
                               extra_index_urls=extra_index_urls)
     return VenvPlan(name=image.name, content_hash=content_hash,
                     path=Path(root or venvs_root()) / f"{image.name}-{content_hash}",

@@ -34,7 +34,7 @@ def build_error(cell):
     return None
 
 
-def write_check(plan, out_dir):
+def write_check(cells_file, out_dir):
     return write_json_atomic(f"{out_dir}/{CHECK_FILENAME}",
-                             {"image_name": plan.image_name, "torch": torch.__version__,
-                              "models": check_models(plan.cells)})
+                             {"image_name": cells_file.image_name, "torch": torch.__version__,
+                              "models": check_models(cells_file.cells)})

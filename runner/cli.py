@@ -1,11 +1,11 @@
-"""``python -m runner``: parse the command line, build a plan, run it.
+"""``python -m runner``: parse the command line, build a cells_file, run it.
 
-One pending-cells rule: the host decides which cells run (matrixbench.plan, with
+One pending-cells rule: the host decides which cells run (matrixbench.pending, with
 runner.schema.needs_run) and the runner runs every cell of a ``--cells`` file; only the
 shorthand, where no host decided, skips recorded cells by the same ``needs_run``.
 
 Two ways to say what to run:
-- ``--cells FILE``: the cells JSON the host writes (see runner.plan), settings included;
+- ``--cells FILE``: the cells JSON the host writes (see runner.cells_file), settings included;
 - shorthand for people: ``--models vit,resnet --modes eager,default --batch-sizes 1,8 ...``,
   every combination of the lists, with settings from the flags.
 
@@ -17,9 +17,9 @@ import itertools
 import signal
 import sys
 
+from runner.cells_file import CellsFile, CellsFileError, load_cells_file, validate_cell, validate_settings
 from runner.core import ATTENTION, DTYPES, MODES, SIZES, TASKS, WEIGHTS
-from runner.driver import run_plan
-from runner.plan import Plan, PlanError, load_plan, validate_cell, validate_settings
+from runner.driver import run_cells_file
 from runner.settings import BY_NAME, RUNNER_SETTINGS
 
 SETTING_FLAGS = tuple(setting.name for setting in RUNNER_SETTINGS)
@@ -81,17 +81,17 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        plan = plan_from_args(args)
-    except PlanError as exc:
+        cells_file = cells_file_from_args(args)
+    except CellsFileError as exc:
         parser.error(str(exc))
     if args.check:
         from runner.check import write_check  # imports torch: only when asked
 
-        write_check(plan, args.out)
+        write_check(cells_file, args.out)
         return 0
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        run_plan(plan, args.out, force=args.force or bool(args.cells), retry_failed=args.retry_failed)
+        run_cells_file(cells_file, args.out, force=args.force or bool(args.cells), retry_failed=args.retry_failed)
     except KeyboardInterrupt:
         print("runner: interrupted; the running cell was stopped, finished records are kept", file=sys.stderr)
         return 130
@@ -104,19 +104,19 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def plan_from_args(args):
+def cells_file_from_args(args):
     given = [name for name in SHORTHAND_FLAGS + SETTING_FLAGS + RESUME_FLAGS
              if getattr(args, name) not in (None, False)]
     if args.cells:
         if given:
-            raise PlanError(f"--cells: the file holds the cells and settings; drop "
+            raise CellsFileError(f"--cells: the file holds the cells and settings; drop "
                             f"{', '.join(_flag(name) for name in given) or '--models'}")
-        return load_plan(args.cells)
+        return load_cells_file(args.cells)
     if not args.models:
-        raise PlanError("say what to run: --cells FILE, or --models NAMES (with --modes, --batch-sizes, ...)")
+        raise CellsFileError("say what to run: --cells FILE, or --models NAMES (with --modes, --batch-sizes, ...)")
     settings = {name: getattr(args, name) for name in SETTING_FLAGS if getattr(args, name) is not None}
     cells = [validate_cell(cell, f"--models {cell['model']}") for cell in shorthand_cells(args)]
-    return Plan(settings=validate_settings(settings, "flags"), cells=cells,
+    return CellsFile(settings=validate_settings(settings, "flags"), cells=cells,
                 image_name=args.image_name, image_id=args.image_id)
 
 
@@ -141,11 +141,11 @@ def _model_fields(name, args):
     """model, model_id, config_path and task: from the shipped registry, or from the flags."""
     if args.model_id or args.config_path:
         if not args.task:
-            raise PlanError("--model-id / --config-path: add --task (one of " + ", ".join(TASKS) + ")")
+            raise CellsFileError("--model-id / --config-path: add --task (one of " + ", ".join(TASKS) + ")")
         return {"model": name, "model_id": args.model_id, "config_path": args.config_path, "task": args.task}
     seed_models = _seed_models()[0]
     if name not in seed_models:
-        raise PlanError(f"--models: {name!r} is not a shipped model; valid: {', '.join(sorted(seed_models))}. "
+        raise CellsFileError(f"--models: {name!r} is not a shipped model; valid: {', '.join(sorted(seed_models))}. "
                         "For another model give --model-id or --config-path, and --task")
     spec = seed_models[name]
     return {"model": name, "model_id": spec.model_id, "config_path": None, "task": spec.task}

@@ -80,7 +80,7 @@ class Cell:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Cell":
-        """A cell from its JSON form (unchecked: ``runner.plan.validate_cell`` checks)."""
+        """A cell from its JSON form (unchecked: ``runner.cells_file.validate_cell`` checks)."""
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 

@@ -1,5 +1,5 @@
 """The parent's loop: skip recorded repeats, run each other repeat of a cell in a fresh process
-(in the plan's order), log progress.
+(in the cells_file's order), log progress.
 
 Stdlib only. A cell's process writes its own record; when it cannot (killed at the time
 limit, crashed), this loop writes the record instead, with the same shape and the
@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from runner import records
+from runner.cells_file import CellsFile
 from runner.core import Cell, Record, Repeat, Status
 from runner.faults import fault_for
 from runner.isolation import Launcher
 from runner.machine import fallback_environment
-from runner.plan import Plan
 from runner.schema import SCRATCH_DIRNAME, RecordError, load_record, needs_run, record_path, write_record
 
 JSON = Dict[str, Any]
@@ -42,25 +42,25 @@ class Context:
     error: Optional[str] = None   # why cells cannot run at all (e.g. device "cuda" without a GPU)
 
 
-def run_plan(plan: Plan, out_dir: Union[str, Path], force: bool = False, retry_failed: bool = False,
+def run_cells_file(cells_file: CellsFile, out_dir: Union[str, Path], force: bool = False, retry_failed: bool = False,
              log: Optional[Log] = None, launcher: Optional[Launcher] = None,
              compile_cache_dir: Optional[Union[str, Path]] = None) -> List[Tuple[str, str]]:
-    """Run the plan's repeats that need running, in order; return [(record stem, status)] for
+    """Run the cells_file's repeats that need running, in order; return [(record stem, status)] for
     those run (the stem is the cell id for repeat 0, ``<cell_id>.r<k>`` after).
 
     compile_cache_dir: one Inductor/Triton cache shared by the cells (warm compiles, for
     tests). See compile_cache_dirs for the default.
     """
     log = log or _stderr
-    pending = [repeat for repeat in plan.repeats
+    pending = [repeat for repeat in cells_file.repeats
                if needs_run(out_dir, repeat.cell, force, retry_failed, repeat=repeat.index)]
-    log(f"{len(plan.cells)} cells, {len(plan.repeats)} processes: {len(plan.repeats) - len(pending)} "
+    log(f"{len(cells_file.cells)} cells, {len(cells_file.repeats)} processes: {len(cells_file.repeats) - len(pending)} "
         f"already recorded, {len(pending)} to run -> {out_dir}")
     if not pending:
         return []
     launcher = launcher or Launcher()
     launcher.start()
-    context = probe(launcher, plan)
+    context = probe(launcher, cells_file)
     log(f"device {context.device}, torch {context.environment['torch']}, "
         f"transformers {context.environment['transformers']}")
     results = []
@@ -68,7 +68,7 @@ def run_plan(plan: Plan, out_dir: Union[str, Path], force: bool = False, retry_f
         for index, repeat in enumerate(pending, 1):
             prefix = f"[{index}/{len(pending)}] {repeat.id}"
             log(f"{prefix}: running")
-            record = run_one(launcher, repeat.cell, plan, context, out_dir, compile_cache_dir, repeat.index)
+            record = run_one(launcher, repeat.cell, cells_file, context, out_dir, compile_cache_dir, repeat.index)
             log(f"{prefix}: {summary_line(record)}")
             results.append((repeat.id, record.status.value))
     finally:
@@ -83,9 +83,9 @@ def _remove_if_empty(folder: str) -> None:
         pass
 
 
-def probe(launcher: Launcher, plan: Plan) -> Context:
-    settings = plan.settings
-    outcome = launcher.run("probe", (settings["device"], plan.image_name, plan.image_id),
+def probe(launcher: Launcher, cells_file: CellsFile) -> Context:
+    settings = cells_file.settings
+    outcome = launcher.run("probe", (settings["device"], cells_file.image_name, cells_file.image_id),
                            PROBE_TIMEOUT_S)
     reply = outcome.reply or {}
     failure = outcome.failure()
@@ -93,33 +93,33 @@ def probe(launcher: Launcher, plan: Plan) -> Context:
     requested = settings["device"]
     return Context(
         device=reply.get("device") or ("cpu" if requested == "auto" else requested),
-        environment=reply.get("environment") or fallback_environment(plan.image_name, plan.image_id),
+        environment=reply.get("environment") or fallback_environment(cells_file.image_name, cells_file.image_id),
         precision=reply.get("precision") or NO_PRECISION,
         error=error or None,
     )
 
 
-def run_one(launcher: Launcher, cell: Cell, plan: Plan, context: Context, out_dir: Union[str, Path],
+def run_one(launcher: Launcher, cell: Cell, cells_file: CellsFile, context: Context, out_dir: Union[str, Path],
             compile_cache_dir: Optional[Union[str, Path]] = None, repeat: int = 0) -> Record:
     """Run one repeat of a cell in a fresh process; return its record (written by the child or here)."""
     scratch_root = os.path.join(out_dir, SCRATCH_DIRNAME)
     os.makedirs(scratch_root, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="matrixbench-cell-", dir=scratch_root) as scratch_dir:
-        job = make_job(cell, plan, context, out_dir, scratch_dir, compile_cache_dir, repeat)
+        job = make_job(cell, cells_file, context, out_dir, scratch_dir, compile_cache_dir, repeat)
         if context.error:
             return _write_failure(job, Status.ERROR, "RunnerSetupError", context.error)
-        outcome = launcher.run("run_job", (job,), plan.settings["timeout_s"])
+        outcome = launcher.run("run_job", (job,), cells_file.settings["timeout_s"])
     if outcome.reply and outcome.reply.get("record_written"):
         return _read_own_record(out_dir, Repeat(cell, repeat), job)
     status, message = outcome.failure() or (Status.CRASHED, "the cell's process wrote no record")
     return _write_failure(job, status, "CellProcess" + status.value.capitalize(), message)
 
 
-def make_job(cell: Cell, plan: Plan, context: Context, out_dir: Union[str, Path], scratch_dir: str,
+def make_job(cell: Cell, cells_file: CellsFile, context: Context, out_dir: Union[str, Path], scratch_dir: str,
              compile_cache_dir: Optional[Union[str, Path]] = None, repeat: int = 0) -> JSON:
     """Everything a cell's process needs (picklable); ``fault`` only where a test asked for one."""
     return {
-        "cell": cell, "repeat": repeat, "settings": plan.settings, "device": context.device,
+        "cell": cell, "repeat": repeat, "settings": cells_file.settings, "device": context.device,
         "fault": fault_for(cell.id),
         "environment": context.environment, "precision": context.precision,
         "out_dir": str(out_dir), "scratch_dir": scratch_dir,

@@ -2,7 +2,7 @@
 
 The matrix JSON Schema (``matrixbench.matrix_schema``), the matrix's defaults
 (``matrixbench.matrix``), the CLI override options (``matrixbench.cli``), the runner's
-defaults and checks (``runner.plan``, ``runner.cli``) and the record's ``settings`` block
+defaults and checks (``runner.cells_file``, ``runner.cli``) and the record's ``settings`` block
 (``runner.schema``) all derive from the declarations below. Stdlib only.
 """
 from __future__ import annotations

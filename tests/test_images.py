@@ -23,7 +23,7 @@ MATRIX = Matrix(images={"stable": STABLE, "newest": NEWEST}, models={}, batch_si
 
 
 def test_build_args_come_from_the_image_entry():
-    plan = images.plan_build(STABLE)
+    plan = images.build_spec(STABLE)
     assert plan.tag == "matrixbench:stable"
     assert plan.buildargs == {
         "BASE_IMAGE": "python:3.10-slim-bookworm",
@@ -39,7 +39,7 @@ def test_build_args_come_from_the_image_entry():
 
 
 def test_labels_name_the_image_its_torch_and_its_content_hash():
-    stable, newest = images.plan_build(STABLE), images.plan_build(NEWEST)
+    stable, newest = images.build_spec(STABLE), images.build_spec(NEWEST)
     assert stable.labels[docker_client.LABEL_IMAGE] == "stable"
     assert stable.labels[docker_client.LABEL_TORCH] == "2.0.1"
     assert newest.labels[docker_client.LABEL_TORCH] == "2.13.0"
@@ -50,7 +50,7 @@ def test_labels_name_the_image_its_torch_and_its_content_hash():
 def test_options_override_the_entry_and_base_image_can_name_the_python(tmp_path):
     bundle = tmp_path / "proxy-ca.pem"
     bundle.write_text("-----BEGIN CERTIFICATE-----\n")
-    plan = images.plan_build(
+    plan = images.build_spec(
         STABLE, base_image="registry.local/py:{python}", index_url="https://mirror/simple",
         extra_index_urls=["https://a/simple", "https://b/simple"], ca_bundle=bundle,
     )
@@ -62,8 +62,8 @@ def test_options_override_the_entry_and_base_image_can_name_the_python(tmp_path)
 
 def test_changing_the_entry_changes_the_content_hash_label():
     changed = dataclasses.replace(STABLE, extra_pins=("numpy<2", "pillow<11"))
-    assert (images.plan_build(STABLE).labels[docker_client.LABEL_CONTENT_HASH]
-            != images.plan_build(changed).labels[docker_client.LABEL_CONTENT_HASH])
+    assert (images.build_spec(STABLE).labels[docker_client.LABEL_CONTENT_HASH]
+            != images.build_spec(changed).labels[docker_client.LABEL_CONTENT_HASH])
 
 
 @pytest.mark.parametrize("spec, version", [
@@ -76,12 +76,12 @@ def test_torch_label(spec, version):
 
 def test_extra_pins_with_spaces_are_refused_with_the_field_path():
     with pytest.raises(MatrixError, match=r"images\.stable\.extra_pins: 'numpy <2'"):
-        images.plan_build(dataclasses.replace(STABLE, extra_pins=("numpy <2",)))
+        images.build_spec(dataclasses.replace(STABLE, extra_pins=("numpy <2",)))
 
 
 def test_missing_ca_bundle_is_an_error_naming_the_option(tmp_path):
     with pytest.raises(BuildError, match="--ca-bundle .*no such file"):
-        images.plan_build(STABLE, ca_bundle=tmp_path / "nope.pem")
+        images.build_spec(STABLE, ca_bundle=tmp_path / "nope.pem")
 
 
 def test_dry_run_prints_tag_build_args_and_base_without_a_daemon(monkeypatch):
@@ -137,7 +137,7 @@ def test_dockerfile_copies_runner_last_and_uses_no_buildkit_features():
     assert not any("--mount" in line or "<<" in line for line in lines)
     assert any("pip freeze > /opt/matrixbench/pip-freeze.txt" in line for line in lines)
     build_args = {line.split()[1].split("=")[0] for line in lines if line.startswith("ARG ")}
-    assert build_args == set(images.plan_build(STABLE).buildargs)
+    assert build_args == set(images.build_spec(STABLE).buildargs)
 
 
 def _fake_client(monkeypatch, sdk, wheelhouse_url=None):
@@ -161,7 +161,7 @@ def test_the_wheelhouse_is_offered_to_the_build_on_the_hosts_network(monkeypatch
     assert offers == [("stable", "3.10")]
     (call,) = sdk.build_calls
     assert call["network_mode"] == "host" and call["buildargs"]["FIND_LINKS"] == "http://127.0.0.1:47615/"
-    assert call["labels"][docker_client.LABEL_CONTENT_HASH] == images.plan_build(STABLE).labels[
+    assert call["labels"][docker_client.LABEL_CONTENT_HASH] == images.build_spec(STABLE).labels[
         docker_client.LABEL_CONTENT_HASH]  # the URL is no part of what the image is
 
 
@@ -174,8 +174,8 @@ def test_without_a_wheelhouse_the_build_uses_dockers_own_network(monkeypatch):
 
 
 def test_the_python_version_comes_from_the_python_build_arg():
-    assert images.python_version(images.plan_build(STABLE)) == "3.10"
-    assert images.python_version(images.plan_build(NEWEST)) == "3.12"
+    assert images.python_version(images.build_spec(STABLE)) == "3.10"
+    assert images.python_version(images.build_spec(NEWEST)) == "3.12"
 
 
 def test_build_streams_lines_and_passes_no_cache(monkeypatch):

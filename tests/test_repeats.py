@@ -9,10 +9,10 @@ import pytest
 from host_helpers import RecordingBackend, make_record, small_matrix_data, use_backend, write_matrix
 from matrixbench.manifest import read_manifest
 from matrixbench.matrix import Overrides, expand_cells, load_matrix
-from matrixbench.plan import interleaved, plan_run
+from matrixbench.pending import interleaved, pending_work
 from matrixbench.run import RunOptions, run_matrix
+from runner.cells_file import CellsFileError, cells_file_from_dict, load_cells_file
 from runner.core import Record
-from runner.plan import PlanError, load_plan, plan_from_dict
 from runner.schema import CELLS_SCHEMA, needs_run, read_record, record_path, write_record
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +62,7 @@ def test_the_seed_is_recorded_in_run_json_and_the_cells_file(matrix, tmp_path, m
     cells_file = json.loads((run_path / "latest" / "cells.json").read_text())
     assert cells_file["order_seed"] == 1234
     jsonschema.validate(cells_file, CELLS_SCHEMA)
-    plan = load_plan(run_path / "latest" / "cells.json")
+    plan = load_cells_file(run_path / "latest" / "cells.json")
     assert plan.repeats == interleaved(expand_cells(matrix), 3, 1234) == backend.requests[0].repeats()
 
 
@@ -96,7 +96,7 @@ def test_resume_asks_the_one_rule_per_repeat(tmp_path):
     record.repeat = 1
     write_record(tmp_path, record)
     assert (needs_run(tmp_path, cell), needs_run(tmp_path, cell, repeat=1)) == (True, False)
-    assert plan_run(load_matrix(write_matrix(tmp_path), Overrides(repeats=2)), tmp_path)[0].done == 0
+    assert pending_work(load_matrix(write_matrix(tmp_path), Overrides(repeats=2)), tmp_path)[0].done == 0
 
 
 def test_a_record_without_a_repeat_index_is_repeat_0():
@@ -108,7 +108,7 @@ def test_a_record_without_a_repeat_index_is_repeat_0():
 
 
 def _any_cell():
-    return plan_from_dict({"cells": [{"model": "vit", "task": "image-classification", "weights": "random",
+    return cells_file_from_dict({"cells": [{"model": "vit", "task": "image-classification", "weights": "random",
                                      "size": "tiny", "batch_size": 1, "mode": "eager", "fullgraph": False,
                                      "dtype": "float32"}]}).cells[0]
 
@@ -116,8 +116,8 @@ def _any_cell():
 def test_the_cells_file_refuses_a_bad_schedule():
     cell = _any_cell().to_dict()
     for bad in ([[1, 0]], [[0, -1]], [[0, 0], [0, 0]], [[0]], []):
-        with pytest.raises(PlanError, match="repeats"):
-            plan_from_dict({"cells": [cell], "repeats": bad})
+        with pytest.raises(CellsFileError, match="repeats"):
+            cells_file_from_dict({"cells": [cell], "repeats": bad})
 
 
 # --- end to end ----------------------------------------------------------------------------

@@ -16,8 +16,8 @@ import pytest
 
 from matrixbench.report import build_report
 from runner import records
+from runner.cells_file import cells_file_from_dict
 from runner.core import Status
-from runner.plan import plan_from_dict
 from runner.timing import summarize
 
 GPU = "Tesla T4"
@@ -54,7 +54,7 @@ def _record(key, value):
     image, model, batch, mode = key
     cell = {"model": model, "task": TASKS[model], "weights": "random", "size": "full", "batch_size": batch,
             "mode": mode, "fullgraph": False, "dtype": "float32"}
-    plan = plan_from_dict({"settings": {"iterations": 20}, "cells": [cell]})
+    plan = cells_file_from_dict({"settings": {"iterations": 20}, "cells": [cell]})
     environment = {"python": "3.10.14", "torch": TORCH[image], "torch_git": None, "transformers": "4.43.4",
                    "cuda": "11.8", "cudnn": 8700, "gpu_name": GPU, "gpu_count": 1, "driver": "hand-made",
                    "cpu_model": "hand-made", "threads": 1, "platform": "hand-made", "hostname": "hand-made",

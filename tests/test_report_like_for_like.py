@@ -15,8 +15,8 @@ from matrixbench.report.document import assemble
 from matrixbench.report.published import load_published
 from matrixbench.report.tables import FLAGS, MIXES_ATTENTION, MIXES_TRANSFORMERS
 from runner import records as runner_records
+from runner.cells_file import cells_file_from_dict
 from runner.core import Status
-from runner.plan import plan_from_dict
 from runner.timing import summarize
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -34,7 +34,7 @@ MODES = ("eager", "default", "reduce-overhead")
 def _record(image, model, mode, transformers=None):
     cell = {"model": model, "task": "image-classification", "weights": "random", "size": "full",
             "batch_size": 1, "mode": mode, "fullgraph": False, "dtype": "float32", "attention": "eager"}
-    plan = plan_from_dict({"settings": {"iterations": 10}, "image_name": image, "cells": [cell]})
+    plan = cells_file_from_dict({"settings": {"iterations": 10}, "image_name": image, "cells": [cell]})
     environment = {"python": "3.10", "torch": IMAGES[image]["torch"], "torch_git": None,
                    "transformers": transformers or IMAGES[image]["transformers"], "cuda": "11.8", "cudnn": 8700,
                    "gpu_name": GPU, "gpu_uuid": UUID, "gpu_count": 1, "driver": "SYNTHETIC",

@@ -13,8 +13,8 @@ import pytest
 
 from matrixbench.report import build_report
 from runner import records
+from runner.cells_file import cells_file_from_dict
 from runner.core import Status
-from runner.plan import plan_from_dict
 from runner.timing import summarize
 
 # (image, model) -> the mean of each process; samples spread 0.5% around it
@@ -29,7 +29,7 @@ TORCH = {"old": "2.0.1", "new": "2.1.0"}
 def _record(image, model, repeat, mean):
     cell = {"model": model, "task": "image-classification", "weights": "random", "size": "full",
             "batch_size": 1, "mode": "eager", "fullgraph": False, "dtype": "float32"}
-    plan = plan_from_dict({"settings": {"iterations": 100, "cv_threshold": 0.05}, "cells": [cell]})
+    plan = cells_file_from_dict({"settings": {"iterations": 100, "cv_threshold": 0.05}, "cells": [cell]})
     environment = {"python": "3.10", "torch": TORCH[image], "torch_git": None, "transformers": "4.43.4",
                    "cuda": None, "cudnn": None, "gpu_name": None, "gpu_count": 0, "driver": None,
                    "cpu_model": "hand-made", "threads": 1, "platform": "hand-made", "hostname": "hand-made",

@@ -10,7 +10,7 @@ from host_helpers import RecordingBackend, make_record, use_backend, write_matri
 from matrixbench.errors import MatrixError, RunError
 from matrixbench.manifest import read_manifest
 from matrixbench.matrix import Overrides, expand_cells, load_matrix
-from matrixbench.plan import plan_run, run_dir
+from matrixbench.pending import pending_work, run_dir
 from matrixbench.progress import (
     NullProgress,
     ProgressState,
@@ -41,7 +41,7 @@ def _record_all(out_dir, cells, status="ok"):
 
 
 def test_plan_puts_each_image_under_results_run_image(matrix, tmp_path):
-    plans = plan_run(matrix, tmp_path / "results" / "r1")
+    plans = pending_work(matrix, tmp_path / "results" / "r1")
     assert [(p.image_name, p.out_dir) for p in plans] == [
         ("stable", tmp_path / "results" / "r1" / "stable"), ("latest", tmp_path / "results" / "r1" / "latest")]
     assert all(sorted((r.cell for r in p.pending), key=p.cells.index) == p.cells and p.done == 0 for p in plans)
@@ -55,7 +55,7 @@ def test_plan_skips_recorded_cells_and_retries_failed_ones_on_request(matrix, tm
     (record_path(out_dir, cells[3])).write_text("{half a rec")  # unreadable: runs again
 
     def pending(image=0, **flags):   # the cells in matrix order (the run order shuffles modes)
-        return sorted((r.cell for r in plan_run(matrix, tmp_path, **flags)[image].pending), key=cells.index)
+        return sorted((r.cell for r in pending_work(matrix, tmp_path, **flags)[image].pending), key=cells.index)
 
     assert pending() == cells[3:]
     assert pending(retry_failed=True) == cells[2:]

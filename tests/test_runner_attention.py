@@ -26,13 +26,13 @@ def test_default_is_eager_the_one_every_image_can_run():
 
 def test_the_setting_reaches_every_cell_and_is_checked(tmp_path):
     from matrixbench.matrix import Overrides, expand_cells, load_matrix
-    from runner.plan import PlanError, validate_cell
+    from runner.cells_file import CellsFileError, validate_cell
 
     matrix_path = Path(__file__).resolve().parents[1] / "matrix.yaml"
     assert {cell.attention for cell in expand_cells(load_matrix(matrix_path))} == {"eager"}
     sdpa = load_matrix(matrix_path, Overrides(attention="sdpa"))
     assert {cell.attention for cell in expand_cells(sdpa)} == {"sdpa"}
-    with pytest.raises(PlanError, match="'attention' must be one of"):
+    with pytest.raises(CellsFileError, match="'attention' must be one of"):
         validate_cell(dict(tiny_cell("vit").to_dict(), attention="flash"), "cells[0]")
 
 

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from runner.cli import build_parser, main, plan_from_args
-from runner.plan import PlanError
+from runner.cells_file import CellsFileError
+from runner.cli import build_parser, cells_file_from_args, main
 
 
 def parse(*argv):
@@ -14,7 +14,7 @@ def parse(*argv):
 
 
 def test_shorthand_makes_every_combination():
-    plan = plan_from_args(parse("--models", "vit,resnet", "--modes", "eager,default",
+    plan = cells_file_from_args(parse("--models", "vit,resnet", "--modes", "eager,default",
                                 "--batch-sizes", "1,8", "--size", "tiny", "--iterations", "20"))
     assert len(plan.cells) == 8
     vit = plan.cells[0]
@@ -27,27 +27,27 @@ def test_shorthand_makes_every_combination():
 def test_default_models_expand_to_the_default_matrix():
     from runner.models import DEFAULT_MODELS
 
-    plan = plan_from_args(parse("--models", "default", "--modes", "eager"))
+    plan = cells_file_from_args(parse("--models", "default", "--modes", "eager"))
     assert [c.model for c in plan.cells] == list(DEFAULT_MODELS)
 
 
 def test_other_model_needs_a_task():
-    with pytest.raises(PlanError, match="add --task"):
-        plan_from_args(parse("--models", "mine", "--model-id", "org/mine"))
-    plan = plan_from_args(parse("--models", "mine", "--model-id", "org/mine", "--task", "object-detection"))
+    with pytest.raises(CellsFileError, match="add --task"):
+        cells_file_from_args(parse("--models", "mine", "--model-id", "org/mine"))
+    plan = cells_file_from_args(parse("--models", "mine", "--model-id", "org/mine", "--task", "object-detection"))
     assert plan.cells[0].model_id == "org/mine" and plan.cells[0].task == "object-detection"
 
 
 def test_unknown_model_lists_the_shipped_ones():
-    with pytest.raises(PlanError, match="'nosuch' is not a shipped model; valid: .*vit"):
-        plan_from_args(parse("--models", "nosuch"))
+    with pytest.raises(CellsFileError, match="'nosuch' is not a shipped model; valid: .*vit"):
+        cells_file_from_args(parse("--models", "nosuch"))
 
 
 def test_cells_file_and_shorthand_flags_do_not_mix(tmp_path):
     path = tmp_path / "cells.json"
     path.write_text(json.dumps({"cells": [{"model": "vit"}]}))
-    with pytest.raises(PlanError, match="drop --iterations"):
-        plan_from_args(parse("--cells", str(path), "--iterations", "3"))
+    with pytest.raises(CellsFileError, match="drop --iterations"):
+        cells_file_from_args(parse("--cells", str(path), "--iterations", "3"))
 
 
 def _cells_file(tmp_path):
@@ -67,7 +67,7 @@ def test_a_cells_file_runs_whole_and_only_the_shorthand_resumes(tmp_path, monkey
     import runner.cli
 
     calls = []
-    monkeypatch.setattr(runner.cli, "run_plan", lambda plan, out, **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(runner.cli, "run_cells_file", lambda plan, out, **kwargs: calls.append(kwargs))
     monkeypatch.setattr(runner.cli.signal, "signal", lambda *args: None)
     argv = [str(_cells_file(tmp_path)) if arg == "CELLS" else arg for arg in argv]
     assert main(["--out", str(tmp_path / "out"), *argv]) == 0
@@ -75,8 +75,8 @@ def test_a_cells_file_runs_whole_and_only_the_shorthand_resumes(tmp_path, monkey
 
 
 def test_resume_flags_belong_to_the_shorthand(tmp_path):
-    with pytest.raises(PlanError, match="drop --force"):
-        plan_from_args(parse("--cells", str(_cells_file(tmp_path)), "--force"))
+    with pytest.raises(CellsFileError, match="drop --force"):
+        cells_file_from_args(parse("--cells", str(_cells_file(tmp_path)), "--force"))
 
 
 def test_bad_usage_exits_2_naming_the_problem(tmp_path, capsys):
@@ -103,8 +103,8 @@ def test_nothing_to_run_is_bad_usage(capsys):
 def test_the_parent_leaves_the_compile_cache_variable_alone():
     """Importing torch._dynamo sets TORCHINDUCTOR_CACHE_DIR; the parent must not, or every
     cell would share torch's default cache instead of compiling cold (driver.compile_cache_dirs)."""
-    code = ("import os; from runner.cli import build_parser, plan_from_args; "
-            "plan_from_args(build_parser().parse_args(['--out', 'x', '--models', 'vit'])); "
+    code = ("import os; from runner.cli import build_parser, cells_file_from_args; "
+            "cells_file_from_args(build_parser().parse_args(['--out', 'x', '--models', 'vit'])); "
             "print(os.environ.get('TORCHINDUCTOR_CACHE_DIR'))")
     env = {key: value for key, value in os.environ.items() if key != "TORCHINDUCTOR_CACHE_DIR"}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from runner import compile as compile_module
-from runner.driver import compile_cache_dirs, run_plan
-from runner.plan import Plan
+from runner.cells_file import CellsFile
+from runner.driver import compile_cache_dirs, run_cells_file
 from runner.schema import read_record, record_path
 from runner_cells import COMPILE_CACHE, assert_valid, settings, tiny_cell
 
@@ -84,8 +84,8 @@ def test_graph_breaks_are_counted_by_the_installed_torch():
 @pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
 def test_tiny_model_through_compile_mode_on_cpu(tmp_path, mode):
     cell = tiny_cell("resnet", mode=mode)
-    plan = Plan(settings=settings(iterations=5), cells=[cell])
-    assert run_plan(plan, tmp_path, log=lambda line: None, compile_cache_dir=COMPILE_CACHE)[0][1] == "ok"
+    plan = CellsFile(settings=settings(iterations=5), cells=[cell])
+    assert run_cells_file(plan, tmp_path, log=lambda line: None, compile_cache_dir=COMPILE_CACHE)[0][1] == "ok"
     record = read_record(record_path(tmp_path, cell))
     assert_valid(record)
     assert record["accuracy"]["status"] == "pass"

@@ -7,21 +7,21 @@ from pathlib import Path
 
 import pytest
 
+from runner.cells_file import CellsFile
 from runner.compile import counts_cudagraph_skips
-from runner.driver import PROBE_TIMEOUT_S, run_plan
+from runner.driver import PROBE_TIMEOUT_S, run_cells_file
 from runner.isolation import Outcome
-from runner.plan import Plan
 from runner.schema import SCRATCH_DIRNAME, read_record, record_path
 from runner_cells import assert_valid, inject_faults, settings, tiny_cell
 
 
 def plan(cells, **setting_overrides):
-    return Plan(settings=settings(**setting_overrides), cells=cells, image_name="test", image_id="sha256:1")
+    return CellsFile(settings=settings(**setting_overrides), cells=cells, image_name="test", image_id="sha256:1")
 
 
 def run(cells, out, **kwargs):
     lines = []
-    results = run_plan(plan(cells, **kwargs.pop("settings", {})), out, log=lines.append, **kwargs)
+    results = run_cells_file(plan(cells, **kwargs.pop("settings", {})), out, log=lines.append, **kwargs)
     return results, lines
 
 

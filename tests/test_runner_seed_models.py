@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from runner.driver import run_plan
+from runner.cells_file import CellsFile
+from runner.driver import run_cells_file
 from runner.models import SEED_MODELS
-from runner.plan import Plan
 from runner.schema import read_record, record_path
 from runner_cells import COMPILE_CACHE, assert_valid, settings, tiny_cell
 
@@ -18,8 +18,8 @@ def expected_accuracy(model):
 @pytest.mark.parametrize("model", sorted(SEED_MODELS))
 def test_tiny_model_eager_and_default(tmp_path, model):
     cells = [tiny_cell(model, mode="eager"), tiny_cell(model, mode="default")]
-    plan = Plan(settings=settings(iterations=3), cells=cells)
-    run_plan(plan, tmp_path, log=lambda line: None, compile_cache_dir=COMPILE_CACHE)
+    plan = CellsFile(settings=settings(iterations=3), cells=cells)
+    run_cells_file(plan, tmp_path, log=lambda line: None, compile_cache_dir=COMPILE_CACHE)
     eager, compiled = (read_record(record_path(tmp_path, cell)) for cell in cells)
     for record in (eager, compiled):
         assert record["status"] == "ok", record["error"]

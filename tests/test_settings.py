@@ -4,7 +4,7 @@ import pytest
 
 from matrixbench.matrix import Matrix
 from matrixbench.matrix_schema import DEFAULTS, MATRIX_SCHEMA
-from runner.plan import validate_settings
+from runner.cells_file import validate_settings
 from runner.settings import BY_NAME, DEFAULT_SETTINGS, RUNNER_SETTINGS, SETTINGS
 
 

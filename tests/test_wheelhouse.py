@@ -39,7 +39,7 @@ def fake_interpreter(tmp_path, monkeypatch, fail=False):
 def test_fill_downloads_each_layer_for_the_images_python_with_the_dockerfiles_arguments(tmp_path, monkeypatch):
     log = fake_interpreter(tmp_path, monkeypatch)
     environ = {"PATH": "/usr/bin:/bin", wheelhouse.WHEELHOUSE_VARIABLE: str(tmp_path / "wheels")}
-    plan = images.plan_build(STABLE)
+    plan = images.build_spec(STABLE)
     assert wheelhouse.fill(plan, "3.10", emit=lambda *_: None, environ=environ)
     torch, rest = [shlex.split(line) for line in log.read_text().splitlines()]
     download = ["-m", "pip", "download", "--dest", str(tmp_path / "wheels"), "--only-binary=:all:",
@@ -55,7 +55,7 @@ def test_a_failed_download_offers_nothing_and_says_so(tmp_path, monkeypatch):
     fake_interpreter(tmp_path, monkeypatch, fail=True)
     environ = {"PATH": "/usr/bin:/bin", wheelhouse.WHEELHOUSE_VARIABLE: str(tmp_path / "wheels")}
     lines = []
-    with wheelhouse.offered(images.plan_build(STABLE), "3.10", emit=lambda name, line: lines.append(line),
+    with wheelhouse.offered(images.build_spec(STABLE), "3.10", emit=lambda name, line: lines.append(line),
                             environ=environ) as url:
         assert url is None
     assert "the build downloads its wheels itself" in lines[-1]
@@ -63,6 +63,6 @@ def test_a_failed_download_offers_nothing_and_says_so(tmp_path, monkeypatch):
 
 def test_no_python_version_offers_nothing(tmp_path, monkeypatch):
     log = fake_interpreter(tmp_path, monkeypatch)
-    with wheelhouse.offered(images.plan_build(STABLE), None, emit=lambda *_: None, environ={}) as url:
+    with wheelhouse.offered(images.build_spec(STABLE), None, emit=lambda *_: None, environ={}) as url:
         assert url is None
     assert not log.exists()

@@ -19,15 +19,15 @@ from typing import Optional
 
 from matrixbench.errors import MatrixError
 from matrixbench.matrix import cells_by_image
+from runner.cells_file import schedule_pairs
 from runner.core import Repeat
-from runner.plan import schedule_pairs
 from runner.schema import RecordError, needs_run, read_record, record_path
 
 RUN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
 @dataclass(frozen=True)
-class ImagePlan:
+class ImageWork:
     """One image's share of a run: all its cells, all their repeats in run order, and the
     repeats still to run (Repeats, in run order)."""
 
@@ -67,8 +67,8 @@ def new_order_seed():
     return random.SystemRandom().randrange(2**31)
 
 
-def plan_run(matrix, run_path, *, force=False, retry_failed=False, order_seed=0):
-    """One ImagePlan per image of ``matrix``, in the matrix's image order."""
+def pending_work(matrix, run_path, *, force=False, retry_failed=False, order_seed=0):
+    """One ImageWork per image of ``matrix``, in the matrix's image order."""
     return [
         _plan_image(name, cells, Path(run_path) / name, force, retry_failed,
                     interleaved(cells, matrix.repeats, order_seed), order_seed)
@@ -98,7 +98,7 @@ def _mode_groups(cells):
 def _plan_image(name, cells, out_dir, force, retry_failed, repeats, order_seed):
     pending = [r for r in repeats if needs_run(out_dir, r.cell, force, retry_failed, repeat=r.index)]
     failures = sum(_recorded_status(out_dir, r) != "ok" for r in repeats if r not in pending)
-    return ImagePlan(image_name=name, out_dir=out_dir, cells=cells, pending=pending,
+    return ImageWork(image_name=name, out_dir=out_dir, cells=cells, pending=pending,
                      recorded_failures=failures, unreadable=tuple(_unreadable(out_dir, pending)),
                      repeats=tuple(repeats), order_seed=order_seed)
 

@@ -3,7 +3,14 @@ import json
 import jsonschema
 import pytest
 
-from runner.plan import DEFAULT_SETTINGS, PlanError, load_plan, plan_from_dict, validate_cell, validate_settings
+from runner.cells_file import (
+    DEFAULT_SETTINGS,
+    CellsFileError,
+    cells_file_from_dict,
+    load_cells_file,
+    validate_cell,
+    validate_settings,
+)
 
 
 def cell(**overrides):
@@ -21,7 +28,7 @@ def test_validate_cell_fills_optional_keys():
 def test_missing_required_field_is_named(field):
     broken = cell()
     del broken[field]
-    with pytest.raises(PlanError, match=f"missing required keys \\['{field}'\\]"):
+    with pytest.raises(CellsFileError, match=f"missing required keys \\['{field}'\\]"):
         validate_cell(broken, "cells[3]")
 
 
@@ -30,18 +37,18 @@ def test_missing_required_field_is_named(field):
     ("fullgraph", "yes"), ("task", "captioning"), ("model_id", 3),
 ])
 def test_bad_value_names_the_field(field, value):
-    with pytest.raises(PlanError, match=f"cells\\[0\\]: '{field}'"):
+    with pytest.raises(CellsFileError, match=f"cells\\[0\\]: '{field}'"):
         validate_cell(cell(**{field: value}), "cells[0]")
 
 
 def test_a_fault_is_no_cell_key():
     """Fault injection is a test-only environment variable (runner.faults), not part of a cell."""
-    with pytest.raises(PlanError, match="unknown keys \\['fault'\\]"):
+    with pytest.raises(CellsFileError, match="unknown keys \\['fault'\\]"):
         validate_cell(cell(fault="crash"))
 
 
 def test_unknown_cell_key_is_refused_with_valid_keys():
-    with pytest.raises(PlanError, match="unknown keys \\['batchsize'\\]; valid: .*batch_size"):
+    with pytest.raises(CellsFileError, match="unknown keys \\['batchsize'\\]; valid: .*batch_size"):
         validate_cell(cell(batchsize=2))
 
 
@@ -55,12 +62,12 @@ def test_settings_defaults_and_overrides():
     ({"device": "tpu"}, "device"), ({"accuracy_tolerance": -1}, "accuracy_tolerance"),
 ])
 def test_bad_settings_name_the_field(settings, field):
-    with pytest.raises(PlanError, match=f"'{field}'"):
+    with pytest.raises(CellsFileError, match=f"'{field}'"):
         validate_settings(settings)
 
 
 def test_unknown_setting_is_refused():
-    with pytest.raises(PlanError, match="unknown settings \\['iteration'\\]"):
+    with pytest.raises(CellsFileError, match="unknown settings \\['iteration'\\]"):
         validate_settings({"iteration": 3})
 
 
@@ -71,8 +78,9 @@ def test_a_cells_file_of_an_unknown_version_is_refused(tmp_path, version):
     if version is not None:
         data["schema_version"] = version
     path.write_text(json.dumps(data))
-    with pytest.raises(PlanError, match="schema_version .* is not supported; this runner reads versions \\[1, 2\\]"):
-        load_plan(path)
+    with pytest.raises(CellsFileError,
+                       match="schema_version .* is not supported; this runner reads versions \\[1, 2\\]"):
+        load_cells_file(path)
 
 
 def test_the_hosts_cells_file_is_what_cells_schema_says_and_the_runner_reads_it(tmp_path):
@@ -86,14 +94,14 @@ def test_the_hosts_cells_file_is_what_cells_schema_says_and_the_runner_reads_it(
                          out_dir=tmp_path)
     path = write_cells_file(request, "sha256:abc")
     jsonschema.validate(json.loads(path.read_text()), CELLS_SCHEMA)
-    assert load_plan(path).cells == request.cells
+    assert load_cells_file(path).cells == request.cells
 
 
 def test_load_plan_reads_the_host_format(tmp_path):
     path = tmp_path / "cells.json"
     path.write_text(json.dumps({"schema_version": 1, "settings": {"iterations": 7}, "image_name": "stable",
                                 "image_id": "sha256:abc", "cells": [cell(), cell(mode="default")]}))
-    plan = load_plan(path)
+    plan = load_cells_file(path)
     assert [c.mode for c in plan.cells] == ["eager", "default"]
     assert plan.settings["iterations"] == 7 and plan.settings["warmup"] == DEFAULT_SETTINGS["warmup"]
     assert (plan.image_name, plan.image_id) == ("stable", "sha256:abc")
@@ -102,14 +110,14 @@ def test_load_plan_reads_the_host_format(tmp_path):
 def test_load_plan_reports_bad_json_and_missing_file(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(PlanError, match="not valid JSON"):
-        load_plan(bad)
-    with pytest.raises(PlanError, match="cannot read it"):
-        load_plan(tmp_path / "missing.json")
+    with pytest.raises(CellsFileError, match="not valid JSON"):
+        load_cells_file(bad)
+    with pytest.raises(CellsFileError, match="cannot read it"):
+        load_cells_file(tmp_path / "missing.json")
 
 
 def test_plan_needs_cells():
-    with pytest.raises(PlanError, match="'cells' must be a non-empty list"):
-        plan_from_dict({"settings": {}, "cells": []})
-    with pytest.raises(PlanError, match="unknown top-level keys \\['cell'\\]"):
-        plan_from_dict({"cell": [cell()]})
+    with pytest.raises(CellsFileError, match="'cells' must be a non-empty list"):
+        cells_file_from_dict({"settings": {}, "cells": []})
+    with pytest.raises(CellsFileError, match="unknown top-level keys \\['cell'\\]"):
+        cells_file_from_dict({"cell": [cell()]})

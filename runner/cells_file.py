@@ -29,7 +29,7 @@ from runner.settings import BY_NAME, DEFAULT_SETTINGS
 JSON = Dict[str, Any]
 
 
-class PlanError(ValueError):
+class CellsFileError(ValueError):
     """A cells file or cell that cannot be run; the message names the field."""
 
 
@@ -37,7 +37,7 @@ TOP_LEVEL_KEYS = ("settings", "cells", "image_name", "image_id", "repeats", "ord
 
 
 @dataclass
-class Plan:
+class CellsFile:
     """The cells, and ``repeats``: the processes to run, in order (default: each cell once)."""
 
     settings: JSON
@@ -61,36 +61,36 @@ def schedule_pairs(repeats: Sequence[Repeat]) -> Tuple[List[Cell], List[List[int
     return cells, [[cells.index(repeat.cell), repeat.index] for repeat in repeats]
 
 
-def load_plan(path: Union[str, Path]) -> Plan:
+def load_cells_file(path: Union[str, Path]) -> CellsFile:
     path = Path(path)
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
-        raise PlanError(f"--cells {path}: cannot read it ({exc.strerror})") from exc
+        raise CellsFileError(f"--cells {path}: cannot read it ({exc.strerror})") from exc
     except ValueError as exc:
-        raise PlanError(f"--cells {path}: not valid JSON ({exc})") from exc
+        raise CellsFileError(f"--cells {path}: not valid JSON ({exc})") from exc
     version = data.get("schema_version") if isinstance(data, dict) else None
     if version not in SUPPORTED_CELLS_VERSIONS:
-        raise PlanError(f"--cells {path}: schema_version {version!r} is not supported; this runner reads "
+        raise CellsFileError(f"--cells {path}: schema_version {version!r} is not supported; this runner reads "
                         f"versions {list(SUPPORTED_CELLS_VERSIONS)}: the host and the image differ, rebuild "
                         "the image (`matrixbench build`)")
-    return plan_from_dict({key: value for key, value in data.items() if key != "schema_version"}, str(path))
+    return cells_file_from_dict({key: value for key, value in data.items() if key != "schema_version"}, str(path))
 
 
-def plan_from_dict(data: Any, source: str = "<dict>") -> Plan:
+def cells_file_from_dict(data: Any, source: str = "<dict>") -> CellsFile:
     if not isinstance(data, dict):
-        raise PlanError(f"{source}: expected a JSON object with 'settings' and 'cells'")
+        raise CellsFileError(f"{source}: expected a JSON object with 'settings' and 'cells'")
     unknown = sorted(set(data) - set(TOP_LEVEL_KEYS))
     if unknown:
-        raise PlanError(f"{source}: unknown top-level keys {unknown}; expected {list(TOP_LEVEL_KEYS)}")
+        raise CellsFileError(f"{source}: unknown top-level keys {unknown}; expected {list(TOP_LEVEL_KEYS)}")
     cells = data.get("cells")
     if not isinstance(cells, list) or not cells:
-        raise PlanError(f"{source}: 'cells' must be a non-empty list of cell objects")
+        raise CellsFileError(f"{source}: 'cells' must be a non-empty list of cell objects")
     checked = [validate_cell(cell, f"{source}: cells[{i}]") for i, cell in enumerate(cells)]
     seed = data.get("order_seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise PlanError(f"{source}: 'order_seed' must be an integer or null, got {seed!r}")
-    return Plan(
+        raise CellsFileError(f"{source}: 'order_seed' must be an integer or null, got {seed!r}")
+    return CellsFile(
         settings=validate_settings(data.get("settings") or {}, source),
         cells=checked,
         image_name=_optional_str(data, "image_name", source),
@@ -105,14 +105,14 @@ def validate_repeats(pairs: Any, cells: List[Cell], source: str = "<dict>") -> L
     if pairs is None:
         return [Repeat(cell) for cell in cells]
     if not isinstance(pairs, list) or not pairs:
-        raise PlanError(f"{source}: 'repeats' must be a non-empty list of [cell index, repeat index] pairs")
+        raise CellsFileError(f"{source}: 'repeats' must be a non-empty list of [cell index, repeat index] pairs")
     for i, pair in enumerate(pairs):
         if not (isinstance(pair, list) and len(pair) == 2 and all(_index(v) for v in pair)
                 and pair[0] < len(cells)):
-            raise PlanError(f"{source}: repeats[{i}] must be [cell index < {len(cells)}, repeat index >= 0], "
+            raise CellsFileError(f"{source}: repeats[{i}] must be [cell index < {len(cells)}, repeat index >= 0], "
                             f"got {pair!r}")
     if len({tuple(pair) for pair in pairs}) != len(pairs):
-        raise PlanError(f"{source}: 'repeats' lists a [cell index, repeat index] pair twice")
+        raise CellsFileError(f"{source}: 'repeats' lists a [cell index, repeat index] pair twice")
     return [Repeat(cells[cell], repeat) for cell, repeat in pairs]
 
 
@@ -123,44 +123,44 @@ def _index(value: Any) -> bool:
 def validate_settings(settings: Any, where: str = "settings") -> JSON:
     """The runner settings with defaults filled in; each checked against its declaration."""
     if not isinstance(settings, dict):
-        raise PlanError(f"{where}: 'settings' must be an object")
+        raise CellsFileError(f"{where}: 'settings' must be an object")
     unknown = sorted(set(settings) - set(DEFAULT_SETTINGS))
     if unknown:
-        raise PlanError(f"{where}: unknown settings {unknown}; valid: {sorted(DEFAULT_SETTINGS)}")
+        raise CellsFileError(f"{where}: unknown settings {unknown}; valid: {sorted(DEFAULT_SETTINGS)}")
     merged = dict(DEFAULT_SETTINGS, **settings)
     for name, value in merged.items():
         problem = BY_NAME[name].problem(value)
         if problem:
-            raise PlanError(f"{where}: settings: '{name}' {problem}")
+            raise CellsFileError(f"{where}: settings: '{name}' {problem}")
     return merged
 
 
 def validate_cell(cell: Any, where: str = "cell") -> Cell:
     if not isinstance(cell, dict):
-        raise PlanError(f"{where}: a cell must be an object, got {type(cell).__name__}")
+        raise CellsFileError(f"{where}: a cell must be an object, got {type(cell).__name__}")
     known = set(CELL_SCHEMA["properties"])
     unknown = sorted(set(cell) - known)
     if unknown:
-        raise PlanError(f"{where}: unknown keys {unknown}; valid: {sorted(known)}")
+        raise CellsFileError(f"{where}: unknown keys {unknown}; valid: {sorted(known)}")
     missing = [key for key in CELL_SCHEMA["required"] if key not in cell]
     if missing:
-        raise PlanError(f"{where}: missing required keys {missing}")
+        raise CellsFileError(f"{where}: missing required keys {missing}")
     _check_fields(cell, where)
     return Cell.from_dict(cell)
 
 
 def _check_fields(cell: Mapping[str, Any], where: str) -> None:
     if not isinstance(cell["model"], str) or not cell["model"]:
-        raise PlanError(f"{where}: 'model' must be a non-empty string")
+        raise CellsFileError(f"{where}: 'model' must be a non-empty string")
     for key, choices in (("task", TASKS), ("weights", WEIGHTS), ("size", SIZES),
                          ("mode", MODES), ("dtype", DTYPES), ("attention", (*ATTENTION, None))):
         if cell.get(key) not in choices:
-            raise PlanError(f"{where}: '{key}' must be one of {list(choices)}, got {cell[key]!r}")
+            raise CellsFileError(f"{where}: '{key}' must be one of {list(choices)}, got {cell[key]!r}")
     problem = BY_NAME["batch_sizes"].problem_of_item(cell["batch_size"])
     if problem:
-        raise PlanError(f"{where}: 'batch_size' {problem}")
+        raise CellsFileError(f"{where}: 'batch_size' {problem}")
     if not isinstance(cell["fullgraph"], bool):
-        raise PlanError(f"{where}: 'fullgraph' must be true or false, got {cell['fullgraph']!r}")
+        raise CellsFileError(f"{where}: 'fullgraph' must be true or false, got {cell['fullgraph']!r}")
     for key in ("model_id", "config_path"):
         _optional_str(cell, key, where)
 
@@ -168,5 +168,5 @@ def _check_fields(cell: Mapping[str, Any], where: str) -> None:
 def _optional_str(obj: Mapping[str, Any], key: str, where: str) -> Optional[str]:
     value = obj.get(key)
     if value is not None and not isinstance(value, str):
-        raise PlanError(f"{where}: '{key}' must be a string or null, got {value!r}")
+        raise CellsFileError(f"{where}: '{key}' must be a string or null, got {value!r}")
     return value
