@@ -1,0 +1,193 @@
+"""Slots: where each concurrent runner of a run goes (a GPU, a disjoint set of CPU cores, a NUMA node).
+
+Host side, no torch. ``plan_slots`` splits the cores this process may use
+(``os.sched_getaffinity(0)``) into disjoint slots. On a GPU host there is one slot per chosen GPU
+(``--gpu 0,3``, indices or UUIDs, restricts), its cores taken from that GPU's NUMA node as
+``nvidia-smi topo -m`` reports it (its ``CPU Affinity`` and ``NUMA Affinity`` columns); when that
+cannot be read, the cores are split evenly and the plan says so. On a CPU host the slots split the
+cores: ``--slots 2`` on a 2-core machine gives each slot one core.
+
+GPUs are listed with the doctor's query and parser (``matrixbench.doctor``); commands run
+through a ``run(argv) -> (exit code or None, stdout)`` seam so tests replay recorded outputs.
+"""
+import os
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from matrixbench.doctor import GPU_QUERY, parse_gpus
+from matrixbench.doctor import _run as run_command
+from matrixbench.errors import RunError
+
+AUTO = "auto"
+Runner = Callable[[List[str]], Tuple[Optional[int], str]]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One runner's share of the host: its cores, and its GPU and NUMA node where known."""
+
+    index: int
+    cores: Tuple[int, ...]
+    gpu_index: Optional[int] = None
+    gpu_uuid: Optional[str] = None
+    numa_node: Optional[int] = None
+
+    @property
+    def cpuset(self) -> str:
+        """The cores as a cpuset list ("0-3,8"), as Docker's cpuset_cpus takes them."""
+        return format_cpulist(self.cores)
+
+    def to_dict(self) -> dict:
+        return {"slot": self.index, "cores": list(self.cores), "gpu_index": self.gpu_index,
+                "gpu_uuid": self.gpu_uuid, "numa_node": self.numa_node}
+
+
+@dataclass(frozen=True)
+class SlotPlan:
+    slots: Tuple[Slot, ...]
+    notes: Tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        lines = [f"{len(self.slots)} slot(s):"]
+        for slot in self.slots:
+            gpu = f"GPU {slot.gpu_index} ({slot.gpu_uuid}), " if slot.gpu_uuid else ""
+            numa = f", NUMA node {slot.numa_node}" if slot.numa_node is not None else ""
+            lines.append(f"  slot {slot.index}: {gpu}cores {slot.cpuset}{numa}")
+        return "\n".join(lines + [f"  note: {note}" for note in self.notes])
+
+
+def parse_cpulist(text: str) -> Tuple[int, ...]:
+    """ "0-3,8,10-11" -> (0, 1, 2, 3, 8, 10, 11); "" or "N/A" -> ()."""
+    cores: List[int] = []
+    for part in text.strip().split(","):
+        part = part.strip()
+        if not part or not part[0].isdigit():
+            continue
+        first, _, last = part.partition("-")
+        cores += range(int(first), int(last or first) + 1)
+    return tuple(sorted(set(cores)))
+
+
+def format_cpulist(cores: Sequence[int]) -> str:
+    """(0, 1, 2, 3, 8) -> "0-3,8"."""
+    ranges: List[List[int]] = []
+    for core in sorted(cores):
+        if ranges and core == ranges[-1][1] + 1:
+            ranges[-1][1] = core
+        else:
+            ranges.append([core, core])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
+
+
+def usable_cores() -> Tuple[Tuple[int, ...], Optional[str]]:
+    """The cores this process may run on, and a note when they could not be read."""
+    try:
+        return tuple(sorted(os.sched_getaffinity(0))), None
+    except (AttributeError, OSError):
+        count = os.cpu_count() or 1
+        return tuple(range(count)), (f"this process's CPU affinity cannot be read (no sched_getaffinity): "
+                                     f"cores 0-{count - 1} assumed usable")
+
+
+def split_evenly(cores: Sequence[int], n: int) -> List[Tuple[int, ...]]:
+    """``cores`` in ``n`` disjoint, contiguous, near-equal parts (the first ones one larger)."""
+    if n < 1 or n > len(cores):
+        raise RunError(f"--slots {n}: {len(cores)} usable core(s) cannot give {n} slot(s) a core each")
+    size, extra = divmod(len(cores), n)
+    parts, start = [], 0
+    for i in range(n):
+        end = start + size + (1 if i < extra else 0)
+        parts.append(tuple(cores[start:end]))
+        start = end
+    return parts
+
+
+@dataclass(frozen=True)
+class GpuPlace:
+    """A GPU's position from ``nvidia-smi topo -m``: the CPUs and NUMA node it is close to."""
+
+    cpus: Tuple[int, ...]
+    numa_node: Optional[int]
+
+
+def parse_topology(text: str) -> Dict[int, GpuPlace]:
+    """``nvidia-smi topo -m``'s matrix -> GPU index -> GpuPlace ({} when the columns are absent).
+
+    The header row names the columns (GPU0 ... GPUn, NICs, ``CPU Affinity``, ``NUMA Affinity``,
+    newer drivers ``GPU NUMA ID``), tab-separated; each ``GPU<i>`` row gives them in that order.
+    """
+    lines = [line for line in text.splitlines() if line.strip()]
+    header = next((line for line in lines if "CPU Affinity" in line), None)
+    if header is None:
+        return {}
+    columns = [c.strip() for c in header.split("\t")]
+    cpu_at = columns.index("CPU Affinity")
+    numa_at = columns.index("NUMA Affinity") if "NUMA Affinity" in columns else None
+    places = {}
+    for line in lines:
+        values = [v.strip() for v in line.split("\t")]   # the columns after NUMA Affinity may hold extra tabs
+        name = values[0]
+        if not (name.startswith("GPU") and name[3:].isdigit()) or len(values) <= cpu_at:
+            continue
+        numa = values[numa_at] if numa_at is not None and len(values) > numa_at else ""
+        places[int(name[3:])] = GpuPlace(parse_cpulist(values[cpu_at]), int(numa) if numa.isdigit() else None)
+    return places
+
+
+def choose_gpus(gpus, chosen: Sequence[str]):
+    """The GPUs ``--gpu`` names (indices or UUIDs), in its order; all when it names none."""
+    if not chosen:
+        return list(gpus)
+    by_key = {key: gpu for gpu in gpus for key in (gpu.index, gpu.uuid)}
+    unknown = [key for key in chosen if key not in by_key]
+    if unknown:
+        raise RunError(f"--gpu {','.join(chosen)}: no GPU {', '.join(unknown)} on this host "
+                       f"(nvidia-smi lists {', '.join(g.index for g in gpus)})")
+    return [by_key[key] for key in chosen]
+
+
+def gpu_slots(gpus, topology: Dict[int, GpuPlace], cores: Sequence[int]) -> Tuple[List[Slot], List[str]]:
+    """One slot per GPU; each NUMA node's usable cores split among that node's GPUs."""
+    places = [topology.get(int(gpu.index)) for gpu in gpus]
+    if any(place is None or not set(place.cpus) & set(cores) for place in places):
+        parts = split_evenly(cores, len(gpus))
+        note = ("the GPUs' NUMA affinity cannot be read (nvidia-smi topo -m): "
+                "cores split evenly among the GPUs, whatever their NUMA node")
+        return [Slot(i, part, int(gpu.index), gpu.uuid) for i, (gpu, part) in enumerate(zip(gpus, parts))], [note]
+    groups: Dict[Tuple[int, ...], List[int]] = {}
+    for i, place in enumerate(places):
+        groups.setdefault(place.cpus, []).append(i)
+    slots: Dict[int, Slot] = {}
+    for cpus, members in groups.items():
+        near = [core for core in cores if core in set(cpus)]
+        for i, part in zip(members, split_evenly(near, len(members))):
+            slots[i] = Slot(i, part, int(gpus[i].index), gpus[i].uuid, places[i].numa_node)
+    return [slots[i] for i in range(len(gpus))], []
+
+
+def plan_slots(slots, use_gpus: bool, gpu_choice: Sequence[str] = (), run: Optional[Runner] = None,
+               cores: Optional[Sequence[int]] = None) -> SlotPlan:
+    """The slots of a run: ``slots`` is "auto" or a count; ``use_gpus``: the cells run on GPUs.
+
+    auto is one slot per chosen GPU on a GPU run, one slot of every core on a CPU run.
+    """
+    run = run or run_command
+    notes: List[str] = []
+    if cores is None:
+        cores, note = usable_cores()
+        notes += [note] if note else []
+    cores = sorted(cores)
+    if not use_gpus:
+        count = 1 if slots == AUTO else int(slots)
+        return SlotPlan(tuple(Slot(i, part) for i, part in enumerate(split_evenly(cores, count))), tuple(notes))
+    code, text = run(["nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"])
+    gpus = choose_gpus(parse_gpus(text) if code == 0 else [], gpu_choice)
+    if not gpus:
+        raise RunError("slots on GPUs: nvidia-smi lists no GPU on this host")
+    if slots != AUTO:
+        if int(slots) > len(gpus):
+            raise RunError(f"--slots {slots}: only {len(gpus)} GPU(s) to give them (one GPU per slot)")
+        gpus = gpus[:int(slots)]
+    code, text = run(["nvidia-smi", "topo", "-m"])
+    made, more = gpu_slots(gpus, parse_topology(text) if code == 0 else {}, cores)
+    return SlotPlan(tuple(made), tuple(notes + more))
