@@ -65,11 +65,19 @@ FLAG_ALIASES = {"dtypes": ("--dtype",)}
 _CLICK_TYPES = {"integer": int, "number": float, "string": str}
 
 
+def _auto_or(convert):
+    """A click type for a setting that also takes "auto"."""
+    def parse(text):
+        return text if text == "auto" else convert(text)
+    parse.__name__ = f"auto or {convert.__name__}"
+    return parse
+
+
 def _setting_option(setting):
     """The override option of one declared setting (runner.settings). Click only parses the
     value; load_matrix checks it, with the file's values, against the one schema."""
     names = (setting.flag, *FLAG_ALIASES.get(setting.name, ()), setting.name)
-    convert = _CLICK_TYPES[setting.kind]
+    convert = _auto_or(_CLICK_TYPES[setting.kind]) if setting.auto else _CLICK_TYPES[setting.kind]
     if setting.many:
         return click.option(*names, multiple=True, callback=_comma_list(convert=convert),
                             metavar=setting.name.upper(), help=setting.help)

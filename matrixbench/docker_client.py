@@ -210,9 +210,10 @@ class DockerClient:
         return gpu_lines(output) if exit_code == 0 else []
 
     def start_container(self, image, command, *, user, env, mounts, labels, gpus=False, name=None,
-                        gpu_ids=None):
+                        gpu_ids=None, cpuset_cpus=None, cpuset_mems=None):
         """Start a detached container; ``mounts`` maps host path -> (container path, mode);
-        ``gpu_ids`` (indices or UUIDs) narrows ``gpus`` to those GPUs."""
+        ``gpu_ids`` (indices or UUIDs) narrows ``gpus`` to those GPUs; ``cpuset_cpus`` ("0-3")
+        and ``cpuset_mems`` ("0") pin it to a slot's cores and NUMA node."""
         from docker.errors import DockerException
 
         volumes = {str(host): {"bind": path, "mode": mode} for host, (path, mode) in mounts.items()}
@@ -221,6 +222,7 @@ class DockerClient:
                 image, command, detach=True, user=user, environment=env, volumes=volumes,
                 labels=labels, name=name, shm_size="2g", init=True,  # init: forwards SIGTERM, reaps cells
                 device_requests=[gpu_request(gpu_ids)] if gpus else None,
+                **_cpusets(cpuset_cpus, cpuset_mems),
             )
         except DockerException as exc:  # the message names the image, never the environment
             raise RunError(f"Docker could not start a container of {image}: {exc}") from exc
@@ -247,6 +249,11 @@ class DockerClient:
             self._sdk.images.remove(image_id, force=False, noprune=False)
         except APIError:
             pass
+
+
+def _cpusets(cpus, mems):
+    """Only the cpuset arguments given (the SDK's defaults otherwise)."""
+    return {key: value for key, value in (("cpuset_cpus", cpus), ("cpuset_mems", mems)) if value is not None}
 
 
 def _label_filters(labels):

@@ -13,7 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from matrixbench import matrix_errors, matrix_yaml
 from matrixbench.errors import MatrixError
@@ -87,6 +87,7 @@ class Matrix:
     timeout_s: float = _default("timeout_s")
     accuracy_tolerance: Optional[float] = _default("accuracy_tolerance")  # None: the dtype's default
     cv_threshold: float = _default("cv_threshold")
+    slots: Union[str, int] = _default("slots")     # "auto" or a count (matrixbench.placement)
     path: Optional[Path] = None
 
     def to_dict(self) -> JSON:
@@ -116,6 +117,7 @@ class Overrides:
     size: Optional[str] = None
     weights: Optional[str] = None
     attention: Optional[str] = None
+    slots: Optional[Union[str, int]] = None
 
     def settings(self) -> JSON:
         """The settings given, by matrix key (lists without repeats)."""

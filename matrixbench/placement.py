@@ -148,8 +148,9 @@ def choose_gpus(gpus, chosen: Sequence[str]):
 
 def gpu_slots(gpus, topology: Dict[int, GpuPlace], cores: Sequence[int]) -> Tuple[List[Slot], List[str]]:
     """One slot per GPU; each NUMA node's usable cores split among that node's GPUs."""
-    places = [topology.get(int(gpu.index)) for gpu in gpus]
-    if any(place is None or not set(place.cpus) & set(cores) for place in places):
+    found = [topology.get(int(gpu.index)) for gpu in gpus]
+    places = [place for place in found if place is not None and set(place.cpus) & set(cores)]
+    if len(places) < len(gpus):
         parts = split_evenly(cores, len(gpus))
         note = ("the GPUs' NUMA affinity cannot be read (nvidia-smi topo -m): "
                 "cores split evenly among the GPUs, whatever their NUMA node")

@@ -7,7 +7,9 @@ Cells that already have a record are skipped unless ``force``; failed ones rerun
 ``retry_failed``. Progress comes from polling for record files while the backend runs.
 Ctrl-C stops the backend (which removes what it started) and keeps every finished record.
 """
+import dataclasses
 import os
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +22,11 @@ from matrixbench.errors import RunError
 from matrixbench.manifest import finish_manifest, read_manifest, start_manifest
 from matrixbench.matrix import runner_settings
 from matrixbench.paths import cache_home
+from matrixbench.placement import AUTO, plan_slots
 from matrixbench.pending import new_order_seed, pending_work, recorded_failures_line, run_dir, unreadable_lines
 from matrixbench.progress import NullProgress, RecordWatcher
 from matrixbench.resume import check_resume
+from matrixbench.scheduler import Serialized, make_units, run_on_slots
 from runner.core import DEVICES
 
 DEFAULT_RUN = "default"
@@ -154,10 +158,13 @@ def _run_locked(matrix, options, run_path, progress, environ):
                         emit=lambda name, line: progress.note(f"[{name}] {line}"))
         progress.start(sum(len(p.pending) for p in plans), sum(p.done for p in plans))
         _note_recorded(plans, progress)
-        for plan in plans:
-            summary.images.append(ImageResult(plan.image_name, plan.out_dir, skipped=plan.done,
-                                              recorded_failures=plan.recorded_failures))
-            _run_image(backend, plan, summary.images[-1], matrix, options, gpus, environ, progress)
+        if matrix.slots == AUTO and not gpus:
+            for plan in plans:
+                summary.images.append(ImageResult(plan.image_name, plan.out_dir, skipped=plan.done,
+                                                  recorded_failures=plan.recorded_failures))
+                _run_image(backend, plan, summary.images[-1], matrix, options, gpus, environ, progress)
+        else:
+            _run_slots(backend, plans, summary, matrix, options, gpus, environ, progress)
         status = "incomplete" if summary.missing else ("failed" if summary.all_failed else "finished")
     except KeyboardInterrupt:
         status = "interrupted"
@@ -204,6 +211,44 @@ def _resolve_gpus(backend, device, progress):
         )
     progress.note("device: cuda" if available else "device: cpu (no NVIDIA GPU available; --device auto)")
     return available
+
+
+def _run_slots(backend, plans, summary, matrix, options, gpus, environ, progress):
+    """The pending cells as units (one model in every image) on the run's slots, at once."""
+    slot_plan = plan_slots(matrix.slots, gpus, gpu_choice(options.gpu, environ) if gpus else ())
+    progress.note(slot_plan.describe())
+    progress = Serialized(progress)
+    results, lock = {}, threading.Lock()
+    for plan in plans:
+        results[plan.image_name] = ImageResult(plan.image_name, plan.out_dir, skipped=plan.done,
+                                               recorded_failures=plan.recorded_failures)
+        summary.images.append(results[plan.image_name])
+        progress.image_started(plan.image_name, len(plan.pending), plan.done)
+
+    def run_unit(slot, unit, busy):
+        for plan, cells in unit.parts:
+            request = dataclasses.replace(_request(plan, matrix, options, gpus, environ), cells=cells, slot=slot,
+                                          slots=len(slot_plan.slots), busy_slots=busy)
+            _run_request(backend, plan, request, results[plan.image_name], progress, lock)
+
+    run_on_slots(slot_plan.slots, make_units(plans), run_unit, backend.stop_all)
+
+
+def _run_request(backend, plan, request, result, progress, lock):
+    """One runner for some cells of one image; ``result`` counts them (under ``lock``)."""
+    plan.out_dir.mkdir(parents=True, exist_ok=True)
+
+    def on_record(cell, record):
+        with lock:
+            result.ran += 1
+            result.statuses[record.status.value] += 1
+        progress.cell_finished(plan.image_name, cell, record)
+
+    with RecordWatcher(plan.out_dir, request.cells, on_record, on_tick=progress.tick) as watcher:
+        exit_code = backend.run(request)
+    with lock:
+        result.exit_code = exit_code if exit_code or result.exit_code is None else result.exit_code
+        result.missing += [cell.id for cell in watcher.waiting]
 
 
 def _run_image(backend, plan, result, matrix, options, gpus, environ, progress):

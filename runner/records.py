@@ -6,6 +6,8 @@ with the environment its probe reported, so every record has the same shape.
 from __future__ import annotations
 
 import datetime
+import json
+import os
 import time
 import traceback as traceback_module
 from typing import Any, Dict, Mapping, Optional
@@ -18,6 +20,9 @@ JSON = Dict[str, Any]
 MIN_WARMUP = 3   # cudagraph trees: warm-up run, record, then replay
 MAX_TRACEBACK_CHARS = 20000
 MAX_MESSAGE_CHARS = 4000
+
+# The host's slot for this runner (matrixbench.placement), JSON; absent: not placed in a slot.
+PLACEMENT_ENV = "MATRIXBENCH_PLACEMENT"
 
 # cuBLAS/cuDNN report a failed workspace allocation with their own status, not torch's OOM.
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cublas_status_alloc_failed",
@@ -59,7 +64,23 @@ def new_record(job: Mapping[str, Any]) -> Record:
     cell, device, precision = job["cell"], job["device"], job["precision"]
     return Record(cell=cell, device=device, settings=record_settings(job["settings"], cell, device, precision),
                   precision=precision, environment=job["environment"], started_at=job["started_at"],
-                  repeat=job.get("repeat", 0))
+                  repeat=job.get("repeat", 0),
+                  placement=placement())
+
+
+def placement(environ: Optional[Mapping[str, str]] = None) -> Optional[JSON]:
+    """Where this process ran: the host's slot (``MATRIXBENCH_PLACEMENT``) and the cores it may
+    really use (``os.sched_getaffinity(0)``, as seen here: inside a container too); None when the
+    host placed it in no slot."""
+    text = (os.environ if environ is None else environ).get(PLACEMENT_ENV)
+    if not text:
+        return None
+    block: JSON = dict(json.loads(text))
+    try:
+        block["affinity"] = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        block["affinity"] = None
+    return block
 
 
 def finish(record: Record, job: Mapping[str, Any]) -> Record:

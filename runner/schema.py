@@ -275,6 +275,18 @@ RECORD_SCHEMA = {
         # when the cell failed before its model was built
         "attention": _obj({"requested": _STR, "used": _STR}, nullable=True),
         "started_at": {"type": "string"},   # ISO 8601, UTC
+        # schema v2, optional: the slot the host ran the cell in (matrixbench.placement) and the
+        # cores the runner could use (os.sched_getaffinity(0)); absent or null outside slots.
+        "placement": _obj({
+            "slot": {"type": "integer"},
+            "cores": {"type": "array", "items": {"type": "integer"}},
+            "gpu_index": _INT,
+            "gpu_uuid": _STR,
+            "numa_node": _INT,
+            "slots": {"type": "integer"},         # slots of the run
+            "busy_slots": {"type": "integer"},    # slots running a unit when this cell's unit started
+            "affinity": {"type": ["array", "null"], "items": {"type": "integer"}},
+        }, required=["slot", "cores", "affinity"], nullable=True),
         "duration_s": {"type": "number"},   # wall time of the whole cell, process start to record
         "repeat": {"type": "integer", "minimum": 0},   # which of the cell's processes; missing = 0
     },

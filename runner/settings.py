@@ -34,9 +34,13 @@ class Setting:
     flag: Optional[str] = None                 # the override flag of `matrixbench validate/run`
     runner: bool = False                       # in the runner's settings block
     matrix: bool = True                        # a key of matrix.yaml
+    auto: bool = False                         # the string "auto" is allowed too (chosen at run time)
 
     def item_schema(self) -> JSON:
         """The JSON Schema of one value."""
+        if self.auto:
+            return {"anyOf": [{"const": "auto"}, Setting(self.name, self.help, self.kind, minimum=self.minimum,
+                                                        maximum=self.maximum).item_schema()]}
         if self.choices is not None:
             return {"enum": list(self.choices) + ([None] if self.nullable else [])}
         schema: JSON = {"type": [self.kind, "null"] if self.nullable else self.kind}
@@ -65,6 +69,9 @@ class Setting:
 
     def describe(self) -> str:
         """What a value must be: "one of [a, b]", "an integer >= 1", "a number > 0 or null"."""
+        if self.auto:
+            return "auto or " + Setting(self.name, self.help, self.kind, minimum=self.minimum,
+                                        maximum=self.maximum).describe()
         if self.choices is not None:
             text = f"one of [{', '.join(map(str, self.choices))}]"
         else:
@@ -77,6 +84,8 @@ class Setting:
 
 
 def _allowed(setting: Setting, value: Any) -> bool:
+    if setting.auto and value == "auto":
+        return True
     if setting.choices is not None:
         return value in setting.choices
     if isinstance(value, bool) or setting.kind in ("boolean", "string"):
@@ -127,6 +136,9 @@ SETTINGS: Tuple[Setting, ...] = (
             "number", default=None, minimum=0, nullable=True, runner=True),
     Setting("cv_threshold", "stdev/mean above which a cell's timing is flagged noisy.",
             "number", default=0.1, minimum=0, exclusive_minimum=True, runner=True),
+    Setting("slots", "Runners at once: auto (one per GPU on a GPU run, one on a CPU run) or a count; "
+            "each slot gets its own GPU and a disjoint set of CPU cores (matrixbench.placement).",
+            "integer", default="auto", minimum=1, maximum=1024, auto=True, flag="--slots"),
 )
 BY_NAME: Dict[str, Setting] = {setting.name: setting for setting in SETTINGS}
 RUNNER_SETTINGS: Tuple[Setting, ...] = tuple(s for s in SETTINGS if s.runner)

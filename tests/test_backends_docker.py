@@ -206,3 +206,27 @@ def test_a_users_own_model_is_mounted_read_only_and_its_path_rewritten(sdk, tmp_
     assert binds["/models/swin"] == (str(mine.resolve()), "ro")
     cells = json.loads((request.out_dir / "cells.json").read_text())["cells"]
     assert [c["config_path"] for c in cells] == ["/models/swin/config.json"] * 2
+
+
+def test_a_slot_pins_the_container_to_its_cores_numa_node_and_one_gpu(sdk, tmp_path):
+    from matrixbench.placement import Slot
+    from runner.records import PLACEMENT_ENV
+
+    slot = Slot(1, (32, 33, 34, 35), gpu_index=5, gpu_uuid="GPU-5f3c2a1e", numa_node=1)
+    request = request_for(tmp_path, gpus=True, gpu_ids=("0", "5"), slot=slot, slots=8, busy_slots=3)
+    backend(sdk).run(request)
+    kwargs = sdk.started[-1].kwargs
+    assert (kwargs["cpuset_cpus"], kwargs["cpuset_mems"]) == ("32-35", "1")
+    assert kwargs["device_requests"][0]["DeviceIDs"] == ["GPU-5f3c2a1e"]
+    assert kwargs["device_requests"][0]["Capabilities"] == [["gpu"]]
+    assert sdk.started[-1].command == ["--cells", "/results/slot-1/cells.json", "--out", "/results"]
+    env = kwargs["environment"]
+    assert env["OMP_NUM_THREADS"] == env["TORCHINDUCTOR_COMPILE_THREADS"] == "4"
+    assert json.loads(env[PLACEMENT_ENV])["busy_slots"] == 3
+    assert (request.out_dir / "slot-1" / "cells.json").exists()
+    assert (request.out_dir / "slot-1" / "runner.log").exists()
+
+
+def test_outside_slots_no_cpuset_is_asked(sdk, tmp_path):
+    backend(sdk).run(request_for(tmp_path))
+    assert "cpuset_cpus" not in sdk.started[-1].kwargs and "cpuset_mems" not in sdk.started[-1].kwargs

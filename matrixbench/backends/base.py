@@ -1,10 +1,13 @@
 """The one small interface every backend shares (docker, local, later others)."""
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from matrixbench.placement import Slot
 from runner.core import Cell, Repeat
+from runner.records import PLACEMENT_ENV
 
 # Every backend appends the runner's output to this file in the image's results folder.
 LOG_FILENAME = "runner.log"
@@ -41,6 +44,23 @@ class RunRequest:
         if not self.schedule:
             return [Repeat(cell) for cell in self.cells]
         return [Repeat(self.cells[cell], repeat) for cell, repeat in self.schedule]
+    slot: Optional[Slot] = None           # the slot it runs in (its GPU and cores); None: unplaced
+    slots: int = 1                        # slots of the run
+    busy_slots: int = 1                   # slots running a unit when this one started
+
+    def work_dir(self) -> Path:
+        """Where the runner's input file and log go: ``out_dir``, or its ``slot-<i>`` folder in a
+        slot (slots may run models of one image at once)."""
+        return Path(self.out_dir) if self.slot is None else Path(self.out_dir) / f"slot-{self.slot.index}"
+
+    def slot_env(self) -> Dict[str, str]:
+        """The slot's environment: threads = its core count, the placement for the records."""
+        if self.slot is None:
+            return {}
+        threads = str(len(self.slot.cores))
+        placement = {**self.slot.to_dict(), "slots": self.slots, "busy_slots": self.busy_slots}
+        return {"OMP_NUM_THREADS": threads, "TORCHINDUCTOR_COMPILE_THREADS": threads,
+                PLACEMENT_ENV: json.dumps(placement, sort_keys=True)}
 
 
 class Backend(ABC):
@@ -63,8 +83,14 @@ class Backend(ABC):
 
     @abstractmethod
     def run(self, request: RunRequest) -> int:
-        """Run ``request``; block until the runner exits; return its exit code.
+        """Run ``request``; block until the runner exits; return its exit code. Slots call it
+        from several threads at once.
 
         Must leave finished records in ``request.out_dir`` even when interrupted
         (KeyboardInterrupt stops and removes whatever the backend started).
         """
+
+    def stop_all(self) -> None:
+        """Stop every runner this backend started that still runs (Ctrl-C with slots: the
+        runners of the other threads); their finished records stay. None started: nothing to do."""
+        return None

@@ -47,6 +47,7 @@ class DockerBackend(Backend):
         self._on_log = on_log
         self._user = user or f"{os.getuid()}:{os.getgid()}"
         self._gpus = None   # nvidia-smi -L lines from a throwaway container, once per run
+        self._running = set()   # containers being followed (slots: several threads)
 
     def describe(self):
         return f"docker backend: one container per image ({image_tag('<image>')}, built by `matrixbench build`)"
@@ -69,14 +70,27 @@ class DockerBackend(Backend):
         image = self._image(client, request)   # GPUs: checked once, by run.py, before any image runs
         models = model_mounts(request.cells)
         request = dataclasses.replace(request, cells=[in_container(cell, models) for cell in request.cells])
-        write_cells_file(request, image.id)
+        request.work_dir().mkdir(parents=True, exist_ok=True)
+        cells_file = write_cells_file(request, image.id, path=request.work_dir() / CELLS_FILENAME)
+        slot = request.slot
         container = client.start_container(
-            image_tag(request.image_name), runner_argv(),
+            image_tag(request.image_name), runner_argv(cells_file.relative_to(request.out_dir)),
             user=self._user, env=container_env(request), mounts={**mounts(request), **models},
-            labels=self._labels(request, image), gpus=request.gpus, gpu_ids=request.gpu_ids,
+            labels=self._labels(request, image), gpus=request.gpus,
+            gpu_ids=(slot.gpu_uuid,) if slot is not None and slot.gpu_uuid else request.gpu_ids,
             name=self._container_name(request),
+            cpuset_cpus=slot.cpuset if slot is not None else None,
+            cpuset_mems=str(slot.numa_node) if slot is not None and slot.numa_node is not None else None,
         )
-        return self._follow(container, request)
+        self._running.add(container)
+        try:
+            return self._follow(container, request)
+        finally:
+            self._running.discard(container)
+
+    def stop_all(self):
+        for container in list(self._running):
+            container.stop(timeout=5)
 
     def _connected(self):
         if self._client is None:
@@ -106,7 +120,7 @@ class DockerBackend(Backend):
         tail = deque(maxlen=LOG_TAIL_LINES)
         hide = secrets(request.env)
         try:
-            with open(Path(request.out_dir) / LOG_FILENAME, "a") as log:
+            with open(request.work_dir() / LOG_FILENAME, "a") as log:
                 for line in container.log_lines():
                     line = redact(line, hide)
                     tail.append(line)
@@ -152,9 +166,9 @@ def _refuse_stale(image, tag, request):
         )
 
 
-def runner_argv():
-    """The argv after the image's ENTRYPOINT (python -m runner)."""
-    return ["--cells", f"{RESULTS_MOUNT}/{CELLS_FILENAME}", "--out", RESULTS_MOUNT]
+def runner_argv(cells_file=CELLS_FILENAME):
+    """The argv after the image's ENTRYPOINT (python -m runner); ``cells_file`` relative to out_dir."""
+    return ["--cells", f"{RESULTS_MOUNT}/{Path(cells_file).as_posix()}", "--out", RESULTS_MOUNT]
 
 
 def mounts(request):
@@ -204,6 +218,7 @@ def container_env(request):
     env.update(compile_cache_env(COMPILE_CACHE_MOUNT if request.cache_dir is not None else None))
     if request.hf_cache_dir is not None:
         env["HF_HOME"] = HF_MOUNT
+    env.update(request.slot_env())
     env.update(request.env)
     return env
 

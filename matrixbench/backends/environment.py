@@ -60,9 +60,12 @@ def runner_env(environ, request, cache_env, venv=None, runner_path=None):
         env["HF_HOME"] = str(request.hf_cache_dir)
     if not request.gpus:
         env["CUDA_VISIBLE_DEVICES"] = ""
+    elif request.slot is not None and request.slot.gpu_uuid:
+        env["CUDA_VISIBLE_DEVICES"] = request.slot.gpu_uuid
     elif request.gpu_ids:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(request.gpu_ids)
     env.update(cache_env)
+    env.update(request.slot_env())
     env.update(request.env)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(runner_path or runner_parent()), env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"

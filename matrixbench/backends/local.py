@@ -16,7 +16,7 @@ from matrixbench.backends.base import LOG_FILENAME, Backend
 from matrixbench.backends.environment import compile_cache_env, runner_env
 from matrixbench.errors import RunError
 from matrixbench.gpu import host_gpus
-from matrixbench.runner_input import write_cells_file
+from matrixbench.runner_input import CELLS_FILENAME, write_cells_file
 from matrixbench.versions import pinned_version, same_release
 
 STOP_GRACE_S = 10
@@ -41,16 +41,44 @@ class LocalBackend(Backend):
         env = runner_env(os.environ, request, compile_cache_env(request.cache_dir))
         return launch_runner(self.python, request, env)
 
+    def stop_all(self):
+        stop_running()
+
+
+# Runners started by launch_runner and not yet waited for (slots: from several threads).
+_RUNNING = set()
+
 
 def launch_runner(python, request, env, image_id=None):
-    """``python -m runner --cells <out_dir>/cells.json --out <out_dir>``, as the container's
-    entrypoint runs it, logging to <out_dir>/runner.log; return its exit code."""
-    cells_file = write_cells_file(request, image_id)
+    """``python -m runner --cells <work_dir>/cells.json --out <out_dir>``, as the container's
+    entrypoint runs it, logging to <work_dir>/runner.log (work_dir: out_dir, or its slot-<i>
+    folder in a slot, whose cores it is pinned to); return its exit code."""
+    request.work_dir().mkdir(parents=True, exist_ok=True)
+    cells_file = write_cells_file(request, image_id, path=request.work_dir() / CELLS_FILENAME)
     argv = [str(python), "-m", "runner", "--cells", str(cells_file), "--out", str(request.out_dir)]
-    with open(Path(request.out_dir) / LOG_FILENAME, "ab") as log:
+    with open(request.work_dir() / LOG_FILENAME, "ab") as log:
         process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
-        return _wait(process)
+                                   stdin=subprocess.DEVNULL, start_new_session=True,
+                                   preexec_fn=pin_to(request.slot))
+        _RUNNING.add(process)
+        try:
+            return _wait(process)
+        finally:
+            _RUNNING.discard(process)
+
+
+def stop_running():
+    """Stop every runner launch_runner started that still runs (Ctrl-C with slots)."""
+    for process in list(_RUNNING):
+        _stop(process)
+
+
+def pin_to(slot):
+    """The child's pre-exec step: run on the slot's cores only (None outside slots)."""
+    if slot is None:
+        return None
+    cores = set(slot.cores)
+    return lambda: os.sched_setaffinity(0, cores)
 
 
 def _installed_torch():

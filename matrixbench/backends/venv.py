@@ -12,7 +12,7 @@ import os
 
 from matrixbench.backends.base import Backend
 from matrixbench.backends.environment import compile_cache_env, runner_env
-from matrixbench.backends.local import launch_runner
+from matrixbench.backends.local import launch_runner, stop_running
 from matrixbench.errors import RunError
 from matrixbench.gpu import host_gpus
 from matrixbench.images import print_progress
@@ -51,3 +51,6 @@ class VenvBackend(Backend):
         env = runner_env(os.environ, request, compile_cache_env(request.cache_dir), venv=venv.path,
                          runner_path=link_runner(venv.path))
         return launch_runner(venv.python_bin, request, env, image_id=venv.image_id)
+
+    def stop_all(self):
+        stop_running()

@@ -1,0 +1,140 @@
+"""Slots (issue 15): units of one model in every image, longest first, one thread per slot; the
+local backend pins each slot's runner to its cores, and every record says where it ran."""
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from host_helpers import RecordingBackend, small_matrix_data, use_backend, write_matrix
+from matrixbench.backends.base import RunRequest
+from matrixbench.backends.local import runner_env
+from matrixbench.matrix import Overrides, load_matrix
+from matrixbench.placement import Slot
+from matrixbench.run import RunOptions, run_matrix
+from matrixbench.scheduler import MODEL_S, make_units, run_on_slots
+from runner.records import PLACEMENT_ENV, placement
+from runner.schema import read_record
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+TWO_CORES = len(os.sched_getaffinity(0)) >= 2
+
+
+class SlowRecordingBackend(RecordingBackend):
+    """Records which thread ran each request, and how many ran at once."""
+
+    def __init__(self):
+        super().__init__()
+        self.lock, self.now, self.most = threading.Lock(), 0, 0
+        self.threads = []
+
+    def run(self, request):
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+            self.threads.append((threading.current_thread().name, request.image_name, request.cells[0].model))
+        try:
+            threading.Event().wait(0.2)
+            return super().run(request)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+def _options(tmp_path, **changes):
+    values = dict(run_name="r1", results_root=tmp_path / "results", backend="local", device="cpu",
+                  cache_root=tmp_path / "cache", hf_cache_dir=tmp_path / "hf", command=("matrixbench", "run"))
+    values.update(changes)
+    return RunOptions(**values)
+
+
+def test_slots_is_a_matrix_setting_taking_auto_or_a_count(tmp_path):
+    path = write_matrix(tmp_path)
+    assert load_matrix(path).slots == "auto"
+    assert load_matrix(path, Overrides(slots=2)).slots == 2
+    data = small_matrix_data()
+    data["slots"] = 0
+    with pytest.raises(Exception, match="slots"):
+        load_matrix(write_matrix(tmp_path, data))
+
+
+@pytest.mark.skipif(not TWO_CORES, reason="needs 2 usable cores")
+def test_two_slots_run_each_model_in_every_image_on_one_slot_at_once(tmp_path, monkeypatch):
+    backend = use_backend(monkeypatch, SlowRecordingBackend())
+    matrix = load_matrix(write_matrix(tmp_path), Overrides(slots=2))
+    summary = run_matrix(matrix, _options(tmp_path))
+    assert summary.statuses() == {"ok": 16}
+    assert backend.most == 2                                   # the two slots ran at once
+    slot_of = {}
+    for thread, _image, model in backend.threads:
+        slot_of.setdefault(model, set()).add(thread)
+    assert all(len(threads) == 1 for threads in slot_of.values())   # a model never changes slot
+    assert {(image, model) for _, image, model in backend.threads} == {
+        (image, model) for image in ("stable", "latest") for model in ("vit", "detr-resnet-101")}
+    cores = sorted({tuple(r.slot.cores) for r in backend.requests})
+    assert len(cores) == 2 and not set(cores[0]) & set(cores[1])
+    assert all(r.work_dir().name == f"slot-{r.slot.index}" for r in backend.requests)
+
+
+def test_units_go_longest_first_with_earlier_durations_before_the_model(tmp_path):
+    class Plan:
+        def __init__(self, out_dir, pending):
+            self.out_dir, self.pending = out_dir, pending
+
+    from runner.core import Cell
+    cell = lambda model, mode: Cell(model, "image-classification", "random", "full", 1, mode, False, "float32")  # noqa: E731
+    units = make_units([CellsFile(tmp_path, [cell("a", "eager"), cell("b", "default"), cell("b", "eager")])])
+    assert [(u.model, u.estimate_s) for u in units] == [("b", MODEL_S["default"] + MODEL_S["eager"]),
+                                                        ("a", MODEL_S["eager"])]
+
+
+def test_the_first_error_stops_new_units_and_is_raised():
+    ran = []
+
+    def run_unit(slot, unit, busy):
+        ran.append(unit)
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        run_on_slots([Slot(0, (0,))], ["u1", "u2", "u3"], run_unit, lambda: None)
+    assert ran == ["u1"]
+
+
+def test_local_runner_env_of_a_slot_sets_threads_gpu_and_placement(tmp_path):
+    slot = Slot(1, (4, 5, 6), gpu_index=3, gpu_uuid="GPU-3f3c", numa_node=0)
+    request = RunRequest("latest", [], {}, tmp_path, gpus=True, slot=slot, slots=2, busy_slots=2)
+    env = runner_env({}, request, {})
+    assert (env["OMP_NUM_THREADS"], env["TORCHINDUCTOR_COMPILE_THREADS"]) == ("3", "3")
+    assert env["CUDA_VISIBLE_DEVICES"] == "GPU-3f3c"
+    block = placement({PLACEMENT_ENV: env[PLACEMENT_ENV]})
+    assert (block["slot"], block["cores"], block["gpu_uuid"], block["numa_node"], block["busy_slots"]) == (
+        1, [4, 5, 6], "GPU-3f3c", 0, 2)
+    assert block["affinity"] == sorted(os.sched_getaffinity(0))
+
+
+@pytest.mark.skipif(not TWO_CORES, reason="needs 2 usable cores")
+def test_two_slots_on_tiny_models_pin_each_runner_to_its_core(tmp_path, monkeypatch):
+    """The real runner, local backend, --slots 2: each record's reported affinity is its slot's cores."""
+    from click.testing import CliRunner
+
+    from matrixbench.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    args = ["run", "--matrix", str(PROJECT_ROOT / "matrix-cpu-smoke.yaml"), "--images", "latest",
+            "--models", "resnet,vit", "--modes", "eager", "--iterations", "2", "--warmup", "0",
+            "--backend", "local", "--device", "cpu", "--slots", "2", "--cache-dir", str(tmp_path / "cache")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    out_dir = tmp_path / "results" / "default" / "latest"
+    records = [read_record(p) for p in sorted(out_dir.glob("*-tiny_*.json"))]
+    assert [r["cell"]["model"] for r in records] == ["resnet", "vit"]
+    slots = sorted(r["placement"]["slot"] for r in records)
+    assert slots == [0, 1]
+    for record in records:
+        block = record["placement"]
+        assert block["affinity"] == block["cores"] and len(block["cores"]) == 1
+        assert block["slots"] == 2 and block["gpu_uuid"] is None
+    assert records[0]["placement"]["cores"] != records[1]["placement"]["cores"]
+    assert json.loads((out_dir / f"slot-{slots[0]}" / "cells.json").read_text())["cells"]
