@@ -233,10 +233,12 @@ def _echo_build_line(image_name, line):
 @click.option("--note", help="Why this run is what it is; stored in run.json, shown in the report.")
 @click.option("--gpu", help="The GPU(s) to use, by index or UUID, comma-separated (default: "
               "CUDA_VISIBLE_DEVICES, else all). The record names the GPU's UUID.")
+@click.option("--allow-busy-gpus", is_flag=True, help="With slots on GPUs: run even when another process "
+              "uses a slot's GPU (nvidia-smi --query-compute-apps); its timings are then disturbed.")
 @click.option("--dry-run", is_flag=True, help="Print the cells that would run, and run nothing.")
 @handles_errors
 def run(matrix_path, run_name, results_root, backend, device, force, retry_failed, cold,
-        cache_root, hf_cache_dir, note, gpu, dry_run, **options):
+        cache_root, hf_cache_dir, note, gpu, allow_busy_gpus, dry_run, **options):
     """Run the matrix's cells that have no record yet (HF_TOKEN is passed on, never printed)."""
     matrix = _load(matrix_path, _overrides(options))
     if dry_run:
@@ -246,7 +248,7 @@ def run(matrix_path, run_name, results_root, backend, device, force, retry_faile
     run_options = RunOptions(
         run_name=run_name, results_root=results_root, backend=backend, device=device, force=force,
         retry_failed=retry_failed, cold=cold, cache_root=cache_root, hf_cache_dir=hf_cache_dir,
-        note=note, command=tuple(["matrixbench", *sys.argv[1:]]), gpu=gpu,
+        note=note, command=tuple(["matrixbench", *sys.argv[1:]]), gpu=gpu, allow_busy_gpus=allow_busy_gpus,
     )
     summary = run_matrix(matrix, run_options, progress=make_progress())
     click.echo(summary.describe())

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from matrixbench.doctor import GPU_QUERY, parse_gpus
+from matrixbench.doctor import APPS_QUERY, GPU_QUERY, parse_gpus
 from matrixbench.doctor import _run as run_command
 from matrixbench.errors import RunError
 
@@ -192,3 +192,30 @@ def plan_slots(slots, use_gpus: bool, gpu_choice: Sequence[str] = (), run: Optio
     code, text = run(["nvidia-smi", "topo", "-m"])
     made, more = gpu_slots(gpus, parse_topology(text) if code == 0 else {}, cores)
     return SlotPlan(tuple(made), tuple(notes + more))
+
+
+def busy_gpu_apps(slot_plan: SlotPlan, run: Optional[Runner] = None) -> List[str]:
+    """Other processes on the slots' GPUs, as ``nvidia-smi --query-compute-apps`` lines
+    (pid, process name, memory, GPU UUID). Asked of the host: a container sees none of them."""
+    code, text = (run or run_command)(["nvidia-smi", f"--query-compute-apps={APPS_QUERY}", "--format=csv,noheader"])
+    if code != 0:
+        return []
+    uuids = {slot.gpu_uuid for slot in slot_plan.slots if slot.gpu_uuid}
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return [line for line in lines if line.rsplit(",", 1)[-1].strip() in uuids]
+
+
+def check_gpus_free(slot_plan: SlotPlan, allow: bool = False, note: Callable[[str], None] = print,
+                    run: Optional[Runner] = None) -> None:
+    """Refuse slots on GPUs another process uses (its work would disturb the timings), unless
+    ``allow`` (--allow-busy-gpus), which says so and goes on."""
+    apps = busy_gpu_apps(slot_plan, run)
+    if not apps:
+        return
+    listing = "; ".join(apps)
+    if allow:
+        note(f"--allow-busy-gpus: running beside other processes on the slots' GPUs ({listing})")
+        return
+    pids = " ".join(app.split(",")[0] for app in apps)
+    raise RunError(f"{len(apps)} other process(es) use the slots' GPUs: {listing}. Stop them (`kill {pids}`), "
+                   "choose free GPUs with --gpu, or run anyway with --allow-busy-gpus")

@@ -22,7 +22,7 @@ from matrixbench.errors import RunError
 from matrixbench.manifest import finish_manifest, read_manifest, start_manifest
 from matrixbench.matrix import runner_settings
 from matrixbench.paths import cache_home
-from matrixbench.placement import AUTO, plan_slots
+from matrixbench.placement import AUTO, check_gpus_free, plan_slots
 from matrixbench.pending import new_order_seed, pending_work, recorded_failures_line, run_dir, unreadable_lines
 from matrixbench.progress import NullProgress, RecordWatcher
 from matrixbench.resume import check_resume
@@ -57,7 +57,7 @@ class RunOptions:
     note: Optional[str] = None
     command: tuple = ()
     gpu: Optional[str] = None             # --gpu: indices or UUIDs, comma-separated; None: CUDA_VISIBLE_DEVICES
-    order_seed: Optional[int] = None      # the seed of the run order; None: a fresh one (recorded in run.json)
+    allow_busy_gpus: bool = False         # slots: run even where another process uses a slot's GPU
 
 
 @dataclass
@@ -217,6 +217,8 @@ def _run_slots(backend, plans, summary, matrix, options, gpus, environ, progress
     """The pending cells as units (one model in every image) on the run's slots, at once."""
     slot_plan = plan_slots(matrix.slots, gpus, gpu_choice(options.gpu, environ) if gpus else ())
     progress.note(slot_plan.describe())
+    if gpus:
+        check_gpus_free(slot_plan, allow=options.allow_busy_gpus, note=progress.note)
     progress = Serialized(progress)
     results, lock = {}, threading.Lock()
     for plan in plans:

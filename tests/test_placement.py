@@ -8,6 +8,8 @@ import pytest
 from matrixbench.errors import RunError
 from matrixbench.placement import (
     Slot,
+    busy_gpu_apps,
+    check_gpus_free,
     format_cpulist,
     parse_cpulist,
     parse_topology,
@@ -100,3 +102,28 @@ def test_unknown_gpu_and_too_many_slots_are_refused():
         plan_slots("auto", use_gpus=True, gpu_choice=("9",), run=smi(), cores=HOST_CORES)
     with pytest.raises(RunError, match="only 8 GPU"):
         plan_slots(9, use_gpus=True, run=smi(), cores=HOST_CORES)
+
+
+def smi_apps(apps):
+    base = smi()
+
+    def run(argv):
+        if argv[1].startswith("--query-compute-apps="):
+            return 0, (DATA / apps).read_text() if apps else ""
+        return base(argv)
+    return run
+
+
+def test_busy_gpus_of_a_slot_are_refused_unless_allowed():
+    plan = plan_slots("auto", use_gpus=True, gpu_choice=("2", "3"), run=smi(), cores=HOST_CORES)
+    with pytest.raises(RunError, match=r"1 other process.*51877.*--allow-busy-gpus"):
+        check_gpus_free(plan, run=smi_apps("apps-busy.csv"))
+    notes = []
+    check_gpus_free(plan, allow=True, note=notes.append, run=smi_apps("apps-busy.csv"))
+    assert "51877" in notes[0]
+
+
+def test_processes_on_other_gpus_do_not_block_the_slots():
+    plan = plan_slots("auto", use_gpus=True, gpu_choice=("1", "2"), run=smi(), cores=HOST_CORES)
+    assert busy_gpu_apps(plan, run=smi_apps("apps-busy.csv")) == []
+    check_gpus_free(plan, run=smi_apps(""))
