@@ -138,3 +138,40 @@ def test_two_slots_on_tiny_models_pin_each_runner_to_its_core(tmp_path, monkeypa
         assert block["slots"] == 2 and block["gpu_uuid"] is None
     assert records[0]["placement"]["cores"] != records[1]["placement"]["cores"]
     assert json.loads((out_dir / f"slot-{slots[0]}" / "cells.json").read_text())["cells"]
+
+
+GPU_DATA = Path(__file__).parent / "data" / "gpu" / "nvidia-smi"
+
+
+def _smi(apps):
+    def run(argv):
+        if argv[1].startswith("--query-gpu="):
+            return 0, (GPU_DATA / "a100x8-query-gpu.csv").read_text()
+        if argv[1:] == ["topo", "-m"]:
+            return 0, (GPU_DATA / "a100x8-topo.txt").read_text()
+        if argv[1].startswith("--query-compute-apps="):
+            return 0, (GPU_DATA / apps).read_text() if apps else ""
+        raise AssertionError(argv)
+    return run
+
+
+def test_gpu_slots_refuse_a_busy_gpu_and_keep_each_model_on_one_gpu(tmp_path, monkeypatch):
+    from matrixbench import placement
+    from matrixbench.errors import RunError
+
+    monkeypatch.setattr(placement, "run_command", _smi("apps-busy.csv"))
+    monkeypatch.setattr(placement, "usable_cores", lambda: ((0, 1), None))
+    backend = use_backend(monkeypatch, RecordingBackend(gpus=True))
+    matrix = load_matrix(write_matrix(tmp_path), Overrides(slots="auto"))
+    with pytest.raises(RunError, match="48213.*--allow-busy-gpus"):
+        run_matrix(matrix, _options(tmp_path, device="auto", gpu="0,4"))
+    assert backend.requests == []
+    run_matrix(matrix, _options(tmp_path, device="auto", gpu="0,4", allow_busy_gpus=True, run_name="r2"))
+    gpu_of = {}
+    for request in backend.requests:
+        gpu_of.setdefault(request.cells[0].model, set()).add(request.slot.gpu_uuid)
+        assert all(cell.model == request.cells[0].model for cell in request.cells)
+    assert all(len(uuids) == 1 for uuids in gpu_of.values())      # every image of a model: one GPU
+    assert set().union(*gpu_of.values()) <= {"GPU-0f3c2a1e-7b6d-4e5f-8a9b-0c1d2e3f4a50",
+                                             "GPU-4f3c2a1e-7b6d-4e5f-8a9b-0c1d2e3f4a54"}
+    assert {r.image_name for r in backend.requests} == {"stable", "latest"}
