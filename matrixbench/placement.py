@@ -22,6 +22,10 @@ AUTO = "auto"
 Runner = Callable[[List[str]], Tuple[Optional[int], str]]
 
 
+class NoHostGpusError(RunError):
+    """Slots on GPUs, but the host's nvidia-smi lists none."""
+
+
 @dataclass(frozen=True)
 class Slot:
     """One runner's share of the host: its cores, and its GPU and NUMA node where known."""
@@ -184,7 +188,7 @@ def plan_slots(slots, use_gpus: bool, gpu_choice: Sequence[str] = (), run: Optio
     code, text = run(["nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"])
     gpus = choose_gpus(parse_gpus(text) if code == 0 else [], gpu_choice)
     if not gpus:
-        raise RunError("slots on GPUs: nvidia-smi lists no GPU on this host")
+        raise NoHostGpusError("slots on GPUs: the host's nvidia-smi lists no GPU to place")
     if slots != AUTO:
         if int(slots) > len(gpus):
             raise RunError(f"--slots {slots}: only {len(gpus)} GPU(s) to give them (one GPU per slot)")

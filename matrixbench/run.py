@@ -22,7 +22,7 @@ from matrixbench.errors import RunError
 from matrixbench.manifest import finish_manifest, read_manifest, start_manifest
 from matrixbench.matrix import runner_settings
 from matrixbench.paths import cache_home
-from matrixbench.placement import AUTO, check_gpus_free, plan_slots
+from matrixbench.placement import AUTO, NoHostGpusError, check_gpus_free, plan_slots
 from matrixbench.pending import new_order_seed, pending_work, recorded_failures_line, run_dir, unreadable_lines
 from matrixbench.progress import NullProgress, RecordWatcher
 from matrixbench.resume import check_resume
@@ -158,13 +158,14 @@ def _run_locked(matrix, options, run_path, progress, environ):
                         emit=lambda name, line: progress.note(f"[{name}] {line}"))
         progress.start(sum(len(p.pending) for p in plans), sum(p.done for p in plans))
         _note_recorded(plans, progress)
-        if matrix.slots == AUTO and not gpus:
+        slot_plan = _slot_plan(matrix, options, gpus, environ, progress)
+        if slot_plan is None:
             for plan in plans:
                 summary.images.append(ImageResult(plan.image_name, plan.out_dir, skipped=plan.done,
                                                   recorded_failures=plan.recorded_failures))
                 _run_image(backend, plan, summary.images[-1], matrix, options, gpus, environ, progress)
         else:
-            _run_slots(backend, plans, summary, matrix, options, gpus, environ, progress)
+            _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, environ, progress)
         status = "incomplete" if summary.missing else ("failed" if summary.all_failed else "finished")
     except KeyboardInterrupt:
         status = "interrupted"
@@ -213,12 +214,26 @@ def _resolve_gpus(backend, device, progress):
     return available
 
 
-def _run_slots(backend, plans, summary, matrix, options, gpus, environ, progress):
-    """The pending cells as units (one model in every image) on the run's slots, at once."""
-    slot_plan = plan_slots(matrix.slots, gpus, gpu_choice(options.gpu, environ) if gpus else ())
+def _slot_plan(matrix, options, gpus, environ, progress):
+    """The run's slots; None for one runner per image (slots auto on a CPU run, or on a GPU run
+    whose host nvidia-smi lists no GPU to place, e.g. GPUs that only Docker sees)."""
+    if matrix.slots == AUTO and not gpus:
+        return None
+    try:
+        slot_plan = plan_slots(matrix.slots, gpus, gpu_choice(options.gpu, environ) if gpus else ())
+    except NoHostGpusError:
+        if matrix.slots != AUTO:
+            raise
+        progress.note("slots auto: the host's nvidia-smi lists no GPU to place; one runner per image")
+        return None
     progress.note(slot_plan.describe())
     if gpus:
         check_gpus_free(slot_plan, allow=options.allow_busy_gpus, note=progress.note)
+    return slot_plan
+
+
+def _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, environ, progress):
+    """The pending cells as units (one model in every image) on the run's slots, at once."""
     progress = Serialized(progress)
     results, lock = {}, threading.Lock()
     for plan in plans:
