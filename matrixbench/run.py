@@ -244,8 +244,11 @@ def _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, enviro
 
     def run_unit(slot, unit, busy):
         for plan, cells in unit.parts:
-            request = dataclasses.replace(_request(plan, matrix, options, gpus, environ), cells=cells, slot=slot,
-                                          slots=len(slot_plan.slots), busy_slots=busy)
+            request = _request(plan, matrix, options, gpus, environ)
+            # one compile cache per image and slot: two slots never compile into one folder at once
+            cache_dir = request.cache_dir / f"slot-{slot.index}" if request.cache_dir is not None else None
+            request = dataclasses.replace(request, cells=cells, slot=slot, slots=len(slot_plan.slots),
+                                          busy_slots=busy, cache_dir=cache_dir)
             _run_request(backend, plan, request, results[plan.image_name], progress, lock)
 
     run_on_slots(slot_plan.slots, make_units(plans), run_unit, backend.stop_all)

@@ -75,6 +75,7 @@ def test_two_slots_run_each_model_in_every_image_on_one_slot_at_once(tmp_path, m
     cores = sorted({tuple(r.slot.cores) for r in backend.requests})
     assert len(cores) == 2 and not set(cores[0]) & set(cores[1])
     assert all(r.work_dir().name == f"slot-{r.slot.index}" for r in backend.requests)
+    assert all(r.cache_dir == tmp_path / "cache" / r.image_name / f"slot-{r.slot.index}" for r in backend.requests)
 
 
 def test_units_go_longest_first_with_earlier_durations_before_the_model(tmp_path):
