@@ -46,7 +46,7 @@ class LocalBackend(Backend):
 
 
 # Runners started by launch_runner and not yet waited for (slots: from several threads).
-_RUNNING = set()
+_RUNNING: "set[subprocess.Popen[bytes]]" = set()
 
 
 def launch_runner(python, request, env, image_id=None):
