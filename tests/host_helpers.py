@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from matrixbench.backends.base import Backend
-from matrixbench.runner_input import write_cells_file
+from matrixbench.runner_input import CELLS_FILENAME, write_cells_file
 from runner.core import CellError, Record, Status
 from runner.records import record_settings
 from runner.schema import write_record
@@ -86,7 +86,7 @@ class RecordingBackend(Backend):
 
     def run(self, request):
         self.requests.append(request)
-        write_cells_file(request)   # as every backend does, once per image
+        write_cells_file(request, path=request.work_dir() / CELLS_FILENAME)   # as every backend does
         for done, repeat in enumerate(request.repeats()):
             if self.stop_after is not None and done >= self.stop_after:
                 raise KeyboardInterrupt
