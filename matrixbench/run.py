@@ -247,11 +247,18 @@ def _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, enviro
             request = _request(plan, matrix, options, gpus, environ)
             # one compile cache per image and slot: two slots never compile into one folder at once
             cache_dir = request.cache_dir / f"slot-{slot.index}" if request.cache_dir is not None else None
-            request = dataclasses.replace(request, cells=cells, slot=slot, slots=len(slot_plan.slots),
+            request = dataclasses.replace(_unit_request(request, cells), slot=slot, slots=len(slot_plan.slots),
                                           busy_slots=busy, cache_dir=cache_dir)
             _run_request(backend, plan, request, results[plan.image_name], progress, lock)
 
     run_on_slots(slot_plan.slots, make_units(plans), run_unit, backend.stop_all)
+
+
+def _unit_request(request, cells):
+    """The image's request narrowed to one unit's cells, its repeat schedule re-indexed to them."""
+    keep = {cell.id: index for index, cell in enumerate(cells)}
+    schedule = tuple((keep[request.cells[c].id], r) for c, r in request.schedule if request.cells[c].id in keep)
+    return dataclasses.replace(request, cells=cells, schedule=schedule)
 
 
 def _run_request(backend, plan, request, result, progress, lock):
