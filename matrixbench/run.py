@@ -58,6 +58,7 @@ class RunOptions:
     command: tuple = ()
     gpu: Optional[str] = None             # --gpu: indices or UUIDs, comma-separated; None: CUDA_VISIBLE_DEVICES
     allow_busy_gpus: bool = False         # slots: run even where another process uses a slot's GPU
+    order_seed: Optional[int] = None      # the seed of the run order; None: a fresh one (recorded in run.json)
 
 
 @dataclass
