@@ -28,6 +28,7 @@ from matrixbench.progress import NullProgress, RecordWatcher
 from matrixbench.resume import check_resume
 from matrixbench.scheduler import Serialized, make_units, run_on_slots
 from runner.core import DEVICES
+from runner.cells_file import schedule_pairs
 
 DEFAULT_RUN = "default"
 # Passed into the runner at run time only, never baked into an image or printed.
@@ -250,19 +251,18 @@ def _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, enviro
             cache_dir = request.cache_dir / f"slot-{slot.index}" if request.cache_dir is not None else None
             request = dataclasses.replace(_unit_request(request, cells), slot=slot, slots=len(slot_plan.slots),
                                           busy_slots=busy, cache_dir=cache_dir)
-            _run_request(backend, plan, request, results[plan.image_name], progress, lock)
+            _run_request(backend, plan, request, cells, results[plan.image_name], progress, lock)
 
     run_on_slots(slot_plan.slots, make_units(plans), run_unit, backend.stop_all)
 
 
-def _unit_request(request, cells):
-    """The image's request narrowed to one unit's cells, its repeat schedule re-indexed to them."""
-    keep = {cell.id: index for index, cell in enumerate(cells)}
-    schedule = tuple((keep[request.cells[c].id], r) for c, r in request.schedule if request.cells[c].id in keep)
-    return dataclasses.replace(request, cells=cells, schedule=schedule)
+def _unit_request(request, repeats):
+    """The image's request narrowed to one unit's repeats."""
+    cells, schedule = schedule_pairs(repeats)
+    return dataclasses.replace(request, cells=cells, schedule=tuple(tuple(pair) for pair in schedule))
 
 
-def _run_request(backend, plan, request, result, progress, lock):
+def _run_request(backend, plan, request, repeats, result, progress, lock):
     """One runner for some cells of one image; ``result`` counts them (under ``lock``)."""
     plan.out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -272,7 +272,7 @@ def _run_request(backend, plan, request, result, progress, lock):
             result.statuses[record.status.value] += 1
         progress.cell_finished(plan.image_name, cell, record)
 
-    with RecordWatcher(plan.out_dir, request.cells, on_record, on_tick=progress.tick) as watcher:
+    with RecordWatcher(plan.out_dir, repeats, on_record, on_tick=progress.tick) as watcher:
         exit_code = backend.run(request)
     with lock:
         result.exit_code = exit_code if exit_code or result.exit_code is None else result.exit_code

@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
-from runner.schema import RecordError, read_record, record_path
+from runner.schema import RecordError, read_record
 
 # Seconds a cell takes when no earlier record says: compiled modes compile, eager does not.
 # A coarse model, used only to order the units; durations of earlier records take precedence.
@@ -20,7 +20,7 @@ JOIN_POLL_S = 0.2
 
 @dataclass
 class Unit:
-    """One model's pending cells, per image in matrix order: [(plan, cells), ...]."""
+    """One model's pending repeats (runner.core.Repeat), per image in matrix order: [(plan, repeats), ...]."""
 
     model: str
     parts: List[Tuple[Any, list]]
@@ -31,9 +31,10 @@ class Unit:
         return sum(len(cells) for _, cells in self.parts)
 
 
-def cell_estimate_s(out_dir, cell) -> float:
-    """The cell's duration in its earlier record (a forced or failed rerun), else the model's."""
-    path = record_path(out_dir, cell)
+def cell_estimate_s(out_dir, repeat) -> float:
+    """The duration in the repeat's earlier record (a forced or failed rerun), else the model's."""
+    cell = repeat.cell
+    path = out_dir / f"{repeat.id}.json"
     if path.exists():
         try:
             duration = read_record(path).get("duration_s")
@@ -49,7 +50,7 @@ def make_units(plans) -> List[Unit]:
     by_model: Dict[str, Dict[int, Tuple[Any, list]]] = {}
     for plan in plans:
         for cell in plan.pending:
-            parts = by_model.setdefault(cell.model, {})
+            parts = by_model.setdefault(cell.cell.model, {})
             parts.setdefault(id(plan), (plan, []))[1].append(cell)
     units = [Unit(model, list(parts.values()),
                   sum(cell_estimate_s(plan.out_dir, cell) for plan, cells in parts.values() for cell in cells))
