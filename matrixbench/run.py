@@ -22,13 +22,13 @@ from matrixbench.errors import RunError
 from matrixbench.manifest import finish_manifest, read_manifest, start_manifest
 from matrixbench.matrix import runner_settings
 from matrixbench.paths import cache_home
-from matrixbench.placement import AUTO, NoHostGpusError, check_gpus_free, plan_slots
 from matrixbench.pending import new_order_seed, pending_work, recorded_failures_line, run_dir, unreadable_lines
+from matrixbench.placement import AUTO, NoHostGpusError, check_gpus_free, plan_slots
 from matrixbench.progress import NullProgress, RecordWatcher
 from matrixbench.resume import check_resume
 from matrixbench.scheduler import Serialized, make_units, run_on_slots
-from runner.core import DEVICES
 from runner.cells_file import schedule_pairs
+from runner.core import DEVICES
 
 DEFAULT_RUN = "default"
 # Passed into the runner at run time only, never baked into an image or printed.

@@ -79,7 +79,7 @@ def test_two_slots_run_each_model_in_every_image_on_one_slot_at_once(tmp_path, m
 
 
 def test_units_go_longest_first_with_earlier_durations_before_the_model(tmp_path):
-    class Plan:
+    class Work:
         def __init__(self, out_dir, pending):
             self.out_dir, self.pending = out_dir, pending
 
@@ -87,7 +87,7 @@ def test_units_go_longest_first_with_earlier_durations_before_the_model(tmp_path
 
     def cell(model, mode):
         return Repeat(Cell(model, "image-classification", "random", "full", 1, mode, False, "float32"))
-    units = make_units([CellsFile(tmp_path, [cell("a", "eager"), cell("b", "default"), cell("b", "eager")])])
+    units = make_units([Work(tmp_path, [cell("a", "eager"), cell("b", "default"), cell("b", "eager")])])
     assert [(u.model, u.estimate_s) for u in units] == [("b", MODEL_S["default"] + MODEL_S["eager"]),
                                                         ("a", MODEL_S["eager"])]
 
