@@ -9,7 +9,7 @@ import yaml
 from matrixbench.backends.base import Backend
 from matrixbench.runner_input import CELLS_FILENAME, write_cells_file
 from runner.core import CellError, Record, Status
-from runner.records import record_settings
+from runner.records import new_record, record_settings
 from runner.schema import write_record
 
 SMALL_MATRIX = {
@@ -132,3 +132,14 @@ def write_stand_in(path):
     path.write_text(STAND_IN.format(python=sys.executable, tests=str(Path(__file__).resolve().parent)))
     path.chmod(0o755)
     return path
+
+
+def synthetic_record(cells_file, device, environment):
+    """A Record as the runner's builder (runner.records.new_record) makes it for the first cell of a
+    cells file, with nothing measured yet: the report tests fill in the synthetic numbers."""
+    gpu = device == "cuda"
+    return new_record({
+        "cell": cells_file.cells[0], "settings": cells_file.settings, "device": device, "environment": environment,
+        "precision": {"float32_matmul_precision": "highest", "cuda_matmul_allow_tf32": False if gpu else None,
+                      "cudnn_allow_tf32": True if gpu else None},
+        "started_at": "2026-01-01T00:00:00+00:00", "start_clock": 0.0})

@@ -14,6 +14,7 @@ import re
 import pandas as pd
 import pytest
 
+from host_helpers import synthetic_record
 from matrixbench.report import build_report
 from runner import records
 from runner.cells_file import cells_file_from_dict
@@ -59,11 +60,7 @@ def _record(key, value):
                    "cuda": "11.8", "cudnn": 8700, "gpu_name": GPU, "gpu_count": 1, "driver": "hand-made",
                    "cpu_model": "hand-made", "threads": 1, "platform": "hand-made", "hostname": "hand-made",
                    "image_name": image, "image_id": None}
-    job = {"cell": plan.cells[0], "settings": plan.settings, "device": "cuda", "environment": environment,
-           "precision": {"float32_matmul_precision": "highest", "cuda_matmul_allow_tf32": False,
-                         "cudnn_allow_tf32": True},
-           "started_at": "2026-01-01T00:00:00+00:00", "start_clock": 0.0}
-    record = records.new_record(job)
+    record = synthetic_record(plan, "cuda", environment)
     record.duration_s = 1.0
     if value == "oom":
         return records.fail(record, Status.OOM, "OutOfMemoryError", "CUDA out of memory (hand-made)")

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from host_helpers import synthetic_record
 from matrixbench.report import build_report, records
 from matrixbench.report.cells import CellIndex
 from matrixbench.report.document import assemble
 from matrixbench.report.published import load_published
 from matrixbench.report.tables import FLAGS, MIXES_ATTENTION, MIXES_TRANSFORMERS
-from runner import records as runner_records
 from runner.cells_file import cells_file_from_dict
 from runner.core import Status
 from runner.timing import summarize
@@ -40,11 +40,7 @@ def _record(image, model, mode, transformers=None):
                    "gpu_name": GPU, "gpu_uuid": UUID, "gpu_count": 1, "driver": "SYNTHETIC",
                    "cpu_model": "SYNTHETIC CPU", "threads": 1, "platform": "SYNTHETIC", "hostname": "synthetic",
                    "image_name": image, "image_id": None}
-    job = {"cell": plan.cells[0], "settings": plan.settings, "device": "cuda", "environment": environment,
-           "precision": {"float32_matmul_precision": "highest", "cuda_matmul_allow_tf32": False,
-                         "cudnn_allow_tf32": True},
-           "started_at": "2026-01-01T00:00:00+00:00", "start_clock": 0.0}
-    record = runner_records.new_record(job)
+    record = synthetic_record(plan, "cuda", environment)
     mean = {"eager": 100.0, "default": 80.0, "reduce-overhead": 50.0}[mode]
     flags = FLAGGED.get((image, model, mode), [])
     record.status, record.duration_s = Status.OK, 1.0

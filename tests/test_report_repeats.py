@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from host_helpers import synthetic_record
 from matrixbench.report import build_report
-from runner import records
 from runner.cells_file import cells_file_from_dict
 from runner.core import Status
 from runner.timing import summarize
@@ -34,11 +34,7 @@ def _record(image, model, repeat, mean):
                    "cuda": None, "cudnn": None, "gpu_name": None, "gpu_count": 0, "driver": None,
                    "cpu_model": "hand-made", "threads": 1, "platform": "hand-made", "hostname": "hand-made",
                    "image_name": image, "image_id": None}
-    job = {"cell": plan.cells[0], "settings": plan.settings, "device": "cpu", "environment": environment,
-           "precision": {"float32_matmul_precision": "highest", "cuda_matmul_allow_tf32": None,
-                         "cudnn_allow_tf32": None},
-           "started_at": "2026-01-01T00:00:00+00:00", "start_clock": 0.0}
-    record = records.new_record(job)
+    record = synthetic_record(plan, "cpu", environment)
     noise = np.random.default_rng(repeat + 7 * len(model)).standard_normal(100)
     samples = [float(value) for value in mean * (1 + 0.005 * (noise - noise.mean()) / noise.std(ddof=1))]
     record.status, record.duration_s = Status.OK, 1.0
