@@ -4,6 +4,7 @@ stdlib counterpart, runner.versions).
 - ``pinned_version("torch==2.0.1")`` -> "2.0.1"; None when the requirement is not one exact pin;
 - ``torch_label(spec)``: what an image's torch label says (the pin, else the specifier, else "any");
 - ``same_release(a, b)``: the same public version, local build tags ("+cu118") aside;
+- ``public(version)``: the version without its local build tag ("2.0.1+cu118" -> "2.0.1");
 - ``release(version)``: the release numbers, for sorting ("2.10.0" after "2.4.1").
 """
 from __future__ import annotations
@@ -42,6 +43,14 @@ def same_release(installed: str, pinned: str) -> bool:
         return Version(installed).public == Version(pinned).public
     except InvalidVersion:
         return installed.split("+", 1)[0] == pinned.split("+", 1)[0]
+
+
+def public(version: str) -> str:
+    """A version without its local build tag: "2.0.1+cu118" -> "2.0.1"."""
+    try:
+        return Version(str(version)).public
+    except InvalidVersion:
+        return str(version).split("+", 1)[0]
 
 
 def release(version: str) -> Tuple[int, ...]:

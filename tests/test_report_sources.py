@@ -4,8 +4,8 @@ import pytest
 from host_helpers import small_matrix_data, write_matrix
 from matrixbench.errors import MatrixError
 from matrixbench.matrix import load_matrix
-from matrixbench.report.cells import torch_release
 from matrixbench.report.published import source_for, source_title
+from matrixbench.versions import release
 
 
 @pytest.mark.parametrize("version, source", [
@@ -13,12 +13,12 @@ from matrixbench.report.published import source_for, source_title
     ("2.1.2", "nightly"), ("2.10.0", "none"), ("2.13.0+cpu", "none"), ("1.13.1", "none"), ("2.2.0", "none"),
 ])
 def test_source_follows_the_torch_line(version, source):
-    assert source_for(torch_release(version)) == source
+    assert source_for(release(version)) == source
 
 
 def test_the_matrix_override_wins():
-    assert source_for(torch_release("2.13.0"), "main") == "main"
-    assert source_for(torch_release("2.0.1"), "none") == "none"
+    assert source_for(release("2.13.0"), "main") == "main"
+    assert source_for(release("2.0.1"), "none") == "none"
 
 
 def test_sources_name_their_tables():

@@ -9,7 +9,7 @@ from scipy.stats import variation
 
 from matrixbench.report.published import MODEL_NAMES
 from matrixbench.report.records import plain_value
-from matrixbench.versions import release
+from matrixbench.versions import public, release
 from runner.core import MODES, TASKS
 
 FIELDS = {"device": "device_name", "image": "image", "batch": "cell.batch_size", "row": "row_key",
@@ -81,7 +81,7 @@ def _image_ranks(rows, manifest_order):
     versions = {row["image"]: row["environment.torch"] for row in rows}
     ordered = sorted(versions, key=lambda image: (
         manifest_order.index(image) if image in manifest_order else len(manifest_order),
-        torch_release(versions[image]), image))
+        release(versions[image]), image))
     return {image: rank for rank, image in enumerate(ordered)}
 
 
@@ -140,14 +140,6 @@ def _worst_accuracy(rows):
     return next((status for status in ("nan", "fail") if status in statuses), statuses[-1])
 
 
-def torch_release(version):
-    """A torch version's release numbers: "2.1.0.dev20230601+cu118" -> (2, 1, 0) (matrixbench.versions)."""
-    return release(version)
-
-
-def public_version(version):
-    """A torch version without its local build tag: "2.0.1+cu118" -> "2.0.1"."""
-    return str(version).split("+")[0]
 
 
 def _image_labels(rows):
@@ -155,7 +147,7 @@ def _image_labels(rows):
     versions = {}
     for row in rows:
         found = versions.setdefault(row["image"], [])
-        version = public_version(row["environment.torch"])
+        version = public(row["environment.torch"])
         if version not in found:
             found.append(version)
     return {image: f"{image} (torch {' / '.join(found)})" for image, found in versions.items()}

@@ -25,8 +25,9 @@ import csv
 from pathlib import Path
 
 from matrixbench.report import arithmetic, stats
-from matrixbench.report.cells import is_ok, public_version, row_label
+from matrixbench.report.cells import is_ok, row_label
 from matrixbench.report.published import GPUS, PublishedReference
+from matrixbench.versions import public
 
 FILENAME = "comparisons.csv"
 COLUMNS = ("kind", "device", "image", "torch", "batch_size", "model", "task_model", "mode", "against",
@@ -73,7 +74,7 @@ def _in_order(cells, device, image):
 
 def _key(row, kind, against):
     return {"kind": kind, "device": row["device_name"], "image": row["image"],
-            "torch": public_version(row["environment.torch"]), "batch_size": row["cell.batch_size"],
+            "torch": public(row["environment.torch"]), "batch_size": row["cell.batch_size"],
             "model": row["row_key"], "task_model": row_label(row), "mode": row["mode_label"], "against": against,
             "accuracy": row["accuracy.status"]}
 

@@ -2,9 +2,9 @@
 from dataclasses import dataclass, field
 
 from matrixbench.report import stats, tables
-from matrixbench.report.cells import torch_release
 from matrixbench.report.published import DATASET_NOTES, source_for
 from matrixbench.report.tables import Table
+from matrixbench.versions import release
 
 _FAILED = "Cells that did not run show their status (OOM, ERR, TIMEOUT, CRASH); the footnote gives the reason."
 _SIGNIFICANT = (
@@ -62,7 +62,7 @@ class Report:
 def image_sources(cells, overrides=None):
     """{image: "main" | "nightly" | "none"}: the published source each image is compared with."""
     overrides = overrides or {}
-    return {image: source_for(torch_release(cells.torch_version(image)), overrides.get(image))
+    return {image: source_for(release(cells.torch_version(image)), overrides.get(image))
             for image in cells.images()}
 
 
