@@ -9,8 +9,9 @@ scenario "spread" draws each model's factor from a log-normal (sigma 0.6, seed 1
 differ by ~3x as ViT-sized and DETR-sized models do. Units are scheduled as ``matrixbench.run``
 does (``scheduler.make_units`` / ``run_on_slots``: longest first, each slot takes the next unit
 when it is free; no earlier records, so every estimate is the model's).
-Two unit sizes are compared: one model in every image (what ``--slots`` runs) and one model at one
-batch size in every image (still one GPU per torch-version comparison of a cell).
+Two unit sizes are compared: one model at one batch size in every image (what ``--slots`` runs,
+``scheduler.unit_key``; still one GPU per torch-version comparison of a cell) and one model in every
+image (issue 15's first design, kept for comparison: 11 units are too few for 8 slots).
 
     python benchmarks/sim_slots.py      # writes results/sim_slots.{json,md} and prints the table
 """
@@ -24,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from matrixbench.matrix import expand_cells, load_matrix  # noqa: E402
-from matrixbench.scheduler import MODEL_S  # noqa: E402
+from matrixbench.scheduler import MODEL_S, unit_key  # noqa: E402
+from runner.core import Repeat  # noqa: E402
 
 SLOTS = (1, 2, 4, 8)
 TARGET = 1.15
@@ -43,7 +45,7 @@ def unit_durations(cells, images, factor, by_batch):
     """Each unit's modelled seconds, longest first (the order of scheduler.make_units)."""
     units = {}
     for cell in cells:
-        key = (cell.model, cell.batch_size) if by_batch else cell.model
+        key = unit_key(Repeat(cell)) if by_batch else cell.model
         units[key] = units.get(key, 0.0) + len(images) * MODEL_S[cell.mode] * factor[cell.model]
     return sorted(units.values(), reverse=True)
 
@@ -58,12 +60,13 @@ def main():
                  "spread": {m: rng.lognormvariate(0.0, 0.6) for m in models}}
     rows = []
     for scenario, factor in scenarios.items():
-        for by_batch in (False, True):
+        for by_batch in (True, False):
             durations = unit_durations(cells, matrix.images, factor, by_batch)
             total = sum(durations)
             for slots in SLOTS:
                 span = makespan(durations, slots)
-                rows.append({"scenario": scenario, "unit": "model x batch size" if by_batch else "model",
+                unit = "model x batch size (used)" if by_batch else "model (issue's first design)"
+                rows.append({"scenario": scenario, "unit": unit,
                              "units": len(durations), "slots": slots, "makespan_h": span / 3600,
                              "ideal_h": total / slots / 3600, "ratio": span / (total / slots)})
     table = ["| durations | unit | units | slots | makespan (h) | ideal (h) | makespan / ideal |",

@@ -235,7 +235,7 @@ def _slot_plan(matrix, options, gpus, environ, progress):
 
 
 def _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, environ, progress):
-    """The pending cells as units (one model in every image) on the run's slots, at once."""
+    """The pending cells as units (one model at one batch size in every image) on the run's slots, at once."""
     progress = Serialized(progress)
     results, lock = {}, threading.Lock()
     for plan in plans:

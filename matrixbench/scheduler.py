@@ -1,9 +1,15 @@
 """Running a run's pending cells on several slots at once (issue 15).
 
-A work unit is one model: its pending cells in every image, run image after image by one slot,
-so a torch-version comparison of a model never mixes two GPUs. Units go longest first (the
-estimate: each cell's earlier record's duration where there is one, else ``MODEL_S`` by mode);
-each slot is a thread that takes the next unit when its last one is done.
+A work unit is one model at one batch size: its pending repeats (every mode, dtype and repeat) in
+every image, run image after image by one slot, so a torch-version comparison of a cell (the same
+cell across images) never mixes two GPUs. Issue 15 proposed one model (all its batch sizes) per
+unit; the default matrix has only 11 models, too few to keep 8 slots busy to the end
+(benchmarks/results/sim_slots.md: 1.45-1.62x the ideal makespan at 8 slots with one-model units,
+1.04-1.21x with model x batch-size units), and no comparison the report makes crosses batch sizes.
+
+Units go longest first (the estimate: each cell's earlier record's duration where there is one,
+else ``MODEL_S`` by mode); each slot is a thread that takes the next unit when its last one is done.
+``make_units`` and ``Unit`` are the reusable part (a cluster task runs one Unit too).
 """
 import threading
 from collections import deque
@@ -18,17 +24,36 @@ MODEL_S = {"eager": 10.0, "default": 60.0, "reduce-overhead": 75.0, "max-autotun
 JOIN_POLL_S = 0.2
 
 
+UnitKey = Tuple[str, int]   # (model, batch size)
+
+
 @dataclass
 class Unit:
-    """One model's pending repeats (runner.core.Repeat), per image in matrix order: [(plan, repeats), ...]."""
+    """One model at one batch size: its pending repeats (runner.core.Repeat) per image, in matrix
+    order, as ``[(image work, repeats), ...]``; ``estimate_s`` is their summed estimate."""
 
     model: str
+    batch_size: int
     parts: List[Tuple[Any, list]]
     estimate_s: float
 
     @property
+    def key(self) -> UnitKey:
+        return (self.model, self.batch_size)
+
+    @property
+    def name(self) -> str:
+        """"vit bs=4", for logs and progress."""
+        return f"{self.model} bs={self.batch_size}"
+
+    @property
     def cells(self) -> int:
         return sum(len(cells) for _, cells in self.parts)
+
+
+def unit_key(repeat) -> UnitKey:
+    """The unit a repeat belongs to: its cell's model and batch size."""
+    return (repeat.cell.model, repeat.cell.batch_size)
 
 
 def cell_estimate_s(out_dir, repeat) -> float:
@@ -46,16 +71,17 @@ def cell_estimate_s(out_dir, repeat) -> float:
 
 
 def make_units(plans) -> List[Unit]:
-    """The pending cells of ``plans`` (one per image) as one unit per model, longest first."""
-    by_model: Dict[str, Dict[int, Tuple[Any, list]]] = {}
+    """The pending repeats of ``plans`` (ImageWork, one per image, in matrix order) as one unit
+    per model and batch size, longest first (ties by model, then batch size)."""
+    by_key: Dict[UnitKey, Dict[int, Tuple[Any, list]]] = {}
     for plan in plans:
-        for cell in plan.pending:
-            parts = by_model.setdefault(cell.cell.model, {})
-            parts.setdefault(id(plan), (plan, []))[1].append(cell)
-    units = [Unit(model, list(parts.values()),
-                  sum(cell_estimate_s(plan.out_dir, cell) for plan, cells in parts.values() for cell in cells))
-             for model, parts in by_model.items()]
-    return sorted(units, key=lambda unit: (-unit.estimate_s, unit.model))
+        for repeat in plan.pending:
+            parts = by_key.setdefault(unit_key(repeat), {})
+            parts.setdefault(id(plan), (plan, []))[1].append(repeat)
+    units = [Unit(model, batch_size, list(parts.values()),
+                  sum(cell_estimate_s(plan.out_dir, repeat) for plan, repeats in parts.values() for repeat in repeats))
+             for (model, batch_size), parts in by_key.items()]
+    return sorted(units, key=lambda unit: (-unit.estimate_s, unit.key))
 
 
 def run_on_slots(slots: Sequence, units: Sequence[Unit], run_unit: Callable, stop_all: Callable) -> None:

@@ -1,4 +1,4 @@
-"""Slots (issue 15): units of one model in every image, longest first, one thread per slot; the
+"""Slots (issue 15): units of one model at one batch size in every image, longest first, one thread per slot; the
 local backend pins each slot's runner to its cores, and every record says where it ran."""
 import json
 import os
@@ -33,13 +33,18 @@ class SlowRecordingBackend(RecordingBackend):
         with self.lock:
             self.now += 1
             self.most = max(self.most, self.now)
-            self.threads.append((threading.current_thread().name, request.image_name, request.cells[0].model))
+            units = {(cell.model, cell.batch_size) for cell in request.cells}
+            assert len(units) == 1, units                          # one model at one batch size
+            self.threads.append((threading.current_thread().name, request.image_name, units.pop()))
         try:
             threading.Event().wait(0.2)
             return super().run(request)
         finally:
             with self.lock:
                 self.now -= 1
+
+    def threads_of_units(self):
+        return [(image, unit) for _, image, unit in self.threads]
 
 
 def _options(tmp_path, **changes):
@@ -67,11 +72,11 @@ def test_two_slots_run_each_model_in_every_image_on_one_slot_at_once(tmp_path, m
     assert summary.statuses() == {"ok": 16}
     assert backend.most == 2                                   # the two slots ran at once
     slot_of = {}
-    for thread, _image, model in backend.threads:
-        slot_of.setdefault(model, set()).add(thread)
-    assert all(len(threads) == 1 for threads in slot_of.values())   # a model never changes slot
-    assert {(image, model) for _, image, model in backend.threads} == {
-        (image, model) for image in ("stable", "latest") for model in ("vit", "detr-resnet-101")}
+    for thread, _image, unit in backend.threads:
+        slot_of.setdefault(unit, set()).add(thread)
+    assert all(len(threads) == 1 for threads in slot_of.values())   # a unit never changes slot
+    assert sorted(backend.threads_of_units()) == sorted(
+        (image, (model, bs)) for image in ("stable", "latest") for model in ("vit", "detr-resnet-101") for bs in (1, 4))
     cores = sorted({tuple(r.slot.cores) for r in backend.requests})
     assert len(cores) == 2 and not set(cores[0]) & set(cores[1])
     assert all(r.work_dir().name == f"slot-{r.slot.index}" for r in backend.requests)
@@ -85,11 +90,12 @@ def test_units_go_longest_first_with_earlier_durations_before_the_model(tmp_path
 
     from runner.core import Cell, Repeat
 
-    def cell(model, mode):
-        return Repeat(Cell(model, "image-classification", "random", "full", 1, mode, False, "float32"))
-    units = make_units([Work(tmp_path, [cell("a", "eager"), cell("b", "default"), cell("b", "eager")])])
-    assert [(u.model, u.estimate_s) for u in units] == [("b", MODEL_S["default"] + MODEL_S["eager"]),
-                                                        ("a", MODEL_S["eager"])]
+    def cell(model, mode, batch_size=1):
+        return Repeat(Cell(model, "image-classification", "random", "full", batch_size, mode, False, "float32"))
+    units = make_units([Work(tmp_path, [cell("a", "eager"), cell("b", "default"), cell("b", "eager"),
+                                         cell("b", "eager", 4)])])
+    assert [(u.name, u.estimate_s) for u in units] == [("b bs=1", MODEL_S["default"] + MODEL_S["eager"]),
+                                                       ("a bs=1", MODEL_S["eager"]), ("b bs=4", MODEL_S["eager"])]
 
 
 def test_the_first_error_stops_new_units_and_is_raised():
@@ -136,7 +142,7 @@ def test_two_slots_on_tiny_models_pin_each_runner_to_its_core(tmp_path, monkeypa
     slot_of = {}
     for record in records:
         slot_of.setdefault(record["cell"]["model"], set()).add(record["placement"]["slot"])
-    assert sorted(slot_of.values()) == [{0}, {1}]                          # one slot per model
+    assert sorted(slot_of.values()) == [{0}, {1}]          # one slot per model (one batch size here)
     slots = [0, 1]
     for record in records:
         block = record["placement"]
@@ -175,9 +181,10 @@ def test_gpu_slots_refuse_a_busy_gpu_and_keep_each_model_on_one_gpu(tmp_path, mo
     run_matrix(matrix, _options(tmp_path, device="auto", gpu="0,4", allow_busy_gpus=True, run_name="r2"))
     gpu_of = {}
     for request in backend.requests:
-        gpu_of.setdefault(request.cells[0].model, set()).add(request.slot.gpu_uuid)
-        assert all(cell.model == request.cells[0].model for cell in request.cells)
-    assert all(len(uuids) == 1 for uuids in gpu_of.values())      # every image of a model: one GPU
+        unit = (request.cells[0].model, request.cells[0].batch_size)
+        gpu_of.setdefault(unit, set()).add(request.slot.gpu_uuid)
+        assert all((cell.model, cell.batch_size) == unit for cell in request.cells)
+    assert all(len(uuids) == 1 for uuids in gpu_of.values())      # every image of a cell: one GPU
     assert set().union(*gpu_of.values()) <= {"GPU-0f3c2a1e-7b6d-4e5f-8a9b-0c1d2e3f4a50",
                                              "GPU-4f3c2a1e-7b6d-4e5f-8a9b-0c1d2e3f4a54"}
     assert {r.image_name for r in backend.requests} == {"stable", "latest"}
