@@ -4,10 +4,13 @@ The same cell (full-size model, batch size 1, random weights, CPU, float32) is t
 each in a fresh process, interleaved A B A B over ``--rounds`` rounds:
 
 - runner: ``python -m runner --models M --modes MODE --iterations N ...``; its record's mean_ms;
-- plain: the seed page's method -- build the model, preprocess the test image, torch.compile
-  (unless eager), warm up, time N calls with ``time.perf_counter`` around each, take the mean.
-  The model and its inputs come from ``runner.models.build`` (the same random weights and the
-  same preprocessed image), so only the timing method and the harness differ.
+- plain: the seed page's method -- build the model, preprocess the test image,
+  ``torch.compile(model)`` as the page writes it (``default``; another mode is passed as
+  ``mode=``), the first call (it compiles), warm up, time N calls with ``time.perf_counter``
+  around each, take the mean. The model and its inputs come from ``runner.models.build`` (the
+  same random weights and the same preprocessed image), and the warm-up is the runner's own
+  count after the first call (``runner.records.effective_warmup``: at least 3, whatever
+  ``--warmup`` asks), so only the timing method and the harness differ.
 
 Both share one Inductor cache folder (warm after the first compile, as in a real run). Per
 (model, mode): the ratio runner/plain per round, its geometric mean with a bootstrap 95%
@@ -15,6 +18,7 @@ interval over rounds, and each side's between-round CV. A verdict ("the runner a
 plain loop within X%") is printed only when the noise allows one: when the between-round CV of
 either side exceeds ``--resolve`` (the difference the script is asked to resolve, default 5%),
 or the interval is wider than twice it, the script says the machine was too noisy instead.
+``--budget-s`` starts no new round once spent, but never stops before ``MIN_ROUNDS`` (5) rounds.
 
     python benchmarks/bench_harness_vs_plain.py [--models resnet,vit] [--modes eager,default]
         [--rounds 5] [--iterations 20] [--warmup 3] [--budget-s 600] [--resolve 0.05] [--out benchmarks/results]
@@ -37,6 +41,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.machine import describe, lscpu  # noqa: E402
+from runner.records import effective_warmup  # noqa: E402
+
 
 def cell_dict(model, mode):
     return {"model": model, "task": "image-classification", "weights": "random", "size": "full",
@@ -53,16 +60,23 @@ def plain_worker(model, mode, iterations, warmup):
     spec = SEED_MODELS[model]
     cell = Cell.from_dict(dict(cell_dict(model, mode), model_id=spec.model_id, task=spec.task))
     built = build(cell, "cpu", "float32")
-    step = built.model if mode == "eager" else torch.compile(built.model, mode=mode)
+    step = seed_compile(torch, built.model, mode)
     times = []
     with torch.no_grad():
-        for _ in range(warmup + 1):       # the first call compiles
+        for _ in range(1 + effective_warmup(warmup)):       # the first call compiles, then the warm-up
             step(**built.inputs)
         for _ in range(iterations):
             start = time.perf_counter()
             step(**built.inputs)
             times.append(time.perf_counter() - start)
     print(json.dumps({"mean_ms": 1000 * statistics.fmean(times)}))
+
+
+def seed_compile(torch, model, mode):
+    """The seed page's compile: ``torch.compile(model)`` for default, the model itself for eager."""
+    if mode == "eager":
+        return model
+    return torch.compile(model) if mode == "default" else torch.compile(model, mode=mode)
 
 
 def run_plain(model, mode, args, env):
@@ -107,13 +121,16 @@ def verdict(summary, resolve):
     return f"the runner differs from a plain loop: ratio {summary['ratio']:.3f} [{low:.3f}, {high:.3f}]"
 
 
+MIN_ROUNDS = 5
+
+
 def measure(args):
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
     cache = tempfile.mkdtemp(prefix="harness-vs-plain-cache-")
     env.update(TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"), TRITON_CACHE_DIR=os.path.join(cache, "triton"))
     rounds, environment, started = [], None, time.monotonic()
     for index in range(args.rounds):
-        if index >= 2 and time.monotonic() - started > args.budget_s:
+        if index >= min(MIN_ROUNDS, args.rounds) and time.monotonic() - started > args.budget_s:
             print(f"stopping after {index} rounds: the {args.budget_s:.0f} s budget is spent", file=sys.stderr)
             break
         for model in args.models:
@@ -151,8 +168,10 @@ def markdown(result):
     rounds = max(r["round"] for r in result["rounds"]) + 1
     lines = [title, "",
              f"{rounds} rounds A B A B, {result['settings']['iterations']} timed calls, "
-             f"{result['settings']['warmup']} warm-up; load average before {result['loadavg_before']}, "
-             f"after {result['loadavg_after']}. The machine was shared with other work (loaded).", "",
+             f"{result['warmup_calls']} warm-up calls after the first (both sides); load average before "
+             f"{result['loadavg_before']}, after {result['loadavg_after']} (1, 5, 15 min; the machine's cores "
+             f"are shared with other work, see each round's load in the JSON).", "",
+             describe(m.get("lscpu", {})), "",
              "| model | mode | runner mean ms (range) | plain mean ms (range) | runner CV | plain CV | "
              "ratio runner/plain [95% CI] | verdict |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in result["summary"]:
@@ -172,7 +191,7 @@ def parse(argv):
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--budget-s", type=float, default=600,
-                        help="start no new round (after the second) once this many seconds have passed")
+                        help=f"start no new round (after the {MIN_ROUNDS}th) once this many seconds have passed")
     parser.add_argument("--resolve", type=float, default=0.05, help="the relative difference to resolve")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--name", default="harness_vs_plain", help="the result files' name (<out>/<name>.json, .md)")
@@ -186,7 +205,8 @@ def main(argv=None):
     before, started = os.getloadavg(), time.time()
     rounds, environment = measure(args)
     result = {"settings": {k: v for k, v in vars(args).items() if k not in ("out", "plain_worker", "name")},
-              "machine": {"cpu_model": environment["cpu_model"], "cores": os.cpu_count(),
+              "warmup_calls": effective_warmup(args.warmup),
+              "machine": {"cpu_model": environment["cpu_model"], "cores": os.cpu_count(), "lscpu": lscpu(),
                           "torch": environment["torch"], "transformers": environment["transformers"],
                           "python": environment["python"], "platform": platform.platform()},
               "loadavg_before": [round(x, 2) for x in before], "loadavg_after": [round(x, 2) for x in os.getloadavg()],

@@ -1,11 +1,9 @@
 """Do starred image-to-image changes survive a rerun? Repeats (hierarchical test) vs one process.
 
 Runs a small CPU matrix twice from scratch (two run folders, two empty compile caches) with
-``--repeats 3`` through ``matrixbench run --backend local --device cpu``: tiny models, eager and
-default, two images. The local backend runs the one torch of this interpreter, so the two
-images are the same torch under two names (``a`` and ``b``): every true image-to-image change
-is zero, and every star is a false positive. Per run it counts the starred changes (b against
-a, per model and mode) under
+``--repeats 3`` through ``matrixbench run --device cpu``: tiny models, eager and default, two
+images. Per run it counts the starred changes (the second image against the first, per model and
+mode) under
 
 - the hierarchical test (``matrixbench.report.stats.compare_processes``: resample the 3
   processes, then the samples within each) -- what the report does now;
@@ -14,10 +12,22 @@ a, per model and mode) under
 
 and how many of run 1's stars keep their sign and star in run 2.
 
-    python benchmarks/bench_repeat_stability.py [--models vit,resnet] [--iterations 20] [--repeats 3]
-        [--out benchmarks/results]
+Backends (``--backend``, default ``auto``):
 
-Writes <out>/repeat_stability.json and .md with the machine and its load average.
+- ``venv``: the CPU smoke matrix's two images (matrix-cpu-smoke.yaml: ``stable`` = torch 2.0.1
+  on Python 3.10, ``latest`` = torch 2.13 on Python 3.12), each in its own virtual environment
+  (``matrixbench build --backend venv``; reused from ~/.cache/matrixbench/venvs when built).
+  Two real torch versions: the true changes are not zero and not known, so a star is not a false
+  positive by itself; the figure is how often a starred change is starred again, with the same
+  sign, by a second run from scratch (a verdict that reproduces).
+- ``local``: this interpreter's torch under two names (``a`` and ``b``): every true change is
+  zero, and every star is a false positive.
+- ``auto``: ``venv`` when both images' venvs are built or their Pythons are found, else ``local``.
+
+    python benchmarks/bench_repeat_stability.py [--backend auto|venv|local] [--models vit,resnet]
+        [--iterations 20] [--repeats 3] [--out benchmarks/results]
+
+Writes <out>/repeat_stability.json and .md with the machine (lscpu) and its load average.
 """
 import argparse
 import json
@@ -34,23 +44,66 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.machine import describe, lscpu  # noqa: E402
 from matrixbench.report import stats  # noqa: E402
 from runner.schema import read_record  # noqa: E402
 
+SMOKE_MATRIX = ROOT / "matrix-cpu-smoke.yaml"
+VENV_IMAGES = ("stable", "latest")      # baseline, candidate: the smoke matrix's two images
 
-def matrix_file(folder, args):
+
+def local_images():
+    """This interpreter's torch under two names (``a``, ``b``): every true change is 0."""
     import torch
 
     version = torch.__version__.split("+")[0]
     image = {"torch": f"torch=={version}", "python": f"{sys.version_info.major}.{sys.version_info.minor}",
              "transformers": "transformers", "description": "the interpreter's own torch (--backend local)"}
-    data = {"images": {"a": dict(image), "b": dict(image)}, "weights": "random", "size": "tiny",
+    return {"a": dict(image), "b": dict(image)}
+
+
+def venv_images():
+    """The smoke matrix's two image entries, verbatim (so their content hashes, and venvs, are the same)."""
+    entries = yaml.safe_load(SMOKE_MATRIX.read_text())["images"]
+    return {name: entries[name] for name in VENV_IMAGES}
+
+
+def venvs_can_be_made():
+    """Why the venv backend cannot run here, or None when both images' venvs are built or their Pythons found."""
+    from matrixbench.errors import MatrixbenchError
+    from matrixbench.interpreters import find_interpreter
+    from matrixbench.matrix import load_matrix
+    from matrixbench.venvs import plan_venv, read_marker
+
+    for name in VENV_IMAGES:
+        image = load_matrix(SMOKE_MATRIX).images[name]
+        if read_marker(plan_venv(image)) is None:
+            try:
+                find_interpreter(image.python)
+            except MatrixbenchError as error:
+                return f"image {name!r}: no venv built and {error}"
+    return None
+
+
+def choose_backend(asked):
+    if asked != "auto":
+        return asked
+    reason = venvs_can_be_made()
+    if reason:
+        print(f"--backend auto: local (the venvs cannot be made: {reason})", file=sys.stderr)
+        return "local"
+    return "venv"
+
+
+def matrix_file(folder, args):
+    images = venv_images() if args.backend == "venv" else local_images()
+    data = {"images": images, "weights": "random", "size": "tiny",
             "models": {name: MODELS[name] for name in args.models}, "batch_sizes": [1],
             "modes": ["eager", "default"], "dtypes": ["float32"], "iterations": args.iterations,
             "warmup": args.warmup, "repeats": args.repeats, "timeout_s": 600}
     path = Path(folder) / "matrix.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return path, list(images)
 
 
 MODELS = {"vit": {"id": "google/vit-base-patch16-224", "task": "image-classification"},
@@ -58,10 +111,10 @@ MODELS = {"vit": {"id": "google/vit-base-patch16-224", "task": "image-classifica
           "segformer": {"id": "nvidia/segformer-b0-finetuned-ade-512-512", "task": "image-segmentation"}}
 
 
-def run_once(name, folder, matrix, env):
+def run_once(name, folder, matrix, env, backend):
     argv = [sys.executable, "-c", "from matrixbench.cli import main; main()", "run",
             "--matrix", str(matrix), "--run", name,
-            "--results", str(folder / "results"), "--backend", "local", "--device", "cpu",
+            "--results", str(folder / "results"), "--backend", backend, "--device", "cpu",
             "--cache-dir", str(folder / f"cache-{name}")]
     started, load = time.monotonic(), os.getloadavg()
     done = subprocess.run(argv, env=env, cwd=folder, capture_output=True, text=True)
@@ -72,7 +125,7 @@ def run_once(name, folder, matrix, env):
 
 
 def _processes(run_path):
-    """{(image, cell_id): {repeat: samples}} of the ok records."""
+    """{"image|cell_id": {repeat: samples}} of the ok records."""
     found = {}
     for path in sorted(run_path.glob("*/*.json")):
         if path.name == "cells.json":
@@ -84,13 +137,14 @@ def _processes(run_path):
     return found
 
 
-def changes(records):
-    """Per cell id: b against a under both tests (change %, significant)."""
+def changes(records, images):
+    """Per cell id: the second image against the first under both tests (change %, significant)."""
+    first, second = images
     out = {}
     for key, processes in records.items():
         image, cell = key.split("|")
-        baseline = records.get(f"a|{cell}")
-        if image != "b" or not baseline:
+        baseline = records.get(f"{first}|{cell}")
+        if image != second or not baseline:
             continue
         hierarchical = stats.compare_processes([baseline[k] for k in sorted(baseline)],
                                                [processes[k] for k in sorted(processes)])
@@ -111,20 +165,37 @@ def survival(first, second, test):
             "starred_run2": sum(c[test]["star"] for c in second.values())}
 
 
+MEANING = {
+    "local": "the same torch under two names (--backend local): every true change is 0, so every star is a "
+             "false positive, and a star that keeps its sign and star in run 2 is a false positive that "
+             "\"reproduces\"",
+    "venv": "two real torch versions, each in its own venv (--backend venv): the true changes are not 0 and "
+            "not known, so a star is not wrong by itself. The figure is how often a starred change is "
+            "starred again with the same sign by a second run from scratch (a verdict that reproduces), "
+            "and how many changes each test stars at all. Under a real change both tests may star; "
+            "the within-process test's interval is narrower because it ignores the process-to-process "
+            "spread, so it also stars changes a rerun reverses",
+}
+
+
 def markdown(result):
-    m, lines = result["machine"], []
-    lines += [f"# Repeat stability ({m['cpu_model']}, {m['cores']} cores, torch {m['torch']})", "",
-              f"Two runs from scratch of {len(result['settings']['models'])} tiny models x eager/default x "
-              f"two images (`a`, `b`: the same torch {m['torch']} under two names, --backend local; every true "
-              f"change is 0, so every star is a false positive), --repeats {result['settings']['repeats']}, "
-              f"{result['settings']['iterations']} iterations. Load average "
-              + "; ".join(f"{name}: {run['loadavg_before'][0]:.1f} -> {run['loadavg_after'][0]:.1f} "
+    m, settings, lines = result["machine"], result["settings"], []
+    images = " -> ".join(f"`{name}` (torch {torch}, Python {python})"
+                         for name, (torch, python) in result["images"].items())
+    lines += [f"# Repeat stability ({m['cpu_model']}, {m['cores']} cores, backend {settings['backend']})", "",
+              f"Two runs from scratch of {len(settings['models'])} tiny models "
+              f"({', '.join(settings['models'])}) x eager/default x two images: {images}; "
+              f"{MEANING[settings['backend']]}. --repeats {settings['repeats']}, "
+              f"{settings['iterations']} iterations, {settings['warmup']} warm-up.", "",
+              describe(m.get("lscpu", {})), "",
+              "Load average (1 min) before -> after each run: "
+              + "; ".join(f"{name}: {run['loadavg_before'][0]:.2f} -> {run['loadavg_after'][0]:.2f} "
                           f"({run['wall_s']:.0f} s)" for name, run in result["runs"].items())
-              + ". The machine was shared with other helpers' work (loaded).", "",
+              + ". The machine has 2 cores shared with other work; see the JSON for all three load figures.", "",
               "| test | image changes | starred in run 1 | of those, same sign and star in run 2 | starred in run 2 |",
               "| --- | --- | --- | --- | --- |"]
     for test, label in (("within_process", "within one process (repeat 0's samples)"),
-                        ("hierarchical", "hierarchical (3 processes, then samples)")):
+                        ("hierarchical", f"hierarchical ({settings['repeats']} processes, then samples)")):
         s = result["survival"][test]
         lines.append(f"| {label} | {s['changes']} | {s['starred_run1']} | {s['kept_run2']} | {s['starred_run2']} |")
     lines += ["", "| cell | run | within-process change % [95% CI] | hierarchical change % [95% CI] |",
@@ -140,6 +211,9 @@ def markdown(result):
 
 def parse(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=("auto", "venv", "local"), default="auto",
+                        help="venv: torch 2.0.1 vs 2.13 (the smoke matrix's venvs); local: this torch twice; "
+                             "auto: venv when its venvs can be made, else local")
     parser.add_argument("--models", type=lambda s: s.split(","), default=["vit", "resnet"])
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
@@ -148,18 +222,32 @@ def parse(argv):
     return parser.parse_args(argv)
 
 
+def image_environments(run_path, images):
+    """{image: [torch, python]} as the records of run 1 say."""
+    out = {}
+    for name in images:
+        environment = read_record(next((run_path / name).glob("*_eager_*.json")))["environment"]
+        out[name] = [environment["torch"], environment["python"]]
+    return out
+
+
 def main(argv=None):
     args = parse(argv)
+    args.backend = choose_backend(args.backend)
     folder = Path(tempfile.mkdtemp(prefix="repeat-stability-"))
-    matrix = matrix_file(folder, args)
+    matrix, images = matrix_file(folder, args)
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
-    runs = {name: run_once(name, folder, matrix, env) for name in ("run1", "run2")}
-    found = {name: changes(run.pop("records")) for name, run in runs.items()}
-    environment = read_record(next((folder / "results" / "run1" / "a").glob("*_eager_*.json")))["environment"]
+    runs = {}
+    for name in ("run1", "run2"):
+        runs[name] = run_once(name, folder, matrix, env, args.backend)
+        print(f"{name}: {runs[name]['wall_s']:.0f} s, load {runs[name]['loadavg_before'][0]:.2f} -> "
+              f"{runs[name]['loadavg_after'][0]:.2f}", file=sys.stderr, flush=True)
+    found = {name: changes(run.pop("records"), images) for name, run in runs.items()}
+    environment = read_record(next((folder / "results" / "run1" / images[0]).glob("*_eager_*.json")))["environment"]
     result = {"settings": {k: v for k, v in vars(args).items() if k != "out"},
-              "machine": {"cpu_model": environment["cpu_model"], "cores": os.cpu_count(),
-                          "torch": environment["torch"], "python": environment["python"],
+              "machine": {"cpu_model": environment["cpu_model"], "cores": os.cpu_count(), "lscpu": lscpu(),
                           "platform": platform.platform()},
+              "images": image_environments(folder / "results" / "run1", images),
               "runs": runs, "changes": found,
               "survival": {test: survival(found["run1"], found["run2"], test)
                            for test in ("within_process", "hierarchical")}}

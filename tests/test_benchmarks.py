@@ -1,0 +1,62 @@
+"""The benchmark scripts' own logic (benchmarks/): what they compare and when they refuse a verdict."""
+import sys
+from pathlib import Path
+
+import pytest
+
+from matrixbench.matrix import load_matrix
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_harness_vs_plain as harness  # noqa: E402
+import bench_repeat_stability as stability  # noqa: E402
+
+
+def summary(runner_cv, plain_cv, ratio_ci95):
+    return {"runner_cv": runner_cv, "plain_cv": plain_cv, "ratio_ci95": ratio_ci95, "ratio": sum(ratio_ci95) / 2}
+
+
+def test_harness_refuses_a_verdict_when_the_noise_exceeds_what_it_resolves():
+    assert harness.verdict(summary(0.30, 0.02, [0.98, 1.01]), 0.05).startswith("no verdict")
+    assert harness.verdict(summary(0.01, 0.02, [0.80, 1.20]), 0.05).startswith("no verdict")
+    assert harness.verdict(summary(0.01, 0.02, [0.98, 1.03]), 0.05).startswith("the runner agrees")
+    assert harness.verdict(summary(0.01, 0.02, [1.20, 1.25]), 0.05).startswith("the runner differs")
+
+
+def test_the_plain_side_compiles_as_the_seed_page_writes_it():
+    calls = []
+
+    class Torch:
+        @staticmethod
+        def compile(model, **kwargs):
+            calls.append(kwargs)
+            return "compiled"
+
+    assert harness.seed_compile(Torch, "model", "eager") == "model"
+    assert harness.seed_compile(Torch, "model", "default") == "compiled"
+    assert harness.seed_compile(Torch, "model", "max-autotune") == "compiled"
+    assert calls == [{}, {"mode": "max-autotune"}]
+
+
+def test_the_venv_stability_matrix_keeps_the_smoke_matrix_images_and_so_their_venvs(tmp_path):
+    args = stability.parse(["--backend", "venv", "--models", "vit"])
+    path, images = stability.matrix_file(tmp_path, args)
+    smoke = load_matrix(ROOT / "matrix-cpu-smoke.yaml").images
+    ours = load_matrix(path).images
+    assert images == ["stable", "latest"]
+    assert {name: image.content_hash() for name, image in ours.items()} == {
+        name: smoke[name].content_hash() for name in images}
+
+
+def test_stability_compares_the_second_image_with_the_first_under_both_tests():
+    slow = [[10.0 + 0.01 * i for i in range(20)]] * 3
+    fast = [[5.0 + 0.01 * i for i in range(20)]] * 3
+    records = {"stable|vit_eager": dict(enumerate(slow)), "latest|vit_eager": dict(enumerate(fast))}
+    found = stability.changes(records, ["stable", "latest"])
+    assert list(found) == ["vit_eager"]
+    for test in ("hierarchical", "within_process"):
+        assert found["vit_eager"][test]["change_pct"] == pytest.approx(-50, abs=1)
+        assert found["vit_eager"][test]["star"]
+    kept = stability.survival(found, found, "hierarchical")
+    assert kept == {"changes": 1, "starred_run1": 1, "kept_run2": 1, "starred_run2": 1}
