@@ -19,6 +19,9 @@ TASK_TITLES = {"image-classification": "Image Classification", "image-segmentati
 SEED_LABELS = {short: label for label, short in MODEL_NAMES.items()}
 SEED_ORDER = list(MODEL_NAMES.values())
 STATUS_TEXT = {"oom": "OOM", "error": "ERR", "timeout": "TIMEOUT", "crashed": "CRASH"}
+# Where a process ran (record field ``placement``, slot runs only): kept per process of a cell.
+PLACEMENT_COLUMNS = ("placement.slot", "placement.gpu_index", "placement.gpu_uuid", "placement.cores",
+                     "placement.numa_node", "placement.busy_slots")
 
 
 class CellIndex:
@@ -90,6 +93,9 @@ def combine_repeats(records, key):
 
     A cell's row is its last ok process's, with ``timing.mean_ms`` the mean over every sample of
     every ok process (the published statistic) and, added to every row: ``processes`` (ok ones),
+    ``process_placements`` (every process's PLACEMENT_COLUMNS, ok or not), ``gpu_uuids`` (the GPUs the
+    ok processes ran on, each once, sorted: the runner's ``environment.gpu_uuid``, else the slot's;
+    empty on the CPU),
     ``failed_processes``, ``process_means``, ``process_samples``, ``process_first_call_s`` (each ok
     process's first call, in repeat order: the first compiles cold unless the image's compile
     cache was warm, the later ones warm), ``between_cv`` (the CV of the
@@ -104,13 +110,15 @@ def combine_repeats(records, key):
 
 def _combined(group):
     ok = [row for row in group if is_ok(row)]
+    where = {"process_placements": [{column: row.get(column) for column in PLACEMENT_COLUMNS} for row in group],
+             "gpu_uuids": gpu_uuids(ok or group)}
     if not ok:
-        return {**group[-1], "processes": 0, "failed_processes": len(group), "process_means": [],
+        return {**group[-1], **where, "processes": 0, "failed_processes": len(group), "process_means": [],
                 "process_samples": [], "process_first_call_s": [], "between_cv": None, "between_noisy": False}
     samples = [row["timing.samples_ms"] or [row["timing.mean_ms"]] for row in ok]
     means = [row["timing.mean_ms"] for row in ok]
-    row = {**ok[-1], "processes": len(ok), "failed_processes": len(group) - len(ok), "process_means": means,
-           "process_samples": samples, "between_cv": None, "between_noisy": False,
+    row = {**ok[-1], **where, "processes": len(ok), "failed_processes": len(group) - len(ok),
+           "process_means": means, "process_samples": samples, "between_cv": None, "between_noisy": False,
            "process_first_call_s": [process["timing.first_call_s"] for process in sorted(ok, key=_repeat)]}
     if len(ok) > 1:
         between_cv = float(variation(means, ddof=1))
@@ -121,6 +129,12 @@ def _combined(group):
                     "accuracy.status": _worst_accuracy(ok), "between_cv": between_cv,
                     "between_noisy": between_cv > (row["settings.cv_threshold"] or 0.1)})
     return row
+
+
+def gpu_uuids(rows):
+    """The GPUs the processes ran on (the runner's UUID, else the slot's), each once, sorted."""
+    found = {row.get("environment.gpu_uuid") or row.get("placement.gpu_uuid") for row in rows}
+    return sorted(uuid for uuid in found if uuid)
 
 
 def _all_flags(rows):

@@ -17,6 +17,10 @@ _MIXED = (
     f"Warning: the two sides differ in more than torch: \"{tables.MIXES_TRANSFORMERS}\" (another transformers "
     f"version) or \"{tables.MIXES_ATTENTION}\" (another attention implementation used); the change is not torch's "
     "alone. The summary counts these rows per image and mode.")
+_MIXED_GPUS = (
+    f"Warning \"{tables.MIXES_GPUS}\": the two sides (or some of their processes) ran on different GPUs, by "
+    "UUID (a slot run places a model's every image on one GPU, but a resumed or merged run may not); the change "
+    "then includes the difference between two GPUs. The summary counts these rows per image and mode.")
 LEGENDS = {
     "per_device": (
         "Mean latency in ms. In compiled columns, in brackets, the speed-up over eager: eager ms / compiled ms - 1. "
@@ -77,6 +81,8 @@ def assemble(cells, published, notes, charts, sources=None):
         legends["per_device"] += " " + tables.flag_legend(flags)
     if tables.mixed_rows(cells):
         legends["image_pairs"] += " " + _MIXED
+    if tables.mixed_rows(cells, tables.gpu_mismatch):
+        legends["image_pairs"] += " " + _MIXED_GPUS
     return Report(
         runs=sorted({row["run"] for row in cells.rows}),
         record_count=len(cells.rows),

@@ -9,6 +9,7 @@ from typing import Optional
 
 import numpy as np
 
+from matrixbench.placement import format_cpulist
 from matrixbench.report import arithmetic, stats
 from matrixbench.report.cells import STATUS_TEXT, CellIndex, is_ok, row_label
 from matrixbench.report.published import GPUS, TABLE_TITLES, PublishedReference, source_title
@@ -36,6 +37,7 @@ FLAGS = {
 UNKNOWN_FLAG_MARK = "?"
 MIXES_TRANSFORMERS = "mixes a transformers change"
 MIXES_ATTENTION = "mixes attention implementations"
+MIXES_GPUS = "ran on different GPUs"
 
 
 @dataclass
@@ -295,19 +297,29 @@ def mixes(old, new):
     return found
 
 
+def gpu_mismatch(old, new):
+    """The two sides' GPUs when they did not all run on one and the same GPU (by UUID; records
+    without one, as on the CPU, are never a mismatch)."""
+    before, after = old.get("gpu_uuids") or [], new.get("gpu_uuids") or []
+    if not before or not after or len(set(before) | set(after)) == 1:
+        return []
+    return [f"{MIXES_GPUS} ({', '.join(before)} → {', '.join(after)})"]
+
+
 def _mix_cell(old, new):
-    found = mixes(old, new)
+    found = mixes(old, new) + gpu_mismatch(old, new)
     return label("; ".join(found)) if found else missing()
 
 
-def mixed_rows(cells):
-    """{(device, later image, mode): image-against-image rows whose sides mix more than torch}, for
-    every (device, later image, mode) that has such a table; empty when no row mixes."""
+def mixed_rows(cells, test=mixes):
+    """{(device, later image, mode): image-against-image rows for which ``test`` finds something (by
+    default: sides that mix more than torch)}, for every (device, later image, mode) that has such a
+    table; empty when no row does."""
     counts = {}
     for device, batch, before, after in image_pairs(cells):
         for old, new in pair_cells(cells, device, batch, before, after):
             key = (device, after, old["mode_label"])
-            counts[key] = counts.get(key, 0) + bool(mixes(old, new))
+            counts[key] = counts.get(key, 0) + bool(test(old, new))
     return counts if any(counts.values()) else {}
 
 
@@ -452,18 +464,18 @@ SUMMARY_STATUSES = STATUSES
 
 def summary_table(cells):
     rows = []
-    mixed = mixed_rows(cells)
+    counted = (mixed_rows(cells), mixed_rows(cells, gpu_mismatch))
     for device in cells.values("device"):
         common = _common_cells(cells, device)
         for image in cells.values("image", device=device):
             for mode in cells.values("mode", device=device, image=image):
-                count = mixed.get((device, image, mode))
+                counts = [found.get((device, image, mode)) for found in counted]
                 rows.append(_summary_row(cells, device, image, mode, common.get(mode))
-                            + [missing() if count is None else Cell(str(count))])
+                            + [missing() if count is None else Cell(str(count)) for count in counts])
     header = ["Device", "Image", "Mode", "geo-mean speed-up", "geo-mean over common cells", *SUMMARY_STATUSES,
               "noisy", "between-process CV (median)", "accuracy failures", "flagged", "compile time (median s)",
               "warm compile, later processes (median s)", "graph breaks",
-              "image-pair rows mixing transformers/attention"]
+              "image-pair rows mixing transformers/attention", "image-pair rows on different GPUs"]
     return drop_empty_columns(Table("Summary", header, rows))
 
 
@@ -576,15 +588,33 @@ ENVIRONMENT_FIELDS = (
 )
 
 
+# Where the processes ran (slot runs only; every process of every cell, not only the last).
+PLACEMENT_FIELDS = (
+    ("Slot", "placement.slot"), ("Slot GPU index", "placement.gpu_index"), ("Slot GPU UUID", "placement.gpu_uuid"),
+    ("Cores", "placement.cores"), ("NUMA node", "placement.numa_node"), ("Busy slots", "placement.busy_slots"),
+)
+
+
 def environment_table(cells):
     rows = []
     for device in cells.values("device"):
         for image in cells.values("image", device=device):
             selected = cells.select(device=device, image=image)
+            processes = [process for row in selected for process in row["process_placements"]]
             rows.append([label(device), label(cells.image_labels[image])]
-                        + [_distinct(selected, *field[1:]) for field in ENVIRONMENT_FIELDS])
-    header = ["Device", "Image"] + [field[0] for field in ENVIRONMENT_FIELDS]
+                        + [_distinct(selected, *field[1:]) for field in ENVIRONMENT_FIELDS]
+                        + [_placement_cell(processes, column) for _, column in PLACEMENT_FIELDS])
+    header = ["Device", "Image"] + [field[0] for field in ENVIRONMENT_FIELDS + PLACEMENT_FIELDS]
     return drop_empty_columns(Table("Environment", header, rows))
+
+
+def _placement_cell(processes, column):
+    """The distinct values of a placement column over every process, in order (cores as cpuset
+    lists, "0-3,8")."""
+    values = sorted({tuple(value) if isinstance(value, list) else value for process in processes
+                     if (value := process[column]) is not None})
+    texts = [format_cpulist(value) if isinstance(value, tuple) else str(value) for value in values]
+    return Cell(", ".join(texts), kind="label") if texts else missing()
 
 
 def _distinct(rows, column, width=None):
