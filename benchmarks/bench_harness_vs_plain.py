@@ -41,7 +41,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.machine import describe, lscpu  # noqa: E402
+from benchmarks.machine import contention, describe, describe_contention, lscpu  # noqa: E402
 from runner.records import effective_warmup  # noqa: E402
 
 
@@ -172,6 +172,8 @@ def markdown(result):
              f"{result['loadavg_before']}, after {result['loadavg_after']} (1, 5, 15 min; the machine's cores "
              f"are shared with other work, see each round's load in the JSON).", "",
              describe(m.get("lscpu", {})), "",
+             f"CPU contention before -> after: {describe_contention(result.get('contention_before', {}))} -> "
+             f"{describe_contention(result.get('contention_after', {}))}.", "",
              "| model | mode | runner mean ms (range) | plain mean ms (range) | runner CV | plain CV | "
              "ratio runner/plain [95% CI] | verdict |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in result["summary"]:
@@ -202,7 +204,7 @@ def main(argv=None):
     args = parse(argv)
     if args.plain_worker:
         return plain_worker(*args.plain_worker, args.iterations, args.warmup)
-    before, started = os.getloadavg(), time.time()
+    before, pressure, started = os.getloadavg(), contention(), time.time()
     rounds, environment = measure(args)
     result = {"settings": {k: v for k, v in vars(args).items() if k not in ("out", "plain_worker", "name")},
               "warmup_calls": effective_warmup(args.warmup),
@@ -210,6 +212,7 @@ def main(argv=None):
                           "torch": environment["torch"], "transformers": environment["transformers"],
                           "python": environment["python"], "platform": platform.platform()},
               "loadavg_before": [round(x, 2) for x in before], "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+              "contention_before": pressure, "contention_after": contention(),
               "wall_s": round(time.time() - started, 1), "rounds": rounds, "summary": summarize(rounds, args)}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")

@@ -44,7 +44,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.machine import describe, lscpu  # noqa: E402
+from benchmarks.machine import contention, describe, describe_contention, lscpu  # noqa: E402
 from matrixbench.report import stats  # noqa: E402
 from runner.schema import read_record  # noqa: E402
 
@@ -116,12 +116,13 @@ def run_once(name, folder, matrix, env, backend):
             "--matrix", str(matrix), "--run", name,
             "--results", str(folder / "results"), "--backend", backend, "--device", "cpu",
             "--cache-dir", str(folder / f"cache-{name}")]
-    started, load = time.monotonic(), os.getloadavg()
+    started, load, pressure = time.monotonic(), os.getloadavg(), contention()
     done = subprocess.run(argv, env=env, cwd=folder, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"run {name} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
     return {"wall_s": round(time.monotonic() - started, 1), "loadavg_before": load,
-            "loadavg_after": os.getloadavg(), "records": _processes(folder / "results" / name)}
+            "loadavg_after": os.getloadavg(), "contention_before": pressure, "contention_after": contention(),
+            "records": _processes(folder / "results" / name)}
 
 
 def _processes(run_path):
@@ -192,6 +193,10 @@ def markdown(result):
               + "; ".join(f"{name}: {run['loadavg_before'][0]:.2f} -> {run['loadavg_after'][0]:.2f} "
                           f"({run['wall_s']:.0f} s)" for name, run in result["runs"].items())
               + ". The machine has 2 cores shared with other work; see the JSON for all three load figures.", "",
+              "CPU contention before -> after each run: "
+              + "; ".join(f"{name}: {describe_contention(run.get('contention_before', {}))} -> "
+                          f"{describe_contention(run.get('contention_after', {}))}"
+                          for name, run in result["runs"].items()) + ".", "",
               "| test | image changes | starred in run 1 | of those, same sign and star in run 2 | starred in run 2 |",
               "| --- | --- | --- | --- | --- |"]
     for test, label in (("within_process", "within one process (repeat 0's samples)"),

@@ -18,3 +18,31 @@ def lscpu():
 def describe(fields):
     """One line for a result's Markdown: "Machine (lscpu): Model name: ...; CPU(s): 2; ..."."""
     return "Machine (lscpu): " + "; ".join(f"{key}: {value}" for key, value in fields.items()) + "."
+
+
+def contention():
+    """How much the CPU was contended, beyond the load average: Linux's CPU pressure (the share of
+    time some runnable task waited for a CPU, %, over 10/60/300 s) and whether the scheduler
+    groups tasks by session (autogroup: then another session's ``nice 19`` does not yield to this
+    one, each session gets an equal share). {} where /proc lacks them."""
+    out = {}
+    try:
+        some = open("/proc/pressure/cpu").readline().split()[1:4]
+        out["cpu_pressure_some_pct"] = {k: float(v) for k, v in (item.split("=") for item in some)}
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        out["sched_autogroup"] = open("/proc/sys/kernel/sched_autogroup_enabled").read().strip() == "1"
+    except OSError:
+        pass
+    return out
+
+
+def describe_contention(found):
+    """"CPU pressure 84% (60 s), autogroup on" from contention(), or "unknown"."""
+    parts = []
+    if "cpu_pressure_some_pct" in found:
+        parts.append(f"CPU pressure {found['cpu_pressure_some_pct']['avg60']:.0f}% (60 s)")
+    if "sched_autogroup" in found:
+        parts.append(f"autogroup {'on' if found['sched_autogroup'] else 'off'}")
+    return ", ".join(parts) or "unknown"

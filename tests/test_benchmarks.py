@@ -60,3 +60,11 @@ def test_stability_compares_the_second_image_with_the_first_under_both_tests():
         assert found["vit_eager"][test]["star"]
     kept = stability.survival(found, found, "hierarchical")
     assert kept == {"changes": 1, "starred_run1": 1, "kept_run2": 1, "starred_run2": 1}
+
+
+def test_contention_says_what_it_knows_and_unknown_otherwise():
+    from benchmarks.machine import describe_contention
+
+    found = {"cpu_pressure_some_pct": {"avg10": 80.0, "avg60": 83.6, "avg300": 90.0}, "sched_autogroup": True}
+    assert describe_contention(found) == "CPU pressure 84% (60 s), autogroup on"
+    assert describe_contention({}) == "unknown"
