@@ -77,6 +77,8 @@ def _setting_option(setting):
     """The override option of one declared setting (runner.settings). Click only parses the
     value; load_matrix checks it, with the file's values, against the one schema."""
     names = (setting.flag, *FLAG_ALIASES.get(setting.name, ()), setting.name)
+    if setting.kind == "boolean":   # a flag: given is True, left out leaves the matrix's value
+        return click.option(*names, is_flag=True, default=None, help=setting.help)
     convert = _auto_or(_CLICK_TYPES[setting.kind]) if setting.auto else _CLICK_TYPES[setting.kind]
     if setting.many:
         return click.option(*names, multiple=True, callback=_comma_list(convert=convert),

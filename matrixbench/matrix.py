@@ -88,6 +88,8 @@ class Matrix:
     accuracy_tolerance: Optional[float] = _default("accuracy_tolerance")  # None: the dtype's default
     cv_threshold: float = _default("cv_threshold")
     slots: Union[str, int] = _default("slots")     # "auto" or a count (matrixbench.placement)
+    calibrate: bool = _default("calibrate")         # measure the slots' interference first (matrixbench.calibrate)
+    calibration_models: Tuple[str, ...] = _default("calibration_models")
     path: Optional[Path] = None
 
     def to_dict(self) -> JSON:
@@ -118,6 +120,8 @@ class Overrides:
     weights: Optional[str] = None
     attention: Optional[str] = None
     slots: Optional[Union[str, int]] = None
+    calibrate: Optional[bool] = None
+    calibration_models: Optional[Sequence[str]] = None
 
     def settings(self) -> JSON:
         """The settings given, by matrix key (lists without repeats)."""
@@ -165,6 +169,7 @@ def _build(data: JSON, path: Path, weights: Optional[str] = None) -> Matrix:
         batch_sizes=tuple(int(size) for size in values.pop("batch_sizes")),
         modes=tuple(values.pop("modes")),
         dtypes=tuple(values.pop("dtypes")),
+        calibration_models=tuple(values.pop("calibration_models")),
         path=path,
         **values,
     )
@@ -300,7 +305,7 @@ def _unique(values: Sequence[Any]) -> List[Any]:
 def expand_cells(matrix: Matrix) -> List[Cell]:
     """The cells every image runs: model x dtype x batch size x mode."""
     return [
-        _cell(matrix, model, dtype, batch_size, mode)
+        make_cell(matrix, model, dtype, batch_size, mode)
         for model in matrix.models.values()
         for dtype in matrix.dtypes
         for batch_size in matrix.batch_sizes
@@ -313,7 +318,8 @@ def cells_by_image(matrix: Matrix) -> Dict[str, List[Cell]]:
     return {name: expand_cells(matrix) for name in matrix.images}
 
 
-def _cell(matrix: Matrix, model: Model, dtype: str, batch_size: int, mode: str) -> Cell:
+def make_cell(matrix: Matrix, model: Model, dtype: str, batch_size: int, mode: str) -> Cell:
+    """One cell of ``model`` in the matrix's size, fullgraph and attention."""
     return Cell(
         model=model.name,
         model_id=model.model_id,

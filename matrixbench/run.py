@@ -18,6 +18,7 @@ from typing import Optional
 from matrixbench import run_folder
 from matrixbench.backends import create_backend
 from matrixbench.backends.base import RunRequest
+from matrixbench.calibrate import run_calibration
 from matrixbench.errors import RunError
 from matrixbench.manifest import finish_manifest, read_manifest, start_manifest
 from matrixbench.matrix import runner_settings
@@ -161,6 +162,9 @@ def _run_locked(matrix, options, run_path, progress, environ):
         progress.start(sum(len(p.pending) for p in plans), sum(p.done for p in plans))
         _note_recorded(plans, progress)
         slot_plan = _slot_plan(matrix, options, gpus, environ, progress)
+        if matrix.calibrate and plans:
+            run_calibration(matrix, _request(plans[0], matrix, options, gpus, environ),
+                            slot_plan.slots if slot_plan else (), backend, progress.note, options.force)
         if slot_plan is None:
             for plan in plans:
                 summary.images.append(ImageResult(plan.image_name, plan.out_dir, skipped=plan.done,

@@ -134,6 +134,7 @@ class Record:
     duration_s: Optional[float] = None
     repeat: int = 0                              # which of the cell's processes (0-based)
     placement: Optional[JSON] = None            # the host's slot and this process's affinity (v2, optional)
+    calibration: Optional[JSON] = None          # {phase, slots} of an interference calibration (v2, optional)
     extra: JSON = field(default_factory=dict)   # v2 fields this version does not model
 
     @property
@@ -142,8 +143,9 @@ class Record:
 
     def to_dict(self) -> JSON:
         data: JSON = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
-        if self.placement is None:
-            del data["placement"]                   # outside slots a record is as before
+        for optional in ("placement", "calibration"):
+            if data[optional] is None:
+                del data[optional]                  # outside slots and calibrations a record is as before
         data.update(self.extra)
         data.update(schema_version=SCHEMA_VERSION, cell_id=self.cell_id, cell=self.cell.to_dict(),
                     status=self.status.value, error=self.error.to_dict() if self.error else None)

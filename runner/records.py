@@ -23,6 +23,8 @@ MAX_MESSAGE_CHARS = 4000
 
 # The host's slot for this runner (matrixbench.placement), JSON; absent: not placed in a slot.
 PLACEMENT_ENV = "MATRIXBENCH_PLACEMENT"
+# The calibration phase of this runner's cells (matrixbench.calibrate), JSON; absent: matrix cells.
+CALIBRATION_ENV = "MATRIXBENCH_CALIBRATION"
 
 # cuBLAS/cuDNN report a failed workspace allocation with their own status, not torch's OOM.
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cublas_status_alloc_failed",
@@ -65,7 +67,14 @@ def new_record(job: Mapping[str, Any]) -> Record:
     return Record(cell=cell, device=device, settings=record_settings(job["settings"], cell, device, precision),
                   precision=precision, environment=job["environment"], started_at=job["started_at"],
                   repeat=job.get("repeat", 0),
-                  placement=placement())
+                  placement=placement(), calibration=calibration())
+
+
+def calibration(environ: Optional[Mapping[str, str]] = None) -> Optional[JSON]:
+    """The interference calibration's phase the host ran these cells in (``MATRIXBENCH_CALIBRATION``),
+    or None for the matrix's own cells."""
+    text = (os.environ if environ is None else environ).get(CALIBRATION_ENV)
+    return dict(json.loads(text)) if text else None
 
 
 def placement(environ: Optional[Mapping[str, str]] = None) -> Optional[JSON]:

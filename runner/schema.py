@@ -287,6 +287,12 @@ RECORD_SCHEMA = {
             "busy_slots": {"type": "integer"},    # slots running a unit when this cell's unit started
             "affinity": {"type": ["array", "null"], "items": {"type": "integer"}},
         }, required=["slot", "cores", "affinity"], nullable=True),
+        # schema v2, optional: a record of the slots' interference calibration (matrixbench.calibrate),
+        # not of the matrix: its phase (alone: one slot busy; loaded: every slot) and the run's slots.
+        "calibration": _obj({
+            "phase": {"enum": ["alone", "loaded"]},
+            "slots": {"type": "integer", "minimum": 1},
+        }, required=["phase", "slots"], nullable=True),
         "duration_s": {"type": "number"},   # wall time of the whole cell, process start to record
         "repeat": {"type": "integer", "minimum": 0},   # which of the cell's processes; missing = 0
     },

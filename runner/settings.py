@@ -139,6 +139,14 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("slots", "Runners at once: auto (one per GPU on a GPU run, one on a CPU run) or a count; "
             "each slot gets its own GPU and a disjoint set of CPU cores (matrixbench.placement).",
             "integer", default="auto", minimum=1, maximum=1024, auto=True, flag="--slots"),
+    Setting("calibrate", "Measure the slots' interference before the matrix (matrixbench.calibrate): the "
+            "calibration cells run on each slot alone, then on every slot at once, once per repeat; the "
+            "report's calibration table gives loaded / alone per cell with its interval. Needs 2 or more slots.",
+            "boolean", default=False, flag="--calibrate"),
+    Setting("calibration_models", "The models --calibrate runs, comma-separated, each at batch size 1, eager "
+            "and default, in the matrix's size and first dtype: a model of the matrix, or a shipped one (resnet "
+            "is ResNet-50; tiny with size tiny).",
+            "string", default=("resnet",), many=True, flag="--calibration-models"),
 )
 BY_NAME: Dict[str, Setting] = {setting.name: setting for setting in SETTINGS}
 RUNNER_SETTINGS: Tuple[Setting, ...] = tuple(s for s in SETTINGS if s.runner)

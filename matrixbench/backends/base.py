@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from matrixbench.placement import Slot
 from runner.core import Cell, Repeat
-from runner.records import PLACEMENT_ENV
+from runner.records import CALIBRATION_ENV, PLACEMENT_ENV
 
 # Every backend appends the runner's output to this file in the image's results folder.
 LOG_FILENAME = "runner.log"
@@ -47,6 +47,7 @@ class RunRequest:
     slot: Optional[Slot] = None           # the slot it runs in (its GPU and cores); None: unplaced
     slots: int = 1                        # slots of the run
     busy_slots: int = 1                   # slots running a unit when this one started
+    calibration: Optional[Dict[str, Any]] = None   # {phase, slots}: cells of the interference calibration
 
     def work_dir(self) -> Path:
         """Where the runner's input file and log go: ``out_dir``, or its ``slot-<i>`` folder in a
@@ -54,13 +55,15 @@ class RunRequest:
         return Path(self.out_dir) if self.slot is None else Path(self.out_dir) / f"slot-{self.slot.index}"
 
     def slot_env(self) -> Dict[str, str]:
-        """The slot's environment: threads = its core count, the placement for the records."""
+        """The slot's environment: threads = its core count, the placement (and calibration phase)
+        for the records."""
         if self.slot is None:
             return {}
         threads = str(len(self.slot.cores))
         placement = {**self.slot.to_dict(), "slots": self.slots, "busy_slots": self.busy_slots}
+        calibration = {CALIBRATION_ENV: json.dumps(self.calibration, sort_keys=True)} if self.calibration else {}
         return {"OMP_NUM_THREADS": threads, "TORCHINDUCTOR_COMPILE_THREADS": threads,
-                PLACEMENT_ENV: json.dumps(placement, sort_keys=True)}
+                PLACEMENT_ENV: json.dumps(placement, sort_keys=True), **calibration}
 
 
 class Backend(ABC):

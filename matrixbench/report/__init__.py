@@ -4,8 +4,11 @@
 """
 from pathlib import Path
 
+import pandas as pd
+
 from matrixbench.errors import ReportError
 from matrixbench.report import charts, records, render
+from matrixbench.report.calibration import calibration_tables
 from matrixbench.report.cells import CellIndex
 from matrixbench.report.comparisons import comparisons, write_comparisons
 from matrixbench.report.document import assemble, image_sources
@@ -22,7 +25,7 @@ def build_report(results_dirs, out_dir, formats=REPORT_FORMATS):
     """
     formats = _check_formats(formats)
     unreadable = []   # files that are not readable records: left out, listed in the notes
-    frame = records.load_results(results_dirs, unreadable)
+    frame, calibration = records.split_calibration(records.load_results(results_dirs, unreadable))
     manifests = records.read_manifests(results_dirs)
     cells = CellIndex(frame, records.image_order(manifests))
     sources = image_sources(cells, records.published_overrides(manifests))
@@ -31,9 +34,9 @@ def build_report(results_dirs, out_dir, formats=REPORT_FORMATS):
     written = []
     if "md" in formats or "html" in formats:
         notes = records.run_notes(manifests) + [f"Left out, not a readable record: {error}" for error in unreadable]
-        written += _write_documents(cells, sources, notes, out_dir, formats)
+        written += _write_documents(cells, sources, notes, out_dir, formats, calibration_tables(calibration))
     if "csv" in formats:
-        written += records.write_merged(frame, out_dir, cells.images())
+        written += records.write_merged(pd.concat([frame, calibration], ignore_index=True), out_dir, cells.images())
         written.append(write_comparisons(comparisons(cells, load_published(), sources), out_dir))
     return written
 
@@ -45,9 +48,9 @@ def _check_formats(formats):
     return list(formats)
 
 
-def _write_documents(cells, sources, notes, out_dir, formats):
+def _write_documents(cells, sources, notes, out_dir, formats, calibration=()):
     drawn = charts.write_charts(cells, out_dir, load_published(), sources)
-    report = assemble(cells, load_published(), notes, drawn, sources)
+    report = assemble(cells, load_published(), notes, drawn, sources, calibration)
     written = []
     if "md" in formats:
         written += [chart.path for chart in drawn] + [_write(out_dir / "report.md", render.render_markdown(report))]

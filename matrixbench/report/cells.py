@@ -31,7 +31,7 @@ class CellIndex:
         records = [{key: plain_value(value) for key, value in row.items()} for row in frame.to_dict("records")]
         self.rows = combine_repeats(records, self.key)
         self._image_rank = _image_ranks(self.rows, list(image_order))
-        self.image_labels = _image_labels(self.rows)
+        self.image_labels = image_labels(self.rows)
         for row in self.rows:
             row["image_label"] = self.image_labels[row["image"]]
         self._by_key = {self.key(row): row for row in self.rows}
@@ -156,7 +156,7 @@ def _worst_accuracy(rows):
 
 
 
-def _image_labels(rows):
+def image_labels(rows):
     """Image names with the torch versions their records ran, e.g. "stable (torch 2.0.1)"."""
     versions = {}
     for row in rows:

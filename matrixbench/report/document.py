@@ -44,6 +44,14 @@ LEGENDS = {
         "or T4: ms beside ms, deviation = measured / published - 1. Elsewhere: speed-up (eager ms / compiled ms) "
         f"beside the published ones; {tables.NO_DATA} not published. {tables.PUBLISHED_NOTE_MARK} the page's "
         "value is doubtful; the footnote says why. " + " ".join(DATASET_NOTES)),
+    "calibration": (
+        "The slots' interference (matrixbench run --calibrate): each cell ran on every slot alone (one slot "
+        "busy), then on every slot at once (all busy), once per repeat; each slot's each round is one process. "
+        "alone / loaded: the mean latency in ms over every sample of every process. loaded / alone: loaded ms / "
+        "alone ms; above 1, a cell runs slower while the other slots run. "
+        f"{tables.SIGNIFICANT_MARK} its {round(stats.CONFIDENCE * 100)}% hierarchical bootstrap interval "
+        f"({stats.RESAMPLES} resamples: processes, then samples within each) excludes 1; tested only when both "
+        f"phases have {stats.MIN_PROCESSES} or more processes. These cells are not part of the matrix's tables."),
 }
 
 
@@ -61,6 +69,7 @@ class Report:
     charts: list
     footnotes: list
     legends: dict = field(default_factory=lambda: dict(LEGENDS))
+    calibration: list = field(default_factory=list)   # the interference calibration's tables, if it ran
 
 
 def image_sources(cells, overrides=None):
@@ -70,9 +79,10 @@ def image_sources(cells, overrides=None):
             for image in cells.images()}
 
 
-def assemble(cells, published, notes, charts, sources=None):
+def assemble(cells, published, notes, charts, sources=None, calibration=()):
     """Build every table from a CellIndex and the published dataset; charts are already drawn.
-    ``sources`` (image -> published source) defaults to each image's torch version's."""
+    ``sources`` (image -> published source) defaults to each image's torch version's;
+    ``calibration``: the interference calibration's tables (report.calibration)."""
     sources = image_sources(cells) if sources is None else sources
     footnotes = tables.Footnotes()
     legends = dict(LEGENDS)
@@ -96,4 +106,5 @@ def assemble(cells, published, notes, charts, sources=None):
         charts=list(charts),
         footnotes=footnotes.texts,
         legends=legends,
+        calibration=list(calibration),
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 import jsonschema
 import pandas as pd
 
+from matrixbench import calibrate
 from matrixbench.errors import ManifestError, ReportError
 from matrixbench.manifest import MANIFEST_FILENAME, read_manifest
 from matrixbench.report.published import match_gpu
@@ -107,7 +108,7 @@ def to_row(record, path):
 def _derived(row, path):
     gpu = row["environment.gpu_name"] if row["device"] == "cuda" else None
     return {
-        "run": path.parent.parent.name,
+        "run": path.parents[calibrate.RUN_DEPTH if row["calibration.phase"] else 1].name,
         "image": row["environment.image_name"] or path.parent.name,
         "device_name": device_name(row),
         "published_gpu": match_gpu(gpu),
@@ -138,8 +139,25 @@ def merge(rows):
     separate rows: cells.CellIndex combines them."""
     frame = pd.DataFrame(rows, columns=COLUMNS).astype({column: "Int64" for column in integer_columns()})
     frame = frame.sort_values(["started_at", "source"], kind="stable")
-    frame = frame.drop_duplicates(["device_name", "image", "cell_id", "repeat"], keep="last")
-    return frame.sort_values(["device_name", "image", "cell_id", "repeat"], kind="stable").reset_index(drop=True)
+    frame = frame[~_duplicated(frame)]
+    return frame.sort_values(["device_name", "image", "cell_id", "repeat", "calibration.phase", "placement.slot"],
+                             kind="stable", na_position="first").reset_index(drop=True)
+
+
+def _duplicated(frame):
+    """Older records of one process: same device, image, cell and repeat (and for a calibration
+    record, same phase and slot: matrixbench.calibrate runs a cell on every slot)."""
+    calibration = frame["calibration.phase"].notna()
+    where = frame["calibration.phase"].astype(str) + "/" + frame["placement.slot"].astype(str)
+    key = frame[["device_name", "image", "cell_id", "repeat"]].assign(where=where.where(calibration, ""))
+    return key.duplicated(keep="last")
+
+
+def split_calibration(frame):
+    """(the matrix's records, the interference calibration's records): calibration records (a
+    ``calibration`` block, matrixbench.calibrate) are no cell of the matrix's tables."""
+    calibration = frame["calibration.phase"].notna()
+    return frame[~calibration].reset_index(drop=True), frame[calibration].reset_index(drop=True)
 
 
 def load_results(results_dirs, unreadable=None):

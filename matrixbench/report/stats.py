@@ -44,14 +44,19 @@ class Change:
 def compare_processes(baseline_processes, candidate_processes):
     """The change of candidate over baseline, each a list of processes' sample lists; the
     hierarchical interval only when both have MIN_PROCESSES or more."""
-    baseline_mean = float(np.mean(np.concatenate(baseline_processes)))
-    candidate_mean = float(np.mean(np.concatenate(candidate_processes)))
+    baseline_mean = mean_of_processes(baseline_processes)
+    candidate_mean = mean_of_processes(candidate_processes)
     percent = arithmetic.change_pct(baseline_mean, candidate_mean)
     processes = min(len(baseline_processes), len(candidate_processes))
     if processes < MIN_PROCESSES:
         return Change(percent, processes=processes)
     low, high = hierarchical_interval(baseline_processes, candidate_processes)
     return Change(percent, arithmetic.percent(low), arithmetic.percent(high), processes)
+
+
+def mean_of_processes(processes):
+    """The mean over every sample of every process (a list of sample lists): a cell's latency."""
+    return float(np.mean(np.concatenate(processes)))
 
 
 def hierarchical_interval(baseline, candidate, confidence=CONFIDENCE, resamples=RESAMPLES, seed=0):

@@ -1,0 +1,136 @@
+"""The slots' interference calibration (``--calibrate``, issue 15): the tool measures how much
+running every slot at once slows a cell, instead of assuming it does not.
+
+A small fixed set of cells (``calibration_models``, default resnet: ResNet-50, or its tiny variant
+with ``size: tiny``; batch size 1; eager and default) runs in the run's first image, round by round
+(one round per repeat): first on each slot alone (one slot busy), one slot after another, then on
+every slot at once (all slots busy). Every record says its phase (``calibration: {phase, slots}``)
+and its slot (``placement``); the report's calibration table divides loaded by alone per cell.
+
+Records land apart from the matrix's, so resuming the matrix never mistakes one for the other:
+``<run>/<image>/calibration/<phase>/slot-<i>/<cell_id>[.r<k>].json`` (the runner's input and log in
+that folder's ``slot-<i>``). A round missing any record reruns whole (a loaded phase is only loaded
+when every slot runs it); ``--force`` reruns every round. The compile caches are the calibration's
+own (``<cache>/<image>/calibration/slot-<i>``), so the matrix's compile times are not warmed by it.
+"""
+import dataclasses
+import threading
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Sequence
+
+from matrixbench.errors import MatrixError
+from matrixbench.matrix import Model, make_cell
+from runner.core import Cell
+from runner.registry import SEED_MODELS
+from runner.schema import needs_run, record_path
+
+PHASES = ("alone", "loaded")
+MODES = ("eager", "default")
+BATCH_SIZE = 1
+FOLDER = "calibration"
+# A calibration record's run folder is this many folders above its own: <run>/<image>/calibration/<phase>/slot-<i>
+RUN_DEPTH = 4
+JOIN_POLL_S = 0.2
+
+
+def calibration_cells(matrix) -> List[Cell]:
+    """The calibration's cells: each of ``matrix.calibration_models`` at batch size 1, eager and
+    default, in the matrix's size, first dtype, fullgraph and attention; a model the matrix lacks is
+    taken from the shipped ones (random weights)."""
+    return [make_cell(matrix, _model(matrix, name), matrix.dtypes[0], BATCH_SIZE, mode)
+            for name in matrix.calibration_models for mode in MODES]
+
+
+def _model(matrix, name) -> Model:
+    if name in matrix.models:
+        return matrix.models[name]
+    spec = SEED_MODELS.get(name)
+    if spec is None:
+        valid = sorted(set(matrix.models) | set(SEED_MODELS))
+        raise MatrixError(f"--calibration-models: unknown model {name!r}; valid: {', '.join(valid)}")
+    return Model(name=name, task=spec.task, weights="random", model_id=spec.model_id)
+
+
+def out_dir(image_dir, phase: str, slot) -> Path:
+    """Where one phase's records of one slot land."""
+    return Path(image_dir) / FOLDER / phase / f"slot-{slot.index}"
+
+
+def pending_rounds(image_dir, cells, slots, repeats: int, force: bool = False) -> List[int]:
+    """The rounds (repeat indices) missing a record in some phase on some slot (all with ``force``)."""
+    return [index for index in range(repeats)
+            if any(needs_run(out_dir(image_dir, phase, slot), cell, force, repeat=index)
+                   for phase in PHASES for slot in slots for cell in cells)]
+
+
+def phase_request(base, cells, index: int, phase: str, slot, slots: int):
+    """``base`` (the image's RunRequest) narrowed to one round of one phase on one slot."""
+    cache = base.cache_dir / FOLDER / f"slot-{slot.index}" if base.cache_dir is not None else None
+    return dataclasses.replace(
+        base, cells=list(cells), schedule=tuple((cell, index) for cell in range(len(cells))),
+        out_dir=out_dir(base.out_dir, phase, slot), slot=slot, slots=slots,
+        busy_slots=1 if phase == "alone" else slots, cache_dir=cache,
+        calibration={"phase": phase, "slots": slots})
+
+
+def run_calibration(matrix, base, slots: Sequence, backend, note: Callable[[str], None] = print,
+                    force: bool = False) -> Dict[str, Any]:
+    """Run the calibration's pending rounds through ``backend`` on ``slots`` (base: the first image's
+    RunRequest). Runners that end without every record are noted, not raised: the matrix still runs.
+    Returns what ran: {"rounds": [...], "missing": [record paths]}."""
+    if len(slots) < 2:
+        note("--calibrate: one slot, nothing runs beside it, nothing to calibrate (use --slots N, N >= 2)")
+        return {"rounds": [], "missing": []}
+    cells = calibration_cells(matrix)
+    rounds = pending_rounds(base.out_dir, cells, slots, matrix.repeats, force)
+    note(f"calibration: {len(rounds)} of {matrix.repeats} round(s) to run in {base.image_name}: "
+         f"{', '.join(f'{c.model} {c.mode}' for c in cells)}, on each of {len(slots)} slots alone, then on all at once")
+    missing: List[str] = []
+    for index in rounds:
+        for slot in slots:
+            missing += _run_phase(backend, [phase_request(base, cells, index, "alone", slot, len(slots))])
+        missing += _run_phase(backend, [phase_request(base, cells, index, "loaded", slot, len(slots))
+                                        for slot in slots])
+        note(f"calibration: round {index + 1} of {matrix.repeats} done")
+    if missing:
+        note(f"calibration: {len(missing)} record(s) missing (see the runner.log beside them): {', '.join(missing)}")
+    return {"rounds": rounds, "missing": missing}
+
+
+def _run_phase(backend, requests) -> List[str]:
+    """Run ``requests`` at once (one thread each); the record paths they left missing."""
+    errors: List[BaseException] = []
+
+    def work(request):
+        try:
+            backend.run(request)
+        except BaseException as exc:  # noqa: B036 -- handed to the calling thread, raised there
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(request,), name=f"calibration-slot-{request.slot.index}",
+                                daemon=True) for request in requests]
+    for thread in threads:
+        thread.start()
+    try:
+        _join(threads)
+    except KeyboardInterrupt:
+        backend.stop_all()
+        for thread in threads:
+            thread.join()
+        raise
+    if errors:
+        raise errors[0]
+    return [str(path) for request in requests for path in _missing(request)]
+
+
+def _missing(request) -> List[Path]:
+    return [record_path(request.out_dir, r.cell, r.index) for r in request.repeats()
+            if not record_path(request.out_dir, r.cell, r.index).exists()]
+
+
+def _join(threads) -> None:
+    """Wait for ``threads`` in short joins, so Ctrl-C reaches the calling thread meanwhile."""
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(JOIN_POLL_S)
+

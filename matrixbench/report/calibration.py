@@ -1,0 +1,78 @@
+"""The interference calibration's table (matrixbench.calibrate): per cell, loaded / alone.
+
+A calibration cell ran on each slot alone (one slot busy), then on every slot at once; each slot's
+each round is one process. Its row: the mean over every sample of every process per phase,
+loaded / alone (arithmetic.change_ratio: above 1, slower beside the other slots) and the 95%
+hierarchical bootstrap interval of that ratio (stats.hierarchical_interval: processes, then samples
+within each), tested when both phases have stats.MIN_PROCESSES processes or more.
+"""
+from matrixbench.report import arithmetic, stats
+from matrixbench.report.cells import STATUS_TEXT, combine_repeats, image_labels, is_ok, mode_rank, row_label
+from matrixbench.report.records import plain_value
+from matrixbench.report.tables import SIGNIFICANT_MARK, Cell, Table, drop_empty_columns, label, missing
+
+KEY = ("device_name", "image", "row_key", "cell.batch_size", "mode_label")
+HEADER = ["Task/Model", "Batch size", "Mode", "alone (ms)", "loaded (ms)", "loaded / alone", "95% interval",
+          "processes (alone / loaded)", "slots"]
+
+
+def calibration_tables(frame):
+    """One table per device and image of the calibration records in ``frame`` (none: [])."""
+    rows = [{key: plain_value(value) for key, value in row.items()} for row in frame.to_dict("records")]
+    if not rows:
+        return []
+    labels = image_labels(rows)
+    phases = {(_key(row), row["calibration.phase"]): row
+              for row in combine_repeats(rows, lambda row: (_key(row), row["calibration.phase"]))}
+    tables = {}
+    for key in sorted({key for key, _ in phases}, key=_order):
+        alone, loaded = phases.get((key, "alone")), phases.get((key, "loaded"))
+        title = f"{key[0]} · {labels[key[1]]}"
+        tables.setdefault(title, []).append(_row(alone, loaded))
+    return [drop_empty_columns(Table(title, list(HEADER), body)) for title, body in tables.items()]
+
+
+def _key(row):
+    return tuple(row[column] for column in KEY)
+
+
+def _order(key):
+    device, image, row_key, batch, mode = key
+    return (device, image, row_key, batch, mode_rank(mode))
+
+
+def _row(alone, loaded):
+    first = alone or loaded
+    start = [label(row_label(first)), label(first["cell.batch_size"]), label(first["mode_label"]),
+             _latency(alone), _latency(loaded)]
+    slots = label(first["calibration.slots"])
+    if not (is_ok(alone) and is_ok(loaded)):
+        return start + [missing(), missing(), _processes(alone, loaded), slots]
+    ratio, interval = loaded_over_alone(alone["process_samples"], loaded["process_samples"])
+    significant = interval is not None and (interval[0] > 1 or interval[1] < 1)
+    shown = Cell(f"{ratio:.3f}×" + (SIGNIFICANT_MARK if significant else ""))
+    bounds = label(stats.NOT_TESTED) if interval is None else Cell(f"[{interval[0]:.3f}×, {interval[1]:.3f}×]")
+    return start + [shown, bounds, _processes(alone, loaded), slots]
+
+
+def loaded_over_alone(alone_processes, loaded_processes):
+    """(loaded mean / alone mean, its hierarchical bootstrap interval or None when a phase has fewer
+    than stats.MIN_PROCESSES processes); each argument a list of processes' sample lists."""
+    alone_ms = stats.mean_of_processes(alone_processes)
+    loaded_ms = stats.mean_of_processes(loaded_processes)
+    ratio = arithmetic.change_ratio(alone_ms, loaded_ms)
+    if min(len(alone_processes), len(loaded_processes)) < stats.MIN_PROCESSES:
+        return ratio, None
+    return ratio, stats.hierarchical_interval(alone_processes, loaded_processes)
+
+
+def _latency(row):
+    if row is None:
+        return missing()
+    if not is_ok(row):
+        return Cell(STATUS_TEXT.get(row["status"], row["status"].upper()), kind="failed")
+    return Cell(f"{row['timing.mean_ms']:.3f}")
+
+
+def _processes(alone, loaded):
+    return label(" / ".join(str(row["processes"] if row else 0) for row in (alone, loaded)))

@@ -1,0 +1,276 @@
+"""The slots' interference calibration (--calibrate, issue 15): each calibration cell on every slot alone,
+then on every slot at once; its records apart from the matrix's; the report's loaded / alone table.
+
+The table's records are built by the runner's own record builder (host_helpers.synthetic_record) with
+SYNTHETIC latencies: nothing in the arithmetic tests was measured.
+"""
+import json
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from host_helpers import RecordingBackend, synthetic_record, use_backend, write_matrix
+from matrixbench import calibrate
+from matrixbench.errors import MatrixError
+from matrixbench.matrix import Overrides, load_matrix
+from matrixbench.placement import Slot
+from matrixbench.report import build_report, records, stats
+from matrixbench.report.calibration import calibration_tables, loaded_over_alone
+from matrixbench.run import RunOptions, run_matrix
+from runner.cells_file import cells_file_from_dict
+from runner.core import Status
+from runner.records import CALIBRATION_ENV, calibration
+from runner.schema import read_record
+from runner.timing import summarize
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+TWO_CORES = len(os.sched_getaffinity(0)) >= 2
+SLOTS = (Slot(0, (0,)), Slot(1, (1,)))
+
+
+class PhaseRecordingBackend(RecordingBackend):
+    """Records each request with how many ran at once when it started."""
+
+    def __init__(self):
+        super().__init__()
+        self.lock, self.now, self.started = threading.Lock(), 0, []
+
+    def run(self, request):
+        with self.lock:
+            self.now += 1
+            self.started.append((request, self.now))
+        try:
+            threading.Event().wait(0.2)
+            return super().run(request)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+def _options(tmp_path, **changes):
+    values = dict(run_name="r1", results_root=tmp_path / "results", backend="local", device="cpu",
+                  cache_root=tmp_path / "cache", hf_cache_dir=tmp_path / "hf", command=("matrixbench", "run"))
+    values.update(changes)
+    return RunOptions(**values)
+
+
+def test_the_calibration_cells_are_each_model_at_batch_1_eager_and_default(tmp_path):
+    matrix = load_matrix(write_matrix(tmp_path), Overrides(calibrate=True))
+    cells = calibrate.calibration_cells(matrix)
+    assert [(c.model, c.model_id, c.batch_size, c.mode) for c in cells] == [
+        ("resnet", "microsoft/resnet-50", 1, "eager"), ("resnet", "microsoft/resnet-50", 1, "default")]
+    tiny = load_matrix(PROJECT_ROOT / "matrix-cpu-smoke.yaml", Overrides(calibration_models=["vit", "resnet"]))
+    assert [(c.model, c.size, c.mode) for c in calibrate.calibration_cells(tiny)] == [
+        ("vit", "tiny", "eager"), ("vit", "tiny", "default"),
+        ("resnet", "tiny", "eager"), ("resnet", "tiny", "default")]
+    with pytest.raises(MatrixError, match="unknown model 'nope'.*valid:.*resnet"):
+        calibrate.calibration_cells(load_matrix(write_matrix(tmp_path), Overrides(calibration_models=["nope"])))
+
+
+def test_calibrate_is_a_setting_of_the_matrix_and_its_flag(tmp_path):
+    assert load_matrix(write_matrix(tmp_path)).calibrate is False
+    from click.testing import CliRunner
+
+    from matrixbench.cli import main
+    result = CliRunner().invoke(main, ["run", "--help"])
+    assert "--calibrate" in result.output and "--calibration-models" in result.output
+
+
+def test_the_runner_takes_the_phase_from_the_host():
+    assert calibration({CALIBRATION_ENV: json.dumps({"phase": "loaded", "slots": 2})}) == {"phase": "loaded",
+                                                                                            "slots": 2}
+    assert calibration({}) is None
+
+
+@pytest.mark.skipif(not TWO_CORES, reason="needs 2 usable cores")
+def test_each_slot_runs_alone_then_all_at_once_round_by_round_apart_from_the_matrix(tmp_path, monkeypatch):
+    backend = use_backend(monkeypatch, PhaseRecordingBackend())
+    matrix = load_matrix(write_matrix(tmp_path), Overrides(slots=2, calibrate=True, repeats=2, models=["vit"],
+                                                           batch_sizes=[1], calibration_models=["vit"]))
+    summary = run_matrix(matrix, _options(tmp_path))
+    calibration_runs = [(r, now) for r, now in backend.started if r.calibration is not None]
+    # two rounds, each: slot 0 alone, slot 1 alone, then both at once
+    seen = [(r.schedule[0][1], r.calibration["phase"], r.slot.index) for r, _ in calibration_runs]
+    for index in (0, 1):
+        this_round = seen[4 * index:4 * index + 4]
+        assert this_round[:2] == [(index, "alone", 0), (index, "alone", 1)]
+        assert sorted(this_round[2:]) == [(index, "loaded", 0), (index, "loaded", 1)]   # at once: any order
+    for request, now in calibration_runs:
+        alone = request.calibration["phase"] == "alone"
+        assert request.busy_slots == (1 if alone else 2) and request.calibration["slots"] == 2
+        assert now == 1 or not alone                                  # alone: nothing else ran
+        assert request.out_dir == tmp_path / "results" / "r1" / "stable" / "calibration" / \
+            request.calibration["phase"] / f"slot-{request.slot.index}"
+        assert request.cache_dir == tmp_path / "cache" / "stable" / "calibration" / f"slot-{request.slot.index}"
+        assert [c.mode for c in request.cells] == ["eager", "default"] and request.image_name == "stable"
+        assert json.loads(request.slot_env()[CALIBRATION_ENV]) == request.calibration
+    assert max(now for r, now in calibration_runs if r.calibration["phase"] == "loaded") == 2
+    # the matrix ran every one of its own cells, though the calibration has records of the same cells
+    assert summary.statuses() == {"ok": 8}
+    image_dir = tmp_path / "results" / "r1" / "stable"
+    assert all((image_dir / name).exists() for name in ("vit_bs1_eager_float32.json", "vit_bs1_eager_float32.r1.json"))
+    # resume: nothing left of either
+    backend.started.clear()
+    run_matrix(matrix, _options(tmp_path))
+    assert backend.started == []
+
+
+def test_a_round_missing_one_record_reruns_whole(tmp_path, monkeypatch):
+    backend = use_backend(monkeypatch, RecordingBackend())
+    matrix = load_matrix(write_matrix(tmp_path), Overrides(calibrate=True, repeats=2, models=["vit"]))
+    base_dir = tmp_path / "image"
+    cells = calibrate.calibration_cells(matrix)
+    assert calibrate.pending_rounds(base_dir, cells, SLOTS, 2) == [0, 1]
+    from matrixbench.backends.base import RunRequest
+    base = RunRequest("stable", [], {"iterations": 5}, base_dir, cache_dir=None)
+    calibrate.run_calibration(matrix, base, SLOTS, backend, note=lambda text: None)
+    assert calibrate.pending_rounds(base_dir, cells, SLOTS, 2) == []
+    assert all(request.cache_dir is None for request in backend.requests)        # --cold stays cold
+    (calibrate.out_dir(base_dir, "loaded", SLOTS[1]) / "resnet_bs1_default_float32.r1.json").unlink()
+    assert calibrate.pending_rounds(base_dir, cells, SLOTS, 2) == [1]
+    assert calibrate.pending_rounds(base_dir, cells, SLOTS, 2, force=True) == [0, 1]
+
+
+def test_one_slot_has_nothing_to_calibrate(tmp_path):
+    notes = []
+    done = calibrate.run_calibration(load_matrix(write_matrix(tmp_path)), None, SLOTS[:1], None, notes.append)
+    assert done == {"rounds": [], "missing": []} and "nothing to calibrate" in notes[0]
+
+
+# ---- the report's table, from synthetic records -------------------------------------------------
+
+def _record(phase, slot, repeat, mean, mode="eager", status=Status.OK):
+    cell = {"model": "resnet", "task": "image-classification", "weights": "random", "size": "full",
+            "batch_size": 1, "mode": mode, "fullgraph": False, "dtype": "float32", "attention": "eager"}
+    plan = cells_file_from_dict({"settings": {"iterations": 50}, "image_name": "latest", "cells": [cell]})
+    environment = {"python": "3.12", "torch": "2.13.0", "torch_git": None, "transformers": "5.23.0", "cuda": None,
+                   "cudnn": None, "gpu_name": None, "gpu_count": 0, "driver": None, "cpu_model": "SYNTHETIC CPU",
+                   "threads": 1, "platform": "SYNTHETIC", "hostname": "synthetic", "image_name": "latest",
+                   "image_id": None}
+    record = synthetic_record(plan, "cpu", environment)
+    noise = np.random.default_rng(slot * 10 + repeat).standard_normal(50)
+    samples = [float(v) for v in mean * (1 + 0.01 * (noise - noise.mean()) / noise.std(ddof=1))]
+    record.status, record.duration_s, record.repeat = status, 1.0, repeat
+    record.memory = {"peak_bytes": 1, "kind": "cpu_max_rss"}
+    record.accuracy = {"max_abs_diff": None, "tolerance": None, "status": "skipped" if mode == "eager" else "pass"}
+    record.timing = {"load_s": 1.0, "first_call_s": 1.0, "warmup_s": 1.0, "timer": "perf_counter",
+                     **summarize(samples, 0.1)} if status == Status.OK else None
+    record.placement = {"slot": slot, "cores": [slot], "gpu_index": None, "gpu_uuid": None, "numa_node": None,
+                        "slots": 2, "busy_slots": 1 if phase == "alone" else 2, "affinity": [slot]}
+    record.calibration = {"phase": phase, "slots": 2}
+    return record.to_dict()
+
+
+def _write(run, data):
+    folder = run / "latest" / "calibration" / data["calibration"]["phase"] / f"slot-{data['placement']['slot']}"
+    folder.mkdir(parents=True, exist_ok=True)
+    suffix = f".r{data['repeat']}" if data["repeat"] else ""
+    (folder / f"{data['cell_id']}{suffix}.json").write_text(json.dumps(data))
+
+
+# (phase, mode) -> process means by (slot, round): loaded eager is 20% slower, default the same
+MEANS = {("alone", "eager"): 10.0, ("loaded", "eager"): 12.0, ("alone", "default"): 8.0, ("loaded", "default"): 8.0}
+
+
+@pytest.fixture(scope="module")
+def calibration_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("calibrated") / "run1"
+    for (phase, mode), mean in MEANS.items():
+        for slot in (0, 1):
+            for repeat in (0, 1):
+                _write(run, _record(phase, slot, repeat, mean * (1 + 0.02 * (slot - repeat)), mode))
+    matrix_record = _record("alone", 0, 0, 99.0)
+    del matrix_record["calibration"]                   # the matrix's own record of the same cell
+    (run / "latest" / f"{matrix_record['cell_id']}.json").write_text(json.dumps(matrix_record))
+    (run / "run.json").write_text(json.dumps({"schema_version": 1, "images": ["latest"]}))
+    return run
+
+
+def test_calibration_records_keep_their_phase_and_slot_apart_from_the_matrix(calibration_run):
+    frame = records.load_results([calibration_run])
+    assert len(frame) == 17                                           # 16 calibration processes + 1
+    assert set(frame["run"]) == {"run1"}                              # run folder found above calibration/
+    matrix, calibration_frame = records.split_calibration(frame)
+    assert len(matrix) == 1 and matrix["timing.mean_ms"].iloc[0] == pytest.approx(99.0)
+    assert sorted(calibration_frame.groupby(["calibration.phase", "placement.slot"]).size()) == [4, 4, 4, 4]
+
+
+def test_the_table_gives_loaded_over_alone_with_its_interval(calibration_run):
+    _, calibration_frame = records.split_calibration(records.load_results([calibration_run]))
+    (table,) = calibration_tables(calibration_frame)
+    assert table.title == "CPU (SYNTHETIC CPU) · latest (torch 2.13.0)"
+    rows = {row[2].text: {header: cell.text for header, cell in zip(table.header, row)} for row in table.rows}
+    assert list(rows) == ["eager", "default"]
+    eager, default = rows["eager"], rows["default"]
+    assert eager["loaded / alone"] == "1.200×*" and eager["processes (alone / loaded)"] == "4 / 4"
+    low, high = (float(text.rstrip("×")) for text in eager["95% interval"].strip("[]").split(", "))
+    assert low > 1.0 and low < 1.2 < high
+    assert default["loaded / alone"] == "1.000×" and default["slots"] == "2"   # no star: the interval holds 1
+
+
+def test_the_ratio_is_the_reports_arithmetic_and_one_process_is_not_tested():
+    alone, loaded = [[10.0, 10.2], [9.8, 10.0]], [[12.0, 12.2], [11.8, 12.0]]
+    ratio, interval = loaded_over_alone(alone, loaded)
+    assert ratio == pytest.approx(1.2)
+    assert interval == stats.hierarchical_interval(alone, loaded)
+    assert loaded_over_alone(alone[:1], loaded) == (pytest.approx(10.0 * 1.2 / 10.1), None)
+
+
+def test_the_report_renders_the_calibration_table_and_keeps_it_out_of_the_matrix(calibration_run, tmp_path):
+    build_report([calibration_run], tmp_path, ["md", "csv"])
+    markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
+    section = markdown[markdown.index("## Interference calibration"):markdown.index("## Environment")]
+    assert "| Image Classification/ResNet | 1 | eager | 10.000 | 12.000 | 1.200×* |" in section
+    assert "1 cells from run1." in markdown                            # the matrix's one record
+    assert "99.000" in markdown and "12.000" not in markdown.replace(section, "")
+    lines = (tmp_path / "results.csv").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 1 + 17 and "calibration.phase" in lines[0]
+
+
+def test_a_calibration_phase_that_failed_shows_its_status(tmp_path):
+    run = tmp_path / "run1"
+    _write(run, _record("alone", 0, 0, 10.0))
+    _write(run, _record("loaded", 0, 0, 10.0, status=Status.OOM))
+    _, frame = records.split_calibration(records.load_results([run]))
+    (table,) = calibration_tables(frame)
+    row = {header: cell.text for header, cell in zip(table.header, table.rows[0])}
+    assert row["loaded (ms)"] == "OOM" and "loaded / alone" not in row   # column dropped: nothing to show
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TWO_CORES, reason="needs 2 usable cores")
+def test_two_slots_calibrate_tiny_resnet_with_the_real_runner(tmp_path, monkeypatch):
+    """The real runner, local backend, --slots 2 --calibrate: both phases' records on both slots, each
+    with its phase, slot, busy slots and affinity; the report's calibration table renders."""
+    from click.testing import CliRunner
+
+    from matrixbench.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    args = ["run", "--matrix", str(PROJECT_ROOT / "matrix-cpu-smoke.yaml"), "--images", "latest",
+            "--models", "resnet", "--modes", "eager", "--repeats", "1", "--iterations", "5", "--warmup", "0",
+            "--backend", "local", "--device", "cpu", "--slots", "2", "--calibrate",
+            "--cache-dir", str(tmp_path / "cache")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    image_dir = tmp_path / "results" / "default" / "latest"
+    assert read_record(image_dir / "resnet-tiny_bs1_eager_float32.json").get("calibration") is None
+    found = {}
+    for path in (image_dir / "calibration").glob("*/slot-*/*.json"):
+        record = read_record(path)
+        block, phase = record["placement"], record["calibration"]["phase"]
+        assert record["status"] == "ok" and record["calibration"]["slots"] == 2
+        assert path.parent.name == f"slot-{block['slot']}" and path.parent.parent.name == phase
+        assert block["affinity"] == block["cores"] == [block["slot"]]
+        assert block["busy_slots"] == (1 if phase == "alone" else 2)
+        found.setdefault((phase, block["slot"]), set()).add(record["cell"]["mode"])
+    assert found == {(phase, slot): {"eager", "default"} for phase in ("alone", "loaded") for slot in (0, 1)}
+    result = CliRunner().invoke(main, ["report", "results/default", "--out", "report", "--format", "md"])
+    assert result.exit_code == 0, result.output
+    markdown = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
+    section = markdown[markdown.index("## Interference calibration"):markdown.index("## Environment")]
+    assert "| Image Classification/ResNet (tiny) | 1 | eager |" in section and "| 2 / 2 | 2 |" in section
