@@ -68,3 +68,21 @@ def test_contention_says_what_it_knows_and_unknown_otherwise():
     found = {"cpu_pressure_some_pct": {"avg10": 80.0, "avg60": 83.6, "avg300": 90.0}, "sched_autogroup": True}
     assert describe_contention(found) == "CPU pressure 84% (60 s), autogroup on"
     assert describe_contention({}) == "unknown"
+
+
+def test_the_slots_benchmark_compares_medians_of_interleaved_runs_and_shows_the_calibration():
+    import bench_slots_cpu as slots
+
+    def run(config, wall):   # SYNTHETIC wall times and loads
+        return {"config": config, "wall_s": wall, "statuses": {"ok": 8}, "loadavg_before": (1.0, 1.0, 1.0),
+                "loadavg_after": (2.0, 1.0, 1.0), "contention_before": {}, "contention_after": {}}
+    result = {"cores": 2, "configs": {"A": "--slots 1", "B": "--slots 2"}, "machine": {"Model name": "SYNTHETIC"},
+              "runs": [run("A", 100.0), run("B", 60.0), run("A", 120.0), run("B", 80.0)],
+              "args": {"models": ["resnet"], "repeats": 1, "iterations": 20, "rounds": 2, "calibration_repeats": 2},
+              "calibration_run": run("calibrate", 30.0),
+              "calibration": [{"title": "CPU · latest", "rows": [{"Mode": "eager", "loaded / alone": "1.100×"}]}]}
+    result["summary"] = slots.summary(result)
+    assert result["summary"] == {"median_wall_s": {"A": 110.0, "B": 70.0}, "b_over_a": round(70 / 110, 3)}
+    text = slots.markdown(result)
+    assert "| 2 | B (--slots 2) | 80.0 | 8 ok | 1.00 -> 2.00 |" in text
+    assert "| eager | 1.100× |" in text and "B / A = 0.636" in text
