@@ -257,7 +257,8 @@ def _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, enviro
                                           busy_slots=busy, cache_dir=cache_dir)
             _run_request(backend, plan, request, cells, results[plan.image_name], progress, lock)
 
-    run_on_slots(slot_plan.slots, make_units(plans), run_unit, backend.stop_all)
+    torch_of = {name: image.torch_version for name, image in matrix.images.items()}
+    run_on_slots(slot_plan.slots, make_units(plans, torch_of), run_unit, backend.stop_all)
 
 
 def _unit_request(request, repeats):

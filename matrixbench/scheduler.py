@@ -7,15 +7,18 @@ unit; the default matrix has only 11 models, too few to keep 8 slots busy to the
 (benchmarks/results/sim_slots.md: 1.45-1.62x the ideal makespan at 8 slots with one-model units,
 1.04-1.21x with model x batch-size units), and no comparison the report makes crosses batch sizes.
 
-Units go longest first (the estimate: each cell's earlier record's duration where there is one,
-else ``MODEL_S`` by mode); each slot is a thread that takes the next unit when its last one is done.
-``make_units`` and ``Unit`` are the reusable part (a cluster task runs one Unit too).
+Units go longest first (``Estimates``: the duration of the cell's earlier record, in this run or
+else the newest earlier run under the same results root, else ``MODEL_S`` by mode); each slot is
+a thread that takes the next unit when its last one is done. ``make_units`` and ``Unit`` are the
+reusable part (a cluster task runs one Unit too).
 """
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from matrixbench.versions import same_release
 from runner.schema import RecordError, read_record
 
 # Seconds a cell takes when no earlier record says: compiled modes compile, eager does not.
@@ -56,30 +59,76 @@ def unit_key(repeat) -> UnitKey:
     return (repeat.cell.model, repeat.cell.batch_size)
 
 
-def cell_estimate_s(out_dir, repeat) -> float:
-    """The duration in the repeat's earlier record (a forced or failed rerun), else the model's."""
-    cell = repeat.cell
-    path = out_dir / f"{repeat.id}.json"
-    if path.exists():
-        try:
-            duration = read_record(path).get("duration_s")
-        except (RecordError, OSError, ValueError):
-            duration = None
-        if duration:
-            return float(duration)
-    return MODEL_S.get(cell.mode, max(MODEL_S.values()))
+def record_duration(path: Path, torch: Optional[str] = None) -> Optional[float]:
+    """The ``duration_s`` of the record at ``path``; None when it is missing, unreadable, or (with
+    ``torch``, a version) it ran another torch release."""
+    try:
+        record = read_record(path) if path.exists() else None
+    except (RecordError, OSError, ValueError):
+        record = None
+    if not record or not record.get("duration_s"):
+        return None
+    ran = (record.get("environment") or {}).get("torch")
+    if torch is not None and not (ran and same_release(str(ran), torch)):
+        return None
+    return float(record["duration_s"])
 
 
-def make_units(plans) -> List[Unit]:
+def previous_image_dirs(out_dir: Path) -> List[Path]:
+    """The same image's folder in the other runs beside this one (``<results>/<run>/<image>``),
+    newest first (by the folder's last change: a record written)."""
+    run_path = Path(out_dir).parent
+    try:
+        others = [path / Path(out_dir).name for path in run_path.parent.iterdir() if path != run_path]
+    except OSError:
+        return []
+    found = [path for path in others if path.is_dir()]
+    return sorted(found, key=lambda path: (path.stat().st_mtime_ns, str(path)), reverse=True)
+
+
+class Estimates:
+    """Seconds a pending repeat is expected to take, for ordering units: the duration of its
+    earlier record in this run (a forced or failed rerun), else of the newest earlier run's record
+    of the same cell in the same image (matched by file name: cell id and repeat, else the cell's
+    repeat 0; and by torch release when the image pins one, ``torch_of[image]``), else ``MODEL_S``
+    by mode."""
+
+    def __init__(self, torch_of: Optional[Mapping[str, Optional[str]]] = None):
+        self._torch_of = dict(torch_of or {})
+        self._previous: Dict[Path, List[Path]] = {}
+
+    def __call__(self, plan, repeat) -> float:
+        out_dir = Path(plan.out_dir)
+        duration = record_duration(out_dir / f"{repeat.id}.json")
+        if duration is None:
+            duration = self.previous_duration(plan, repeat)
+        return duration if duration is not None else MODEL_S.get(repeat.cell.mode, max(MODEL_S.values()))
+
+    def previous_duration(self, plan, repeat) -> Optional[float]:
+        out_dir = Path(plan.out_dir)
+        if out_dir not in self._previous:
+            self._previous[out_dir] = previous_image_dirs(out_dir)
+        torch = self._torch_of.get(plan.image_name)
+        for folder in self._previous[out_dir]:
+            for stem in dict.fromkeys((repeat.id, repeat.cell.id)):
+                duration = record_duration(folder / f"{stem}.json", torch)
+                if duration is not None:
+                    return duration
+        return None
+
+
+def make_units(plans, torch_of: Optional[Mapping[str, Optional[str]]] = None) -> List[Unit]:
     """The pending repeats of ``plans`` (ImageWork, one per image, in matrix order) as one unit
-    per model and batch size, longest first (ties by model, then batch size)."""
+    per model and batch size, longest first (ties by model, then batch size); ``torch_of``: the
+    torch version each image pins (image name -> "2.0.1"), to match earlier runs' records."""
+    estimate = Estimates(torch_of)
     by_key: Dict[UnitKey, Dict[int, Tuple[Any, list]]] = {}
     for plan in plans:
         for repeat in plan.pending:
             parts = by_key.setdefault(unit_key(repeat), {})
             parts.setdefault(id(plan), (plan, []))[1].append(repeat)
     units = [Unit(model, batch_size, list(parts.values()),
-                  sum(cell_estimate_s(plan.out_dir, repeat) for plan, repeats in parts.values() for repeat in repeats))
+                  sum(estimate(plan, repeat) for plan, repeats in parts.values() for repeat in repeats))
              for (model, batch_size), parts in by_key.items()]
     return sorted(units, key=lambda unit: (-unit.estimate_s, unit.key))
 

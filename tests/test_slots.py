@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from host_helpers import RecordingBackend, small_matrix_data, use_backend, write_matrix
+from host_helpers import RecordingBackend, make_record, small_matrix_data, use_backend, write_matrix
 from matrixbench.backends.base import RunRequest
 from matrixbench.backends.local import runner_env
 from matrixbench.matrix import Overrides, load_matrix
@@ -15,7 +15,7 @@ from matrixbench.placement import Slot
 from matrixbench.run import RunOptions, run_matrix
 from matrixbench.scheduler import MODEL_S, make_units, run_on_slots
 from runner.records import PLACEMENT_ENV, placement
-from runner.schema import read_record
+from runner.schema import read_record, write_record
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 TWO_CORES = len(os.sched_getaffinity(0)) >= 2
@@ -83,19 +83,54 @@ def test_two_slots_run_each_model_in_every_image_on_one_slot_at_once(tmp_path, m
     assert all(r.cache_dir == tmp_path / "cache" / r.image_name / f"slot-{r.slot.index}" for r in backend.requests)
 
 
-def test_units_go_longest_first_with_earlier_durations_before_the_model(tmp_path):
-    class Work:
-        def __init__(self, out_dir, pending):
-            self.out_dir, self.pending = out_dir, pending
+class Work:
+    """An image's pending repeats, as make_units reads them (ImageWork's out_dir, image_name, pending)."""
 
+    def __init__(self, out_dir, pending, image_name="latest"):
+        self.out_dir, self.pending, self.image_name = out_dir, pending, image_name
+
+
+def repeat_of(model, mode, batch_size=1):
     from runner.core import Cell, Repeat
 
-    def cell(model, mode, batch_size=1):
-        return Repeat(Cell(model, "image-classification", "random", "full", batch_size, mode, False, "float32"))
+    return Repeat(Cell(model, "image-classification", "random", "full", batch_size, mode, False, "float32"))
+
+
+def _earlier_record(folder, repeat, duration_s, torch="2.13.0"):
+    """A record of ``repeat`` in ``folder`` that took ``duration_s`` with ``torch``."""
+    record = make_record(repeat.cell)
+    record.duration_s = duration_s
+    record.environment = {**record.environment, "torch": torch}
+    folder.mkdir(parents=True, exist_ok=True)
+    write_record(folder, record)
+
+
+def test_units_go_longest_first_with_earlier_durations_before_the_model(tmp_path):
+    cell = repeat_of
     units = make_units([Work(tmp_path, [cell("a", "eager"), cell("b", "default"), cell("b", "eager"),
                                          cell("b", "eager", 4)])])
     assert [(u.name, u.estimate_s) for u in units] == [("b bs=1", MODEL_S["default"] + MODEL_S["eager"]),
                                                        ("a bs=1", MODEL_S["eager"]), ("b bs=4", MODEL_S["eager"])]
+
+
+def test_estimates_take_the_newest_earlier_run_of_the_same_cell_image_and_torch(tmp_path):
+    root = tmp_path / "results"
+    a, b, c = repeat_of("a", "eager"), repeat_of("b", "eager"), repeat_of("c", "eager")
+    _earlier_record(root / "older" / "latest", a, 500.0)
+    _earlier_record(root / "older" / "latest", b, 700.0)
+    os.utime(root / "older" / "latest", ns=(1, 1))                  # older's records were written first
+    _earlier_record(root / "newer" / "latest", a, 40.0)             # newest wins over older's 500
+    _earlier_record(root / "newer" / "stable", c, 900.0)            # another image: not c's in latest
+    _earlier_record(root / "newer" / "latest", c, 800.0, torch="2.0.1+cu118")   # another torch: not used
+    units = make_units([Work(root / "this" / "latest", [a, b, c])], torch_of={"latest": "2.13.0"})
+    assert {u.model: u.estimate_s for u in units} == {"a": 40.0, "b": 700.0, "c": MODEL_S["eager"]}
+    assert [u.model for u in units] == ["b", "a", "c"]
+    _earlier_record(root / "this" / "latest", b, 3.0)               # this run's own record comes first
+    units = make_units([Work(root / "this" / "latest", [a, b, c])], torch_of={"latest": "2.13.0"})
+    assert {u.model: u.estimate_s for u in units}["b"] == 3.0
+    # an image that pins no torch (None) matches earlier records by image and cell only
+    units = make_units([Work(root / "this" / "latest", [c])], torch_of={"latest": None})
+    assert units[0].estimate_s == 800.0
 
 
 def test_the_first_error_stops_new_units_and_is_raised():
