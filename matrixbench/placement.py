@@ -2,9 +2,11 @@
 
 Host side, no torch. ``plan_slots`` splits the cores this process may use
 (``os.sched_getaffinity(0)``) into disjoint slots. On a GPU host there is one slot per chosen GPU
-(``--gpu 0,3``, indices or UUIDs, restricts), its cores taken from that GPU's NUMA node as
-``nvidia-smi topo -m`` reports it (its ``CPU Affinity`` and ``NUMA Affinity`` columns); when that
-cannot be read, the cores are split evenly and the plan says so. On a CPU host the slots split the
+(``--gpu 0,3``, indices or UUIDs, restricts), its cores taken from that GPU's NUMA node: first
+from sysfs (the GPU's PCI bus id from nvidia-smi, ``/sys/bus/pci/devices/<bus id>/numa_node``, that
+node's ``/sys/devices/system/node/node<N>/cpulist``), else as ``nvidia-smi topo -m`` reports it (its
+``CPU Affinity`` and ``NUMA Affinity`` columns); when neither can be read, the cores are split
+evenly and the plan says so. On a CPU host the slots split the
 cores: ``--slots 2`` on a 2-core machine gives each slot one core.
 
 GPUs are listed with the doctor's query and parser (``matrixbench.doctor``); commands run
@@ -12,6 +14,7 @@ through a ``run(argv) -> (exit code or None, stdout)`` seam so tests replay reco
 """
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from matrixbench.doctor import APPS_QUERY, GPU_QUERY, parse_gpus
@@ -19,6 +22,8 @@ from matrixbench.doctor import _run as run_command
 from matrixbench.errors import RunError
 
 AUTO = "auto"
+BUS_QUERY = "index,pci.bus_id"
+SYSFS = Path("/sys")
 Runner = Callable[[List[str]], Tuple[Optional[int], str]]
 
 
@@ -138,6 +143,59 @@ def parse_topology(text: str) -> Dict[int, GpuPlace]:
     return places
 
 
+def parse_bus_ids(text: str) -> Dict[int, str]:
+    """``nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader`` -> GPU index -> bus id."""
+    bus_ids = {}
+    for line in text.splitlines():
+        index, _, bus_id = (part.strip() for part in line.partition(","))
+        if index.isdigit() and bus_id:
+            bus_ids[int(index)] = bus_id
+    return bus_ids
+
+
+def sysfs_bus_id(bus_id: str) -> str:
+    """nvidia-smi's "00000000:1B:00.0" (8-digit domain, upper case) as sysfs names the device:
+    "0000:1b:00.0" (4-digit domain, lower case)."""
+    domain, _, rest = bus_id.strip().partition(":")
+    return f"{int(domain, 16):04x}:{rest.lower()}"
+
+
+def _read(path: Path) -> Optional[str]:
+    try:
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def sysfs_place(bus_id: str, root: Path = SYSFS) -> Optional[GpuPlace]:
+    """A GPU's NUMA node and that node's CPUs from sysfs; None when the node is unknown (-1, no file)."""
+    device = root / "bus" / "pci" / "devices" / sysfs_bus_id(bus_id)
+    node = _read(device / "numa_node")
+    if node is None or not node.isdigit():
+        return None
+    cpus = parse_cpulist(_read(root / "devices" / "system" / "node" / f"node{node}" / "cpulist")
+                         or _read(device / "local_cpulist") or "")
+    return GpuPlace(cpus, int(node)) if cpus else None
+
+
+def sysfs_topology(bus_ids: Dict[int, str], root: Path = SYSFS) -> Dict[int, GpuPlace]:
+    """GPU index -> GpuPlace for every GPU whose NUMA node sysfs knows."""
+    places = {index: sysfs_place(bus_id, root) for index, bus_id in bus_ids.items()}
+    return {index: place for index, place in places.items() if place is not None}
+
+
+def read_topology(gpus, run: Runner, root: Path = SYSFS) -> Tuple[Dict[int, GpuPlace], str]:
+    """Where each GPU sits: from sysfs when it knows every GPU's node, else ``nvidia-smi topo -m``;
+    and which source said so ("sysfs", "nvidia-smi topo -m", or "" for neither)."""
+    code, text = run(["nvidia-smi", f"--query-gpu={BUS_QUERY}", "--format=csv,noheader"])
+    places = sysfs_topology(parse_bus_ids(text), root) if code == 0 else {}
+    if all(int(gpu.index) in places for gpu in gpus):
+        return places, "sysfs"
+    code, text = run(["nvidia-smi", "topo", "-m"])
+    places = parse_topology(text) if code == 0 else {}
+    return places, "nvidia-smi topo -m" if all(int(gpu.index) in places for gpu in gpus) else ""
+
+
 def choose_gpus(gpus, chosen: Sequence[str]):
     """The GPUs ``--gpu`` names (indices or UUIDs), in its order; all when it names none."""
     if not chosen:
@@ -156,7 +214,7 @@ def gpu_slots(gpus, topology: Dict[int, GpuPlace], cores: Sequence[int]) -> Tupl
     places = [place for place in found if place is not None and set(place.cpus) & set(cores)]
     if len(places) < len(gpus):
         parts = split_evenly(cores, len(gpus))
-        note = ("the GPUs' NUMA affinity cannot be read (nvidia-smi topo -m): "
+        note = ("the GPUs' NUMA affinity cannot be read (sysfs numa_node, nvidia-smi topo -m): "
                 "cores split evenly among the GPUs, whatever their NUMA node")
         return [Slot(i, part, int(gpu.index), gpu.uuid) for i, (gpu, part) in enumerate(zip(gpus, parts))], [note]
     groups: Dict[Tuple[int, ...], List[int]] = {}
@@ -171,10 +229,11 @@ def gpu_slots(gpus, topology: Dict[int, GpuPlace], cores: Sequence[int]) -> Tupl
 
 
 def plan_slots(slots, use_gpus: bool, gpu_choice: Sequence[str] = (), run: Optional[Runner] = None,
-               cores: Optional[Sequence[int]] = None) -> SlotPlan:
+               cores: Optional[Sequence[int]] = None, sysfs: Path = SYSFS) -> SlotPlan:
     """The slots of a run: ``slots`` is "auto" or a count; ``use_gpus``: the cells run on GPUs.
 
-    auto is one slot per chosen GPU on a GPU run, one slot of every core on a CPU run.
+    auto is one slot per chosen GPU on a GPU run, one slot of every core on a CPU run. ``run`` and
+    ``sysfs`` (the root sysfs is mounted at) are seams for recorded outputs.
     """
     run = run or run_command
     notes: List[str] = []
@@ -193,9 +252,10 @@ def plan_slots(slots, use_gpus: bool, gpu_choice: Sequence[str] = (), run: Optio
         if int(slots) > len(gpus):
             raise RunError(f"--slots {slots}: only {len(gpus)} GPU(s) to give them (one GPU per slot)")
         gpus = gpus[:int(slots)]
-    code, text = run(["nvidia-smi", "topo", "-m"])
-    made, more = gpu_slots(gpus, parse_topology(text) if code == 0 else {}, cores)
-    return SlotPlan(tuple(made), tuple(notes + more))
+    topology, source = read_topology(gpus, run, sysfs)
+    made, more = gpu_slots(gpus, topology, cores)
+    said = [f"NUMA affinity of the GPUs from {source}"] if source and not more else []
+    return SlotPlan(tuple(made), tuple(notes + more + said))
 
 
 def busy_gpu_apps(slot_plan: SlotPlan, run: Optional[Runner] = None) -> List[str]:

@@ -7,14 +7,17 @@ import pytest
 
 from matrixbench.errors import RunError
 from matrixbench.placement import (
+    BUS_QUERY,
     Slot,
     busy_gpu_apps,
     check_gpus_free,
     format_cpulist,
+    parse_bus_ids,
     parse_cpulist,
     parse_topology,
     plan_slots,
     split_evenly,
+    sysfs_bus_id,
     usable_cores,
 )
 
@@ -24,10 +27,18 @@ NODE0 = set(range(0, 64)) | set(range(128, 192))
 NODE1 = set(range(64, 128)) | set(range(192, 256))
 
 
-def smi(topo="a100x8-topo.txt"):
+SYSFS = Path(__file__).parent / "data" / "gpu" / "sysfs" / "h100x8"
+H100_NODE0 = set(range(0, 56)) | set(range(112, 168))
+H100_NODE1 = set(range(56, 112)) | set(range(168, 224))
+
+
+def smi(topo="a100x8-topo.txt", gpus="a100x8-query-gpu.csv", bus_ids=None):
+    """nvidia-smi replaying the hand-written outputs; None: that command fails (exit 9)."""
     def run(argv):
+        if argv[1] == f"--query-gpu={BUS_QUERY}":
+            return (0, (DATA / bus_ids).read_text()) if bus_ids else (9, "")
         if argv[1].startswith("--query-gpu="):
-            return 0, (DATA / "a100x8-query-gpu.csv").read_text()
+            return 0, (DATA / gpus).read_text()
         if argv[1:] == ["topo", "-m"]:
             return (0, (DATA / topo).read_text()) if topo else (9, "")
         raise AssertionError(argv)
@@ -67,8 +78,8 @@ def test_topology_reads_cpu_and_numa_affinity_of_eight_gpus():
 
 
 def test_auto_on_eight_gpus_gives_each_gpu_cores_of_its_numa_node():
-    plan = plan_slots("auto", use_gpus=True, run=smi(), cores=HOST_CORES)
-    assert len(plan.slots) == 8 and not plan.notes
+    plan = plan_slots("auto", use_gpus=True, run=smi(), cores=HOST_CORES, sysfs=Path("/nonexistent"))
+    assert len(plan.slots) == 8 and plan.notes == ("NUMA affinity of the GPUs from nvidia-smi topo -m",)
     assert plan.slots[3].gpu_uuid == "GPU-3f3c2a1e-7b6d-4e5f-8a9b-0c1d2e3f4a53"
     for slot in plan.slots:
         assert set(slot.cores) <= (NODE0 if slot.gpu_index < 4 else NODE1)
@@ -76,6 +87,33 @@ def test_auto_on_eight_gpus_gives_each_gpu_cores_of_its_numa_node():
         assert len(slot.cores) == 32
     every = [core for slot in plan.slots for core in slot.cores]
     assert sorted(every) == list(HOST_CORES)     # disjoint, and none left idle
+
+
+def test_sysfs_bus_ids_are_nvidia_smis_in_the_kernels_spelling():
+    assert sysfs_bus_id("00000000:1B:00.0") == "0000:1b:00.0"
+    assert sysfs_bus_id("00000001:C3:00.0") == "0001:c3:00.0"
+    assert parse_bus_ids((DATA / "h100x8-bus-id.csv").read_text())[4] == "00000000:9D:00.0"
+
+
+def test_sysfs_numa_nodes_place_eight_h100s_without_topo():
+    """The hand-written 2-socket 8x H100 sysfs: each GPU's numa_node, that node's cpulist; topo -m
+    is never asked (its fake fails)."""
+    run = smi(topo=None, gpus="h100x8-query-gpu.csv", bus_ids="h100x8-bus-id.csv")
+    plan = plan_slots("auto", use_gpus=True, run=run, cores=range(224), sysfs=SYSFS)
+    assert plan.notes == ("NUMA affinity of the GPUs from sysfs",)
+    assert [s.numa_node for s in plan.slots] == [0, 0, 0, 0, 1, 1, 1, 1]
+    for slot in plan.slots:
+        assert set(slot.cores) <= (H100_NODE0 if slot.numa_node == 0 else H100_NODE1) and len(slot.cores) == 28
+    assert sorted(core for slot in plan.slots for core in slot.cores) == list(range(224))
+
+
+def test_unknown_sysfs_node_falls_back_to_topo(tmp_path):
+    device = tmp_path / "bus" / "pci" / "devices" / "0000:1b:00.0"
+    device.mkdir(parents=True)
+    (device / "numa_node").write_text("-1\n")                   # the kernel's "no NUMA affinity known"
+    plan = plan_slots(2, use_gpus=True, run=smi(bus_ids="h100x8-bus-id.csv"), cores=HOST_CORES, sysfs=tmp_path)
+    assert plan.notes == ("NUMA affinity of the GPUs from nvidia-smi topo -m",)
+    assert [s.numa_node for s in plan.slots] == [0, 0]
 
 
 def test_gpu_choice_by_index_and_uuid_restricts_the_slots():
@@ -94,7 +132,7 @@ def test_unreadable_topology_splits_evenly_and_says_so():
     plan = plan_slots(2, use_gpus=True, run=smi(topo=None), cores=range(8))
     assert [s.cores for s in plan.slots] == [(0, 1, 2, 3), (4, 5, 6, 7)]
     assert [s.numa_node for s in plan.slots] == [None, None]
-    assert "split evenly" in plan.notes[0] and "split evenly" in plan.describe()
+    assert len(plan.notes) == 1 and "split evenly" in plan.notes[0] and "split evenly" in plan.describe()
 
 
 def test_unknown_gpu_and_too_many_slots_are_refused():

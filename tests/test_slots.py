@@ -192,6 +192,8 @@ GPU_DATA = Path(__file__).parent / "data" / "gpu" / "nvidia-smi"
 
 def _smi(apps):
     def run(argv):
+        if argv[1] == "--query-gpu=index,pci.bus_id":
+            return 9, ""                                          # no bus ids: the topology from topo -m
         if argv[1].startswith("--query-gpu="):
             return 0, (GPU_DATA / "a100x8-query-gpu.csv").read_text()
         if argv[1:] == ["topo", "-m"]:
