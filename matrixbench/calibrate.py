@@ -69,7 +69,7 @@ def phase_request(base, cells, index: int, phase: str, slot, slots: int):
     return dataclasses.replace(
         base, cells=list(cells), schedule=tuple((cell, index) for cell in range(len(cells))),
         out_dir=out_dir(base.out_dir, phase, slot), slot=slot, slots=slots,
-        busy_slots=1 if phase == "alone" else slots, cache_dir=cache,
+        busy_units=1 if phase == "alone" else slots, cache_dir=cache,
         calibration={"phase": phase, "slots": slots})
 
 

@@ -90,6 +90,7 @@ class Matrix:
     slots: Union[str, int] = _default("slots")     # "auto" or a count (matrixbench.placement)
     calibrate: bool = _default("calibrate")         # measure the slots' interference first (matrixbench.calibrate)
     calibration_models: Tuple[str, ...] = _default("calibration_models")
+    exclusive_timing: bool = _default("exclusive_timing")   # slots time one at a time
     path: Optional[Path] = None
 
     def to_dict(self) -> JSON:
@@ -122,6 +123,7 @@ class Overrides:
     slots: Optional[Union[str, int]] = None
     calibrate: Optional[bool] = None
     calibration_models: Optional[Sequence[str]] = None
+    exclusive_timing: Optional[bool] = None
 
     def settings(self) -> JSON:
         """The settings given, by matrix key (lists without repeats)."""

@@ -9,6 +9,7 @@ Ctrl-C stops the backend (which removes what it started) and keeps every finishe
 """
 import dataclasses
 import os
+import shutil
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -171,7 +172,7 @@ def _run_locked(matrix, options, run_path, progress, environ):
                                                   recorded_failures=plan.recorded_failures))
                 _run_image(backend, plan, summary.images[-1], matrix, options, gpus, environ, progress)
         else:
-            _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, environ, progress)
+            _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, environ, progress, run_path)
         status = "incomplete" if summary.missing else ("failed" if summary.all_failed else "finished")
     except KeyboardInterrupt:
         status = "interrupted"
@@ -238,8 +239,9 @@ def _slot_plan(matrix, options, gpus, environ, progress):
     return slot_plan
 
 
-def _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, environ, progress):
-    """The pending cells as units (one model at one batch size in every image) on the run's slots, at once."""
+def _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, environ, progress, run_path):
+    """The pending cells as units (one model at one batch size in every image) on the run's slots,
+    at once; their runners share the run's timing board (runner.timing_board), removed after."""
     progress = Serialized(progress)
     results, lock = {}, threading.Lock()
     for plan in plans:
@@ -248,17 +250,23 @@ def _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, enviro
         summary.images.append(results[plan.image_name])
         progress.image_started(plan.image_name, len(plan.pending), plan.done)
 
+    board = run_folder.make_timing_board(run_path)
+
     def run_unit(slot, unit, busy):
         for plan, cells in unit.parts:
             request = _request(plan, matrix, options, gpus, environ)
             # one compile cache per image and slot: two slots never compile into one folder at once
             cache_dir = request.cache_dir / f"slot-{slot.index}" if request.cache_dir is not None else None
             request = dataclasses.replace(_unit_request(request, cells), slot=slot, slots=len(slot_plan.slots),
-                                          busy_slots=busy, cache_dir=cache_dir)
+                                          busy_units=busy, cache_dir=cache_dir, timing_board=board,
+                                          exclusive_timing=matrix.exclusive_timing)
             _run_request(backend, plan, request, cells, results[plan.image_name], progress, lock)
 
     torch_of = {name: image.torch_version for name, image in matrix.images.items()}
-    run_on_slots(slot_plan.slots, make_units(plans, torch_of), run_unit, backend.stop_all)
+    try:
+        run_on_slots(slot_plan.slots, make_units(plans, torch_of), run_unit, backend.stop_all)
+    finally:
+        shutil.rmtree(board, ignore_errors=True)
 
 
 def _unit_request(request, repeats):

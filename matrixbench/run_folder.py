@@ -137,3 +137,15 @@ def clean_scratch(run_path):
         shutil.rmtree(scratch, ignore_errors=True)
         removed += 1
     return removed
+
+
+TIMING_BOARD_DIRNAME = ".timing-board"
+
+
+def make_timing_board(run_path):
+    """A fresh, empty timing board folder for the run's slots (runner.timing_board):
+    ``<run>/.timing-board/``. Call only while holding the run's lock."""
+    board = Path(run_path) / TIMING_BOARD_DIRNAME
+    shutil.rmtree(board, ignore_errors=True)
+    board.mkdir(parents=True)
+    return board

@@ -134,7 +134,7 @@ def make_units(plans, torch_of: Optional[Mapping[str, Optional[str]]] = None) ->
 
 
 def run_on_slots(slots: Sequence, units: Sequence[Unit], run_unit: Callable, stop_all: Callable) -> None:
-    """Run ``units`` on ``slots``: ``run_unit(slot, unit, busy_slots)`` in one thread per slot.
+    """Run ``units`` on ``slots``: ``run_unit(slot, unit, busy_units)`` in one thread per slot.
 
     The first error stops new units from starting (running ones finish) and is raised once every
     thread is done; Ctrl-C also calls ``stop_all()`` to stop the runners already started.

@@ -11,13 +11,15 @@ CUDA-graph captures/replays counted per phase (runner.cudagraphs) and the GPU's 
 temperature, power and throttling read before and after (runner.gpu_state). Peak memory
 covers the first call onwards; the accuracy check compares the last timed output with the
 eager one. ``timing.flags`` lists what makes a number other than its label says:
-no_cudagraphs, cudagraph_recaptured, throttled, timer_mismatch.
+no_cudagraphs, cudagraph_recaptured, throttled, timer_mismatch. In a slot run the timing board
+(runner.timing_board) marks warm-up and timed loop, and with exclusive timing the phases before
+them hold the board shared.
 """
 import contextlib
 
 import torch
 
-from runner import accuracy, cudagraphs, faults, gpu_state, memory, records
+from runner import accuracy, cudagraphs, faults, gpu_state, memory, records, timing_board
 from runner.archcheck import bf16_problem
 from runner.compile import compile_model, counters_snapshot, dynamo_stats, reset
 from runner.core import Status
@@ -50,18 +52,25 @@ def _measure(job, record, marks):
     cell, settings, device = job["cell"], record.settings, job["device"]
     compiled = cell.mode != "eager"
     refuse_unsupported(cell, device)
-    built, load_s = _load(cell, device, marks)
-    record.attention = attention_record(cell, built)
-    reference = _reference(built) if compiled else None
-    memory.reset_peak(device)
-    before = counters_snapshot()
-    graphs = cudagraphs.counter_for(device)
-    with graphs or contextlib.nullcontext():
-        step, first_call_s = _compile_and_call_once(built, job, device, marks)
-        after_first_call = counters_snapshot()
-        warmup_s, warmup_calls = warm_up(step, settings["warmup"], min_warmup_s(device), device)
-        syncs = count_host_syncs(step, device)
-        loop, state = _timed_loop(step, settings["iterations"], device, job, graphs, marks)
+    board = timing_board.from_env()
+    preparing = contextlib.ExitStack()
+    preparing.enter_context(timing_board.preparing(board))   # exclusive timing: shared until timing
+    with preparing:
+        built, load_s = _load(cell, device, marks)
+        record.attention = attention_record(cell, built)
+        reference = _reference(built) if compiled else None
+        memory.reset_peak(device)
+        before = counters_snapshot()
+        graphs = cudagraphs.counter_for(device)
+        with graphs or contextlib.nullcontext():
+            step, first_call_s = _compile_and_call_once(built, job, device, marks)
+            after_first_call = counters_snapshot()
+            preparing.close()
+            with timing_board.timing(board) as seen:
+                warmup_s, warmup_calls = warm_up(step, settings["warmup"], min_warmup_s(device), device)
+                syncs = count_host_syncs(step, device)
+                loop, state = _timed_loop(step, settings["iterations"], device, job, graphs, marks, seen)
+    timing_board.annotate(record.placement, board, seen)
     record.memory = memory.peak(device)
     record.timing = _timing(loop, settings, device, cell.mode, graphs, state,
                      dict(load_s=load_s, first_call_s=first_call_s, warmup_s=warmup_s,
@@ -73,14 +82,18 @@ def _measure(job, record, marks):
         record.accuracy = accuracy.skipped()
 
 
-def _timed_loop(step, iterations, device, job, graphs, marks):
-    """The timed iterations, with the GPU's state read just before and just after them."""
+def _timed_loop(step, iterations, device, job, graphs, marks, seen=None):
+    """The timed iterations, with the GPU's state read just before and just after them, and
+    (``seen``, runner.timing_board) the other slots timing then."""
+    seen = seen or timing_board.Seen()
     monitor = gpu_state.open_monitor(device, visible_uuid=(job["environment"] or {}).get("gpu_uuid"))
     start = monitor.sample() if monitor else None
     if graphs is not None:
         graphs.timed()
+    seen.look()
     marks["first_timed_iteration"] = clock()
     loop = time_iterations(step, iterations, device)
+    seen.look()
     end = monitor.sample() if monitor else None
     return loop, gpu_state.summarize(start, end)
 

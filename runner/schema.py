@@ -284,7 +284,11 @@ RECORD_SCHEMA = {
             "gpu_uuid": _STR,
             "numa_node": _INT,
             "slots": {"type": "integer"},         # slots of the run
-            "busy_slots": {"type": "integer"},    # slots running a unit when this cell's unit started
+            "busy_units": {"type": "integer"},    # slots running a unit when this cell's unit started (itself too)
+            # other slots seen timing at the start and end of this cell's timed loop (the run's
+            # timing board, runner.timing_board); null when the cell never reached it
+            "busy_slots": _INT,
+            "timing": {"enum": ["concurrent", "exclusive"]},   # --exclusive-timing: timed alone
             "affinity": {"type": ["array", "null"], "items": {"type": "integer"}},
         }, required=["slot", "cores", "affinity"], nullable=True),
         # schema v2, optional: a record of the slots' interference calibration (matrixbench.calibrate),

@@ -147,6 +147,10 @@ SETTINGS: Tuple[Setting, ...] = (
             "and default, in the matrix's size and first dtype: a model of the matrix, or a shipped one (resnet "
             "is ResNet-50; tiny with size tiny).",
             "string", default=("resnet",), many=True, flag="--calibration-models"),
+    Setting("exclusive_timing", "With slots: compile in parallel but time one slot at a time (the run's "
+            "timing board, runner.timing_board), for zero interference between slots at some wall time; "
+            "the wait counts against timeout_s. Records say which mode they ran under.",
+            "boolean", default=False, flag="--exclusive-timing"),
 )
 BY_NAME: Dict[str, Setting] = {setting.name: setting for setting in SETTINGS}
 RUNNER_SETTINGS: Tuple[Setting, ...] = tuple(s for s in SETTINGS if s.runner)

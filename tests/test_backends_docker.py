@@ -213,7 +213,7 @@ def test_a_slot_pins_the_container_to_its_cores_numa_node_and_one_gpu(sdk, tmp_p
     from runner.records import PLACEMENT_ENV
 
     slot = Slot(1, (32, 33, 34, 35), gpu_index=5, gpu_uuid="GPU-5f3c2a1e", numa_node=1)
-    request = request_for(tmp_path, gpus=True, gpu_ids=("0", "5"), slot=slot, slots=8, busy_slots=3)
+    request = request_for(tmp_path, gpus=True, gpu_ids=("0", "5"), slot=slot, slots=8, busy_units=3)
     backend(sdk).run(request)
     kwargs = sdk.started[-1].kwargs
     assert (kwargs["cpuset_cpus"], kwargs["cpuset_mems"]) == ("32-35", "1")
@@ -222,7 +222,7 @@ def test_a_slot_pins_the_container_to_its_cores_numa_node_and_one_gpu(sdk, tmp_p
     assert sdk.started[-1].command == ["--cells", "/results/slot-1/cells.json", "--out", "/results"]
     env = kwargs["environment"]
     assert env["OMP_NUM_THREADS"] == env["TORCHINDUCTOR_COMPILE_THREADS"] == "4"
-    assert json.loads(env[PLACEMENT_ENV])["busy_slots"] == 3
+    assert json.loads(env[PLACEMENT_ENV])["busy_units"] == 3
     assert (request.out_dir / "slot-1" / "cells.json").exists()
     assert (request.out_dir / "slot-1" / "runner.log").exists()
 

@@ -100,7 +100,7 @@ def test_each_slot_runs_alone_then_all_at_once_round_by_round_apart_from_the_mat
         assert sorted(this_round[2:]) == [(index, "loaded", 0), (index, "loaded", 1)]   # at once: any order
     for request, now in calibration_runs:
         alone = request.calibration["phase"] == "alone"
-        assert request.busy_slots == (1 if alone else 2) and request.calibration["slots"] == 2
+        assert request.busy_units == (1 if alone else 2) and request.calibration["slots"] == 2
         assert now == 1 or not alone                                  # alone: nothing else ran
         assert request.out_dir == tmp_path / "results" / "r1" / "stable" / "calibration" / \
             request.calibration["phase"] / f"slot-{request.slot.index}"
@@ -266,7 +266,7 @@ def test_two_slots_calibrate_tiny_resnet_with_the_real_runner(tmp_path, monkeypa
         assert record["status"] == "ok" and record["calibration"]["slots"] == 2
         assert path.parent.name == f"slot-{block['slot']}" and path.parent.parent.name == phase
         assert block["affinity"] == block["cores"] == [block["slot"]]
-        assert block["busy_slots"] == (1 if phase == "alone" else 2)
+        assert block["busy_units"] == (1 if phase == "alone" else 2)
         found.setdefault((phase, block["slot"]), set()).add(record["cell"]["mode"])
     assert found == {(phase, slot): {"eager", "default"} for phase in ("alone", "loaded") for slot in (0, 1)}
     result = CliRunner().invoke(main, ["report", "results/default", "--out", "report", "--format", "md"])

@@ -16,6 +16,7 @@ from matrixbench.run import RunOptions, run_matrix
 from matrixbench.scheduler import MODEL_S, make_units, run_on_slots
 from runner.records import PLACEMENT_ENV, placement
 from runner.schema import read_record, write_record
+from runner.timing_board import BOARD_ENV, Board, from_env
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 TWO_CORES = len(os.sched_getaffinity(0)) >= 2
@@ -62,6 +63,24 @@ def test_slots_is_a_matrix_setting_taking_auto_or_a_count(tmp_path):
     data["slots"] = 0
     with pytest.raises(Exception, match="slots"):
         load_matrix(write_matrix(tmp_path, data))
+
+
+def test_exclusive_timing_is_a_matrix_key_and_a_flag(tmp_path):
+    from click.testing import CliRunner
+
+    from matrixbench.cli import main
+
+    path = write_matrix(tmp_path)
+    assert load_matrix(path).exclusive_timing is False
+    assert load_matrix(path, Overrides(exclusive_timing=True)).exclusive_timing is True
+    data = small_matrix_data()
+    data["exclusive_timing"] = True
+    assert load_matrix(write_matrix(tmp_path, data, name="x.yaml")).exclusive_timing is True
+    data["exclusive_timing"] = "yes"
+    with pytest.raises(Exception, match="exclusive_timing"):
+        load_matrix(write_matrix(tmp_path, data, name="y.yaml"))
+    result = CliRunner().invoke(main, ["run", "--help"])
+    assert "--exclusive-timing / --no-exclusive-timing" in result.output
 
 
 @pytest.mark.skipif(not TWO_CORES, reason="needs 2 usable cores")
@@ -147,19 +166,34 @@ def test_the_first_error_stops_new_units_and_is_raised():
 
 def test_local_runner_env_of_a_slot_sets_threads_gpu_and_placement(tmp_path):
     slot = Slot(1, (4, 5, 6), gpu_index=3, gpu_uuid="GPU-3f3c", numa_node=0)
-    request = RunRequest("latest", [], {}, tmp_path, gpus=True, slot=slot, slots=2, busy_slots=2)
+    request = RunRequest("latest", [], {}, tmp_path, gpus=True, slot=slot, slots=2, busy_units=2,
+                         timing_board=tmp_path / "run" / ".timing-board", exclusive_timing=True)
     env = runner_env({}, request, {})
     assert (env["OMP_NUM_THREADS"], env["TORCHINDUCTOR_COMPILE_THREADS"]) == ("3", "3")
     assert env["CUDA_VISIBLE_DEVICES"] == "GPU-3f3c"
     block = placement({PLACEMENT_ENV: env[PLACEMENT_ENV]})
-    assert (block["slot"], block["cores"], block["gpu_uuid"], block["numa_node"], block["busy_slots"]) == (
+    assert (block["slot"], block["cores"], block["gpu_uuid"], block["numa_node"], block["busy_units"]) == (
         1, [4, 5, 6], "GPU-3f3c", 0, 2)
     assert block["affinity"] == sorted(os.sched_getaffinity(0))
+    assert from_env(env) == Board(str(tmp_path / "run" / ".timing-board"), 1, exclusive=True)
+
+
+def test_docker_mounts_the_timing_board_and_names_its_mount(tmp_path):
+    from matrixbench.backends.docker import TIMING_BOARD_MOUNT, container_env, mounts
+
+    board = tmp_path / "run" / ".timing-board"
+    request = RunRequest("latest", [], {}, tmp_path / "run" / "latest", slot=Slot(0, (0,)), timing_board=board)
+    assert mounts(request)[board.resolve()] == (TIMING_BOARD_MOUNT, "rw")
+    assert from_env(container_env(request)) == Board(TIMING_BOARD_MOUNT, 0, exclusive=False)
+    unplaced = RunRequest("latest", [], {}, tmp_path / "run" / "latest")
+    assert BOARD_ENV not in container_env(unplaced) and TIMING_BOARD_MOUNT not in str(mounts(unplaced))
 
 
 @pytest.mark.skipif(not TWO_CORES, reason="needs 2 usable cores")
-def test_two_slots_on_tiny_models_pin_each_runner_to_its_core(tmp_path, monkeypatch):
-    """The real runner, local backend, --slots 2: each record's reported affinity is its slot's cores."""
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_two_slots_on_tiny_models_pin_each_runner_to_its_core(tmp_path, monkeypatch, exclusive):
+    """The real runner, local backend, --slots 2: each record's reported affinity is its slot's
+    cores, and says how it was timed (--exclusive-timing: alone, no other slot seen timing)."""
     from click.testing import CliRunner
 
     from matrixbench.cli import main
@@ -169,7 +203,7 @@ def test_two_slots_on_tiny_models_pin_each_runner_to_its_core(tmp_path, monkeypa
     args = ["run", "--matrix", str(PROJECT_ROOT / "matrix-cpu-smoke.yaml"), "--images", "latest",
             "--models", "resnet,vit", "--modes", "eager", "--iterations", "2", "--warmup", "0",
             "--backend", "local", "--device", "cpu", "--slots", "2", "--cache-dir", str(tmp_path / "cache")]
-    result = CliRunner().invoke(main, args)
+    result = CliRunner().invoke(main, args + (["--exclusive-timing"] if exclusive else []))
     assert result.exit_code == 0, result.output
     out_dir = tmp_path / "results" / "default" / "latest"
     records = [read_record(p) for p in sorted(out_dir.glob("*-tiny_*.json"))]
@@ -183,8 +217,11 @@ def test_two_slots_on_tiny_models_pin_each_runner_to_its_core(tmp_path, monkeypa
         block = record["placement"]
         assert block["affinity"] == block["cores"] and len(block["cores"]) == 1
         assert block["slots"] == 2 and block["gpu_uuid"] is None
+        assert block["timing"] == ("exclusive" if exclusive else "concurrent")
+        assert block["busy_slots"] in ((0,) if exclusive else (0, 1))
     assert len({tuple(r["placement"]["cores"]) for r in records}) == 2
     assert json.loads((out_dir / f"slot-{slots[0]}" / "cells.json").read_text())["cells"]
+    assert not (out_dir.parent / ".timing-board").exists()                 # the board goes with the run
 
 
 GPU_DATA = Path(__file__).parent / "data" / "gpu" / "nvidia-smi"

@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from matrixbench.placement import Slot
 from runner.core import Cell, Repeat
 from runner.records import CALIBRATION_ENV, PLACEMENT_ENV
+from runner.timing_board import BOARD_ENV, Board
 
 # Every backend appends the runner's output to this file in the image's results folder.
 LOG_FILENAME = "runner.log"
@@ -46,7 +47,9 @@ class RunRequest:
         return [Repeat(self.cells[cell], repeat) for cell, repeat in self.schedule]
     slot: Optional[Slot] = None           # the slot it runs in (its GPU and cores); None: unplaced
     slots: int = 1                        # slots of the run
-    busy_slots: int = 1                   # slots running a unit when this one started
+    busy_units: int = 1                   # slots running a unit when this one started (itself too)
+    timing_board: Optional[Path] = None   # the run's timing board folder (runner.timing_board), host path
+    exclusive_timing: bool = False        # slots time one at a time (--exclusive-timing)
     calibration: Optional[Dict[str, Any]] = None   # {phase, slots}: cells of the interference calibration
 
     def work_dir(self) -> Path:
@@ -54,16 +57,22 @@ class RunRequest:
         slot (slots may run models of one image at once)."""
         return Path(self.out_dir) if self.slot is None else Path(self.out_dir) / f"slot-{self.slot.index}"
 
-    def slot_env(self) -> Dict[str, str]:
+    def slot_env(self, board_dir: Optional[str] = None) -> Dict[str, str]:
         """The slot's environment: threads = its core count, the placement (and calibration phase)
-        for the records."""
+        for the records, and the timing board at ``board_dir`` (the runner's path of
+        ``timing_board``: the host path for local runners, the mount point in a container)."""
         if self.slot is None:
             return {}
         threads = str(len(self.slot.cores))
-        placement = {**self.slot.to_dict(), "slots": self.slots, "busy_slots": self.busy_slots}
-        calibration = {CALIBRATION_ENV: json.dumps(self.calibration, sort_keys=True)} if self.calibration else {}
-        return {"OMP_NUM_THREADS": threads, "TORCHINDUCTOR_COMPILE_THREADS": threads,
-                PLACEMENT_ENV: json.dumps(placement, sort_keys=True), **calibration}
+        placement = {**self.slot.to_dict(), "slots": self.slots, "busy_units": self.busy_units}
+        env = {"OMP_NUM_THREADS": threads, "TORCHINDUCTOR_COMPILE_THREADS": threads,
+               PLACEMENT_ENV: json.dumps(placement, sort_keys=True)}
+        if self.calibration:
+            env[CALIBRATION_ENV] = json.dumps(self.calibration, sort_keys=True)
+        if self.timing_board is not None:
+            board = Board(board_dir or str(self.timing_board), self.slot.index, self.exclusive_timing)
+            env[BOARD_ENV] = board.to_env()
+        return env
 
 
 class Backend(ABC):

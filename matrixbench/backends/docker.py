@@ -28,6 +28,7 @@ RESULTS_MOUNT = "/results"
 HF_MOUNT = "/hf-home"
 COMPILE_CACHE_MOUNT = "/compile-cache"
 MODELS_MOUNT = "/models"
+TIMING_BOARD_MOUNT = "/timing-board"   # the run's timing board (runner.timing_board), slots only
 LOG_TAIL_LINES = 40
 SECRET_KEY = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
 
@@ -179,6 +180,8 @@ def mounts(request):
         table[Path(request.hf_cache_dir)] = (HF_MOUNT, "rw")
     if request.cache_dir is not None:
         table[Path(request.cache_dir)] = (COMPILE_CACHE_MOUNT, "rw")
+    if request.timing_board is not None:
+        table[Path(request.timing_board)] = (TIMING_BOARD_MOUNT, "rw")
     for host in table:
         host.mkdir(parents=True, exist_ok=True)
     return {host.resolve(): target for host, target in table.items()}
@@ -218,7 +221,7 @@ def container_env(request):
     env.update(compile_cache_env(COMPILE_CACHE_MOUNT if request.cache_dir is not None else None))
     if request.hf_cache_dir is not None:
         env["HF_HOME"] = HF_MOUNT
-    env.update(request.slot_env())
+    env.update(request.slot_env(board_dir=TIMING_BOARD_MOUNT))
     env.update(request.env)
     return env
 
