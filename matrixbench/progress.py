@@ -4,6 +4,13 @@ The host learns that a cell finished only from its record file: ``RecordWatcher`
 image's output folder while the backend runs (runner stdout is never parsed).
 ``ProgressState`` holds the counts and the ETA; ``TqdmProgress`` shows them; ``NullProgress``
 is the silent default for library callers.
+
+With slots (matrixbench.scheduler) it is one display for the whole run: cells done / total over
+every slot, each slot's current cell (the first repeat of its runner whose record has not
+appeared: runners go in order) and for how long, and an ETA over all slots (the run's
+throughput so far, cells finished by any slot per second, applied to the cells left). On a
+terminal each slot gets a status line of its own under the bar; a log gets "slot i" on each
+finished cell's line.
 """
 import sys
 import threading
@@ -56,15 +63,35 @@ def record_summary(record):
 
 
 class ProgressState:
-    """Counts and timing of the cells a run executes (cells skipped by resume are not counted)."""
+    """Counts and timing of the cells a run executes (cells skipped by resume are not counted),
+    and with slots what each slot runs now."""
 
     def __init__(self, total, clock=time.monotonic):
         self.total = total
         self.done = 0
         self.statuses = Counter()
         self.last = None  # "stable resnet eager bs=1: ok 12.3 ms on cpu"
+        self.running = {}  # slot index -> (cell label, since) or None when idle
         self._clock = clock
         self._started = clock()
+
+    def slot_running(self, slot, label):
+        """Slot ``slot`` now runs the cell ``label`` (None: it is idle)."""
+        current = self.running.get(slot)
+        if label is None:
+            self.running[slot] = None
+        elif current is None or current[0] != label:
+            self.running[slot] = (label, self._clock())
+
+    def slot_line(self, slot):
+        """"slot 1: stable vit default bs=1 (1m05s)" or "slot 1: idle"."""
+        current = self.running.get(slot)
+        if current is None:
+            return f"slot {slot}: idle"
+        return f"slot {slot}: {current[0]} ({format_duration(self._clock() - current[1])})"
+
+    def slots_text(self):
+        return "; ".join(self.slot_line(slot) for slot in sorted(self.running))
 
     def cell_finished(self, image_name, cell, record):
         self.done += 1
@@ -81,26 +108,33 @@ class ProgressState:
         return f"{self.done}/{self.total}"
 
     def describe(self):
-        """The status line: counts, elapsed, ETA and the last finished cell."""
+        """The status line: counts, elapsed, ETA, the last finished cell, and each slot's cell."""
         last = f" | last: {self.last}" if self.last else ""
+        slots = f" | {self.slots_text()}" if self.running else ""
         return (f"{self.counter()} cells | elapsed {format_duration(self.elapsed_s())}"
-                f" | eta {format_duration(self.eta_s())}{last}")
+                f" | eta {format_duration(self.eta_s())}{last}{slots}")
 
 
 class NullProgress:
-    """Progress that shows nothing but still keeps the state (the library's default)."""
+    """Progress that shows nothing but still keeps the state (the library's default).
+    ``clock`` (seconds, monotonic) is for tests."""
 
-    def __init__(self):
-        self.state = ProgressState(0)
+    def __init__(self, clock=time.monotonic):
+        self._clock = clock
+        self.state = ProgressState(0, clock)
 
     def start(self, total, skipped):
-        self.state = ProgressState(total)
+        self.state = ProgressState(total, self._clock)
 
     def image_started(self, image_name, pending, skipped):
         pass
 
     def cell_finished(self, image_name, cell, record):
         self.state.cell_finished(image_name, cell, record)
+
+    def slot_running(self, slot, image_name=None, cell=None):
+        """Slot ``slot`` now runs ``cell`` of ``image_name``; no cell: the slot is idle."""
+        self.state.slot_running(slot, cell_label(image_name, cell) if cell is not None else None)
 
     def tick(self):
         pass
@@ -124,18 +158,25 @@ class LineProgress(NullProgress):
     """For logs: one line per finished cell (k/N, cell, status, ms, first call, elapsed, ETA)
     and the run's few notes; nothing is redrawn."""
 
-    def __init__(self, stream=None):
-        super().__init__()
+    def __init__(self, stream=None, clock=time.monotonic):
+        super().__init__(clock)
         self._stream = stream or sys.stderr
 
     def cell_finished(self, image_name, cell, record):
         super().cell_finished(image_name, cell, record)
         state = self.state
-        self.note(f"[{state.counter()}] {cell_label(image_name, cell)}: {cell_result(record)} | "
-                  f"elapsed {format_duration(state.elapsed_s())} eta {format_duration(state.eta_s())}")
+        self.note(f"[{state.counter()}]{slot_prefix(record)} {cell_label(image_name, cell)}: "
+                  f"{cell_result(record)} | elapsed {format_duration(state.elapsed_s())} "
+                  f"eta {format_duration(state.eta_s())}")
 
     def note(self, text):
         print(text, file=self._stream, flush=True)
+
+
+def slot_prefix(record):
+    """" slot 1" for a record of a slot run, else ""."""
+    placement = getattr(record, "placement", None)
+    return f" slot {placement['slot']}" if placement and placement.get("slot") is not None else ""
 
 
 def cell_result(record):
@@ -149,12 +190,14 @@ def cell_result(record):
 
 
 class TqdmProgress(NullProgress):
-    """A tqdm bar on stderr plus one log line per finished cell."""
+    """A tqdm bar on stderr plus one log line per finished cell; with slots, one status line
+    per slot under the bar (its current cell and for how long)."""
 
-    def __init__(self, stream=None):
-        super().__init__()
+    def __init__(self, stream=None, clock=time.monotonic):
+        super().__init__(clock)
         self._stream = stream or sys.stderr
         self._bar = None
+        self._slot_lines = {}
 
     def start(self, total, skipped):
         from tqdm import tqdm
@@ -171,10 +214,19 @@ class TqdmProgress(NullProgress):
 
     def cell_finished(self, image_name, cell, record):
         super().cell_finished(image_name, cell, record)
-        self.note(f"[{self.state.counter()}] {self.state.last}")
+        self.note(f"[{self.state.counter()}]{slot_prefix(record)} {self.state.last}")
         self._refresh()
         if self._bar is not None:
             self._bar.update(1)
+
+    def slot_running(self, slot, image_name=None, cell=None):
+        super().slot_running(slot, image_name, cell)
+        if slot not in self._slot_lines and self._bar is not None:
+            from tqdm import tqdm
+
+            self._slot_lines[slot] = tqdm(total=0, file=self._stream, position=len(self._slot_lines) + 1,
+                                          bar_format="{desc}", leave=False, dynamic_ncols=True)
+        self._refresh()
 
     def tick(self):
         self._refresh()
@@ -185,6 +237,9 @@ class TqdmProgress(NullProgress):
         tqdm.write(text, file=self._stream)
 
     def close(self):
+        for line in self._slot_lines.values():
+            line.close()
+        self._slot_lines = {}
         if self._bar is not None:
             self._refresh()
             self._bar.close()
@@ -198,6 +253,8 @@ class TqdmProgress(NullProgress):
                 f"elapsed {format_duration(state.elapsed_s())} eta {format_duration(state.eta_s())}{last}",
                 refresh=True,
             )
+        for slot, line in self._slot_lines.items():
+            line.set_description_str(self.state.slot_line(slot), refresh=True)
 
 
 def _stamp(path):

@@ -260,7 +260,8 @@ def _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, enviro
             request = dataclasses.replace(_unit_request(request, cells), slot=slot, slots=len(slot_plan.slots),
                                           busy_units=busy, cache_dir=cache_dir, timing_board=board,
                                           exclusive_timing=matrix.exclusive_timing)
-            _run_request(backend, plan, request, cells, results[plan.image_name], progress, lock)
+            _run_request(backend, plan, request, cells, results[plan.image_name], progress, lock, slot.index)
+        progress.slot_running(slot.index)          # idle until its next unit
 
     torch_of = {name: image.torch_version for name, image in matrix.images.items()}
     try:
@@ -275,8 +276,9 @@ def _unit_request(request, repeats):
     return dataclasses.replace(request, cells=cells, schedule=tuple(tuple(pair) for pair in schedule))
 
 
-def _run_request(backend, plan, request, repeats, result, progress, lock):
-    """One runner for some cells of one image; ``result`` counts them (under ``lock``)."""
+def _run_request(backend, plan, request, repeats, result, progress, lock, slot):
+    """One runner for some cells of one image, in slot ``slot``; ``result`` counts them (under
+    ``lock``); the progress shows the slot's current cell: the first whose record has not appeared."""
     plan.out_dir.mkdir(parents=True, exist_ok=True)
 
     def on_record(cell, record):
@@ -284,8 +286,12 @@ def _run_request(backend, plan, request, repeats, result, progress, lock):
             result.ran += 1
             result.statuses[record.status.value] += 1
         progress.cell_finished(plan.image_name, cell, record)
+        waiting = watcher.waiting
+        progress.slot_running(slot, plan.image_name, waiting[0].cell if waiting else None)
 
-    with RecordWatcher(plan.out_dir, repeats, on_record, on_tick=progress.tick) as watcher:
+    watcher = RecordWatcher(plan.out_dir, repeats, on_record, on_tick=progress.tick)
+    progress.slot_running(slot, plan.image_name, repeats[0].cell if repeats else None)
+    with watcher:
         exit_code = backend.run(request)
     with lock:
         result.exit_code = exit_code if exit_code or result.exit_code is None else result.exit_code

@@ -85,10 +85,25 @@ def test_exclusive_timing_is_a_matrix_key_and_a_flag(tmp_path):
 
 @pytest.mark.skipif(not TWO_CORES, reason="needs 2 usable cores")
 def test_two_slots_run_each_model_in_every_image_on_one_slot_at_once(tmp_path, monkeypatch):
+    from matrixbench.progress import NullProgress
+
+    class SlotWatch(NullProgress):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def slot_running(self, slot, image_name=None, cell=None):
+            super().slot_running(slot, image_name, cell)
+            self.seen.append((slot, self.state.slot_line(slot)))
+
     backend = use_backend(monkeypatch, SlowRecordingBackend())
     matrix = load_matrix(write_matrix(tmp_path), Overrides(slots=2))
-    summary = run_matrix(matrix, _options(tmp_path))
+    progress = SlotWatch()
+    summary = run_matrix(matrix, _options(tmp_path), progress=progress)
     assert summary.statuses() == {"ok": 16}
+    assert progress.state.done == 16 and progress.state.total == 16      # one count over both slots
+    assert {slot for slot, line in progress.seen if " bs=" in line} == {0, 1}   # each slot's cell shown
+    assert progress.state.slots_text() == "slot 0: idle; slot 1: idle"
     assert backend.most == 2                                   # the two slots ran at once
     slot_of = {}
     for thread, _image, unit in backend.threads:
