@@ -166,6 +166,9 @@ def _run_locked(matrix, options, run_path, progress, environ):
         if matrix.calibrate and plans:
             run_calibration(matrix, _request(plans[0], matrix, options, gpus, environ),
                             slot_plan.slots if slot_plan else (), backend, progress.note, options.force)
+        if slot_plan is None and matrix.exclusive_timing:
+            progress.note("exclusive_timing: this run has no slots (one runner at a time), so every "
+                          "cell is timed alone anyway")
         if slot_plan is None:
             for plan in plans:
                 summary.images.append(ImageResult(plan.image_name, plan.out_dir, skipped=plan.done,

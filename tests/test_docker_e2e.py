@@ -63,9 +63,9 @@ def built(client):
 HF_TOKEN = "hf_e2eNeverPrintThis"
 
 
-def matrixbench(*args, results, **popen):
+def matrixbench(*args, results, matrix=MATRIX_PATH, **popen):
     """`matrixbench run` in a subprocess, as a user types it (with an HF_TOKEN to keep secret)."""
-    argv = [sys.executable, "-m", "matrixbench.cli", "run", "--matrix", str(MATRIX_PATH),
+    argv = [sys.executable, "-m", "matrixbench.cli", "run", "--matrix", str(matrix),
             "--results", str(results), "--backend", "docker", "--device", "cpu", *args]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "HF_TOKEN": HF_TOKEN}
     return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,

@@ -80,7 +80,7 @@ def test_exclusive_timing_is_a_matrix_key_and_a_flag(tmp_path):
     with pytest.raises(Exception, match="exclusive_timing"):
         load_matrix(write_matrix(tmp_path, data, name="y.yaml"))
     result = CliRunner().invoke(main, ["run", "--help"])
-    assert "--exclusive-timing / --no-exclusive-timing" in result.output
+    assert "--exclusive-timing" in result.output
 
 
 @pytest.mark.skipif(not TWO_CORES, reason="needs 2 usable cores")
@@ -277,3 +277,22 @@ def test_gpu_slots_refuse_a_busy_gpu_and_keep_each_model_on_one_gpu(tmp_path, mo
     assert set().union(*gpu_of.values()) <= {"GPU-0f3c2a1e-7b6d-4e5f-8a9b-0c1d2e3f4a50",
                                              "GPU-4f3c2a1e-7b6d-4e5f-8a9b-0c1d2e3f4a54"}
     assert {r.image_name for r in backend.requests} == {"stable", "latest"}
+
+
+def test_exclusive_timing_without_slots_says_it_changes_nothing(tmp_path, monkeypatch):
+    from matrixbench.progress import NullProgress
+
+    class Notes(NullProgress):
+        def __init__(self):
+            super().__init__()
+            self.notes = []
+
+        def note(self, text):
+            self.notes.append(text)
+
+    backend = use_backend(monkeypatch, RecordingBackend())
+    progress = Notes()
+    run_matrix(load_matrix(write_matrix(tmp_path), Overrides(exclusive_timing=True)), _options(tmp_path),
+               progress=progress)
+    assert any("no slots" in note for note in progress.notes)
+    assert all(request.timing_board is None for request in backend.requests)
