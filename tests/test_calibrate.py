@@ -228,6 +228,12 @@ def test_the_report_renders_the_calibration_table_and_keeps_it_out_of_the_matrix
     assert "99.000" in markdown and "12.000" not in markdown.replace(section, "")
     lines = (tmp_path / "results.csv").read_text(encoding="utf-8").splitlines()
     assert len(lines) == 1 + 17 and "calibration.phase" in lines[0]
+    import pandas as pd
+    derived = pd.read_csv(tmp_path / "comparisons.csv").query("kind == 'interference'")
+    assert list(derived["mode"]) == ["eager", "default"] and set(derived["against"]) == {"alone"}
+    eager = derived.iloc[0]
+    assert eager["ratio"] == pytest.approx(1.2) and eager["processes"] == 4 and str(eager["significant"]) == "True"
+    assert eager["low_pct"] > 0
 
 
 def test_a_calibration_phase_that_failed_shows_its_status(tmp_path):

@@ -8,9 +8,9 @@ import pandas as pd
 
 from matrixbench.errors import ReportError
 from matrixbench.report import charts, records, render
-from matrixbench.report.calibration import calibration_tables
+from matrixbench.report.calibration import calibration_tables, phase_pairs
 from matrixbench.report.cells import CellIndex
-from matrixbench.report.comparisons import comparisons, write_comparisons
+from matrixbench.report.comparisons import calibration_comparisons, comparisons, write_comparisons
 from matrixbench.report.document import assemble, image_sources
 from matrixbench.report.published import load_published
 from matrixbench.report_formats import REPORT_FORMATS
@@ -37,7 +37,8 @@ def build_report(results_dirs, out_dir, formats=REPORT_FORMATS):
         written += _write_documents(cells, sources, notes, out_dir, formats, calibration_tables(calibration))
     if "csv" in formats:
         written += records.write_merged(pd.concat([frame, calibration], ignore_index=True), out_dir, cells.images())
-        written.append(write_comparisons(comparisons(cells, load_published(), sources), out_dir))
+        derived = comparisons(cells, load_published(), sources) + calibration_comparisons(phase_pairs(calibration))
+        written.append(write_comparisons(derived, out_dir))
     return written
 
 

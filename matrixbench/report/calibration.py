@@ -16,19 +16,24 @@ HEADER = ["Task/Model", "Batch size", "Mode", "alone (ms)", "loaded (ms)", "load
           "processes (alone / loaded)", "slots"]
 
 
-def calibration_tables(frame):
-    """One table per device and image of the calibration records in ``frame`` (none: [])."""
+def phase_pairs(frame):
+    """(alone, loaded) combined rows (cells.combine_repeats: every slot's every round a process) of
+    each calibration cell in ``frame``, in table order; a phase without records is None."""
     rows = [{key: plain_value(value) for key, value in row.items()} for row in frame.to_dict("records")]
-    if not rows:
-        return []
-    labels = image_labels(rows)
     phases = {(_key(row), row["calibration.phase"]): row
               for row in combine_repeats(rows, lambda row: (_key(row), row["calibration.phase"]))}
+    return [(phases.get((key, "alone")), phases.get((key, "loaded")))
+            for key in sorted({key for key, _ in phases}, key=_order)]
+
+
+def calibration_tables(frame):
+    """One table per device and image of the calibration records in ``frame`` (none: [])."""
+    pairs = phase_pairs(frame)
+    labels = image_labels([alone or loaded for alone, loaded in pairs])
     tables = {}
-    for key in sorted({key for key, _ in phases}, key=_order):
-        alone, loaded = phases.get((key, "alone")), phases.get((key, "loaded"))
-        title = f"{key[0]} · {labels[key[1]]}"
-        tables.setdefault(title, []).append(_row(alone, loaded))
+    for alone, loaded in pairs:
+        first = alone or loaded
+        tables.setdefault(f"{first['device_name']} · {labels[first['image']]}", []).append(_row(alone, loaded))
     return [drop_empty_columns(Table(title, list(HEADER), body)) for title, body in tables.items()]
 
 

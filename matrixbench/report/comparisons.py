@@ -17,6 +17,9 @@ One row per comparison, keyed like the tables (device, image, batch size, model,
   ratio = measured ms / published ms, percent = deviation.
 - ``published_speedup``: on another GPU, a measured speed-up beside one GPU's published one;
   ratio = measured speed-up, published_ratio = published speed-up.
+- ``interference``: a cell of the slots' interference calibration (``--calibrate``) run with every
+  slot busy against the same cell alone; ratio = loaded ms / alone ms, percent = change, with the
+  hierarchical interval (every slot's every round is one process).
 
 The arithmetic is matrixbench.report.arithmetic's, the intervals stats.compare_processes': the same
 functions the tables use.
@@ -48,6 +51,11 @@ def comparisons(cells, published, sources):
                 rows += _image_change(cells, row, images[index - 1] if index else None)
                 rows += _published(cells, reference, row, sources[image])
     return rows
+
+
+def calibration_comparisons(pairs):
+    """The ``interference`` rows of (alone, loaded) pairs (report.calibration.phase_pairs)."""
+    return [found for alone, loaded in pairs for found in _change("interference", "alone", alone, loaded)]
 
 
 def write_comparisons(rows, out_dir):
