@@ -230,3 +230,13 @@ def test_a_slot_pins_the_container_to_its_cores_numa_node_and_one_gpu(sdk, tmp_p
 def test_outside_slots_no_cpuset_is_asked(sdk, tmp_path):
     backend(sdk).run(request_for(tmp_path))
     assert "cpuset_cpus" not in sdk.started[-1].kwargs and "cpuset_mems" not in sdk.started[-1].kwargs
+
+
+def test_a_calibration_runner_is_labelled_with_its_run(sdk, tmp_path):
+    from matrixbench import calibrate
+    from matrixbench.placement import Slot
+
+    out_dir = calibrate.out_dir(tmp_path / "results" / "run1" / "stable", "loaded", Slot(1, (1,)))
+    backend(sdk).run(request_for(tmp_path, out_dir=out_dir, slot=Slot(1, (1,)), slots=2, busy_units=2,
+                                 calibration={"phase": "loaded", "slots": 2}))
+    assert sdk.started[0].kwargs["labels"]["matrixbench.run_id"] == "run1"

@@ -15,7 +15,7 @@ import uuid
 from collections import deque
 from pathlib import Path
 
-from matrixbench import docker_client
+from matrixbench import calibrate, docker_client
 from matrixbench.backends.base import LOG_FILENAME, Backend
 from matrixbench.backends.environment import compile_cache_env
 from matrixbench.errors import RunError
@@ -148,7 +148,9 @@ class DockerBackend(Backend):
         }
 
     def _run_id_for(self, request):
-        return self._run_id or Path(request.out_dir).resolve().parent.name
+        """The run's name: out_dir is results/<run>/<image> (a calibration's, more folders down)."""
+        up = calibrate.RUN_DEPTH - 1 if request.calibration else 0
+        return self._run_id or Path(request.out_dir).resolve().parents[up].name
 
     def _container_name(self, request):
         raw = f"matrixbench-{self._run_id_for(request)}-{request.image_name}-{uuid.uuid4().hex[:6]}"
