@@ -12,6 +12,8 @@ Records land apart from the matrix's, so resuming the matrix never mistakes one 
 that folder's ``slot-<i>``). A round missing any record reruns whole (a loaded phase is only loaded
 when every slot runs it); ``--force`` reruns every round. The compile caches are the calibration's
 own (``<cache>/<image>/calibration/slot-<i>``), so the matrix's compile times are not warmed by it.
+Its runners share a timing board (runner.timing_board; the base request's), never exclusive: each
+record's ``placement.busy_slots`` says how many other slots were timing beside it.
 """
 import dataclasses
 import threading
@@ -69,7 +71,7 @@ def phase_request(base, cells, index: int, phase: str, slot, slots: int):
     return dataclasses.replace(
         base, cells=list(cells), schedule=tuple((cell, index) for cell in range(len(cells))),
         out_dir=out_dir(base.out_dir, phase, slot), slot=slot, slots=slots,
-        busy_units=1 if phase == "alone" else slots, cache_dir=cache,
+        busy_units=1 if phase == "alone" else slots, cache_dir=cache, exclusive_timing=False,
         calibration={"phase": phase, "slots": slots})
 
 

@@ -164,8 +164,7 @@ def _run_locked(matrix, options, run_path, progress, environ):
         _note_recorded(plans, progress)
         slot_plan = _slot_plan(matrix, options, gpus, environ, progress)
         if matrix.calibrate and plans:
-            run_calibration(matrix, _request(plans[0], matrix, options, gpus, environ),
-                            slot_plan.slots if slot_plan else (), backend, progress.note, options.force)
+            _calibrate(backend, plans[0], slot_plan, matrix, options, gpus, environ, progress, run_path)
         if slot_plan is None and matrix.exclusive_timing:
             progress.note("exclusive_timing: this run has no slots (one runner at a time), so every "
                           "cell is timed alone anyway")
@@ -269,6 +268,17 @@ def _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, enviro
     torch_of = {name: image.torch_version for name, image in matrix.images.items()}
     try:
         run_on_slots(slot_plan.slots, make_units(plans, torch_of), run_unit, backend.stop_all)
+    finally:
+        shutil.rmtree(board, ignore_errors=True)
+
+
+def _calibrate(backend, plan, slot_plan, matrix, options, gpus, environ, progress, run_path):
+    """The slots' interference calibration (matrixbench.calibrate) in ``plan``'s image, its runners
+    on a timing board of their own (never exclusive), so its records say how many other slots timed."""
+    board = run_folder.make_timing_board(run_path)
+    try:
+        request = dataclasses.replace(_request(plan, matrix, options, gpus, environ), timing_board=board)
+        run_calibration(matrix, request, slot_plan.slots if slot_plan else (), backend, progress.note, options.force)
     finally:
         shutil.rmtree(board, ignore_errors=True)
 

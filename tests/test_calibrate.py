@@ -89,7 +89,8 @@ def test_the_runner_takes_the_phase_from_the_host():
 def test_each_slot_runs_alone_then_all_at_once_round_by_round_apart_from_the_matrix(tmp_path, monkeypatch):
     backend = use_backend(monkeypatch, PhaseRecordingBackend())
     matrix = load_matrix(write_matrix(tmp_path), Overrides(slots=2, calibrate=True, repeats=2, models=["vit"],
-                                                           batch_sizes=[1], calibration_models=["vit"]))
+                                                           batch_sizes=[1], calibration_models=["vit"],
+                                                           exclusive_timing=True))
     summary = run_matrix(matrix, _options(tmp_path))
     calibration_runs = [(r, now) for r, now in backend.started if r.calibration is not None]
     # two rounds, each: slot 0 alone, slot 1 alone, then both at once
@@ -107,6 +108,8 @@ def test_each_slot_runs_alone_then_all_at_once_round_by_round_apart_from_the_mat
         assert request.cache_dir == tmp_path / "cache" / "stable" / "calibration" / f"slot-{request.slot.index}"
         assert [c.mode for c in request.cells] == ["eager", "default"] and request.image_name == "stable"
         assert json.loads(request.slot_env()[CALIBRATION_ENV]) == request.calibration
+        # a timing board of its own, never exclusive (--exclusive-timing is for the matrix's cells)
+        assert request.timing_board is not None and request.exclusive_timing is False
     assert max(now for r, now in calibration_runs if r.calibration["phase"] == "loaded") == 2
     # the matrix ran every one of its own cells, though the calibration has records of the same cells
     assert summary.statuses() == {"ok": 8}
@@ -159,7 +162,8 @@ def _record(phase, slot, repeat, mean, mode="eager", status=Status.OK):
     record.timing = {"load_s": 1.0, "first_call_s": 1.0, "warmup_s": 1.0, "timer": "perf_counter",
                      **summarize(samples, 0.1)} if status == Status.OK else None
     record.placement = {"slot": slot, "cores": [slot], "gpu_index": None, "gpu_uuid": None, "numa_node": None,
-                        "slots": 2, "busy_slots": 1 if phase == "alone" else 2, "affinity": [slot]}
+                        "slots": 2, "busy_units": 1 if phase == "alone" else 2, "affinity": [slot],
+                        "busy_slots": 0 if phase == "alone" else 1 - (slot == 1 and repeat == 1)}
     record.calibration = {"phase": phase, "slots": 2}
     return record.to_dict()
 
@@ -209,6 +213,7 @@ def test_the_table_gives_loaded_over_alone_with_its_interval(calibration_run):
     low, high = (float(text.rstrip("×")) for text in eager["95% interval"].strip("[]").split(", "))
     assert low > 1.0 and low < 1.2 < high
     assert default["loaded / alone"] == "1.000×" and default["slots"] == "2"   # no star: the interval holds 1
+    assert eager["other slots timing (loaded)"] == "1 ×3, 0 ×1"           # one loaded process timed alone
 
 
 def test_the_ratio_is_the_reports_arithmetic_and_one_process_is_not_tested():
@@ -273,6 +278,7 @@ def test_two_slots_calibrate_tiny_resnet_with_the_real_runner(tmp_path, monkeypa
         assert path.parent.name == f"slot-{block['slot']}" and path.parent.parent.name == phase
         assert block["affinity"] == block["cores"] == [block["slot"]]
         assert block["busy_units"] == (1 if phase == "alone" else 2)
+        assert block["busy_slots"] == 0 or phase == "loaded"                 # the timing board's count
         found.setdefault((phase, block["slot"]), set()).add(record["cell"]["mode"])
     assert found == {(phase, slot): {"eager", "default"} for phase in ("alone", "loaded") for slot in (0, 1)}
     result = CliRunner().invoke(main, ["report", "results/default", "--out", "report", "--format", "md"])
@@ -280,3 +286,4 @@ def test_two_slots_calibrate_tiny_resnet_with_the_real_runner(tmp_path, monkeypa
     markdown = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
     section = markdown[markdown.index("## Interference calibration"):markdown.index("## Environment")]
     assert "| Image Classification/ResNet (tiny) | 1 | eager |" in section and "| 2 / 2 | 2 |" in section
+    assert "other slots timing (loaded)" in section

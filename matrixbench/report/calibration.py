@@ -13,7 +13,7 @@ from matrixbench.report.tables import SIGNIFICANT_MARK, Cell, Table, drop_empty_
 
 KEY = ("device_name", "image", "row_key", "cell.batch_size", "mode_label")
 HEADER = ["Task/Model", "Batch size", "Mode", "alone (ms)", "loaded (ms)", "loaded / alone", "95% interval",
-          "processes (alone / loaded)", "slots"]
+          "processes (alone / loaded)", "slots", "other slots timing (loaded)"]
 
 
 def phase_pairs(frame):
@@ -50,14 +50,14 @@ def _row(alone, loaded):
     first = alone or loaded
     start = [label(row_label(first)), label(first["cell.batch_size"]), label(first["mode_label"]),
              _latency(alone), _latency(loaded)]
-    slots = label(first["calibration.slots"])
+    end = [_processes(alone, loaded), label(first["calibration.slots"]), _timing_beside(loaded)]
     if not (is_ok(alone) and is_ok(loaded)):
-        return start + [missing(), missing(), _processes(alone, loaded), slots]
+        return start + [missing(), missing()] + end
     ratio, interval = loaded_over_alone(alone["process_samples"], loaded["process_samples"])
     significant = interval is not None and (interval[0] > 1 or interval[1] < 1)
     shown = Cell(f"{ratio:.3f}×" + (SIGNIFICANT_MARK if significant else ""))
     bounds = label(stats.NOT_TESTED) if interval is None else Cell(f"[{interval[0]:.3f}×, {interval[1]:.3f}×]")
-    return start + [shown, bounds, _processes(alone, loaded), slots]
+    return start + [shown, bounds] + end
 
 
 def loaded_over_alone(alone_processes, loaded_processes):
@@ -81,3 +81,13 @@ def _latency(row):
 
 def _processes(alone, loaded):
     return label(" / ".join(str(row["processes"] if row else 0) for row in (alone, loaded)))
+
+
+def _timing_beside(loaded):
+    """How many other slots the loaded processes saw timing (the timing board's ``busy_slots``), as
+    "value ×processes" from most to fewest; a dash where the records do not say."""
+    seen = [process["placement.busy_slots"] for process in (loaded or {}).get("process_placements", [])
+            if process["placement.busy_slots"] is not None]
+    if not seen:
+        return missing()
+    return label(", ".join(f"{value} ×{seen.count(value)}" for value in sorted(set(seen), reverse=True)))

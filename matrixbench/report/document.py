@@ -51,7 +51,9 @@ LEGENDS = {
         "alone ms; above 1, a cell runs slower while the other slots run. "
         f"{tables.SIGNIFICANT_MARK} its {round(stats.CONFIDENCE * 100)}% hierarchical bootstrap interval "
         f"({stats.RESAMPLES} resamples: processes, then samples within each) excludes 1; tested only when both "
-        f"phases have {stats.MIN_PROCESSES} or more processes. These cells are not part of the matrix's tables."),
+        f"phases have {stats.MIN_PROCESSES} or more processes. Other slots timing: per loaded process, the most "
+        "other slots its timed loop saw timing at its start or end (the run's timing board), as value ×processes; "
+        "below slots - 1, the phase was less loaded than asked. These cells are not part of the matrix's tables."),
 }
 
 
