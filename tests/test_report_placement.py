@@ -86,7 +86,7 @@ def test_the_environment_shows_each_images_slots_gpus_cores_numa_and_busy_slots(
     assert _column(environment, "Slot GPU UUID")["new (torch 2.1.0)"] == f"{GPU_A}, {GPU_B}"
     assert _column(environment, "Cores") == {"old (torch 2.0.1)": "0-3", "new (torch 2.1.0)": "0-3, 4-7"}
     assert _column(environment, "NUMA node")["new (torch 2.1.0)"] == "0, 1"
-    assert _column(environment, "Busy slots")["new (torch 2.1.0)"] == "1, 2"
+    assert _column(environment, "Other slots timing")["new (torch 2.1.0)"] == "1, 2"
 
 
 def test_a_row_whose_sides_ran_on_different_gpus_warns(gpu_report):
@@ -128,5 +128,5 @@ def test_cpu_records_have_no_uuid_and_no_gpu_warning(tmp_path):
 def test_the_markdown_shows_the_placement_and_the_warning(tmp_path):
     build_report([_write_run(tmp_path)], tmp_path / "out", ["md"])
     markdown = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
-    assert "| Slot | Slot GPU index | Slot GPU UUID | Cores | NUMA node | Busy slots |" in markdown
+    assert "| Slot | Slot GPU index | Slot GPU UUID | Cores | NUMA node | Other slots timing |" in markdown
     assert f"{MIXES_GPUS} ({GPU_A} → {GPU_B})" in markdown

@@ -591,7 +591,7 @@ ENVIRONMENT_FIELDS = (
 # Where the processes ran (slot runs only; every process of every cell, not only the last).
 PLACEMENT_FIELDS = (
     ("Slot", "placement.slot"), ("Slot GPU index", "placement.gpu_index"), ("Slot GPU UUID", "placement.gpu_uuid"),
-    ("Cores", "placement.cores"), ("NUMA node", "placement.numa_node"), ("Busy slots", "placement.busy_slots"),
+    ("Cores", "placement.cores"), ("NUMA node", "placement.numa_node"), ("Other slots timing", "placement.busy_slots"),
 )
 
 
