@@ -260,7 +260,7 @@ def describe_plan(matrix, run_path, force, retry_failed):
     lines = []
     for plan in pending_work(matrix, run_path, force=force, retry_failed=retry_failed):
         failed = f" ({recorded_failures_line(plan.recorded_failures)})" if plan.recorded_failures else ""
-        lines.append(f"{plan.image_name}: {len(plan.pending)} to run, {plan.done} done{failed} -> {plan.out_dir}")
+        lines.append(f"{plan.label}: {len(plan.pending)} to run, {plan.done} done{failed} -> {plan.out_dir}")
         lines += [f"  {line}" for line in unreadable_lines(plan)]
         lines += [f"  {r.cell.model} {r.cell.mode} bs={r.cell.batch_size} {r.cell.dtype}"
                   + (f" repeat {r.index + 1}" if matrix.repeats > 1 else "") for r in plan.pending]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -91,12 +92,15 @@ class Matrix:
     calibrate: bool = _default("calibrate")         # measure the slots' interference first (matrixbench.calibrate)
     calibration_models: Tuple[str, ...] = _default("calibration_models")
     exclusive_timing: bool = _default("exclusive_timing")   # slots time one at a time
+    gpu_types: Tuple[str, ...] = _default("gpu_types")   # () = no GPU-type axis (matrixbench.pending)
     path: Optional[Path] = None
 
     def to_dict(self) -> JSON:
         """Plain data (for run.json and hashing); ``path`` left out."""
         data = dataclasses.asdict(self)
         del data["path"]
+        if not data["gpu_types"]:
+            del data["gpu_types"]   # without the axis, a matrix is (and hashes) as before it existed
         return data
 
     def content_hash(self) -> str:
@@ -124,6 +128,7 @@ class Overrides:
     calibrate: Optional[bool] = None
     calibration_models: Optional[Sequence[str]] = None
     exclusive_timing: Optional[bool] = None
+    gpu_types: Optional[Sequence[str]] = None
 
     def settings(self) -> JSON:
         """The settings given, by matrix key (lists without repeats)."""
@@ -172,9 +177,22 @@ def _build(data: JSON, path: Path, weights: Optional[str] = None) -> Matrix:
         modes=tuple(values.pop("modes")),
         dtypes=tuple(values.pop("dtypes")),
         calibration_models=tuple(values.pop("calibration_models")),
+        gpu_types=_gpu_types(values.pop("gpu_types")),
         path=path,
         **values,
     )
+
+
+GPU_TYPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+def _gpu_types(names: Sequence[str]) -> Tuple[str, ...]:
+    """The GPU-type axis; each name is a folder of the run (results/<run>/<gpu_type>/)."""
+    bad = [name for name in names if not re.match(GPU_TYPE_PATTERN, name)]
+    if bad:
+        raise MatrixError(f"gpu_types: {', '.join(map(repr, bad))}: a GPU type is a name as Ray gives it "
+                          "(A100, V100, T4, H100, A10G, ...): letters, digits, '.', '_' and '-'")
+    return tuple(names)
 
 
 def default_base_image(python: str) -> str:

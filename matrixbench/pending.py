@@ -2,6 +2,8 @@
 what order.
 
 Records land in ``results/<run>/<image>/<cell_id>.json`` (repeat 0) and ``<cell_id>.r<k>.json``;
+with a GPU-type axis (``gpu_types``, --backend ray) in ``results/<run>/<gpu_type>/<image>/``: one
+folder per GPU type and image, so resume stays a per-folder question, exactly as without the axis;
 ``runner.schema.needs_run`` is the one rule that says whether a repeat needs running again (no
 record, an unreadable one, ``--force``, or a failed one with ``--retry-failed``); each repeat
 counts alone, so a run stopped after repeat 2 of 3 runs only repeat 3.
@@ -39,6 +41,12 @@ class ImageWork:
     unreadable: tuple = ()       # (record path, why) of pending repeats whose record is corrupt
     repeats: tuple = ()          # every repeat of every cell, in run order; () = each cell once
     order_seed: Optional[int] = None
+    gpu_type: Optional[str] = None   # the GPU type it runs on (the gpu_types axis); None: no axis
+
+    @property
+    def label(self):
+        """The image's name, led by its GPU type where the run has that axis: "A100/stable"."""
+        return self.image_name if self.gpu_type is None else f"{self.gpu_type}/{self.image_name}"
 
     @property
     def all(self):
@@ -68,12 +76,19 @@ def new_order_seed():
 
 
 def pending_work(matrix, run_path, *, force=False, retry_failed=False, order_seed=0):
-    """One ImageWork per image of ``matrix``, in the matrix's image order."""
+    """One ImageWork per image of ``matrix``, in the matrix's image order; with a GPU-type axis,
+    one per GPU type and image (types in the matrix's order), each in its own folder."""
     return [
-        _plan_image(name, cells, Path(run_path) / name, force, retry_failed,
-                    interleaved(cells, matrix.repeats, order_seed), order_seed)
+        _plan_image(name, cells, gpu_folder(run_path, gpu_type) / name, force, retry_failed,
+                    interleaved(cells, matrix.repeats, order_seed), order_seed, gpu_type)
+        for gpu_type in (matrix.gpu_types or (None,))
         for name, cells in cells_by_image(matrix).items()
     ]
+
+
+def gpu_folder(run_path, gpu_type):
+    """Where a GPU type's image folders go: ``results/<run>/<gpu_type>``, or the run folder itself."""
+    return Path(run_path) if gpu_type is None else Path(run_path) / gpu_type
 
 
 def interleaved(cells, repeats, seed):
@@ -95,12 +110,12 @@ def _mode_groups(cells):
     return [list(group) for group in groups.values()]
 
 
-def _plan_image(name, cells, out_dir, force, retry_failed, repeats, order_seed):
+def _plan_image(name, cells, out_dir, force, retry_failed, repeats, order_seed, gpu_type=None):
     pending = [r for r in repeats if needs_run(out_dir, r.cell, force, retry_failed, repeat=r.index)]
     failures = sum(_recorded_status(out_dir, r) != "ok" for r in repeats if r not in pending)
     return ImageWork(image_name=name, out_dir=out_dir, cells=cells, pending=pending,
                      recorded_failures=failures, unreadable=tuple(_unreadable(out_dir, pending)),
-                     repeats=tuple(repeats), order_seed=order_seed)
+                     repeats=tuple(repeats), order_seed=order_seed, gpu_type=gpu_type)
 
 
 def _unreadable(out_dir, repeats):

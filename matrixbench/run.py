@@ -127,6 +127,7 @@ def run_matrix(matrix, options, progress=None, environ=None):
     progress = progress or NullProgress()
     environ = os.environ if environ is None else environ
     _check_device(options.device)
+    check_gpu_types(matrix, options.backend)
     run_path = run_folder.prepare(run_dir(options.results_root, options.run_name))
     with run_folder.RunLock(run_path, options.command) as lock:
         _take_over(lock, run_path, progress)
@@ -158,7 +159,7 @@ def _run_locked(matrix, options, run_path, progress, environ):
     progress.note(backend.describe())
     status, summary = "failed", RunSummary(run_path, [])
     try:
-        backend.prepare([matrix.images[plan.image_name] for plan in plans if plan.pending],
+        backend.prepare([matrix.images[name] for name in dict.fromkeys(p.image_name for p in plans if p.pending)],
                         emit=lambda name, line: progress.note(f"[{name}] {line}"))
         progress.start(sum(len(p.pending) for p in plans), sum(p.done for p in plans))
         _note_recorded(plans, progress)
@@ -170,7 +171,7 @@ def _run_locked(matrix, options, run_path, progress, environ):
                           "cell is timed alone anyway")
         if slot_plan is None:
             for plan in plans:
-                summary.images.append(ImageResult(plan.image_name, plan.out_dir, skipped=plan.done,
+                summary.images.append(ImageResult(plan.label, plan.out_dir, skipped=plan.done,
                                                   recorded_failures=plan.recorded_failures))
                 _run_image(backend, plan, summary.images[-1], matrix, options, gpus, environ, progress)
         else:
@@ -198,8 +199,17 @@ def _note_recorded(plans, progress):
 def check_device(matrix, backend_name, device):
     """What a dry run checks of the device: ``--device cuda`` needs a GPU the backend can give."""
     _check_device(device)
+    check_gpu_types(matrix, backend_name)
     if device == "cuda":
         _resolve_gpus(create_backend(backend_name), device, NullProgress())
+
+
+def check_gpu_types(matrix, backend_name):
+    """The GPU-type axis needs a backend that places work on GPU types: only the ray backend does."""
+    if matrix.gpu_types and backend_name != "ray":
+        raise RunError(f"gpu_types {','.join(matrix.gpu_types)}: only --backend ray places work on GPU types "
+                       f"(this is --backend {backend_name}); drop --gpu-types / gpu_types, or run on a Ray cluster "
+                       "with --backend ray --ray-address HOST:PORT")
 
 
 def _check_device(device):
@@ -247,10 +257,10 @@ def _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, enviro
     progress = Serialized(progress)
     results, lock = {}, threading.Lock()
     for plan in plans:
-        results[plan.image_name] = ImageResult(plan.image_name, plan.out_dir, skipped=plan.done,
-                                               recorded_failures=plan.recorded_failures)
-        summary.images.append(results[plan.image_name])
-        progress.image_started(plan.image_name, len(plan.pending), plan.done)
+        results[plan.label] = ImageResult(plan.label, plan.out_dir, skipped=plan.done,
+                                          recorded_failures=plan.recorded_failures)
+        summary.images.append(results[plan.label])
+        progress.image_started(plan.label, len(plan.pending), plan.done)
 
     board = run_folder.make_timing_board(run_path)
 
@@ -262,7 +272,7 @@ def _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, enviro
             request = dataclasses.replace(_unit_request(request, cells), slot=slot, slots=len(slot_plan.slots),
                                           busy_units=busy, cache_dir=cache_dir, timing_board=board,
                                           exclusive_timing=matrix.exclusive_timing)
-            _run_request(backend, plan, request, cells, results[plan.image_name], progress, lock, slot.index)
+            _run_request(backend, plan, request, cells, results[plan.label], progress, lock, slot.index)
         progress.slot_running(slot.index)          # idle until its next unit
 
     torch_of = {name: image.torch_version for name, image in matrix.images.items()}
@@ -298,12 +308,12 @@ def _run_request(backend, plan, request, repeats, result, progress, lock, slot):
         with lock:
             result.ran += 1
             result.statuses[record.status.value] += 1
-        progress.cell_finished(plan.image_name, cell, record)
+        progress.cell_finished(plan.label, cell, record)
         waiting = watcher.waiting
-        progress.slot_running(slot, plan.image_name, waiting[0].cell if waiting else None)
+        progress.slot_running(slot, plan.label, waiting[0].cell if waiting else None)
 
     watcher = RecordWatcher(plan.out_dir, repeats, on_record, on_tick=progress.tick)
-    progress.slot_running(slot, plan.image_name, repeats[0].cell if repeats else None)
+    progress.slot_running(slot, plan.label, repeats[0].cell if repeats else None)
     with watcher:
         exit_code = backend.run(request)
     with lock:
@@ -313,7 +323,7 @@ def _run_request(backend, plan, request, repeats, result, progress, lock, slot):
 
 def _run_image(backend, plan, result, matrix, options, gpus, environ, progress):
     """Run one image's pending cells; ``result`` counts them as their records appear."""
-    progress.image_started(plan.image_name, len(plan.pending), plan.done)
+    progress.image_started(plan.label, len(plan.pending), plan.done)
     if not plan.pending:
         return
     plan.out_dir.mkdir(parents=True, exist_ok=True)
@@ -321,7 +331,7 @@ def _run_image(backend, plan, result, matrix, options, gpus, environ, progress):
     def on_record(cell, record):
         result.ran += 1
         result.statuses[record.status.value] += 1
-        progress.cell_finished(plan.image_name, cell, record)
+        progress.cell_finished(plan.label, cell, record)
 
     request = _request(plan, matrix, options, gpus, environ)
     with RecordWatcher(plan.out_dir, plan.pending, on_record, on_tick=progress.tick) as watcher:

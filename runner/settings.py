@@ -30,6 +30,7 @@ class Setting:
     maximum: Optional[float] = None            # sane limit: past it a value is a typo, not a measurement
     nullable: bool = False
     many: bool = False
+    min_items: int = 1                         # of a list (many); 0: an empty list means "no such axis"
     required: bool = False                     # matrix.yaml must give it (default: for the runner's shorthand)
     flag: Optional[str] = None                 # the override flag of `matrixbench validate/run`
     runner: bool = False                       # in the runner's settings block
@@ -52,7 +53,7 @@ class Setting:
 
     def json_schema(self) -> JSON:
         if self.many:
-            return {"type": "array", "minItems": 1, "uniqueItems": True, "items": self.item_schema()}
+            return {"type": "array", "minItems": self.min_items, "uniqueItems": True, "items": self.item_schema()}
         return self.item_schema()
 
     def problem(self, value: Any) -> Optional[str]:
@@ -60,8 +61,10 @@ class Setting:
         if value is None and self.nullable:
             return None
         if self.many:
-            bad = [self.problem_of_item(item) for item in value] if isinstance(value, list) and value else ["x"]
-            return None if not any(bad) else f"must be a non-empty list of {self.describe()}, got {value!r}"
+            fits = isinstance(value, list) and len(value) >= self.min_items
+            bad = [self.problem_of_item(item) for item in value] if fits else ["x"]
+            kind = "a list" if self.min_items == 0 else "a non-empty list"
+            return None if not any(bad) else f"must be {kind} of {self.describe()}, got {value!r}"
         return self.problem_of_item(value)
 
     def problem_of_item(self, value: Any) -> Optional[str]:
@@ -151,6 +154,10 @@ SETTINGS: Tuple[Setting, ...] = (
             "timing board, runner.timing_board), for zero interference between slots at some wall time; "
             "the wait counts against timeout_s. Records say which mode they ran under.",
             "boolean", default=False, flag="--exclusive-timing"),
+    Setting("gpu_types", "GPU types to run every cell on, comma-separated, as Ray names them (A100, V100, "
+            "T4, H100, ...): a matrix axis, only with --backend ray; records land in "
+            "results/<run>/<gpu_type>/<image>/.",
+            "string", default=(), many=True, min_items=0, flag="--gpu-types"),
 )
 BY_NAME: Dict[str, Setting] = {setting.name: setting for setting in SETTINGS}
 RUNNER_SETTINGS: Tuple[Setting, ...] = tuple(s for s in SETTINGS if s.runner)

@@ -108,7 +108,7 @@ def to_row(record, path):
 def _derived(row, path):
     gpu = row["environment.gpu_name"] if row["device"] == "cuda" else None
     return {
-        "run": path.parents[calibrate.RUN_DEPTH if row["calibration.phase"] else 1].name,
+        "run": (path.parents[calibrate.RUN_DEPTH] if row["calibration.phase"] else run_folder_of(path)).name,
         "image": row["environment.image_name"] or path.parent.name,
         "device_name": device_name(row),
         "published_gpu": match_gpu(gpu),
@@ -116,6 +116,16 @@ def _derived(row, path):
         "mode_label": row["cell.mode"] + (" fullgraph" if row["cell.fullgraph"] else ""),
         "source": str(path),
     }
+
+
+def run_folder_of(path):
+    """The run folder a record lies in: the nearest folder above it holding run.json
+    (``results/<run>/<image>/`` or, with a GPU-type axis, ``results/<run>/<gpu_type>/<image>/``);
+    without one, the folder above the image's."""
+    for folder in list(path.parents)[1:3]:
+        if (folder / MANIFEST_FILENAME).exists():
+            return folder
+    return path.parent.parent
 
 
 def device_name(row):
