@@ -19,7 +19,7 @@ help:
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet torch==2.13.0
-	$(VPY) -m pip install --quiet -e '.[test,runner]'
+	$(VPY) -m pip install --quiet -e '.[test,runner,ray]'
 	touch $(STAMP)
 
 lint: $(STAMP)

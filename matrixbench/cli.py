@@ -222,7 +222,14 @@ def _echo_build_line(image_name, line):
               default="results", show_default=True, help="Results folder.")
 @click.option("--backend", type=click.Choice(backend_names()), default="docker", show_default=True,
               help="docker: one container per image; venv: one virtual environment per image, "
-                   "built from its pins; local: this interpreter, no Docker.")
+                   "built from its pins; local: this interpreter, no Docker; ray: units as tasks on a Ray "
+                   "cluster (--ray-address), each running --node-backend on its node.")
+@click.option("--ray-address", metavar="HOST:PORT",
+              help="--backend ray: the Ray cluster's head (`ray start --head` prints it) [default: the "
+                   "cluster this node belongs to].")
+@click.option("--node-backend", type=click.Choice(("docker", "local")), default="docker", show_default=True,
+              help="--backend ray: what runs the runner on each node: docker (images built on each node) "
+                   "or local (the node's own interpreter and torch).")
 @click.option("--device", type=click.Choice(DEVICES), default=BY_NAME["device"].default,
               show_default=True, help=BY_NAME["device"].help)
 @click.option("--force", is_flag=True, help="Rerun cells that already have a record.")
@@ -239,7 +246,7 @@ def _echo_build_line(image_name, line):
               "uses a slot's GPU (nvidia-smi --query-compute-apps); its timings are then disturbed.")
 @click.option("--dry-run", is_flag=True, help="Print the cells that would run, and run nothing.")
 @handles_errors
-def run(matrix_path, run_name, results_root, backend, device, force, retry_failed, cold,
+def run(matrix_path, run_name, results_root, backend, ray_address, node_backend, device, force, retry_failed, cold,
         cache_root, hf_cache_dir, note, gpu, allow_busy_gpus, dry_run, **options):
     """Run the matrix's cells that have no record yet (HF_TOKEN is passed on, never printed)."""
     matrix = _load(matrix_path, _overrides(options))
@@ -251,6 +258,7 @@ def run(matrix_path, run_name, results_root, backend, device, force, retry_faile
         run_name=run_name, results_root=results_root, backend=backend, device=device, force=force,
         retry_failed=retry_failed, cold=cold, cache_root=cache_root, hf_cache_dir=hf_cache_dir,
         note=note, command=tuple(["matrixbench", *sys.argv[1:]]), gpu=gpu, allow_busy_gpus=allow_busy_gpus,
+        ray_address=ray_address, node_backend=node_backend,
     )
     summary = run_matrix(matrix, run_options, progress=make_progress())
     click.echo(summary.describe())

@@ -20,6 +20,7 @@ from matrixbench import run_folder
 from matrixbench.backends import create_backend
 from matrixbench.backends.base import RunRequest
 from matrixbench.calibrate import run_calibration
+from matrixbench.cluster import RUNTIME_SECRETS, ClusterRun, UnitPart, UnitTask, shippable
 from matrixbench.errors import RunError
 from matrixbench.manifest import finish_manifest, read_manifest, start_manifest
 from matrixbench.matrix import runner_settings
@@ -33,8 +34,6 @@ from runner.cells_file import schedule_pairs
 from runner.core import DEVICES
 
 DEFAULT_RUN = "default"
-# Passed into the runner at run time only, never baked into an image or printed.
-RUNTIME_SECRETS = ("HF_TOKEN",)
 
 
 def default_cache_root():
@@ -62,6 +61,8 @@ class RunOptions:
     gpu: Optional[str] = None             # --gpu: indices or UUIDs, comma-separated; None: CUDA_VISIBLE_DEVICES
     allow_busy_gpus: bool = False         # slots: run even where another process uses a slot's GPU
     order_seed: Optional[int] = None      # the seed of the run order; None: a fresh one (recorded in run.json)
+    ray_address: Optional[str] = None     # --backend ray: the cluster's HOST:PORT (None: a cluster on this node)
+    node_backend: str = "docker"          # --backend ray: what runs the runner on each node (docker or local)
 
 
 @dataclass
@@ -147,8 +148,24 @@ def _take_over(lock, run_path, progress):
         progress.note(f"removed {removed} scratch folder(s) a killed run left in {run_path}")
 
 
+def _backend_settings(options):
+    """What a backend needs beyond a name: only the ray backend takes any (its cluster, its node backend)."""
+    if options.backend != "ray":
+        return {}
+    return {"address": options.ray_address, "node_backend": options.node_backend}
+
+
 def _run_locked(matrix, options, run_path, progress, environ):
-    backend = create_backend(options.backend)
+    backend = create_backend(options.backend, **_backend_settings(options))
+    try:
+        return _run_with(backend, matrix, options, run_path, progress, environ)
+    finally:
+        backend.close()
+
+
+def _run_with(backend, matrix, options, run_path, progress, environ):
+    if matrix.gpu_types:
+        backend.check_gpu_types(matrix.gpu_types)   # before anything is written: Ray would wait forever
     gpus = _resolve_gpus(backend, options.device, progress)
     seed = new_order_seed() if options.order_seed is None else options.order_seed
     plans = pending_work(matrix, run_path, force=options.force, retry_failed=options.retry_failed, order_seed=seed)
@@ -163,13 +180,15 @@ def _run_locked(matrix, options, run_path, progress, environ):
                         emit=lambda name, line: progress.note(f"[{name}] {line}"))
         progress.start(sum(len(p.pending) for p in plans), sum(p.done for p in plans))
         _note_recorded(plans, progress)
-        slot_plan = _slot_plan(matrix, options, gpus, environ, progress)
-        if matrix.calibrate and plans:
+        slot_plan = None if options.backend == "ray" else _slot_plan(matrix, options, gpus, environ, progress)
+        if matrix.calibrate and plans and options.backend != "ray":
             _calibrate(backend, plans[0], slot_plan, matrix, options, gpus, environ, progress, run_path)
         if slot_plan is None and matrix.exclusive_timing:
             progress.note("exclusive_timing: this run has no slots (one runner at a time), so every "
                           "cell is timed alone anyway")
-        if slot_plan is None:
+        if options.backend == "ray":
+            _run_cluster(backend, plans, summary, matrix, options, gpus, environ, progress)
+        elif slot_plan is None:
             for plan in plans:
                 summary.images.append(ImageResult(plan.label, plan.out_dir, skipped=plan.done,
                                                   recorded_failures=plan.recorded_failures))
@@ -291,6 +310,39 @@ def _calibrate(backend, plan, slot_plan, matrix, options, gpus, environ, progres
         run_calibration(matrix, request, slot_plan.slots if slot_plan else (), backend, progress.note, options.force)
     finally:
         shutil.rmtree(board, ignore_errors=True)
+
+
+def _run_cluster(backend, plans, summary, matrix, options, gpus, environ, progress):
+    """The pending cells as units (the scheduler's, per GPU type), one Ray task each (backends/ray.py)."""
+    results = {}
+    for plan in plans:
+        results[plan.label] = ImageResult(plan.label, plan.out_dir, skipped=plan.done,
+                                          recorded_failures=plan.recorded_failures)
+        summary.images.append(results[plan.label])
+        progress.image_started(plan.label, len(plan.pending), plan.done)
+
+    def on_record(plan, cell, record):
+        results[plan.label].ran += 1
+        results[plan.label].statuses[record.status.value] += 1
+        progress.cell_finished(plan.label, cell, record)
+
+    tasks, parts = [], []
+    for gpu_type in matrix.gpu_types or (None,):
+        torch_of = {name: image.torch_version for name, image in matrix.images.items()}
+        for unit in make_units([plan for plan in plans if plan.gpu_type == gpu_type], torch_of):
+            unit_parts = {plan.image_name: UnitPart(plan, _unit_request(_request(plan, matrix, options, gpus, environ),
+                                                                        repeats), list(repeats))
+                          for plan, repeats in unit.parts}
+            name = " ".join(filter(None, [gpu_type, getattr(unit, "name", unit.model)]))
+            tasks.append(UnitTask(name, gpu_type, tuple(shippable(part.request) for part in unit_parts.values()),
+                                  options.node_backend, options.run_name))
+            parts.append(unit_parts)
+    run = ClusterRun(tasks, parts, gpus, on_record)
+    try:
+        backend.run_units(run, {key: environ[key] for key in RUNTIME_SECRETS if environ.get(key)}, note=progress.note)
+    finally:
+        for plan in plans:
+            results[plan.label].missing = run.missing(plan)
 
 
 def _unit_request(request, repeats):

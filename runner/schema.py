@@ -290,6 +290,11 @@ RECORD_SCHEMA = {
             "busy_slots": _INT,
             "timing": {"enum": ["concurrent", "exclusive"]},   # --exclusive-timing: timed alone
             "affinity": {"type": ["array", "null"], "items": {"type": "integer"}},
+            # a Ray task's node (matrixbench.cluster, --backend ray): which node, GPU type and GPU ids
+            "node_id": _STR,
+            "node_ip": _STR,
+            "gpu_type": _STR,
+            "ray_gpu_ids": {"type": "array", "items": {"type": "string"}},
         }, required=["slot", "cores", "affinity"], nullable=True),
         # schema v2, optional: a record of the slots' interference calibration (matrixbench.calibrate),
         # not of the matrix: its phase (alone: one slot busy; loaded: every slot) and the run's slots.

@@ -26,15 +26,22 @@ def _venv():
     return VenvBackend()
 
 
-FACTORIES = {"docker": _docker, "local": _local, "venv": _venv}
+def _ray(address=None, node_backend="docker"):
+    from matrixbench.backends.ray import RayBackend  # imports ray only when it connects
+
+    return RayBackend(address=address, node_backend=node_backend)
+
+
+FACTORIES = {"docker": _docker, "local": _local, "venv": _venv, "ray": _ray}
 
 
 def backend_names():
     return sorted(FACTORIES)
 
 
-def create_backend(name):
-    """The backend called ``name``; everything a run needs comes in its RunRequest."""
+def create_backend(name, **settings):
+    """The backend called ``name``; everything a run needs comes in its RunRequest (the ray backend
+    alone takes ``settings``: its cluster's address and what runs on its nodes)."""
     if name not in FACTORIES:
         raise RunError(f"unknown backend {name!r}; valid: {', '.join(backend_names())}")
-    return FACTORIES[name]()
+    return FACTORIES[name](**settings)

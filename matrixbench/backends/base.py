@@ -51,6 +51,7 @@ class RunRequest:
     timing_board: Optional[Path] = None   # the run's timing board folder (runner.timing_board), host path
     exclusive_timing: bool = False        # slots time one at a time (--exclusive-timing)
     calibration: Optional[Dict[str, Any]] = None   # {phase, slots}: cells of the interference calibration
+    node: Dict[str, Any] = field(default_factory=dict)   # a cluster task's node (matrixbench.cluster), for placement
 
     def work_dir(self) -> Path:
         """Where the runner's input file and log go: ``out_dir``, or its ``slot-<i>`` folder in a
@@ -64,7 +65,7 @@ class RunRequest:
         if self.slot is None:
             return {}
         threads = str(len(self.slot.cores))
-        placement = {**self.slot.to_dict(), "slots": self.slots, "busy_units": self.busy_units}
+        placement = {**self.slot.to_dict(), "slots": self.slots, "busy_units": self.busy_units, **self.node}
         env = {"OMP_NUM_THREADS": threads, "TORCHINDUCTOR_COMPILE_THREADS": threads,
                PLACEMENT_ENV: json.dumps(placement, sort_keys=True)}
         if self.calibration:
@@ -101,6 +102,15 @@ class Backend(ABC):
         Must leave finished records in ``request.out_dir`` even when interrupted
         (KeyboardInterrupt stops and removes whatever the backend started).
         """
+
+    def check_gpu_types(self, gpu_types: Tuple[str, ...]) -> None:
+        """Refuse GPU types the backend cannot reach (the ray backend asks its cluster). Only a backend
+        that places work on GPU types gets a GPU-type axis (run.check_gpu_types); default: nothing."""
+        return None
+
+    def close(self) -> None:
+        """Let go of what the backend connected to (the ray backend's cluster). Default: nothing."""
+        return None
 
     def stop_all(self) -> None:
         """Stop every runner this backend started that still runs (Ctrl-C with slots: the

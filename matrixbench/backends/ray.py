@@ -1,0 +1,266 @@
+"""The ray backend: the run's units as Ray tasks on a cluster of GPU nodes (issue 16).
+
+The only module that imports ray, and only when a function here runs (``pip install
+'matrixbench[ray]'``). The driver (``matrixbench run --backend ray --ray-address HOST:PORT``, on a
+node of the cluster) decides resume first, refuses GPU types the cluster lacks, then submits one
+task per unit (``matrixbench.cluster.UnitTask``) asking for one GPU of the unit's type
+(``num_gpus=1`` and a sliver of ``accelerator_type:<T>``). On its node the task runs the node's
+backend (docker, or local) pinned to ``ray.get_gpu_ids()`` and hands each record, as it appears, to
+a small actor on the driver's node (``Board``), so the driver writes it at once and a task that dies
+later loses none of them; its return value carries them all again. A task whose node dies is retried
+by Ray (``max_retries``) and resumes after the records the driver already holds; a unit that runs out
+of retries, or whose GPU type has no node left, gets ``crashed`` records naming the node. Ctrl-C
+cancels what is outstanding and keeps every record that arrived.
+"""
+import logging
+import time
+from typing import Any, Dict, List, Optional
+
+from matrixbench import cluster
+from matrixbench.backends.base import Backend
+from matrixbench.errors import BuildError, RunError
+from runner.core import Status, repeat_stem
+
+POLL_S = 0.5
+MAX_RETRIES = 2
+LOST_CHECK_S = 2.0
+CANCEL_GRACE_S = 20.0
+NAMESPACE = "matrixbench"
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError as exc:
+        raise RunError(f"--backend ray needs Ray on the driver and on every node: pip install 'matrixbench[ray]' "
+                       f"({exc})") from exc
+    return ray
+
+
+class Board:
+    """An actor on the driver's node: where each task started, and each record as its node wrote it."""
+
+    def __init__(self):
+        self._events: List[tuple] = []
+        self._done: Dict[str, set] = {}
+        self._running: Dict[str, set] = {}
+
+    def started(self, unit, node):
+        """A task started; returns how many units now run on its node (this one included)."""
+        running = self._running.setdefault(node["node_id"], set())
+        running.add(unit)
+        self._events.append(("started", unit, node))
+        return len(running)
+
+    def finished(self, unit, node):
+        self._running.get(node["node_id"], set()).discard(unit)
+
+    def record(self, unit, image, data):
+        self._done.setdefault(unit, set()).add((image, repeat_stem(data["cell_id"], data.get("repeat") or 0)))
+        self._events.append(("record", unit, (image, data)))
+
+    def recorded(self, unit):
+        """(image, repeat id) pairs some attempt of ``unit`` recorded: a retry skips them."""
+        return sorted(self._done.get(unit, ()))
+
+    def drain(self):
+        events, self._events = self._events, []
+        return events
+
+
+def node_task(task, board):
+    """One unit on the node Ray chose: run it, streaming records to ``board``; return them all."""
+    ray = _ray()
+    node_id = ray.get_runtime_context().get_node_id()
+    gpu_ids = [str(i) for i in ray.get_gpu_ids()]
+    node = {"node_id": node_id, "node_ip": ray.util.get_node_ip_address(), "gpu_type": task.gpu_type,
+            "ray_gpu_ids": gpu_ids}
+    node_gpus = next((n["Resources"].get("GPU", 0) for n in ray.nodes() if n["NodeID"] == node_id), 0)
+    node.update(node_gpus=node_gpus, busy=ray.get(board.started.remote(task.name, node)))
+    done = ray.get(board.recorded.remote(task.name))
+    slot = cluster.node_slot(gpu_ids, node_gpus, any(request.gpus for request in task.requests))
+    try:
+        result = cluster.run_unit_here(task, node, slot, done,
+                                       lambda image, data: board.record.remote(task.name, image, data))
+    finally:
+        board.finished.remote(task.name, node)
+    return {"node": cluster.placement_of(node), "records": result.records, "logs": result.logs}
+
+
+def build_on_node(images):
+    """Build the matrix images on this node's Docker (as `matrixbench build` does); the log's last lines."""
+    from matrixbench import docker_client
+    from matrixbench.images import build_spec, run_build
+
+    client, lines = docker_client.connect(), []
+    for image in images:
+        run_build(client, build_spec(image), no_cache=False, emit=lambda name, line: lines.append(f"[{name}] {line}"))
+    return lines[-20:]
+
+
+class RayBackend(Backend):
+    """Units as Ray tasks; on each node the ``node_backend`` (docker or local) runs the runner."""
+
+    name = "ray"
+
+    def __init__(self, address=None, node_backend="docker", max_retries=MAX_RETRIES):
+        if node_backend not in cluster.NODE_BACKENDS:
+            raise RunError(f"--node-backend {node_backend!r}: valid are {', '.join(cluster.NODE_BACKENDS)}")
+        self.address = address
+        self.node_backend = node_backend
+        self.max_retries = max_retries
+
+    def describe(self):
+        return (f"ray backend: one task per unit on the Ray cluster at {self.address or 'auto'}, each running "
+                f"the {self.node_backend} backend on its node, on the GPU Ray assigned")
+
+    def _connect(self):
+        ray = _ray()
+        if not ray.is_initialized():
+            try:
+                ray.init(address=self.address or "auto", namespace=NAMESPACE, log_to_driver=False,
+                         logging_level=logging.WARNING)
+            except ConnectionError as exc:
+                raise RunError(f"--ray-address {self.address}: no Ray cluster answers ({exc}); start one with "
+                               "`ray start --head` (README: Several machines)") from exc
+        return ray
+
+    def gpus_available(self):
+        return self._connect().cluster_resources().get("GPU", 0) > 0
+
+    def check_gpu_types(self, gpu_types):
+        cluster.check_gpu_types(gpu_types, self._connect().cluster_resources(), self.address or "")
+
+    def prepare(self, images, emit=None):
+        """With docker on the nodes: build the images on every GPU node, as a Ray task each (the docker
+        backend then checks each image's content hash on its node before running)."""
+        if self.node_backend != "docker" or not images:
+            return
+        ray = self._connect()
+        build = ray.remote(build_on_node)
+        nodes = [node for node in ray.nodes() if node["Alive"] and node["Resources"].get("GPU")]
+        refs = {build.options(num_cpus=1, scheduling_strategy=_on(node["NodeID"])).remote(list(images)): node
+                for node in nodes}
+        for ref, node in refs.items():
+            try:
+                lines = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                raise BuildError(f"building the images on node {node['NodeManagerAddress']} failed: "
+                                 f"{_cause(exc)}") from None
+            for line in lines:
+                (emit or (lambda name, text: None))(node["NodeManagerAddress"], line)
+
+    def run(self, request):
+        raise RunError("the ray backend runs a run's units on the cluster (run_units), not one image's request")
+
+    def run_units(self, run: cluster.ClusterRun, secrets: Dict[str, str], note=print):
+        """Submit every task of ``run``; follow them until each has returned, failed or been given up."""
+        ray = self._connect()
+        board = self._board(ray)
+        remote = ray.remote(node_task)
+        refs = {}
+        for index, task in enumerate(run.tasks):
+            options = dict(cluster.task_resources(task.gpu_type, run.gpus), max_retries=self.max_retries,
+                           retry_exceptions=False)
+            if secrets:
+                options["runtime_env"] = {"env_vars": dict(secrets)}   # never in the task's arguments
+            refs[remote.options(**options).remote(task, board)] = index
+        note(f"submitted {len(refs)} unit(s) to the Ray cluster")
+        try:
+            self._follow(ray, refs, board, run, note)
+        except KeyboardInterrupt:
+            self._cancel(ray, refs, board, run, note)
+            raise
+
+    def close(self):
+        ray = _ray()
+        if ray.is_initialized():
+            ray.shutdown()
+
+    def _board(self, ray):
+        here = ray.get_runtime_context().get_node_id()
+        return ray.remote(Board).options(num_cpus=0, scheduling_strategy=_on(here)).remote()
+
+    def _follow(self, ray, refs, board, run, note):
+        checked = time.monotonic()
+        while refs:
+            ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=POLL_S)
+            _drain(ray, board, run, note)
+            for ref in ready:
+                _finish(ray, ref, refs.pop(ref), run)
+            if time.monotonic() - checked > LOST_CHECK_S:
+                checked = time.monotonic()
+                _give_up_lost_types(ray, refs, run, note)
+        _drain(ray, board, run, note)
+
+    def _cancel(self, ray, refs, board, run, note):
+        """Ctrl-C: interrupt running tasks (their runners stop), drop pending ones, keep what arrived."""
+        note(f"interrupted: cancelling {len(refs)} outstanding unit(s); records that arrived are kept")
+        for ref in refs:
+            ray.cancel(ref)
+        ready, waiting = ray.wait(list(refs), num_returns=len(refs), timeout=CANCEL_GRACE_S)
+        _drain(ray, board, run, note)
+        for ref in ready:
+            _finish(ray, ref, refs[ref], run, lost=False)
+        for ref in waiting:
+            ray.cancel(ref, force=True)
+
+
+def _drain(ray, board, run, note):
+    for kind, unit, payload in ray.get(board.drain.remote()):
+        index = run.index_of(unit)
+        if kind == "started":
+            run.started(index, payload)
+            note(f"{unit}: started on {cluster.describe_node(payload)}")
+        else:
+            run.record(index, *payload)
+
+
+def _finish(ray, ref, index, run, lost=True):
+    """A task that ended: write what it returned, or (``lost``) records for what it could not run."""
+    try:
+        value = ray.get(ref)
+    except ray.exceptions.TaskCancelledError:
+        return
+    except ray.exceptions.RayTaskError as exc:
+        if lost:
+            run.lost(index, Status.ERROR, f"the unit's task raised on {cluster.describe_node(run.node_of(index))}: "
+                                          f"{_cause(exc)}")
+        return
+    except ray.exceptions.RayError as exc:
+        if lost:
+            run.lost(index, Status.CRASHED, f"the unit's task was lost, Ray's retries used up; last on "
+                                            f"{cluster.describe_node(run.node_of(index))}: {type(exc).__name__}: "
+                                            f"{str(exc)[:500]}")
+        return
+    for image, data in value["records"]:
+        run.record(index, image, data)
+    run.logs(index, value["node"], value["logs"])
+
+
+def _give_up_lost_types(ray, refs, run, note):
+    """Tasks whose GPU type no live node has any more: Ray would keep them pending forever."""
+    have = set(cluster.cluster_gpu_types(ray.cluster_resources()))
+    for ref, index in list(refs.items()):
+        gpu_type = run.tasks[index].gpu_type
+        if gpu_type is not None and gpu_type not in have:
+            ray.cancel(ref, force=True)
+            del refs[ref]
+            last = run.node_of(index)
+            note(f"{run.tasks[index].name}: no node of type {gpu_type} is left in the cluster; "
+                 f"its cells without a record are recorded as crashed")
+            run.lost(index, Status.CRASHED, f"no node of GPU type {gpu_type} is left in the Ray cluster: "
+                                            f"{cluster.describe_node(last)} was lost and Ray could not retry "
+                                            "the unit elsewhere")
+
+
+def _on(node_id):
+    """Ray's scheduling strategy "on this node, nowhere else"."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id, soft=False)
+
+
+def _cause(exc: Any) -> Optional[str]:
+    cause = getattr(exc, "cause", None)
+    return f"{type(cause).__name__}: {cause}" if cause is not None else str(exc).splitlines()[0]

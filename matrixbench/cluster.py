@@ -1,0 +1,273 @@
+"""Work units on a cluster (issue 16), without Ray: what a task carries, what it does on its node,
+and what the driver writes when a unit is lost. ``matrixbench.backends.ray`` moves these over Ray.
+
+A task is one unit of the scheduler (``matrixbench.scheduler.Unit``: one model at one batch size,
+its pending repeats in every image) on one GPU type. It carries one RunRequest per image, made on
+the driver exactly as a local run makes it, minus run-time secrets (HF_TOKEN reaches the node only
+through the task's runtime environment) and minus the driver's paths; on its node it runs them one
+after another through the node's backend (local or docker), in a scratch folder, pinned to the GPU
+ids Ray assigned, and hands back every record it finds there.
+"""
+import dataclasses
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from matrixbench.backends.base import LOG_FILENAME, RunRequest
+from matrixbench.errors import RunError
+from matrixbench.paths import cache_home
+from matrixbench.placement import Slot, split_evenly, usable_cores
+from matrixbench.progress import RecordWatcher
+from runner.core import Record, Repeat, Status, repeat_stem
+from runner.driver import NO_PRECISION
+from runner.machine import fallback_environment
+from runner.records import fail, new_record, utc_now
+from runner.schema import read_record, record_path, write_json_atomic, write_record
+
+# Ray's resource for a node's accelerator type: "accelerator_type:A100" (ray._common.utils
+# RESOURCE_CONSTRAINT_PREFIX); a task asks for a sliver of it, as Ray's own accelerator_type= does.
+ACCELERATOR_PREFIX = "accelerator_type:"
+ACCELERATOR_SHARE = 0.001
+# Passed to the runner at run time only (runtime_env on a cluster), never shipped in a task's arguments.
+RUNTIME_SECRETS = ("HF_TOKEN",)
+LOG_TAIL_CHARS = 20000
+NODE_BACKENDS = ("docker", "local")
+# What a record's placement says of a task's node (runner.schema RECORD_SCHEMA placement).
+NODE_KEYS = ("node_id", "node_ip", "gpu_type", "ray_gpu_ids")
+
+
+class UnknownGpuTypeError(RunError):
+    """A GPU type asked for that no node of the cluster has: its tasks would wait forever."""
+
+
+def cluster_gpu_types(resources: Dict[str, float]) -> List[str]:
+    """The GPU types of a cluster, from ``ray.cluster_resources()``'s ``accelerator_type:<T>`` keys."""
+    return sorted(key[len(ACCELERATOR_PREFIX):] for key, value in resources.items()
+                  if key.startswith(ACCELERATOR_PREFIX) and value > 0)
+
+
+def check_gpu_types(asked: Sequence[str], resources: Dict[str, float], address: str = "") -> None:
+    """Refuse GPU types no node has, naming those the cluster has."""
+    have = cluster_gpu_types(resources)
+    missing = [gpu_type for gpu_type in asked if gpu_type not in have]
+    if missing:
+        where = f" at {address}" if address else ""
+        raise UnknownGpuTypeError(
+            f"--gpu-types: no node of the Ray cluster{where} has {', '.join(missing)}; its GPU types are "
+            f"{', '.join(have) or 'none (no node was started with a GPU or an accelerator_type resource)'}. "
+            "Start a node of that type (`ray start --address=HEAD:PORT`) or drop it from --gpu-types")
+
+
+def task_resources(gpu_type: Optional[str], gpus: bool) -> Dict[str, Any]:
+    """The Ray options of a unit's task: one GPU (of its type), or one CPU without a GPU type and GPUs."""
+    if gpu_type is None and not gpus:
+        return {"num_cpus": 1}
+    resources = {f"{ACCELERATOR_PREFIX}{gpu_type}": ACCELERATOR_SHARE} if gpu_type else {}
+    return {"num_gpus": 1, "resources": resources}
+
+
+@dataclass(frozen=True)
+class UnitTask:
+    """What a unit's task carries to its node: no driver path, no secret."""
+
+    name: str                       # "A100 vit bs=1", for logs, progress and crashed records
+    gpu_type: Optional[str]
+    requests: Tuple[RunRequest, ...]
+    node_backend: str = "local"
+    run_name: str = "default"
+
+
+def shippable(request: RunRequest) -> RunRequest:
+    """A request as a task carries it: without run-time secrets (the node reads its own, from the
+    runtime environment) and without the driver's folders (the node has its own)."""
+    env = {key: value for key, value in request.env.items() if key not in RUNTIME_SECRETS}
+    return dataclasses.replace(request, env=env, out_dir=Path(request.image_name), hf_cache_dir=None,
+                               cache_dir=None if request.cache_dir is None else Path(request.image_name))
+
+
+@dataclass
+class NodeRun:
+    """A task's results on its node: ``records`` as (image, record dict), the runner logs' tails."""
+
+    records: List[Tuple[str, Dict[str, Any]]] = field(default_factory=list)
+    logs: Dict[str, str] = field(default_factory=dict)
+
+
+def node_slot(gpu_ids: Sequence[str], node_gpus: int, gpus: bool, cores: Optional[Sequence[int]] = None) -> Slot:
+    """The task's share of its node: the node's cores split among its GPUs, this GPU's part
+    (all of them where there are fewer cores than GPUs); the GPU index when the cells use GPUs."""
+    cores = sorted(cores if cores is not None else usable_cores()[0])
+    first = gpu_ids[0] if gpu_ids else "0"
+    position = int(first) if str(first).isdigit() else 0
+    count = max(int(node_gpus), 1)
+    part = tuple(cores) if count > len(cores) else split_evenly(cores, count)[position % count]
+    return Slot(position, part, gpu_index=position if gpus and str(first).isdigit() else None)
+
+
+def on_node(request: RunRequest, repeats: Sequence[Repeat], scratch: Path, node: Dict[str, Any],
+            slot: Slot, environ: Dict[str, str]) -> RunRequest:
+    """The request as it runs on this node: its repeats, a scratch results folder, this node's caches,
+    the GPUs Ray assigned, the placement, and the run-time secrets from this node's environment."""
+    from matrixbench.run import _unit_request, default_hf_cache
+
+    request = _unit_request(request, list(repeats))
+    gpu_ids = tuple(str(i) for i in node.get("ray_gpu_ids", ())) if request.gpus else ()
+    cache = None
+    if request.cache_dir is not None:
+        cache = cache_home() / "compile" / request.image_name / f"gpu-{slot.index}"
+    secrets = {key: environ[key] for key in RUNTIME_SECRETS if environ.get(key)}
+    return dataclasses.replace(request, out_dir=scratch / request.image_name, cache_dir=cache,
+                               hf_cache_dir=default_hf_cache(), gpu_ids=gpu_ids, slot=slot,
+                               slots=int(node.get("node_gpus") or 1), busy_units=int(node.get("busy") or 1),
+                               node=placement_of(node), env={**request.env, **secrets})
+
+
+def placement_of(node: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The node's facts a record's placement carries."""
+    return {key: (node or {})[key] for key in NODE_KEYS if key in (node or {})}
+
+
+def run_unit_here(task: UnitTask, node: Dict[str, Any], slot: Slot, done: Sequence[Tuple[str, str]],
+                  emit: Callable[[str, Dict[str, Any]], None], backend: Any = None,
+                  environ: Optional[Dict[str, str]] = None) -> NodeRun:
+    """Run ``task`` on this node: each image's repeats not in ``done`` ((image, repeat id) pairs the
+    driver already holds: a retried task resumes), ``emit(image, record)`` as each record appears."""
+    from matrixbench.backends import create_backend
+
+    backend = backend or create_backend(task.node_backend)
+    environ = dict(os.environ if environ is None else environ)
+    result, skip = NodeRun(), set(map(tuple, done))
+    with tempfile.TemporaryDirectory(prefix="matrixbench-ray-") as scratch:
+        for shipped in task.requests:
+            repeats = [r for r in shipped.repeats() if (shipped.image_name, r.id) not in skip]
+            if repeats:
+                request = on_node(shipped, repeats, Path(scratch), node, slot, environ)
+                _run_request(backend, request, repeats, result, emit)
+                result.logs[request.image_name] = _log_tail(request, environ)
+    return result
+
+
+def _run_request(backend: Any, request: RunRequest, repeats: Sequence[Repeat], result: NodeRun,
+                 emit: Callable[[str, Dict[str, Any]], None]) -> None:
+    request.out_dir.mkdir(parents=True, exist_ok=True)
+
+    def on_record(cell: Any, record: Any) -> None:
+        data = read_record(record_path(request.out_dir, cell, record.repeat))
+        result.records.append((request.image_name, data))
+        emit(request.image_name, data)
+
+    with RecordWatcher(request.out_dir, repeats, on_record):
+        backend.run(request)
+
+
+def _log_tail(request: RunRequest, environ: Dict[str, str]) -> str:
+    try:
+        text = (request.work_dir() / LOG_FILENAME).read_text(errors="replace")[-LOG_TAIL_CHARS:]
+    except OSError:
+        return ""
+    return redact(text, [environ[key] for key in RUNTIME_SECRETS if environ.get(key)])
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
+        if len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return text
+
+
+def lost_records(request: RunRequest, repeats: Sequence[Repeat], status: Status, reason: str,
+                 node: Optional[Dict[str, Any]]) -> List[Record]:
+    """Records for a unit's repeats that no node recorded (its task failed or its node died), made by the
+    runner's own builder: ``status`` (crashed, or error when the task itself raised), the reason naming
+    the node, the placement the node had."""
+    environment = fallback_environment(request.image_name, request.image_hash)
+    environment.update(hostname=(node or {}).get("node_ip") or "unknown", platform="unknown", cpu_model=None)
+    placement = placement_of(node)
+    made = []
+    for repeat in repeats:
+        record = new_record({"cell": repeat.cell, "repeat": repeat.index, "settings": request.settings,
+                             "device": "cuda" if request.gpus else "cpu", "environment": environment,
+                             "precision": dict(NO_PRECISION), "started_at": utc_now()})
+        record.placement = {"slot": 0, "cores": [], "affinity": None, **placement} if node else None
+        fail(record, status, "RayTaskLost" if status is Status.CRASHED else "RayTaskError", reason)
+        made.append(record)
+    return made
+
+
+def describe_node(node: Optional[Dict[str, Any]]) -> str:
+    """"node 10.0.0.2 (id 3f2a...)" or "no node (it never started)"."""
+    if not node:
+        return "no node (the task never started)"
+    gpus = ",".join(map(str, node.get("ray_gpu_ids", ()))) or "-"
+    return f"node {node.get('node_ip')} (id {str(node.get('node_id'))[:12]}, GPU {gpus})"
+
+
+
+@dataclass
+class UnitPart:
+    """One image's share of a unit, as the driver knows it: where its records go, its request, its repeats."""
+
+    plan: Any                      # matrixbench.pending.ImageWork
+    request: RunRequest            # the driver's request for these repeats (secrets and paths included)
+    repeats: List[Repeat]
+
+
+class ClusterRun:
+    """The driver's side of a cluster run: the tasks, where each record goes, what is still missing.
+
+    ``on_record(plan, cell, record)`` is called once per record written (progress and counts).
+    """
+
+    def __init__(self, tasks: Sequence[UnitTask], parts: Sequence[Dict[str, UnitPart]], gpus: bool,
+                 on_record: Callable[[Any, Any, Any], None]):
+        self.tasks, self.parts, self.gpus = list(tasks), list(parts), gpus
+        self._on_record = on_record
+        self._written: set = set()
+        self._nodes: Dict[int, Dict[str, Any]] = {}
+        self._by_name = {task.name: index for index, task in enumerate(self.tasks)}
+
+    def index_of(self, name: str) -> int:
+        return self._by_name[name]
+
+    def started(self, index: int, node: Dict[str, Any]) -> None:
+        self._nodes[index] = node
+
+    def node_of(self, index: int) -> Optional[Dict[str, Any]]:
+        return self._nodes.get(index)
+
+    def record(self, index: int, image: str, data: Dict[str, Any]) -> None:
+        """Write a record a node sent (once: streamed, then returned again)."""
+        part = self.parts[index][image]
+        stem = repeat_stem(data["cell_id"], data.get("repeat") or 0)
+        key = (part.plan.label, stem)
+        if key in self._written:
+            return
+        self._written.add(key)
+        path = write_json_atomic(Path(part.plan.out_dir) / f"{stem}.json", data)
+        record = Record.from_dict(read_record(path))
+        self._on_record(part.plan, record.cell, record)
+
+    def lost(self, index: int, status: Status, reason: str) -> None:
+        """Records for the unit's repeats that arrived from no node."""
+        node = self.node_of(index)
+        for part in self.parts[index].values():
+            missing = [r for r in part.repeats if (part.plan.label, r.id) not in self._written]
+            for record in lost_records(part.request, missing, status, reason, node):
+                path = write_record(part.plan.out_dir, record)
+                self._written.add((part.plan.label, Repeat(record.cell, record.repeat).id))
+                self._on_record(part.plan, record.cell, Record.from_dict(read_record(path)))
+
+    def logs(self, index: int, node: Dict[str, Any], logs: Dict[str, str]) -> None:
+        """Append each image's runner log from the node to the image's runner.log on the driver."""
+        for image, text in logs.items():
+            out_dir = Path(self.parts[index][image].plan.out_dir)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            with open(out_dir / LOG_FILENAME, "a") as log:
+                log.write(f"--- {self.tasks[index].name} on {describe_node(node)} ---\n{text}\n")
+
+    def missing(self, plan: Any) -> List[str]:
+        """The plan's pending repeats with no record written by this run (Ctrl-C leaves some)."""
+        pending = [p for parts in self.parts for p in parts.values() if p.plan is plan]
+        return [r.id for part in pending for r in part.repeats if (plan.label, r.id) not in self._written]

@@ -1,0 +1,139 @@
+"""A real two-node Ray cluster on this machine, matrixbench's driver on it, one node killed mid-run.
+
+Run by tests/test_backends_ray.py as root inside ``unshare --net --pid --fork --mount-proc`` (a fresh
+network namespace: Ray binds only to its loopback; a fresh PID namespace: every Ray process dies when
+this script, its PID 1's child, ends):
+
+    python ray_cluster_script.py WORK_DIR MATRIX OUT_JSON
+
+Head on 127.0.0.1 with 2 fake GPUs of type A100, a second node on 127.0.0.2 with 1 fake T4 (Ray's
+``accelerator_type:<T>`` resources, as it sets them for real GPUs). It runs the driver twice: once with
+an unknown GPU type (H100), which must fail before submitting, then with A100,T4 (and a fake HF_TOKEN
+in the driver's environment), killing the T4 node's raylet once its first record has arrived. It
+writes what it saw to OUT_JSON for the test to assert on.
+"""
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+FAKE_TOKEN = "hf_FAKE_token_for_the_ray_test_0123456789"
+HEAD, NODE = "127.0.0.1", "127.0.0.2"
+COMMON = ["--num-cpus=1", "--object-store-memory=80000000", "--disable-usage-stats"]
+KILL_AFTER = "T4/latest/resnet-tiny_bs1_eager_float32.json"
+RUN_TIMEOUT_S = 300
+
+
+def ray_env(temp):
+    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0",
+               RAY_health_check_period_ms="500", RAY_health_check_failure_threshold="4",
+               RAY_health_check_initial_delay_ms="0", RAY_TMPDIR=temp, TMPDIR=temp)
+    env.pop("HF_TOKEN", None)
+    return env
+
+
+def start_cluster(temp, env):
+    head = [str(BIN / "ray"), "start", "--head", f"--node-ip-address={HEAD}", "--port=6379", "--num-gpus=2",
+            '--resources={"accelerator_type:A100": 1}', "--include-dashboard=false", *COMMON]
+    node = [str(BIN / "ray"), "start", f"--address={HEAD}:6379", f"--node-ip-address={NODE}", "--num-gpus=1",
+            '--resources={"accelerator_type:T4": 1}', *COMMON]
+    for argv in (head, node):
+        subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
+
+
+def raylets():
+    """ip -> (pid, node id) of each raylet, from /proc."""
+    found = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"/raylet"):
+            args = dict(arg.decode().lstrip("-").split("=", 1) for arg in argv[1:] if b"=" in arg)
+            found[args["node_ip_address"]] = (int(proc.name), args["node_id"])
+    return found
+
+
+def driver(matrix, results, gpu_types, env, log_path):
+    argv = [str(BIN / "python"), "-m", "matrixbench.cli", "run", "--matrix", str(matrix), "--results", str(results),
+            "--run", "cluster", "--backend", "ray", "--ray-address", f"{HEAD}:6379", "--node-backend", "local",
+            "--device", "cpu", "--gpu-types", gpu_types]
+    log = open(log_path, "w")
+    return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO)), log
+
+
+def sha(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def main(work, matrix, out_json):
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    work, started = Path(work), time.monotonic()
+    temp = tempfile.mkdtemp(prefix="mbray", dir="/tmp")   # short: Ray's socket paths must fit 107 bytes
+    env = ray_env(temp)
+    result = {}
+    try:
+        start_cluster(temp, env)
+        result["cluster_up_s"] = time.monotonic() - started
+        result["nodes"] = {ip: node_id for ip, (_, node_id) in raylets().items()}
+
+        t0 = time.monotonic()
+        process, log = driver(matrix, work / "results-unknown", "A100,H100", env, work / "unknown.log")
+        code = process.wait(timeout=120)
+        written = sorted(str(p.relative_to(work)) for p in (work / "results-unknown").rglob("*.json"))
+        result["unknown"] = {"code": code, "output": (work / "unknown.log").read_text(), "results": written}
+        log.close()
+        result["unknown_s"] = time.monotonic() - t0
+
+        t0 = time.monotonic()
+        results = work / "results"
+        process, log = driver(matrix, results, "A100,T4", dict(env, HF_TOKEN=FAKE_TOKEN), work / "driver.log")
+        trigger = results / "cluster" / KILL_AFTER
+        while not trigger.exists() and process.poll() is None and time.monotonic() - t0 < RUN_TIMEOUT_S:
+            time.sleep(0.2)
+        time.sleep(2.0)   # the T4 unit goes on to its hanging cell
+        before = {str(p.relative_to(results)): sha(p) for p in results.rglob("*.json") if p.name != "run.json"}
+        pid, node_id = raylets()[NODE]
+        os.kill(pid, signal.SIGKILL)
+        result["killed"] = {"ip": NODE, "node_id": node_id, "at_s": time.monotonic() - t0}
+        result["before_kill"] = before
+        result["code"] = process.wait(timeout=RUN_TIMEOUT_S)
+        log.close()
+        result["run_s"] = time.monotonic() - t0
+        result["records"] = {str(p.relative_to(results)): json.loads(p.read_text())
+                             for p in results.rglob("*.json") if p.name not in ("run.json", "cells.json")}
+        result["after_sha"] = {name: sha(results / name) for name in before}
+        result["driver_log"] = (work / "driver.log").read_text()
+        result["files_with_token"] = files_containing(FAKE_TOKEN, [results, work / "driver.log"])
+        result["ray_logs_with_token"] = files_containing(FAKE_TOKEN, [Path(temp)])
+    finally:
+        subprocess.run([str(BIN / "ray"), "stop", "--force"], env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=60)
+        shutil.rmtree(temp, ignore_errors=True)
+        result["total_s"] = time.monotonic() - started
+        Path(out_json).write_text(json.dumps(result, indent=1, sort_keys=True))
+
+
+def files_containing(text, roots):
+    found = []
+    for root in roots:
+        for path in ([root] if root.is_file() else root.rglob("*")):
+            try:
+                if path.is_file() and text.encode() in path.read_bytes():
+                    found.append(str(path))
+            except OSError:
+                continue
+    return found
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])

@@ -1,0 +1,111 @@
+"""The ray backend (issue 16) on a real two-node Ray cluster on this machine, and its parts without one.
+
+The cluster test runs tests/ray_cluster_script.py as root in fresh network and PID namespaces
+(``unshare --net --pid --fork --mount-proc``): Ray binds only to that namespace's loopback and every
+Ray process dies with it. It skips, saying why, without Ray (``pip install 'matrixbench[ray]'``),
+without root or without unshare.
+"""
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+HERE = Path(__file__).resolve().parent
+SCRIPT = HERE / "ray_cluster_script.py"
+FAKE_TOKEN = "hf_FAKE_token_for_the_ray_test_0123456789"
+TIMEOUT_S = 540
+HANG = "resnet-tiny_bs2_eager_float32"
+
+pytestmark = pytest.mark.ray
+
+
+def _why_not():
+    if importlib.util.find_spec("ray") is None:
+        return "Ray is not installed (pip install 'matrixbench[ray]'; make test's venv has it)"
+    if os.geteuid() != 0:
+        return "the two-node cluster runs in its own network and PID namespaces: needs root (unshare)"
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return "needs unshare (util-linux) and ip (iproute2)"
+    return None
+
+
+def cluster_matrix(folder):
+    """One image of this interpreter's torch, one tiny model at two batch sizes: four units, two per GPU
+    type. The batch-2 cell hangs (a test fault) until its 25 s limit: the T4 node dies during it."""
+    data = {
+        "images": {"latest": {"torch": "torch==2.13.0", "python": "3.12", "transformers": "transformers==5.23.0",
+                              "env": {"MATRIXBENCH_TEST_FAULTS": json.dumps({HANG: "hang"})}}},
+        "models": {"resnet": {"id": "microsoft/resnet-50", "task": "image-classification"}},
+        "size": "tiny", "weights": "random", "batch_sizes": [1, 2], "modes": ["eager"],
+        "iterations": 3, "warmup": 0, "timeout_s": 25,
+    }
+    path = Path(folder) / "matrix.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def cluster_run(tmp_path_factory):
+    why = _why_not()
+    if why:
+        pytest.skip(why)
+    work = tmp_path_factory.mktemp("ray")
+    out = work / "result.json"
+    argv = ["unshare", "--net", "--pid", "--fork", "--mount-proc", sys.executable, str(SCRIPT), str(work),
+            str(cluster_matrix(work)), str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert out.exists(), f"the cluster script wrote no result (exit {done.returncode}):\n{done.stderr[-4000:]}"
+    result = json.loads(out.read_text())
+    assert "records" in result, f"the cluster script stopped early: {result}\n{done.stderr[-4000:]}"
+    return result
+
+
+def _records(result, gpu_type):
+    return {name.split("/")[-1]: record for name, record in result["records"].items()
+            if name.startswith(f"cluster/{gpu_type}/")}
+
+
+def test_an_unknown_gpu_type_fails_before_anything_runs_naming_the_clusters_types(cluster_run):
+    unknown = cluster_run["unknown"]
+    assert unknown["code"] == 5
+    assert "no node of the Ray cluster at 127.0.0.1:6379 has H100; its GPU types are A100, T4" in unknown["output"]
+    assert unknown["results"] == []   # no record, no run.json: refused before the run started
+    assert cluster_run["unknown_s"] < 60
+
+
+def test_units_run_on_the_node_of_their_gpu_type_and_their_records_reach_the_driver(cluster_run):
+    head, node = cluster_run["nodes"]["127.0.0.1"], cluster_run["nodes"]["127.0.0.2"]
+    a100, t4 = _records(cluster_run, "A100"), _records(cluster_run, "T4")
+    assert set(a100) == set(t4) == {"resnet-tiny_bs1_eager_float32.json", f"{HANG}.json"}
+    for record in a100.values():
+        assert (record["placement"]["node_id"], record["placement"]["node_ip"]) == (head, "127.0.0.1")
+        assert record["placement"]["gpu_type"] == "A100" and record["placement"]["ray_gpu_ids"] in (["0"], ["1"])
+    t4_ok = t4["resnet-tiny_bs1_eager_float32.json"]
+    assert (t4_ok["placement"]["node_id"], t4_ok["placement"]["gpu_type"]) == (node, "T4")
+    assert t4_ok["status"] == a100["resnet-tiny_bs1_eager_float32.json"]["status"] == "ok"
+    # --device cpu: Ray set CUDA_VISIBLE_DEVICES for its fake GPUs, the runner used none
+    assert {r["device"] for r in cluster_run["records"].values()} == {"cpu"}
+    assert a100[f"{HANG}.json"]["status"] == "timeout"   # the hang ran out its limit on the surviving node
+
+
+def test_a_killed_node_keeps_every_returned_record_and_its_lost_cell_is_crashed_naming_it(cluster_run):
+    before = cluster_run["before_kill"]
+    assert "cluster/T4/latest/resnet-tiny_bs1_eager_float32.json" in before
+    assert cluster_run["after_sha"] == before   # every record there at the kill is there, byte for byte
+    lost = _records(cluster_run, "T4")[f"{HANG}.json"]
+    assert lost["status"] == "crashed"
+    assert "127.0.0.2" in lost["error"]["message"] and cluster_run["killed"]["node_id"][:12] in lost["error"]["message"]
+    assert lost["placement"]["node_ip"] == "127.0.0.2"
+    assert cluster_run["code"] == 0   # not every cell failed: the run finished, the crash is a status
+    assert "started on node 127.0.0.2" in cluster_run["driver_log"]
+
+
+def test_hf_token_reaches_no_record_and_no_log(cluster_run):
+    assert cluster_run["files_with_token"] == []
+    assert FAKE_TOKEN not in cluster_run["driver_log"]
