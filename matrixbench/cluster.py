@@ -191,6 +191,7 @@ def lost_records(request: RunRequest, repeats: Sequence[Repeat], status: Status,
                              "device": "cuda" if request.gpus else "cpu", "environment": environment,
                              "precision": dict(NO_PRECISION), "started_at": utc_now()})
         record.placement = {"slot": 0, "cores": [], "affinity": None, **placement} if node else None
+        record.duration_s = 0.0   # not measured: no node said when it started or stopped
         fail(record, status, "RayTaskLost" if status is Status.CRASHED else "RayTaskError", reason)
         made.append(record)
     return made

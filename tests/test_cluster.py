@@ -1,0 +1,160 @@
+"""The cluster's parts without Ray (issue 16): what a task carries, what it does on its node, what the
+driver writes when a unit is lost; the driver's whole loop through an in-process stand-in for the
+cluster. The real two-node cluster is tests/test_backends_ray.py."""
+import pickle
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+
+from host_helpers import RecordingBackend, small_matrix_data, write_matrix
+from matrixbench import backends
+from matrixbench.backends.base import Backend
+from matrixbench.cluster import (
+    UnknownGpuTypeError,
+    check_gpu_types,
+    cluster_gpu_types,
+    node_slot,
+    run_unit_here,
+    task_resources,
+)
+from matrixbench.matrix import Overrides, load_matrix
+from matrixbench.run import RunOptions, run_matrix
+from runner.core import Status
+from runner.schema import RECORD_SCHEMA, read_record
+
+FAKE_TOKEN = "hf_FAKE_token_never_shipped_0123456789"
+CLUSTER = {"CPU": 4.0, "GPU": 3.0, "accelerator_type:A100": 1.0, "accelerator_type:T4": 1.0, "node:10.0.0.1": 1.0}
+
+
+def test_the_clusters_gpu_types_are_its_accelerator_type_resources():
+    assert cluster_gpu_types(CLUSTER) == ["A100", "T4"]
+    check_gpu_types(["T4", "A100"], CLUSTER)
+    with pytest.raises(UnknownGpuTypeError, match="at 10.0.0.1:6379 has H100, V100; its GPU types are A100, T4"):
+        check_gpu_types(["A100", "H100", "V100"], CLUSTER, "10.0.0.1:6379")
+    with pytest.raises(UnknownGpuTypeError, match="its GPU types are none"):
+        check_gpu_types(["T4"], {"CPU": 2.0})
+
+
+def test_a_task_asks_one_gpu_of_its_type_as_rays_accelerator_type_does():
+    assert task_resources("A100", gpus=False) == {"num_gpus": 1, "resources": {"accelerator_type:A100": 0.001}}
+    assert task_resources(None, gpus=True) == {"num_gpus": 1, "resources": {}}
+    assert task_resources(None, gpus=False) == {"num_cpus": 1}
+
+
+def test_a_task_gets_its_gpus_share_of_the_nodes_cores():
+    assert node_slot(["1"], 2, gpus=True, cores=[0, 1, 2, 3]).cores == (2, 3)
+    assert node_slot(["1"], 2, gpus=True, cores=[0, 1, 2, 3]).gpu_index == 1
+    assert node_slot(["0"], 2, gpus=False, cores=[0, 1, 2, 3]).gpu_index is None   # --device cpu
+    assert node_slot(["2"], 4, gpus=True, cores=[0, 1]).cores == (0, 1)   # fewer cores than GPUs: all
+
+
+class InProcessCluster(Backend):
+    """The ray backend's seam (check_gpu_types, run_units) without Ray: each task runs here, through
+    cluster.run_unit_here and a RecordingBackend, as on a node; T4 tasks lose their node after their
+    first record."""
+
+    name = "ray"
+
+    def __init__(self):
+        self.tasks, self.inner = [], RecordingBackend()
+        self.secrets_seen = []
+
+    def check_gpu_types(self, gpu_types):
+        check_gpu_types(gpu_types, CLUSTER, "in-process")
+
+    def run(self, request):
+        raise AssertionError("the driver runs units, not requests")
+
+    def run_units(self, run, secrets, note=print):
+        for index, task in enumerate(run.tasks):
+            self.tasks.append(pickle.dumps(task))
+            node = {"node_id": f"node-{task.gpu_type}", "node_ip": f"10.0.0.{index + 1}", "gpu_type": task.gpu_type,
+                    "ray_gpu_ids": ["0"]}
+            run.started(index, node)
+            emitted = []
+
+            def emit(image, data, index=index, emitted=emitted):
+                emitted.append(data)
+                run.record(index, image, data)
+
+            result = run_unit_here(task, node, node_slot(["0"], 1, False, cores=[0]), [], emit,
+                                   backend=self.inner, environ=dict(secrets))
+            if task.gpu_type == "T4":
+                run.lost(index, Status.CRASHED, f"node {node['node_ip']} died")
+            else:
+                for image, data in result.records:
+                    run.record(index, image, data)   # returned again: written once
+
+
+@pytest.fixture
+def cluster(monkeypatch):
+    fake = InProcessCluster()
+    monkeypatch.setitem(backends.FACTORIES, "ray", lambda **settings: fake)
+    return fake
+
+
+def _matrix(tmp_path):
+    data = dict(small_matrix_data(), gpu_types=["A100", "T4"])
+    data["images"] = {"latest": data["images"]["latest"]}
+    return load_matrix(write_matrix(tmp_path, data), Overrides(models=["vit"], batch_sizes=[1], modes=["eager"]))
+
+
+def test_the_driver_writes_each_gpu_types_records_in_its_folder_and_ships_no_secret(tmp_path, cluster):
+    options = RunOptions(results_root=tmp_path / "results", backend="ray", device="cpu")
+    summary = run_matrix(_matrix(tmp_path), options, environ={"HF_TOKEN": FAKE_TOKEN})
+    run_path = tmp_path / "results" / "default"
+    ok = read_record(run_path / "A100" / "latest" / "vit_bs1_eager_float32.json")
+    assert ok["status"] == "ok"
+    assert [image.image_name for image in summary.images] == ["A100/latest", "T4/latest"]
+    assert all(FAKE_TOKEN.encode() not in task for task in cluster.tasks)      # never in a task's arguments
+    assert all(request.env.get("HF_TOKEN") == FAKE_TOKEN for request in cluster.inner.requests)   # on the node
+    assert {request.node["gpu_type"] for request in cluster.inner.requests} == {"A100", "T4"}
+    assert FAKE_TOKEN not in (run_path / "run.json").read_text()
+
+
+def test_a_lost_unit_is_crashed_records_naming_its_node_and_valid_against_the_schema(tmp_path, cluster):
+    options = RunOptions(results_root=tmp_path / "results", backend="ray", device="cpu")
+    summary = run_matrix(_matrix(tmp_path), options)
+    # the T4 task's record arrived before its node died: kept, not overwritten by a crashed one
+    t4 = tmp_path / "results" / "default" / "T4" / "latest" / "vit_bs1_eager_float32.json"
+    assert read_record(t4)["status"] == "ok" and summary.failures() == 0
+
+
+def test_lost_records_say_crashed_and_name_the_node(tmp_path):
+    from matrixbench.backends.base import RunRequest
+    from matrixbench.cluster import lost_records
+    from matrixbench.matrix import expand_cells, runner_settings
+    from runner.core import Repeat
+
+    matrix = _matrix(tmp_path)
+    cell = expand_cells(matrix)[0]
+    request = RunRequest("latest", [cell], runner_settings(matrix, "cpu"), tmp_path, image_hash="abc")
+    node = {"node_id": "f" * 56, "node_ip": "10.0.0.2", "gpu_type": "T4", "ray_gpu_ids": ["0"]}
+    (record,) = lost_records(request, [Repeat(cell, 1)], Status.CRASHED, "node 10.0.0.2 died", node)
+    data = record.to_dict()
+    jsonschema.validate(data, RECORD_SCHEMA)
+    assert (data["status"], data["repeat"], data["error"]["type"]) == ("crashed", 1, "RayTaskLost")
+    assert data["placement"]["node_ip"] == "10.0.0.2" and data["environment"]["image_id"] == "abc"
+
+
+def test_an_unknown_gpu_type_is_refused_before_anything_is_written(tmp_path, cluster):
+    matrix = load_matrix(write_matrix(tmp_path), Overrides(gpu_types=["H100"]))
+    with pytest.raises(UnknownGpuTypeError, match="has H100; its GPU types are A100, T4"):
+        run_matrix(matrix, RunOptions(results_root=tmp_path / "results", backend="ray", device="cpu"))
+    assert not list((tmp_path / "results").rglob("*.json"))
+
+
+def test_a_rerun_submits_nothing_already_recorded(tmp_path, cluster):
+    options = RunOptions(results_root=tmp_path / "results", backend="ray", device="cpu")
+    run_matrix(_matrix(tmp_path), options)
+    submitted = len(cluster.tasks)
+    run_matrix(_matrix(tmp_path), options)
+    assert len(cluster.tasks) == submitted == 2
+
+
+def test_the_host_package_imports_ray_only_when_the_ray_backend_connects():
+    code = ("import sys, matrixbench.cli, matrixbench.run, matrixbench.cluster, matrixbench.backends.ray; "
+            "assert 'ray' not in sys.modules, 'ray imported'; assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
