@@ -333,7 +333,7 @@ def _run_cluster(backend, plans, summary, matrix, options, gpus, environ, progre
             unit_parts = {plan.image_name: UnitPart(plan, _unit_request(_request(plan, matrix, options, gpus, environ),
                                                                         repeats), list(repeats))
                           for plan, repeats in unit.parts}
-            name = " ".join(filter(None, [gpu_type, getattr(unit, "name", unit.model)]))
+            name = " ".join(filter(None, [gpu_type, unit.name]))
             tasks.append(UnitTask(name, gpu_type, tuple(shippable(part.request) for part in unit_parts.values()),
                                   options.node_backend, options.run_name))
             parts.append(unit_parts)

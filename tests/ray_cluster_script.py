@@ -29,6 +29,7 @@ FAKE_TOKEN = "hf_FAKE_token_for_the_ray_test_0123456789"
 HEAD, NODE = "127.0.0.1", "127.0.0.2"
 COMMON = ["--num-cpus=1", "--object-store-memory=80000000", "--disable-usage-stats"]
 KILL_AFTER = "T4/latest/resnet-tiny_bs1_eager_float32.json"
+HANGING_UNIT_STARTED = "T4 resnet bs=2: started on node 127.0.0.2"
 RUN_TIMEOUT_S = 300
 
 
@@ -97,10 +98,11 @@ def main(work, matrix, out_json):
         t0 = time.monotonic()
         results = work / "results"
         process, log = driver(matrix, results, "A100,T4", dict(env, HF_TOKEN=FAKE_TOKEN), work / "driver.log")
-        trigger = results / "cluster" / KILL_AFTER
-        while not trigger.exists() and process.poll() is None and time.monotonic() - t0 < RUN_TIMEOUT_S:
-            time.sleep(0.2)
-        time.sleep(2.0)   # the T4 unit goes on to its hanging cell
+        trigger, log_path = results / "cluster" / KILL_AFTER, work / "driver.log"
+        while not (trigger.exists() and HANGING_UNIT_STARTED in log_path.read_text()) \
+                and process.poll() is None and time.monotonic() - t0 < RUN_TIMEOUT_S:
+            time.sleep(0.2)   # the T4 node's first record is in, its unit with the hanging cell has started
+        time.sleep(1.0)
         before = {str(p.relative_to(results)): sha(p) for p in results.rglob("*.json") if p.name != "run.json"}
         pid, node_id = raylets()[NODE]
         os.kill(pid, signal.SIGKILL)
