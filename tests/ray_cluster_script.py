@@ -64,9 +64,9 @@ def raylets():
     return found
 
 
-def driver(matrix, results, gpu_types, env, log_path):
+def driver(matrix, results, gpu_types, env, log_path, run="cluster"):
     argv = [str(BIN / "python"), "-m", "matrixbench.cli", "run", "--matrix", str(matrix), "--results", str(results),
-            "--run", "cluster", "--backend", "ray", "--ray-address", f"{HEAD}:6379", "--node-backend", "local",
+            "--run", run, "--backend", "ray", "--ray-address", f"{HEAD}:6379", "--node-backend", "local",
             "--device", "cpu", "--gpu-types", gpu_types]
     log = open(log_path, "w")
     return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO)), log
@@ -117,12 +117,40 @@ def main(work, matrix, out_json):
         result["driver_log"] = (work / "driver.log").read_text()
         result["files_with_token"] = files_containing(FAKE_TOKEN, [results, work / "driver.log"])
         result["ray_logs_with_token"] = files_containing(FAKE_TOKEN, [Path(temp)])
+        result["interrupt"] = interrupt(matrix, results, env, work)
     finally:
         subprocess.run([str(BIN / "ray"), "stop", "--force"], env=env, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=60)
         shutil.rmtree(temp, ignore_errors=True)
         result["total_s"] = time.monotonic() - started
         Path(out_json).write_text(json.dumps(result, indent=1, sort_keys=True))
+
+
+def interrupt(matrix, results, env, work):
+    """Ctrl-C on a driver once its first record is in (the other unit hangs): what stays behind."""
+    t0 = time.monotonic()
+    process, log = driver(matrix, results, "A100", env, work / "interrupt.log", run="interrupted")
+    first = results / "interrupted" / "A100" / "latest" / "resnet-tiny_bs1_eager_float32.json"
+    while not first.exists() and process.poll() is None and time.monotonic() - t0 < RUN_TIMEOUT_S:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    code = process.wait(timeout=120)
+    log.close()
+    time.sleep(5)   # what the cancelled task stops has had time to go
+    folder = results / "interrupted"
+    return {"code": code, "s": time.monotonic() - t0, "output": (work / "interrupt.log").read_text(),
+            "records": {str(p.relative_to(folder)): json.loads(p.read_text())["status"]
+                        for p in folder.rglob("*.json") if p.name not in ("run.json", "cells.json")},
+            "manifest": json.loads((folder / "run.json").read_text()).get("status"),
+            "runners_left": [" ".join(argv) for argv in commands() if argv[1:3] == ["-m", "runner"]]}
+
+
+def commands():
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            yield [part.decode() for part in (proc / "cmdline").read_bytes().split(b"\0") if part]
+        except OSError:
+            continue
 
 
 def files_containing(text, roots):

@@ -109,3 +109,13 @@ def test_a_killed_node_keeps_every_returned_record_and_its_lost_cell_is_crashed_
 def test_hf_token_reaches_no_record_and_no_log(cluster_run):
     assert cluster_run["files_with_token"] == []
     assert FAKE_TOKEN not in cluster_run["driver_log"]
+
+
+def test_ctrl_c_cancels_the_outstanding_units_keeps_the_records_and_stops_their_runners(cluster_run):
+    stopped = cluster_run["interrupt"]
+    assert stopped["code"] == 130, stopped["output"][-3000:]
+    assert stopped["records"]["A100/latest/resnet-tiny_bs1_eager_float32.json"] == "ok"   # kept
+    assert stopped["records"].get(f"A100/latest/{HANG}.json") != "ok"   # stopped in its hang: none, or not ok
+    assert stopped["manifest"] == "interrupted"
+    assert "cancelling 1 outstanding unit(s)" in stopped["output"]
+    assert stopped["runners_left"] == []   # the cancelled task stopped its runner

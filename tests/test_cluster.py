@@ -17,6 +17,7 @@ from matrixbench.cluster import (
     cluster_gpu_types,
     node_slot,
     run_unit_here,
+    shippable,
     task_resources,
 )
 from matrixbench.matrix import Overrides, load_matrix
@@ -158,3 +159,25 @@ def test_the_host_package_imports_ray_only_when_the_ray_backend_connects():
     code = ("import sys, matrixbench.cli, matrixbench.run, matrixbench.cluster, matrixbench.backends.ray; "
             "assert 'ray' not in sys.modules, 'ray imported'; assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_retried_task_skips_what_the_driver_already_holds_and_runs_on_its_gpu(tmp_path):
+    from matrixbench.backends.base import RunRequest
+    from matrixbench.cluster import UnitTask
+    from matrixbench.matrix import expand_cells, runner_settings
+
+    matrix = load_matrix(write_matrix(tmp_path), Overrides(models=["vit"], batch_sizes=[1], gpu_types=["A100"]))
+    eager, default = expand_cells(matrix)
+    request = RunRequest("latest", [eager, default], runner_settings(matrix, "cuda"), tmp_path, gpus=True,
+                         env={"HF_TOKEN": FAKE_TOKEN, "A": "b"})
+    task = UnitTask("A100 vit bs=1", "A100", (shippable(request),))
+    assert task.requests[0].env == {"A": "b"} and FAKE_TOKEN.encode() not in pickle.dumps(task)
+    inner, emitted = RecordingBackend(), []
+    node = {"node_id": "n1", "node_ip": "10.0.0.1", "gpu_type": "A100", "ray_gpu_ids": ["1"]}
+    result = run_unit_here(task, node, node_slot(["1"], 2, True, cores=[0, 1]), [("latest", eager.id)],
+                           lambda image, data: emitted.append(data["cell_id"]), backend=inner, environ={})
+    (ran,) = inner.requests
+    assert [r.cell for r in ran.repeats()] == [default]   # the eager record reached the driver before the retry
+    assert (ran.gpu_ids, ran.slot.cores, ran.node["node_ip"]) == (("1",), (1,), "10.0.0.1")
+    assert "HF_TOKEN" not in ran.env   # none on this node's environment: none passed on
+    assert emitted == [default.id] == [data["cell_id"] for _, data in result.records]
