@@ -67,3 +67,13 @@ def test_the_report_finds_the_run_folder_above_the_gpu_type(tmp_path):
     (run_path / "run.json").write_text("{}")
     assert run_folder_of(run_path / "T4" / "stable" / "x.json") == run_path
     assert run_folder_of(run_path / "stable" / "x.json") == run_path
+
+
+def test_the_report_keeps_cpu_records_of_two_gpu_types_nodes_apart():
+    from matrixbench.report.records import device_name
+
+    row = {"device": "cpu", "environment.cpu_model": "EPYC", "environment.gpu_name": None}
+    assert device_name(row) == "CPU (EPYC)"
+    assert device_name(dict(row, **{"placement.gpu_type": "T4"})) == "CPU (EPYC) of a T4 node"
+    gpu = {"device": "cuda", "environment.gpu_name": "Tesla T4", "placement.gpu_type": "T4"}
+    assert device_name(gpu) == "Tesla T4"

@@ -129,11 +129,14 @@ def run_folder_of(path):
 
 
 def device_name(row):
-    """What the cell ran on, as a heading: the GPU's name, or CPU and its model."""
+    """What the cell ran on, as a heading: the GPU's name, or CPU and its model (and, on a cluster, the
+    GPU type of its node, so two nodes' CPU records stay apart)."""
     if row["device"] == "cuda":
         return row["environment.gpu_name"] or "CUDA GPU"
     model = row["environment.cpu_model"]
-    return f"CPU ({model})" if model else "CPU"
+    name = f"CPU ({model})" if model else "CPU"
+    gpu_type = row.get("placement.gpu_type")   # a Ray task's node (--backend ray): nodes differ in their CPUs too
+    return f"{name} of a {gpu_type} node" if gpu_type else name
 
 
 def _row_key(row):
