@@ -11,6 +11,7 @@ ids Ray assigned, and hands back every record it finds there.
 import dataclasses
 import os
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -34,6 +35,7 @@ ACCELERATOR_SHARE = 0.001
 RUNTIME_SECRETS = ("HF_TOKEN",)
 LOG_TAIL_CHARS = 20000
 NODE_BACKENDS = ("docker", "local")
+JOIN_S = 0.2
 # What a record's placement says of a task's node (runner.schema RECORD_SCHEMA placement).
 NODE_KEYS = ("node_id", "node_ip", "gpu_type", "ray_gpu_ids")
 
@@ -159,7 +161,34 @@ def _run_request(backend: Any, request: RunRequest, repeats: Sequence[Repeat], r
         emit(request.image_name, data)
 
     with RecordWatcher(request.out_dir, repeats, on_record):
-        backend.run(request)
+        interruptible(lambda: backend.run(request), backend.stop_all)
+
+
+def interruptible(work: Callable[[], Any], stop: Callable[[], None]) -> Any:
+    """``work()`` in a thread while this one waits in short joins. Ray cancels a task by raising
+    KeyboardInterrupt in its main thread (``_thread.interrupt_main``), which Python sees only between
+    bytecodes, never inside a blocking wait for the runner; here it arrives within JOIN_S, ``stop()``
+    stops the runner (its finished records stay) and the interrupt goes on."""
+    outcome: Dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as exc:   # noqa: B036 -- handed to the waiting thread, raised there
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name="unit-runner", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(JOIN_S)
+    except KeyboardInterrupt:
+        stop()
+        thread.join()
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
 
 
 def _log_tail(request: RunRequest, environ: Dict[str, str]) -> str:

@@ -19,7 +19,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "ray_cluster_script.py"
 FAKE_TOKEN = "hf_FAKE_token_for_the_ray_test_0123456789"
-TIMEOUT_S = 540
+TIMEOUT_S = 1800   # about 4 minutes on an idle 2-core machine; several times that under load
 HANG = "resnet-tiny_bs2_eager_float32"
 
 pytestmark = pytest.mark.ray
@@ -76,7 +76,7 @@ def test_an_unknown_gpu_type_fails_before_anything_runs_naming_the_clusters_type
     assert unknown["code"] == 5
     assert "no node of the Ray cluster at 127.0.0.1:6379 has H100; its GPU types are A100, T4" in unknown["output"]
     assert unknown["results"] == []   # no record, no run.json: refused before the run started
-    assert cluster_run["unknown_s"] < 60
+    assert cluster_run["unknown_s"] < 120
 
 
 def test_units_run_on_the_node_of_their_gpu_type_and_their_records_reach_the_driver(cluster_run):

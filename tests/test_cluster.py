@@ -181,3 +181,21 @@ def test_a_retried_task_skips_what_the_driver_already_holds_and_runs_on_its_gpu(
     assert (ran.gpu_ids, ran.slot.cores, ran.node["node_ip"]) == (("1",), (1,), "10.0.0.1")
     assert "HF_TOKEN" not in ran.env   # none on this node's environment: none passed on
     assert emitted == [default.id] == [data["cell_id"] for _, data in result.records]
+
+
+def test_a_cancelled_task_stops_its_runner_even_inside_a_blocking_wait():
+    import _thread
+    import threading
+    import time
+
+    from matrixbench.cluster import interruptible
+
+    stopped = threading.Event()
+    threading.Timer(0.3, _thread.interrupt_main).start()   # what ray.cancel does to the task's thread
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        interruptible(lambda: stopped.wait(30), stopped.set)   # a runner that runs until stopped
+    assert stopped.is_set() and time.monotonic() - started < 5
+    assert interruptible(lambda: 7, stopped.set) == 7
+    with pytest.raises(ValueError):
+        interruptible(lambda: int("x"), stopped.set)
