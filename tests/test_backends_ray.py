@@ -62,7 +62,7 @@ def cluster_run(tmp_path_factory):
     done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert out.exists(), f"the cluster script wrote no result (exit {done.returncode}):\n{done.stderr[-4000:]}"
     result = json.loads(out.read_text())
-    assert "records" in result, f"the cluster script stopped early: {result}\n{done.stderr[-4000:]}"
+    assert "records" in result, f"the cluster script stopped early: {result.get('failure')}\n{done.stderr[-4000:]}"
     return result
 
 
