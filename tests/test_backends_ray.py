@@ -58,8 +58,9 @@ def cluster_run(tmp_path_factory):
         pytest.skip(why)
     work = tmp_path_factory.mktemp("ray")
     out = work / "result.json"
-    argv = ["unshare", "--net", "--pid", "--fork", "--mount-proc", sys.executable, str(SCRIPT), str(work),
-            str(cluster_matrix(work)), str(out)]
+    # --kill-child: if the test times out and kills unshare, the namespace's processes go with it
+    argv = ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", sys.executable, str(SCRIPT),
+            str(work), str(cluster_matrix(work)), str(out)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert out.exists(), f"the cluster script wrote no result (exit {done.returncode}):\n{done.stderr[-4000:]}"
     result = json.loads(out.read_text())
