@@ -184,6 +184,33 @@ def test_results_csv_has_one_line_per_record_and_images_in_matrix_order(tmp_path
     assert "\\n" in traceback and "\n" not in traceback
 
 
+def test_results_csv_writes_lists_joined_not_as_python_reprs(tmp_path):
+    run = _copy_run(tmp_path)
+    record = run / "stable" / "vit_bs1_default_float32.json"
+    output = {"shape": [1, 1000], "max_abs_diff": 0.0, "ref_max_abs": 1.0, "rel_error": 0.0, "cosine": 1.0,
+              "flag": None}
+    _edit(record, lambda data: (data["timing"].update(flags=["no_cudagraphs", "throttled"]),
+                                data["accuracy"].update(outputs=[output])))
+    frame = records.load_results([run])
+    csv_path, jsonl_path = records.write_merged(frame, tmp_path)
+    written = pd.read_csv(csv_path, keep_default_na=False)
+    flags = written.set_index(["image", "cell_id"]).loc[("stable", "vit_bs1_default_float32"), "timing.flags"]
+    assert flags.split(records.CSV_LIST_SEPARATOR) == ["no_cudagraphs", "throttled"]
+    assert not any("[" in text for text in written["timing.flags"])
+    assert [json.loads(text) for text in written["accuracy.outputs"] if text] == [[output]]
+    lines = [json.loads(line) for line in jsonl_path.read_text().splitlines()]
+    assert [line["timing.flags"] for line in lines if line["source"] == str(record)] == [
+        ["no_cudagraphs", "throttled"]]
+
+
+@pytest.mark.parametrize("value, written", [
+    (["noisy"], "noisy"), ([], ""), ([0, 1], "0;1"), (None, None), ("a;b", "a;b"),
+    ([{"shape": [1, 2]}], '[{"shape":[1,2]}]'),
+])
+def test_csv_value(value, written):
+    assert records.csv_value(value) == written
+
+
 def test_flatten_uses_dotted_keys_and_keeps_lists():
     flat = records.flatten({"a": {"b": 1, "c": {"d": [1, 2]}}, "e": None})
     assert flat == {"a.b": 1, "a.c.d": [1, 2], "e": None}

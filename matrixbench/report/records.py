@@ -23,6 +23,8 @@ NOT_RECORDS = (CELLS_FILENAME, MANIFEST_FILENAME)
 # Columns computed here, ahead of the record's own flattened (dotted) keys.
 DERIVED_COLUMNS = ("run", "image", "device_name", "published_gpu", "row_key", "mode_label", "repeat", "source")
 LIST_COLUMNS = ("timing.samples_ms", "dynamo.break_reasons")
+# How results.csv writes the other list fields (timing.flags, placement.cores, ...): items joined.
+CSV_LIST_SEPARATOR = ";"
 _VALIDATOR = jsonschema.Draft202012Validator(RECORD_SCHEMA)
 
 
@@ -243,16 +245,20 @@ def _manifest_images(manifest):
 
 
 def write_merged(frame, out_dir, image_order=()):
-    """The merged table as results.csv (list columns dropped; one line per record: line breaks
-    inside fields, as in tracebacks, written as the two characters \\n) and results.jsonl
-    (everything); images in ``image_order`` (matrix order), then by name."""
+    """The merged table as results.csv and results.jsonl; images in ``image_order`` (matrix
+    order), then by name.
+
+    results.csv: one line per record, the COLUMNS but LIST_COLUMNS (those are in results.jsonl);
+    line breaks inside fields, as in tracebacks, written as the two characters \\n; other lists
+    as ``csv_value`` writes them. results.jsonl: every column, lists as JSON lists.
+    """
     out_dir = Path(out_dir)
     csv_path, jsonl_path = out_dir / "results.csv", out_dir / "results.jsonl"
     frame = in_image_order(frame, list(image_order))
     flat = frame.drop(columns=list(LIST_COLUMNS))
     text_columns = [column for column in flat.columns
                     if pd.api.types.is_string_dtype(flat[column]) or flat[column].dtype == object]
-    flat[text_columns] = flat[text_columns].map(_one_line)
+    flat[text_columns] = flat[text_columns].map(lambda value: _one_line(csv_value(value)))
     flat.to_csv(csv_path, index=False, lineterminator="\n")
     with open(jsonl_path, "w", encoding="utf-8") as handle:
         for row in frame.to_dict("records"):
@@ -267,6 +273,17 @@ def in_image_order(frame, image_order):
     order = sorted(range(len(frame)), key=lambda i: (frame["device_name"].iat[i], key.iat[i], frame["cell_id"].iat[i],
                                                      frame["repeat"].iat[i]))
     return frame.iloc[order].reset_index(drop=True)
+
+
+def csv_value(value):
+    """A field as results.csv writes it: a list of scalars joined by CSV_LIST_SEPARATOR
+    (``["noisy", "throttled"]`` -> ``noisy;throttled``, ``[]`` -> empty), a list holding objects
+    (accuracy.outputs) as compact JSON with sorted keys; anything else as it is."""
+    if not isinstance(value, list):
+        return value
+    if any(isinstance(item, (dict, list)) for item in value):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return CSV_LIST_SEPARATOR.join(str(item) for item in value)
 
 
 def _one_line(value):
