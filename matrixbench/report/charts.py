@@ -5,7 +5,9 @@ mode); with two or more images, the same mode of each image side by side per mod
 torch-version question). Per device: measured against published, one point per cell, with
 the y=x line (ms against ms on one of the page's GPUs, else speed-ups against each of its GPUs).
 A cell that did not run is labelled inside the plot (OOM, ERR, ...), and so is a compiled cell
-whose eager cell did not run ("no eager").
+whose eager cell did not run ("no eager"). A flagged cell (noisy, accuracy failed, a timing flag:
+no_cudagraphs, throttled, ...) gets the tables' marks (†, ∅, ▼, ...) as markers beside its bar's
+end or its point, each mark with a legend entry.
 """
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,11 +16,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.transforms import offset_copy  # noqa: E402
 
 from matrixbench.report import arithmetic  # noqa: E402
 from matrixbench.report.cells import STATUS_TEXT, is_ok, mode_rank, row_label  # noqa: E402
 from matrixbench.report.published import GPUS, PublishedReference, source_title  # noqa: E402
 from matrixbench.report.records import slug  # noqa: E402
+from matrixbench.report.tables import marks_of  # noqa: E402
 
 CHART_DIR = "charts"
 BAR_HEIGHT = 0.8
@@ -26,6 +30,8 @@ HATCHES = ("", "//", "..", "xx", "\\\\", "++")   # one per image; colour is per 
 MARKERS = ("o", "s", "^", "D", "v", "P")         # one per mode in scatter plots
 SPEEDUP_AXIS = "% faster than eager (eager ms / compiled ms − 1)"
 LATENCY_AXIS = "mean latency (ms)"
+MARK_SIZE = 60          # a flag marker's area (points^2)
+MARK_STEP = 9           # points between a bar's end (or a point) and its first marker, and between markers
 FAILURE_STYLE = {"fontsize": 9, "fontweight": "bold", "color": "firebrick", "va": "center", "ha": "left",
                  "clip_on": True}
 
@@ -95,14 +101,17 @@ class _Plot:
     def draw(self, folder, kind, title):
         series = self.series if kind == "duration" else self.compiled_series()
         figure, axes = plt.subplots(figsize=(9, 1.2 + 0.32 * len(self.row_keys) * len(series)))
-        labels = []
+        labels, drawn = [], []
         for index, (image, mode) in enumerate(series):
-            labels += self._bars(axes, index, len(series), image, mode, kind)
+            labels += self._bars(axes, index, len(series), image, mode, kind, drawn)
+        _mark_flagged(axes, drawn)
         self._decorate(axes, title, LATENCY_AXIS if kind == "duration" else SPEEDUP_AXIS)
         _place_labels(axes, labels)
         return _save(figure, folder, f"{self.name}_{kind}.png", title)
 
-    def _bars(self, axes, index, count, image, mode, kind):
+    def _bars(self, axes, index, count, image, mode, kind, drawn):
+        """One series' bars; failure labels returned, (value, position, row) of each bar appended
+        to ``drawn`` (_mark_flagged draws the marks of those that have any)."""
         offset = (index - (count - 1) / 2) * BAR_HEIGHT / count
         positions, values, labels = [], [], []
         for position, row_key in enumerate(self.row_keys):
@@ -111,6 +120,7 @@ class _Plot:
             if value is not None:
                 positions.append(position + offset)
                 values.append(value)
+                drawn.append((value, position + offset, row))
             elif row is not None:
                 labels.append((position + offset, f"{self._why_no_bar(row, image, row_key)}: {image} {mode}"))
         axes.barh(positions, values, height=BAR_HEIGHT / count, label=f"{self.cells.image_labels[image]} {mode}",
@@ -150,22 +160,23 @@ class _Plot:
         size = (3.2 * len(self.modes) + 2.5, 1.2 + 0.3 * len(self.row_keys) * len(self.images))
         figure, panels = plt.subplots(1, len(self.modes), sharey=True, squeeze=False, figsize=size)
         for mode, axes in zip(self.modes, panels[0]):
-            labels = []
+            labels, drawn = [], []
             for index, image in enumerate(self.images):
-                labels += self._image_bars(axes, index, image, mode)
+                labels += self._image_bars(axes, index, image, mode, drawn)
+            _mark_flagged(axes, drawn)
             axes.set_title(mode, fontsize=10)
             axes.set_xlabel(LATENCY_AXIS, fontsize=8)
             axes.grid(axis="x", alpha=0.3)
             _place_labels(axes, labels)
         panels[0][0].set_yticks(range(len(self.row_keys)), self._row_labels())
         panels[0][0].invert_yaxis()
-        handles, names = panels[0][0].get_legend_handles_labels()
+        handles, names = _legend_entries(panels[0])
         figure.legend(handles, names, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 0.95))
         figure.suptitle(title)
         figure.tight_layout()
         return _save(figure, folder, f"{self.name}_images.png", title)
 
-    def _image_bars(self, axes, index, image, mode):
+    def _image_bars(self, axes, index, image, mode, drawn):
         count = len(self.images)
         offset = (index - (count - 1) / 2) * BAR_HEIGHT / count
         positions, values, labels = [], [], []
@@ -174,11 +185,38 @@ class _Plot:
             if is_ok(row):
                 positions.append(position + offset)
                 values.append(row["timing.mean_ms"])
+                drawn.append((row["timing.mean_ms"], position + offset, row))
             elif row is not None:
                 labels.append((position + offset, f"{STATUS_TEXT.get(row['status'], row['status'])}: {image}"))
         axes.barh(positions, values, height=BAR_HEIGHT / count, label=self.cells.image_labels[image],
                   color=f"C{index}", edgecolor="white")
         return labels
+
+
+def _mark_flagged(axes, points):
+    """The tables' marks of each (x, y, row) that has any, as markers to the right of x (to the
+    left for a negative bar), one after another; one legend entry per mark."""
+    placed = {}
+    for x, y, row in points:
+        for index, mark in enumerate(marks_of(row)):
+            placed.setdefault((mark, index, x < 0), []).append((x, y))
+    labelled = set()
+    for (mark, index, negative), found in placed.items():
+        shift = offset_copy(axes.transData, fig=axes.figure, units="points",
+                            x=(-1 if negative else 1) * MARK_STEP * (index + 1), y=0)
+        label = mark[1] if mark not in labelled else "_nolegend_"
+        labelled.add(mark)
+        axes.scatter([x for x, _ in found], [y for _, y in found], s=MARK_SIZE, marker=f"${mark[0]}$",
+                     color="black", linewidths=0, transform=shift, label=label, zorder=3)
+
+
+def _legend_entries(axes_list):
+    """The legend handles and names of several panels, each name once, in first-seen order."""
+    entries = {}
+    for axes in axes_list:
+        for handle, name in zip(*axes.get_legend_handles_labels()):
+            entries.setdefault(name, handle)
+    return list(entries.values()), list(entries)
 
 
 def _place_labels(axes, labels):
@@ -205,7 +243,7 @@ def _published_chart(cells, device, reference, sources, folder):
     for name, axes in zip(panels, axes_list[0]):
         _scatter(axes, [point for point in points if point["gpu"] == name], cells, ms=bool(gpu))
         axes.set_title(f"published {name}", fontsize=10)
-    handles, names = axes_list[0][0].get_legend_handles_labels()
+    handles, names = _legend_entries(axes_list[0])
     figure.legend(handles, names, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 0.9))
     kind = "latency (ms)" if gpu else "speed-up (eager ms / compiled ms)"
     title = f"{device}: measured against published {kind}, one point per cell"
@@ -230,7 +268,7 @@ def _published_points(cells, device, reference, sources):
             value = _published_value(cells, reference, row, source, name, ms=bool(gpu))
             if value is not None:
                 points.append({"gpu": name, "image": row["image"], "mode": row["mode_label"], "source": source,
-                               "published": value[0], "measured": value[1]})
+                               "published": value[0], "measured": value[1], "row": row})
     return points
 
 
@@ -257,6 +295,7 @@ def _scatter(axes, points, cells, ms):
                 axes.scatter([p["published"] for p in chosen], [p["measured"] for p in chosen], s=28,
                              color=f"C{image_index}", marker=MARKERS[mode_index % len(MARKERS)],
                              label=f"{cells.image_labels[image]} {mode}")
+    _mark_flagged(axes, [(point["published"], point["measured"], point["row"]) for point in points])
     values = [value for point in points for value in (point["published"], point["measured"])]
     low, high = min(values) * 0.8, max(values) * 1.25
     axes.plot([low, high], [low, high], color="grey", linewidth=0.8, linestyle="--", label="y = x")

@@ -151,9 +151,18 @@ def latency(row, notes, suffix=""):
 
 
 def _marks(row):
-    noisy = (NOISY_MARK if row["timing.noisy"] else "") + (BETWEEN_NOISY_MARK if row.get("between_noisy") else "")
-    flagged = "".join(flag_mark(flag) for flag in flags_of(row))
-    return noisy + (ACCURACY_MARK if row["accuracy.status"] in ACCURACY_FAILURES else "") + flagged
+    return "".join(mark for mark, _ in marks_of(row))
+
+
+def marks_of(row):
+    """The marks of a cell that ran, in table order, each with its name: noise, a failed accuracy
+    check, then its timing flags. The tables append the marks to the latency, the charts draw them."""
+    found = [(NOISY_MARK, "noisy within a process")] if row["timing.noisy"] else []
+    if row.get("between_noisy"):
+        found.append((BETWEEN_NOISY_MARK, "noisy between processes"))
+    if row["accuracy.status"] in ACCURACY_FAILURES:
+        found.append((ACCURACY_MARK, "accuracy check failed"))
+    return found + [(flag_mark(flag), flag) for flag in flags_of(row)]
 
 
 def flags_in(cells):
