@@ -18,7 +18,6 @@ from matrixbench.pending import pending_work, recorded_failures_line, run_dir, u
 from matrixbench.progress import make_progress
 from matrixbench.report_formats import REPORT_FORMATS
 from matrixbench.run import DEFAULT_RUN, RunOptions, check_device, run_matrix
-from runner.core import DEVICES
 from runner.settings import BY_NAME, OVERRIDES
 
 INTERRUPTED_EXIT = 130
@@ -230,7 +229,7 @@ def _echo_build_line(image_name, line):
 @click.option("--node-backend", type=click.Choice(("docker", "local")), default="docker", show_default=True,
               help="--backend ray: what runs the runner on each node: docker (images built on each node) "
                    "or local (the node's own interpreter and torch).")
-@click.option("--device", type=click.Choice(DEVICES), default=BY_NAME["device"].default,
+@click.option("--device", type=click.Choice(BY_NAME["device"].choices or ()), default=BY_NAME["device"].default,
               show_default=True, help=BY_NAME["device"].help)
 @click.option("--force", is_flag=True, help="Rerun cells that already have a record.")
 @click.option("--retry-failed", is_flag=True, help="Rerun cells whose record is not ok.")

@@ -31,7 +31,6 @@ from matrixbench.progress import NullProgress, RecordWatcher
 from matrixbench.resume import check_resume
 from matrixbench.scheduler import Serialized, make_units, run_on_slots
 from runner.cells_file import schedule_pairs
-from runner.core import DEVICES
 
 DEFAULT_RUN = "default"
 
@@ -127,7 +126,6 @@ def run_matrix(matrix, options, progress=None, environ=None):
     """
     progress = progress or NullProgress()
     environ = os.environ if environ is None else environ
-    _check_device(options.device)
     check_gpu_types(matrix, options.backend)
     run_path = run_folder.prepare(run_dir(options.results_root, options.run_name))
     with run_folder.RunLock(run_path, options.command) as lock:
@@ -216,8 +214,8 @@ def _note_recorded(plans, progress):
 
 
 def check_device(matrix, backend_name, device):
-    """What a dry run checks of the device: ``--device cuda`` needs a GPU the backend can give."""
-    _check_device(device)
+    """What a dry run checks of the device: ``--device cuda`` needs a GPU the backend can give.
+    (Its value is one of runner.settings' declared choices: the CLI's option derives from them.)"""
     check_gpu_types(matrix, backend_name)
     if device == "cuda":
         _resolve_gpus(create_backend(backend_name), device, NullProgress())
@@ -229,11 +227,6 @@ def check_gpu_types(matrix, backend_name):
         raise RunError(f"gpu_types {','.join(matrix.gpu_types)}: only --backend ray places work on GPU types "
                        f"(this is --backend {backend_name}); drop --gpu-types / gpu_types, or run on a Ray cluster "
                        "with --backend ray --ray-address HOST:PORT")
-
-
-def _check_device(device):
-    if device not in DEVICES:
-        raise RunError(f"--device {device!r} is not one of {', '.join(DEVICES)}")
 
 
 def _resolve_gpus(backend, device, progress):

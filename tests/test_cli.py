@@ -1,4 +1,5 @@
 """The command line: options, the library call each command makes, exit codes."""
+import ast
 import sys
 import types
 from pathlib import Path
@@ -7,9 +8,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
+import matrixbench
 from host_helpers import RecordingBackend, use_backend, write_matrix
 from matrixbench.cli import main
 from matrixbench.errors import BuildError, DockerUnavailableError
+from runner.settings import BY_NAME
 
 
 @pytest.fixture
@@ -86,6 +89,24 @@ def test_cuda_without_a_gpu_exits_5(matrix_file, monkeypatch):
     result = invoke("run", "--matrix", matrix_file, "--backend", "local", "--device", "cuda")
     assert result.exit_code == 5
     assert "--device cuda" in result.stderr
+
+
+def test_an_unknown_device_is_a_usage_error_listing_the_declared_choices(matrix_file):
+    result = invoke("run", "--matrix", matrix_file, "--backend", "local", "--device", "tpu")
+    assert result.exit_code == 2
+    assert all(f"'{device}'" in result.stderr for device in BY_NAME["device"].choices)
+
+
+def test_the_valid_devices_are_checked_in_one_place_the_click_choice_of_the_setting():
+    # run.py once repeated click's Choice check of --device; the host names DEVICES nowhere now.
+    package = Path(matrixbench.__file__).parent
+    naming = [path.name for path in package.rglob("*.py")
+              if any(isinstance(node, (ast.Name, ast.alias)) and "DEVICES" in (getattr(node, "id", None),
+                                                                               getattr(node, "name", None))
+                     for node in ast.walk(ast.parse(path.read_text())))]
+    assert naming == []
+    device = next(param for param in main.commands["run"].params if param.name == "device")
+    assert tuple(device.type.choices) == BY_NAME["device"].choices
 
 
 def test_ctrl_c_exits_130_and_says_records_are_kept(matrix_file, monkeypatch):
