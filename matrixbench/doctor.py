@@ -2,24 +2,21 @@
 
 A checklist, each item ``ok``, ``warn`` (measurements would be weaker) or ``fail`` (cells would
 fail or measure the wrong thing), every one not ok with its fix. Facts come from
-``nvidia-smi`` (its documented CSV query formats), the Docker daemon and the matrix; the
-commands are run through one ``Commands`` seam so tests replay recorded outputs.
+``nvidia-smi`` (queried by ``matrixbench.gpu``, the one place that asks for the host's GPUs),
+the Docker daemon and the matrix; the commands are run through one ``Commands`` seam so tests
+replay recorded outputs.
 """
 import os
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional
 
 from matrixbench.errors import MatrixbenchError
+from matrixbench.gpu import compute_apps, query_gpus, run_command
 from runner.archcheck import runs_on
 
-GPU_QUERY = ("index,name,uuid,driver_version,compute_cap,persistence_mode,"
-             "clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem")
-GPU_FIELDS = GPU_QUERY.split(",")
-APPS_QUERY = "pid,process_name,used_memory,gpu_uuid"
 # Kernels in the torch wheels per CUDA version (TORCH_CUDA_ARCH_LIST of the wheel builds:
 # pytorch/builder manywheel/build_cuda.sh for 11.8, pytorch .ci/manywheel/build_cuda.sh after).
 WHEEL_ARCHES = {
@@ -60,46 +57,8 @@ class Commands:
     disk_free: Optional[Callable] = None
 
     def __post_init__(self):
-        self.run = self.run or _run
+        self.run = self.run or run_command
         self.disk_free = self.disk_free or (lambda path: shutil.disk_usage(path).free)
-
-
-@dataclass(frozen=True)
-class Gpu:
-    index: str
-    name: str
-    uuid: str
-    driver: str
-    capability: tuple
-    persistence: str
-    sm_clock: str
-    sm_clock_max: str
-    mem_clock: str
-    mem_clock_max: str
-
-
-def _run(argv):
-    if shutil.which(argv[0]) is None:
-        return None, ""
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return None, ""
-    return done.returncode, done.stdout
-
-
-def parse_gpus(csv_text):
-    """``nvidia-smi --query-gpu=GPU_QUERY --format=csv,noheader,nounits`` lines as Gpus."""
-    gpus = []
-    for line in csv_text.strip().splitlines():
-        values = [value.strip() for value in line.split(",")]
-        if len(values) != len(GPU_FIELDS):
-            continue
-        index, name, uuid, driver, cap, persistence, sm, sm_max, mem, mem_max = values
-        major, _, minor = cap.partition(".")
-        capability = (int(major), int(minor or 0)) if major.isdigit() else None
-        gpus.append(Gpu(index, name, uuid, driver, capability, persistence, sm, sm_max, mem, mem_max))
-    return gpus
 
 
 def driver_cuda_version(nvidia_smi_text):
@@ -115,10 +74,9 @@ def image_cuda(image):
 
 
 def check_driver(commands):
-    code, text = commands.run(["nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"])
-    gpus = parse_gpus(text) if code == 0 else []
+    gpus = query_gpus(commands.run)
     if not gpus:
-        return [], Check("driver and GPUs", "fail", "nvidia-smi finds no NVIDIA GPU" if code is not None
+        return [], Check("driver and GPUs", "fail", "nvidia-smi finds no NVIDIA GPU" if gpus is not None
                          else "nvidia-smi is not installed",
                          "install the NVIDIA driver (e.g. `sudo apt-get install nvidia-driver-550`), reboot, "
                          "and check that `nvidia-smi` lists the GPUs")
@@ -184,8 +142,7 @@ def check_image(name, image, gpus, driver_cuda, client):
 
 
 def check_other_processes(commands):
-    code, text = commands.run(["nvidia-smi", f"--query-compute-apps={APPS_QUERY}", "--format=csv,noheader"])
-    apps = [line.strip() for line in text.strip().splitlines() if line.strip()] if code == 0 else []
+    apps = compute_apps(commands.run)
     if not apps:
         return Check("other processes on the GPUs", "ok", "none")
     pids = " ".join(app.split(",")[0] for app in apps)

@@ -9,7 +9,7 @@ node's ``/sys/devices/system/node/node<N>/cpulist``), else as ``nvidia-smi topo 
 evenly and the plan says so. On a CPU host the slots split the
 cores: ``--slots 2`` on a 2-core machine gives each slot one core.
 
-GPUs are listed with the doctor's query and parser (``matrixbench.doctor``); commands run
+GPUs are listed by ``matrixbench.gpu`` (the doctor's query and parser too); commands run
 through a ``run(argv) -> (exit code or None, stdout)`` seam so tests replay recorded outputs.
 """
 import os
@@ -17,14 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from matrixbench.doctor import APPS_QUERY, GPU_QUERY, parse_gpus
-from matrixbench.doctor import _run as run_command
 from matrixbench.errors import RunError
+from matrixbench.gpu import Runner, bus_ids, compute_apps, host_gpus, run_command
 
 AUTO = "auto"
-BUS_QUERY = "index,pci.bus_id"
 SYSFS = Path("/sys")
-Runner = Callable[[List[str]], Tuple[Optional[int], str]]
 
 
 class NoHostGpusError(RunError):
@@ -143,16 +140,6 @@ def parse_topology(text: str) -> Dict[int, GpuPlace]:
     return places
 
 
-def parse_bus_ids(text: str) -> Dict[int, str]:
-    """``nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader`` -> GPU index -> bus id."""
-    bus_ids = {}
-    for line in text.splitlines():
-        index, _, bus_id = (part.strip() for part in line.partition(","))
-        if index.isdigit() and bus_id:
-            bus_ids[int(index)] = bus_id
-    return bus_ids
-
-
 def sysfs_bus_id(bus_id: str) -> str:
     """nvidia-smi's "00000000:1B:00.0" (8-digit domain, upper case) as sysfs names the device:
     "0000:1b:00.0" (4-digit domain, lower case)."""
@@ -187,8 +174,7 @@ def sysfs_topology(bus_ids: Dict[int, str], root: Path = SYSFS) -> Dict[int, Gpu
 def read_topology(gpus, run: Runner, root: Path = SYSFS) -> Tuple[Dict[int, GpuPlace], str]:
     """Where each GPU sits: from sysfs when it knows every GPU's node, else ``nvidia-smi topo -m``;
     and which source said so ("sysfs", "nvidia-smi topo -m", or "" for neither)."""
-    code, text = run(["nvidia-smi", f"--query-gpu={BUS_QUERY}", "--format=csv,noheader"])
-    places = sysfs_topology(parse_bus_ids(text), root) if code == 0 else {}
+    places = sysfs_topology(bus_ids(run), root)
     if all(int(gpu.index) in places for gpu in gpus):
         return places, "sysfs"
     code, text = run(["nvidia-smi", "topo", "-m"])
@@ -244,8 +230,7 @@ def plan_slots(slots, use_gpus: bool, gpu_choice: Sequence[str] = (), run: Optio
     if not use_gpus:
         count = 1 if slots == AUTO else int(slots)
         return SlotPlan(tuple(Slot(i, part) for i, part in enumerate(split_evenly(cores, count))), tuple(notes))
-    code, text = run(["nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"])
-    gpus = choose_gpus(parse_gpus(text) if code == 0 else [], gpu_choice)
+    gpus = choose_gpus(host_gpus(run), gpu_choice)
     if not gpus:
         raise NoHostGpusError("slots on GPUs: the host's nvidia-smi lists no GPU to place")
     if slots != AUTO:
@@ -261,12 +246,8 @@ def plan_slots(slots, use_gpus: bool, gpu_choice: Sequence[str] = (), run: Optio
 def busy_gpu_apps(slot_plan: SlotPlan, run: Optional[Runner] = None) -> List[str]:
     """Other processes on the slots' GPUs, as ``nvidia-smi --query-compute-apps`` lines
     (pid, process name, memory, GPU UUID). Asked of the host: a container sees none of them."""
-    code, text = (run or run_command)(["nvidia-smi", f"--query-compute-apps={APPS_QUERY}", "--format=csv,noheader"])
-    if code != 0:
-        return []
     uuids = {slot.gpu_uuid for slot in slot_plan.slots if slot.gpu_uuid}
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return [line for line in lines if line.rsplit(",", 1)[-1].strip() in uuids]
+    return [line for line in compute_apps(run or run_command) if line.rsplit(",", 1)[-1].strip() in uuids]
 
 
 def check_gpus_free(slot_plan: SlotPlan, allow: bool = False, note: Callable[[str], None] = print,

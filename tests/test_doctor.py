@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from matrixbench.doctor import Commands, DoctorError, diagnose, parse_gpus, report
+from matrixbench.doctor import Commands, DoctorError, diagnose, report
 from matrixbench.errors import DockerUnavailableError
+from matrixbench.gpu import parse_gpus
 from matrixbench.matrix import load_matrix
 
 DATA = Path(__file__).parent / "data" / "gpu" / "nvidia-smi"

@@ -6,13 +6,12 @@ from pathlib import Path
 import pytest
 
 from matrixbench.errors import RunError
+from matrixbench.gpu import BUS_QUERY, parse_bus_ids
 from matrixbench.placement import (
-    BUS_QUERY,
     Slot,
     busy_gpu_apps,
     check_gpus_free,
     format_cpulist,
-    parse_bus_ids,
     parse_cpulist,
     parse_topology,
     plan_slots,
