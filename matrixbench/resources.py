@@ -1,8 +1,9 @@
 """The files matrixbench ships inside its packages, found with importlib.resources.
 
-The report templates (matrixbench/templates/), the Docker build files (matrixbench/docker_build/)
-and the in-container runner (the ``runner`` package, copied into every image) come from wherever
-Python imports them: a source checkout, an editable install or an installed wheel alike.
+The report templates (matrixbench/templates/), the published tables the report compares with
+(matrixbench/data/), the Docker build files (matrixbench/docker_build/) and the in-container
+runner (the ``runner`` package, copied into every image) come from wherever Python imports them:
+a source checkout, an editable install or an installed wheel alike.
 """
 from importlib import resources
 from pathlib import Path
@@ -10,6 +11,9 @@ from pathlib import Path
 from matrixbench.errors import BuildError, MatrixbenchError, ReportError
 
 TEMPLATES = "templates"
+DATA = "data"
+PUBLISHED_SEED = "perf_torch_compile.md"           # the vendored seed page
+PUBLISHED_DATASET = "published_torch_compile.csv"  # its tables, one row per number (tools/regenerate_published.py)
 DOCKER_BUILD = "docker_build"
 DOCKER_BUILD_FILES = ("Dockerfile", "ensure-toolchain.sh", "pip-install.sh")
 
@@ -17,6 +21,24 @@ DOCKER_BUILD_FILES = ("Dockerfile", "ensure-toolchain.sh", "pip-install.sh")
 def templates_dir() -> Path:
     """The folder of the report's Jinja templates."""
     return package_dir("matrixbench", TEMPLATES, error=ReportError)
+
+
+def published_seed() -> Path:
+    """The vendored seed page whose tables the published dataset is parsed from."""
+    return data_file(PUBLISHED_SEED)
+
+
+def published_dataset() -> Path:
+    """The published numbers as a CSV, one row per number."""
+    return data_file(PUBLISHED_DATASET)
+
+
+def data_file(name: str) -> Path:
+    """A file of matrixbench/data/; ReportError when the install lacks it."""
+    path = package_dir("matrixbench", DATA, error=ReportError) / name
+    if not path.is_file():
+        raise ReportError(f"{_broken_install('matrixbench')}: {path} missing")
+    return path
 
 
 def docker_build_files() -> list[Path]:

@@ -6,13 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from matrixbench import resources
 from matrixbench.report.published import (
     COLUMNS,
     DATASET_NOTES,
-    DATASET_PATH,
     GPUS,
     MODEL_NAMES,
-    SEED_PATH,
     SeedFormatError,
     load_published,
     match_gpu,
@@ -20,6 +19,8 @@ from matrixbench.report.published import (
     write_dataset,
 )
 
+SEED_PATH = resources.published_seed()
+DATASET_PATH = resources.published_dataset()
 SHARED_SEED = Path(__file__).resolve().parents[2] / "shared" / "seeds" / "perf_torch_compile.md"
 
 

@@ -8,7 +8,8 @@ from click.testing import CliRunner
 import runner
 from matrixbench import images, resources
 from matrixbench.cli import main
-from matrixbench.errors import BuildError, RunError
+from matrixbench.errors import BuildError, ReportError, RunError
+from matrixbench.report.published import COLUMNS, load_published
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -19,6 +20,27 @@ def test_resources_are_found_in_the_imported_packages():
     assert {path.name for path in resources.templates_dir().iterdir()} >= {"report.md.j2", "report.html.j2"}
     assert [path.parent for path in resources.docker_build_files()] == [package / "docker_build"] * 3
     assert resources.runner_dir() == Path(runner.__file__).parent
+
+
+def test_the_published_tables_are_found_in_the_imported_package():
+    data = Path(resources.__file__).parent / "data"
+    assert resources.published_dataset() == data / "published_torch_compile.csv"
+    assert resources.published_seed() == data / "perf_torch_compile.md"
+
+
+def test_the_report_reads_the_published_dataset_through_importlib_resources(tmp_path, monkeypatch):
+    # published.py once found its data by Path(__file__), beside whatever file it was loaded from.
+    (tmp_path / "data").mkdir()
+    row = {"table": "main", "torch": "2.0", "gpu": "A100", "batch_size": "1", "model_label": "Image Classification/ViT",
+           "model": "vit", "mode": "eager", "status": "ok", "latency_ms": "9.5", "note": ""}
+    (tmp_path / "data" / "published_torch_compile.csv").write_text(
+        ",".join(COLUMNS) + "\n" + ",".join(row[column] for column in COLUMNS) + "\n")
+    monkeypatch.setattr(resources.resources, "files", lambda package: tmp_path)
+    frame = load_published()
+    assert frame.to_dict("records") == [{**row, "batch_size": 1, "latency_ms": 9.5}]
+    (tmp_path / "data" / "published_torch_compile.csv").unlink()
+    with pytest.raises(ReportError, match="lacks files it ships.*published_torch_compile.csv missing"):
+        load_published()
 
 
 def test_a_missing_folder_is_the_error_asked_for():

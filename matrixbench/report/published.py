@@ -4,6 +4,7 @@
 (Apache-2.0, The HuggingFace Team). ``parse_seed_tables`` reads its Markdown tables
 into one row per published number; ``python tools/regenerate_published.py`` (which calls
 ``regenerate_dataset``) writes ``published_torch_compile.csv`` from it, so no number is typed twice.
+Both files are found by ``matrixbench.resources`` (importlib.resources), installed or not.
 """
 import csv
 import re
@@ -11,11 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from matrixbench import resources
 from matrixbench.report import arithmetic
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "data"
-SEED_PATH = DATA_DIR / "perf_torch_compile.md"
-DATASET_PATH = DATA_DIR / "published_torch_compile.csv"
 COLUMNS = ("table", "torch", "gpu", "batch_size", "model_label", "model", "mode", "status", "latency_ms", "note")
 GPUS = ("A100", "V100", "T4")
 
@@ -138,9 +137,11 @@ def write_dataset(rows, path):
         writer.writerows(rows)
 
 
-def load_published(path=DATASET_PATH):
-    """The published dataset as a DataFrame; latency_ms is NaN where the page says OOM."""
-    frame = pd.read_csv(path, dtype={"torch": str, "batch_size": int, "latency_ms": float, "note": str})
+def load_published(path=None):
+    """The published dataset (default: the shipped one) as a DataFrame; latency_ms is NaN where
+    the page says OOM."""
+    frame = pd.read_csv(path or resources.published_dataset(),
+                        dtype={"torch": str, "batch_size": int, "latency_ms": float, "note": str})
     return frame.assign(note=frame["note"].fillna(""))
 
 
@@ -223,8 +224,9 @@ class PublishedReference:
         return arithmetic.speedup(pair[0]["latency_ms"], pair[1]["latency_ms"])
 
 
-def regenerate_dataset(seed=SEED_PATH, out=DATASET_PATH):
-    """Parse the seed page and write the dataset; returns the number of published values."""
-    rows = parse_seed_tables(Path(seed).read_text(encoding="utf-8"))
-    write_dataset(rows, out)
+def regenerate_dataset(seed=None, out=None):
+    """Parse the seed page and write the dataset (default: the shipped ones); returns the number
+    of published values."""
+    rows = parse_seed_tables(Path(seed or resources.published_seed()).read_text(encoding="utf-8"))
+    write_dataset(rows, out or resources.published_dataset())
     return len(rows)
