@@ -18,6 +18,8 @@ LABEL_TORCH = "matrixbench.torch"
 # matrix.Image.content_hash() of the entry an image was built from (run.json's image_hashes).
 LABEL_CONTENT_HASH = "matrixbench.image_content_hash"
 LABEL_RUN_ID = "matrixbench.run_id"
+# The run folder a container writes (resolved), and its owner: matrixbench.owner.Owner.labels().
+LABEL_RUN_DIR = "matrixbench.run_dir"
 
 START_HINT = (
     "start it with `sudo systemctl start docker` (or `sudo dockerd &`), "
@@ -94,6 +96,7 @@ class Container:
     def __init__(self, sdk_container):
         self._sdk = sdk_container
         self.id = sdk_container.id
+        self.labels = dict(sdk_container.labels or {})
 
     def log_lines(self):
         """Follow stdout+stderr until the container exits, a line at a time."""

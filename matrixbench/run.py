@@ -162,6 +162,8 @@ def _run_locked(matrix, options, run_path, progress, environ):
 
 
 def _run_with(backend, matrix, options, run_path, progress, environ):
+    for line in backend.stop_leftovers(run_path):
+        progress.note(line)
     if matrix.gpu_types:
         backend.check_gpu_types(matrix.gpu_types)   # before anything is written: Ray would wait forever
     gpus = _resolve_gpus(backend, options.device, progress)

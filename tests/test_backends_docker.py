@@ -2,16 +2,22 @@
 import dataclasses
 import json
 import os
+from pathlib import Path
 
 import pytest
 
 from docker_fakes import APIError, FakeImage, FakeSDK
-from matrixbench import docker_client
+from host_helpers import make_record, write_matrix
+from matrixbench import backends, docker_client, owner
+from matrixbench.backends import docker as docker_backend
 from matrixbench.backends.base import RunRequest
 from matrixbench.backends.docker import DockerBackend
 from matrixbench.errors import RunError
+from matrixbench.matrix import load_matrix
+from matrixbench.progress import NullProgress
+from matrixbench.run import RunOptions, run_matrix
 from runner.core import Cell
-from runner.schema import record_path
+from runner.schema import record_path, write_record
 
 CELL = Cell(model="vit", model_id=None, config_path=None, task="image-classification",
             weights="random", size="tiny", batch_size=1, mode="eager", fullgraph=False, dtype="float32")
@@ -68,7 +74,10 @@ def test_runs_the_runner_with_mounts_env_user_and_labels(sdk, tmp_path):
     assert "PATH" not in env  # an allow-list, not the host's environment
     assert kwargs["user"] == f"{os.getuid()}:{os.getgid()}"
     assert kwargs["labels"] == {"matrixbench": "1", "matrixbench.run_id": "run1",
-                                "matrixbench.image": "stable", "matrixbench.torch": "2.0.1"}
+                                "matrixbench.run_dir": str(request.out_dir.parent.resolve()),
+                                "matrixbench.image": "stable", "matrixbench.torch": "2.0.1",
+                                **owner.this_process().labels()}
+    assert owner.Owner.from_labels(kwargs["labels"]) == owner.this_process()
     assert kwargs["device_requests"] is None
     cells_file = json.loads((request.out_dir / "cells.json").read_text())
     assert cells_file == {"schema_version": 2, "settings": SETTINGS, "image_name": "stable",
@@ -240,3 +249,71 @@ def test_a_calibration_runner_is_labelled_with_its_run(sdk, tmp_path):
     backend(sdk).run(request_for(tmp_path, out_dir=out_dir, slot=Slot(1, (1,)), slots=2, busy_units=2,
                                  calibration={"phase": "loaded", "slots": 2}))
     assert sdk.started[0].kwargs["labels"]["matrixbench.run_id"] == "run1"
+    assert sdk.started[0].kwargs["labels"]["matrixbench.run_dir"] == str((tmp_path / "results" / "run1").resolve())
+
+
+# --- containers a killed run left running ------------------------------------------------
+
+def _leftover(sdk, tmp_path, monkeypatch, who, run="run1"):
+    """A container of ``run`` labelled as the backend labels it, but owned by ``who`` (a run
+    killed with kill -9 never reached its finally: its container still runs)."""
+    monkeypatch.setattr(docker_backend, "this_process", lambda: who)
+    labels = backend(sdk)._labels(request_for(tmp_path, out_dir=tmp_path / "results" / run / "stable"),
+                                  sdk.images_by_tag["matrixbench:stable"])
+    monkeypatch.undo()
+    docker_client.DockerClient(sdk).start_container("matrixbench:stable", [], user="0:0", env={}, mounts={},
+                                                    labels=labels)
+    return sdk.started[-1]
+
+
+def test_containers_whose_owner_is_gone_are_stopped_and_removed_saying_so(sdk, tmp_path, monkeypatch):
+    here = owner.this_process()
+    reused_pid = dataclasses.replace(here, start="-1")           # this pid, but another process's start
+    rebooted = dataclasses.replace(here, boot_id="another-boot")
+    killed = [_leftover(sdk, tmp_path, monkeypatch, who) for who in (reused_pid, rebooted)]
+    alive = _leftover(sdk, tmp_path, monkeypatch, here)
+    elsewhere = _leftover(sdk, tmp_path, monkeypatch, dataclasses.replace(here, host="another-host"))
+    other_run = _leftover(sdk, tmp_path, monkeypatch, rebooted, run="run2")
+    lines = backend(sdk).stop_leftovers(tmp_path / "results" / "run1")
+    assert [c.calls for c in killed] == [["stop", "remove"]] * 2
+    assert alive.calls == elsewhere.calls == other_run.calls == []
+    assert sorted(sdk.started_live, key=sdk.started.index) == [alive, elsewhere, other_run]
+    assert sum(line.startswith("stopped container ") and "killed run" in line for line in lines) == 2
+    assert f"pid {here.pid} on {here.host}, gone" in lines[0]
+    assert any("left container" in line and "still runs" in line for line in lines)
+    assert any("left container" in line and "ran on another host" in line for line in lines)
+
+
+def _fake_runner(container):
+    """What the entrypoint does, for the fake SDK: one ok record per cell of the mounted cells file."""
+    results = next(Path(host) for host, spec in container.kwargs["volumes"].items() if spec["bind"] == "/results")
+    cells = json.loads((results / Path(container.command[1]).relative_to("/results")).read_text())["cells"]
+    for cell in cells:
+        write_record(results, make_record(Cell.from_dict(cell)))
+
+
+class Notes(NullProgress):
+    def __init__(self):
+        super().__init__()
+        self.notes = []
+
+    def note(self, text):
+        self.notes.append(text)
+
+
+def test_a_run_stops_what_a_killed_run_of_its_folder_left_running(sdk, tmp_path, monkeypatch):
+    matrix = load_matrix(write_matrix(tmp_path), None)
+    for name, image in matrix.images.items():
+        sdk.images_by_tag[f"matrixbench:{name}"] = FakeImage(f"matrixbench:{name}", {
+            "matrixbench": "1", "matrixbench.torch": image.torch.split("==")[1],
+            docker_client.LABEL_CONTENT_HASH: image.content_hash()}, f"sha256:{name}")
+    killed = _leftover(sdk, tmp_path, monkeypatch, dataclasses.replace(owner.this_process(), boot_id="gone"))
+    sdk.next_container = {"on_wait": _fake_runner}
+    monkeypatch.setitem(backends.FACTORIES, "docker", lambda: backend(sdk))
+    progress = Notes()
+    run_matrix(matrix, RunOptions(run_name="run1", results_root=tmp_path / "results", backend="docker",
+                                  device="cpu", cache_root=tmp_path / "cache", hf_cache_dir=tmp_path / "hf"),
+               progress=progress)
+    assert killed.calls == ["stop", "remove"] and killed not in sdk.started_live
+    assert progress.notes[0].startswith(
+        f"stopped container {killed.id[:12]} (image stable): left running by a killed run")

@@ -112,6 +112,12 @@ class Backend(ABC):
         """Let go of what the backend connected to (the ray backend's cluster). Default: nothing."""
         return None
 
+    def stop_leftovers(self, run_path: Path) -> List[str]:
+        """Stop what a killed run (``kill -9``) of the run folder ``run_path`` left running, and
+        return one line per thing stopped or left alone, saying why. Called while holding the
+        folder's run lock, before anything runs. Default: nothing outlives its run."""
+        return []
+
     def stop_all(self) -> None:
         """Stop every runner this backend started that still runs (Ctrl-C with slots: the
         runners of the other threads); their finished records stay. None started: nothing to do."""

@@ -20,6 +20,7 @@ from matrixbench.backends.base import LOG_FILENAME, Backend
 from matrixbench.backends.environment import compile_cache_env
 from matrixbench.errors import RunError
 from matrixbench.images import image_tag
+from matrixbench.owner import Owner, this_process
 from matrixbench.runner_input import CELLS_FILENAME, write_cells_file
 from matrixbench.versions import torch_label
 from runner.schema import record_path
@@ -93,6 +94,13 @@ class DockerBackend(Backend):
         for container in list(self._running):
             container.stop(timeout=5)
 
+    def stop_leftovers(self, run_path):
+        """Stop and remove the containers of ``run_path`` whose owning host process is gone (a
+        killed run's); a container whose owner lives, or ran on another host, is left alone."""
+        selector = {docker_client.LABEL_MARK: None, docker_client.LABEL_RUN_DIR: str(Path(run_path).resolve())}
+        here = this_process()
+        return [_stop_leftover(container, here) for container in self._connected().find_containers(selector)]
+
     def _connected(self):
         if self._client is None:
             self._client = docker_client.connect()
@@ -143,18 +151,40 @@ class DockerBackend(Backend):
         return {
             docker_client.LABEL_MARK: "1",
             docker_client.LABEL_RUN_ID: self._run_id_for(request),
+            docker_client.LABEL_RUN_DIR: str(run_folder_of(request)),
             docker_client.LABEL_IMAGE: request.image_name,
             docker_client.LABEL_TORCH: image.labels.get(docker_client.LABEL_TORCH, "unknown"),
+            **this_process().labels(),
         }
 
     def _run_id_for(self, request):
-        """The run's name: out_dir is results/<run>/<image> (a calibration's, more folders down)."""
-        up = calibrate.RUN_DEPTH - 1 if request.calibration else 0
-        return self._run_id or Path(request.out_dir).resolve().parents[up].name
+        """The run's name (its folder's, unless run_id was given)."""
+        return self._run_id or run_folder_of(request).name
 
     def _container_name(self, request):
         raw = f"matrixbench-{self._run_id_for(request)}-{request.image_name}-{uuid.uuid4().hex[:6]}"
         return re.sub(r"[^A-Za-z0-9_.-]", "-", raw)
+
+
+def run_folder_of(request):
+    """The run folder: out_dir is results/<run>/<image> (a calibration's, more folders down)."""
+    up = calibrate.RUN_DEPTH - 1 if request.calibration else 0
+    return Path(request.out_dir).resolve().parents[up]
+
+
+def _stop_leftover(container, here):
+    """Stop and remove one container of the run folder unless its owner may still run; say which."""
+    owner = Owner.from_labels(container.labels)
+    image = container.labels.get(docker_client.LABEL_IMAGE, "?")
+    name = f"container {container.id[:12]} (image {image})"
+    alive = owner.alive(here) if owner is not None else None
+    if alive is False:
+        container.stop(timeout=5)
+        container.remove()
+        return f"stopped {name}: left running by a killed run ({owner.describe()}, gone)"
+    why = (f"its owner {owner.describe()} still runs" if alive else
+           f"its owner {owner.describe()} ran on another host" if owner is not None else "it names no owner")
+    return f"left {name} of this run folder alone: {why}; `matrixbench clean` removes it"
 
 
 def _refuse_stale(image, tag, request):
