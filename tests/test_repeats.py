@@ -159,7 +159,30 @@ def test_the_summary_gives_the_first_compile_apart_from_the_warm_ones(matrix, tm
         data["timing"]["first_call_s"] = {0: 30.0, 1: 2.0, 2: 4.0}[data["repeat"]]
         path.write_text(json.dumps(data))
     frame = records.load_results([run_path])
-    summary = assemble(CellIndex(frame, ["latest"]), load_published(), [], charts=[]).summary
+    report = assemble(CellIndex(frame, ["latest"]), load_published(), [], charts=[])
+    summary = report.summary
     row = next(row for row in summary.rows if row[summary.header.index("Mode")].text == "default")
     assert row[summary.header.index("compile time (median s)")].text == "30.0"
     assert row[summary.header.index("warm compile, later processes (median s)")].text == "3.0"
+    legend = report.legends["summary"]     # what each column's number is: cold first compile vs warm repeats
+    assert "\"compile time (median s)\": per cell, the first call of its first process" in legend
+    assert "a cold compile, unless the image's compile cache was already warm" in legend
+    assert "\"warm compile, later processes (median s)\": the first call of each cell's second and later" in legend
+
+
+def test_without_repeats_the_legend_explains_only_the_columns_shown(tmp_path, monkeypatch):
+    from matrixbench.report import records
+    from matrixbench.report.cells import CellIndex
+    from matrixbench.report.document import assemble
+    from matrixbench.report.published import load_published
+
+    data = small_matrix_data()
+    data["images"] = {"latest": data["images"]["latest"]}
+    matrix = load_matrix(write_matrix(tmp_path, data))     # one process per cell
+    use_backend(monkeypatch, RecordingBackend())
+    run_matrix(matrix, _options(tmp_path))
+    report = assemble(CellIndex(records.load_results([tmp_path / "results" / "r1"]), ["latest"]), load_published(),
+                      [], charts=[])
+    assert "warm compile, later processes (median s)" not in report.summary.header
+    assert "\"compile time (median s)\": per cell" in report.legends["summary"]
+    assert "warm compile" not in report.legends["summary"]

@@ -21,7 +21,20 @@ _MIXED_GPUS = (
     f"Warning \"{tables.MIXES_GPUS}\": the two sides (or some of their processes) ran on different GPUs, by "
     "UUID (a slot run places a model's every image on one GPU, but a resumed or merged run may not); the change "
     "then includes the difference between two GPUs. The summary counts these rows per image and mode.")
+_COMPILE = (
+    f"\"{tables.COMPILE_COLUMN}\": per cell, the first call of its first process (torch.compile and the first forward, "
+    "the record's timing.first_call_s), median over the cells: a cold compile, unless the image's compile cache was "
+    "already warm from an earlier run.")
+_WARM_COMPILE = (
+    f"\"{tables.WARM_COMPILE_COLUMN}\": the first call of each cell's second and later processes (repeats), which "
+    "compile reading the cache the first process filled, median over those processes; beside the compile time it "
+    "shows what the warm cache saves. With --cold every process compiles into an empty folder, so both are cold.")
 LEGENDS = {
+    "summary": (
+        "Per device, image and mode. Speed-up: eager ms / compiled ms, as a geometric mean over the models and batch "
+        "sizes where both ran and the compiled output passed the accuracy check (the number of cells in brackets). "
+        "When images cover different cells, the geo-mean over common cells takes only the cells every image of the "
+        "device has. Accuracy failures: compiled outputs further from eager than the tolerance, or NaN."),
     "per_device": (
         "Mean latency in ms. In compiled columns, in brackets, the speed-up over eager: eager ms / compiled ms - 1. "
         f"{tables.NOISY_MARK} noisy within a process: its samples' coefficient of variation above the run's threshold. "
@@ -88,6 +101,9 @@ def assemble(cells, published, notes, charts, sources=None, calibration=()):
     sources = image_sources(cells) if sources is None else sources
     footnotes = tables.Footnotes()
     legends = dict(LEGENDS)
+    summary = tables.summary_table(cells)
+    legends["summary"] += "".join(f" {text}" for column, text in (
+        (tables.COMPILE_COLUMN, _COMPILE), (tables.WARM_COMPILE_COLUMN, _WARM_COMPILE)) if column in summary.header)
     flags = tables.flags_in(cells)
     if flags:
         legends["per_device"] += " " + tables.flag_legend(flags)
@@ -99,7 +115,7 @@ def assemble(cells, published, notes, charts, sources=None, calibration=()):
         runs=sorted({row["run"] for row in cells.rows}),
         record_count=len(cells.rows),
         notes=list(notes),
-        summary=tables.summary_table(cells),
+        summary=summary,
         per_device=tables.per_device_tables(cells, footnotes),
         image_pairs=tables.image_pair_tables(cells, footnotes),
         compile_modes=tables.compile_mode_tables(cells, footnotes),

@@ -35,6 +35,8 @@ FLAGS = {
                             "the per-call timer may not have measured the model"),
 }
 UNKNOWN_FLAG_MARK = "?"
+COMPILE_COLUMN = "compile time (median s)"
+WARM_COMPILE_COLUMN = "warm compile, later processes (median s)"
 MIXES_TRANSFORMERS = "mixes a transformers change"
 MIXES_ATTENTION = "mixes attention implementations"
 MIXES_GPUS = "ran on different GPUs"
@@ -482,8 +484,8 @@ def summary_table(cells):
                 rows.append(_summary_row(cells, device, image, mode, common.get(mode))
                             + [missing() if count is None else Cell(str(count)) for count in counts])
     header = ["Device", "Image", "Mode", "geo-mean speed-up", "geo-mean over common cells", *SUMMARY_STATUSES,
-              "noisy", "between-process CV (median)", "accuracy failures", "flagged", "compile time (median s)",
-              "warm compile, later processes (median s)", "graph breaks",
+              "noisy", "between-process CV (median)", "accuracy failures", "flagged", COMPILE_COLUMN,
+              WARM_COMPILE_COLUMN, "graph breaks",
               "image-pair rows mixing transformers/attention", "image-pair rows on different GPUs"]
     return drop_empty_columns(Table("Summary", header, rows))
 
