@@ -1,54 +1,80 @@
 """``matrixbench validate --build``: every model of the matrix built on the meta device (no
-memory, no weights) by the runner in this interpreter, each failure named by model, so that a
-broken config is found before a GPU is paid for. The images' own torch versions are not used.
+memory, no weights) in each image, with the image's own torch and transformers, each failure
+named by image and model, so that a broken config, or a model an image's transformers lacks, is
+found before a GPU is paid for.
+
+The check is the runner's ``--check`` (runner/check.py), started through a backend exactly as a
+run starts the runner: the docker backend runs it in a container of each built image, the venv
+backend in each image's venv, the local backend once in this interpreter (image "local").
 """
 import json
 import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from matrixbench.backends.base import RunRequest
-from matrixbench.backends.local import runner_env
+from matrixbench.backends import create_backend
+from matrixbench.backends.base import LOG_FILENAME, RunRequest
 from matrixbench.errors import MatrixError
 from matrixbench.matrix import expand_cells, runner_settings
-from matrixbench.runner_input import write_cells_file
+from matrixbench.run import RUNTIME_SECRETS, default_hf_cache
 from runner.schema import CHECK_FILENAME
 
-CHECK_TIMEOUT_S = 1800
+LOCAL_IMAGE = "local"
+LOG_TAIL_LINES = 15
 
 
-def build_models(matrix, python=None):
-    """{"torch": version, "models": [{"model", "size", "weights", "error"}]} from the runner."""
+def build_models(matrix, backend="docker", environ=None):
+    """[{"image_name", "torch", "models": [{"model", "size", "weights", "error"}]}], one per image
+    the check ran in. ``backend``: a backend name or a Backend; ``environ`` (default os.environ):
+    where HF_TOKEN comes from, passed to the runner at run time only."""
+    backend = create_backend(backend) if isinstance(backend, str) else backend
+    environ = os.environ if environ is None else environ
     with tempfile.TemporaryDirectory(prefix="matrixbench-build-check-") as folder:
-        request = RunRequest(image_name="local", cells=_one_cell_per_model(matrix),
-                             settings=runner_settings(matrix, "cpu"), out_dir=Path(folder))
-        argv = [python or sys.executable, "-m", "runner", "--cells", str(write_cells_file(request)),
-                "--out", folder, "--check"]
-        done = subprocess.run(argv, env=runner_env(os.environ, request, {}), capture_output=True, text=True,
-                              stdin=subprocess.DEVNULL, timeout=CHECK_TIMEOUT_S)
-        answer = Path(folder) / CHECK_FILENAME
-        if done.returncode != 0 or not answer.is_file():
-            tail = "\n".join(done.stderr.strip().splitlines()[-15:])
-            raise MatrixError(f"validate --build: the runner could not check the models "
-                              f"(exit code {done.returncode}):\n{tail}")
-        return json.loads(answer.read_text())
+        requests = _requests(matrix, backend.name, environ, Path(folder))
+        backend.prepare([matrix.images[request.image_name] for request in requests
+                         if request.image_name in matrix.images])
+        return [_check(backend, request) for request in requests]
 
 
-def describe_build(check):
-    """One line per model that builds."""
-    return "\n".join(f"  model {entry['model']}: builds on the meta device (torch {check['torch']}, "
-                     "this interpreter)" for entry in check["models"] if entry["error"] is None)
+def _requests(matrix, backend_name, environ, folder):
+    """One check per image (the local backend: one, in this interpreter, whatever the images pin)."""
+    cells, settings = _one_cell_per_model(matrix), runner_settings(matrix, "cpu")
+    secrets = {key: environ[key] for key in RUNTIME_SECRETS if environ.get(key)}
+    common = dict(cells=cells, settings=settings, hf_cache_dir=default_hf_cache(), check=True)
+    if backend_name == "local":
+        return [RunRequest(image_name=LOCAL_IMAGE, out_dir=folder / LOCAL_IMAGE, env=secrets, **common)]
+    return [RunRequest(image_name=name, out_dir=folder / name, env={**image.env, **secrets}, torch=image.torch,
+                       image_hash=image.content_hash(), **common)
+            for name, image in matrix.images.items()]
 
 
-def check_built(check):
-    """MatrixError listing the models that do not build, each with its error."""
-    failures = [f"  model {entry['model']}: does not build: {entry['error']}"
-                for entry in check["models"] if entry["error"] is not None]
+def _check(backend, request):
+    request.out_dir.mkdir(parents=True, exist_ok=True)
+    exit_code = backend.run(request)
+    answer = request.out_dir / CHECK_FILENAME
+    if exit_code != 0 or not answer.is_file():
+        raise MatrixError(f"validate --build: image {request.image_name!r}: the runner could not check the "
+                          f"models (exit code {exit_code}):\n{_log_tail(request.out_dir / LOG_FILENAME)}")
+    return {**json.loads(answer.read_text()), "image_name": request.image_name}
+
+
+def _log_tail(log):
+    return "\n".join(log.read_text(errors="replace").strip().splitlines()[-LOG_TAIL_LINES:]) if log.is_file() else ""
+
+
+def describe_build(checks):
+    """One line per model that builds, per image."""
+    return "\n".join(f"  image {check['image_name']} (torch {check['torch']}): model {entry['model']}: "
+                     "builds on the meta device" for check in checks for entry in check["models"]
+                     if entry["error"] is None)
+
+
+def check_built(checks):
+    """MatrixError listing, per image, the models that do not build, each with its error."""
+    failures = [f"  image {check['image_name']} (torch {check['torch']}): model {entry['model']}: does not build: "
+                f"{entry['error']}" for check in checks for entry in check["models"] if entry["error"] is not None]
     if failures:
-        raise MatrixError(f"{len(failures)} model(s) of the matrix do not build (torch {check['torch']}):\n"
-                          + "\n".join(failures))
+        raise MatrixError(f"{len(failures)} model build(s) of the matrix fail:\n" + "\n".join(failures))
 
 
 def _one_cell_per_model(matrix):

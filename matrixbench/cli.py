@@ -23,6 +23,7 @@ from runner.settings import BY_NAME, OVERRIDES
 INTERRUPTED_EXIT = 130
 DEFAULT_MATRIX = "matrix.yaml"
 BUILD_BACKENDS = ("docker", "venv")
+CHECK_BACKENDS = ("docker", "venv", "local")   # validate --build: where an image's runner starts
 
 
 # --- option helpers ------------------------------------------------------------------------
@@ -139,20 +140,25 @@ def main():
 @matrix_option
 @override_options
 @click.option("--build", "build_models", is_flag=True,
-              help="Also build every model on the meta device (no memory, no weights) with this "
-                   "interpreter's torch, naming each model that does not build.")
+              help="Also build every model on the meta device (no memory, no weights) in each image, with "
+                   "its own torch and transformers (the runner's --check, started by --backend), naming each "
+                   "image and model that does not build.")
+@click.option("--backend", type=click.Choice(CHECK_BACKENDS), default="docker", show_default=True,
+              help="With --build: docker: in a container of each built image; venv: in each image's venv; "
+                   "local: once, in this interpreter (its torch, whatever the images pin).")
 @handles_errors
-def validate(matrix_path, build_models, **options):
-    """Check the matrix file (and overrides) and list its images, models and cells."""
+def validate(matrix_path, build_models, backend, **options):
+    """Check the matrix file (and overrides) and list its images, models and cells; with --build,
+    also build each model in each image."""
     matrix = _load(matrix_path, _overrides(options))
     click.echo(describe_matrix(matrix))
     if build_models:
         from matrixbench.build_check import build_models as build
         from matrixbench.build_check import check_built, describe_build
 
-        check = build(matrix)
-        click.echo(describe_build(check))
-        check_built(check)
+        checks = build(matrix, backend)
+        click.echo(describe_build(checks))
+        check_built(checks)
 
 
 @main.command()

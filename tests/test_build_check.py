@@ -1,20 +1,98 @@
-"""validate --build: every model built on the meta device by the runner; failures named by model."""
+"""validate --build: every model built on the meta device by the runner's --check in each image
+(the docker backend: a container of each built image; local: this interpreter, once); failures
+named by image and model."""
 import json
+from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
+from docker_fakes import FakeImage, FakeSDK
 from host_helpers import small_matrix_data, write_matrix
+from matrixbench import backends, docker_client
+from matrixbench.backends.docker import DockerBackend
+from matrixbench.build_check import build_models, check_built
 from matrixbench.cli import main
+from matrixbench.errors import MatrixError, RunError
+from matrixbench.matrix import load_matrix
 
 
-def test_validate_build_names_each_model_that_does_not_build(tmp_path, monkeypatch):
+def test_validate_build_local_names_each_model_that_does_not_build(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     (tmp_path / "unknown.json").write_text(json.dumps({"model_type": "no-such-architecture"}))
     data = small_matrix_data()
     data["models"] = {"vit": data["models"]["vit"],
                       "mine": {"config": "unknown.json", "task": "image-classification"}}
-    result = CliRunner().invoke(main, ["validate", "--matrix", str(write_matrix(tmp_path, data)), "--build"])
+    result = CliRunner().invoke(main, ["validate", "--matrix", str(write_matrix(tmp_path, data)), "--build",
+                                       "--backend", "local"])
     assert result.exit_code == 2, result.output
-    assert "model vit: builds on the meta device" in result.stdout
-    assert "1 model(s) of the matrix do not build" in result.stderr
+    assert "image local (torch 2.13" in result.stdout and "model vit: builds on the meta device" in result.stdout
+    assert "1 model build(s) of the matrix fail" in result.stderr
     assert "model mine: does not build: ModelError: config model_type='no-such-architecture'" in result.stderr
+
+
+# What each image's transformers knows, for the fake entrypoint: the old one lacks a model.
+IMAGE_TORCH = {"stable": "2.0.1", "latest": "2.13.0"}
+UNKNOWN_IN = {"stable": {"detr-resnet-101"}, "latest": set()}
+
+
+def _fake_check(container):
+    """The image's entrypoint with --check, for the fake SDK: check.json in the mounted results folder."""
+    results = next(Path(host) for host, spec in container.kwargs["volumes"].items() if spec["bind"] == "/results")
+    cells_path = results / Path(container.command[container.command.index("--cells") + 1]).relative_to("/results")
+    cells = json.loads(cells_path.read_text())["cells"]
+    image = container.kwargs["labels"]["matrixbench.image"]
+    models = [{"model": cell["model"], "size": cell["size"], "weights": cell["weights"],
+               "error": "ValueError: unknown model type" if cell["model"] in UNKNOWN_IN[image] else None}
+              for cell in cells]
+    (results / "check.json").write_text(json.dumps({"image_name": image, "torch": IMAGE_TORCH[image],
+                                                    "models": models}))
+
+
+@pytest.fixture
+def sdk(tmp_path):
+    matrix = load_matrix(write_matrix(tmp_path), None)
+    fake = FakeSDK()
+    for name, image in matrix.images.items():
+        fake.images_by_tag[f"matrixbench:{name}"] = FakeImage(f"matrixbench:{name}", {
+            "matrixbench": "1", "matrixbench.torch": IMAGE_TORCH[name],
+            docker_client.LABEL_CONTENT_HASH: image.content_hash()}, f"sha256:{name}")
+    fake.next_container = {"on_wait": _fake_check}
+    return fake
+
+
+def test_the_docker_backend_checks_in_a_container_of_each_built_image(sdk, tmp_path):
+    matrix = load_matrix(write_matrix(tmp_path), None)
+    checks = build_models(matrix, DockerBackend(client=docker_client.DockerClient(sdk)), environ={})
+    assert [container.image for container in sdk.started] == ["matrixbench:stable", "matrixbench:latest"]
+    assert all(container.command[-1] == "--check" for container in sdk.started)
+    assert all(container.kwargs["device_requests"] is None for container in sdk.started)
+    assert [(check["image_name"], check["torch"]) for check in checks] == [("stable", "2.0.1"), ("latest", "2.13.0")]
+    with pytest.raises(MatrixError, match=r"(?s)1 model build\(s\).*image stable \(torch 2\.0\.1\): model "
+                                          r"detr-resnet-101: does not build: ValueError"):
+        check_built(checks)
+
+
+def test_validate_build_runs_in_the_images_by_default_and_names_image_and_model(sdk, tmp_path, monkeypatch):
+    monkeypatch.setitem(backends.FACTORIES, "docker", lambda: DockerBackend(client=docker_client.DockerClient(sdk)))
+    result = CliRunner().invoke(main, ["validate", "--matrix", str(write_matrix(tmp_path)), "--build"])
+    assert result.exit_code == 2, result.output
+    assert "image latest (torch 2.13.0): model detr-resnet-101: builds on the meta device" in result.stdout
+    assert "image stable (torch 2.0.1): model detr-resnet-101: does not build" in result.stderr
+    assert len(sdk.started) == 2 and not sdk.started_live     # every container removed
+
+
+def test_an_image_not_built_is_named_with_the_build_command(sdk, tmp_path):
+    del sdk.images_by_tag["matrixbench:latest"]
+    matrix = load_matrix(write_matrix(tmp_path), None)
+    with pytest.raises(RunError, match="Docker has no matrixbench:latest; build it first with `matrixbench build "
+                                       "--images latest`"):
+        build_models(matrix, DockerBackend(client=docker_client.DockerClient(sdk)), environ={})
+
+
+def test_a_check_that_fails_says_so_with_the_log_tail(sdk, tmp_path):
+    sdk.next_container = {"log": b"Traceback: no torch here\n", "exit_code": 1}
+    matrix = load_matrix(write_matrix(tmp_path), None)
+    with pytest.raises(MatrixError, match=r"image 'stable': the runner could not check the models \(exit code 1\)"
+                                          r":\nTraceback: no torch here"):
+        build_models(matrix, DockerBackend(client=docker_client.DockerClient(sdk)), environ={})

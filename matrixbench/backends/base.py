@@ -52,6 +52,13 @@ class RunRequest:
     exclusive_timing: bool = False        # slots time one at a time (--exclusive-timing)
     calibration: Optional[Dict[str, Any]] = None   # {phase, slots}: cells of the interference calibration
     node: Dict[str, Any] = field(default_factory=dict)   # a cluster task's node (matrixbench.cluster), for placement
+    # run nothing: the runner builds each cell's model on the meta device (``--check``) and
+    # writes its answer to <out_dir>/check.json (runner.schema.CHECK_FILENAME); no records
+    check: bool = False
+
+    def mode_argv(self) -> List[str]:
+        """What the runner's argv gets after ``--cells FILE --out DIR``: ``--check`` or nothing."""
+        return ["--check"] if self.check else []
 
     def work_dir(self) -> Path:
         """Where the runner's input file and log go: ``out_dir``, or its ``slot-<i>`` folder in a

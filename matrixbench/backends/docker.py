@@ -76,7 +76,7 @@ class DockerBackend(Backend):
         cells_file = write_cells_file(request, image.id, path=request.work_dir() / CELLS_FILENAME)
         slot = request.slot
         container = client.start_container(
-            image_tag(request.image_name), runner_argv(cells_file.relative_to(request.out_dir)),
+            image_tag(request.image_name), runner_argv(cells_file.relative_to(request.out_dir)) + request.mode_argv(),
             user=self._user, env=container_env(request), mounts={**mounts(request), **models},
             labels=self._labels(request, image), gpus=request.gpus,
             gpu_ids=(slot.gpu_uuid,) if slot is not None and slot.gpu_uuid else request.gpu_ids,
@@ -143,7 +143,7 @@ class DockerBackend(Backend):
             raise
         finally:
             container.remove()
-        if exit_code != 0 and not all_recorded(request):
+        if exit_code != 0 and not request.check and not all_recorded(request):   # a check writes no records
             raise RunError(container_failure(request, exit_code, tail))
         return exit_code
 

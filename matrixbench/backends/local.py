@@ -55,7 +55,8 @@ def launch_runner(python, request, env, image_id=None):
     folder in a slot, whose cores it is pinned to); return its exit code."""
     request.work_dir().mkdir(parents=True, exist_ok=True)
     cells_file = write_cells_file(request, image_id, path=request.work_dir() / CELLS_FILENAME)
-    argv = [str(python), "-m", "runner", "--cells", str(cells_file), "--out", str(request.out_dir)]
+    argv = [str(python), "-m", "runner", "--cells", str(cells_file), "--out", str(request.out_dir),
+            *request.mode_argv()]
     with open(request.work_dir() / LOG_FILENAME, "ab") as log:
         process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True,
