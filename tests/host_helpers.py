@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 
 from matrixbench.backends.base import Backend
+from matrixbench.progress import NullProgress
 from matrixbench.runner_input import CELLS_FILENAME, write_cells_file
 from runner.core import CellError, Record, Status
 from runner.records import new_record, record_settings
@@ -143,3 +144,14 @@ def synthetic_record(cells_file, device, environment):
         "precision": {"float32_matmul_precision": "highest", "cuda_matmul_allow_tf32": False if gpu else None,
                       "cudnn_allow_tf32": True if gpu else None},
         "started_at": "2026-01-01T00:00:00+00:00", "start_clock": 0.0})
+
+
+class Notes(NullProgress):
+    """Progress that keeps the notes a run prints (e.g. what it stopped or refused)."""
+
+    def __init__(self):
+        super().__init__()
+        self.notes = []
+
+    def note(self, text):
+        self.notes.append(text)

@@ -7,14 +7,13 @@ from pathlib import Path
 import pytest
 
 from docker_fakes import APIError, FakeImage, FakeSDK
-from host_helpers import make_record, write_matrix
+from host_helpers import Notes, make_record, write_matrix
 from matrixbench import backends, docker_client, owner
 from matrixbench.backends import docker as docker_backend
 from matrixbench.backends.base import RunRequest
 from matrixbench.backends.docker import DockerBackend
 from matrixbench.errors import RunError
 from matrixbench.matrix import load_matrix
-from matrixbench.progress import NullProgress
 from matrixbench.run import RunOptions, run_matrix
 from runner.core import Cell
 from runner.schema import record_path, write_record
@@ -290,15 +289,6 @@ def _fake_runner(container):
     cells = json.loads((results / Path(container.command[1]).relative_to("/results")).read_text())["cells"]
     for cell in cells:
         write_record(results, make_record(Cell.from_dict(cell)))
-
-
-class Notes(NullProgress):
-    def __init__(self):
-        super().__init__()
-        self.notes = []
-
-    def note(self, text):
-        self.notes.append(text)
 
 
 def test_a_run_stops_what_a_killed_run_of_its_folder_left_running(sdk, tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from host_helpers import RecordingBackend, make_record, small_matrix_data, use_backend, write_matrix
+from host_helpers import Notes, RecordingBackend, make_record, small_matrix_data, use_backend, write_matrix
 from matrixbench.backends.base import RunRequest
 from matrixbench.backends.local import runner_env
 from matrixbench.matrix import Overrides, load_matrix
@@ -280,16 +280,6 @@ def test_gpu_slots_refuse_a_busy_gpu_and_keep_each_model_on_one_gpu(tmp_path, mo
 
 
 def test_exclusive_timing_without_slots_says_it_changes_nothing(tmp_path, monkeypatch):
-    from matrixbench.progress import NullProgress
-
-    class Notes(NullProgress):
-        def __init__(self):
-            super().__init__()
-            self.notes = []
-
-        def note(self, text):
-            self.notes.append(text)
-
     backend = use_backend(monkeypatch, RecordingBackend())
     progress = Notes()
     run_matrix(load_matrix(write_matrix(tmp_path), Overrides(exclusive_timing=True)), _options(tmp_path),
