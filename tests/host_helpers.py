@@ -8,6 +8,7 @@ import yaml
 
 from matrixbench.backends.base import Backend
 from matrixbench.progress import NullProgress
+from matrixbench.run import RunOptions
 from matrixbench.runner_input import CELLS_FILENAME, write_cells_file
 from runner.core import CellError, Record, Status
 from runner.records import new_record, record_settings
@@ -155,3 +156,11 @@ class Notes(NullProgress):
 
     def note(self, text):
         self.notes.append(text)
+
+
+def local_run_options(tmp_path, **changes):
+    """RunOptions of a local CPU run named r1 under ``tmp_path`` (results, cache, hf), with ``changes``."""
+    values = dict(run_name="r1", results_root=tmp_path / "results", backend="local", device="cpu",
+                  cache_root=tmp_path / "cache", hf_cache_dir=tmp_path / "hf", command=("matrixbench", "run"))
+    values.update(changes)
+    return RunOptions(**values)

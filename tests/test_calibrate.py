@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from host_helpers import RecordingBackend, synthetic_record, use_backend, write_matrix
+from host_helpers import RecordingBackend, local_run_options, synthetic_record, use_backend, write_matrix
 from matrixbench import calibrate
 from matrixbench.errors import MatrixError
 from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.placement import Slot
 from matrixbench.report import build_report, records, stats
 from matrixbench.report.calibration import calibration_tables, loaded_over_alone
-from matrixbench.run import RunOptions, run_matrix
+from matrixbench.run import run_matrix
 from runner.cells_file import cells_file_from_dict
 from runner.core import Status
 from runner.records import CALIBRATION_ENV, calibration
@@ -48,13 +48,6 @@ class PhaseRecordingBackend(RecordingBackend):
         finally:
             with self.lock:
                 self.now -= 1
-
-
-def _options(tmp_path, **changes):
-    values = dict(run_name="r1", results_root=tmp_path / "results", backend="local", device="cpu",
-                  cache_root=tmp_path / "cache", hf_cache_dir=tmp_path / "hf", command=("matrixbench", "run"))
-    values.update(changes)
-    return RunOptions(**values)
 
 
 def test_the_calibration_cells_are_each_model_at_batch_1_eager_and_default(tmp_path):
@@ -91,7 +84,7 @@ def test_each_slot_runs_alone_then_all_at_once_round_by_round_apart_from_the_mat
     matrix = load_matrix(write_matrix(tmp_path), Overrides(slots=2, calibrate=True, repeats=2, models=["vit"],
                                                            batch_sizes=[1], calibration_models=["vit"],
                                                            exclusive_timing=True))
-    summary = run_matrix(matrix, _options(tmp_path))
+    summary = run_matrix(matrix, local_run_options(tmp_path))
     calibration_runs = [(r, now) for r, now in backend.started if r.calibration is not None]
     # two rounds, each: slot 0 alone, slot 1 alone, then both at once
     seen = [(r.schedule[0][1], r.calibration["phase"], r.slot.index) for r, _ in calibration_runs]
@@ -117,7 +110,7 @@ def test_each_slot_runs_alone_then_all_at_once_round_by_round_apart_from_the_mat
     assert all((image_dir / name).exists() for name in ("vit_bs1_eager_float32.json", "vit_bs1_eager_float32.r1.json"))
     # resume: nothing left of either
     backend.started.clear()
-    run_matrix(matrix, _options(tmp_path))
+    run_matrix(matrix, local_run_options(tmp_path))
     assert backend.started == []
 
 

@@ -7,12 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from host_helpers import Notes, RecordingBackend, make_record, small_matrix_data, use_backend, write_matrix
+from host_helpers import (
+    Notes,
+    RecordingBackend,
+    local_run_options,
+    make_record,
+    small_matrix_data,
+    use_backend,
+    write_matrix,
+)
 from matrixbench.backends.base import RunRequest
 from matrixbench.backends.local import runner_env
 from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.placement import Slot
-from matrixbench.run import RunOptions, run_matrix
+from matrixbench.run import run_matrix
 from matrixbench.scheduler import MODEL_S, make_units, run_on_slots
 from runner.records import PLACEMENT_ENV, placement
 from runner.schema import read_record, write_record
@@ -46,13 +54,6 @@ class SlowRecordingBackend(RecordingBackend):
 
     def threads_of_units(self):
         return [(image, unit) for _, image, unit in self.threads]
-
-
-def _options(tmp_path, **changes):
-    values = dict(run_name="r1", results_root=tmp_path / "results", backend="local", device="cpu",
-                  cache_root=tmp_path / "cache", hf_cache_dir=tmp_path / "hf", command=("matrixbench", "run"))
-    values.update(changes)
-    return RunOptions(**values)
 
 
 def test_slots_is_a_matrix_setting_taking_auto_or_a_count(tmp_path):
@@ -99,7 +100,7 @@ def test_two_slots_run_each_model_in_every_image_on_one_slot_at_once(tmp_path, m
     backend = use_backend(monkeypatch, SlowRecordingBackend())
     matrix = load_matrix(write_matrix(tmp_path), Overrides(slots=2))
     progress = SlotWatch()
-    summary = run_matrix(matrix, _options(tmp_path), progress=progress)
+    summary = run_matrix(matrix, local_run_options(tmp_path), progress=progress)
     assert summary.statuses() == {"ok": 16}
     assert progress.state.done == 16 and progress.state.total == 16      # one count over both slots
     assert {slot for slot, line in progress.seen if " bs=" in line} == {0, 1}   # each slot's cell shown
@@ -265,9 +266,9 @@ def test_gpu_slots_refuse_a_busy_gpu_and_keep_each_model_on_one_gpu(tmp_path, mo
     backend = use_backend(monkeypatch, RecordingBackend(gpus=True))
     matrix = load_matrix(write_matrix(tmp_path), Overrides(slots="auto"))
     with pytest.raises(RunError, match="48213.*--allow-busy-gpus"):
-        run_matrix(matrix, _options(tmp_path, device="auto", gpu="0,4"))
+        run_matrix(matrix, local_run_options(tmp_path, device="auto", gpu="0,4"))
     assert backend.requests == []
-    run_matrix(matrix, _options(tmp_path, device="auto", gpu="0,4", allow_busy_gpus=True, run_name="r2"))
+    run_matrix(matrix, local_run_options(tmp_path, device="auto", gpu="0,4", allow_busy_gpus=True, run_name="r2"))
     gpu_of = {}
     for request in backend.requests:
         unit = (request.cells[0].model, request.cells[0].batch_size)
@@ -282,7 +283,7 @@ def test_gpu_slots_refuse_a_busy_gpu_and_keep_each_model_on_one_gpu(tmp_path, mo
 def test_exclusive_timing_without_slots_says_it_changes_nothing(tmp_path, monkeypatch):
     backend = use_backend(monkeypatch, RecordingBackend())
     progress = Notes()
-    run_matrix(load_matrix(write_matrix(tmp_path), Overrides(exclusive_timing=True)), _options(tmp_path),
+    run_matrix(load_matrix(write_matrix(tmp_path), Overrides(exclusive_timing=True)), local_run_options(tmp_path),
                progress=progress)
     assert any("no slots" in note for note in progress.notes)
     assert all(request.timing_board is None for request in backend.requests)
