@@ -2,6 +2,7 @@
 import copy
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import yaml
@@ -97,6 +98,29 @@ class RecordingBackend(Backend):
                 record.repeat = repeat.index
                 write_record(request.out_dir, record)
         return self.exit_code
+
+
+class ConcurrentRecordingBackend(RecordingBackend):
+    """A RecordingBackend whose requests take ``HOLD_S`` each, run from any thread: ``started`` lists
+    (request, thread name, requests running at its start), ``most`` the largest of those counts."""
+
+    HOLD_S = 0.2
+
+    def __init__(self):
+        super().__init__()
+        self.lock, self.now, self.most, self.started = threading.Lock(), 0, 0, []
+
+    def run(self, request):
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+            self.started.append((request, threading.current_thread().name, self.now))
+        try:
+            threading.Event().wait(self.HOLD_S)
+            return super().run(request)
+        finally:
+            with self.lock:
+                self.now -= 1
 
 
 def use_backend(monkeypatch, backend):

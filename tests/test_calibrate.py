@@ -6,13 +6,19 @@ SYNTHETIC latencies: nothing in the arithmetic tests was measured.
 """
 import json
 import os
-import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from host_helpers import RecordingBackend, local_run_options, synthetic_record, use_backend, write_matrix
+from host_helpers import (
+    ConcurrentRecordingBackend,
+    RecordingBackend,
+    local_run_options,
+    synthetic_record,
+    use_backend,
+    write_matrix,
+)
 from matrixbench import calibrate
 from matrixbench.errors import MatrixError
 from matrixbench.matrix import Overrides, load_matrix
@@ -29,25 +35,6 @@ from runner.timing import summarize
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 TWO_CORES = len(os.sched_getaffinity(0)) >= 2
 SLOTS = (Slot(0, (0,)), Slot(1, (1,)))
-
-
-class PhaseRecordingBackend(RecordingBackend):
-    """Records each request with how many ran at once when it started."""
-
-    def __init__(self):
-        super().__init__()
-        self.lock, self.now, self.started = threading.Lock(), 0, []
-
-    def run(self, request):
-        with self.lock:
-            self.now += 1
-            self.started.append((request, self.now))
-        try:
-            threading.Event().wait(0.2)
-            return super().run(request)
-        finally:
-            with self.lock:
-                self.now -= 1
 
 
 def test_the_calibration_cells_are_each_model_at_batch_1_eager_and_default(tmp_path):
@@ -80,12 +67,12 @@ def test_the_runner_takes_the_phase_from_the_host():
 
 @pytest.mark.skipif(not TWO_CORES, reason="needs 2 usable cores")
 def test_each_slot_runs_alone_then_all_at_once_round_by_round_apart_from_the_matrix(tmp_path, monkeypatch):
-    backend = use_backend(monkeypatch, PhaseRecordingBackend())
+    backend = use_backend(monkeypatch, ConcurrentRecordingBackend())
     matrix = load_matrix(write_matrix(tmp_path), Overrides(slots=2, calibrate=True, repeats=2, models=["vit"],
                                                            batch_sizes=[1], calibration_models=["vit"],
                                                            exclusive_timing=True))
     summary = run_matrix(matrix, local_run_options(tmp_path))
-    calibration_runs = [(r, now) for r, now in backend.started if r.calibration is not None]
+    calibration_runs = [(r, now) for r, _thread, now in backend.started if r.calibration is not None]
     # two rounds, each: slot 0 alone, slot 1 alone, then both at once
     seen = [(r.schedule[0][1], r.calibration["phase"], r.slot.index) for r, _ in calibration_runs]
     for index in (0, 1):

@@ -2,12 +2,12 @@
 local backend pins each slot's runner to its cores, and every record says where it ran."""
 import json
 import os
-import threading
 from pathlib import Path
 
 import pytest
 
 from host_helpers import (
+    ConcurrentRecordingBackend,
     Notes,
     RecordingBackend,
     local_run_options,
@@ -28,32 +28,6 @@ from runner.timing_board import BOARD_ENV, Board, from_env
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 TWO_CORES = len(os.sched_getaffinity(0)) >= 2
-
-
-class SlowRecordingBackend(RecordingBackend):
-    """Records which thread ran each request, and how many ran at once."""
-
-    def __init__(self):
-        super().__init__()
-        self.lock, self.now, self.most = threading.Lock(), 0, 0
-        self.threads = []
-
-    def run(self, request):
-        with self.lock:
-            self.now += 1
-            self.most = max(self.most, self.now)
-            units = {(cell.model, cell.batch_size) for cell in request.cells}
-            assert len(units) == 1, units                          # one model at one batch size
-            self.threads.append((threading.current_thread().name, request.image_name, units.pop()))
-        try:
-            threading.Event().wait(0.2)
-            return super().run(request)
-        finally:
-            with self.lock:
-                self.now -= 1
-
-    def threads_of_units(self):
-        return [(image, unit) for _, image, unit in self.threads]
 
 
 def test_slots_is_a_matrix_setting_taking_auto_or_a_count(tmp_path):
@@ -97,7 +71,7 @@ def test_two_slots_run_each_model_in_every_image_on_one_slot_at_once(tmp_path, m
             super().slot_running(slot, image_name, cell)
             self.seen.append((slot, self.state.slot_line(slot)))
 
-    backend = use_backend(monkeypatch, SlowRecordingBackend())
+    backend = use_backend(monkeypatch, ConcurrentRecordingBackend())
     matrix = load_matrix(write_matrix(tmp_path), Overrides(slots=2))
     progress = SlotWatch()
     summary = run_matrix(matrix, local_run_options(tmp_path), progress=progress)
@@ -106,11 +80,14 @@ def test_two_slots_run_each_model_in_every_image_on_one_slot_at_once(tmp_path, m
     assert {slot for slot, line in progress.seen if " bs=" in line} == {0, 1}   # each slot's cell shown
     assert progress.state.slots_text() == "slot 0: idle; slot 1: idle"
     assert backend.most == 2                                   # the two slots ran at once
+    units = [(request, thread, {(cell.model, cell.batch_size) for cell in request.cells})
+             for request, thread, _running in backend.started]
+    assert all(len(unit) == 1 for _, _, unit in units)               # one model at one batch size
     slot_of = {}
-    for thread, _image, unit in backend.threads:
-        slot_of.setdefault(unit, set()).add(thread)
+    for _request, thread, unit in units:
+        slot_of.setdefault(min(unit), set()).add(thread)
     assert all(len(threads) == 1 for threads in slot_of.values())   # a unit never changes slot
-    assert sorted(backend.threads_of_units()) == sorted(
+    assert sorted((request.image_name, min(unit)) for request, _, unit in units) == sorted(
         (image, (model, bs)) for image in ("stable", "latest") for model in ("vit", "detr-resnet-101") for bs in (1, 4))
     cores = sorted({tuple(r.slot.cores) for r in backend.requests})
     assert len(cores) == 2 and not set(cores[0]) & set(cores[1])
