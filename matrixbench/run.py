@@ -1,4 +1,4 @@
-"""``matrixbench run``: run a matrix's pending cells, image by image, through a backend.
+"""``matrixbench run``: run a matrix's pending cells, image by image (repeat by repeat), through a backend.
 
 Records land in ``results/<run>/<image>/<cell_id>.json`` (the run name defaults to "default"),
 next to ``cells.json`` (the runner's input for the cells run last); ``results/<run>/run.json``
@@ -29,7 +29,7 @@ from matrixbench.pending import new_order_seed, pending_work, recorded_failures_
 from matrixbench.placement import AUTO, NoHostGpusError, check_gpus_free, plan_slots
 from matrixbench.progress import NullProgress, RecordWatcher
 from matrixbench.resume import check_resume
-from matrixbench.scheduler import Serialized, make_units, run_on_slots
+from matrixbench.scheduler import Serialized, make_units, rounds, run_on_slots
 from runner.cells_file import schedule_pairs
 
 DEFAULT_RUN = "default"
@@ -189,10 +189,7 @@ def _run_with(backend, matrix, options, run_path, progress, environ):
         if options.backend == "ray":
             _run_cluster(backend, plans, summary, matrix, options, gpus, environ, progress)
         elif slot_plan is None:
-            for plan in plans:
-                summary.images.append(ImageResult(plan.label, plan.out_dir, skipped=plan.done,
-                                                  recorded_failures=plan.recorded_failures))
-                _run_image(backend, plan, summary.images[-1], matrix, options, gpus, environ, progress)
+            _run_images(backend, plans, summary, matrix, options, gpus, environ, progress)
         else:
             _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, environ, progress, run_path)
         status = "incomplete" if summary.missing else ("failed" if summary.all_failed else "finished")
@@ -269,17 +266,11 @@ def _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, enviro
     """The pending cells as units (one model at one batch size in every image) on the run's slots,
     at once; their runners share the run's timing board (runner.timing_board), removed after."""
     progress = Serialized(progress)
-    results, lock = {}, threading.Lock()
-    for plan in plans:
-        results[plan.label] = ImageResult(plan.label, plan.out_dir, skipped=plan.done,
-                                          recorded_failures=plan.recorded_failures)
-        summary.images.append(results[plan.label])
-        progress.image_started(plan.label, len(plan.pending), plan.done)
-
+    results, lock = _image_results(plans, summary, progress), threading.Lock()
     board = run_folder.make_timing_board(run_path)
 
     def run_unit(slot, unit, busy):
-        for plan, cells in unit.parts:
+        for plan, cells in unit.rounds():
             request = _request(plan, matrix, options, gpus, environ)
             # one compile cache per image and slot: two slots never compile into one folder at once
             cache_dir = request.cache_dir / f"slot-{slot.index}" if request.cache_dir is not None else None
@@ -309,12 +300,7 @@ def _calibrate(backend, plan, slot_plan, matrix, options, gpus, environ, progres
 
 def _run_cluster(backend, plans, summary, matrix, options, gpus, environ, progress):
     """The pending cells as units (the scheduler's, per GPU type), one Ray task each (backends/ray.py)."""
-    results = {}
-    for plan in plans:
-        results[plan.label] = ImageResult(plan.label, plan.out_dir, skipped=plan.done,
-                                          recorded_failures=plan.recorded_failures)
-        summary.images.append(results[plan.label])
-        progress.image_started(plan.label, len(plan.pending), plan.done)
+    results = _image_results(plans, summary, progress)
 
     def on_record(plan, cell, record):
         results[plan.label].ran += 1
@@ -329,8 +315,9 @@ def _run_cluster(backend, plans, summary, matrix, options, gpus, environ, progre
                                                                         repeats), list(repeats))
                           for plan, repeats in unit.parts}
             name = " ".join(filter(None, [gpu_type, unit.name]))
-            tasks.append(UnitTask(name, gpu_type, tuple(shippable(part.request) for part in unit_parts.values()),
-                                  options.node_backend, options.run_name))
+            runners = tuple(shippable(_unit_request(unit_parts[plan.image_name].request, repeats))
+                            for plan, repeats in unit.rounds())
+            tasks.append(UnitTask(name, gpu_type, runners, options.node_backend, options.run_name))
             parts.append(unit_parts)
     run = ClusterRun(tasks, parts, gpus, on_record)
     try:
@@ -346,10 +333,35 @@ def _unit_request(request, repeats):
     return dataclasses.replace(request, cells=cells, schedule=tuple(tuple(pair) for pair in schedule))
 
 
-def _run_request(backend, plan, request, repeats, result, progress, lock, slot):
-    """One runner for some cells of one image, in slot ``slot``; ``result`` counts them (under
-    ``lock``); the progress shows the slot's current cell: the first whose record has not appeared."""
+def _image_results(plans, summary, progress):
+    """One ImageResult per plan, in the summary and by label; the progress hears of each image."""
+    results = {}
+    for plan in plans:
+        results[plan.label] = ImageResult(plan.label, plan.out_dir, skipped=plan.done,
+                                          recorded_failures=plan.recorded_failures)
+        summary.images.append(results[plan.label])
+        progress.image_started(plan.label, len(plan.pending), plan.done)
+    return results
+
+
+def _run_images(backend, plans, summary, matrix, options, gpus, environ, progress):
+    """One runner at a time: each image's pending cells, round by round across the images
+    (``scheduler.rounds``: repeat 0 in every image, then repeat 1, ...; one runner per image when
+    each cell runs once)."""
+    results, lock = _image_results(plans, summary, progress), threading.Lock()
+    for plan, repeats in rounds([(plan, plan.pending) for plan in plans if plan.pending]):
+        request = _unit_request(_request(plan, matrix, options, gpus, environ), repeats)
+        _run_request(backend, plan, request, repeats, results[plan.label], progress, lock)
+
+
+def _run_request(backend, plan, request, repeats, result, progress, lock, slot=None):
+    """One runner for some cells of one image (in slot ``slot``, if any); ``result`` counts them (under
+    ``lock``); the progress shows a slot's current cell: the first whose record has not appeared."""
     plan.out_dir.mkdir(parents=True, exist_ok=True)
+
+    def show_slot(cell):
+        if slot is not None:
+            progress.slot_running(slot, plan.label, cell)
 
     def on_record(cell, record):
         with lock:
@@ -357,33 +369,15 @@ def _run_request(backend, plan, request, repeats, result, progress, lock, slot):
             result.statuses[record.status.value] += 1
         progress.cell_finished(plan.label, cell, record)
         waiting = watcher.waiting
-        progress.slot_running(slot, plan.label, waiting[0].cell if waiting else None)
+        show_slot(waiting[0].cell if waiting else None)
 
     watcher = RecordWatcher(plan.out_dir, repeats, on_record, on_tick=progress.tick)
-    progress.slot_running(slot, plan.label, repeats[0].cell if repeats else None)
+    show_slot(repeats[0].cell if repeats else None)
     with watcher:
         exit_code = backend.run(request)
     with lock:
         result.exit_code = exit_code if exit_code or result.exit_code is None else result.exit_code
         result.missing += [cell.id for cell in watcher.waiting]
-
-
-def _run_image(backend, plan, result, matrix, options, gpus, environ, progress):
-    """Run one image's pending cells; ``result`` counts them as their records appear."""
-    progress.image_started(plan.label, len(plan.pending), plan.done)
-    if not plan.pending:
-        return
-    plan.out_dir.mkdir(parents=True, exist_ok=True)
-
-    def on_record(cell, record):
-        result.ran += 1
-        result.statuses[record.status.value] += 1
-        progress.cell_finished(plan.label, cell, record)
-
-    request = _request(plan, matrix, options, gpus, environ)
-    with RecordWatcher(plan.out_dir, plan.pending, on_record, on_tick=progress.tick) as watcher:
-        result.exit_code = backend.run(request)
-    result.missing = [repeat.id for repeat in watcher.waiting]
 
 
 def _request(plan, matrix, options, gpus, environ):

@@ -1,9 +1,10 @@
 """Running a run's pending cells on several slots at once (issue 15).
 
 A work unit is one model at one batch size: its pending repeats (every mode, dtype and repeat) in
-every image, run image after image by one slot, so a torch-version comparison of a cell (the same
-cell across images) never mixes two GPUs. Issue 15 proposed one model (all its batch sizes) per
-unit; the default matrix has only 11 models, too few to keep 8 slots busy to the end
+every image, run by one slot image after image (round by round when cells repeat: ``rounds``), so
+a torch-version comparison of a cell (the same cell across images) never mixes two GPUs. Issue 15
+proposed one model (all its batch sizes) per unit; the default matrix has only 11 models, too few
+to keep 8 slots busy to the end
 (benchmarks/results/sim_slots.md: 1.45-1.62x the ideal makespan at 8 slots with one-model units,
 1.04-1.21x with model x batch-size units), and no comparison the report makes crosses batch sizes.
 
@@ -52,6 +53,20 @@ class Unit:
     @property
     def cells(self) -> int:
         return sum(len(cells) for _, cells in self.parts)
+
+    def rounds(self) -> List[Tuple[Any, list]]:
+        """The unit's runners, in order: its parts round by round (``rounds``)."""
+        return rounds(self.parts)
+
+
+def rounds(parts: Sequence[Tuple[Any, list]]) -> List[Tuple[Any, list]]:
+    """``[(image work, repeats), ...]`` as they run: repeat index by repeat index, each image in turn
+    within one (repeat 0 in every image, then repeat 1 in every image, ...), so a load that drifts
+    during a run falls on every image's repeats alike instead of on one image's. With one repeat per
+    cell this is ``parts`` itself."""
+    indices = sorted({repeat.index for _, repeats in parts for repeat in repeats})
+    return [(plan, chosen) for index in indices for plan, repeats in parts
+            if (chosen := [repeat for repeat in repeats if repeat.index == index])]
 
 
 def unit_key(repeat) -> UnitKey:

@@ -71,7 +71,8 @@ class RecordingBackend(Backend):
     """Writes a record per requested repeat of a cell, in the request's order (status from
     ``statuses[model]``, default ok).
 
-    ``stop_after`` cells it raises KeyboardInterrupt (Ctrl-C mid-run); ``skip`` models get no record.
+    After ``stop_after`` repeats (over all its requests) it raises KeyboardInterrupt (Ctrl-C mid-run);
+    ``skip`` models get no record.
     """
 
     name = "recording"
@@ -79,7 +80,7 @@ class RecordingBackend(Backend):
     def __init__(self, statuses=None, stop_after=None, skip=(), gpus=False, exit_code=0):
         self.requests = []
         self.statuses = statuses or {}
-        self.stop_after = stop_after
+        self.stop_after, self.ran = stop_after, 0
         self.skip = set(skip)
         self.gpus = gpus
         self.exit_code = exit_code
@@ -90,9 +91,10 @@ class RecordingBackend(Backend):
     def run(self, request):
         self.requests.append(request)
         write_cells_file(request, path=request.work_dir() / CELLS_FILENAME)   # as every backend does
-        for done, repeat in enumerate(request.repeats()):
-            if self.stop_after is not None and done >= self.stop_after:
+        for repeat in request.repeats():
+            if self.stop_after is not None and self.ran >= self.stop_after:
                 raise KeyboardInterrupt
+            self.ran += 1
             if repeat.cell.model not in self.skip:
                 record = make_record(repeat.cell, self.statuses.get(repeat.cell.model, "ok"))
                 record.repeat = repeat.index

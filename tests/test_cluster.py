@@ -115,6 +115,21 @@ def test_the_driver_writes_each_gpu_types_records_in_its_folder_and_ships_no_sec
     assert FAKE_TOKEN not in (run_path / "run.json").read_text()
 
 
+def test_a_units_task_runs_its_images_in_turn_repeat_by_repeat(tmp_path, cluster):
+    data = dict(small_matrix_data(), gpu_types=["A100"])
+    matrix = load_matrix(write_matrix(tmp_path, data), Overrides(models=["vit"], batch_sizes=[1], modes=["eager"],
+                                                                 repeats=2))
+    run_matrix(matrix, RunOptions(results_root=tmp_path / "results", backend="ray", device="cpu"))
+    (task,) = [pickle.loads(shipped) for shipped in cluster.tasks]
+    assert [(r.image_name, [x.index for x in r.repeats()]) for r in task.requests] == [
+        ("stable", [0]), ("latest", [0]), ("stable", [1]), ("latest", [1])]
+    folder = tmp_path / "results" / "default" / "A100"
+    assert sorted(p.name for p in folder.glob("*/vit_*.json")) == ["vit_bs1_eager_float32.json",
+                                                                  "vit_bs1_eager_float32.json",
+                                                                  "vit_bs1_eager_float32.r1.json",
+                                                                  "vit_bs1_eager_float32.r1.json"]
+
+
 def test_a_lost_unit_is_crashed_records_naming_its_node_and_valid_against_the_schema(tmp_path, cluster):
     options = RunOptions(results_root=tmp_path / "results", backend="ray", device="cpu")
     summary = run_matrix(_matrix(tmp_path), options)

@@ -62,8 +62,21 @@ def test_the_seed_is_recorded_in_run_json_and_the_cells_file(matrix, tmp_path, m
     cells_file = json.loads((run_path / "latest" / "cells.json").read_text())
     assert cells_file["order_seed"] == 1234
     jsonschema.validate(cells_file, CELLS_SCHEMA)
-    plan = load_cells_file(run_path / "latest" / "cells.json")
-    assert plan.repeats == interleaved(expand_cells(matrix), 3, 1234) == backend.requests[0].repeats()
+    plan = load_cells_file(run_path / "latest" / "cells.json")   # the last runner's input: repeat 2
+    assert plan.repeats == backend.requests[-1].repeats()
+    ran = [repeat for request in backend.requests for repeat in request.repeats()]
+    assert ran == interleaved(expand_cells(matrix), 3, 1234)
+
+
+def test_images_take_turns_repeat_by_repeat(tmp_path, monkeypatch):
+    """Repeat 0 in every image, then repeat 1 in every image: a load that drifts during the run
+    falls on both sides of an image-vs-image comparison, not on one image's repeats."""
+    backend = use_backend(monkeypatch, RecordingBackend())
+    matrix = load_matrix(write_matrix(tmp_path), Overrides(repeats=2, models=["vit"], batch_sizes=[1]))
+    summary = run_matrix(matrix, _options(tmp_path, order_seed=5))
+    order = [(request.image_name, sorted({r.index for r in request.repeats()})) for request in backend.requests]
+    assert order == [("stable", [0]), ("latest", [0]), ("stable", [1]), ("latest", [1])]
+    assert summary.statuses() == {"ok": 8} and [image.ran for image in summary.images] == [4, 4]
 
 
 # --- records and resume --------------------------------------------------------------------

@@ -125,6 +125,20 @@ def test_units_go_longest_first_with_earlier_durations_before_the_model(tmp_path
                                                        ("a bs=1", MODEL_S["eager"]), ("b bs=4", MODEL_S["eager"])]
 
 
+def test_a_units_runners_take_turns_between_images_repeat_by_repeat(tmp_path):
+    from runner.core import Repeat
+
+    a0, b0 = repeat_of("a", "eager"), repeat_of("a", "default")
+    repeats = [a0, b0, Repeat(a0.cell, 1), Repeat(b0.cell, 1)]
+    stable, latest = Work(tmp_path / "stable", repeats, "stable"), Work(tmp_path / "latest", repeats, "latest")
+    (unit,) = make_units([stable, latest])
+    turns = [(plan.image_name, [(r.cell.mode, r.index) for r in chosen]) for plan, chosen in unit.rounds()]
+    assert turns == [("stable", [("eager", 0), ("default", 0)]), ("latest", [("eager", 0), ("default", 0)]),
+                     ("stable", [("eager", 1), ("default", 1)]), ("latest", [("eager", 1), ("default", 1)])]
+    (single,) = make_units([Work(tmp_path / "one", [a0, b0])])
+    assert single.rounds() == single.parts            # one repeat per cell: one runner per image, as before
+
+
 def test_estimates_take_the_newest_earlier_run_of_the_same_cell_image_and_torch(tmp_path):
     root = tmp_path / "results"
     a, b, c = repeat_of("a", "eager"), repeat_of("b", "eager"), repeat_of("c", "eager")
