@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from matrixbench.backends import backend_names
+from matrixbench.cluster import DEFAULT_NODE_BACKEND, NODE_BACKENDS
 from matrixbench.errors import MatrixbenchError
 from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.pending import pending_work, recorded_failures_line, run_dir, unreadable_lines
@@ -232,7 +233,7 @@ def _echo_build_line(image_name, line):
 @click.option("--ray-address", metavar="HOST:PORT",
               help="--backend ray: the Ray cluster's head (`ray start --head` prints it) [default: the "
                    "cluster this node belongs to].")
-@click.option("--node-backend", type=click.Choice(("docker", "local")), default="docker", show_default=True,
+@click.option("--node-backend", type=click.Choice(NODE_BACKENDS), default=DEFAULT_NODE_BACKEND, show_default=True,
               help="--backend ray: what runs the runner on each node: docker (images built on each node) "
                    "or local (the node's own interpreter and torch).")
 @click.option("--device", type=click.Choice(BY_NAME["device"].choices or ()), default=BY_NAME["device"].default,

@@ -34,7 +34,8 @@ ACCELERATOR_SHARE = 0.001
 # Passed to the runner at run time only (runtime_env on a cluster), never shipped in a task's arguments.
 RUNTIME_SECRETS = ("HF_TOKEN",)
 LOG_TAIL_CHARS = 20000
-NODE_BACKENDS = ("docker", "local")
+NODE_BACKENDS = ("docker", "local")   # --node-backend: what runs the runner on a node
+DEFAULT_NODE_BACKEND = "docker"        # the images, built on (or pulled to) every node
 JOIN_S = 0.2
 # What a record's placement says of a task's node (runner.schema RECORD_SCHEMA placement).
 NODE_KEYS = ("node_id", "node_ip", "gpu_type", "ray_gpu_ids")
@@ -77,7 +78,7 @@ class UnitTask:
     name: str                       # "A100 vit bs=1", for logs, progress and crashed records
     gpu_type: Optional[str]
     requests: Tuple[RunRequest, ...]
-    node_backend: str = "local"
+    node_backend: str               # one of NODE_BACKENDS
     run_name: str = "default"
 
 

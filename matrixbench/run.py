@@ -20,7 +20,7 @@ from matrixbench import run_folder
 from matrixbench.backends import create_backend
 from matrixbench.backends.base import RunRequest
 from matrixbench.calibrate import run_calibration
-from matrixbench.cluster import RUNTIME_SECRETS, ClusterRun, UnitPart, UnitTask, shippable
+from matrixbench.cluster import DEFAULT_NODE_BACKEND, RUNTIME_SECRETS, ClusterRun, UnitPart, UnitTask, shippable
 from matrixbench.errors import RunError
 from matrixbench.manifest import finish_manifest, read_manifest, start_manifest
 from matrixbench.matrix import runner_settings
@@ -61,7 +61,7 @@ class RunOptions:
     allow_busy_gpus: bool = False         # slots: run even where another process uses a slot's GPU
     order_seed: Optional[int] = None      # the seed of the run order; None: a fresh one (recorded in run.json)
     ray_address: Optional[str] = None     # --backend ray: the cluster's HOST:PORT (None: a cluster on this node)
-    node_backend: str = "docker"          # --backend ray: what runs the runner on each node (docker or local)
+    node_backend: str = DEFAULT_NODE_BACKEND   # --backend ray: what runs the runner on each node (NODE_BACKENDS)
 
 
 @dataclass
@@ -127,10 +127,17 @@ def run_matrix(matrix, options, progress=None, environ=None):
     progress = progress or NullProgress()
     environ = os.environ if environ is None else environ
     check_gpu_types(matrix, options.backend)
-    run_path = run_folder.prepare(run_dir(options.results_root, options.run_name))
-    with run_folder.RunLock(run_path, options.command) as lock:
-        _take_over(lock, run_path, progress)
-        summary = _run_locked(matrix, options, run_path, progress, environ)
+    check_backend_options(matrix, options)
+    backend = create_backend(options.backend, **_backend_settings(options))
+    try:
+        if matrix.gpu_types:
+            backend.check_gpu_types(matrix.gpu_types)   # before anything is written: Ray would wait forever
+        run_path = run_folder.prepare(run_dir(options.results_root, options.run_name))
+        with run_folder.RunLock(run_path, options.command) as lock:
+            _take_over(lock, run_path, progress)
+            summary = _run_with(backend, matrix, options, run_path, progress, environ)
+    finally:
+        backend.close()
     if summary.missing or summary.all_failed:
         raise RunError(summary.describe())
     return summary
@@ -153,19 +160,9 @@ def _backend_settings(options):
     return {"address": options.ray_address, "node_backend": options.node_backend}
 
 
-def _run_locked(matrix, options, run_path, progress, environ):
-    backend = create_backend(options.backend, **_backend_settings(options))
-    try:
-        return _run_with(backend, matrix, options, run_path, progress, environ)
-    finally:
-        backend.close()
-
-
 def _run_with(backend, matrix, options, run_path, progress, environ):
     for line in backend.stop_leftovers(run_path):
         progress.note(line)
-    if matrix.gpu_types:
-        backend.check_gpu_types(matrix.gpu_types)   # before anything is written: Ray would wait forever
     gpus = _resolve_gpus(backend, options.device, progress)
     seed = new_order_seed() if options.order_seed is None else options.order_seed
     plans = pending_work(matrix, run_path, force=options.force, retry_failed=options.retry_failed, order_seed=seed)
@@ -226,6 +223,26 @@ def check_gpu_types(matrix, backend_name):
         raise RunError(f"gpu_types {','.join(matrix.gpu_types)}: only --backend ray places work on GPU types "
                        f"(this is --backend {backend_name}); drop --gpu-types / gpu_types, or run on a Ray cluster "
                        "with --backend ray --ray-address HOST:PORT")
+
+
+def check_backend_options(matrix, options):
+    """Refuse what the chosen backend would ignore: the slot options under --backend ray (Ray gives each
+    task one GPU and that GPU's share of its node's cores), the cluster options without it."""
+    if options.backend == "ray":
+        ignored = [("--slots / slots", matrix.slots != AUTO), ("--calibrate / calibrate", matrix.calibrate),
+                   ("--exclusive-timing / exclusive_timing", matrix.exclusive_timing),
+                   ("--gpu", options.gpu is not None), ("--allow-busy-gpus", options.allow_busy_gpus)]
+        given = [name for name, set_ in ignored if set_]
+        if given:
+            raise RunError(f"{', '.join(given)}: not with --backend ray, which places each unit on one GPU Ray "
+                           "assigns, with that GPU's share of its node's cores; drop them, or run on one machine "
+                           "with --backend docker (README: Several machines)")
+        return
+    given = [name for name, set_ in [("--ray-address", options.ray_address is not None),
+                                     ("--node-backend", options.node_backend != DEFAULT_NODE_BACKEND)] if set_]
+    if given:
+        raise RunError(f"{', '.join(given)}: only with --backend ray (this is --backend {options.backend}); "
+                       "drop them, or add --backend ray")
 
 
 def _resolve_gpus(backend, device, progress):

@@ -20,6 +20,7 @@ from matrixbench.cluster import (
     shippable,
     task_resources,
 )
+from matrixbench.errors import RunError
 from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.run import RunOptions, run_matrix
 from runner.core import Status
@@ -159,7 +160,7 @@ def test_an_unknown_gpu_type_is_refused_before_anything_is_written(tmp_path, clu
     matrix = load_matrix(write_matrix(tmp_path), Overrides(gpu_types=["H100"]))
     with pytest.raises(UnknownGpuTypeError, match="has H100; its GPU types are A100, T4"):
         run_matrix(matrix, RunOptions(results_root=tmp_path / "results", backend="ray", device="cpu"))
-    assert not list((tmp_path / "results").rglob("*.json"))
+    assert not (tmp_path / "results").exists()   # not even an empty run folder
 
 
 def test_a_rerun_submits_nothing_already_recorded(tmp_path, cluster):
@@ -185,7 +186,7 @@ def test_a_retried_task_skips_what_the_driver_already_holds_and_runs_on_its_gpu(
     eager, default = expand_cells(matrix)
     request = RunRequest("latest", [eager, default], runner_settings(matrix, "cuda"), tmp_path, gpus=True,
                          env={"HF_TOKEN": FAKE_TOKEN, "A": "b"})
-    task = UnitTask("A100 vit bs=1", "A100", (shippable(request),))
+    task = UnitTask("A100 vit bs=1", "A100", (shippable(request),), "local")
     assert task.requests[0].env == {"A": "b"} and FAKE_TOKEN.encode() not in pickle.dumps(task)
     inner, emitted = RecordingBackend(), []
     node = {"node_id": "n1", "node_ip": "10.0.0.1", "gpu_type": "A100", "ray_gpu_ids": ["1"]}
@@ -214,3 +215,49 @@ def test_a_cancelled_task_stops_its_runner_even_inside_a_blocking_wait():
     assert interruptible(lambda: 7, stopped.set) == 7
     with pytest.raises(ValueError):
         interruptible(lambda: int("x"), stopped.set)
+
+
+def test_the_node_backend_is_declared_once():
+    import inspect
+
+    from click.testing import CliRunner
+
+    from matrixbench.backends.ray import RayBackend
+    from matrixbench.cli import main
+    from matrixbench.cluster import DEFAULT_NODE_BACKEND, NODE_BACKENDS, UnitTask
+
+    assert DEFAULT_NODE_BACKEND in NODE_BACKENDS
+    assert RunOptions().node_backend == DEFAULT_NODE_BACKEND
+    assert inspect.signature(RayBackend).parameters["node_backend"].default == DEFAULT_NODE_BACKEND
+    assert inspect.signature(UnitTask).parameters["node_backend"].default is inspect.Parameter.empty
+    help_text = CliRunner().invoke(main, ["run", "--help"], terminal_width=200).output
+    assert f"[{'|'.join(NODE_BACKENDS)}]" in help_text.replace(" ", "").replace("\n", "")
+    assert f"default: {DEFAULT_NODE_BACKEND}" in help_text
+
+
+@pytest.mark.parametrize("changes, named", [
+    ({"slots": 2}, "--slots"), ({"calibrate": True}, "--calibrate"), ({"exclusive_timing": True}, "--exclusive-timing"),
+])
+def test_slot_settings_are_refused_under_ray_naming_them(tmp_path, cluster, changes, named):
+    data = dict(small_matrix_data(), gpu_types=["A100"], **changes)
+    matrix = load_matrix(write_matrix(tmp_path, data))
+    with pytest.raises(RunError, match=f"{named}.*not with --backend ray"):
+        run_matrix(matrix, RunOptions(results_root=tmp_path / "results", backend="ray", device="cpu"))
+    assert cluster.tasks == [] and not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("changes, named", [({"gpu": "0"}, "--gpu"), ({"allow_busy_gpus": True}, "--allow-busy-gpus")])
+def test_gpu_choices_are_refused_under_ray_naming_them(tmp_path, cluster, changes, named):
+    options = RunOptions(results_root=tmp_path / "results", backend="ray", device="cpu", **changes)
+    with pytest.raises(RunError, match=f"{named}.*not with --backend ray"):
+        run_matrix(_matrix(tmp_path), options)
+
+
+@pytest.mark.parametrize("changes, named", [({"ray_address": "10.0.0.1:6379"}, "--ray-address"),
+                                            ({"node_backend": "local"}, "--node-backend")])
+def test_cluster_options_are_refused_without_ray(tmp_path, changes, named):
+    data = small_matrix_data()
+    options = RunOptions(results_root=tmp_path / "results", backend="local", device="cpu", **changes)
+    with pytest.raises(RunError, match=f"{named}: only with --backend ray"):
+        run_matrix(load_matrix(write_matrix(tmp_path, data)), options)
+    assert not (tmp_path / "results").exists()

@@ -26,10 +26,10 @@ def _venv():
     return VenvBackend()
 
 
-def _ray(address=None, node_backend="docker"):
+def _ray(**settings):
     from matrixbench.backends.ray import RayBackend  # imports ray only when it connects
 
-    return RayBackend(address=address, node_backend=node_backend)
+    return RayBackend(**settings)
 
 
 FACTORIES = {"docker": _docker, "local": _local, "venv": _venv, "ray": _ray}

@@ -103,7 +103,7 @@ class RayBackend(Backend):
 
     name = "ray"
 
-    def __init__(self, address=None, node_backend="docker", max_retries=MAX_RETRIES):
+    def __init__(self, address=None, node_backend=cluster.DEFAULT_NODE_BACKEND, max_retries=MAX_RETRIES):
         if node_backend not in cluster.NODE_BACKENDS:
             raise RunError(f"--node-backend {node_backend!r}: valid are {', '.join(cluster.NODE_BACKENDS)}")
         self.address = address
