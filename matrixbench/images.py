@@ -6,6 +6,7 @@ Each build is one matrix.Image (its fields already checked by the matrix schema)
 baked into the image. Images are labelled with the entry's ``content_hash()``, which
 `matrixbench run` compares with the matrix's to refuse a stale image.
 """
+import hashlib
 import io
 import re
 import tarfile
@@ -110,6 +111,7 @@ def build_spec(image, *, ca_bundle=None, index_url=None, extra_index_urls=(), ba
         docker_client.LABEL_IMAGE: image.name,
         docker_client.LABEL_TORCH: torch_label(image.torch),
         docker_client.LABEL_CONTENT_HASH: image.content_hash(),
+        docker_client.LABEL_RUNNER_HASH: runner_hash(),
     }
     buildargs["FIND_LINKS"] = ""  # the wheelhouse's URL, set for the build only (run_build)
     return BuildSpec(name=image.name, tag=image_tag(image.name), buildargs=buildargs, labels=labels,
@@ -146,6 +148,24 @@ def _redact_url(word):
     if not parts.scheme or "@" not in parts.netloc:
         return word
     return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
+
+
+def runner_hash():
+    """A short hash of the runner/ sources a build bakes in (as build_context adds them)."""
+    digest = hashlib.sha256()
+    root = resources.runner_dir()
+    for path in sorted(Path(root).rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and not path.name.endswith((".pyc", ".pyo")):
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def is_current(client, image):
+    """Docker has ``image``'s tag, built from this very matrix entry (its content-hash label) with this
+    runner (its runner-hash label): nothing a build would change."""
+    info = client.inspect_image(image_tag(image.name))
+    return info is not None and info.labels.get(docker_client.LABEL_CONTENT_HASH) == image.content_hash() \
+        and info.labels.get(docker_client.LABEL_RUNNER_HASH) == runner_hash()
 
 
 def run_build(client, plan, *, no_cache, emit):

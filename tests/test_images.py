@@ -278,3 +278,62 @@ def test_a_rebuild_discards_the_image_it_replaced(monkeypatch):
     images.build_images(MATRIX, ["stable"], on_progress=lambda *_: None)
     assert sdk.removed_images == [first]
     assert sdk.images_by_tag["matrixbench:stable"].id != first
+
+
+# --- images on a Ray node (backends.ray.build_on_node) ---------------------------------------
+
+def _current_labels(image, runner=None):
+    return {docker_client.LABEL_CONTENT_HASH: image.content_hash(),
+            docker_client.LABEL_RUNNER_HASH: runner or images.runner_hash()}
+
+
+def test_a_node_keeps_an_image_built_from_the_entry_and_this_runner(monkeypatch):
+    from docker_fakes import FakeImage
+    from matrixbench.backends.ray import build_on_node
+
+    sdk = FakeSDK(build_chunks=[{"stream": "Step 1/2 : FROM x\n"}])
+    sdk.images_by_tag["matrixbench:stable"] = FakeImage("matrixbench:stable", _current_labels(STABLE))
+    _fake_client(monkeypatch, sdk)
+    lines = build_on_node([STABLE])
+    assert sdk.build_calls == []
+    assert lines == [f"[stable] matrixbench:stable is up to date on this node (content hash {STABLE.content_hash()})"]
+
+
+@pytest.mark.parametrize("labels", [lambda: _current_labels(STABLE, runner="0" * 16),
+                                    lambda: _current_labels(NEWEST), lambda: {}],
+                         ids=["older-runner", "other-entry", "unlabelled"])
+def test_a_node_rebuilds_an_image_from_another_entry_or_runner(monkeypatch, labels):
+    from docker_fakes import FakeImage
+    from matrixbench.backends.ray import build_on_node
+
+    sdk = FakeSDK(build_chunks=[{"stream": "Step 1/2 : FROM x\n"}])
+    sdk.images_by_tag["matrixbench:stable"] = FakeImage("matrixbench:stable", labels())
+    sdk.images_by_tag["python:3.10-slim-bookworm"] = FakeImage("python:3.10-slim-bookworm", {})
+    _fake_client(monkeypatch, sdk)
+    build_on_node([STABLE])
+    (call,) = sdk.build_calls
+    assert call["labels"] == {**call["labels"], **_current_labels(STABLE)}   # the rebuild is current
+
+
+def test_a_failed_node_build_says_how_to_build_on_that_node(monkeypatch):
+    from docker_fakes import FakeImage
+    from matrixbench.backends.ray import build_on_node
+
+    sdk = FakeSDK(build_chunks=[{"error": "pip: no route to PyPI"}])
+    sdk.images_by_tag["python:3.10-slim-bookworm"] = FakeImage("python:3.10-slim-bookworm", {})
+    _fake_client(monkeypatch, sdk)
+    with pytest.raises(BuildError, match=r"no route to PyPI(.|\n)*matrixbench build --images stable` and the "
+                                         r"--ca-bundle"):
+        build_on_node([STABLE])
+
+
+def test_the_runner_hash_follows_the_runner_sources(tmp_path, monkeypatch):
+    (tmp_path / "core.py").write_text("A = 1\n")
+    monkeypatch.setattr(resources, "runner_dir", lambda: tmp_path)
+    first = images.runner_hash()
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "core.cpython-311.pyc").write_bytes(b"x")
+    assert images.runner_hash() == first                       # byte code is not the runner
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "tiny.json").write_text("{}")
+    assert images.runner_hash() != first                       # a shipped config is

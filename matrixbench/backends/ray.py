@@ -88,13 +88,24 @@ def node_task(task, board):
 
 
 def build_on_node(images):
-    """Build the matrix images on this node's Docker (as `matrixbench build` does); the log's last lines."""
+    """Have the matrix images on this node's Docker: an image already built from its matrix entry (its
+    content-hash label) is kept, any other is built as `matrixbench build` does; the log's last lines."""
     from matrixbench import docker_client
-    from matrixbench.images import build_spec, run_build
+    from matrixbench.images import build_spec, image_tag, is_current, run_build
 
     client, lines = docker_client.connect(), []
     for image in images:
-        run_build(client, build_spec(image), no_cache=False, emit=lambda name, line: lines.append(f"[{name}] {line}"))
+        if is_current(client, image):
+            lines.append(f"[{image.name}] {image_tag(image.name)} is up to date on this node "
+                         f"(content hash {image.content_hash()})")
+            continue
+        try:
+            run_build(client, build_spec(image), no_cache=False,
+                      emit=lambda name, line: lines.append(f"[{name}] {line}"))
+        except BuildError as exc:
+            raise BuildError(f"{exc}\nBuild it on this node with `matrixbench build --images {image.name}` and the "
+                             "--ca-bundle / --index-url / --base-image its network needs: the run then finds it "
+                             "up to date") from None
     return lines[-20:]
 
 
