@@ -1,0 +1,75 @@
+"""A real two-node Ray cluster on this machine whose nodes run the runner in Docker (``--node-backend
+docker``, the CLI's default): the docker-backed variant of tests/ray_cluster_script.py.
+
+Run by tests/test_backends_ray_docker.py as root inside ``unshare --net --pid --fork --kill-child
+--mount-proc``, after the test built the real-Docker test images outside the namespace:
+
+    python ray_docker_cluster_script.py WORK_DIR MATRIX OUT_JSON
+
+Ray binds only to the namespace's loopback; the nodes reach the host's Docker daemon through its unix
+socket, and the containers run in the daemon's own namespaces (the runner needs no network). Head:
+2 fake A100s on 127.0.0.1, second node: 1 fake T4 on 127.0.0.2. The driver runs one tiny model at
+batch 1, eager, in both images, on both GPU types: two units, each running both images on its node.
+It writes what it saw to OUT_JSON for the test to assert on.
+"""
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ray_cluster_script import BIN, HEAD, REPO, RUN_TIMEOUT_S, ray_env, raylets, start_cluster
+
+RUN = "docker-cluster"
+
+
+def driver(matrix, results, env, log_path):
+    argv = [str(BIN / "python"), "-m", "matrixbench.cli", "run", "--matrix", str(matrix), "--results", str(results),
+            "--run", RUN, "--backend", "ray", "--ray-address", f"{HEAD}:6379", "--device", "cpu",
+            "--gpu-types", "A100,T4", "--models", "resnet", "--modes", "eager"]
+    with open(log_path, "w") as log:
+        return subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO),
+                              timeout=RUN_TIMEOUT_S).returncode
+
+
+def matrixbench_containers():
+    """The names of the containers matrixbench labelled that Docker still has, running or not."""
+    done = subprocess.run(["docker", "ps", "-a", "--filter", "label=matrixbench", "--format", "{{.Names}}"],
+                          capture_output=True, text=True, timeout=60)
+    return [name for name in done.stdout.split() if name]
+
+
+def main(work, matrix, out_json):
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    work, started = Path(work), time.monotonic()
+    temp = tempfile.mkdtemp(prefix="mbrdk", dir="/tmp")   # short: Ray's socket paths must fit 107 bytes
+    env = ray_env(temp)
+    result = {"containers_before": matrixbench_containers()}
+    try:
+        start_cluster(temp, env)
+        result["cluster_up_s"] = time.monotonic() - started
+        result["nodes"] = {ip: node_id for ip, (_, node_id) in raylets().items()}
+        t0 = time.monotonic()
+        results = work / "results"
+        result["code"] = driver(matrix, results, env, work / "driver.log")
+        result["run_s"] = time.monotonic() - t0
+        result["records"] = {str(p.relative_to(results)): json.loads(p.read_text())
+                             for p in results.rglob("*.json") if p.name not in ("run.json", "cells.json")}
+        result["driver_log"] = (work / "driver.log").read_text()
+        result["containers_after"] = matrixbench_containers()
+    except Exception as exc:   # noqa: BLE001 -- reported in the result for the test's message
+        result["failure"] = f"{type(exc).__name__}: {exc}"
+        log = work / "driver.log"
+        result["driver_log"] = log.read_text() if log.exists() else ""
+    finally:
+        subprocess.run([str(BIN / "ray"), "stop", "--force"], env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=60)
+        result["total_s"] = time.monotonic() - started
+        Path(out_json).write_text(json.dumps(result, indent=1, sort_keys=True))
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])

@@ -1,0 +1,77 @@
+"""The ray backend with docker on the nodes (issue 16; ``--node-backend docker``, the CLI's default) on a
+real two-node Ray cluster on this machine: tests/ray_docker_cluster_script.py, as root in fresh network
+and PID namespaces, the nodes reaching the host's Docker daemon through its socket.
+
+The real-Docker test images (tests/test_docker_e2e.py's ``built``: torch 2.0.1 and 2.13) are built, or
+found current, outside the namespace first, so each node finds them by their content-hash and
+runner-hash labels and builds nothing. Skips, saying why, without Ray, root, unshare, Docker or the
+base images.
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from matrixbench.images import image_tag
+from test_backends_ray import _why_not
+from test_docker_e2e import MATRIX_PATH, TORCH, built, client  # noqa: F401 -- the e2e module's fixtures
+
+pytestmark = [pytest.mark.ray, pytest.mark.docker]
+
+HERE = Path(__file__).resolve().parent
+SCRIPT = HERE / "ray_docker_cluster_script.py"
+TIMEOUT_S = 1800
+CELL = "resnet-tiny_bs1_eager_float32.json"
+
+
+@pytest.fixture(scope="module")
+def docker_cluster_run(client, built, tmp_path_factory):  # noqa: F811 -- the e2e module's fixtures
+    why = _why_not()
+    if why:
+        pytest.skip(why)
+    work = tmp_path_factory.mktemp("raydocker")
+    out = work / "result.json"
+    argv = ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", sys.executable, str(SCRIPT),
+            str(work), str(MATRIX_PATH), str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert out.exists(), f"the cluster script wrote no result (exit {done.returncode}):\n{done.stderr[-4000:]}"
+    result = json.loads(out.read_text())
+    assert "records" in result, (f"the cluster script stopped early: {result.get('failure')}\n"
+                                 f"{result.get('driver_log', '')[-4000:]}\n{done.stderr[-4000:]}")
+    image_ids = {name: client.inspect_image(image_tag(name)).id for name in TORCH}
+    return result, image_ids
+
+
+def test_each_gpu_types_unit_runs_both_images_in_docker_on_its_node(docker_cluster_run):
+    result, image_ids = docker_cluster_run
+    assert result["code"] == 0, result["driver_log"][-4000:]
+    head, node = result["nodes"]["127.0.0.1"], result["nodes"]["127.0.0.2"]
+    expected = {f"docker-cluster/{gpu}/{image}/{CELL}" for gpu in ("A100", "T4") for image in TORCH}
+    assert set(result["records"]) == expected, sorted(result["records"])
+    for name, record in result["records"].items():
+        _, gpu_type, image, _ = name.split("/")
+        assert record["status"] == "ok", (name, record["error"])
+        assert record["environment"]["image_name"] == image
+        assert record["environment"]["image_id"] == image_ids[image]             # ran in the image, on Docker
+        assert record["environment"]["torch"].split("+")[0] == TORCH[image]
+        placement = record["placement"]
+        assert placement["gpu_type"] == gpu_type
+        assert placement["node_id"] == (head if gpu_type == "A100" else node)
+        assert placement["affinity"] == placement["cores"], (name, placement)   # the container saw its cores
+        assert record["device"] == "cpu"
+
+
+def test_the_nodes_found_the_images_current_and_built_nothing(docker_cluster_run):
+    result, _ = docker_cluster_run
+    log = result["driver_log"]
+    for ip in ("127.0.0.1", "127.0.0.2"):
+        for image in TORCH:
+            assert f"[{ip}] [{image}] {image_tag(image)} is up to date on this node" in log, log[-4000:]
+    assert "building matrixbench:" not in log
+
+
+def test_no_container_of_the_run_is_left(docker_cluster_run):
+    result, _ = docker_cluster_run
+    assert set(result["containers_after"]) <= set(result["containers_before"])
