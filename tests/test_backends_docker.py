@@ -307,3 +307,23 @@ def test_a_run_stops_what_a_killed_run_of_its_folder_left_running(sdk, tmp_path,
     assert killed.calls == ["stop", "remove"] and killed not in sdk.started_live
     assert progress.notes[0].startswith(
         f"stopped container {killed.id[:12]} (image stable): left running by a killed run")
+
+
+def test_a_ray_task_pins_its_container_to_the_gpu_ray_assigned_and_that_gpus_cores(sdk, tmp_path):
+    """A unit's request as its Ray task runs it (cluster.on_node) on a 4-GPU, 16-core node whose
+    Ray gave it GPU 2: DeviceRequest for GPU 2 only, the cores of GPU 2's quarter of the node."""
+    from matrixbench.cluster import node_slot, on_node, shippable
+    from runner.core import Repeat
+    from runner.records import PLACEMENT_ENV
+
+    shipped = shippable(request_for(tmp_path, gpus=True))
+    node = {"node_id": "f" * 56, "node_ip": "10.0.0.7", "gpu_type": "A100", "ray_gpu_ids": ["2"],
+            "node_gpus": 4, "busy": 2}
+    slot = node_slot(node["ray_gpu_ids"], node["node_gpus"], True, cores=range(16))
+    request = on_node(shipped, [Repeat(cell) for cell in CELLS], tmp_path / "scratch", node, slot, environ={})
+    backend(sdk).run(request)
+    kwargs = sdk.started[-1].kwargs
+    assert kwargs["device_requests"][0]["DeviceIDs"] == ["2"]
+    assert kwargs["cpuset_cpus"] == "8-11"
+    placement = json.loads(kwargs["environment"][PLACEMENT_ENV])
+    assert (placement["node_ip"], placement["ray_gpu_ids"], placement["gpu_type"]) == ("10.0.0.7", ["2"], "A100")
