@@ -4,9 +4,9 @@ and what the driver writes when a unit is lost. ``matrixbench.backends.ray`` mov
 A task is one unit of the scheduler (``matrixbench.scheduler.Unit``: one model at one batch size,
 its pending repeats in every image) on one GPU type. It carries one RunRequest per image, made on
 the driver exactly as a local run makes it, minus run-time secrets (HF_TOKEN reaches the node only
-through the task's runtime environment) and minus the driver's paths; on its node it runs them one
-after another through the node's backend (local or docker), in a scratch folder, pinned to the GPU
-ids Ray assigned, and hands back every record it finds there.
+when the task fetches it from the driver's Board actor as it starts) and minus the driver's paths;
+on its node it runs them one after another through the node's backend (local or docker), in a
+scratch folder, pinned to the GPU ids Ray assigned, and hands back every record it finds there.
 """
 import dataclasses
 import os
@@ -31,7 +31,8 @@ from runner.schema import read_record, record_path, write_json_atomic, write_rec
 # RESOURCE_CONSTRAINT_PREFIX); a task asks for a sliver of it, as Ray's own accelerator_type= does.
 ACCELERATOR_PREFIX = "accelerator_type:"
 ACCELERATOR_SHARE = 0.001
-# Passed to the runner at run time only (runtime_env on a cluster), never shipped in a task's arguments.
+# Passed to the runner at run time only (on a cluster: fetched by the task from the driver's Board actor),
+# never shipped in a task's arguments or runtime environment.
 RUNTIME_SECRETS = ("HF_TOKEN",)
 LOG_TAIL_CHARS = 20000
 NODE_BACKENDS = ("docker", "local")   # --node-backend: what runs the runner on a node
@@ -83,8 +84,8 @@ class UnitTask:
 
 
 def shippable(request: RunRequest) -> RunRequest:
-    """A request as a task carries it: without run-time secrets (the node reads its own, from the
-    runtime environment) and without the driver's folders (the node has its own)."""
+    """A request as a task carries it: without run-time secrets (the task fetches them from the
+    driver's Board actor as it starts) and without the driver's folders (the node has its own)."""
     env = {key: value for key, value in request.env.items() if key not in RUNTIME_SECRETS}
     return dataclasses.replace(request, env=env, out_dir=Path(request.image_name), hf_cache_dir=None,
                                cache_dir=None if request.cache_dir is None else Path(request.image_name))

@@ -15,6 +15,7 @@ writes what it saw to OUT_JSON for the test to assert on.
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -32,13 +33,17 @@ KILL_AFTER = "T4/latest/resnet-tiny_bs1_eager_float32.json"
 HANGING_UNIT_STARTED = "T4 resnet bs=2: started on node 127.0.0.2"
 START_ATTEMPTS = 3
 RUN_TIMEOUT_S = 600   # generous: on a loaded 2-core machine everything here runs several times slower
+# Ray's token authentication, as the README tells users to run a cluster: every node and driver has it
+AUTH_TOKEN = secrets.token_hex(32)
 
 
 def ray_env(temp):
     env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0",
                RAY_health_check_period_ms="1000", RAY_health_check_failure_threshold="10",
-               RAY_health_check_initial_delay_ms="0", RAY_TMPDIR=temp, TMPDIR=temp)
-    env.pop("HF_TOKEN", None)
+               RAY_health_check_initial_delay_ms="0", RAY_TMPDIR=temp, TMPDIR=temp,
+               RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=AUTH_TOKEN)
+    for name in ("HF_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        env.pop(name, None)
     return env
 
 
@@ -99,9 +104,13 @@ def main(work, matrix, out_json):
         process, log = driver(matrix, work / "results-unknown", "A100,H100", env, work / "unknown.log")
         code = process.wait(timeout=RUN_TIMEOUT_S)
         written = sorted(str(p.relative_to(work)) for p in (work / "results-unknown").rglob("*.json"))
-        result["unknown"] = {"code": code, "output": (work / "unknown.log").read_text(), "results": written}
+        result["unknown"] = {"code": code, "output": (work / "unknown.log").read_text(), "results": written,
+                             "results_folder": (work / "results-unknown").exists()}
         log.close()
         result["unknown_s"] = time.monotonic() - t0
+        result["unauthenticated"] = {name: unauthenticated(matrix, work, env, name, drop)
+                                     for name, drop in (("no_token", ("RAY_AUTH_TOKEN",)),
+                                                        ("no_auth_mode", ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE")))}
 
         t0 = time.monotonic()
         results = work / "results"
@@ -112,6 +121,7 @@ def main(work, matrix, out_json):
             time.sleep(0.2)   # the T4 node's first record is in, its unit with the hanging cell has started
         time.sleep(1.0)
         before = {str(p.relative_to(results)): sha(p) for p in results.rglob("*.json") if p.name != "run.json"}
+        result["runners_with_token"] = runners_with(f"HF_TOKEN={FAKE_TOKEN}")
         pid, node_id = raylets()[NODE]
         os.kill(pid, signal.SIGKILL)
         result["killed"] = {"ip": NODE, "node_id": node_id, "at_s": time.monotonic() - t0}
@@ -136,6 +146,18 @@ def main(work, matrix, out_json):
         Path(out_json).write_text(json.dumps(result, indent=1, sort_keys=True))
 
 
+def unauthenticated(matrix, work, env, name, drop):
+    """A driver without the cluster's token (``drop``: the environment variables it lacks)."""
+    t0 = time.monotonic()
+    results = work / f"results-{name}"
+    process, log = driver(matrix, results, "A100", {k: v for k, v in env.items() if k not in drop},
+                          work / f"{name}.log")
+    code = process.wait(timeout=RUN_TIMEOUT_S)
+    log.close()
+    return {"code": code, "output": (work / f"{name}.log").read_text(), "s": time.monotonic() - t0,
+            "results_folder": results.exists()}
+
+
 def interrupt(matrix, results, env, work):
     """Ctrl-C on a driver once its first record is in (the other unit hangs): what stays behind."""
     t0 = time.monotonic()
@@ -153,6 +175,19 @@ def interrupt(matrix, results, env, work):
                         for p in folder.rglob("*.json") if p.name not in ("run.json", "cells.json")},
             "manifest": json.loads((folder / "run.json").read_text()).get("status"),
             "runners_left": [" ".join(argv) for argv in commands() if argv[1:3] == ["-m", "runner"]]}
+
+
+def runners_with(assignment):
+    """How many running runners have ``assignment`` ("NAME=value") in their environment."""
+    found = 0
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        found += argv[1:3] == [b"-m", b"runner"] and assignment.encode() in environ
+    return found
 
 
 def commands():

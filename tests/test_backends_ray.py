@@ -77,7 +77,7 @@ def test_an_unknown_gpu_type_fails_before_anything_runs_naming_the_clusters_type
     unknown = cluster_run["unknown"]
     assert unknown["code"] == 5
     assert "no node of the Ray cluster at 127.0.0.1:6379 has H100; its GPU types are A100, T4" in unknown["output"]
-    assert unknown["results"] == []   # no record, no run.json: refused before the run started
+    assert unknown["results"] == [] and not unknown["results_folder"]   # refused before the run started
     assert cluster_run["unknown_s"] < 120
 
 
@@ -108,8 +108,10 @@ def test_a_killed_node_keeps_every_returned_record_and_its_lost_cell_is_crashed_
     assert "started on node 127.0.0.2" in cluster_run["driver_log"]
 
 
-def test_hf_token_reaches_no_record_and_no_log(cluster_run):
+def test_hf_token_reaches_the_nodes_runners_and_no_record_and_no_log(cluster_run):
+    assert cluster_run["runners_with_token"] >= 1        # the hanging unit's runner, at the kill
     assert cluster_run["files_with_token"] == []
+    assert cluster_run["ray_logs_with_token"] == []      # not even Ray's own logs on the nodes
     assert FAKE_TOKEN not in cluster_run["driver_log"]
 
 
@@ -121,3 +123,12 @@ def test_ctrl_c_cancels_the_outstanding_units_keeps_the_records_and_stops_their_
     assert stopped["manifest"] == "interrupted"
     assert re.search(r"cancelling [12] outstanding unit\(s\)", stopped["output"])   # 2: bs=1's task not back yet
     assert stopped["runners_left"] == []   # the cancelled task stopped its runner
+
+
+@pytest.mark.parametrize("missing", ["no_token", "no_auth_mode"])
+def test_a_driver_without_the_clusters_token_is_refused_saying_how_to_give_it(cluster_run, missing):
+    refused = cluster_run["unauthenticated"][missing]
+    assert refused["code"] == 5, refused["output"][-3000:]
+    assert "Traceback" not in refused["output"]
+    assert "RAY_AUTH_TOKEN" in refused["output"] and "README: Several machines" in refused["output"]
+    assert not refused["results_folder"]

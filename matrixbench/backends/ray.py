@@ -13,6 +13,7 @@ of retries, or whose GPU type has no node left, gets ``crashed`` records naming 
 cancels what is outstanding and keeps every record that arrived.
 """
 import logging
+import os
 import time
 from typing import Any, Dict, List, Optional
 
@@ -38,9 +39,11 @@ def _ray():
 
 
 class Board:
-    """An actor on the driver's node: where each task started, and each record as its node wrote it."""
+    """An actor on the driver's node: where each task started, and each record as its node wrote it;
+    it hands the run-time secrets (HF_TOKEN) to each task as the task starts (``secrets``)."""
 
-    def __init__(self):
+    def __init__(self, secrets=None):
+        self._secrets: Dict[str, str] = dict(secrets or {})
         self._events: List[tuple] = []
         self._done: Dict[str, set] = {}
         self._running: Dict[str, set] = {}
@@ -67,6 +70,11 @@ class Board:
         events, self._events = self._events, []
         return events
 
+    def secrets(self):
+        """The driver's run-time secrets: fetched by each task at run time, so they are never in a task's
+        arguments or its runtime environment (which Ray's runtime_env agent writes to its log)."""
+        return dict(self._secrets)
+
 
 def node_task(task, board):
     """One unit on the node Ray chose: run it, streaming records to ``board``; return them all."""
@@ -78,10 +86,12 @@ def node_task(task, board):
     node_gpus = next((n["Resources"].get("GPU", 0) for n in ray.nodes() if n["NodeID"] == node_id), 0)
     node.update(node_gpus=node_gpus, busy=ray.get(board.started.remote(task.name, node)))
     done = ray.get(board.recorded.remote(task.name))
+    environ = {**os.environ, **ray.get(board.secrets.remote())}
     slot = cluster.node_slot(gpu_ids, node_gpus, any(request.gpus for request in task.requests))
     try:
         result = cluster.run_unit_here(task, node, slot, done,
-                                       lambda image, data: board.record.remote(task.name, image, data))
+                                       lambda image, data: board.record.remote(task.name, image, data),
+                                       environ=environ)
     finally:
         board.finished.remote(task.name, node)
     return {"node": cluster.placement_of(node), "records": result.records, "logs": result.logs}
@@ -131,9 +141,15 @@ class RayBackend(Backend):
             try:
                 ray.init(address=self.address or "auto", namespace=NAMESPACE, log_to_driver=False,
                          logging_level=logging.WARNING)
+            except ray.exceptions.AuthenticationError as exc:
+                raise RunError(f"--ray-address {self.address}: the cluster uses token authentication and this "
+                               f"driver has no token ({str(exc).split('.')[0]}); give it the cluster's token: "
+                               "RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token (README: Several machines)"
+                               ) from None
             except ConnectionError as exc:
-                raise RunError(f"--ray-address {self.address}: no Ray cluster answers ({exc}); start one with "
-                               "`ray start --head` (README: Several machines)") from exc
+                raise RunError(f"--ray-address {self.address}: no Ray cluster answers ({exc}). Start one with "
+                               "`ray start --head`; a cluster with token authentication also refuses a driver "
+                               "without RAY_AUTH_MODE=token and its RAY_AUTH_TOKEN (README: Several machines)") from exc
         return ray
 
     def gpus_available(self):
@@ -167,14 +183,12 @@ class RayBackend(Backend):
     def run_units(self, run: cluster.ClusterRun, secrets: Dict[str, str], note=print):
         """Submit every task of ``run``; follow them until each has returned, failed or been given up."""
         ray = self._connect()
-        board = self._board(ray)
+        board = self._board(ray, secrets)
         remote = ray.remote(node_task)
         refs = {}
         for index, task in enumerate(run.tasks):
             options = dict(cluster.task_resources(task.gpu_type, run.gpus), max_retries=self.max_retries,
                            retry_exceptions=False)
-            if secrets:
-                options["runtime_env"] = {"env_vars": dict(secrets)}   # never in the task's arguments
             refs[remote.options(**options).remote(task, board)] = index
         note(f"submitted {len(refs)} unit(s) to the Ray cluster")
         try:
@@ -188,9 +202,9 @@ class RayBackend(Backend):
         if ray.is_initialized():
             ray.shutdown()
 
-    def _board(self, ray):
+    def _board(self, ray, secrets):
         here = ray.get_runtime_context().get_node_id()
-        return ray.remote(Board).options(num_cpus=0, scheduling_strategy=_on(here)).remote()
+        return ray.remote(Board).options(num_cpus=0, scheduling_strategy=_on(here)).remote(secrets)
 
     def _follow(self, ray, refs, board, run, note):
         checked = time.monotonic()
