@@ -236,6 +236,9 @@ def _echo_build_line(image_name, line):
 @click.option("--node-backend", type=click.Choice(NODE_BACKENDS), default=DEFAULT_NODE_BACKEND, show_default=True,
               help="--backend ray: what runs the runner on each node: docker (images built on each node) "
                    "or local (the node's own interpreter and torch).")
+@click.option("--registry", metavar="HOST:PORT",
+              help="--backend ray with docker nodes: push the images built here to this registry once; each node "
+                   "pulls them (instead of building them) and checks them before running.")
 @click.option("--device", type=click.Choice(BY_NAME["device"].choices or ()), default=BY_NAME["device"].default,
               show_default=True, help=BY_NAME["device"].help)
 @click.option("--force", is_flag=True, help="Rerun cells that already have a record.")
@@ -252,8 +255,8 @@ def _echo_build_line(image_name, line):
               "uses a slot's GPU (nvidia-smi --query-compute-apps); its timings are then disturbed.")
 @click.option("--dry-run", is_flag=True, help="Print the cells that would run, and run nothing.")
 @handles_errors
-def run(matrix_path, run_name, results_root, backend, ray_address, node_backend, device, force, retry_failed, cold,
-        cache_root, hf_cache_dir, note, gpu, allow_busy_gpus, dry_run, **options):
+def run(matrix_path, run_name, results_root, backend, ray_address, node_backend, registry, device, force, retry_failed,
+        cold, cache_root, hf_cache_dir, note, gpu, allow_busy_gpus, dry_run, **options):
     """Run the matrix's cells that have no record yet (HF_TOKEN is passed on, never printed)."""
     matrix = _load(matrix_path, _overrides(options))
     if dry_run:
@@ -264,7 +267,7 @@ def run(matrix_path, run_name, results_root, backend, ray_address, node_backend,
         run_name=run_name, results_root=results_root, backend=backend, device=device, force=force,
         retry_failed=retry_failed, cold=cold, cache_root=cache_root, hf_cache_dir=hf_cache_dir,
         note=note, command=tuple(["matrixbench", *sys.argv[1:]]), gpu=gpu, allow_busy_gpus=allow_busy_gpus,
-        ray_address=ray_address, node_backend=node_backend,
+        ray_address=ray_address, node_backend=node_backend, registry=registry,
     )
     summary = run_matrix(matrix, run_options, progress=make_progress())
     click.echo(summary.describe())

@@ -246,6 +246,36 @@ class DockerClient:
     def remove_image(self, tag):
         self._sdk.images.remove(tag, force=True)
 
+    def tag_image(self, source, target):
+        """Give the local image ``source`` the name ``target`` ("host:port/repo:tag")."""
+        repository, _, tag = target.rpartition(":")
+        self._sdk.images.get(source).tag(repository, tag)
+
+    def push_image(self, reference, emit):
+        """Push ``reference`` to its registry, ``emit(line)`` per status line; None when done, else why not."""
+        from docker.errors import DockerException
+
+        repository, _, tag = reference.rpartition(":")
+        try:
+            for chunk in self._sdk.api.push(repository, tag=tag, stream=True, decode=True):
+                if "error" in chunk:
+                    return chunk["error"]
+                if chunk.get("status") and not chunk.get("progressDetail"):
+                    emit(" ".join(str(chunk[key]) for key in ("id", "status") if chunk.get(key)))
+        except DockerException as exc:
+            return str(exc)
+        return None
+
+    def pull_image(self, reference):
+        """Pull ``reference`` (even when a local image has its name); None when done, else why not."""
+        from docker.errors import DockerException
+
+        try:
+            self._sdk.images.pull(reference)
+        except DockerException as exc:
+            return str(exc)
+        return None
+
     def discard_image(self, image_id):
         """Remove an image a rebuild replaced; one still in use (or gone) is left alone."""
         from docker.errors import APIError

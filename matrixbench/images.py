@@ -160,12 +160,17 @@ def runner_hash():
     return digest.hexdigest()[:16]
 
 
-def is_current(client, image):
-    """Docker has ``image``'s tag, built from this very matrix entry (its content-hash label) with this
+def built_from(labels, image):
+    """An image with ``labels`` was built from this very matrix entry (its content-hash label) with this
     runner (its runner-hash label): nothing a build would change."""
+    return (labels.get(docker_client.LABEL_CONTENT_HASH) == image.content_hash()
+            and labels.get(docker_client.LABEL_RUNNER_HASH) == runner_hash())
+
+
+def is_current(client, image):
+    """Docker has ``image``'s tag, built from this very matrix entry with this runner (``built_from``)."""
     info = client.inspect_image(image_tag(image.name))
-    return info is not None and info.labels.get(docker_client.LABEL_CONTENT_HASH) == image.content_hash() \
-        and info.labels.get(docker_client.LABEL_RUNNER_HASH) == runner_hash()
+    return info is not None and built_from(info.labels, image)
 
 
 def run_build(client, plan, *, no_cache, emit):

@@ -62,6 +62,7 @@ class RunOptions:
     order_seed: Optional[int] = None      # the seed of the run order; None: a fresh one (recorded in run.json)
     ray_address: Optional[str] = None     # --backend ray: the cluster's HOST:PORT (None: a cluster on this node)
     node_backend: str = DEFAULT_NODE_BACKEND   # --backend ray: what runs the runner on each node (NODE_BACKENDS)
+    registry: Optional[str] = None        # --backend ray, docker nodes: push images to HOST:PORT, nodes pull them
 
 
 @dataclass
@@ -157,7 +158,7 @@ def _backend_settings(options):
     """What a backend needs beyond a name: only the ray backend takes any (its cluster, its node backend)."""
     if options.backend != "ray":
         return {}
-    return {"address": options.ray_address, "node_backend": options.node_backend}
+    return {"address": options.ray_address, "node_backend": options.node_backend, "registry": options.registry}
 
 
 def _run_with(backend, matrix, options, run_path, progress, environ):
@@ -237,9 +238,13 @@ def check_backend_options(matrix, options):
             raise RunError(f"{', '.join(given)}: not with --backend ray, which places each unit on one GPU Ray "
                            "assigns, with that GPU's share of its node's cores; drop them, or run on one machine "
                            "with --backend docker (README: Several machines)")
+        if options.registry and options.node_backend != "docker":
+            raise RunError(f"--registry {options.registry}: images go through a registry only to docker nodes "
+                           f"(this is --node-backend {options.node_backend}); drop --registry")
         return
     given = [name for name, set_ in [("--ray-address", options.ray_address is not None),
-                                     ("--node-backend", options.node_backend != DEFAULT_NODE_BACKEND)] if set_]
+                                     ("--node-backend", options.node_backend != DEFAULT_NODE_BACKEND),
+                                     ("--registry", options.registry is not None)] if set_]
     if given:
         raise RunError(f"{', '.join(given)}: only with --backend ray (this is --backend {options.backend}); "
                        "drop them, or add --backend ray")

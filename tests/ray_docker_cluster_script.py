@@ -4,13 +4,14 @@ docker``, the CLI's default): the docker-backed variant of tests/ray_cluster_scr
 Run by tests/test_backends_ray_docker.py as root inside ``unshare --net --pid --fork --kill-child
 --mount-proc``, after the test built the real-Docker test images outside the namespace:
 
-    python ray_docker_cluster_script.py WORK_DIR MATRIX OUT_JSON
+    python ray_docker_cluster_script.py WORK_DIR MATRIX OUT_JSON REGISTRY
 
 Ray binds only to the namespace's loopback; the nodes reach the host's Docker daemon through its unix
 socket, and the containers run in the daemon's own namespaces (the runner needs no network). Head:
 2 fake A100s on 127.0.0.1, second node: 1 fake T4 on 127.0.0.2. The driver runs one tiny model at
 batch 1, eager, in both images, on both GPU types: two units, each running both images on its node.
-It writes what it saw to OUT_JSON for the test to assert on.
+Then the same run again under another name with ``--registry REGISTRY`` (a registry the test started on
+the host's loopback, where the Docker daemon pushes and pulls). It writes what it saw to OUT_JSON.
 """
 import json
 import shutil
@@ -25,9 +26,9 @@ from ray_cluster_script import BIN, HEAD, REPO, RUN_TIMEOUT_S, ray_env, raylets,
 RUN = "docker-cluster"
 
 
-def driver(matrix, results, env, log_path):
+def driver(matrix, results, env, log_path, run=RUN, extra=()):
     argv = [str(BIN / "python"), "-m", "matrixbench.cli", "run", "--matrix", str(matrix), "--results", str(results),
-            "--run", RUN, "--backend", "ray", "--ray-address", f"{HEAD}:6379", "--device", "cpu",
+            "--run", run, *extra, "--backend", "ray", "--ray-address", f"{HEAD}:6379", "--device", "cpu",
             "--gpu-types", "A100,T4", "--models", "resnet", "--modes", "eager"]
     with open(log_path, "w") as log:
         return subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO),
@@ -41,7 +42,7 @@ def matrixbench_containers():
     return [name for name in done.stdout.split() if name]
 
 
-def main(work, matrix, out_json):
+def main(work, matrix, out_json, registry):
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     work, started = Path(work), time.monotonic()
     temp = tempfile.mkdtemp(prefix="mbrdk", dir="/tmp")   # short: Ray's socket paths must fit 107 bytes
@@ -59,6 +60,14 @@ def main(work, matrix, out_json):
                              for p in results.rglob("*.json") if p.name not in ("run.json", "cells.json")}
         result["driver_log"] = (work / "driver.log").read_text()
         result["containers_after"] = matrixbench_containers()
+        t0 = time.monotonic()
+        pulled = work / "registry"
+        result["registry"] = {"code": driver(matrix, pulled, env, work / "registry.log", run=f"{RUN}-registry",
+                                             extra=("--registry", registry))}
+        result["registry"].update(
+            s=time.monotonic() - t0, log=(work / "registry.log").read_text(),
+            records={str(p.relative_to(pulled)): json.loads(p.read_text())
+                     for p in pulled.rglob("*.json") if p.name not in ("run.json", "cells.json")})
     except Exception as exc:   # noqa: BLE001 -- reported in the result for the test's message
         result["failure"] = f"{type(exc).__name__}: {exc}"
         log = work / "driver.log"
@@ -72,4 +81,4 @@ def main(work, matrix, out_json):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

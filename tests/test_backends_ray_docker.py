@@ -4,8 +4,9 @@ and PID namespaces, the nodes reaching the host's Docker daemon through its sock
 
 The real-Docker test images (tests/test_docker_e2e.py's ``built``: torch 2.0.1 and 2.13) are built, or
 found current, outside the namespace first, so each node finds them by their content-hash and
-runner-hash labels and builds nothing. Skips, saying why, without Ray, root, unshare, Docker or the
-base images.
+runner-hash labels and builds nothing. A second run with ``--registry`` (Debian's docker-registry on
+the host's loopback, tests/test_registry.py's fixture) pushes both images once and has every node pull
+them. Skips, saying why, without Ray, root, unshare, Docker, docker-registry or the base images.
 """
 import json
 import subprocess
@@ -17,25 +18,31 @@ import pytest
 from matrixbench.images import image_tag
 from test_backends_ray import _why_not
 from test_docker_e2e import MATRIX_PATH, TORCH, built, client  # noqa: F401 -- the e2e module's fixtures
+from test_registry import registry_address  # noqa: F401 -- a real registry on the host's loopback
 
 pytestmark = [pytest.mark.ray, pytest.mark.docker]
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "ray_docker_cluster_script.py"
-TIMEOUT_S = 1800
+TIMEOUT_S = 2400   # the registry run pushes both torch images (5.4 GB): 6.5 min on the idle dev machine
 CELL = "resnet-tiny_bs1_eager_float32.json"
 
 
 @pytest.fixture(scope="module")
-def docker_cluster_run(client, built, tmp_path_factory):  # noqa: F811 -- the e2e module's fixtures
+def docker_cluster_run(client, built, registry_address, tmp_path_factory):  # noqa: F811 -- imported fixtures
     why = _why_not()
     if why:
         pytest.skip(why)
     work = tmp_path_factory.mktemp("raydocker")
     out = work / "result.json"
     argv = ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", sys.executable, str(SCRIPT),
-            str(work), str(MATRIX_PATH), str(out)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
+            str(work), str(MATRIX_PATH), str(out), registry_address]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
+    finally:
+        for name in TORCH:   # the registry's names for the images; the images keep their own
+            if client.inspect_image(f"{registry_address}/{image_tag(name)}") is not None:
+                client.remove_image(f"{registry_address}/{image_tag(name)}")
     assert out.exists(), f"the cluster script wrote no result (exit {done.returncode}):\n{done.stderr[-4000:]}"
     result = json.loads(out.read_text())
     assert "records" in result, (f"the cluster script stopped early: {result.get('failure')}\n"
@@ -75,3 +82,21 @@ def test_the_nodes_found_the_images_current_and_built_nothing(docker_cluster_run
 def test_no_container_of_the_run_is_left(docker_cluster_run):
     result, _ = docker_cluster_run
     assert set(result["containers_after"]) <= set(result["containers_before"])
+
+
+def test_with_a_registry_the_driver_pushes_once_and_each_node_pulls_and_runs_the_same_images(docker_cluster_run,
+                                                                                          registry_address):  # noqa: F811
+    result, image_ids = docker_cluster_run
+    pulled = result["registry"]
+    assert pulled["code"] == 0, pulled["log"][-4000:]
+    log = pulled["log"]
+    for image in TORCH:
+        source = f"{registry_address}/{image_tag(image)}"
+        assert log.count(f"[{image}] pushed {source}") == 1                      # once, from the driver
+        for ip in ("127.0.0.1", "127.0.0.2"):
+            assert f"[{ip}] [{image}] pulled {source} as {image_tag(image)}" in log   # by every GPU node
+    assert "is up to date on this node" not in log                               # no build-on-node step
+    assert len(pulled["records"]) == 4
+    for name, record in pulled["records"].items():
+        image = name.split("/")[2]
+        assert record["status"] == "ok" and record["environment"]["image_id"] == image_ids[image]

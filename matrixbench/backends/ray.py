@@ -119,16 +119,26 @@ def build_on_node(images):
     return lines[-20:]
 
 
+def pull_on_node(images, registry):
+    """Pull the matrix images from ``registry`` into this node's Docker, checked (matrixbench.registry)."""
+    from matrixbench import docker_client
+    from matrixbench import registry as through
+
+    return through.fetch(docker_client.connect(), images, registry)
+
+
 class RayBackend(Backend):
     """Units as Ray tasks; on each node the ``node_backend`` (docker or local) runs the runner."""
 
     name = "ray"
 
-    def __init__(self, address=None, node_backend=cluster.DEFAULT_NODE_BACKEND, max_retries=MAX_RETRIES):
+    def __init__(self, address=None, node_backend=cluster.DEFAULT_NODE_BACKEND, max_retries=MAX_RETRIES,
+                 registry=None):
         if node_backend not in cluster.NODE_BACKENDS:
             raise RunError(f"--node-backend {node_backend!r}: valid are {', '.join(cluster.NODE_BACKENDS)}")
         self.address = address
         self.node_backend = node_backend
+        self.registry = registry
         self.max_retries = max_retries
 
     def describe(self):
@@ -159,23 +169,31 @@ class RayBackend(Backend):
         cluster.check_gpu_types(gpu_types, self._connect().cluster_resources(), self.address or "")
 
     def prepare(self, images, emit=None):
-        """With docker on the nodes: build the images on every GPU node, as a Ray task each (the docker
-        backend then checks each image's content hash on its node before running)."""
+        """With docker on the nodes: have the images on every GPU node, as a Ray task each: found current
+        or built there, or (``registry``) pushed once from here and pulled there. The docker backend then
+        checks each image's content hash on its node before running."""
         if self.node_backend != "docker" or not images:
             return
+        emit = emit or (lambda name, text: None)
         ray = self._connect()
-        build = ray.remote(build_on_node)
+        if self.registry:
+            from matrixbench import docker_client, registry
+
+            registry.publish(docker_client.connect(), images, self.registry, emit)
+            work, args = ray.remote(pull_on_node), (list(images), self.registry)
+        else:
+            work, args = ray.remote(build_on_node), (list(images),)
         nodes = [node for node in ray.nodes() if node["Alive"] and node["Resources"].get("GPU")]
-        refs = {build.options(num_cpus=1, scheduling_strategy=_on(node["NodeID"])).remote(list(images)): node
+        refs = {work.options(num_cpus=1, scheduling_strategy=_on(node["NodeID"])).remote(*args): node
                 for node in nodes}
         for ref, node in refs.items():
             try:
                 lines = ray.get(ref)
             except ray.exceptions.RayError as exc:
-                raise BuildError(f"building the images on node {node['NodeManagerAddress']} failed: "
+                raise BuildError(f"having the images on node {node['NodeManagerAddress']} failed: "
                                  f"{_cause(exc)}") from None
             for line in lines:
-                (emit or (lambda name, text: None))(node["NodeManagerAddress"], line)
+                emit(node["NodeManagerAddress"], line)
 
     def run(self, request):
         raise RunError("the ray backend runs a run's units on the cluster (run_units), not one image's request")

@@ -1,0 +1,151 @@
+"""Images through a registry (issue 16, ``run --backend ray --registry HOST:PORT``): the driver pushes
+the images it built, each node pulls them and checks them (matrixbench.registry).
+
+The refusals use the faked SDK; the round trip uses a real Docker daemon and a real registry (Debian's
+``docker-registry``, started on a free loopback port) with a tiny image made for the test: pushed,
+removed here, pulled back through the node's code path. Skips, saying why, without either.
+"""
+import io
+import shutil
+import socket
+import subprocess
+import tarfile
+import time
+import urllib.request
+
+import pytest
+
+from docker_fakes import FakeImage, FakeSDK
+from host_helpers import small_matrix_data, write_matrix
+from matrixbench import docker_client, registry
+from matrixbench.errors import DockerUnavailableError, RunError
+from matrixbench.images import image_tag, runner_hash
+from matrixbench.matrix import Image, load_matrix
+from matrixbench.run import RunOptions, run_matrix
+
+TEST_IMAGE = Image(name="registry-test", torch="torch==2.13.0", python="3.12", transformers="transformers==5.23.0",
+                   base_image="python:3.12-slim-bookworm")
+OTHER_ENTRY = Image(name="registry-test", torch="torch==2.0.1", python="3.10", transformers="transformers==4.43.4",
+                    base_image="python:3.10-slim-bookworm")
+
+
+def _labels(image):
+    return {docker_client.LABEL_MARK: "1", docker_client.LABEL_CONTENT_HASH: image.content_hash(),
+            docker_client.LABEL_RUNNER_HASH: runner_hash()}
+
+
+# --- refusals (faked Docker) ----------------------------------------------------------------
+
+def test_an_image_not_built_here_from_its_entry_is_not_pushed():
+    sdk = FakeSDK()
+    sdk.images_by_tag["matrixbench:registry-test"] = FakeImage("matrixbench:registry-test", _labels(OTHER_ENTRY))
+    with pytest.raises(registry.RegistryError, match="run `matrixbench build --images registry-test` here first"):
+        registry.publish(docker_client.DockerClient(sdk), [TEST_IMAGE], "127.0.0.1:5000", lambda *_: None)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"backend": "local", "registry": "127.0.0.1:5000"}, "--registry: only with --backend ray"),
+    ({"backend": "ray", "node_backend": "local", "registry": "127.0.0.1:5000"},
+     "images go through a registry only to docker nodes"),
+])
+def test_registry_is_refused_where_no_docker_node_pulls(tmp_path, options, message):
+    matrix = load_matrix(write_matrix(tmp_path, dict(small_matrix_data())))
+    with pytest.raises(RunError, match=message):
+        run_matrix(matrix, RunOptions(results_root=tmp_path / "results", device="cpu", **options))
+    assert not (tmp_path / "results").exists()
+
+
+# --- a real registry -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def sdk():
+    try:
+        docker_client.connect()
+    except DockerUnavailableError as exc:
+        pytest.skip(f"no Docker daemon: {exc}")
+    import docker  # tests may look behind the wrapper
+
+    return docker.from_env()
+
+
+@pytest.fixture(scope="module")
+def registry_address(tmp_path_factory):
+    binary = shutil.which("docker-registry")
+    if binary is None:
+        pytest.skip("needs Debian's docker-registry (apt-get install docker-registry; .ci/run installs it)")
+    folder = tmp_path_factory.mktemp("registry")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = folder / "config.yml"
+    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {folder / 'storage'}\n"
+                      f"http:\n  addr: 127.0.0.1:{port}\n")
+    process = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    address = f"127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"http://{address}/v2/", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        process.kill()
+        pytest.fail(f"docker-registry did not answer on {address}")
+    yield address
+    process.terminate()
+    process.wait(timeout=30)
+    shutil.rmtree(folder, ignore_errors=True)   # the pushed layers: gigabytes for the torch images
+
+
+@pytest.fixture
+def tiny_image(sdk):
+    """A one-file image under matrixbench:registry-test, labelled as built from TEST_IMAGE."""
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        for name, data in (("Dockerfile", b"FROM scratch\nCOPY hello /hello\n"),
+                           ("hello", b"a tiny image for the registry test\n")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    context.seek(0)
+    built, _ = sdk.images.build(fileobj=context, custom_context=True, tag=image_tag(TEST_IMAGE.name),
+                                labels=_labels(TEST_IMAGE), rm=True)
+    yield built
+    for image in sdk.images.list(filters={"label": f"{docker_client.LABEL_CONTENT_HASH}="
+                                                   f"{TEST_IMAGE.content_hash()}"}):
+        sdk.images.remove(image.id, force=True)
+
+
+@pytest.mark.docker
+def test_an_image_pushed_once_is_pulled_checked_and_named_on_a_node(sdk, registry_address, tiny_image):
+    client, lines = docker_client.connect(), []
+    registry.publish(client, [TEST_IMAGE], registry_address, lambda name, line: lines.append((name, line)))
+    source = registry.reference(registry_address, TEST_IMAGE.name)
+    assert ("registry-test", f"pushed {source} (content hash {TEST_IMAGE.content_hash()})") in lines
+    for name in (source, image_tag(TEST_IMAGE.name)):
+        sdk.images.remove(name, force=True)             # a node that has never seen the image
+    assert client.inspect_image(image_tag(TEST_IMAGE.name)) is None
+    shown = registry.fetch(client, [TEST_IMAGE], registry_address)
+    assert shown == [f"[registry-test] pulled {source} as matrixbench:registry-test "
+                     f"(content hash {TEST_IMAGE.content_hash()})"]
+    pulled = client.inspect_image(image_tag(TEST_IMAGE.name))
+    assert pulled.id == tiny_image.id                   # the very image that was pushed
+    assert pulled.labels[docker_client.LABEL_CONTENT_HASH] == TEST_IMAGE.content_hash()
+
+
+@pytest.mark.docker
+def test_a_pulled_image_of_another_entry_is_refused_naming_both_hashes(sdk, registry_address, tiny_image):
+    client = docker_client.connect()
+    registry.publish(client, [TEST_IMAGE], registry_address, lambda *_: None)
+    with pytest.raises(registry.RegistryError, match=f"content hash {TEST_IMAGE.content_hash()} .*the matrix's are "
+                                                     f"{OTHER_ENTRY.content_hash()}"):
+        registry.fetch(client, [OTHER_ENTRY], registry_address)
+
+
+@pytest.mark.docker
+def test_an_unreachable_registry_says_what_to_check(sdk, tiny_image):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{probe.getsockname()[1]}"
+    with pytest.raises(registry.RegistryError, match="pushing .* failed: .*is a registry listening there"):
+        registry.publish(docker_client.connect(), [TEST_IMAGE], closed, lambda *_: None)
