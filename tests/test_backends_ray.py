@@ -51,19 +51,25 @@ def cluster_matrix(folder):
     return path
 
 
-@pytest.fixture(scope="module")
-def cluster_run(tmp_path_factory):
+def run_in_namespaces(script, work, matrix, *extra, timeout):
+    """``script WORK MATRIX WORK/result.json EXTRA...`` as root in fresh network and PID namespaces (skipping,
+    saying why, where that cannot be); returns the JSON it wrote and the finished process."""
     why = _why_not()
     if why:
         pytest.skip(why)
-    work = tmp_path_factory.mktemp("ray")
     out = work / "result.json"
     # --kill-child: if the test times out and kills unshare, the namespace's processes go with it
-    argv = ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", sys.executable, str(SCRIPT),
-            str(work), str(cluster_matrix(work)), str(out)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
+    argv = ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", sys.executable, str(script),
+            str(work), str(matrix), str(out), *map(str, extra)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     assert out.exists(), f"the cluster script wrote no result (exit {done.returncode}):\n{done.stderr[-4000:]}"
-    result = json.loads(out.read_text())
+    return json.loads(out.read_text()), done
+
+
+@pytest.fixture(scope="module")
+def cluster_run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("ray")
+    result, done = run_in_namespaces(SCRIPT, work, cluster_matrix(work), timeout=TIMEOUT_S)
     assert "records" in result, f"the cluster script stopped early: {result.get('failure')}\n{done.stderr[-4000:]}"
     return result
 

@@ -8,15 +8,12 @@ runner-hash labels and builds nothing. A second run with ``--registry`` (Debian'
 the host's loopback, tests/test_registry.py's fixture) pushes both images once and has every node pull
 them. Skips, saying why, without Ray, root, unshare, Docker, docker-registry or the base images.
 """
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from matrixbench.images import image_tag
-from test_backends_ray import _why_not
+from test_backends_ray import run_in_namespaces
 from test_docker_e2e import MATRIX_PATH, TORCH, built, client  # noqa: F401 -- the e2e module's fixtures
 from test_registry import registry_address  # noqa: F401 -- a real registry on the host's loopback
 
@@ -30,21 +27,13 @@ CELL = "resnet-tiny_bs1_eager_float32.json"
 
 @pytest.fixture(scope="module")
 def docker_cluster_run(client, built, registry_address, tmp_path_factory):  # noqa: F811 -- imported fixtures
-    why = _why_not()
-    if why:
-        pytest.skip(why)
     work = tmp_path_factory.mktemp("raydocker")
-    out = work / "result.json"
-    argv = ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", sys.executable, str(SCRIPT),
-            str(work), str(MATRIX_PATH), str(out), registry_address]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
+        result, done = run_in_namespaces(SCRIPT, work, MATRIX_PATH, registry_address, timeout=TIMEOUT_S)
     finally:
         for name in TORCH:   # the registry's names for the images; the images keep their own
             if client.inspect_image(f"{registry_address}/{image_tag(name)}") is not None:
                 client.remove_image(f"{registry_address}/{image_tag(name)}")
-    assert out.exists(), f"the cluster script wrote no result (exit {done.returncode}):\n{done.stderr[-4000:]}"
-    result = json.loads(out.read_text())
     assert "records" in result, (f"the cluster script stopped early: {result.get('failure')}\n"
                                  f"{result.get('driver_log', '')[-4000:]}\n{done.stderr[-4000:]}")
     image_ids = {name: client.inspect_image(image_tag(name)).id for name in TORCH}
