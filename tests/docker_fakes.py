@@ -11,6 +11,10 @@ class FakeImage:
         self.labels = labels
         self.id = image_id
         self.short_id = image_id[:19]
+        self.names = None   # the FakeSDK's images_by_tag, set by FakeImages.get (for tag)
+
+    def tag(self, repository, tag):
+        self.names[f"{repository}:{tag}"] = self
 
 
 class FakeContainer:
@@ -60,13 +64,17 @@ class FakeImages:
     def get(self, tag):
         if tag not in self.sdk.images_by_tag:
             raise ImageNotFound(f"No such image: {tag}")
-        return self.sdk.images_by_tag[tag]
+        image = self.sdk.images_by_tag[tag]
+        image.names = self.sdk.images_by_tag
+        return image
 
     def pull(self, reference):
         if self.sdk.pull_error:
             raise self.sdk.pull_error
         self.sdk.pulled.append(reference)
-        self.sdk.images_by_tag[reference] = FakeImage(reference, {}, f"sha256:pulled{len(self.sdk.pulled)}")
+        pushed = self.sdk.remote.get(reference)   # what a push put in the (shared) fake registry
+        self.sdk.images_by_tag[reference] = FakeImage(reference, dict(pushed.labels) if pushed else {},
+                                                      pushed.id if pushed else f"sha256:pulled{len(self.sdk.pulled)}")
 
     def list(self, filters=None):
         return [image for image in self.sdk.images_by_tag.values()
@@ -111,6 +119,16 @@ class FakeAPI:
                                                               f"sha256:build{self.sdk.builds}")
 
 
+    def push(self, repository, tag=None, stream=False, decode=False):
+        reference = f"{repository}:{tag}"
+        for chunk in self.sdk.push_chunks:
+            if isinstance(chunk, Exception):
+                raise chunk
+            yield chunk
+        if not any("error" in chunk for chunk in self.sdk.push_chunks if isinstance(chunk, dict)):
+            self.sdk.remote[reference] = self.sdk.images_by_tag[reference]
+
+
 class FakeSDK:
     """Records what was asked of it; ``build_chunks`` and ``next_container`` script the answers."""
 
@@ -124,6 +142,9 @@ class FakeSDK:
         self.run_error = None
         self.pull_error = None   # raised by images.pull (a base image neither local nor pullable)
         self.pulled = []
+        self.remote = {}        # a registry: reference -> the FakeImage pushed there (share it between SDKs)
+        self.push_chunks = [{"status": "The push refers to repository [fake]"}, {"id": "abc", "status": "Pushed"},
+                            {"id": "abc", "status": "Pushing", "progressDetail": {"current": 1}}]
         self.builds = 0
         self.api = FakeAPI(self)
         self.images = FakeImages(self)

@@ -14,6 +14,7 @@ import time
 import urllib.request
 
 import pytest
+from docker import errors as docker_errors
 
 from docker_fakes import FakeImage, FakeSDK
 from host_helpers import small_matrix_data, write_matrix
@@ -41,6 +42,56 @@ def test_an_image_not_built_here_from_its_entry_is_not_pushed():
     sdk.images_by_tag["matrixbench:registry-test"] = FakeImage("matrixbench:registry-test", _labels(OTHER_ENTRY))
     with pytest.raises(registry.RegistryError, match="run `matrixbench build --images registry-test` here first"):
         registry.publish(docker_client.DockerClient(sdk), [TEST_IMAGE], "127.0.0.1:5000", lambda *_: None)
+
+
+def _driver_and_node(pushed_entry=TEST_IMAGE):
+    """A driver's faked Docker holding matrixbench:registry-test built from ``pushed_entry``, and a node's
+    that shares its registry (``remote``) and has no images."""
+    driver, node = FakeSDK(), FakeSDK()
+    node.remote = driver.remote
+    driver.images_by_tag["matrixbench:registry-test"] = FakeImage("matrixbench:registry-test",
+                                                                  _labels(pushed_entry), "sha256:built1")
+    return driver, node
+
+
+def test_a_push_shows_its_progress_and_the_node_pulls_checks_and_names_that_image():
+    driver, node = _driver_and_node()
+    lines = []
+    registry.publish(docker_client.DockerClient(driver), [TEST_IMAGE], "127.0.0.1:5000",
+                     lambda name, line: lines.append((name, line)))
+    assert lines == [("registry-test", "The push refers to repository [fake]"), ("registry-test", "abc Pushed"),
+                     ("registry-test", f"pushed 127.0.0.1:5000/matrixbench:registry-test "
+                                       f"(content hash {TEST_IMAGE.content_hash()})")]
+    shown = registry.fetch(docker_client.DockerClient(node), [TEST_IMAGE], "127.0.0.1:5000")
+    assert node.pulled == ["127.0.0.1:5000/matrixbench:registry-test"]
+    assert node.images_by_tag["matrixbench:registry-test"].id == "sha256:built1"
+    assert shown == [f"[registry-test] pulled 127.0.0.1:5000/matrixbench:registry-test as "
+                     f"matrixbench:registry-test (content hash {TEST_IMAGE.content_hash()})"]
+
+
+def test_a_node_refuses_a_pulled_image_of_another_entry_and_keeps_its_own_name_untouched():
+    driver, node = _driver_and_node(pushed_entry=OTHER_ENTRY)
+    pushed = docker_client.DockerClient(driver)     # a stale push: the registry holds another entry's build
+    pushed.tag_image("matrixbench:registry-test", "127.0.0.1:5000/matrixbench:registry-test")
+    assert pushed.push_image("127.0.0.1:5000/matrixbench:registry-test", lambda _: None) is None
+    node.images_by_tag["matrixbench:registry-test"] = FakeImage("matrixbench:registry-test", {}, "sha256:mine")
+    with pytest.raises(registry.RegistryError, match=f"content hash {OTHER_ENTRY.content_hash()} and runner "
+                                                     f"{runner_hash()}, the matrix's are {TEST_IMAGE.content_hash()}"):
+        registry.fetch(docker_client.DockerClient(node), [TEST_IMAGE], "127.0.0.1:5000")
+    assert node.images_by_tag["matrixbench:registry-test"].id == "sha256:mine"
+
+
+def test_a_failed_push_or_pull_names_the_registry_and_what_to_check():
+    driver, node = _driver_and_node()
+    driver.push_chunks = [{"error": "Get \"https://10.0.0.5:5000/v2/\": http: server gave HTTP response "
+                                    "to HTTPS client"}]
+    with pytest.raises(registry.RegistryError, match="--registry 10.0.0.5:5000: pushing 10.0.0.5:5000/matrixbench:"
+                                                     "registry-test failed: .*HTTPS client; .*insecure-registries"):
+        registry.publish(docker_client.DockerClient(driver), [TEST_IMAGE], "10.0.0.5:5000", lambda *_: None)
+    node.pull_error = docker_errors.APIError("manifest unknown")
+    with pytest.raises(registry.RegistryError, match="pulling 10.0.0.5:5000/matrixbench:registry-test on this node "
+                                                     "failed: manifest unknown; is a registry listening there"):
+        registry.fetch(docker_client.DockerClient(node), [TEST_IMAGE], "10.0.0.5:5000")
 
 
 @pytest.mark.parametrize("options, message", [
