@@ -14,6 +14,7 @@ import click
 from matrixbench.backends import backend_names
 from matrixbench.cluster import DEFAULT_NODE_BACKEND, NODE_BACKENDS
 from matrixbench.errors import MatrixbenchError
+from matrixbench.images import BuildOptions
 from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.pending import pending_work, recorded_failures_line, run_dir, unreadable_lines
 from matrixbench.progress import make_progress
@@ -186,6 +187,21 @@ def describe_matrix(matrix):
     return "\n".join(lines)
 
 
+def build_options(command):
+    """The pip / base-image options of a build: `matrixbench build`'s, and `run --backend ray`'s for the
+    builds on the nodes."""
+    for option in reversed([
+        click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     help="CA bundle for pip behind a TLS-inspecting proxy (run: sent to the Ray nodes)."),
+        click.option("--index-url", help="pip index URL for everything but torch (default PyPI)."),
+        click.option("--extra-index-url", "extra_index_urls", multiple=True,
+                     help="Extra pip index URL; repeatable."),
+        click.option("--base-image", help="Base image for every Docker build (e.g. a mirror of python:3.10-slim)."),
+    ]):
+        command = option(command)
+    return command
+
+
 @main.command()
 @matrix_option
 @images_option
@@ -195,12 +211,7 @@ def describe_matrix(matrix):
 @click.option("--no-cache", is_flag=True,
               help="Build afresh (docker build --no-cache; a venv is made again from nothing).")
 @click.option("--dry-run", is_flag=True, help="Print what would be built; needs no Docker.")
-@click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="CA bundle for pip behind a TLS-inspecting proxy.")
-@click.option("--index-url", help="pip index URL for everything but torch (default PyPI).")
-@click.option("--extra-index-url", "extra_index_urls", multiple=True,
-              help="Extra pip index URL; repeatable.")
-@click.option("--base-image", help="Base image for every Docker build (e.g. a mirror of python:3.10-slim).")
+@build_options
 @handles_errors
 def build(matrix_path, images, backend, **options):
     """Build one Docker image (or venv) per matrix image."""
@@ -254,9 +265,11 @@ def _echo_build_line(image_name, line):
 @click.option("--allow-busy-gpus", is_flag=True, help="With slots on GPUs: run even when another process "
               "uses a slot's GPU (nvidia-smi --query-compute-apps); its timings are then disturbed.")
 @click.option("--dry-run", is_flag=True, help="Print the cells that would run, and run nothing.")
+@build_options
 @handles_errors
 def run(matrix_path, run_name, results_root, backend, ray_address, node_backend, registry, device, force, retry_failed,
-        cold, cache_root, hf_cache_dir, note, gpu, allow_busy_gpus, dry_run, **options):
+        cold, cache_root, hf_cache_dir, note, gpu, allow_busy_gpus, dry_run, ca_bundle, index_url, extra_index_urls,
+        base_image, **options):
     """Run the matrix's cells that have no record yet (HF_TOKEN is passed on, never printed)."""
     matrix = _load(matrix_path, _overrides(options))
     if dry_run:
@@ -268,6 +281,8 @@ def run(matrix_path, run_name, results_root, backend, ray_address, node_backend,
         retry_failed=retry_failed, cold=cold, cache_root=cache_root, hf_cache_dir=hf_cache_dir,
         note=note, command=tuple(["matrixbench", *sys.argv[1:]]), gpu=gpu, allow_busy_gpus=allow_busy_gpus,
         ray_address=ray_address, node_backend=node_backend, registry=registry,
+        build_options=BuildOptions.given(ca_bundle=ca_bundle, index_url=index_url,
+                                         extra_index_urls=extra_index_urls, base_image=base_image),
     )
     summary = run_matrix(matrix, run_options, progress=make_progress())
     click.echo(summary.describe())

@@ -10,7 +10,9 @@ import hashlib
 import io
 import re
 import tarfile
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -68,6 +70,36 @@ def build_images(matrix, image_names, *, no_cache=False, dry_run=False, ca_bundl
         return [plan.tag for plan in plans]
     client = docker_client.connect()
     return [run_build(client, plan, no_cache=no_cache, emit=emit) for plan in plans]
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """The user's build options (--ca-bundle, --index-url, --extra-index-url, --base-image), as they
+    travel to another machine: the CA bundle as its bytes, since the path is only this machine's."""
+
+    ca_bundle_pem: Optional[bytes] = None
+    index_url: Optional[str] = None
+    extra_index_urls: tuple = ()
+    base_image: Optional[str] = None
+
+    @classmethod
+    def given(cls, *, ca_bundle=None, index_url=None, extra_index_urls=(), base_image=None):
+        """From the command line's options; None when none is given."""
+        if not (ca_bundle or index_url or extra_index_urls or base_image):
+            return None
+        pem = _checked_ca_bundle(ca_bundle).read_bytes() if ca_bundle else None
+        return cls(pem, index_url, tuple(extra_index_urls), base_image)
+
+    @contextmanager
+    def spec_options(self):
+        """``build_spec``'s keyword options, the CA bundle written to a file that lasts the with block."""
+        with tempfile.TemporaryDirectory(prefix="matrixbench-ca-") as folder:
+            ca_bundle = None
+            if self.ca_bundle_pem is not None:
+                ca_bundle = Path(folder) / "ca-bundle.pem"
+                ca_bundle.write_bytes(self.ca_bundle_pem)
+            yield {"ca_bundle": ca_bundle, "index_url": self.index_url,
+                   "extra_index_urls": self.extra_index_urls, "base_image": self.base_image}
 
 
 # Docker's own bookkeeping lines: kept in the error tail, not shown as progress.

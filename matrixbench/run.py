@@ -22,6 +22,7 @@ from matrixbench.backends.base import RunRequest
 from matrixbench.calibrate import run_calibration
 from matrixbench.cluster import DEFAULT_NODE_BACKEND, RUNTIME_SECRETS, ClusterRun, UnitPart, UnitTask, shippable
 from matrixbench.errors import RunError
+from matrixbench.images import BuildOptions
 from matrixbench.manifest import finish_manifest, read_manifest, start_manifest
 from matrixbench.matrix import runner_settings
 from matrixbench.paths import cache_home
@@ -63,6 +64,7 @@ class RunOptions:
     ray_address: Optional[str] = None     # --backend ray: the cluster's HOST:PORT (None: a cluster on this node)
     node_backend: str = DEFAULT_NODE_BACKEND   # --backend ray: what runs the runner on each node (NODE_BACKENDS)
     registry: Optional[str] = None        # --backend ray, docker nodes: push images to HOST:PORT, nodes pull them
+    build_options: Optional[BuildOptions] = None   # --backend ray, docker nodes: builds on the nodes
 
 
 @dataclass
@@ -158,7 +160,8 @@ def _backend_settings(options):
     """What a backend needs beyond a name: only the ray backend takes any (its cluster, its node backend)."""
     if options.backend != "ray":
         return {}
-    return {"address": options.ray_address, "node_backend": options.node_backend, "registry": options.registry}
+    return {"address": options.ray_address, "node_backend": options.node_backend, "registry": options.registry,
+            "build_options": options.build_options}
 
 
 def _run_with(backend, matrix, options, run_path, progress, environ):
@@ -241,10 +244,15 @@ def check_backend_options(matrix, options):
         if options.registry and options.node_backend != "docker":
             raise RunError(f"--registry {options.registry}: images go through a registry only to docker nodes "
                            f"(this is --node-backend {options.node_backend}); drop --registry")
+        if options.build_options and (options.registry or options.node_backend != "docker"):
+            raise RunError("--ca-bundle, --index-url, --extra-index-url, --base-image: for the image builds on "
+                           "docker nodes without --registry; drop them")
         return
     given = [name for name, set_ in [("--ray-address", options.ray_address is not None),
                                      ("--node-backend", options.node_backend != DEFAULT_NODE_BACKEND),
-                                     ("--registry", options.registry is not None)] if set_]
+                                     ("--registry", options.registry is not None),
+                                     ("--ca-bundle/--index-url/--extra-index-url/--base-image",
+                                      options.build_options is not None)] if set_]
     if given:
         raise RunError(f"{', '.join(given)}: only with --backend ray (this is --backend {options.backend}); "
                        "drop them, or add --backend ray")

@@ -229,3 +229,22 @@ def test_clean_venvs_removes_the_venvs_and_touches_no_docker(monkeypatch, tmp_pa
     assert list((tmp_path / "matrixbench" / "venvs").iterdir()) == []
     assert "nothing to remove" in invoke("clean", "--venvs").output
     assert invoke("clean", "--venvs", "--images").exit_code == 2
+
+
+def test_build_and_run_share_one_declaration_of_the_build_options():
+    def build_params(name):
+        return {p.name: (p.opts, p.help) for p in main.commands[name].params
+                if p.name in ("ca_bundle", "index_url", "extra_index_urls", "base_image")}
+
+    assert len(build_params("build")) == 4
+    assert build_params("build") == build_params("run")
+
+
+def test_run_refuses_build_options_without_ray(tmp_path):
+    bundle = tmp_path / "ca.pem"
+    bundle.write_bytes(b"synthetic PEM")
+    result = invoke("run", "--matrix", write_matrix(tmp_path), "--backend", "local", "--device", "cpu",
+                    "--results", tmp_path / "results", "--ca-bundle", bundle)
+    assert result.exit_code != 0
+    assert "only with --backend ray" in result.output, result.output
+    assert not (tmp_path / "results").exists()

@@ -294,9 +294,10 @@ def test_a_node_keeps_an_image_built_from_the_entry_and_this_runner(monkeypatch)
     sdk = FakeSDK(build_chunks=[{"stream": "Step 1/2 : FROM x\n"}])
     sdk.images_by_tag["matrixbench:stable"] = FakeImage("matrixbench:stable", _current_labels(STABLE))
     _fake_client(monkeypatch, sdk)
-    lines = build_on_node([STABLE])
+    lines = build_on_node([STABLE], where="node 10.0.0.2")
     assert sdk.build_calls == []
-    assert lines == [f"[stable] matrixbench:stable is up to date on this node (content hash {STABLE.content_hash()})"]
+    assert lines == [f"[stable] matrixbench:stable is up to date on node 10.0.0.2 "
+                     f"(content hash {STABLE.content_hash()})"]
 
 
 @pytest.mark.parametrize("labels", [lambda: _current_labels(STABLE, runner="0" * 16),
@@ -322,9 +323,38 @@ def test_a_failed_node_build_says_how_to_build_on_that_node(monkeypatch):
     sdk = FakeSDK(build_chunks=[{"error": "pip: no route to PyPI"}])
     sdk.images_by_tag["python:3.10-slim-bookworm"] = FakeImage("python:3.10-slim-bookworm", {})
     _fake_client(monkeypatch, sdk)
-    with pytest.raises(BuildError, match=r"no route to PyPI(.|\n)*matrixbench build --images stable` and the "
-                                         r"--ca-bundle"):
-        build_on_node([STABLE])
+    with pytest.raises(BuildError, match=r"no route to PyPI(.|\n)*Build it on node 10.0.0.2 with `matrixbench build "
+                                         r"--images stable` and the --ca-bundle"):
+        build_on_node([STABLE], where="node 10.0.0.2")
+
+
+def test_a_node_builds_with_the_users_build_options_and_ca_bundle_bytes(monkeypatch, tmp_path):
+    from docker_fakes import FakeImage
+    from matrixbench.backends.ray import build_on_node
+
+    bundle = tmp_path / "proxy-ca.pem"
+    bundle.write_bytes(b"-----BEGIN CERTIFICATE-----\nsynthetic\n")
+    options = images.BuildOptions.given(ca_bundle=bundle, index_url="https://mirror.example/simple",
+                                        extra_index_urls=("https://extra.example/simple",),
+                                        base_image="mirror.example/python:{python}-slim")
+    bundle.unlink()   # the node has no such file: the bundle travels as bytes
+    sdk = FakeSDK(build_chunks=[{"stream": "Step 1/2 : FROM x\n"}])
+    sdk.images_by_tag["mirror.example/python:3.10-slim"] = FakeImage("mirror.example/python:3.10-slim", {})
+    _fake_client(monkeypatch, sdk)
+    build_on_node([STABLE], options)
+    (call,) = sdk.build_calls
+    assert call["buildargs"]["INDEX_URL"] == "https://mirror.example/simple"
+    assert call["buildargs"]["EXTRA_INDEX_URLS"].endswith("https://extra.example/simple")
+    assert call["buildargs"]["BASE_IMAGE"] == "mirror.example/python:3.10-slim"
+    call["fileobj"].seek(0)
+    with tarfile.open(fileobj=call["fileobj"]) as tar:
+        assert tar.extractfile("ca-bundle.crt").read() == b"-----BEGIN CERTIFICATE-----\nsynthetic\n"
+
+
+def test_no_build_option_given_is_none_and_a_missing_ca_bundle_is_refused(tmp_path):
+    assert images.BuildOptions.given() is None
+    with pytest.raises(BuildError, match="--ca-bundle .*nope.pem: no such file"):
+        images.BuildOptions.given(ca_bundle=tmp_path / "nope.pem")
 
 
 def test_the_runner_hash_follows_the_runner_sources(tmp_path, monkeypatch):

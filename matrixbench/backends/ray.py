@@ -97,25 +97,30 @@ def node_task(task, board):
     return {"node": cluster.placement_of(node), "records": result.records, "logs": result.logs}
 
 
-def build_on_node(images):
+def build_on_node(images, options=None, where="this node"):
     """Have the matrix images on this node's Docker: an image already built from its matrix entry (its
-    content-hash label) is kept, any other is built as `matrixbench build` does; the log's last lines."""
+    content-hash label) is kept, any other is built as `matrixbench build` does, with the user's build
+    options (``images.BuildOptions``, None: the matrix's own); the log's last lines."""
     from matrixbench import docker_client
-    from matrixbench.images import build_spec, image_tag, is_current, run_build
+    from matrixbench.images import BuildOptions, build_spec, image_tag, is_current, run_build
 
     client, lines = docker_client.connect(), []
+    stale = []
     for image in images:
         if is_current(client, image):
-            lines.append(f"[{image.name}] {image_tag(image.name)} is up to date on this node "
+            lines.append(f"[{image.name}] {image_tag(image.name)} is up to date on {where} "
                          f"(content hash {image.content_hash()})")
-            continue
-        try:
-            run_build(client, build_spec(image), no_cache=False,
-                      emit=lambda name, line: lines.append(f"[{name}] {line}"))
-        except BuildError as exc:
-            raise BuildError(f"{exc}\nBuild it on this node with `matrixbench build --images {image.name}` and the "
-                             "--ca-bundle / --index-url / --base-image its network needs: the run then finds it "
-                             "up to date") from None
+        else:
+            stale.append(image)
+    with (options or BuildOptions()).spec_options() as spec_options:
+        for image in stale:
+            try:
+                run_build(client, build_spec(image, **spec_options), no_cache=False,
+                          emit=lambda name, line: lines.append(f"[{name}] {line}"))
+            except BuildError as exc:
+                raise BuildError(f"{exc}\nBuild it on {where} with `matrixbench build --images {image.name}` and "
+                                 "the --ca-bundle / --index-url / --base-image its network needs (or give them "
+                                 "to `matrixbench run`): the run then finds it up to date") from None
     return lines[-20:]
 
 
@@ -133,12 +138,13 @@ class RayBackend(Backend):
     name = "ray"
 
     def __init__(self, address=None, node_backend=cluster.DEFAULT_NODE_BACKEND, max_retries=MAX_RETRIES,
-                 registry=None):
+                 registry=None, build_options=None):
         if node_backend not in cluster.NODE_BACKENDS:
             raise RunError(f"--node-backend {node_backend!r}: valid are {', '.join(cluster.NODE_BACKENDS)}")
         self.address = address
         self.node_backend = node_backend
         self.registry = registry
+        self.build_options = build_options   # images.BuildOptions for builds on the nodes, or None
         self.max_retries = max_retries
 
     def describe(self):
@@ -180,11 +186,12 @@ class RayBackend(Backend):
             from matrixbench import docker_client, registry
 
             registry.publish(docker_client.connect(), images, self.registry, emit)
-            work, args = ray.remote(pull_on_node), (list(images), self.registry)
+            work, args = ray.remote(pull_on_node), lambda node: (list(images), self.registry)
         else:
-            work, args = ray.remote(build_on_node), (list(images),)
+            work, args = ray.remote(build_on_node), lambda node: (
+                list(images), self.build_options, f"node {node['NodeManagerAddress']}")
         nodes = [node for node in ray.nodes() if node["Alive"] and node["Resources"].get("GPU")]
-        refs = {work.options(num_cpus=1, scheduling_strategy=_on(node["NodeID"])).remote(*args): node
+        refs = {work.options(num_cpus=1, scheduling_strategy=_on(node["NodeID"])).remote(*args(node)): node
                 for node in nodes}
         for ref, node in refs.items():
             try:
