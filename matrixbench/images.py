@@ -187,7 +187,7 @@ def runner_hash():
     digest = hashlib.sha256()
     root = resources.runner_dir()
     for path in sorted(Path(root).rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and not path.name.endswith((".pyc", ".pyo")):
+        if path.is_file() and not _byte_code(path.parts):
             digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
@@ -290,9 +290,12 @@ def _readable(info):
 
 
 def _source_only(info):
-    if "__pycache__" in info.name.split("/") or info.name.endswith((".pyc", ".pyo")):
-        return None
-    return _readable(info)
+    return None if _byte_code(info.name.split("/")) else _readable(info)
+
+
+def _byte_code(parts):
+    """A path (its parts) that is Python's byte code, not the runner's source: images get no byte code."""
+    return "__pycache__" in parts or parts[-1].endswith((".pyc", ".pyo"))
 
 
 def _add_bytes(tar, name, data):

@@ -61,8 +61,6 @@ def fetch(client, images, registry: str) -> List[str]:
                 f"{labels.get(docker_client.LABEL_RUNNER_HASH) or 'none'}, the matrix's are "
                 f"{image.content_hash()} and {runner_hash()}; rerun the driver, which pushes its current build")
         client.tag_image(source, tag)
-        if not is_current(client, image):   # the name now points at what was pulled and checked
-            raise RegistryError(f"--registry {registry}: {tag} on this node is not {source} after tagging it")
         lines.append(f"[{image.name}] pulled {source} as {tag} (content hash {image.content_hash()})")
     return lines
 
