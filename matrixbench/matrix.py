@@ -349,7 +349,7 @@ def make_cell(matrix: Matrix, model: Model, dtype: str, batch_size: int, mode: s
         size=matrix.size,
         batch_size=batch_size,
         mode=mode,
-        fullgraph=matrix.fullgraph and mode != "eager",
+        fullgraph=matrix.fullgraph and Mode(mode).compiled,
         dtype=dtype,
         attention=matrix.attention,
     )
