@@ -11,9 +11,9 @@ from pathlib import Path
 
 import click
 
-from matrixbench.backends import backend_names
-from matrixbench.cluster import DEFAULT_NODE_BACKEND, NODE_BACKENDS
+from matrixbench.environments import backend_names
 from matrixbench.errors import MatrixbenchError
+from matrixbench.executors.ray.tasks import DEFAULT_NODE_BACKEND, NODE_BACKENDS
 from matrixbench.images import BuildOptions
 from matrixbench.layout import run_dir
 from matrixbench.matrix import Overrides, load_matrix

@@ -12,7 +12,7 @@ The order (``interleaved``): every cell's repeat 0, then every cell's repeat 1, 
 drift of the machine spreads over all cells; within a repeat, the modes of each model (same
 batch size and dtype) in an order shuffled with ``random.Random(seed)``, the seed recorded in
 run.json and the cells file. Every image gets the same order, and the images take turns repeat by
-repeat (``matrixbench.scheduler.rounds``: one runner per image and repeat index).
+repeat (``matrixbench.executors.scheduler.rounds``: one runner per image and repeat index).
 """
 import random
 from dataclasses import dataclass

@@ -17,33 +17,31 @@ from pathlib import Path
 from typing import Optional
 
 from matrixbench import run_folder
-from matrixbench.backends import create_backend
-from matrixbench.backends.base import RunRequest
-from matrixbench.calibrate import run_calibration
-from matrixbench.cluster import DEFAULT_NODE_BACKEND, RUNTIME_SECRETS, ClusterRun, UnitPart, UnitTask, shippable
+from matrixbench.environments import create_backend
+from matrixbench.environments.base import RunRequest
+from matrixbench.environments.environment import runtime_secrets
 from matrixbench.errors import RunError
+from matrixbench.executors.calibration import run_calibration
+from matrixbench.executors.ray.tasks import (
+    DEFAULT_NODE_BACKEND,
+    ClusterRun,
+    UnitPart,
+    UnitTask,
+    shippable,
+)
+from matrixbench.executors.scheduler import Serialized, make_units, rounds, run_on_slots
 from matrixbench.images import BuildOptions
+from matrixbench.launch import launch
 from matrixbench.layout import run_dir, slot_dir
 from matrixbench.manifest import finish_manifest, read_manifest, start_manifest
 from matrixbench.matrix import runner_settings
-from matrixbench.paths import cache_home
+from matrixbench.paths import compile_cache_root, hf_cache_home
 from matrixbench.pending import new_order_seed, pending_work, recorded_failures_line, unreadable_lines
 from matrixbench.placement import AUTO, NoHostGpusError, check_gpus_free, plan_slots
-from matrixbench.progress import NullProgress, RecordWatcher
+from matrixbench.progress import NullProgress
 from matrixbench.resume import check_resume
-from matrixbench.scheduler import Serialized, make_units, rounds, run_on_slots
-from runner.cells_file import schedule_pairs
 
 DEFAULT_RUN = "default"
-
-
-def default_cache_root():
-    """Per-image compile caches live under ~/.cache/matrixbench/compile/<image>."""
-    return cache_home() / "compile"
-
-
-def default_hf_cache():
-    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
 
 
 @dataclass(frozen=True)
@@ -305,7 +303,7 @@ def _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, enviro
             request = _request(plan, matrix, options, gpus, environ)
             # one compile cache per image and slot: two slots never compile into one folder at once
             cache_dir = slot_dir(request.cache_dir, slot.index) if request.cache_dir is not None else None
-            request = dataclasses.replace(_unit_request(request, cells), slot=slot, slots=len(slot_plan.slots),
+            request = dataclasses.replace(request.for_repeats(cells), slot=slot, slots=len(slot_plan.slots),
                                           busy_units=busy, cache_dir=cache_dir, timing_board=board,
                                           exclusive_timing=matrix.exclusive_timing)
             _run_request(backend, plan, request, cells, results[plan.label], progress, lock, slot.index)
@@ -319,7 +317,7 @@ def _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, enviro
 
 
 def _calibrate(backend, plan, slot_plan, matrix, options, gpus, environ, progress, run_path):
-    """The slots' interference calibration (matrixbench.calibrate) in ``plan``'s image, its runners
+    """The slots' interference calibration (matrixbench.executors.calibration) in ``plan``'s image, its runners
     on a timing board of their own (never exclusive), so its records say how many other slots timed."""
     board = run_folder.make_timing_board(run_path)
     try:
@@ -342,26 +340,20 @@ def _run_cluster(backend, plans, summary, matrix, options, gpus, environ, progre
     for gpu_type in matrix.gpu_types or (None,):
         torch_of = {name: image.torch_version for name, image in matrix.images.items()}
         for unit in make_units([plan for plan in plans if plan.gpu_type == gpu_type], torch_of):
-            unit_parts = {plan.image_name: UnitPart(plan, _unit_request(_request(plan, matrix, options, gpus, environ),
+            unit_parts = {plan.image_name: UnitPart(plan, _request(plan, matrix, options, gpus, environ).for_repeats(
                                                                         repeats), list(repeats))
                           for plan, repeats in unit.parts}
             name = " ".join(filter(None, [gpu_type, unit.name]))
-            runners = tuple(shippable(_unit_request(unit_parts[plan.image_name].request, repeats))
+            runners = tuple(shippable(unit_parts[plan.image_name].request.for_repeats(repeats))
                             for plan, repeats in unit.rounds())
             tasks.append(UnitTask(name, gpu_type, runners, options.node_backend, options.run_name))
             parts.append(unit_parts)
     run = ClusterRun(tasks, parts, gpus, on_record)
     try:
-        backend.run_units(run, {key: environ[key] for key in RUNTIME_SECRETS if environ.get(key)}, note=progress.note)
+        backend.run_units(run, runtime_secrets(environ), note=progress.note)
     finally:
         for plan in plans:
             results[plan.label].missing = run.missing(plan)
-
-
-def _unit_request(request, repeats):
-    """The image's request narrowed to one unit's repeats."""
-    cells, schedule = schedule_pairs(repeats)
-    return dataclasses.replace(request, cells=cells, schedule=tuple(tuple(pair) for pair in schedule))
 
 
 def _image_results(plans, summary, progress):
@@ -381,14 +373,14 @@ def _run_images(backend, plans, summary, matrix, options, gpus, environ, progres
     each cell runs once)."""
     results, lock = _image_results(plans, summary, progress), threading.Lock()
     for plan, repeats in rounds([(plan, plan.pending) for plan in plans if plan.pending]):
-        request = _unit_request(_request(plan, matrix, options, gpus, environ), repeats)
+        request = _request(plan, matrix, options, gpus, environ).for_repeats(repeats)
         _run_request(backend, plan, request, repeats, results[plan.label], progress, lock)
 
 
 def _run_request(backend, plan, request, repeats, result, progress, lock, slot=None):
     """One runner for some cells of one image (in slot ``slot``, if any); ``result`` counts them (under
     ``lock``); the progress shows a slot's current cell: the first whose record has not appeared."""
-    plan.out_dir.mkdir(parents=True, exist_ok=True)
+    waiting = list(repeats)
 
     def show_slot(cell):
         if slot is not None:
@@ -399,21 +391,21 @@ def _run_request(backend, plan, request, repeats, result, progress, lock, slot=N
             result.ran += 1
             result.statuses[record.status.value] += 1
         progress.cell_finished(plan.label, cell, record)
-        waiting = watcher.waiting
+        waiting[:] = [r for r in waiting if (r.cell, r.index) != (cell, record.repeat)]
         show_slot(waiting[0].cell if waiting else None)
 
-    watcher = RecordWatcher(plan.out_dir, repeats, on_record, on_tick=progress.tick)
     show_slot(repeats[0].cell if repeats else None)
-    with watcher:
-        exit_code = backend.run(request)
+    outcome = launch(backend, request, on_record, on_tick=progress.tick)
+    if not outcome.complete:
+        progress.note(outcome.describe(request))   # the run carries on (launch: one policy)
     with lock:
-        result.exit_code = exit_code if exit_code or result.exit_code is None else result.exit_code
-        result.missing += [cell.id for cell in watcher.waiting]
+        result.exit_code = outcome.exit_code if outcome.exit_code or result.exit_code is None else result.exit_code
+        result.missing += [repeat.id for repeat in outcome.missing]
 
 
 def _request(plan, matrix, options, gpus, environ):
     image = matrix.images[plan.image_name]
-    cache_root = options.cache_root or default_cache_root()
+    cache_root = options.cache_root or compile_cache_root()
     cells, schedule = plan.schedule()
     return RunRequest(
         image_name=plan.image_name,
@@ -425,9 +417,9 @@ def _request(plan, matrix, options, gpus, environ):
         settings=runner_settings(matrix, "cuda" if gpus else options.device),
         out_dir=plan.out_dir,
         cache_dir=None if options.cold else Path(cache_root) / plan.image_name,
-        hf_cache_dir=options.hf_cache_dir or default_hf_cache(),
+        hf_cache_dir=options.hf_cache_dir or hf_cache_home(),
         gpus=gpus,
-        env={**image.env, **{key: environ[key] for key in RUNTIME_SECRETS if environ.get(key)}},
+        env={**image.env, **runtime_secrets(environ)},
         torch=image.torch,
         image_hash=image.content_hash(),
         gpu_ids=gpu_choice(options.gpu, environ) if gpus else (),

@@ -1,6 +1,6 @@
 """A real two-node Ray cluster on this machine, matrixbench's driver on it, one node killed mid-run.
 
-Run by tests/test_backends_ray.py as root inside ``unshare --net --pid --fork --kill-child --mount-proc``
+Run by tests/test_executor_ray.py as root inside ``unshare --net --pid --fork --kill-child --mount-proc``
 (a fresh network namespace: Ray binds only to its loopback; a fresh PID namespace: every Ray process dies when
 this script, its PID 1's child, ends):
 

@@ -1,7 +1,7 @@
 """A real two-node Ray cluster on this machine whose nodes run the runner in Docker (``--node-backend
 docker``, the CLI's default): the docker-backed variant of tests/ray_cluster_script.py.
 
-Run by tests/test_backends_ray_docker.py as root inside ``unshare --net --pid --fork --kill-child
+Run by tests/test_executor_ray_docker.py as root inside ``unshare --net --pid --fork --kill-child
 --mount-proc``, after the test built the real-Docker test images outside the namespace:
 
     python ray_docker_cluster_script.py WORK_DIR MATRIX OUT_JSON REGISTRY

@@ -8,6 +8,7 @@ import pytest
 
 from host_helpers import RecordingBackend, make_record, use_backend, write_matrix
 from matrixbench.errors import MatrixError, RunError
+from matrixbench.launch import RecordWatcher
 from matrixbench.layout import run_dir
 from matrixbench.manifest import read_manifest
 from matrixbench.matrix import Overrides, expand_cells, load_matrix
@@ -15,7 +16,6 @@ from matrixbench.pending import pending_work
 from matrixbench.progress import (
     NullProgress,
     ProgressState,
-    RecordWatcher,
     eta_seconds,
     format_duration,
     record_summary,

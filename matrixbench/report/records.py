@@ -12,8 +12,8 @@ from pathlib import Path
 import jsonschema
 import pandas as pd
 
-from matrixbench import calibrate
 from matrixbench.errors import ManifestError, ReportError
+from matrixbench.executors import calibration as calibrate
 from matrixbench.layout import CELLS_FILENAME, MANIFEST_FILENAME
 from matrixbench.manifest import read_manifest
 from matrixbench.report.published import match_gpu
@@ -161,7 +161,7 @@ def merge(rows):
 
 def _duplicated(frame):
     """Older records of one process: same device, image, cell and repeat (and for a calibration
-    record, same phase and slot: matrixbench.calibrate runs a cell on every slot)."""
+    record, same phase and slot: matrixbench.executors.calibration runs a cell on every slot)."""
     calibration = frame["calibration.phase"].notna()
     where = frame["calibration.phase"].astype(str) + "/" + frame["placement.slot"].astype(str)
     key = frame[["device_name", "image", "cell_id", "repeat"]].assign(where=where.where(calibration, ""))
@@ -170,7 +170,7 @@ def _duplicated(frame):
 
 def split_calibration(frame):
     """(the matrix's records, the interference calibration's records): calibration records (a
-    ``calibration`` block, matrixbench.calibrate) are no cell of the matrix's tables."""
+    ``calibration`` block, matrixbench.executors.calibration) are no cell of the matrix's tables."""
     calibration = frame["calibration.phase"].notna()
     return frame[~calibration].reset_index(drop=True), frame[calibration].reset_index(drop=True)
 

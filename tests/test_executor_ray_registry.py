@@ -1,5 +1,5 @@
 """Images through a registry (issue 16, ``run --backend ray --registry HOST:PORT``): the driver pushes
-the images it built, each node pulls them and checks them (matrixbench.registry).
+the images it built, each node pulls them and checks them (matrixbench.executors.ray.registry).
 
 The refusals use the faked SDK; the round trip uses a real Docker daemon and a real registry (Debian's
 ``docker-registry``, started on a free loopback port) with a tiny image made for the test: pushed,
@@ -18,9 +18,10 @@ from docker import errors as docker_errors
 
 from docker_fakes import FakeImage, FakeSDK
 from host_helpers import small_matrix_data, write_matrix
-from matrixbench import docker_client, registry
-from matrixbench.backends import create_backend
+from matrixbench import docker_client
+from matrixbench.environments import create_backend
 from matrixbench.errors import DockerUnavailableError, RunError
+from matrixbench.executors.ray import registry
 from matrixbench.images import BuildOptions, image_tag, runner_hash
 from matrixbench.matrix import Image, load_matrix
 from matrixbench.run import RunOptions, _backend_settings, run_matrix

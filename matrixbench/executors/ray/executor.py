@@ -3,7 +3,7 @@
 The only module that imports ray, and only when a function here runs (``pip install
 'matrixbench[ray]'``). The driver (``matrixbench run --backend ray --ray-address HOST:PORT``, on a
 node of the cluster) decides resume first, refuses GPU types the cluster lacks, then submits one
-task per unit (``matrixbench.cluster.UnitTask``) asking for one GPU of the unit's type
+task per unit (``matrixbench.executors.ray.tasks.UnitTask``) asking for one GPU of the unit's type
 (``num_gpus=1`` and a sliver of ``accelerator_type:<T>``). On its node the task runs the node's
 backend (docker, or local) pinned to ``ray.get_gpu_ids()`` and hands each record, as it appears, to
 a small actor on the driver's node (``Board``), so the driver writes it at once and a task that dies
@@ -17,9 +17,9 @@ import os
 import time
 from typing import Any, Dict, List, Optional
 
-from matrixbench import cluster
-from matrixbench.backends.base import Backend
+from matrixbench.environments.base import Backend
 from matrixbench.errors import BuildError, RunError
+from matrixbench.executors.ray import tasks as cluster
 from runner.core import Status, repeat_stem
 
 POLL_S = 0.5
@@ -125,9 +125,9 @@ def build_on_node(images, options=None, where="this node"):
 
 
 def pull_on_node(images, registry):
-    """Pull the matrix images from ``registry`` into this node's Docker, checked (matrixbench.registry)."""
+    """Pull the matrix images from ``registry`` into this node's Docker, checked (executors/ray/registry.py)."""
     from matrixbench import docker_client
-    from matrixbench import registry as through
+    from matrixbench.executors.ray import registry as through
 
     return through.fetch(docker_client.connect(), images, registry)
 
@@ -183,7 +183,8 @@ class RayBackend(Backend):
         emit = emit or (lambda name, text: None)
         ray = self._connect()
         if self.registry:
-            from matrixbench import docker_client, registry
+            from matrixbench import docker_client
+            from matrixbench.executors.ray import registry
 
             registry.publish(docker_client.connect(), images, self.registry, emit)
             work, args = ray.remote(pull_on_node), lambda node: (list(images), self.registry)

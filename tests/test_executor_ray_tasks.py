@@ -1,6 +1,6 @@
 """The cluster's parts without Ray (issue 16): what a task carries, what it does on its node, what the
 driver writes when a unit is lost; the driver's whole loop through an in-process stand-in for the
-cluster. The real two-node cluster is tests/test_backends_ray.py."""
+cluster. The real two-node cluster is tests/test_executor_ray.py."""
 import pickle
 import subprocess
 import sys
@@ -9,9 +9,10 @@ import jsonschema
 import pytest
 
 from host_helpers import RecordingBackend, small_matrix_data, write_matrix
-from matrixbench import backends
-from matrixbench.backends.base import Backend
-from matrixbench.cluster import (
+from matrixbench import environments as backends
+from matrixbench.environments.base import Backend
+from matrixbench.errors import RunError
+from matrixbench.executors.ray.tasks import (
     UnknownGpuTypeError,
     check_gpu_types,
     cluster_gpu_types,
@@ -20,7 +21,6 @@ from matrixbench.cluster import (
     shippable,
     task_resources,
 )
-from matrixbench.errors import RunError
 from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.run import RunOptions, run_matrix
 from runner.core import Status
@@ -140,8 +140,8 @@ def test_a_lost_unit_is_crashed_records_naming_its_node_and_valid_against_the_sc
 
 
 def test_lost_records_say_crashed_and_name_the_node(tmp_path):
-    from matrixbench.backends.base import RunRequest
-    from matrixbench.cluster import lost_records
+    from matrixbench.environments.base import RunRequest
+    from matrixbench.executors.ray.tasks import lost_records
     from matrixbench.matrix import expand_cells, runner_settings
     from runner.core import Repeat
 
@@ -172,14 +172,15 @@ def test_a_rerun_submits_nothing_already_recorded(tmp_path, cluster):
 
 
 def test_the_host_package_imports_ray_only_when_the_ray_backend_connects():
-    code = ("import sys, matrixbench.cli, matrixbench.run, matrixbench.cluster, matrixbench.backends.ray; "
+    code = ("import sys, matrixbench.cli, matrixbench.run, matrixbench.executors.ray.tasks, "
+            "matrixbench.executors.ray.executor; "
             "assert 'ray' not in sys.modules, 'ray imported'; assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_a_retried_task_skips_what_the_driver_already_holds_and_runs_on_its_gpu(tmp_path):
-    from matrixbench.backends.base import RunRequest
-    from matrixbench.cluster import UnitTask
+    from matrixbench.environments.base import RunRequest
+    from matrixbench.executors.ray.tasks import UnitTask
     from matrixbench.matrix import expand_cells, runner_settings
 
     matrix = load_matrix(write_matrix(tmp_path), Overrides(models=["vit"], batch_sizes=[1], gpu_types=["A100"]))
@@ -204,7 +205,7 @@ def test_a_cancelled_task_stops_its_runner_even_inside_a_blocking_wait():
     import threading
     import time
 
-    from matrixbench.cluster import interruptible
+    from matrixbench.executors.ray.tasks import interruptible
 
     stopped = threading.Event()
     threading.Timer(0.3, _thread.interrupt_main).start()   # what ray.cancel does to the task's thread
@@ -222,9 +223,9 @@ def test_the_node_backend_is_declared_once():
 
     from click.testing import CliRunner
 
-    from matrixbench.backends.ray import RayBackend
     from matrixbench.cli import main
-    from matrixbench.cluster import DEFAULT_NODE_BACKEND, NODE_BACKENDS, UnitTask
+    from matrixbench.executors.ray.executor import RayBackend
+    from matrixbench.executors.ray.tasks import DEFAULT_NODE_BACKEND, NODE_BACKENDS, UnitTask
 
     assert DEFAULT_NODE_BACKEND in NODE_BACKENDS
     assert RunOptions().node_backend == DEFAULT_NODE_BACKEND

@@ -7,27 +7,27 @@ from matrixbench.errors import RunError
 
 
 def _local():
-    from matrixbench.backends.local import LocalBackend
+    from matrixbench.environments.local import LocalBackend
 
     return LocalBackend()
 
 
 def _docker():
     try:
-        from matrixbench.backends.docker import DockerBackend
+        from matrixbench.environments.docker import DockerBackend
     except ImportError as exc:
         raise RunError(f"the docker backend cannot be loaded ({exc}); use --backend local") from exc
     return DockerBackend()
 
 
 def _venv():
-    from matrixbench.backends.venv import VenvBackend
+    from matrixbench.environments.venv import VenvBackend
 
     return VenvBackend()
 
 
 def _ray(**settings):
-    from matrixbench.backends.ray import RayBackend  # imports ray only when it connects
+    from matrixbench.executors.ray.executor import RayBackend  # imports ray only when it connects
 
     return RayBackend(**settings)
 
