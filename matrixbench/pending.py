@@ -2,7 +2,7 @@
 what order.
 
 Records land in ``results/<run>/<image>/<cell_id>.json`` (repeat 0) and ``<cell_id>.r<k>.json``;
-with a GPU-type axis (``gpu_types``, --backend ray) in ``results/<run>/<gpu_type>/<image>/``: one
+with a GPU-type axis (``gpu_types``, --executor ray) in ``results/<run>/<gpu_type>/<image>/``: one
 folder per GPU type and image, so resume stays a per-folder question, exactly as without the axis;
 ``runner.schema.needs_run`` is the one rule that says whether a repeat needs running again (no
 record, an unreadable one, ``--force``, or a failed one with ``--retry-failed``); each repeat

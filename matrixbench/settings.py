@@ -31,7 +31,7 @@ HOST_SETTINGS: Tuple[Setting, ...] = (
             "the wait counts against timeout_s. Records say which mode they ran under.",
             "boolean", default=False, flag="--exclusive-timing"),
     Setting("gpu_types", "GPU types to run every cell on, comma-separated, as Ray names them (A100, V100, "
-            "T4, H100, ...): a matrix axis, only with --backend ray; records land in "
+            "T4, H100, ...): a matrix axis, only with --executor ray; records land in "
             "results/<run>/<gpu_type>/<image>/.",
             "string", default=(), many=True, min_items=0, flag="--gpu-types"),
 )

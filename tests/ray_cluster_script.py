@@ -79,7 +79,7 @@ def raylets():
 
 def driver(matrix, results, gpu_types, env, log_path, run="cluster"):
     argv = [str(BIN / "python"), "-m", "matrixbench.cli", "run", "--matrix", str(matrix), "--results", str(results),
-            "--run", run, "--backend", "ray", "--ray-address", f"{HEAD}:6379", "--node-backend", "local",
+            "--run", run, "--executor", "ray", "--ray-address", f"{HEAD}:6379", "--backend", "local",
             "--device", "cpu", "--gpu-types", gpu_types]
     log = open(log_path, "w")
     return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO)), log

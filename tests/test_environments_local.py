@@ -25,9 +25,9 @@ REPO = TESTS.parent
 # --- registry ------------------------------------------------------------------------------
 
 def test_registry_names_and_rejects_unknown_backends():
-    assert backend_names() == ["docker", "local", "ray", "venv"]
+    assert backend_names() == ["docker", "local", "venv"]
     assert isinstance(create_backend("local"), LocalBackend)
-    with pytest.raises(RunError, match="unknown backend 'ssh'; valid: docker, local, ray, venv"):
+    with pytest.raises(RunError, match="unknown backend 'ssh'; valid: docker, local, venv"):
         create_backend("ssh")
 
 

@@ -1,4 +1,4 @@
-"""The ray backend with docker on the nodes (issue 16; ``--node-backend docker``, the CLI's default) on a
+"""The ray backend with docker on the nodes (issue 16; ``--backend docker``, the CLI's default) on a
 real two-node Ray cluster on this machine: tests/ray_docker_cluster_script.py, as root in fresh network
 and PID namespaces, the nodes reaching the host's Docker daemon through its socket.
 

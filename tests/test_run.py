@@ -367,6 +367,6 @@ def test_a_rerun_replacing_a_corrupt_record_says_so(matrix, tmp_path, monkeypatc
     (None, "", ()), (None, "1,3", ("1", "3")), ("GPU-5f0e1d2c", "1,3", ("GPU-5f0e1d2c",)), ("0", "", ("0",)),
 ])
 def test_gpu_choice_is_the_flag_else_cuda_visible_devices(gpu, visible, expected):
-    from matrixbench.run import gpu_choice
+    from matrixbench.executors.base import gpu_choice
 
     assert gpu_choice(gpu, {"CUDA_VISIBLE_DEVICES": visible}) == expected

@@ -1,7 +1,10 @@
-"""Backend registry: a backend name -> a factory.
+"""How one image's runner starts (``--backend``): docker (a container of the image), venv (a virtual
+environment built from its pins) or local (this interpreter). Each has ``prepare(images)``, ``run(request)``
+(the runner's exit code; ``matrixbench.launch`` judges what it means), ``stop_all()`` and
+``stop_leftovers()``; ``environment.py`` is the one home of the allow-list, the secrets and redaction.
 
 ``create_backend(name)`` rejects unknown names with the list of valid ones. The docker
-backend is imported only when asked for, so the local backend works without the docker SDK.
+environment is imported only when asked for, so the local one works without the docker SDK.
 """
 from matrixbench.errors import RunError
 
@@ -26,22 +29,15 @@ def _venv():
     return VenvBackend()
 
 
-def _ray(**settings):
-    from matrixbench.executors.ray.executor import RayBackend  # imports ray only when it connects
-
-    return RayBackend(**settings)
-
-
-FACTORIES = {"docker": _docker, "local": _local, "venv": _venv, "ray": _ray}
+FACTORIES = {"docker": _docker, "local": _local, "venv": _venv}
 
 
 def backend_names():
     return sorted(FACTORIES)
 
 
-def create_backend(name, **settings):
-    """The backend called ``name``; everything a run needs comes in its RunRequest (the ray backend
-    alone takes ``settings``: its cluster's address and what runs on its nodes)."""
+def create_backend(name):
+    """The environment called ``name`` (docker, local, venv); everything a run needs comes in its RunRequest."""
     if name not in FACTORIES:
         raise RunError(f"unknown backend {name!r}; valid: {', '.join(backend_names())}")
-    return FACTORIES[name](**settings)
+    return FACTORIES[name]()

@@ -34,7 +34,7 @@ from runner.schema import read_record, record_path, write_json_atomic, write_rec
 ACCELERATOR_PREFIX = "accelerator_type:"
 ACCELERATOR_SHARE = 0.001
 LOG_TAIL_CHARS = 20000
-NODE_BACKENDS = ("docker", "local")   # --node-backend: what runs the runner on a node
+NODE_BACKENDS = ("docker", "local")   # --executor ray: what --backend runs the runner on a node
 DEFAULT_NODE_BACKEND = "docker"        # the images, built on (or pulled to) every node
 # What a record's placement says of a task's node (runner.schema RECORD_SCHEMA placement).
 NODE_KEYS = ("node_id", "node_ip", "gpu_type", "ray_gpu_ids")
