@@ -19,7 +19,7 @@ import enum
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, List, Literal, Optional, Sequence, Tuple, Union
 
 from matrixbench.environments.environment import redact, secret_values
 from matrixbench.layout import LOG_FILENAME
@@ -96,7 +96,7 @@ def log_tail(request: Any, lines: int = LOG_TAIL_LINES) -> str:
 
 # --- watching for records ------------------------------------------------------------------------
 
-def _stamp(path):
+def _stamp(path: Path) -> Optional[Tuple[int, int, int]]:
     try:
         stat = path.stat()
     except FileNotFoundError:
@@ -104,7 +104,7 @@ def _stamp(path):
     return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
 
 
-def _record_path(out_dir, item):
+def _record_path(out_dir: Union[str, Path], item: Union[Cell, Repeat]) -> Path:
     return record_path(out_dir, item.cell, item.index) if isinstance(item, Repeat) else record_path(out_dir, item)
 
 
@@ -117,7 +117,8 @@ class RecordWatcher:
     exit it stops the thread and polls one last time.
     """
 
-    def __init__(self, out_dir, cells, on_record, on_tick=None, interval=0.5):
+    def __init__(self, out_dir: Union[str, Path], cells: Sequence[Union[Cell, Repeat]], on_record: OnRecord,
+                 on_tick: Optional[Callable[[], None]] = None, interval: float = 0.5) -> None:
         self._waiting = {_record_path(out_dir, item): item for item in cells}
         self._before = {path: _stamp(path) for path in self._waiting}
         self._on_record = on_record
@@ -125,9 +126,9 @@ class RecordWatcher:
         self._interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="record-watcher", daemon=True)
-        self._failure = None
+        self._failure: Optional[Exception] = None
 
-    def poll(self):
+    def poll(self) -> int:
         """Report every record that appeared since the last poll; return how many."""
         found = [path for path in self._waiting if _stamp(path) != self._before[path]]
         reported = 0
@@ -142,11 +143,11 @@ class RecordWatcher:
         return reported
 
     @property
-    def waiting(self):
+    def waiting(self) -> List[Union[Cell, Repeat]]:
         """Cells whose record has not appeared yet."""
         return list(self._waiting.values())
 
-    def _loop(self):
+    def _loop(self) -> None:
         try:
             while not self._stop.wait(self._interval):
                 self.poll()
@@ -154,11 +155,11 @@ class RecordWatcher:
         except Exception as exc:  # surfaced in __exit__, on the caller's thread
             self._failure = exc
 
-    def __enter__(self):
+    def __enter__(self) -> "RecordWatcher":
         self._thread.start()
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         self._stop.set()
         self._thread.join()
         if self._failure is None:

@@ -6,16 +6,19 @@ environment built from its pins) or local (this interpreter). Each has ``prepare
 ``create_backend(name)`` rejects unknown names with the list of valid ones. The docker
 environment is imported only when asked for, so the local one works without the docker SDK.
 """
+from typing import Callable, Dict, List
+
+from matrixbench.environments.base import Backend
 from matrixbench.errors import RunError
 
 
-def _local():
+def _local() -> Backend:
     from matrixbench.environments.local import LocalBackend
 
     return LocalBackend()
 
 
-def _docker():
+def _docker() -> Backend:
     try:
         from matrixbench.environments.docker import DockerBackend
     except ImportError as exc:
@@ -23,20 +26,20 @@ def _docker():
     return DockerBackend()
 
 
-def _venv():
+def _venv() -> Backend:
     from matrixbench.environments.venv import VenvBackend
 
     return VenvBackend()
 
 
-FACTORIES = {"docker": _docker, "local": _local, "venv": _venv}
+FACTORIES: Dict[str, Callable[[], Backend]] = {"docker": _docker, "local": _local, "venv": _venv}
 
 
-def backend_names():
+def backend_names() -> List[str]:
     return sorted(FACTORIES)
 
 
-def create_backend(name):
+def create_backend(name: str) -> Backend:
     """The environment called ``name`` (docker, local, venv); everything a run needs comes in its RunRequest."""
     if name not in FACTORIES:
         raise RunError(f"unknown backend {name!r}; valid: {', '.join(backend_names())}")

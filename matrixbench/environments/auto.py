@@ -13,7 +13,7 @@ this machine: nvidia-smi, the Docker daemon, and the real builds.
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Callable, FrozenSet, Mapping, Optional, Tuple
+from typing import Any, Callable, FrozenSet, Mapping, Optional, Tuple
 
 from matrixbench.errors import MatrixbenchError, RunError
 
@@ -96,7 +96,8 @@ def skipped(environ: Mapping[str, str]) -> FrozenSet[str]:
     return frozenset(part.strip() for part in environ.get(SKIP_VARIABLE, "").split(",") if part.strip())
 
 
-def resolve(matrix, build_options, emit, environ: Optional[Mapping[str, str]] = None) -> Choice:
+def resolve(matrix: Any, build_options: Any, emit: Callable[[str, str], None],
+            environ: Optional[Mapping[str, str]] = None) -> Choice:
     """``choose`` on this machine (or ``machine``), with the real builds of ``matrix``'s images and the user's
     build options (images.BuildOptions, or None); build lines go to ``emit(image_name, line)``."""
     from matrixbench import images, venvs

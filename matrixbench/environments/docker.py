@@ -18,9 +18,8 @@ from matrixbench import docker_client
 from matrixbench.environments.base import Backend
 from matrixbench.environments.environment import compile_cache_env, redact, secret_values
 from matrixbench.errors import RunError
-from matrixbench.executors import calibration as calibrate
 from matrixbench.images import image_tag
-from matrixbench.layout import CELLS_FILENAME, LOG_FILENAME
+from matrixbench.layout import CALIBRATION_RUN_DEPTH, CELLS_FILENAME, LOG_FILENAME
 from matrixbench.owner import Owner, this_process
 from matrixbench.runner_input import write_cells_file
 from matrixbench.versions import torch_label
@@ -162,7 +161,7 @@ class DockerBackend(Backend):
 
 def run_folder_of(request):
     """The run folder: out_dir is results/<run>/<image> (a calibration's, more folders down)."""
-    up = calibrate.RUN_DEPTH - 1 if request.calibration else 0
+    up = CALIBRATION_RUN_DEPTH - 1 if request.calibration else 0
     return Path(request.out_dir).resolve().parents[up]
 
 

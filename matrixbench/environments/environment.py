@@ -9,7 +9,7 @@ value never reaches a log line, an error message or a record: ``redact`` replace
 import os
 import re
 from pathlib import Path
-from typing import Iterable, List, Mapping
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from matrixbench import resources
 from matrixbench.errors import RunError
@@ -31,7 +31,7 @@ SECRET_KEY = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
 SECRET_MIN_CHARS = 4   # shorter values would redact ordinary text
 
 
-def runtime_secrets(environ: Mapping[str, str]) -> dict:
+def runtime_secrets(environ: Mapping[str, str]) -> Dict[str, str]:
     """The run-time secrets ``environ`` holds (HF_TOKEN), for the runner's environment."""
     return {key: environ[key] for key in RUNTIME_SECRETS if environ.get(key)}
 
@@ -49,13 +49,13 @@ def redact(text: str, values: Iterable[str]) -> str:
     return text
 
 
-def runner_parent():
+def runner_parent() -> Path:
     """The folder the runner package is imported from: the local backend's PYTHONPATH (a checkout
     or site-packages)."""
     return resources.runner_dir(RunError).parent
 
 
-def compile_cache_env(root):
+def compile_cache_env(root: Optional[Union[str, Path]]) -> Dict[str, str]:
     """The Inductor/Triton cache variables under ``root`` (as the runner sees it), so a rerun
     compiles warm. No root (--cold) sets none: the runner compiles each cell in its own scratch
     folder."""
@@ -64,11 +64,13 @@ def compile_cache_env(root):
     return {"TORCHINDUCTOR_CACHE_DIR": f"{root}/inductor", "TRITON_CACHE_DIR": f"{root}/triton"}
 
 
-def _allowed(key):
+def _allowed(key: str) -> bool:
     return (key in ENV_ALLOWED or key.startswith(ENV_ALLOWED_PREFIXES)) and key not in CACHE_VARIABLES
 
 
-def runner_env(environ, request, cache_env, venv=None, runner_path=None):
+def runner_env(environ: Mapping[str, str], request: Any, cache_env: Mapping[str, str],
+               venv: Optional[Union[str, Path]] = None,
+               runner_path: Optional[Union[str, Path]] = None) -> Dict[str, str]:
     """A host-process runner's environment: the allow-list, the request's env, caches, the runner
     on the path.
 

@@ -6,7 +6,6 @@ driver sees it: ``--backend``'s environment, or the Ray cluster's driver side) a
 and the one place that refuses what an executor would ignore (``check_options``). ``run.py`` never
 tests which executor or backend it got.
 """
-from importlib import import_module
 from typing import Any, Callable, Dict, Optional
 
 from matrixbench.environments import create_backend
@@ -18,7 +17,9 @@ RAY = "ray"
 
 
 def _ray_module() -> Any:
-    return import_module("matrixbench.executors.ray.executor")   # imports Ray only when it connects
+    from matrixbench.executors.ray import executor  # imports Ray only when it connects
+
+    return executor
 
 
 def create_environment(options: Any) -> Any:

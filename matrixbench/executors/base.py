@@ -7,10 +7,9 @@ what each image's runner is asked (``request``) and launches it (``launch``: one
 """
 import threading
 from abc import ABC, abstractmethod
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Counter, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from matrixbench.environments.base import Backend, RunRequest
 from matrixbench.environments.environment import runtime_secrets
@@ -28,35 +27,35 @@ class ImageResult:
     recorded_failures: int = 0   # of the skipped cells
     ran: int = 0
     exit_code: Optional[int] = None
-    statuses: Counter = field(default_factory=Counter)
-    missing: list = field(default_factory=list)   # cell ids the runner left without a record
+    statuses: Counter[str] = field(default_factory=Counter)
+    missing: List[str] = field(default_factory=list)   # cell ids the runner left without a record
 
 
 @dataclass
 class RunSummary:
     run_dir: Path
-    images: list
+    images: List[ImageResult]
 
     @property
-    def missing(self):
+    def missing(self) -> List[Tuple[str, str]]:
         return [(image.image_name, cid) for image in self.images for cid in image.missing]
 
-    def statuses(self):
+    def statuses(self) -> Counter[str]:
         return sum((image.statuses for image in self.images), Counter())
 
-    def failures(self):
+    def failures(self) -> int:
         """Cells of the run whose record is a failure: those run now and those skipped."""
         ran = sum(n for status, n in self.statuses().items() if status != "ok")
         return ran + sum(image.recorded_failures for image in self.images)
 
-    def cells(self):
+    def cells(self) -> int:
         return sum(image.ran + image.skipped for image in self.images)
 
     @property
-    def all_failed(self):
+    def all_failed(self) -> bool:
         return self.cells() > 0 and self.failures() == self.cells()
 
-    def describe(self):
+    def describe(self) -> str:
         """Per image what ran and what was skipped; the last line says how many cells failed."""
         lines = [f"results in {self.run_dir}"]
         for image in self.images:
@@ -174,7 +173,7 @@ class Executor(ABC):
         return None
 
 
-def gpu_choice(gpu: Optional[str], environ: Mapping[str, str]) -> tuple:
+def gpu_choice(gpu: Optional[str], environ: Mapping[str, str]) -> Tuple[str, ...]:
     """The GPUs asked for: --gpu, else the host's CUDA_VISIBLE_DEVICES; () means all."""
     text = gpu if gpu is not None else environ.get("CUDA_VISIBLE_DEVICES", "")
     return tuple(part.strip() for part in text.split(",") if part.strip())

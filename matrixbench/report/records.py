@@ -13,8 +13,7 @@ import jsonschema
 import pandas as pd
 
 from matrixbench.errors import ManifestError, ReportError
-from matrixbench.executors import calibration as calibrate
-from matrixbench.layout import CELLS_FILENAME, MANIFEST_FILENAME
+from matrixbench.layout import CALIBRATION_RUN_DEPTH, CELLS_FILENAME, MANIFEST_FILENAME
 from matrixbench.manifest import read_manifest
 from matrixbench.report.published import match_gpu
 from runner.schema import RECORD_SCHEMA, RecordError, read_record
@@ -110,7 +109,7 @@ def to_row(record, path):
 def _derived(row, path):
     gpu = row["environment.gpu_name"] if row["device"] == "cuda" else None
     return {
-        "run": (path.parents[calibrate.RUN_DEPTH] if row["calibration.phase"] else run_folder_of(path)).name,
+        "run": (path.parents[CALIBRATION_RUN_DEPTH] if row["calibration.phase"] else run_folder_of(path)).name,
         "image": row["environment.image_name"] or path.parent.name,
         "device_name": device_name(row),
         "published_gpu": match_gpu(gpu),

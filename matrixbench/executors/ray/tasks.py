@@ -24,9 +24,8 @@ from matrixbench.layout import LOG_FILENAME
 from matrixbench.paths import cache_home, hf_cache_home
 from matrixbench.placement import Slot, split_evenly, usable_cores
 from runner.core import Record, Repeat, Status, repeat_stem
-from runner.driver import NO_PRECISION
 from runner.machine import fallback_environment
-from runner.records import fail, new_record, utc_now
+from runner.records import NO_PRECISION, fail, new_record, utc_now
 from runner.schema import read_record, record_path, write_json_atomic, write_record
 
 # Ray's resource for a node's accelerator type: "accelerator_type:A100" (ray._common.utils
