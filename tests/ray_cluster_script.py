@@ -33,7 +33,7 @@ KILL_AFTER = "T4/latest/resnet-tiny_bs1_eager_float32.json"
 HANGING_UNIT_STARTED = "T4 resnet bs=2: started on node 127.0.0.2"
 START_ATTEMPTS = 3
 RUN_TIMEOUT_S = 600   # generous: on a loaded 2-core machine everything here runs several times slower
-# Ray's token authentication, as the README tells users to run a cluster: every node and driver has it
+# Ray's token authentication, as docs/cluster.md tells users to run a cluster: every node and driver has it
 AUTH_TOKEN = secrets.token_hex(32)
 
 

@@ -136,5 +136,5 @@ def test_a_driver_without_the_clusters_token_is_refused_saying_how_to_give_it(cl
     refused = cluster_run["unauthenticated"][missing]
     assert refused["code"] == 5, refused["output"][-3000:]
     assert "Traceback" not in refused["output"]
-    assert "RAY_AUTH_TOKEN" in refused["output"] and "README: Several machines" in refused["output"]
+    assert "RAY_AUTH_TOKEN" in refused["output"] and "docs/cluster.md" in refused["output"]
     assert not refused["results_folder"]

@@ -164,12 +164,12 @@ class RayBackend(Backend):
             except ray.exceptions.AuthenticationError as exc:
                 raise RunError(f"--ray-address {self.address}: the cluster uses token authentication and this "
                                f"driver has no token ({str(exc).split('.')[0]}); give it the cluster's token: "
-                               "RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token (README: Several machines)"
+                               "RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token (docs/cluster.md)"
                                ) from None
             except ConnectionError as exc:
                 raise RunError(f"--ray-address {self.address}: no Ray cluster answers ({exc}). Start one with "
                                "`ray start --head`; a cluster with token authentication also refuses a driver "
-                               "without RAY_AUTH_MODE=token and its RAY_AUTH_TOKEN (README: Several machines)") from exc
+                               "without RAY_AUTH_MODE=token and its RAY_AUTH_TOKEN (docs/cluster.md)") from exc
         return ray
 
     def gpus_available(self):
