@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from matrixbench import matrix_yaml
 from matrixbench.environments import auto, backend_names
 from matrixbench.environments.auto import AUTO
 from matrixbench.errors import MatrixbenchError
@@ -23,7 +24,7 @@ from matrixbench.pending import pending_work, recorded_failures_line, unreadable
 from matrixbench.progress import make_progress
 from matrixbench.report_formats import REPORT_FORMATS
 from matrixbench.run import DEFAULT_RUN, RunOptions, check_device, run_matrix
-from matrixbench.settings import BY_NAME, OVERRIDES
+from matrixbench.settings import BY_NAME, MATRIX_SETTINGS, OVERRIDES
 
 INTERRUPTED_EXIT = 130
 DEFAULT_MATRIX = "matrix.yaml"
@@ -92,17 +93,32 @@ def _setting_option(setting):
     return click.option(*names, type=convert, help=setting.help + choices)
 
 
+def _key_values(ctx, param, values):
+    """``--set KEY=VALUE`` (repeatable) -> {KEY: VALUE}, the value read as YAML (true, 0.05, [1, 4])."""
+    pairs = {}
+    for text in values:
+        key, equals, value = text.partition("=")
+        if not equals or key.strip() not in SETTABLE:
+            raise click.BadParameter(f"{text!r}: give KEY=VALUE with KEY one of {', '.join(SETTABLE)}")
+        pairs[key.strip()] = matrix_yaml.value(value)
+    return pairs
+
+
+SETTABLE = tuple(setting.name for setting in MATRIX_SETTINGS)   # --set: any setting matrix.yaml takes
 override_options = _stack(
     images_option,
     click.option("--models", multiple=True, callback=_comma_list(), metavar="NAMES",
                  help="Only these models, comma-separated (e.g. vit,detr-resnet-101)."),
     *(_setting_option(setting) for setting in OVERRIDES),
+    click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", callback=_key_values,
+                 help="Any setting of matrix.yaml, for this run (repeatable; VALUE as YAML, e.g. "
+                      "--set fullgraph=true --set cv_threshold=0.05). Keys: " + ", ".join(SETTABLE) + "."),
 )
 
 
 def _overrides(options):
     names = ("images", "models", *(setting.name for setting in OVERRIDES))
-    return Overrides(**{name: options.get(name) for name in names})
+    return Overrides(**{name: options.get(name) for name in names}, sets=options.get("settings") or {})
 
 
 def _load(matrix_path, overrides):
@@ -238,7 +254,45 @@ def _echo_banner(text):
     click.echo(f"{rule}\n{text}\n{rule}", err=True)
 
 
-@main.command()
+# --- run's options in groups ----------------------------------------------------------------
+# Each option of `run` declares its help group here, once; those of RUN_RARE stay accepted but leave
+# the help (they are rare on `run`: matrix.yaml or --set KEY=VALUE give the settings among them).
+RUN_GROUPS = {
+    "selection": ("matrix_path", "images", "models", "batch_sizes", "modes", "dtypes", "settings"),
+    "measurement": ("repeats", "iterations", "device", "cold"),
+    "resume and paths": ("run_name", "results_root", "force", "retry_failed", "note", "dry_run"),
+    "placement": ("executor", "slots", "gpu", "calibrate", "gpu_types", "ray_address"),
+    "environment": ("backend",),
+}
+RUN_RARE = ("weights", "size", "attention", "warmup", "timeout_s", "calibration_models", "exclusive_timing",
+            "allow_busy_gpus", "cache_root", "hf_cache_dir", "registry", "ca_bundle", "index_url",
+            "extra_index_urls", "base_image")
+
+
+class GroupedCommand(click.Command):
+    """A command whose --help lists its options under the groups RUN_GROUPS declares."""
+
+    def format_options(self, ctx, formatter):
+        group_of = {name: group for group, names in RUN_GROUPS.items() for name in names}
+        rows = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                rows.setdefault(group_of.get(param.name, "other"), []).append(record)
+        for group in [*RUN_GROUPS, "other"]:
+            if rows.get(group):
+                with formatter.section(f"{group.capitalize()} options"):
+                    formatter.write_dl(rows[group])
+
+
+def _hide(command, names):
+    for param in command.params:
+        if param.name in names:
+            param.hidden = True
+    return command
+
+
+@main.command(cls=GroupedCommand)
 @matrix_option
 @override_options
 @click.option("--run", "run_name", default=DEFAULT_RUN, show_default=True,
@@ -305,6 +359,9 @@ def run(matrix_path, run_name, results_root, backend, executor, ray_address, reg
         return
     summary = run_matrix(matrix, run_options, progress=make_progress())
     click.echo(summary.describe())
+
+
+_hide(run, RUN_RARE)
 
 
 def describe_plan(matrix, run_path, force, retry_failed):

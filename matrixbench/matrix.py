@@ -129,10 +129,12 @@ class Overrides:
     calibration_models: Optional[Sequence[str]] = None
     exclusive_timing: Optional[bool] = None
     gpu_types: Optional[Sequence[str]] = None
+    sets: Mapping[str, Any] = field(default_factory=dict)   # --set KEY=VALUE: any matrix setting
 
     def settings(self) -> JSON:
-        """The settings given, by matrix key (lists without repeats)."""
-        given = {s.name: getattr(self, s.name) for s in OVERRIDES if getattr(self, s.name) is not None}
+        """The settings given, by matrix key (lists without repeats); a flag wins over --set."""
+        flagged = {s.name: getattr(self, s.name) for s in OVERRIDES if getattr(self, s.name) is not None}
+        given = {**self.sets, **flagged}
         return {name: _unique(value) if isinstance(value, (list, tuple)) else value
                 for name, value in given.items()}
 
@@ -157,11 +159,19 @@ def load_matrix(path: Path | str, overrides: Optional[Overrides] = None) -> Matr
     given = overrides.settings()
     if isinstance(data, dict):
         data = {**data, **given}
-    flags = {name: BY_NAME[name].flag or name for name in given}
+    flags = {name: _flag_of(name, overrides) for name in given}
     matrix_errors.validate(data, MATRIX_SCHEMA, text, path, flags=flags)
     matrix = _build(data, path, weights=overrides.weights)
     _check_tiny(matrix, overrides)
     return _select_entries(matrix, overrides)
+
+
+def _flag_of(name: str, overrides: Overrides) -> str:
+    """How the user gave the setting ``name``: its flag, or ``--set name`` (the flag wins when both)."""
+    flag = BY_NAME[name].flag
+    if name in overrides.sets and not (flag and getattr(overrides, name, None) is not None):
+        return f"--set {name}"
+    return flag or name
 
 
 def _build(data: JSON, path: Path, weights: Optional[str] = None) -> Matrix:

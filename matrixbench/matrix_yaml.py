@@ -48,6 +48,14 @@ def _check_keys(node):
         seen[key.value] = key.start_mark.line
 
 
+def value(text: str) -> Any:
+    """One value as YAML reads it (``--set KEY=VALUE``): true, 0.05, [1, 4], a string otherwise."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
 def read_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")

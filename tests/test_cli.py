@@ -248,3 +248,44 @@ def test_run_refuses_build_options_without_ray(tmp_path):
     assert result.exit_code != 0
     assert "only with --executor ray" in result.output, result.output
     assert not (tmp_path / "results").exists()
+
+
+# --- run's options in groups, --set --------------------------------------------------------
+
+def test_every_run_option_declares_a_group_or_leaves_the_help():
+    from matrixbench.cli import RUN_GROUPS, RUN_RARE, run
+
+    grouped = [name for names in RUN_GROUPS.values() for name in names]
+    names = [param.name for param in run.params if param.name != "help"]
+    assert sorted(grouped + list(RUN_RARE)) == sorted(names)          # each option declared once
+    shown = [param.name for param in run.params if not getattr(param, "hidden", False)]
+    assert len(shown) <= 25 and set(shown) == set(grouped)
+
+
+def test_run_help_lists_the_groups_in_order_and_not_the_rare_options():
+    text = invoke("run", "--help").output
+    headings = [line for line in text.splitlines() if line.endswith("options:")]
+    assert headings == ["Selection options:", "Measurement options:", "Resume and paths options:",
+                        "Placement options:", "Environment options:", "Other options:"]
+    assert "--warmup" not in text and "--base-image" not in text and "--set KEY=VALUE" in text
+
+
+def test_set_reaches_any_matrix_setting_and_a_rare_flag_still_works(tmp_path):
+    from matrixbench.matrix import Overrides, load_matrix
+
+    path = write_matrix(tmp_path)
+    result = invoke("validate", "--matrix", path, "--set", "fullgraph=true", "--set", "cv_threshold=0.05",
+                    "--warmup", "2")
+    assert result.exit_code == 0, result.output
+    matrix = load_matrix(path, Overrides(warmup=2, sets={"fullgraph": True, "cv_threshold": 0.05}))
+    assert (matrix.fullgraph, matrix.cv_threshold, matrix.warmup) == (True, 0.05, 2)
+
+
+@pytest.mark.parametrize("given, message", [
+    ("colour=red", "KEY one of weights, size"),
+    ("fullgraph", "give KEY=VALUE"),
+    ("cv_threshold=-1", "--set cv_threshold"),
+])
+def test_a_bad_set_names_the_key_and_the_fix(tmp_path, given, message):
+    result = invoke("validate", "--matrix", write_matrix(tmp_path), "--set", given)
+    assert result.exit_code == 2 and message in result.output, result.output
