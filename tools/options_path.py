@@ -5,7 +5,8 @@ A static walk of the host package's AST (``matrixbench/``, report/ left out): st
 ``matrixbench.run.run_matrix`` with its ``options`` parameter tainted, each call that passes a tainted
 value (a name, or anything computed from one) is followed into the function it resolves to (a function
 of the same module, one imported from a matrixbench module, ``module.function``, ``self.method``, a
-class's constructor, or ``obj.method`` where exactly the classes defining ``method`` are candidates),
+class's constructor, or ``obj.method`` where the classes defining ``method`` are candidates, narrowed by
+the receiver's name where it names a kind: RECEIVER_KINDS),
 its receiving parameters tainted in turn; assignments, loops and ``with`` spread taint inside a body.
 
     stops          functions the options reach (each counted once)
@@ -13,7 +14,10 @@ its receiving parameters tainted in turn; assignments, loops and ``with`` spread
     climbs back    calls into a module that is already on the call chain above the caller (A -> B -> A)
     entries        per module, how many calls enter it from another module
 
-Usage: python tools/options_path.py [ROOT] [--entry module:function] [--taint NAME] [-v]
+Usage: python tools/options_path.py [ROOT] [--entry module:function] [--taint NAME] [--narrow] [-v]
+
+Measured for issue 23 (before: the tree at fa5751d, ``git archive fa5751d matrixbench | tar -x -C /tmp/x``):
+see the numbers in tools/README.md.
 """
 import argparse
 import ast
@@ -86,7 +90,7 @@ class Index:
                 return self._function_or_init(f"{self.imports[module][base.id]}.{func.attr}")
             if func.attr.startswith("__"):
                 return []
-            return list(self.methods.get(func.attr, []))
+            return _by_receiver(base, list(self.methods.get(func.attr, [])))
         return []
 
     def _function_or_init(self, qual):
@@ -96,6 +100,25 @@ class Index:
             init = self.classes[qual].get("__init__")
             return [init] if init else []
         return []
+
+
+NARROW = False   # --narrow: follow the options object and its attributes only, not values computed from them
+
+# A receiver's name says which classes' method a call means, where it names one of these kinds
+# (``environment.run(request)`` is an environment's run, not an executor's); other receivers: any class.
+RECEIVER_KINDS = {"environment": "Backend", "backend": "Backend", "executor": "Executor", "progress": "Progress"}
+
+
+def _by_receiver(base, candidates):
+    """``candidates`` narrowed by the receiver: none for a third-party object (``self._sdk.containers.run``:
+    a receiver two attributes below a name other than ``self``)."""
+    if isinstance(base, ast.Attribute) and isinstance(base.value, ast.Attribute):
+        return []
+    name = base.attr if isinstance(base, ast.Attribute) else base.id if isinstance(base, ast.Name) else ""
+    kind = RECEIVER_KINDS.get(name.lstrip("_"))
+    if kind is None:
+        return candidates
+    return [qual for qual in candidates if qual.rsplit(".", 2)[-2].endswith(kind)] or candidates
 
 
 def _names(node):
@@ -111,6 +134,8 @@ def _carried(node):
     if isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
         return _carried(node.value)
     if isinstance(node, ast.Call):
+        if NARROW:
+            return set()
         args = [*node.args, *(k.value for k in node.keywords)]
         return set().union(*(_carried(arg) for arg in args)) if args else set()
     if isinstance(node, (ast.Tuple, ast.List)):
@@ -213,7 +238,11 @@ def main(argv=None):
     parser.add_argument("--entry", default="matrixbench.run:run_matrix")
     parser.add_argument("--taint", default="options")
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--narrow", action="store_true",
+                        help="follow the options object and its attributes only (not what is built from them)")
     args = parser.parse_args(argv)
+    global NARROW
+    NARROW = args.narrow
     index = Index(Path(args.root))
     module, function = args.entry.split(":")
     stops, entries, climbs, order = walk(index, f"{module}.{function}", {args.taint})
