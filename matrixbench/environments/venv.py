@@ -9,8 +9,10 @@ environment (no other host variable, no host PYTHONPATH), the host's GPUs
 (CUDA_VISIBLE_DEVICES honoured) and the image's content hash as every record's image_id.
 """
 import os
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
 
-from matrixbench.environments.base import Backend
+from matrixbench.environments.base import Backend, RunRequest
 from matrixbench.environments.environment import compile_cache_env, runner_env
 from matrixbench.environments.local import launch_runner, stop_running
 from matrixbench.errors import RunError
@@ -22,26 +24,26 @@ from matrixbench.venvs import ensure_venv, link_runner, plan_venv, torch_matches
 class VenvBackend(Backend):
     name = "venv"
 
-    def __init__(self, *, root=None, finder=None):
+    def __init__(self, *, root: Optional[Path] = None, finder: Any = None) -> None:
         """``root``: where the venvs live (default venvs.venvs_root()); ``finder``: the
         interpreter search's seams (interpreters.Finder)."""
         self._root = root
         self._finder = finder
-        self._venvs = {}
+        self._venvs: Dict[str, Any] = {}
 
-    def describe(self):
+    def describe(self) -> str:
         return (f"venv backend: one virtual environment per image under {self._root or venvs_root()}, "
                 "built from its pins (`matrixbench build --backend venv`)")
 
-    def gpus_available(self):
+    def gpus_available(self) -> bool:
         return bool(host_gpus())
 
-    def prepare(self, images, emit=None):
+    def prepare(self, images: List[Any], emit: Optional[Callable[[str, str], None]] = None) -> None:
         for image in images:
             plan = plan_venv(image, root=self._root)
             self._venvs[image.name] = ensure_venv(plan, emit=emit or print_progress, finder=self._finder)
 
-    def run(self, request):
+    def run(self, request: RunRequest) -> int:
         venv = self._venvs.get(request.image_name)
         if venv is None:
             raise RunError(f"image {request.image_name!r}: no venv prepared for it (VenvBackend.prepare)")
@@ -50,7 +52,7 @@ class VenvBackend(Backend):
                            f"but the matrix asks for {request.torch}")
         env = runner_env(os.environ, request, compile_cache_env(request.cache_dir), venv=venv.path,
                          runner_path=link_runner(venv.path))
-        return launch_runner(venv.python_bin, request, env, image_id=venv.image_id)
+        return int(launch_runner(venv.python_bin, request, env, image_id=venv.image_id))
 
-    def stop_all(self):
+    def stop_all(self) -> None:
         stop_running()

@@ -17,14 +17,17 @@ record's ``placement.busy_slots`` says how many other slots were timing beside i
 """
 import dataclasses
 import functools
+import threading
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
+from matrixbench.environments.base import Backend, RunRequest
 from matrixbench.errors import MatrixError
 from matrixbench.executors.threads import run_threads
 from matrixbench.launch import Outcome, launch
 from matrixbench.layout import CALIBRATION_DIRNAME, CALIBRATION_RUN_DEPTH, calibration_dir, slot_dir
-from matrixbench.matrix import Model, make_cell
+from matrixbench.matrix import Matrix, Model, make_cell
+from matrixbench.placement import Slot
 from runner.core import Cell, Mode
 from runner.registry import SEED_MODELS
 from runner.schema import needs_run, record_path
@@ -36,7 +39,7 @@ FOLDER = CALIBRATION_DIRNAME
 RUN_DEPTH = CALIBRATION_RUN_DEPTH   # (report.records finds a calibration record's run folder with it)
 
 
-def calibration_cells(matrix) -> List[Cell]:
+def calibration_cells(matrix: Matrix) -> List[Cell]:
     """The calibration's cells: each of ``matrix.calibration_models`` at batch size 1, eager and
     default, in the matrix's size, first dtype, fullgraph and attention; a model the matrix lacks is
     taken from the shipped ones (random weights)."""
@@ -44,7 +47,7 @@ def calibration_cells(matrix) -> List[Cell]:
             for name in matrix.calibration_models for mode in MODES]
 
 
-def _model(matrix, name) -> Model:
+def _model(matrix: Matrix, name: str) -> Model:
     if name in matrix.models:
         return matrix.models[name]
     spec = SEED_MODELS.get(name)
@@ -54,19 +57,21 @@ def _model(matrix, name) -> Model:
     return Model(name=name, task=spec.task, weights="random", model_id=spec.model_id)
 
 
-def out_dir(image_dir, phase: str, slot) -> Path:
+def out_dir(image_dir: Union[str, Path], phase: str, slot: Slot) -> Path:
     """Where one phase's records of one slot land."""
     return calibration_dir(image_dir, phase, slot.index)
 
 
-def pending_rounds(image_dir, cells, slots, repeats: int, force: bool = False) -> List[int]:
+def pending_rounds(image_dir: Union[str, Path], cells: Sequence[Cell], slots: Sequence[Slot], repeats: int,
+                   force: bool = False) -> List[int]:
     """The rounds (repeat indices) missing a record in some phase on some slot (all with ``force``)."""
     return [index for index in range(repeats)
             if any(needs_run(out_dir(image_dir, phase, slot), cell, force, repeat=index)
                    for phase in PHASES for slot in slots for cell in cells)]
 
 
-def phase_request(base, cells, index: int, phase: str, slot, slots: int):
+def phase_request(base: RunRequest, cells: Sequence[Cell], index: int, phase: str, slot: Slot,
+                  slots: int) -> RunRequest:
     """``base`` (the image's RunRequest) narrowed to one round of one phase on one slot."""
     cache = slot_dir(base.cache_dir / FOLDER, slot.index) if base.cache_dir is not None else None
     return dataclasses.replace(
@@ -76,12 +81,12 @@ def phase_request(base, cells, index: int, phase: str, slot, slots: int):
         calibration={"phase": phase, "slots": slots})
 
 
-def run_calibration(matrix, base, slots: Sequence, backend, note: Callable[[str], None] = print,
-                    force: bool = False) -> Dict[str, Any]:
+def run_calibration(matrix: Matrix, base: Optional[RunRequest], slots: Sequence[Slot], backend: Backend,
+                    note: Callable[[str], None] = print, force: bool = False) -> Dict[str, Any]:
     """Run the calibration's pending rounds through ``backend`` on ``slots`` (base: the first image's
     RunRequest). Runners that end without every record are noted, not raised: the matrix still runs.
     Returns what ran: {"rounds": [...], "missing": [record paths]}."""
-    if len(slots) < 2:
+    if len(slots) < 2 or base is None:   # (base None: a run without slots asks only for this note)
         note("--calibrate: one slot, nothing runs beside it, nothing to calibrate (use --slots N, N >= 2)")
         return {"rounds": [], "missing": []}
     cells = calibration_cells(matrix)
@@ -100,14 +105,15 @@ def run_calibration(matrix, base, slots: Sequence, backend, note: Callable[[str]
     return {"rounds": rounds, "missing": missing}
 
 
-def _run_phase(backend, requests) -> List[str]:
+def _run_phase(backend: Backend, requests: Sequence[RunRequest]) -> List[str]:
     """Run ``requests`` at once (one thread each); the record paths they left missing."""
     outcomes: Dict[int, Outcome] = {}
 
-    def work(index, stopping):
+    def work(index: int, stopping: threading.Event) -> None:
         outcomes[index] = launch(backend, requests[index])
 
     run_threads([functools.partial(work, index) for index in range(len(requests))], backend.stop_all,
-                [f"calibration-slot-{request.slot.index}" for request in requests])
+                [f"calibration-slot-{request.slot.index if request.slot else index}"
+                 for index, request in enumerate(requests)])
     return [str(record_path(request.out_dir, r.cell, r.index))
             for index, request in enumerate(requests) for r in outcomes[index].missing]

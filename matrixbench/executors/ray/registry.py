@@ -7,7 +7,7 @@ build. An image is pushed only when it is current here (built from its matrix en
 ``images.is_current``), and used on a node only when what was pulled is current there too: a node
 never runs an image other than the one the matrix names.
 """
-from typing import Callable, List
+from typing import Any, Callable, List, Sequence
 
 from matrixbench import docker_client
 from matrixbench.errors import BuildError
@@ -26,7 +26,7 @@ def reference(registry: str, image_name: str) -> str:
     return f"{registry}/{image_tag(image_name)}"
 
 
-def publish(client, images, registry: str, emit: Callable[[str, str], None]) -> None:
+def publish(client: Any, images: Sequence[Any], registry: str, emit: Callable[[str, str], None]) -> None:
     """Push each of ``images`` (matrix.Image) from this machine's Docker to ``registry``."""
     for image in images:
         tag = image_tag(image.name)
@@ -43,7 +43,7 @@ def publish(client, images, registry: str, emit: Callable[[str, str], None]) -> 
         emit(image.name, f"pushed {target} (content hash {image.content_hash()})")
 
 
-def fetch(client, images, registry: str) -> List[str]:
+def fetch(client: Any, images: Sequence[Any], registry: str) -> List[str]:
     """On a node: pull each of ``images`` from ``registry`` and name it ``matrixbench:<image>``, after
     checking it is the matrix entry's; the lines to show the user."""
     lines = []

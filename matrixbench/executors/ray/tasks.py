@@ -13,7 +13,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from matrixbench.environments.base import RunRequest
 from matrixbench.environments.environment import RUNTIME_SECRETS, redact, runtime_secrets
@@ -222,7 +222,7 @@ class ClusterRun:
                  on_record: Callable[[Any, Any, Any], None]):
         self.tasks, self.parts, self.gpus = list(tasks), list(parts), gpus
         self._on_record = on_record
-        self._written: set = set()
+        self._written: Set[Tuple[str, str]] = set()
         self._nodes: Dict[int, Dict[str, Any]] = {}
         self._by_name = {task.name: index for index, task in enumerate(self.tasks)}
 
