@@ -6,7 +6,8 @@ driver sees it: ``--backend``'s environment, or the Ray cluster's driver side) a
 and the one place that refuses what an executor would ignore (``check_options``). ``run.py`` never
 tests which executor or backend it got.
 """
-from typing import Any, Callable, Dict, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from matrixbench.environments import create_backend
 from matrixbench.errors import RunError
@@ -67,33 +68,52 @@ def check_gpu_types(matrix: Any, executor: Optional[str]) -> None:
                        "or run on a Ray cluster with --executor ray --ray-address HOST:PORT")
 
 
+@dataclass(frozen=True)
+class Scope:
+    """Where an option has an effect: ``executors`` that use it (None: a run without --executor); ``given``
+    says whether a run sets it. Refusals of options the chosen executor would ignore derive from these."""
+
+    flag: str
+    executors: Tuple[Optional[str], ...]
+    given: Callable[[Any, Any], bool]
+
+
+ONE_MACHINE: Tuple[Optional[str], ...] = (None, "sequential", "slots")
+SCOPES = (
+    Scope("--slots / slots", ONE_MACHINE, lambda matrix, options: matrix.slots != AUTO),
+    Scope("--calibrate / calibrate", ONE_MACHINE, lambda matrix, options: matrix.calibrate),
+    Scope("--exclusive-timing / exclusive_timing", ONE_MACHINE, lambda matrix, options: matrix.exclusive_timing),
+    Scope("--gpu", ONE_MACHINE, lambda matrix, options: options.gpu is not None),
+    Scope("--allow-busy-gpus", ONE_MACHINE, lambda matrix, options: options.allow_busy_gpus),
+    Scope("--ray-address", (RAY,), lambda matrix, options: options.ray_address is not None),
+    Scope("--registry", (RAY,), lambda matrix, options: options.registry is not None),
+    Scope("--ca-bundle/--index-url/--extra-index-url/--base-image", (RAY,),
+          lambda matrix, options: options.build_options is not None),
+)
+WHY_NOT = {
+    RAY: "not with --executor ray, which places each unit on one GPU Ray assigns, with that GPU's share of its "
+         "node's cores; drop them, or run on one machine with --executor slots (docs/cluster.md)",
+}
+
+
 def check_options(matrix: Any, options: Any) -> None:
-    """Refuse what the chosen executor would ignore: the slot options under --executor ray (Ray gives each
-    task one GPU and that GPU's share of its node's cores), the cluster options without it."""
+    """Refuse what the chosen executor would ignore (derived from SCOPES): the slot options under --executor
+    ray (Ray gives each task one GPU and that GPU's share of its node's cores), the cluster options without it."""
     if options.executor not in (None, *EXECUTORS):
         raise RunError(f"--executor {options.executor!r}: valid are {', '.join(EXECUTORS)}")
     check_gpu_types(matrix, options.executor)
+    ignored = [scope for scope in SCOPES if scope.given(matrix, options) and options.executor not in scope.executors]
+    if ignored and options.executor in WHY_NOT:
+        raise RunError(f"{', '.join(scope.flag for scope in ignored)}: {WHY_NOT[options.executor]}")
+    if ignored:
+        raise RunError(f"{', '.join(scope.flag for scope in ignored)}: only with --executor ray (this is "
+                       f"--executor {options.executor or 'sequential/slots'}); drop them, or add --executor ray")
     if options.executor == RAY:
-        _check_ray_options(matrix, options)
-        return
-    given = [name for name, set_ in [("--ray-address", options.ray_address is not None),
-                                     ("--registry", options.registry is not None),
-                                     ("--ca-bundle/--index-url/--extra-index-url/--base-image",
-                                      options.build_options is not None)] if set_]
-    if given:
-        raise RunError(f"{', '.join(given)}: only with --executor ray (this is --executor "
-                       f"{options.executor or 'sequential/slots'}); drop them, or add --executor ray")
+        _check_ray_options(options)
 
 
-def _check_ray_options(matrix: Any, options: Any) -> None:
-    ignored = [("--slots / slots", matrix.slots != AUTO), ("--calibrate / calibrate", matrix.calibrate),
-               ("--exclusive-timing / exclusive_timing", matrix.exclusive_timing),
-               ("--gpu", options.gpu is not None), ("--allow-busy-gpus", options.allow_busy_gpus)]
-    given = [name for name, set_ in ignored if set_]
-    if given:
-        raise RunError(f"{', '.join(given)}: not with --executor ray, which places each unit on one GPU Ray "
-                       "assigns, with that GPU's share of its node's cores; drop them, or run on one machine "
-                       "with --executor slots (docs/cluster.md)")
+def _check_ray_options(options: Any) -> None:
+    """What the ray executor's own options need of --backend (the nodes')."""
     if options.registry and options.backend != "docker":
         raise RunError(f"--registry {options.registry}: images go through a registry only to docker nodes "
                        f"(this is --backend {options.backend}); drop --registry")
