@@ -75,24 +75,46 @@ def judge(baseline_means, candidate_means, *, margin_pct, confidence=CONFIDENCE)
     change: an observed change at least that large would have been starred.
     """
     baseline, candidate = _positive(baseline_means), _positive(candidate_means)
-    ratio = math.exp(float(np.mean(np.log(candidate)) - np.mean(np.log(baseline))))
     counts = (len(baseline), len(candidate))
     if min(counts) < MIN_PROCESSES:
+        ratio = math.exp(float(np.mean(np.log(candidate)) - np.mean(np.log(baseline))))
         return Judgement(ratio, None, None, UNTESTED, *counts, None)
-    estimate, low, high, _ = contrast([baseline, candidate], [-1.0, 1.0], confidence)
-    bounds = (math.exp(low), math.exp(high))
-    return Judgement(ratio, *bounds, verdict(*bounds, margin_pct), *counts,
-                     arithmetic.percent(math.exp(high - estimate)))
+    found = judge_many(baseline[None, :], candidate[None, :], margin_pct=margin_pct, confidence=confidence)
+    return Judgement(float(found.ratio[0]), float(found.low[0]), float(found.high[0]), str(found.verdict[0]),
+                     *counts, float(found.detectable_pct[0]))
+
+
+@dataclass(frozen=True)
+class Judgements:
+    """judge_many's answer: one entry per comparison, as arrays (see Judgement)."""
+
+    ratio: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    verdict: np.ndarray
+    detectable_pct: np.ndarray
+
+
+def judge_many(baseline, candidate, *, margin_pct, confidence=CONFIDENCE) -> Judgements:
+    """judge() of many comparisons at once (what judge runs, one row): ``baseline`` and
+    ``candidate`` are arrays (comparisons, processes) of process means, MIN_PROCESSES or more."""
+    estimate, low, high, _ = contrast_many([np.log(baseline), np.log(candidate)], [-1.0, 1.0], confidence)
+    bounds = (np.exp(low), np.exp(high))
+    return Judgements(np.exp(estimate), *bounds, verdicts(*bounds, margin_pct),
+                      arithmetic.percent(np.exp(high - estimate)))
 
 
 def verdict(low, high, margin_pct) -> str:
     """The verdict of a ratio interval [low, high] (candidate / baseline) at margin m (in %)."""
-    if high < 1.0:
-        return FASTER
-    if low > 1.0:
-        return SLOWER
+    return str(verdicts(np.asarray([low]), np.asarray([high]), margin_pct)[0])
+
+
+def verdicts(low, high, margin_pct):
+    """verdict() of arrays of interval bounds: faster when the interval lies below 1, slower above,
+    no change inside [1/(1+m), 1+m], else undecided."""
     limit = 1.0 + margin_pct / 100.0
-    return NO_CHANGE if 1.0 / limit <= low and high <= limit else UNDECIDED
+    return np.select([high < 1.0, low > 1.0, (low >= 1.0 / limit) & (high <= limit)],
+                     [FASTER, SLOWER, NO_CHANGE], UNDECIDED)
 
 
 def contrast(groups: Sequence[Sequence[float]], weights: Sequence[float],
@@ -107,13 +129,22 @@ def contrast(groups: Sequence[Sequence[float]], weights: Sequence[float],
     short = [len(logs) for _, logs in used if len(logs) < MIN_PROCESSES]
     if short:
         raise ValueError(f"a group has {short[0]} process means; a contrast needs {MIN_PROCESSES} or more")
-    estimate = sum(weight * float(np.mean(logs)) for weight, logs in used)
-    terms = [weight ** 2 * float(np.var(logs, ddof=1)) / len(logs) for weight, logs in used]
+    found = contrast_many([logs[None, :] for _, logs in used], [weight for weight, _ in used], confidence)
+    estimate, low, high, df = (float(value[0]) for value in found)
+    return estimate, low, high, df
+
+
+def contrast_many(log_groups, weights, confidence=CONFIDENCE):
+    """contrast() of many at once on logs: each group an array (contrasts, processes) of log process
+    means; returns arrays (estimate, low, high, df)."""
+    used = [(float(weight), np.asarray(logs, dtype=float)) for logs, weight in zip(log_groups, weights) if weight]
+    estimate = sum(weight * logs.mean(axis=1) for weight, logs in used)
+    terms = [weight ** 2 * logs.var(axis=1, ddof=1) / logs.shape[1] for weight, logs in used]
     variance = sum(terms)
-    if variance <= 0.0:
-        return estimate, estimate, estimate, math.inf
-    df = variance ** 2 / sum(term ** 2 / (len(logs) - 1) for term, (_, logs) in zip(terms, used))
-    half = float(scipy_stats.t.ppf(0.5 + confidence / 2.0, df)) * math.sqrt(variance)
+    with np.errstate(divide="ignore", invalid="ignore"):   # zero spread everywhere: df infinite
+        df = variance ** 2 / sum(term ** 2 / (logs.shape[1] - 1) for term, (_, logs) in zip(terms, used))
+    df = np.where(variance > 0.0, df, np.inf)
+    half = scipy_stats.t.ppf(0.5 + confidence / 2.0, df) * np.sqrt(variance)
     return estimate, estimate - half, estimate + half, df
 
 
