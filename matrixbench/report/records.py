@@ -228,6 +228,17 @@ def image_order(manifests):
     return order
 
 
+def aa_twins(manifests):
+    """{twin image: original image} of A/A runs (``run --aa``: one image run twice under two names),
+    from each manifest's top-level ``aa_twins``; the later manifest wins a name both give."""
+    found = {}
+    for manifest in manifests:
+        twins = manifest.get("aa_twins") or {}
+        if isinstance(twins, dict):
+            found.update({str(twin): str(original) for twin, original in twins.items() if twin != original})
+    return found
+
+
 def published_overrides(manifests):
     """{image: "main" | "nightly" | "none"} where a run's matrix sets ``published`` for an image."""
     overrides = {}

@@ -1,0 +1,58 @@
+"""Every comparison of two cells judged one way: stats.judge on their per-process means.
+
+Image against image, mode against default, loaded against alone and compiled against eager all
+go through ``judge_cells``; a speed-up (eager ms / compiled ms) is the compiled cell judged against
+its eager cell with the ratio and its interval inverted, so its verdict reads the same way
+("faster": the compiled cell runs faster). The margin is the setting runner.settings declares
+(``equivalence_margin_pct``).
+"""
+from dataclasses import replace
+
+from matrixbench.report import arithmetic, stats
+from runner.settings import BY_NAME
+
+MARGIN_PCT = float(BY_NAME["equivalence_margin_pct"].default)
+STARRED = (stats.FASTER, stats.SLOWER)
+STAR = "*"
+UNDECIDED_MARK = "?"
+NO_CHANGE_MARK = "≈"
+MARKS = {stats.FASTER: STAR, stats.SLOWER: STAR, stats.UNDECIDED: UNDECIDED_MARK, stats.NO_CHANGE: NO_CHANGE_MARK,
+         stats.UNTESTED: ""}
+NOT_TESTED_TEXT = "not tested: one process per cell"
+
+
+def judge_cells(baseline, candidate, margin_pct=MARGIN_PCT) -> stats.Judgement:
+    """candidate against baseline, two combined cell rows (cells.combine_repeats) that ran."""
+    return stats.judge(baseline["process_means"], candidate["process_means"], margin_pct=margin_pct)
+
+
+def judge_speedup(eager, compiled, margin_pct=MARGIN_PCT) -> stats.Judgement:
+    """The speed-up eager / compiled with its interval: ratio, low and high are speed-ups here."""
+    found = judge_cells(eager, compiled, margin_pct)
+    if found.low is None or found.high is None:
+        return replace(found, ratio=1.0 / found.ratio)
+    return replace(found, ratio=1.0 / found.ratio, low=1.0 / found.high, high=1.0 / found.low)
+
+
+def percent(judgement):
+    """The judged ratio as a %: a change (negative is faster), or for a speed-up % faster."""
+    return arithmetic.percent(judgement.ratio)
+
+
+def marked(judgement, text):
+    """``text`` with the verdict's mark: * faster or slower, ? undecided, ≈ no change."""
+    return text + MARKS[judgement.verdict]
+
+
+def interval_pct(judgement):
+    """"[-3.1%, +0.4%]", or the not-tested text."""
+    if judgement.low is None:
+        return NOT_TESTED_TEXT
+    return f"[{arithmetic.percent(judgement.low):+.1f}%, {arithmetic.percent(judgement.high):+.1f}%]"
+
+
+def verdict_text(judgement, margin_pct=MARGIN_PCT):
+    """The verdict in words, "no change (±2%)" naming the margin."""
+    if judgement.verdict == stats.NO_CHANGE:
+        return f"{stats.NO_CHANGE} (±{margin_pct:g}%)"
+    return judgement.verdict
