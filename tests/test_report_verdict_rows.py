@@ -12,10 +12,11 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.container import ErrorbarContainer
 from scipy import stats as scipy_stats
 
 from host_helpers import synthetic_record
-from matrixbench.report import build_report
+from matrixbench.report import build_report, charts
 from runner.cells_file import cells_file_from_dict
 from runner.core import Status
 from runner.timing import summarize
@@ -67,11 +68,18 @@ def _write_run(run, twins):
 
 
 def _build(root, twins):
+    """(comparisons.csv, report.md, {chart file name: its matplotlib Figure})."""
     _write_run(root / "run", twins)
-    build_report([root / "run"], root / "out", ["md", "html", "csv"])
+    figures = {}
+    real = charts._save
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(charts, "_save", lambda figure, folder, name, title: (
+            figures.setdefault(name, figure), real(figure, folder, name, title))[1])
+        build_report([root / "run"], root / "out", ["md", "html", "csv"])
     html = (root / "out" / "report.html").read_text(encoding="utf-8")
     assert ("On this machine" in html) == twins and "<h3>Verdicts</h3>" in html
-    return pd.read_csv(root / "out" / "comparisons.csv"), (root / "out" / "report.md").read_text(encoding="utf-8")
+    return (pd.read_csv(root / "out" / "comparisons.csv"), (root / "out" / "report.md").read_text(encoding="utf-8"),
+            figures)
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +93,7 @@ def _welch_ratio_interval(baseline, candidate):
 
 
 def test_the_false_alarm_line_counts_starred_aa_comparisons(built):
-    frame, markdown = built
+    frame, markdown, _ = built
     aa = frame.query("kind == 'aa_change'")
     assert len(aa) == 4 and set(aa["image"]) == {"base-aa"} and set(aa["against"]) == {"base"}
     starred = aa[aa["verdict"].isin(["faster", "slower"])]
@@ -95,7 +103,7 @@ def test_the_false_alarm_line_counts_starred_aa_comparisons(built):
 
 
 def test_aa_twins_stay_out_of_the_image_chain_and_get_their_own_tables(built):
-    frame, markdown = built
+    frame, markdown, _ = built
     changes = frame.query("kind == 'image_change'")
     assert set(zip(changes["against"], changes["image"])) == {("base", "new")}
     assert "### A/A, one image under two names: base (torch 2.0.1) → base-aa (torch 2.0.1)" in markdown
@@ -104,7 +112,7 @@ def test_aa_twins_stay_out_of_the_image_chain_and_get_their_own_tables(built):
 
 
 def test_without_aa_twins_in_run_json_the_twin_is_an_ordinary_image(tmp_path):
-    frame, markdown = _build(tmp_path, twins=False)
+    frame, markdown, _ = _build(tmp_path, twins=False)
     assert frame.query("kind == 'aa_change'").empty and "A/A" not in markdown.split("## Charts")[0]
     changes = frame.query("kind == 'image_change'")
     assert set(zip(changes["against"], changes["image"])) == {("base", "base-aa"), ("base-aa", "new")}
@@ -124,7 +132,7 @@ def test_speedup_rows_carry_the_inverted_interval_of_compiled_against_eager(buil
 
 
 def test_an_undecided_speedup_is_marked_in_the_table(built):
-    frame, markdown = built
+    frame, markdown, _ = built
     row = frame.query("kind == 'speedup' and image == 'new' and model == 'vit'").iloc[0]
     assert row["verdict"] == "undecided"          # new vit default: 7, 9, 8 ms
     assert f"({row['percent']:+.1f}%?)" in markdown
@@ -145,3 +153,16 @@ def test_image_change_interval_is_welchs_on_the_log_process_means(built):
     base, new = MEANS[("base", "resnet", "eager")], MEANS[("new", "resnet", "eager")]
     assert (row["ratio_low"], row["ratio_high"]) == pytest.approx(_welch_ratio_interval(base, new))
     assert row["verdict"] == "no change"       # 5.0 against 5.0: inside ±2%
+
+
+def test_the_speedup_chart_draws_each_interval_and_marks_the_undecided_bar(built):
+    frame, _, figures = built
+    axes = figures["cpu-hand-made_bs1_speedup.png"].axes[0]
+    bars = [container for container in axes.containers if isinstance(container, ErrorbarContainer)]
+    spans = sorted((segment[:, 0].min(), segment[:, 0].max())
+                   for container in bars for segment in container.lines[2][0].get_segments())
+    speedups = frame.query("kind == 'speedup'")
+    expected = sorted(zip(speedups["low_pct"], speedups["high_pct"]))
+    assert np.asarray(spans) == pytest.approx(np.asarray(expected))
+    names = axes.get_legend_handles_labels()[1]
+    assert sum(name.startswith("undecided") for name in names) == 1
