@@ -57,23 +57,20 @@ def test_no_change_is_starred_at_most_six_percent(repeats):
     assert covered(judged.low, judged.high, 1.0) >= 0.93
 
 
+# image changes: torch versions; mode changes: a compiled mode against default (its spread differs)
+CHANGES = {"image": (200, [0.90, 0.97, 1.03, 1.10]), "mode": (300, [0.80, 0.95, 1.0, 1.05])}
+
+
 @pytest.mark.parametrize("repeats", REPEATS)
-def test_image_change_intervals_hold_the_truth(repeats):
-    truth = np.random.default_rng(repeats).choice([0.90, 0.97, 1.03, 1.10], TRIALS)
-    baseline, candidate = pair(200 + repeats, repeats, truth, same_spread=False)
+@pytest.mark.parametrize("kind", CHANGES)
+def test_change_intervals_hold_the_truth(kind, repeats):
+    seed, truths = CHANGES[kind]
+    truth = np.random.default_rng(repeats).choice(truths, TRIALS)
+    baseline, candidate = pair(seed + repeats, repeats, truth, same_spread=False)
     judged = stats.judge_many(baseline, candidate, margin_pct=MARGIN_PCT)
     assert covered(judged.low, judged.high, truth) >= 0.93
     wrong_way = np.mean(((truth < 1) & (judged.verdict == "slower")) | ((truth > 1) & (judged.verdict == "faster")))
     assert wrong_way <= 0.01
-
-
-@pytest.mark.parametrize("repeats", REPEATS)
-def test_mode_change_intervals_hold_the_truth(repeats):
-    # a compiled mode against default: a mode's process spread differs from default's
-    truth = np.random.default_rng(repeats).choice([0.80, 0.95, 1.0, 1.05], TRIALS)
-    baseline, candidate = pair(300 + repeats, repeats, truth, same_spread=False)
-    judged = stats.judge_many(baseline, candidate, margin_pct=MARGIN_PCT)
-    assert covered(judged.low, judged.high, truth) >= 0.93
 
 
 @pytest.mark.parametrize("repeats", REPEATS)

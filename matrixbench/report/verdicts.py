@@ -7,6 +7,7 @@ its eager cell with the ratio and its interval inverted, so its verdict reads th
 (``equivalence_margin_pct``).
 """
 from dataclasses import replace
+from functools import lru_cache
 
 from matrixbench.report import arithmetic, stats
 from runner.settings import BY_NAME
@@ -23,7 +24,13 @@ NOT_TESTED_TEXT = "not tested: one process per cell"
 
 def judge_cells(baseline, candidate, margin_pct=MARGIN_PCT) -> stats.Judgement:
     """candidate against baseline, two combined cell rows (cells.combine_repeats) that ran."""
-    return stats.judge(baseline["process_means"], candidate["process_means"], margin_pct=margin_pct)
+    return _judge(tuple(baseline["process_means"]), tuple(candidate["process_means"]), margin_pct)
+
+
+@lru_cache(maxsize=4096)
+def _judge(baseline_means, candidate_means, margin_pct):
+    """stats.judge, once per pair: tables, charts and comparisons.csv all ask for the same ones."""
+    return stats.judge(baseline_means, candidate_means, margin_pct=margin_pct)
 
 
 def judge_speedup(eager, compiled, margin_pct=MARGIN_PCT) -> stats.Judgement:
