@@ -9,9 +9,9 @@ from scipy.stats import variation
 
 from matrixbench.report.published import MODEL_NAMES
 from matrixbench.report.records import plain_value
+from matrixbench.settings import BY_NAME
 from matrixbench.versions import public, release
 from runner.core import MODES, TASKS
-from runner.settings import BY_NAME
 
 FIELDS = {"device": "device_name", "image": "image", "batch": "cell.batch_size", "row": "row_key",
           "mode": "mode_label"}

@@ -3,14 +3,14 @@
 Image against image, mode against default, loaded against alone and compiled against eager all
 go through ``judge_cells``; a speed-up (eager ms / compiled ms) is the compiled cell judged against
 its eager cell with the ratio and its interval inverted, so its verdict reads the same way
-("faster": the compiled cell runs faster). The margin is the setting runner.settings declares
+("faster": the compiled cell runs faster). The margin is the setting matrixbench.settings declares
 (``equivalence_margin_pct``).
 """
 from dataclasses import replace
 from functools import lru_cache
 
 from matrixbench.report import arithmetic, stats
-from runner.settings import BY_NAME
+from matrixbench.settings import BY_NAME
 
 MARGIN_PCT = float(BY_NAME["equivalence_margin_pct"].default)
 STARRED = (stats.FASTER, stats.SLOWER)
