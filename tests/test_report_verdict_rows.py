@@ -166,3 +166,15 @@ def test_the_speedup_chart_draws_each_interval_and_marks_the_undecided_bar(built
     assert np.asarray(spans) == pytest.approx(np.asarray(expected))
     names = axes.get_legend_handles_labels()[1]
     assert sum(name.startswith("undecided") for name in names) == 1
+
+
+def test_a_latency_that_is_not_positive_is_a_report_error_naming_its_record(tmp_path):
+    from matrixbench.errors import ReportError
+
+    _write_run(tmp_path / "run", twins=False)
+    path = tmp_path / "run" / "new" / "vit_bs1_default_float32.r1.json"
+    record = json.loads(path.read_text())
+    record["timing"]["mean_ms"] = 0.0
+    path.write_text(json.dumps(record))
+    with pytest.raises(ReportError, match=r"vit_bs1_default_float32\.r\d\.json: timing\.mean_ms must be a positive"):
+        build_report([tmp_path / "run"], tmp_path / "out", ["csv"])

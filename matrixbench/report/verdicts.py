@@ -6,9 +6,11 @@ its eager cell with the ratio and its interval inverted, so its verdict reads th
 ("faster": the compiled cell runs faster). The margin is the setting matrixbench.settings declares
 (``equivalence_margin_pct``).
 """
+import math
 from dataclasses import replace
 from functools import lru_cache
 
+from matrixbench.errors import ReportError
 from matrixbench.report import arithmetic, stats
 from matrixbench.settings import BY_NAME
 
@@ -23,8 +25,17 @@ NOT_TESTED_TEXT = "not tested: one process per cell"
 
 
 def judge_cells(baseline, candidate, margin_pct=MARGIN_PCT) -> stats.Judgement:
-    """candidate against baseline, two combined cell rows (cells.combine_repeats) that ran."""
+    """candidate against baseline, two combined cell rows (cells.combine_repeats) that ran; a
+    latency that is not a positive number is a ReportError naming its record."""
+    for row in (baseline, candidate):
+        if not all(_positive(mean) for mean in row["process_means"]):
+            raise ReportError(f"{row['source']}: timing.mean_ms must be a positive number of ms, got "
+                              f"{row['process_means']!r} over the cell's processes; fix or remove the record")
     return _judge(tuple(baseline["process_means"]), tuple(candidate["process_means"]), margin_pct)
+
+
+def _positive(value):
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
 @lru_cache(maxsize=4096)
