@@ -54,9 +54,11 @@ def _record(image, model, mode, repeat, mean):
     return {**record.to_dict(), "repeat": repeat}
 
 
-def _write_run(run, twins):
+def _write_run(run, twins, margin_pct=None):
     run.mkdir(parents=True)
     manifest = {"schema_version": 1, "images": ["base", "base-aa", "new"]}
+    if margin_pct is not None:
+        manifest["matrix"] = {"margin_pct": margin_pct}
     if twins:
         manifest["aa_twins"] = {"base-aa": "base"}
     (run / "run.json").write_text(json.dumps(manifest))
@@ -67,9 +69,9 @@ def _write_run(run, twins):
             path.write_text(json.dumps(_record(image, model, mode, repeat, mean)))
 
 
-def _build(root, twins):
+def _build(root, twins, margin_pct=None):
     """(comparisons.csv, report.md, {chart file name: its matplotlib Figure})."""
-    _write_run(root / "run", twins)
+    _write_run(root / "run", twins, margin_pct)
     figures = {}
     real = charts._save
     with pytest.MonkeyPatch.context() as patch:
@@ -178,3 +180,14 @@ def test_a_latency_that_is_not_positive_is_a_report_error_naming_its_record(tmp_
     path.write_text(json.dumps(record))
     with pytest.raises(ReportError, match=r"vit_bs1_default_float32\.r\d\.json: timing\.mean_ms must be a positive"):
         build_report([tmp_path / "run"], tmp_path / "out", ["csv"])
+
+
+def test_verdicts_use_the_margin_the_run_recorded(built, tmp_path):
+    # base resnet eager against new: [5.0, 5.01, 4.99] vs [5.0, 5.005, 4.995] -> inside ±2%, not ±0.1%
+    wide, tight = built[0], _build(tmp_path, twins=True, margin_pct=0.1)
+    query = "kind == 'image_change' and model == 'resnet' and mode == 'eager'"
+    assert wide.query(query).iloc[0]["verdict"] == "no change" and wide.query(query).iloc[0]["margin_pct"] == 2.0
+    row = tight[0].query(query).iloc[0]
+    assert row["verdict"] == "undecided" and row["margin_pct"] == 0.1
+    assert "| no change (±0.1%) |" in tight[1]
+    assert "no change within ±0.1%" in tight[1] and "±2%" not in tight[1]

@@ -29,9 +29,11 @@ PLACEMENT_COLUMNS = ("placement.slot", "placement.gpu_index", "placement.gpu_uui
 class CellIndex:
     """Rows of the merged table (plain dicts, NaN as None), looked up by their cell key."""
 
-    def __init__(self, frame, image_order=(), aa_twins=None):
+    def __init__(self, frame, image_order=(), aa_twins=None, margin_pct=None):
         records = [{key: plain_value(value) for key, value in row.items()} for row in frame.to_dict("records")]
         self.rows = combine_repeats(records, self.key)
+        # the equivalence margin (%) every verdict is made at: the runs' (records.margin_pct), else the default
+        self.margin_pct = float(margin_pct or BY_NAME["margin_pct"].default)
         # {twin image: its original}: an A/A run's second name for one image (records.aa_twins)
         self.aa_twins = {twin: original for twin, original in (aa_twins or {}).items()
                          if any(row["image"] == twin for row in self.rows)}
@@ -39,6 +41,7 @@ class CellIndex:
         self.image_labels = image_labels(self.rows)
         for row in self.rows:
             row["image_label"] = self.image_labels[row["image"]]
+            row["margin_pct"] = self.margin_pct
         self._by_key = {self.key(row): row for row in self.rows}
 
     def images(self):

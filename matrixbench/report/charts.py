@@ -109,7 +109,7 @@ class _Plot:
             labels += self._bars(axes, index, len(series), image, mode, kind, drawn)
         _mark_flagged(axes, drawn)
         if kind == "speedup":
-            _mark_undecided(axes, [(x, y) for x, y, row in drawn if self._undecided(row)])
+            _mark_undecided(axes, [(x, y) for x, y, row in drawn if self._undecided(row)], self.cells.margin_pct)
         self._decorate(axes, title, LATENCY_AXIS if kind == "duration" else SPEEDUP_AXIS)
         _place_labels(axes, labels)
         return _save(figure, folder, f"{self.name}_{kind}.png", title)
@@ -234,9 +234,9 @@ def _mark_flagged(axes, points):
                      color="black", linewidths=0, transform=shift, label=label, zorder=3)
 
 
-def _mark_undecided(axes, points):
+def _mark_undecided(axes, points, margin_pct):
     """A "?" beside each undecided speed-up's bar (right of its end, left for a negative one)."""
-    label = f"undecided: the interval holds no speed-up and reaches past ±{verdicts.MARGIN_PCT:g}%"
+    label = f"undecided: the interval holds no speed-up and reaches past ±{margin_pct:g}%"
     for negative in (False, True):
         found = [(x, y) for x, y in points if (x < 0) == negative]
         if not found:

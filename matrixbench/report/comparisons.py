@@ -122,7 +122,7 @@ def _speedup(cells, row):
              "candidate_ms": row["timing.mean_ms"], **judged(verdicts.judge_speedup(eager, row))}]
 
 
-def judged(judgement, margin_pct=verdicts.MARGIN_PCT):
+def judged(judgement):
     """A Judgement as comparisons.csv columns (interval ones None when not tested)."""
     def pct(value):
         return None if value is None else arithmetic.percent(value)
@@ -130,7 +130,7 @@ def judged(judgement, margin_pct=verdicts.MARGIN_PCT):
             "percent": pct(judgement.ratio), "low_pct": pct(judgement.low), "high_pct": pct(judgement.high),
             "verdict": judgement.verdict, "baseline_processes": judgement.baseline_processes,
             "candidate_processes": judgement.candidate_processes, "detectable_pct": judgement.detectable_pct,
-            "margin_pct": margin_pct}
+            "margin_pct": judgement.margin_pct}
 
 
 def _change(kind, against, baseline, row):

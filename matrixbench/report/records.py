@@ -239,6 +239,16 @@ def aa_twins(manifests):
     return found
 
 
+def margin_pct(manifests):
+    """The equivalence margin (%) the runs judged at: the first run.json whose matrix sets
+    ``margin_pct``; None when none does (the report then uses the setting's default)."""
+    for manifest in manifests:
+        value = (manifest.get("matrix") or {}).get("margin_pct")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return float(value)
+    return None
+
+
 def published_overrides(manifests):
     """{image: "main" | "nightly" | "none"} where a run's matrix sets ``published`` for an image."""
     overrides = {}

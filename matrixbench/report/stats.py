@@ -51,6 +51,7 @@ class Judgement:
     baseline_processes: int
     candidate_processes: int
     detectable_pct: Optional[float]   # the smallest change (in %) this comparison could have detected
+    margin_pct: Optional[float] = None  # the equivalence margin the verdict was made at
 
     @property
     def decided(self) -> bool:
@@ -73,10 +74,10 @@ def judge(baseline_means, candidate_means, *, margin_pct, confidence=CONFIDENCE)
     counts = (len(baseline), len(candidate))
     if min(counts) < MIN_PROCESSES:
         ratio = math.exp(float(np.mean(np.log(candidate)) - np.mean(np.log(baseline))))
-        return Judgement(ratio, None, None, UNTESTED, *counts, None)
+        return Judgement(ratio, None, None, UNTESTED, *counts, None, margin_pct)
     found = judge_many(baseline[None, :], candidate[None, :], margin_pct=margin_pct, confidence=confidence)
     return Judgement(float(found.ratio[0]), float(found.low[0]), float(found.high[0]), str(found.verdict[0]),
-                     *counts, float(found.detectable_pct[0]))
+                     *counts, float(found.detectable_pct[0]), margin_pct)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ KIND_TITLES = {"speedup": "compiled against eager (speed-up)", "mode_change": "m
                "interference": "loaded against alone"}
 
 
-def verdict_table(rows, margin_pct=verdicts.MARGIN_PCT):
+def verdict_table(rows, margin_pct):
     """Per device and kind of comparison, how many rows got each verdict."""
     counts = {}
     for row in rows:

@@ -4,7 +4,7 @@ Image against image, mode against default, loaded against alone and compiled aga
 go through ``judge_cells``; a speed-up (eager ms / compiled ms) is the compiled cell judged against
 its eager cell with the ratio and its interval inverted, so its verdict reads the same way
 ("faster": the compiled cell runs faster). The margin is the setting matrixbench.settings declares
-(``equivalence_margin_pct``).
+(``margin_pct``); a report uses its runs' (cells.CellIndex.margin_pct, on every row).
 """
 import math
 from dataclasses import replace
@@ -14,7 +14,7 @@ from matrixbench.errors import ReportError
 from matrixbench.report import arithmetic, stats
 from matrixbench.settings import BY_NAME
 
-MARGIN_PCT = float(BY_NAME["equivalence_margin_pct"].default)
+MARGIN_PCT = float(BY_NAME["margin_pct"].default)
 STARRED = (stats.FASTER, stats.SLOWER)
 STAR = "*"
 UNDECIDED_MARK = "?"
@@ -24,9 +24,12 @@ MARKS = {stats.FASTER: STAR, stats.SLOWER: STAR, stats.UNDECIDED: UNDECIDED_MARK
 NOT_TESTED_TEXT = "not tested: one process per cell"
 
 
-def judge_cells(baseline, candidate, margin_pct=MARGIN_PCT) -> stats.Judgement:
-    """candidate against baseline, two combined cell rows (cells.combine_repeats) that ran; a
-    latency that is not a positive number is a ReportError naming its record."""
+def judge_cells(baseline, candidate, margin_pct=None) -> stats.Judgement:
+    """candidate against baseline, two combined cell rows (cells.combine_repeats) that ran, at
+    ``margin_pct`` (default: the rows' ``margin_pct``, else MARGIN_PCT); a latency that is not a
+    positive number is a ReportError naming its record."""
+    if margin_pct is None:
+        margin_pct = candidate.get("margin_pct") or MARGIN_PCT
     for row in (baseline, candidate):
         if not all(_positive(mean) for mean in row["process_means"]):
             raise ReportError(f"{row['source']}: timing.mean_ms must be a positive number of ms, got "
@@ -44,7 +47,7 @@ def _judge(baseline_means, candidate_means, margin_pct):
     return stats.judge(baseline_means, candidate_means, margin_pct=margin_pct)
 
 
-def judge_speedup(eager, compiled, margin_pct=MARGIN_PCT) -> stats.Judgement:
+def judge_speedup(eager, compiled, margin_pct=None) -> stats.Judgement:
     """The speed-up eager / compiled with its interval: ratio, low and high are speed-ups here."""
     found = judge_cells(eager, compiled, margin_pct)
     if found.low is None or found.high is None:
@@ -69,8 +72,8 @@ def interval_pct(judgement):
     return f"[{arithmetic.percent(judgement.low):+.1f}%, {arithmetic.percent(judgement.high):+.1f}%]"
 
 
-def verdict_text(judgement, margin_pct=MARGIN_PCT):
+def verdict_text(judgement):
     """The verdict in words, "no change (±2%)" naming the margin."""
     if judgement.verdict == stats.NO_CHANGE:
-        return f"{stats.NO_CHANGE} (±{margin_pct:g}%)"
+        return f"{stats.NO_CHANGE} (±{judgement.margin_pct:g}%)"
     return judgement.verdict
