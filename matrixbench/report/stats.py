@@ -38,6 +38,7 @@ MIN_PROCESSES = 2
 VERDICTS = ("faster", "slower", "no change", "undecided", "not tested")
 FASTER, SLOWER, NO_CHANGE, UNDECIDED, UNTESTED = VERDICTS
 DECIDED = (FASTER, SLOWER, NO_CHANGE)
+STARRED = (FASTER, SLOWER)
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class Judgement:
     @property
     def starred(self) -> bool:
         """faster or slower: the interval excludes no change."""
-        return self.verdict in (FASTER, SLOWER)
+        return self.verdict in STARRED
 
 
 def judge(baseline_means, candidate_means, *, margin_pct, confidence=CONFIDENCE) -> Judgement:

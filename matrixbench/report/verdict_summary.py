@@ -1,5 +1,5 @@
 """The summary's verdict counts and the A/A false-alarm line, from comparisons.csv's rows."""
-from matrixbench.report import stats, verdicts
+from matrixbench.report import stats
 from matrixbench.report.tables import Cell, Table, drop_empty_columns, label
 
 KIND_TITLES = {"speedup": "compiled against eager (speed-up)", "mode_change": "mode against default",
@@ -29,7 +29,7 @@ def aa_line(rows):
     if not found:
         return None
     tested = [verdict for verdict in found if verdict != stats.UNTESTED]
-    starred = sum(verdict in verdicts.STARRED for verdict in tested)
+    starred = sum(verdict in stats.STARRED for verdict in tested)
     nominal = round((1.0 - stats.CONFIDENCE) * 100)
     untested = len(found) - len(tested)
     extra = f" ({untested} more not tested: one process per cell)" if untested else ""

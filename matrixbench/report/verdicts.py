@@ -15,7 +15,6 @@ from matrixbench.report import arithmetic, stats
 from matrixbench.settings import BY_NAME
 
 MARGIN_PCT = float(BY_NAME["margin_pct"].default)
-STARRED = (stats.FASTER, stats.SLOWER)
 STAR = "*"
 UNDECIDED_MARK = "?"
 NO_CHANGE_MARK = "≈"
