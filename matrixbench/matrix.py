@@ -89,7 +89,7 @@ class Matrix:
     accuracy_tolerance: Optional[float] = _default("accuracy_tolerance")  # None: the dtype's default
     cv_threshold: float = _default("cv_threshold")
     slots: Union[str, int] = _default("slots")     # "auto" or a count (matrixbench.placement)
-    calibrate: bool = _default("calibrate")         # measure the slots' interference first (matrixbench.calibrate)
+    calibrate: bool = _default("calibrate")         # measure the slots' interference first (executors/calibration.py)
     calibration_models: Tuple[str, ...] = _default("calibration_models")
     exclusive_timing: bool = _default("exclusive_timing")   # slots time one at a time
     gpu_types: Tuple[str, ...] = _default("gpu_types")   # () = no GPU-type axis (matrixbench.pending)

@@ -18,7 +18,7 @@ HOST_SETTINGS: Tuple[Setting, ...] = (
     Setting("slots", "Runners at once: auto (one per GPU on a GPU run, one on a CPU run) or a count; "
             "each slot gets its own GPU and a disjoint set of CPU cores (matrixbench.placement).",
             "integer", default="auto", minimum=1, maximum=1024, auto=True, flag="--slots"),
-    Setting("calibrate", "Measure the slots' interference before the matrix (matrixbench.calibrate): the "
+    Setting("calibrate", "Measure the slots' interference before the matrix (matrixbench.executors.calibration): the "
             "calibration cells run on each slot alone, then on every slot at once, once per repeat; the "
             "report's calibration table gives loaded / alone per cell with its interval. Needs 2 or more slots.",
             "boolean", default=False, flag="--calibrate"),
@@ -31,7 +31,7 @@ HOST_SETTINGS: Tuple[Setting, ...] = (
             "the wait counts against timeout_s. Records say which mode they ran under.",
             "boolean", default=False, flag="--exclusive-timing"),
     Setting("gpu_types", "GPU types to run every cell on, comma-separated, as Ray names them (A100, V100, "
-            "T4, H100, ...): a matrix axis, only with --backend ray; records land in "
+            "T4, H100, ...): a matrix axis, only with --executor ray; records land in "
             "results/<run>/<gpu_type>/<image>/.",
             "string", default=(), many=True, min_items=0, flag="--gpu-types"),
     # The report's: how it judges records (matrixbench.report), not how a run measures them.
