@@ -22,6 +22,7 @@ from matrixbench.backends.base import RunRequest
 from matrixbench.calibrate import run_calibration
 from matrixbench.cluster import DEFAULT_NODE_BACKEND, RUNTIME_SECRETS, ClusterRun, UnitPart, UnitTask, shippable
 from matrixbench.errors import RunError
+from matrixbench.gpu import GpusUnreachableError, host_gpus
 from matrixbench.images import BuildOptions
 from matrixbench.manifest import finish_manifest, read_manifest, start_manifest
 from matrixbench.matrix import runner_settings
@@ -270,8 +271,24 @@ def _resolve_gpus(backend, device, progress):
             "none, or Docker lacks the NVIDIA container toolkit). Use --device cpu, or --device auto "
             "to fall back to the CPU."
         )
+    if not available and device == "auto":
+        check_host_gpus_unused(backend)
     progress.note("device: cuda" if available else "device: cpu (no NVIDIA GPU available; --device auto)")
     return available
+
+
+def check_host_gpus_unused(backend):
+    """A host whose nvidia-smi lists GPUs never runs the matrix on the CPU unless --device cpu asks:
+    raise GpusUnreachableError when the backend cannot hand them over (--backend auto falls back on it)."""
+    gpus = host_gpus()
+    if gpus:
+        names = ", ".join(sorted({gpu.name for gpu in gpus}))
+        raise GpusUnreachableError(
+            f"--device auto: this host has {len(gpus)} NVIDIA GPU(s) ({names}), but the {backend.name} backend "
+            "cannot hand them over (a container asking for GPUs sees none: the NVIDIA container toolkit is "
+            "missing, or no image is built). Not running the matrix on the CPU. Fix: install the toolkit "
+            "(`matrixbench doctor` says how), or --backend venv (one venv per image, on these GPUs), or "
+            "--device cpu to time on the CPU on purpose")
 
 
 def _slot_plan(matrix, options, gpus, environ, progress):
