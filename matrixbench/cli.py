@@ -13,6 +13,7 @@ import click
 
 from matrixbench.backends import backend_names
 from matrixbench.cluster import DEFAULT_NODE_BACKEND, NODE_BACKENDS
+from matrixbench.cuda_builds import refuse_on_this_host
 from matrixbench.errors import MatrixbenchError
 from matrixbench.images import BuildOptions
 from matrixbench.matrix import Overrides, load_matrix
@@ -154,6 +155,7 @@ def validate(matrix_path, build_models, backend, **options):
     also build each model in each image."""
     matrix = _load(matrix_path, _overrides(options))
     click.echo(describe_matrix(matrix))
+    refuse_on_this_host(matrix, list(matrix.images))
     if build_models:
         from matrixbench.build_check import build_models as build
         from matrixbench.build_check import check_built, describe_build
@@ -168,8 +170,9 @@ def validate(matrix_path, build_models, backend, **options):
 @handles_errors
 def doctor(matrix_path):
     """Check this machine before paying for GPU time: driver and GPUs, Docker, GPUs in a
-    container, each image's build, other GPU processes, persistence and clocks, disk, HF cache.
-    Every failure comes with its fix; exit code 7 when a check fails."""
+    container, each image's CUDA build against the driver and GPUs, other GPU processes,
+    persistence and clocks, disk, HF cache. Every failure comes with its fix; exit code 7 when a
+    check fails."""
     from matrixbench.doctor import diagnose, report
 
     click.echo(report(diagnose(load_matrix(matrix_path))))
@@ -216,6 +219,7 @@ def build_options(command):
 def build(matrix_path, images, backend, **options):
     """Build one Docker image (or venv) per matrix image."""
     matrix = _load(matrix_path, Overrides(images=images))
+    refuse_on_this_host(matrix, list(matrix.images))
     if backend == "venv":
         if options.pop("base_image"):
             click.echo("note: --base-image is for Docker builds; a venv uses the host's Python", err=True)

@@ -7,25 +7,15 @@ the Docker daemon and the matrix; the commands are run through one ``Commands`` 
 replay recorded outputs.
 """
 import os
-import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional
 
+from matrixbench.cuda_builds import driver_cuda_version, image_cuda, image_problems
 from matrixbench.errors import MatrixbenchError
 from matrixbench.gpu import compute_apps, query_gpus, run_command
-from runner.archcheck import runs_on
 
-# Kernels in the torch wheels per CUDA version (TORCH_CUDA_ARCH_LIST of the wheel builds:
-# pytorch/builder manywheel/build_cuda.sh for 11.8, pytorch .ci/manywheel/build_cuda.sh after).
-WHEEL_ARCHES = {
-    "11.8": ["sm_37", "sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"],
-    "12.6": ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"],
-    "12.8": ["sm_70", "sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"],
-    "12.9": ["sm_70", "sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"],
-}
-PYPI_CUDA = "12.8"        # assumed CUDA of PyPI's Linux torch wheels (no index_url): see WHEEL_ARCHES
 IMAGE_DISK_GIB = 10       # one image's torch CUDA build and its layers, to build
 RESULTS_DISK_GIB = 5      # results, compile and HF caches
 
@@ -59,18 +49,6 @@ class Commands:
     def __post_init__(self):
         self.run = self.run or run_command
         self.disk_free = self.disk_free or (lambda path: shutil.disk_usage(path).free)
-
-
-def driver_cuda_version(nvidia_smi_text):
-    """The newest CUDA the driver supports, from plain ``nvidia-smi``'s header ("CUDA Version: 12.2")."""
-    match = re.search(r"CUDA Version:\s*([0-9]+\.[0-9]+)", nvidia_smi_text)
-    return match.group(1) if match else None
-
-
-def image_cuda(image):
-    """The CUDA version of an image's torch build: cuXYZ in its index_url, else PyPI's."""
-    match = re.search(r"/cu(\d+)(\d)\b", image.index_url or "")
-    return f"{match.group(1)}.{match.group(2)}" if match else PYPI_CUDA
 
 
 def check_driver(commands):
@@ -117,26 +95,20 @@ def check_container_gpus(client, images):
 
 
 def check_image(name, image, gpus, driver_cuda, client):
-    """One matrix image: built, its torch build has kernels for these GPUs, the driver runs its CUDA."""
+    """One matrix image: its CUDA build runs under this driver and has kernels for these GPUs
+    (matrixbench.cuda_builds), and, when Docker answers, whether it is built."""
     from matrixbench.images import image_tag
 
-    problems = []
-    if client is not None and not client.inspect_image(image_tag(name)):
+    problems = [("fail", p.what, p.fix) for p in image_problems(name, image, gpus, driver_cuda)]
+    built = client is not None and client.inspect_image(image_tag(name))
+    if client is not None and not built:
         problems.append(("warn", f"not built ({image_tag(name)})", f"`matrixbench build --images {name}`"))
     cuda = image_cuda(image)
-    arches = WHEEL_ARCHES.get(cuda)
-    for gpu in gpus:
-        if arches and gpu.capability and not any(runs_on(arch, gpu.capability) for arch in arches):
-            problems.append(("fail", f"{image.torch} (CUDA {cuda}) has no kernels for {gpu.name} "
-                             f"(compute capability {gpu.capability[0]}.{gpu.capability[1]})",
-                             f"set images.{name}.index_url to a newer CUDA build "
-                             "(https://download.pytorch.org/whl/cu128) with a torch that has one, and rebuild"))
-            break
-    if driver_cuda and int(driver_cuda.split(".")[0]) < int(cuda.split(".")[0]):
-        problems.append(("fail", f"its CUDA {cuda} needs a newer driver (the driver supports CUDA {driver_cuda})",
-                         f"update the NVIDIA driver, or give images.{name}.index_url an older CUDA build"))
+    build = f"CUDA {cuda}" if cuda else "a CPU build"
     if not problems:
-        return Check(f"image {name}", "ok", f"{image.torch}, CUDA {cuda}: built, runs on these GPUs")
+        where = "built, runs on these GPUs" if built else "runs on these GPUs (Docker is down: not checked "\
+                "whether it is built; the venv backend builds it)"
+        return Check(f"image {name}", "ok", f"{image.torch}, {build}: {where}")
     worst = "fail" if any(p[0] == "fail" for p in problems) else "warn"
     return Check(f"image {name}", worst, "; ".join(p[1] for p in problems), "; ".join(p[2] for p in problems))
 

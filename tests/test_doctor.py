@@ -100,7 +100,8 @@ def test_a_gpu_the_cu118_wheels_cannot_run_fails_those_images():
 
 def test_a_driver_too_old_for_the_images_cuda_fails():
     checks = checks_for(machine="v100")
-    assert checks["image latest"].status == "fail" and "needs a newer driver" in checks["image latest"].detail
+    assert checks["image latest"].status == "fail" and "needs a driver for CUDA 12.x" in checks["image latest"].detail
+    assert "whl/cu118 for this driver" in checks["image latest"].fix
     assert checks["image stable"].status == "ok"    # CUDA 11.8 on a CUDA 11.4 driver: same major
 
 
