@@ -100,3 +100,23 @@ def bf16_problem(capability, gpu_name):
             f"{BF16_MIN_CAPABILITY[0]}.{BF16_MIN_CAPABILITY[1]} (Ampere) or newer for native support; below "
             "that it is emulated and its latency says nothing about bfloat16. Use float16 on this GPU")
 
+
+# Triton 2.0 (torch 2.0's) cannot compile Inductor's matmul templates for capability 9.0 (Hopper):
+# max-autotune benchmarks them and the process dies with SIGABRT. 2.1 (torch 2.1's) compiles them.
+HOPPER = (9, 0)
+TRITON_HOPPER_TEMPLATES = (2, 1)
+
+
+def triton_problem(triton_version, capability, gpu_name, mode):
+    """Why a ``mode`` cell must not run with this Triton on this GPU (max-autotune on Hopper with
+    Triton 2.0), or None."""
+    if mode != "max-autotune" or tuple(capability) < HOPPER or not triton_version:
+        return None
+    numbers = re.match(r"(\d+)\.(\d+)", triton_version)
+    if numbers is None or (int(numbers.group(1)), int(numbers.group(2))) >= TRITON_HOPPER_TEMPLATES:
+        return None
+    major, minor = capability
+    return (f"mode max-autotune refused on {gpu_name} (compute capability {major}.{minor}): Triton "
+            f"{triton_version} cannot compile Inductor's matmul templates for it, and the process would die "
+            "with SIGABRT while autotuning. Use an image whose torch ships Triton 2.1 or newer (torch 2.1+), "
+            "or drop max-autotune for this image")

@@ -20,7 +20,7 @@ import contextlib
 import torch
 
 from runner import accuracy, cudagraphs, faults, gpu_state, memory, records, timing_board
-from runner.archcheck import bf16_problem
+from runner.archcheck import bf16_problem, triton_problem
 from runner.compile import compile_model, counters_snapshot, dynamo_stats, reset
 from runner.core import Status
 from runner.precision import apply_precision
@@ -137,16 +137,30 @@ def attention_record(cell, built):
 
 
 class UnsupportedOnThisGpu(RuntimeError):
-    """A cell this GPU cannot run natively (bfloat16 below compute capability 8.0)."""
+    """A cell this GPU cannot run (natively, or at all with this image's Triton): bfloat16 below
+    compute capability 8.0; max-autotune on Hopper with Triton 2.0. Refused before it runs."""
 
 
-def refuse_unsupported(cell, device, cuda=None):
-    if device != "cuda" or cell.dtype != "bfloat16":
+def refuse_unsupported(cell, device, cuda=None, triton_version=None):
+    """Raise UnsupportedOnThisGpu for a cell this GPU cannot run with this image; checked before
+    the model is built, never by trying (Triton 2.0 on Hopper dies with SIGABRT, losing the record)."""
+    if device != "cuda":
         return
     cuda = cuda or torch.cuda
-    problem = bf16_problem(cuda.get_device_capability(0), cuda.get_device_name(0))
+    capability, name = cuda.get_device_capability(0), cuda.get_device_name(0)
+    problem = bf16_problem(capability, name) if cell.dtype == "bfloat16" else None
+    if problem is None and cell.mode == "max-autotune":
+        problem = triton_problem(triton_version or _triton_version(), capability, name, cell.mode)
     if problem:
         raise UnsupportedOnThisGpu(problem)
+
+
+def _triton_version():
+    try:
+        import triton
+    except ImportError:
+        return None
+    return getattr(triton, "__version__", None)
 
 
 class ReferenceOutOfMemory(RuntimeError):
