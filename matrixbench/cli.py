@@ -167,15 +167,17 @@ def validate(matrix_path, build_models, backend, **options):
 
 @main.command()
 @matrix_option
+@click.option("--backend", type=click.Choice(["auto", "docker", "venv", "local"]), default="auto", show_default=True,
+              help="The backend to check for: Docker's checks fail only for docker; auto falls back to venvs.")
 @handles_errors
-def doctor(matrix_path):
+def doctor(matrix_path, backend):
     """Check this machine before paying for GPU time: driver and GPUs, Docker, GPUs in a
-    container, each image's CUDA build against the driver and GPUs, other GPU processes,
-    persistence and clocks, disk, HF cache. Every failure comes with its fix; exit code 7 when a
-    check fails."""
+    container, which backend runs, each image's CUDA build against the driver and GPUs, other GPU
+    processes, persistence and clocks, disk, HF cache. Every failure comes with its fix; exit code 7
+    when a check fails."""
     from matrixbench.doctor import diagnose, report
 
-    click.echo(report(diagnose(load_matrix(matrix_path))))
+    click.echo(report(diagnose(load_matrix(matrix_path), backend=backend)))
 
 
 def describe_matrix(matrix):

@@ -16,6 +16,7 @@ from matrixbench.cuda_builds import driver_cuda_version, image_cuda, image_probl
 from matrixbench.errors import MatrixbenchError
 from matrixbench.gpu import compute_apps, query_gpus, run_command
 
+AUTO = "auto"             # --backend auto: docker when it answers, else venvs
 IMAGE_DISK_GIB = 10       # one image's torch CUDA build and its layers, to build
 RESULTS_DISK_GIB = 5      # results, compile and HF caches
 
@@ -71,11 +72,31 @@ def check_driver_cuda(commands):
     return version, Check("driver CUDA version", "ok", f"the driver supports CUDA up to {version}")
 
 
-def check_docker(connect):
+def check_docker(connect, backend=AUTO):
+    """Docker answers; when it does not, a failure only for ``--backend docker``: otherwise the venv
+    backend runs the images (and still compares their torch versions)."""
+    if backend in ("venv", "local"):
+        return None, Check("Docker", "info", f"not checked (--backend {backend})")
     try:
         return connect(), Check("Docker", "ok", "the daemon answers")
     except MatrixbenchError as exc:
-        return None, Check("Docker", "fail", str(exc).split(";")[0], str(exc).split(";", 1)[-1].strip())
+        reason, fix = str(exc).split(";")[0], str(exc).split(";", 1)[-1].strip()
+        if backend == "docker":
+            return None, Check("Docker", "fail", reason, fix)
+        return None, Check("Docker", "warn", f"{reason}: the venv backend runs instead (one virtual "
+                           "environment per image, the same torch comparison)", f"for containers: {fix}")
+
+
+def check_backend(client, container_check, backend=AUTO):
+    """Which backend runs the matrix on this machine, and why."""
+    if backend != AUTO:
+        return Check("backend", "info", f"{backend} (--backend {backend})")
+    if client is None:
+        return Check("backend", "info", "venv: Docker does not answer")
+    if container_check is not None and container_check.status != "ok" and "sees none" in container_check.detail:
+        return Check("backend", "info", "venv: Docker cannot hand the GPUs to a container")
+    return Check("backend", "info", "docker: the daemon answers" + (
+        " and hands the GPUs to containers" if container_check is not None and container_check.status == "ok" else ""))
 
 
 def check_container_gpus(client, images):
@@ -156,8 +177,9 @@ def check_hf(environ, hf_cache):
                  None if environ.get("HF_TOKEN") else "only needed for gated models with weights: pretrained")
 
 
-def diagnose(matrix, commands=None, connect=None, hf_cache=None, docker_root="/var/lib/docker"):
-    """The whole checklist, in order."""
+def diagnose(matrix, commands=None, connect=None, hf_cache=None, docker_root="/var/lib/docker", backend=AUTO):
+    """The whole checklist, in order. Docker's checks fail only for ``backend`` "docker": without a
+    working Docker, ``auto`` runs the venv backend."""
     commands = commands or Commands()
     gpus, driver = check_driver(commands)
     checks: List[Check] = [driver]
@@ -165,10 +187,16 @@ def diagnose(matrix, commands=None, connect=None, hf_cache=None, docker_root="/v
     if gpus:
         driver_cuda, cuda_check = check_driver_cuda(commands)
         checks.append(cuda_check)
-    client, docker_check = check_docker(connect or _connect)
+    client, docker_check = check_docker(connect or _connect, backend)
     checks.append(docker_check)
+    container_check = None
     if client is not None and gpus:
-        checks.append(check_container_gpus(client, list(matrix.images)))
+        container_check = check_container_gpus(client, list(matrix.images))
+        if container_check.status == "fail" and backend == AUTO:
+            container_check = Check(container_check.name, "warn", container_check.detail + ": the venv backend "
+                                    "runs instead", container_check.fix)
+        checks.append(container_check)
+    checks.append(check_backend(client, container_check, backend))
     checks += [check_image(name, image, gpus, driver_cuda, client) for name, image in matrix.images.items()]
     if gpus:
         checks += [check_other_processes(commands), *check_persistence_and_clocks(gpus)]

@@ -33,9 +33,9 @@ class Client:
         return ["GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000-5e4f-3a2b-1c0d-e9f8a7b6c5d4)"]
 
 
-def doctor(matrix, gpu, driver, connect=Client):
+def doctor(matrix, gpu, driver, connect=Client, backend="auto"):
     commands = Commands(run=nvidia_smi(gpu, driver), environ={}, disk_free=lambda path: 500 * GiB)
-    return {c.name: c for c in diagnose(matrix, commands, connect=connect, hf_cache=Path("/hf"))}
+    return {c.name: c for c in diagnose(matrix, commands, connect=connect, hf_cache=Path("/hf"), backend=backend)}
 
 
 def test_image_cuda_from_the_index_url_or_pypi():
@@ -96,3 +96,37 @@ def test_no_gpu_host_checks_nothing():
 def test_the_arch_fix_for_an_older_gpu_does_not_say_newer():
     problem = arch_problem(WHEEL_ARCHES["13.0"], (7, 0), "Tesla V100-SXM2-16GB", "2.13.0", "latest")
     assert "newer" not in problem and "whl/cu128" in problem and "sm_70" in problem
+
+
+# --- Docker's checks do not block the venv path ---------------------------------------------
+
+def no_docker():
+    from matrixbench.errors import DockerUnavailableError
+
+    raise DockerUnavailableError("no Docker daemon answers at unix:///var/run/docker.sock (refused); "
+                                 "start it with `sudo systemctl start docker`")
+
+
+def test_doctor_without_docker_passes_and_says_venv_runs():
+    checks = doctor(MATRIX, "H100", "550", connect=no_docker)
+    text = report(list(checks.values()))
+    assert checks["Docker"].status == "warn" and "venv backend runs instead" in checks["Docker"].detail
+    assert checks["backend"].detail.startswith("venv: Docker does not answer")
+    assert "built" not in checks["image stable"].detail.replace("not checked whether it is built", "")
+    assert "[ ok ] image latest" in text
+
+
+def test_doctor_for_the_docker_backend_still_fails_without_docker():
+    checks = doctor(MATRIX, "H100", "550", connect=no_docker, backend="docker")
+    assert checks["Docker"].status == "fail" and "systemctl start docker" in checks["Docker"].fix
+
+
+def test_doctor_with_docker_that_cannot_hand_over_gpus_falls_back():
+    class NoToolkit(Client):
+        def gpu_probe(self, image, device_ids=None):
+            return []
+    checks = doctor(MATRIX, "H100", "550", connect=NoToolkit)
+    assert checks["GPUs in a container"].status == "warn" and checks["backend"].detail.startswith("venv")
+    assert doctor(MATRIX, "H100", "550", connect=NoToolkit, backend="docker")["GPUs in a container"].status == "fail"
+    backend = doctor(MATRIX, "H100", "550")["backend"].detail
+    assert backend == "docker: the daemon answers and hands the GPUs to containers"
