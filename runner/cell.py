@@ -74,7 +74,8 @@ def _measure(job, record, marks):
     record.memory = memory.peak(device)
     record.timing = _timing(loop, settings, device, cell.mode, graphs, state,
                      dict(load_s=load_s, first_call_s=first_call_s, warmup_s=warmup_s,
-                          warmup_calls=warmup_calls, host_syncs_per_call=syncs))
+                          warmup_calls=warmup_calls, host_syncs_per_call=syncs),
+                     graphs_per_call=after_first_call["graphs"] - before["graphs"] if compiled else 0)
     if compiled:
         record.dynamo = dynamo_stats(before, after_first_call, counters_snapshot())
         record.accuracy = accuracy.compare(reference, loop.output, settings["accuracy_tolerance"])
@@ -98,13 +99,14 @@ def _timed_loop(step, iterations, device, job, graphs, marks, seen=None):
     return loop, gpu_state.summarize(start, end)
 
 
-def _timing(loop, settings, device, mode, graphs, state, phases):
+def _timing(loop, settings, device, mode, graphs, state, phases, graphs_per_call=0):
     """The record's ``timing``: phases, statistics, the self-check, CUDA-graph counts, GPU
     state, and the flags that say a number is not what its label claims."""
     stats = summarize(loop.samples_ms, settings["cv_threshold"])
     check = self_check(stats["mean_ms"], loop.loop_wall_ms, stats["n"])
-    counts = graphs.summary() if graphs is not None else None
-    flags = cudagraphs.flags(counts, mode, device) + gpu_state.flags(state) + timing_flags(check)
+    counts = graphs.summary(graphs_per_call) if graphs is not None else None
+    flags = (cudagraphs.flags(counts, mode, device, stats["n"]) + gpu_state.flags(state)
+             + timing_flags(check))
     return dict(phases, timer="cuda_event" if device == "cuda" else "perf_counter", **stats, **check,
                 cudagraphs=counts, gpu_state=state, flags=flags)
 

@@ -146,6 +146,7 @@ def _record_settings_schema() -> JSON:
 _GPU_SAMPLE = _obj({"sm_clock_mhz": _NUM, "mem_clock_mhz": _NUM, "temperature_c": _NUM, "power_w": _NUM,
                     "throttle_reasons": {"type": ["array", "null"], "items": {"type": "string"}}})
 
+_CUDAGRAPH_COUNTS = ("warmup_captures", "warmup_replays", "timed_captures", "timed_replays")
 _TIMING_REQUIRED = ["load_s", "first_call_s", "warmup_s", "timer", "n", "mean_ms", "median_ms", "p90_ms",
                     "p99_ms", "stdev_ms", "min_ms", "max_ms", "cv", "noisy", "samples_ms"]
 
@@ -214,12 +215,13 @@ RECORD_SCHEMA = {
             "warmup_calls": _INT,        # at least settings.warmup, and on GPU at least 1 s of calls
             "host_syncs_per_call": _INT,  # synchronizing CUDA ops in one call; null on CPU
             # CUDA-graph captures and replays (warmup_* include the first call); null on CPU
-            "cudagraphs": _obj({key: {"type": "integer"} for key in (
-                "warmup_captures", "warmup_replays", "timed_captures", "timed_replays")}, nullable=True),
+            # graphs_per_call: graphs Dynamo compiled for the first call (replays expected per call)
+            "cudagraphs": _obj({**{key: {"type": "integer"} for key in _CUDAGRAPH_COUNTS}, "graphs_per_call": _INT},
+                               required=list(_CUDAGRAPH_COUNTS), nullable=True),
             # NVML readings just before and after the timed loop; null without pynvml or on CPU
             "gpu_state": _obj({"start": _GPU_SAMPLE, "end": _GPU_SAMPLE, "throttled": {"type": "boolean"}},
                               nullable=True),
-            # no_cudagraphs, cudagraph_recaptured, throttled, timer_mismatch
+            # no_cudagraphs, partial_cudagraphs, cudagraph_recaptured, throttled, timer_mismatch
             "flags": {"type": "array", "items": {"type": "string"}},
         }, required=_TIMING_REQUIRED, nullable=True),
         "memory": _obj({

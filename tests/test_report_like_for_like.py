@@ -26,7 +26,8 @@ IMAGES = {"old": {"torch": "2.0.1", "transformers": "4.43.4"}, "new": {"torch": 
 # (image, model, mode) -> flags; ATTENTION: (image, model) -> attention used
 FLAGGED = {("new", "vit", "reduce-overhead"): ["no_cudagraphs"],
            ("new", "resnet", "reduce-overhead"): ["cudagraph_recaptured", "throttled"],
-           ("old", "resnet", "default"): ["timer_mismatch"]}
+           ("old", "resnet", "default"): ["timer_mismatch"],
+           ("old", "resnet", "reduce-overhead"): ["partial_cudagraphs"]}
 ATTENTION = {("new", "vit"): "sdpa"}
 MODES = ("eager", "default", "reduce-overhead")
 
@@ -55,7 +56,8 @@ def _record(image, model, mode, transformers=None):
                      "timer_mismatch": "timer_mismatch" in flags, "warmup_calls": 10, "host_syncs_per_call": 0,
                      "cudagraphs": {"warmup_captures": 1, "warmup_replays": 9,
                                     "timed_captures": 1 if "cudagraph_recaptured" in flags else 0,
-                                    "timed_replays": 0 if "no_cudagraphs" in flags else 10},
+                                    "timed_replays": 0 if "no_cudagraphs" in flags else 10,
+                                    "graphs_per_call": 2 if "partial_cudagraphs" in flags else 1},
                      "gpu_state": {"start": sample, "end": sample, "throttled": "throttled" in flags},
                      "flags": flags}
     return record.to_dict()

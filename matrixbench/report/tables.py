@@ -27,6 +27,8 @@ ACCURACY_FAILURES = ("fail", "nan")
 FLAGS = {
     "no_cudagraphs": ("∅", "measured without CUDA graphs: the timed loop replayed no CUDA graph, so this "
                            "reduce-overhead/max-autotune number is a default-mode number"),
+    "partial_cudagraphs": ("◐", "the timed loop replayed fewer CUDA graphs than graphs x calls: some compiled "
+                                "graphs ran without CUDA graphs (skipped), so this is partly a default-mode number"),
     "cudagraph_recaptured": ("↻", "a CUDA graph was captured inside the timed loop (re-recording): the "
                                   "latency includes capture work"),
     "throttled": ("▼", "the GPU throttled during the timed loop (power cap, thermal or hardware slowdown): "
@@ -103,12 +105,14 @@ def _flag_note(row):
 
 
 def _evidence(row, flag):
-    if flag in ("no_cudagraphs", "cudagraph_recaptured"):
+    if flag in ("no_cudagraphs", "partial_cudagraphs", "cudagraph_recaptured"):
         counts = [row.get(f"timing.cudagraphs.{phase}_{kind}") for phase in ("warmup", "timed")
                   for kind in ("captures", "replays")]
+        per_call = row.get("timing.cudagraphs.graphs_per_call")
+        expected = f" of {per_call} graph(s) x {row.get('timing.n')} calls" if per_call else ""
         if None not in counts:
             return (f" (CUDA graphs captured/replayed: warm-up {counts[0]}/{counts[1]}, "
-                    f"timed loop {counts[2]}/{counts[3]})")
+                    f"timed loop {counts[2]}/{counts[3]}{expected})")
     if flag == "timer_mismatch" and row.get("timing.wall_mean_ms") is not None:
         return f" (event mean {row['timing.mean_ms']:.3f} ms, wall-clock mean {row['timing.wall_mean_ms']:.3f} ms)"
     if flag == "throttled":
