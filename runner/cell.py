@@ -24,7 +24,7 @@ from runner.archcheck import bf16_problem, triton_problem
 from runner.compile import compile_model, counters_snapshot, dynamo_stats, reset
 from runner.core import Status
 from runner.precision import apply_precision
-from runner.syncs import count_host_syncs
+from runner.syncs import count_host_syncs, timing_regime
 from runner.timing import flags as timing_flags
 from runner.timing import self_check, summarize, synchronize, time_iterations
 
@@ -75,7 +75,7 @@ def _measure(job, record, marks):
     record.timing = _timing(loop, settings, device, cell.mode, graphs, state,
                      dict(load_s=load_s, first_call_s=first_call_s, warmup_s=warmup_s,
                           warmup_calls=warmup_calls, host_syncs_per_call=syncs),
-                     graphs_per_call=after_first_call["graphs"] - before["graphs"] if compiled else 0)
+                     graphs_per_call=after_first_call["graphs"] - before["graphs"] if compiled else None)
     if compiled:
         record.dynamo = dynamo_stats(before, after_first_call, counters_snapshot())
         record.accuracy = accuracy.compare(reference, loop.output, settings["accuracy_tolerance"])
@@ -99,7 +99,7 @@ def _timed_loop(step, iterations, device, job, graphs, marks, seen=None):
     return loop, gpu_state.summarize(start, end)
 
 
-def _timing(loop, settings, device, mode, graphs, state, phases, graphs_per_call=0):
+def _timing(loop, settings, device, mode, graphs, state, phases, graphs_per_call=None):
     """The record's ``timing``: phases, statistics, the self-check, CUDA-graph counts, GPU
     state, and the flags that say a number is not what its label claims."""
     stats = summarize(loop.samples_ms, settings["cv_threshold"])
@@ -108,6 +108,7 @@ def _timing(loop, settings, device, mode, graphs, state, phases, graphs_per_call
     flags = (cudagraphs.flags(counts, mode, device, stats["n"]) + gpu_state.flags(state)
              + timing_flags(check))
     return dict(phases, timer="cuda_event" if device == "cuda" else "perf_counter", **stats, **check,
+                regime=timing_regime(device, phases.get("host_syncs_per_call")),
                 cudagraphs=counts, gpu_state=state, flags=flags)
 
 

@@ -27,6 +27,10 @@ USED_DEVICES = ("cuda", "cpu")               # what a record says ran
 ACCURACY_STATUSES = ("pass", "fail", "nan", "skipped")
 # Attention implementations a cell may ask for (runner.models explains the default, eager).
 ATTENTION = ("eager", "sdpa", "auto")
+# What a GPU cell's mean means (timing.regime, runner.syncs.timing_regime).
+PIPELINED = "pipelined_throughput"
+PER_CALL = "per_call_latency"
+REGIMES = (PIPELINED, PER_CALL)
 
 JSON = Dict[str, Any]
 

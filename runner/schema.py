@@ -21,6 +21,7 @@ from runner.core import (
     ATTENTION,
     DTYPES,
     MODES,
+    REGIMES,
     SCHEMA_VERSION,
     SIZES,
     STATUSES,
@@ -214,6 +215,9 @@ RECORD_SCHEMA = {
             "timer_mismatch": _BOOL,     # wall mean and timer mean disagree beyond launch overhead
             "warmup_calls": _INT,        # at least settings.warmup, and on GPU at least 1 s of calls
             "host_syncs_per_call": _INT,  # synchronizing CUDA ops in one call; null on CPU
+            # what the mean means (runner.syncs): pipelined throughput (no host sync in a GPU call) or
+            # per-call latency (syncs, or the CPU); null where syncs were not counted
+            "regime": {"enum": [*REGIMES, None]},
             # CUDA-graph captures and replays (warmup_* include the first call); null on CPU
             # graphs_per_call: graphs Dynamo compiled for the first call (replays expected per call)
             "cudagraphs": _obj({**{key: {"type": "integer"} for key in _CUDAGRAPH_COUNTS}, "graphs_per_call": _INT},

@@ -116,7 +116,7 @@ def test_timed_loop_counts_graph_replays_reads_the_gpu_and_flags(monkeypatch):
     assert asked == ["GPU-5f0e1d2c"] and state["throttled"] is True
     timing = cell_module._timing(loop, settings(), "cuda", "reduce-overhead", graphs, state, {"load_s": 1.0})
     assert timing["cudagraphs"] == {"warmup_captures": 1, "warmup_replays": 1, "timed_captures": 0,
-                                    "timed_replays": 4}
+                                    "timed_replays": 4, "graphs_per_call": None}
     assert timing["flags"] == ["throttled"] and timing["gpu_state"]["end"]["sm_clock_mhz"] == 1275
     skipped = GraphCounter(FakeCUDAGraph)   # torch 2.0's silent fallback: no graph ever replayed
     timing = cell_module._timing(loop, settings(), "cuda", "reduce-overhead", skipped, None, {})
@@ -128,4 +128,5 @@ def test_cpu_cells_record_null_gpu_fields(tmp_path):
     timing = record.timing
     assert timing["cudagraphs"] is None and timing["gpu_state"] is None and timing["host_syncs_per_call"] is None
     assert timing["flags"] == [] and timing["warmup_calls"] == 3
+    assert timing["regime"] == "per_call_latency"   # a CPU call returns when it is done
     assert_valid(record)

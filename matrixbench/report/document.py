@@ -41,6 +41,9 @@ LEGENDS = {
         f"{tables.BETWEEN_NOISY_MARK} noisy between processes: the coefficient of variation of the cell's "
         f"per-process means above that threshold (cells with 2 or more repeats; the mean is over all their samples). "
         f"{tables.ACCURACY_MARK} accuracy check failed (compiled output off from eager, or NaN). "
+        f"{tables.PER_CALL_MARK} per-call latency: the model makes the host wait for the GPU inside a call "
+        "(timing.host_syncs_per_call above 0), so its GPU mean is one call's latency; unmarked GPU cells are "
+        "pipelined throughput (calls queued back to back, one sync after the loop), CPU cells per-call latency. "
         f"{tables.EAGER_FAILED_MARK} no speed-up: this row's eager cell did not run (its status is in the eager "
         f"column). {tables.NO_DATA} no record for this cell. {_FAILED}"),
     "image_pairs": (

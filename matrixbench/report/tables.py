@@ -13,7 +13,7 @@ from matrixbench.placement import format_cpulist
 from matrixbench.report import arithmetic, stats
 from matrixbench.report.cells import STATUS_TEXT, CellIndex, is_ok, row_label
 from matrixbench.report.published import GPUS, TABLE_TITLES, PublishedReference, source_title
-from runner.core import STATUSES
+from runner.core import PER_CALL, STATUSES
 
 NOISY_MARK = "†"
 BETWEEN_NOISY_MARK = "¶"
@@ -21,6 +21,7 @@ ACCURACY_MARK = "‡"
 EAGER_FAILED_MARK = "◊"
 PUBLISHED_NOTE_MARK = "§"
 SIGNIFICANT_MARK = "*"
+PER_CALL_MARK = "⧖"
 NO_DATA = "—"
 ACCURACY_FAILURES = ("fail", "nan")
 # timing.flags the runner sets (runner.cudagraphs, runner.gpu_state, runner.timing): mark, meaning.
@@ -168,6 +169,8 @@ def marks_of(row):
         found.append((BETWEEN_NOISY_MARK, "noisy between processes"))
     if row["accuracy.status"] in ACCURACY_FAILURES:
         found.append((ACCURACY_MARK, "accuracy check failed"))
+    if row.get("timing.regime") == PER_CALL and row.get("device") == "cuda":
+        found.append((PER_CALL_MARK, "per-call latency"))
     return found + [(flag_mark(flag), flag) for flag in flags_of(row)]
 
 
