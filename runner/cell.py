@@ -38,7 +38,7 @@ def run_cell(job, marks=None):
     marks = {} if marks is None else marks
     record = records.new_record(job)
     try:
-        record.precision = apply_precision()
+        record.precision = dict(apply_precision(), tf32_available=(job.get("precision") or {}).get("tf32_available"))
         reset()
         with torch.no_grad():
             _measure(job, record, marks)
@@ -78,7 +78,8 @@ def _measure(job, record, marks):
                      graphs_per_call=after_first_call["graphs"] - before["graphs"] if compiled else None)
     if compiled:
         record.dynamo = dynamo_stats(before, after_first_call, counters_snapshot())
-        record.accuracy = accuracy.compare(reference, loop.output, settings["accuracy_tolerance"])
+        record.accuracy = accuracy.compare(reference, loop.output, settings["accuracy_tolerance"],
+                                           fp64=lambda: accuracy.fp64_reference(built.model, built.inputs, device))
     else:
         record.accuracy = accuracy.skipped()
 

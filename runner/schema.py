@@ -248,17 +248,22 @@ RECORD_SCHEMA = {
             "criterion": _STR,
             "max_rel_error": _NUM,       # the worst output tensor's max abs diff / its max abs value
             "min_cosine": _NUM,
+            # per output tensor; the *_fp64 fields only where it was beyond the tolerance and judged
+            # against the float64 reference (runner.accuracy)
             "outputs": {"type": "array", "items": _obj({
                 "shape": {"type": "array", "items": {"type": "integer"}},
                 "max_abs_diff": _NUM, "ref_max_abs": _NUM, "rel_error": _NUM, "cosine": _NUM,
                 "flag": {"enum": [None, "nan", "fail", "shape"]},
-            })},
+                "eager_rmse_fp64": _NUM, "compiled_rmse_fp64": _NUM, "eager_max_fp64": _NUM,
+                "compiled_max_fp64": _NUM, "fp64_multiplier": _NUM, "fp64_pass": _BOOL,
+            }, required=["shape", "max_abs_diff", "ref_max_abs", "rel_error", "cosine", "flag"])},
         }, required=["max_abs_diff", "tolerance", "status"], nullable=True),
         "precision": _obj({
             "float32_matmul_precision": _STR,
             "cuda_matmul_allow_tf32": _BOOL,
             "cudnn_allow_tf32": _BOOL,
-        }),
+            "tf32_available": _BOOL,   # the GPU has TF32 (capability 8.0+); false on the CPU
+        }, required=["float32_matmul_precision", "cuda_matmul_allow_tf32", "cudnn_allow_tf32"]),
         "environment": _obj({
             "python": {"type": "string"},
             "torch": {"type": "string"},

@@ -81,14 +81,18 @@ def test_oom_in_the_eager_reference_call_says_so(monkeypatch):
     assert_valid(record)
 
 
-def test_warm_up_lasts_a_count_and_a_duration():
-    import time
-
+def test_warm_up_lasts_a_count_and_a_duration(monkeypatch):
+    from runner import cell as cell_module
     from runner.cell import min_warmup_s, warm_up
 
     assert warm_up(lambda: None, 3, 0.0, "cpu")[1] == 3
-    seconds, calls = warm_up(lambda: time.sleep(0.01), 3, 0.08, "cpu")
-    assert seconds >= 0.08 and calls >= 6
+    now = [0.0]   # a fake clock: each call takes exactly 10 ms, whatever the machine's load
+
+    def step():
+        now[0] += 0.01
+    monkeypatch.setattr(cell_module, "clock", lambda: now[0])
+    seconds, calls = warm_up(step, 3, 0.08, "cpu")
+    assert seconds == pytest.approx(0.08) and calls == 8
     assert min_warmup_s("cuda") == 1.0 and min_warmup_s("cpu") == 0.0
 
 
