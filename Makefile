@@ -72,6 +72,7 @@ matrix: $(STAMP)
 	@echo "$(RULE)"
 	@set -e; backend=none; why="$(NO_DOCKER)"; vwhy="venvs were not tried (TRY_VENV=no)"; images=""; \
 	if [ "$(HAS_GPU)" = yes ]; then $(MB) doctor --matrix $(MATRIX_FILE); fi; \
+	if [ "$(HAS_GPU)" = yes ]; then $(MB) selftest --run $(RUN); fi; \
 	if [ "$(HAS_DOCKER)" = yes ]; then \
 	  if $(MB) build --matrix $(MATRIX_FILE) $(BUILD_OPTS); then backend=docker; else why="$(DOCKER_FAILED)"; fi; \
 	fi; \

@@ -165,12 +165,39 @@ def validate(matrix_path, build_models, backend, **options):
         check_built(checks)
 
 
+def selftest_options(command):
+    for option in reversed([
+        click.option("--run", "run_name", default=DEFAULT_RUN, show_default=True,
+                     help="The run whose folder keeps the result (RESULTS/RUN/selftest.json)."),
+        click.option("--results", "results_root", type=click.Path(file_okay=False, path_type=Path),
+                     default="results", show_default=True, help="Results folder."),
+        click.option("--python", "python", help="The interpreter with torch to test (default: this one)."),
+    ]):
+        command = option(command)
+    return command
+
+
+@main.command()
+@selftest_options
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
+@handles_errors
+def selftest(run_name, results_root, python, device):
+    """Check the measuring apparatus on this machine in under five minutes: a kernel of known duration, a
+    matmul against the GPU's peak, CUDA-graph replays counted, NVML counters, the wall-clock cross-check,
+    timing with and without per-iteration events (on the CPU, its CPU part). Exit code 8 when a check fails."""
+    from matrixbench.selftest import run_selftest
+
+    run_selftest(run_dir(results_root, run_name), device=device, python=python, emit=click.echo)
+
+
 @main.command()
 @matrix_option
 @click.option("--backend", type=click.Choice(["auto", "docker", "venv", "local"]), default="auto", show_default=True,
               help="The backend to check for: Docker's checks fail only for docker; auto falls back to venvs.")
+@click.option("--measure", is_flag=True, help="Then run `matrixbench selftest` (the measuring apparatus).")
+@selftest_options
 @handles_errors
-def doctor(matrix_path, backend):
+def doctor(matrix_path, backend, measure, run_name, results_root, python):
     """Check this machine before paying for GPU time: driver and GPUs, Docker, GPUs in a
     container, which backend runs, each image's CUDA build against the driver and GPUs, other GPU
     processes, persistence and clocks, disk, HF cache. Every failure comes with its fix; exit code 7
@@ -178,6 +205,10 @@ def doctor(matrix_path, backend):
     from matrixbench.doctor import diagnose, report
 
     click.echo(report(diagnose(load_matrix(matrix_path), backend=backend)))
+    if measure:
+        from matrixbench.selftest import run_selftest
+
+        run_selftest(run_dir(results_root, run_name), python=python, emit=click.echo)
 
 
 def describe_matrix(matrix):
