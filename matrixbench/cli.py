@@ -179,7 +179,8 @@ def selftest_options(command):
 
 @main.command()
 @selftest_options
-@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
+              help="cuda: the GPU checks; cpu: the CPU part only; auto: cuda when torch sees a GPU.")
 @handles_errors
 def selftest(run_name, results_root, python, device):
     """Check the measuring apparatus on this machine in under five minutes: a kernel of known duration, a
