@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from matrixbench.backends.environment import runner_parent
+from matrixbench import resources
 from matrixbench.errors import MatrixbenchError
 
 RESULT_FILE = "selftest.json"
@@ -28,7 +28,7 @@ def run_selftest(run_path, device="auto", python=None, emit=print):
     run_path = Path(run_path)
     run_path.mkdir(parents=True, exist_ok=True)
     out = run_path / RESULT_FILE
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(runner_parent()),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(resources.runner_dir(SelftestError).parent),
                                                                     os.environ.get("PYTHONPATH")])))
     argv = [python or sys.executable, "-m", "runner.selftest", "--out", str(out), "--device", device]
     if not _has_torch(argv[0], env):
