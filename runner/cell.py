@@ -16,6 +16,7 @@ no_cudagraphs, cudagraph_recaptured, throttled, timer_mismatch. In a slot run th
 them hold the board shared.
 """
 import contextlib
+import time
 
 import torch
 
@@ -63,7 +64,9 @@ def _measure(job, record, marks):
         before = counters_snapshot()
         graphs = cudagraphs.counter_for(device)
         with graphs or contextlib.nullcontext():
+            compile_from = time.time()
             step, first_call_s = _compile_and_call_once(built, job, device, marks)
+            compile_window = [compile_from, time.time()] if compiled else None
             after_first_call = counters_snapshot()
             preparing.close()
             with timing_board.timing(board) as seen:
@@ -76,6 +79,7 @@ def _measure(job, record, marks):
                      dict(load_s=load_s, first_call_s=first_call_s, warmup_s=warmup_s,
                           warmup_calls=warmup_calls, host_syncs_per_call=syncs),
                      graphs_per_call=after_first_call["graphs"] - before["graphs"] if compiled else None)
+    record.timing["windows"] = {"compile": compile_window, "timed": marks.pop("timed_window")}
     if compiled:
         record.dynamo = dynamo_stats(before, after_first_call, counters_snapshot())
         record.accuracy = accuracy.compare(reference, loop.output, settings["accuracy_tolerance"],
@@ -94,7 +98,9 @@ def _timed_loop(step, iterations, device, job, graphs, marks, seen=None):
         graphs.timed()
     seen.look()
     marks["first_timed_iteration"] = clock()
+    timed_from = time.time()
     loop = time_iterations(step, iterations, device)
+    marks["timed_window"] = [timed_from, time.time()]
     seen.look()
     end = monitor.sample() if monitor else None
     return loop, gpu_state.summarize(start, end)

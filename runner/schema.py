@@ -122,6 +122,7 @@ _NUM = {"type": ["number", "null"]}
 _INT = {"type": ["integer", "null"]}
 _STR = {"type": ["string", "null"]}
 _BOOL = {"type": ["boolean", "null"]}
+_WINDOW = {"type": ["array", "null"], "items": {"type": "number"}, "minItems": 2, "maxItems": 2}
 
 
 def _obj(properties: JSON, required: Optional[List[str]] = None, nullable: bool = False) -> JSON:
@@ -225,6 +226,9 @@ RECORD_SCHEMA = {
             # NVML readings just before and after the timed loop; null without pynvml or on CPU
             "gpu_state": _obj({"start": _GPU_SAMPLE, "end": _GPU_SAMPLE, "throttled": {"type": "boolean"}},
                               nullable=True),
+            # wall-clock (Unix time, s) [start, end] of the compile and first call (compiled modes; else
+            # null) and of the timed loop: the report flags a timed loop that overlapped another slot's compile
+            "windows": _obj({"compile": _WINDOW, "timed": _WINDOW}, nullable=True),
             # no_cudagraphs, partial_cudagraphs, cudagraph_recaptured, throttled, timer_mismatch
             "flags": {"type": "array", "items": {"type": "string"}},
         }, required=_TIMING_REQUIRED, nullable=True),

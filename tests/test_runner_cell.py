@@ -133,4 +133,6 @@ def test_cpu_cells_record_null_gpu_fields(tmp_path):
     assert timing["cudagraphs"] is None and timing["gpu_state"] is None and timing["host_syncs_per_call"] is None
     assert timing["flags"] == [] and timing["warmup_calls"] == 3
     assert timing["regime"] == "per_call_latency"   # a CPU call returns when it is done
+    start, end = timing["windows"]["timed"]
+    assert timing["windows"]["compile"] is None and record.started_at and 0 < end - start < record.duration_s
     assert_valid(record)

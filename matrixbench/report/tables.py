@@ -30,6 +30,9 @@ FLAGS = {
                            "reduce-overhead/max-autotune number is a default-mode number"),
     "partial_cudagraphs": ("◐", "the timed loop replayed fewer CUDA graphs than graphs x calls: some compiled "
                                 "graphs ran without CUDA graphs (skipped), so this is partly a default-mode number"),
+    "compile_overlap": ("⇄", "the timed loop overlapped another slot's compile on this host, which steals CPU "
+                             "from launch-bound loops: rerun with --exclusive-timing (slots compile together and "
+                             "time one at a time)"),
     "cudagraph_recaptured": ("↻", "a CUDA graph was captured inside the timed loop (re-recording): the "
                                   "latency includes capture work"),
     "throttled": ("▼", "the GPU throttled during the timed loop (power cap, thermal or hardware slowdown): "
