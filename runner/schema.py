@@ -276,6 +276,7 @@ RECORD_SCHEMA = {
             "cuda": _STR,
             "cudnn": _INT,
             "gpu_name": _STR,
+            "gpu_capability": _STR,   # "9.0"; keys the compile caches by GPU
             "gpu_uuid": _STR,            # schema v2; the GPU the cells ran on, "GPU-..." as nvidia-smi names it
             "gpu_count": {"type": "integer"},
             "driver": _STR,

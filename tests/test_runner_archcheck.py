@@ -120,6 +120,9 @@ def test_gpu_uuid_from_torch_or_nvml():
     without = types.SimpleNamespace(get_device_properties=lambda i: types.SimpleNamespace())
     assert gpu_uuid(without, nvml_uuid=lambda: "GPU-7e2a9c4b") == "GPU-7e2a9c4b"
     assert gpu_uuid(without, nvml_uuid=lambda: None) is None
+    mig = types.SimpleNamespace(get_device_name=lambda i=0: "NVIDIA A100-SXM4-40GB MIG 1g.5gb",
+                                get_device_properties=lambda i: types.SimpleNamespace(uuid="3c1f2e4d-aaaa-bbbb"))
+    assert gpu_uuid(mig) == "MIG-3c1f2e4d-aaaa-bbbb"   # a MIG slice's UUID, as nvidia-smi -L names it
 
 
 @pytest.mark.parametrize("triton, gpu, mode, refused", [
