@@ -62,7 +62,7 @@ def test_upgrading_leaves_the_input_alone():
     assert old["schema_version"] == 1 and "fault" in old["cell"] and "compile_s" in old["timing"]
 
 
-@pytest.mark.parametrize("version", [0, 3, None, "2"])
+@pytest.mark.parametrize("version", [0, 4, None, "2"])
 def test_unknown_versions_are_refused(tmp_path, version):
     path = tmp_path / "future.json"
     path.write_text(json.dumps(dict(make_record(CELL).to_dict(), schema_version=version)))
@@ -86,3 +86,10 @@ def test_mode_says_compiled_and_cudagraphs_once_for_every_mode():
     assert CUDAGRAPH_MODES == ("reduce-overhead", "max-autotune")
     assert Mode("default") == "default" and str(Mode.MAX_AUTOTUNE) == "max-autotune"
     assert not Mode.EAGER.cudagraphs and not Mode.DEFAULT.cudagraphs
+
+
+def test_a_version_2_record_reads_as_version_3_unchanged():
+    old = dict(make_record(CELL).to_dict(), schema_version=2)
+    new = upgrade_record(old)
+    assert new["schema_version"] == 3 and {k: v for k, v in new.items() if k != "schema_version"} == \
+        {k: v for k, v in old.items() if k != "schema_version"}
