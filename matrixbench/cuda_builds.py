@@ -13,7 +13,7 @@ from typing import List, Optional
 
 from matrixbench.errors import MatrixbenchError
 from matrixbench.gpu import host_gpus, run_command
-from runner.archcheck import WHEEL_ARCHES, driver_runs, index_url, runs_on, suggested_cuda
+from runner.archcheck import WHEEL_ARCHES, driver_runs, index_url, runs_on, suggested_cuda, triton_problem
 
 # The CUDA build of PyPI's Linux torch wheels by torch minor version (the newest CUDA of each
 # release; 2.10 on: 13.0, which needs driver 580 and has no Volta kernels).
@@ -114,3 +114,17 @@ def refuse_on_this_host(matrix, names, run=None):
     if problems:
         raise CudaBuildError("these images' CUDA builds cannot run on this machine:\n" + "\n".join(
             f"  image {p.image}: {p.what}\n    fix: {p.fix}" for p in problems))
+
+
+def mode_problems(name, image, gpus, modes) -> List[Problem]:
+    """Cells of image ``name`` the runner will refuse on these GPUs: max-autotune with torch 2.0's
+    Triton 2.0 on Hopper (runner.archcheck.triton_problem), said before the run starts."""
+    if "max-autotune" not in modes or not (image.torch_version or "").startswith("2.0."):
+        return []
+    for gpu in gpus:
+        if gpu.capability and triton_problem("2.0.0", gpu.capability, gpu.name, "max-autotune"):
+            return [Problem(name, f"its max-autotune cells will be refused on {gpu.name}: torch "
+                            f"{image.torch_version}'s Triton 2.0 cannot compile Inductor's matmul templates for compute capability "
+                            f"{gpu.capability[0]}.{gpu.capability[1]}",
+                            f"drop max-autotune for images.{name} (--modes), or time it on a GPU before Hopper")]
+    return []

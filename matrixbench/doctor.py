@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from matrixbench.cuda_builds import driver_cuda_version, image_cuda, image_problems
+from matrixbench.cuda_builds import driver_cuda_version, image_cuda, image_problems, mode_problems
 from matrixbench.errors import MatrixbenchError
 from matrixbench.gpu import compute_apps, query_gpus, run_command
 
@@ -115,12 +115,13 @@ def check_container_gpus(client, images):
     return Check("GPUs in a container", "ok", f"{len(lines)} GPU(s): " + "; ".join(lines))
 
 
-def check_image(name, image, gpus, driver_cuda, client):
+def check_image(name, image, gpus, driver_cuda, client, modes=()):
     """One matrix image: its CUDA build runs under this driver and has kernels for these GPUs
     (matrixbench.cuda_builds), and, when Docker answers, whether it is built."""
     from matrixbench.images import image_tag
 
     problems = [("fail", p.what, p.fix) for p in image_problems(name, image, gpus, driver_cuda)]
+    problems += [("warn", p.what, p.fix) for p in mode_problems(name, image, gpus, modes)]
     built = client is not None and client.inspect_image(image_tag(name))
     if client is not None and not built:
         problems.append(("warn", f"not built ({image_tag(name)})", f"`matrixbench build --images {name}`"))
@@ -197,7 +198,8 @@ def diagnose(matrix, commands=None, connect=None, hf_cache=None, docker_root="/v
                                     "runs instead", container_check.fix)
         checks.append(container_check)
     checks.append(check_backend(client, container_check, backend))
-    checks += [check_image(name, image, gpus, driver_cuda, client) for name, image in matrix.images.items()]
+    checks += [check_image(name, image, gpus, driver_cuda, client, matrix.modes)
+               for name, image in matrix.images.items()]
     if gpus:
         checks += [check_other_processes(commands), *check_persistence_and_clocks(gpus)]
     unbuilt = sum(1 for check in checks if check.name.startswith("image ") and "not built" in check.detail)

@@ -130,3 +130,12 @@ def test_doctor_with_docker_that_cannot_hand_over_gpus_falls_back():
     assert doctor(MATRIX, "H100", "550", connect=NoToolkit, backend="docker")["GPUs in a container"].status == "fail"
     backend = doctor(MATRIX, "H100", "550")["backend"].detail
     assert backend == "docker: the daemon answers and hands the GPUs to containers"
+
+
+def test_doctor_warns_before_the_run_that_stables_max_autotune_cells_will_be_refused_on_hopper():
+    matrix = dataclasses.replace(MATRIX, modes=(*MATRIX.modes, "max-autotune"))
+    checks = doctor(matrix, "H100", "550")
+    stable = checks["image stable"]
+    assert stable.status == "warn" and "max-autotune cells will be refused" in stable.detail
+    assert checks["image nightly"].status == "ok" and checks["image latest"].status == "ok"
+    assert doctor(matrix, "A100", "550")["image stable"].status == "ok"
