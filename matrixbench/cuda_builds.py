@@ -124,7 +124,7 @@ def mode_problems(name, image, gpus, modes) -> List[Problem]:
     for gpu in gpus:
         if gpu.capability and triton_problem("2.0.0", gpu.capability, gpu.name, "max-autotune"):
             return [Problem(name, f"its max-autotune cells will be refused on {gpu.name}: torch "
-                            f"{image.torch_version}'s Triton 2.0 cannot compile Inductor's matmul templates for compute capability "
-                            f"{gpu.capability[0]}.{gpu.capability[1]}",
+                            f"{image.torch_version}'s Triton 2.0 cannot compile Inductor's matmul templates for "
+                            f"compute capability {gpu.capability[0]}.{gpu.capability[1]}",
                             f"drop max-autotune for images.{name} (--modes), or time it on a GPU before Hopper")]
     return []
