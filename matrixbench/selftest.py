@@ -11,8 +11,8 @@ from pathlib import Path
 
 from matrixbench import resources
 from matrixbench.errors import MatrixbenchError
+from matrixbench.layout import SELFTEST_FILENAME as RESULT_FILE
 
-RESULT_FILE = "selftest.json"
 TIMEOUT_S = 300   # under five minutes, or it is a failure in itself
 
 
@@ -60,3 +60,4 @@ def _has_torch(python, env):
                               timeout=TIMEOUT_S).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
+

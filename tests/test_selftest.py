@@ -169,3 +169,18 @@ def test_an_interpreter_without_torch_is_skipped_not_failed(tmp_path):
     lines = []
     assert host_selftest(tmp_path / "run", python=str(script), emit=lines.append) is None
     assert "has no torch" in lines[0] and not (tmp_path / "run" / "selftest.json").exists()
+
+
+def test_the_report_shows_each_runs_selftest_with_its_numbers(tmp_path):
+    import json
+
+    from matrixbench.report.selftest_notes import selftest_notes
+
+    (tmp_path / "gpu-run").mkdir()
+    (tmp_path / "gpu-run" / "selftest.json").write_text(json.dumps(run_selftest(gpu())))
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "selftest.json").write_text("{not json")
+    notes = selftest_notes([tmp_path])
+    assert notes[1].startswith(f"Selftest of the measuring apparatus (gpu-run, {H100}) passed: sleep kernel pass: ")
+    assert "CUDA-graph replay pass: 50 of 50 replays counted" in notes[1]
+    assert "broken" in notes[0] and "unreadable" in notes[0]

@@ -13,6 +13,7 @@ from matrixbench.report.cells import CellIndex
 from matrixbench.report.comparisons import calibration_comparisons, comparisons, write_comparisons
 from matrixbench.report.document import assemble, image_sources
 from matrixbench.report.published import load_published
+from matrixbench.report.selftest_notes import selftest_notes
 from matrixbench.report_formats import REPORT_FORMATS
 
 
@@ -35,6 +36,7 @@ def build_report(results_dirs, out_dir, formats=REPORT_FORMATS):
     written = []
     if "md" in formats or "html" in formats:
         notes = records.run_notes(manifests) + [f"Left out, not a readable record: {error}" for error in unreadable]
+        notes += selftest_notes(results_dirs)
         written += _write_documents(cells, sources, notes, out_dir, formats, calibration_tables(calibration))
     if "csv" in formats:
         written += records.write_merged(pd.concat([frame, calibration], ignore_index=True), out_dir, cells.images())
