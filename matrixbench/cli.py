@@ -324,6 +324,8 @@ def run(matrix_path, run_name, results_root, backend, executor, ray_address, reg
                                        base_image=base_image)
     if backend == AUTO and executor == "ray":
         raise click.UsageError("--backend auto: not with --executor ray; give the nodes' --backend (docker or local)")
+    if backend in (AUTO, "venv") and executor != "ray":
+        refuse_on_this_host(matrix, list(matrix.images))   # before anything is built for this machine
     if backend == AUTO and not dry_run:
         choice = auto.resolve(matrix, build_options, _echo_build_line)
         _echo_banner(choice.note)

@@ -84,7 +84,9 @@ def test_validate_and_build_refuse_before_anything_is_built(monkeypatch, tmp_pat
     path = tmp_path / "matrix.yaml"
     path.write_text((ROOT / "matrix.yaml").read_text().replace(
         "    index_url: https://download.pytorch.org/whl/cu128\n", ""))
-    for argv in (["validate"], ["build", "--dry-run"], ["build", "--backend", "venv", "--dry-run"]):
+    for argv in (["validate"], ["build", "--dry-run"], ["build", "--backend", "venv", "--dry-run"],
+                 ["run", "--backend", "auto", "--results", str(tmp_path / "r")],
+                 ["run", "--backend", "venv", "--results", str(tmp_path / "r")]):
         result = CliRunner().invoke(main, [*argv, "--matrix", str(path)])
         assert result.exit_code == 2 and "use index_url https://download.pytorch.org/whl/cu128" in result.output, argv
 
