@@ -27,7 +27,7 @@ functions the tables use.
 import csv
 from pathlib import Path
 
-from matrixbench.report import arithmetic, stats
+from matrixbench.report import arithmetic, tables
 from matrixbench.report.cells import is_ok, row_label
 from matrixbench.report.published import GPUS, PublishedReference
 from matrixbench.versions import public
@@ -112,12 +112,12 @@ def _speedup(cells, row):
 def _change(kind, against, baseline, row):
     if not (is_ok(baseline) and is_ok(row)):
         return []
-    change = stats.compare_processes(baseline["process_samples"], row["process_samples"])
+    change = tables.compare(baseline, row)
     return [{**_key(row, kind, against), "baseline_ms": baseline["timing.mean_ms"],
              "candidate_ms": row["timing.mean_ms"],
              "ratio": arithmetic.change_ratio(baseline["timing.mean_ms"], row["timing.mean_ms"]),
              "percent": change.change_pct, "low_pct": change.low_pct, "high_pct": change.high_pct,
-             "significant": stats.NOT_TESTED if change.significant is None else change.significant,
+             "significant": tables.untested_text(baseline, row) if change.significant is None else change.significant,
              "processes": change.processes}]
 
 

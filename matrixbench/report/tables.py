@@ -4,6 +4,7 @@ Every cell has text: a latency, a change, a status (OOM, ERR, TIMEOUT, CRASH, wi
 footnote giving the reason) or a dash with a meaning given in the legend; never empty, never
 a made-up 0. Columns with nothing to show are dropped.
 """
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -35,6 +36,7 @@ FLAGS = {
                             "the per-call timer may not have measured the model"),
 }
 UNKNOWN_FLAG_MARK = "?"
+NOT_TESTED_THROTTLED = "not tested: a side throttled"
 COMPILE_COLUMN = "compile time (median s)"
 WARM_COMPILE_COLUMN = "warm compile, later processes (median s)"
 MIXES_TRANSFORMERS = "mixes a transformers change"
@@ -188,17 +190,30 @@ def speedup_pct(eager, compiled):
 
 
 def compare(baseline, candidate):
-    """A change between two cells' processes (see stats.compare_processes)."""
-    return stats.compare_processes(baseline["process_samples"], candidate["process_samples"])
+    """A change between two cells' processes (see stats.compare_processes); never tested (so
+    never starred) when either side throttled: its latency is not the GPU's full speed."""
+    change = stats.compare_processes(baseline["process_samples"], candidate["process_samples"])
+    if throttled(baseline, candidate):
+        return dataclasses.replace(change, low_pct=None, high_pct=None)
+    return change
+
+
+def throttled(*rows):
+    return any("throttled" in flags_of(row) for row in rows)
+
+
+def untested_text(baseline, candidate):
+    """Why a change carries no interval: a throttled side, or one process per cell."""
+    return NOT_TESTED_THROTTLED if throttled(baseline, candidate) else stats.NOT_TESTED
 
 
 def change_text(change):
     return f"{change.change_pct:+.1f}%" + (SIGNIFICANT_MARK if change.significant else "")
 
 
-def interval_cell(change):
+def interval_cell(change, untested=stats.NOT_TESTED):
     if change.significant is None:
-        return label(stats.NOT_TESTED)
+        return label(untested)
     return Cell(f"[{change.low_pct:+.1f}%, {change.high_pct:+.1f}%]")
 
 
@@ -292,7 +307,7 @@ def _pair_row(old, new, notes):
     if not (is_ok(old) and is_ok(new)):
         return start + [missing(), missing(), warning]
     change = compare(old, new)
-    return start + [Cell(change_text(change)), interval_cell(change), warning]
+    return start + [Cell(change_text(change)), interval_cell(change, untested_text(old, new)), warning]
 
 
 def mixes(old, new):
