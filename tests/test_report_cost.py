@@ -39,10 +39,12 @@ def test_images_per_second_and_dollars_per_million():
 def row(mode="eager", mean_ms=10.0, batch=4, device=GPU, image="new", model="vit", processes=None, first_calls=(1.0,),
         energy=(), durations=(60.0,), accuracy="pass", flags=()):
     samples = processes or [[mean_ms] * 4]
+    means = [sum(values) / len(values) for values in samples]
     return {"device_name": device, "image": image, "row_key": model, "cell.model": model,
             "cell.task": "image-classification", "cell.size": "full", "cell.dtype": "float32",
             "cell.batch_size": batch, "cell.mode": mode,
             "mode_label": mode, "status": "ok", "timing.mean_ms": mean_ms, "process_samples": samples,
+            "process_means": means,
             "process_first_call_s": list(first_calls), "process_energy": list(energy),
             "process_duration_s": list(durations), "accuracy.status": "skipped" if mode == "eager" else accuracy,
             "timing.flags": list(flags)}
@@ -81,6 +83,34 @@ def test_payback_cold_and_warm_with_an_interval():
     assert result.warm.compile_s == 4.5 and result.warm.calls == pytest.approx(1122.5)
     one = cost.payback(row(), row("default", 6.0, first_calls=(20.5,)))
     assert one.cold.low is None and one.warm is None
+
+
+def test_payback_interval_from_process_means_by_hand():
+    """Welch's t on the log process means, worked out here with scipy's t quantile only."""
+    import math
+
+    from scipy.stats import t
+
+    eager_means, compiled_means = [10.0, 10.4, 9.6], [6.0, 6.3]
+    eager = row(mean_ms=10.0, processes=[[m] * 4 for m in eager_means])
+    compiled = row("default", 6.15, processes=[[m] * 4 for m in compiled_means], first_calls=(20.5, 5.0))
+    logs_e, logs_c = [math.log(m) for m in eager_means], [math.log(m) for m in compiled_means]
+
+    def var(xs):
+        mean = sum(xs) / len(xs)
+        return sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)
+
+    se2_e, se2_c = var(logs_e) / 3, var(logs_c) / 2
+    df = (se2_e + se2_c) ** 2 / (se2_e ** 2 / 2 + se2_c ** 2 / 1)
+    centre = sum(logs_c) / 2 - sum(logs_e) / 3
+    half = t.ppf(0.975, df) * math.sqrt(se2_e + se2_c)
+    low_ratio, high_ratio = math.exp(centre - half), math.exp(centre + half)
+    result = cost.payback(eager, compiled)
+    # the point: (20.5 - 0.010) / (0.010 - 0.00615) calls
+    assert result.cold.calls == pytest.approx((20.5 - 0.010) / (0.010 - 0.00615))
+    assert result.cold.low == pytest.approx((20.5 - 0.010) / (0.010 - 0.010 * low_ratio))
+    expected_high = (cost.NEVER if high_ratio >= 1 else (20.5 - 0.010) / (0.010 - 0.010 * high_ratio))
+    assert result.cold.high == pytest.approx(expected_high)
 
 
 def test_payback_interval_reaches_never_when_compiled_may_be_slower():

@@ -10,9 +10,10 @@ lays them out.
 - break-even calls = (first call of the compiled cell - one eager call) / (eager ms - compiled ms),
   per compile cache: cold (the cell's first process) and warm (the median of its later ones);
   "never" when the compiled cell is not faster. Its interval comes from the interval of the
-  compiled/eager ratio of means (report.stats, processes then samples); none with one process.
+  compiled/eager ratio from the per-process means (report.stats.contrast); none with one process.
 - the bill: every process's wall time (``duration_s``, ok or not), per device and image and in total.
 """
+import math
 import statistics
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
@@ -138,11 +139,13 @@ def break_even(first_call_s, eager_row, compiled_row) -> BreakEven:
 
 
 def ratio_interval(eager_row, compiled_row) -> Optional[Tuple[float, float]]:
-    """The interval of compiled ms / eager ms (report.stats), or None when untested."""
-    change = stats.compare_processes(eager_row["process_samples"], compiled_row["process_samples"])
-    if change.low_pct is None:
+    """The interval of compiled / eager from the cells' per-process means (report.stats.contrast:
+    Welch's t on log process means), or None with fewer than MIN_PROCESSES processes a side."""
+    eager, compiled = eager_row.get("process_means") or [], compiled_row.get("process_means") or []
+    if min(len(eager), len(compiled)) < stats.MIN_PROCESSES:
         return None
-    return 1 + change.low_pct / 100.0, 1 + change.high_pct / 100.0
+    _, low, high, _ = stats.contrast([eager, compiled], [-1.0, 1.0])
+    return math.exp(low), math.exp(high)
 
 
 @dataclass(frozen=True)

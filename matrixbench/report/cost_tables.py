@@ -32,8 +32,9 @@ LEGEND = (
     "(accuracy failures left out). Break-even: calls after which the compile paid for itself, "
     "(compiled first call − one eager call) / (eager ms − compiled ms), with a cold compile cache "
     "(each cell's first process) and a warm one (the median of its later processes); \"never\" when "
-    "the compiled cell is not faster; the interval from the 95% interval of compiled ms / eager ms "
-    f"(processes, then samples), \"{stats.NOT_TESTED}\" with fewer than {stats.MIN_PROCESSES}. "
+    "the compiled cell is not faster; the interval from the 95% interval of compiled / eager from the "
+    f"per-process means (Welch's t on their logs), \"{stats.NOT_TESTED}\" with fewer than "
+    f"{stats.MIN_PROCESSES} processes. "
     "The run's bill: the wall time of every process (failed ones too; image builds and the host's "
     "own time not counted) in device-hours (GPU-hours on a GPU); with a price, in dollars.")
 
