@@ -223,20 +223,27 @@ def test_energy_check_passes_fails_and_skips():
     assert TOLERANCE == 0.15
 
 
-def test_checked_loop_against_a_fake_gpu():
-    """The acceptance run's check, end to end with fakes: the sampler's thread reads the fake's
-    power while the 'loop' advances the fake clock."""
-    clock = FakeClock()
-    gpu = FakeGpu(clock, watts=320.0)
+def _checked(gpu, clock, step):
+    """checked_loop over 60 calls of ``step`` (each 0.1 s on the fake clock), the sampler's thread
+    running and each call sampling too."""
     sampler = PowerSampler(gpu, "handle", interval_s=0.001)
     counters = energy.open_counters("cuda", gpu, "handle", clock=clock)
 
     def loop():
         for _ in range(60):
-            gpu.run(0.1)
+            step()
             sampler.sample()
 
     counted, check = checked_loop(loop, counters, sampler)
+    return counted, check, sampler
+
+
+def test_checked_loop_against_a_fake_gpu():
+    """The acceptance run's check, end to end with fakes: the sampler's thread reads the fake's
+    power while the 'loop' advances the fake clock."""
+    clock = FakeClock()
+    gpu = FakeGpu(clock, watts=320.0)
+    counted, check, sampler = _checked(gpu, clock, lambda: gpu.run(0.1))
     # 320 W x 6 s = 1920 J from the counter, and mean(320 W) x 6 s from the samples
     assert counted["energy"]["energy_j"] == pytest.approx(1920.0)
     assert check.status == "pass" and check.samples_j == pytest.approx(1920.0)
@@ -246,15 +253,11 @@ def test_checked_loop_against_a_fake_gpu():
 def test_checked_loop_catches_a_counter_that_misses_energy():
     clock = FakeClock()
     gpu = FakeGpu(clock, watts=300.0)
-    sampler = PowerSampler(gpu, "handle", interval_s=0.001)
-    counters = energy.open_counters("cuda", gpu, "handle", clock=clock)
 
-    def loop():
-        for _ in range(60):
-            clock.now += 0.1        # time passes but the counter advances only at half the power
-            gpu.energy_mj += 15_000
-            sampler.sample()
+    def step():
+        clock.now += 0.1        # time passes but the counter advances only at half the power
+        gpu.energy_mj += 15_000
 
-    _, check = checked_loop(loop, counters, sampler)
+    _, check, _ = _checked(gpu, clock, step)
     # counter 900 J against 300 W x 6 s = 1800 J: 50% apart
     assert check.status == "fail" and check.relative_difference == pytest.approx(0.5)
