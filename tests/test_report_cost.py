@@ -301,3 +301,11 @@ def test_cost_charts_only_where_they_have_bars(tmp_path):
                                                "nvidia-synthetic-a100-gpu_bs2_break_even.png"}
     html = (tmp_path / "new" / "report.html").read_text()
     assert "<h2>What it costs</h2>" in html and html.count("data:image/png;base64") >= 3
+
+
+def test_a_throttled_flag_footnote_gives_the_violation_times():
+    from matrixbench.report.tables import _throttle_evidence
+
+    evidence = _throttle_evidence({"timing.violations.power_ms": 12.5, "timing.violations.thermal_ms": 0.0})
+    assert evidence == " (clocks held down during the loop: power limit 12.5 ms)"
+    assert _throttle_evidence({}) == ""

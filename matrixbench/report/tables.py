@@ -126,6 +126,10 @@ def _throttle_evidence(row):
         if clock is not None or reasons:
             text = f"{end}: SM clock {clock:g} MHz" if clock is not None else f"{end}:"
             found.append(text + (f", {', '.join(reasons)}" if reasons else ""))
+    held = [f"{name} limit {row[f'timing.violations.{name}_ms']:g} ms" for name in ("power", "thermal")
+            if (row.get(f"timing.violations.{name}_ms") or 0) > 0]
+    if held:
+        found.append("clocks held down during the loop: " + ", ".join(held))
     return f" ({'; '.join(found)})" if found else ""
 
 
