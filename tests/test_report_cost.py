@@ -260,7 +260,8 @@ def test_report_costs_from_records_with_a_matrix_price(tmp_path):
     text = (tmp_path / "out" / "report.md").read_text()
     section = text[text.index("## What it costs"):text.index("## Environment")]
     assert "SYNTHETIC-A100: $3.6 per hour (looked up 2026-11-24)" in section
-    assert "| Image Classification/ViT | 2 | new (torch 2.1.0) | eager | 40.0 | 5.00 | 200.0 | 25.00 |" in section
+    assert ("| Image Classification/ViT | 2 | new (torch 2.1.0) | eager | 50.000 | 40.0 | 5.00 | 200.0 | 25.00 |"
+            in section)
     assert "| default | 30.1 | 3,000 | not tested: one process per cell |" in section
     assert "### Cheapest image × mode" in section and "| Total | all images | 2 | 0.0500 | 0.18 |" in section
     assert "energy per image (J)" in section and "compile break-even" in section

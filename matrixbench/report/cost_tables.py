@@ -21,7 +21,8 @@ UNCERTAIN_MARK = "~"
 NEVER_TEXT = "never"
 
 LEGEND = (
-    "What a cell costs to run. images/s: batch size × 1000 / mean ms. J/image: the energy the "
+    "What a cell costs to run. ms: the mean latency (as in the tables above). images/s: batch size × "
+    "1000 / mean ms. J/image: the energy the "
     "device's own counter counted over the timed loop (NVML's total-energy counter on a GPU: the "
     "board's power, not the wall's; RAPL's package counters on a CPU), over timed calls × batch "
     f"size; {UNCERTAIN_MARK} the loop was too short for the counter's update interval to be "
@@ -58,13 +59,14 @@ def _device_table(cells, costs, notes, device):
     energy fields (records older than schema v3: absent, not a column of dashes); $/M with a price."""
     priced = any(c.price for c in costs)
     energy = any(c.energy.reason != cost.NOT_RECORDED for c in costs)
-    header = (["Task/Model", "Batch", "Image", "Mode", "images/s"] + (["J/image", "W"] if energy else [])
+    header = (["Task/Model", "Batch", "Image", "Mode", "ms", "images/s"] + (["J/image", "W"] if energy else [])
               + (["$/M images"] if priced else []))
     rows = []
     for c in costs:
         row = c.row
         line = [label(row_label(row)), label(row["cell.batch_size"]), label(row["image_label"]),
-                label(row["mode_label"]), Cell(f"{c.images_per_s:.1f}", marks="".join(m for m, _ in marks_of(row)))]
+                label(row["mode_label"]), Cell(f"{row['timing.mean_ms']:.3f}"),
+                Cell(f"{c.images_per_s:.1f}", marks="".join(m for m, _ in marks_of(row)))]
         line += [_energy_cell(c.energy, notes), _number(c.energy.average_power_w, "{:.1f}")] if energy else []
         rows.append(line + ([_number(c.usd_per_million, "{:.2f}")] if priced else []))
     return Table(f"Throughput, energy and price · {device}", header, rows)
