@@ -187,13 +187,16 @@ def test_the_shipped_matrix_ships_no_price():
 
 
 def test_a_throttled_side_is_never_starred():
-    fast = [[6.0, 6.1, 5.9, 6.0], [6.0, 6.05, 5.95, 6.0]]
-    slow = [[10.0, 10.1, 9.9, 10.0], [10.0, 10.05, 9.95, 10.0]]
-    clean = tables.compare(row(processes=slow), row(processes=fast))
-    assert clean.significant is True and tables.change_text(clean).endswith(tables.SIGNIFICANT_MARK)
-    throttled = tables.compare(row(processes=slow), row(processes=fast, flags=["throttled"]))
-    assert throttled.significant is None and not tables.change_text(throttled).endswith(tables.SIGNIFICANT_MARK)
-    assert tables.untested_text(row(), row(flags=["throttled"])) == tables.NOT_TESTED_THROTTLED
+    from matrixbench.report import stats, verdicts
+
+    fast = [[6.0, 6.1, 5.9, 6.0], [6.0, 6.05, 5.95, 6.0], [6.1] * 4]
+    slow = [[10.0, 10.1, 9.9, 10.0], [10.0, 10.05, 9.95, 10.0], [10.1] * 4]
+    clean = verdicts.judge_cells(row(processes=slow), row(processes=fast))
+    assert clean.verdict == stats.FASTER and tables.change_text(clean).endswith(verdicts.STAR)
+    throttled = verdicts.judge_cells(row(processes=slow), row(processes=fast, flags=["throttled"]))
+    assert throttled.verdict == stats.UNDECIDED and not throttled.starred
+    assert not tables.change_text(throttled).endswith(verdicts.STAR)
+    assert (throttled.low, throttled.high) == (clean.low, clean.high)   # the interval is still shown
 
 
 # ---- the whole report, from records on disk -------------------------------------------------

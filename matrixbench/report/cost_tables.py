@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from matrixbench.prices import FROM_COMMAND_LINE
-from matrixbench.report import cost, stats
+from matrixbench.report import cost, stats, verdicts
 from matrixbench.report.cells import row_label
 from matrixbench.report.tables import Cell, Table, label, marks_of, missing
 
@@ -34,7 +34,7 @@ LEGEND = (
     "(compiled first call − one eager call) / (eager ms − compiled ms), with a cold compile cache "
     "(each cell's first process) and a warm one (the median of its later processes); \"never\" when "
     "the compiled cell is not faster; the interval from the 95% interval of compiled / eager from the "
-    f"per-process means (Welch's t on their logs), \"{stats.NOT_TESTED}\" with fewer than "
+    f"per-process means (Welch's t on their logs), \"{verdicts.NOT_TESTED_TEXT}\" with fewer than "
     f"{stats.MIN_PROCESSES} processes. "
     "The run's bill: the wall time of every process (failed ones too; image builds and the host's "
     "own time not counted) in device-hours (GPU-hours on a GPU); with a price, in dollars.")
@@ -121,7 +121,7 @@ def _break_even_tables(cells):
 
 
 def _payback_cells(result):
-    interval = (label(stats.NOT_TESTED) if result.low is None
+    interval = (label(verdicts.NOT_TESTED_TEXT) if result.low is None
                 else Cell(f"[{calls_text(result.low)}, {calls_text(result.high)}]"))
     return [Cell(f"{result.compile_s:.1f}"), Cell(calls_text(result.calls)), interval]
 
