@@ -11,12 +11,13 @@ from pathlib import Path
 
 import click
 
+from matrixbench.adaptive import bill, policy_of
 from matrixbench.backends import backend_names
 from matrixbench.cluster import DEFAULT_NODE_BACKEND, NODE_BACKENDS
 from matrixbench.errors import MatrixbenchError
 from matrixbench.images import BuildOptions
 from matrixbench.matrix import Overrides, load_matrix
-from matrixbench.pending import pending_work, recorded_failures_line, run_dir, unreadable_lines
+from matrixbench.pending import first_repeats, pending_work, recorded_failures_line, run_dir, unreadable_lines
 from matrixbench.progress import make_progress
 from matrixbench.report_formats import REPORT_FORMATS
 from matrixbench.run import DEFAULT_RUN, RunOptions, check_device, run_matrix
@@ -264,23 +265,27 @@ def _echo_build_line(image_name, line):
               "CUDA_VISIBLE_DEVICES, else all). The record names the GPU's UUID.")
 @click.option("--allow-busy-gpus", is_flag=True, help="With slots on GPUs: run even when another process "
               "uses a slot's GPU (nvidia-smi --query-compute-apps); its timings are then disturbed.")
-@click.option("--dry-run", is_flag=True, help="Print the cells that would run, and run nothing.")
+@click.option("--budget", "budget_min", type=click.FloatRange(min=0, min_open=True), metavar="MINUTES",
+              help="Wall minutes of the run: no process starts that would end past it (estimated from earlier "
+                   "records); with --repeats auto, comparisons it leaves undecided say so.")
+@click.option("--dry-run", is_flag=True, help="Print the cells that would run and the estimated duration, and run "
+              "nothing.")
 @build_options
 @handles_errors
 def run(matrix_path, run_name, results_root, backend, ray_address, node_backend, registry, device, force, retry_failed,
-        cold, cache_root, hf_cache_dir, note, gpu, allow_busy_gpus, dry_run, ca_bundle, index_url, extra_index_urls,
-        base_image, **options):
+        cold, cache_root, hf_cache_dir, note, gpu, allow_busy_gpus, budget_min, dry_run, ca_bundle, index_url,
+        extra_index_urls, base_image, **options):
     """Run the matrix's cells that have no record yet (HF_TOKEN is passed on, never printed)."""
     matrix = _load(matrix_path, _overrides(options))
     if dry_run:
         check_device(matrix, backend, device)
-        click.echo(describe_plan(matrix, run_dir(results_root, run_name), force, retry_failed))
+        click.echo(describe_plan(matrix, run_dir(results_root, run_name), force, retry_failed, budget_min))
         return
     run_options = RunOptions(
         run_name=run_name, results_root=results_root, backend=backend, device=device, force=force,
         retry_failed=retry_failed, cold=cold, cache_root=cache_root, hf_cache_dir=hf_cache_dir,
         note=note, command=tuple(["matrixbench", *sys.argv[1:]]), gpu=gpu, allow_busy_gpus=allow_busy_gpus,
-        ray_address=ray_address, node_backend=node_backend, registry=registry,
+        ray_address=ray_address, node_backend=node_backend, registry=registry, budget_min=budget_min,
         build_options=BuildOptions.given(ca_bundle=ca_bundle, index_url=index_url,
                                          extra_index_urls=extra_index_urls, base_image=base_image),
     )
@@ -288,15 +293,17 @@ def run(matrix_path, run_name, results_root, backend, ray_address, node_backend,
     click.echo(summary.describe())
 
 
-def describe_plan(matrix, run_path, force, retry_failed):
+def describe_plan(matrix, run_path, force, retry_failed, budget_min=None):
     lines = []
-    for plan in pending_work(matrix, run_path, force=force, retry_failed=retry_failed):
+    plans = pending_work(matrix, run_path, force=force, retry_failed=retry_failed)
+    for plan in plans:
         failed = f" ({recorded_failures_line(plan.recorded_failures)})" if plan.recorded_failures else ""
         lines.append(f"{plan.label}: {len(plan.pending)} to run, {plan.done} done{failed} -> {plan.out_dir}")
         lines += [f"  {line}" for line in unreadable_lines(plan)]
         lines += [f"  {r.cell.model} {r.cell.mode} bs={r.cell.batch_size} {r.cell.dtype}"
-                  + (f" repeat {r.index + 1}" if matrix.repeats > 1 else "") for r in plan.pending]
-    return "\n".join(lines)
+                  + (f" repeat {r.index + 1}" if first_repeats(matrix) > 1 else "") for r in plan.pending]
+    parallel = matrix.slots if isinstance(matrix.slots, int) else 1
+    return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel)])
 
 
 @main.command()

@@ -82,7 +82,10 @@ class Matrix:
     size: str = _default("size")
     fullgraph: bool = _default("fullgraph")
     attention: str = _default("attention")
-    repeats: int = _default("repeats")
+    repeats: Union[str, int] = _default("repeats")   # a count, or "auto" (matrixbench.adaptive)
+    repeats_min: int = _default("repeats_min")
+    repeats_max: int = _default("repeats_max")
+    margin_pct: float = _default("margin_pct")
     iterations: int = _default("iterations")
     warmup: int = _default("warmup")
     timeout_s: float = _default("timeout_s")
@@ -117,7 +120,10 @@ class Overrides:
     batch_sizes: Optional[Sequence[int]] = None
     modes: Optional[Sequence[str]] = None
     dtypes: Optional[Sequence[str]] = None
-    repeats: Optional[int] = None
+    repeats: Optional[Union[str, int]] = None
+    repeats_min: Optional[int] = None
+    repeats_max: Optional[int] = None
+    margin_pct: Optional[float] = None
     iterations: Optional[int] = None
     warmup: Optional[int] = None
     timeout_s: Optional[float] = None

@@ -10,9 +10,11 @@ counts alone, so a run stopped after repeat 2 of 3 runs only repeat 3.
 
 The order (``interleaved``): every cell's repeat 0, then every cell's repeat 1, ..., so a slow
 drift of the machine spreads over all cells; within a repeat, the modes of each model (same
-batch size and dtype) in an order shuffled with ``random.Random(seed)``, the seed recorded in
-run.json and the cells file. Every image gets the same order, and the images take turns repeat by
-repeat (``matrixbench.scheduler.rounds``: one runner per image and repeat index).
+batch size and dtype) in an order shuffled with ``random.Random(seed)`` and reversed on odd
+repeats (counterbalanced), the seed recorded in run.json and the cells file. Every image gets the
+same order, and the images take turns repeat by repeat, their order reversed on odd repeats
+(``matrixbench.scheduler.rounds``: one runner per image and repeat index); run.json's ``order``
+says where each process ran.
 """
 import random
 import re
@@ -22,6 +24,7 @@ from typing import Optional
 
 from matrixbench.errors import MatrixError
 from matrixbench.matrix import cells_by_image
+from matrixbench.scheduler import round_order
 from runner.cells_file import schedule_pairs
 from runner.core import Repeat
 from runner.schema import RecordError, needs_run, read_record, record_path
@@ -76,12 +79,18 @@ def new_order_seed():
     return random.SystemRandom().randrange(2**31)
 
 
+def first_repeats(matrix):
+    """The processes every cell gets before any is judged: repeats, or repeats_min with repeats auto
+    (matrixbench.adaptive adds the rest)."""
+    return matrix.repeats_min if matrix.repeats == "auto" else matrix.repeats
+
+
 def pending_work(matrix, run_path, *, force=False, retry_failed=False, order_seed=0):
     """One ImageWork per image of ``matrix``, in the matrix's image order; with a GPU-type axis,
     one per GPU type and image (types in the matrix's order), each in its own folder."""
     return [
         _plan_image(name, cells, gpu_folder(run_path, gpu_type) / name, force, retry_failed,
-                    interleaved(cells, matrix.repeats, order_seed), order_seed, gpu_type)
+                    interleaved(cells, first_repeats(matrix), order_seed), order_seed, gpu_type)
         for gpu_type in (matrix.gpu_types or (None,))
         for name, cells in cells_by_image(matrix).items()
     ]
@@ -94,13 +103,15 @@ def gpu_folder(run_path, gpu_type):
 
 def interleaved(cells, repeats, seed):
     """Every repeat of every cell in run order: repeat by repeat; within one, each model's modes
-    (cells equal but for the mode) shuffled by ``random.Random(seed)``, models in matrix order."""
-    rng, order = random.Random(seed), []
-    for index in range(repeats):
-        for group in _mode_groups(cells):
-            rng.shuffle(group)
-            order += [Repeat(cell, index) for cell in group]
-    return order
+    (cells equal but for the mode) in an order shuffled once by ``random.Random(seed)`` and
+    counterbalanced from repeat to repeat (``scheduler.round_order``: reversed on odd repeats), so
+    a drift within a runner cancels out of a mode-vs-mode comparison; models in matrix order."""
+    rng = random.Random(seed)
+    groups = _mode_groups(cells)
+    for group in groups:
+        rng.shuffle(group)
+    return [Repeat(cell, index) for index in range(repeats) for group in groups
+            for cell in round_order(group, index)]
 
 
 def _mode_groups(cells):

@@ -16,21 +16,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from matrixbench import run_folder
+from matrixbench import adaptive, run_folder
 from matrixbench.backends import create_backend
 from matrixbench.backends.base import RunRequest
 from matrixbench.calibrate import run_calibration
 from matrixbench.cluster import DEFAULT_NODE_BACKEND, RUNTIME_SECRETS, ClusterRun, UnitPart, UnitTask, shippable
 from matrixbench.errors import RunError
 from matrixbench.images import BuildOptions
-from matrixbench.manifest import finish_manifest, read_manifest, start_manifest
+from matrixbench.manifest import finish_manifest, read_manifest, record_order, start_manifest, update_manifest
 from matrixbench.matrix import runner_settings
 from matrixbench.paths import cache_home
 from matrixbench.pending import new_order_seed, pending_work, recorded_failures_line, run_dir, unreadable_lines
 from matrixbench.placement import AUTO, NoHostGpusError, check_gpus_free, plan_slots
 from matrixbench.progress import NullProgress, RecordWatcher
 from matrixbench.resume import check_resume
-from matrixbench.scheduler import Serialized, make_units, rounds, run_on_slots
+from matrixbench.scheduler import Serialized, make_units, positions, rounds, run_on_slots
 from runner.cells_file import schedule_pairs
 
 DEFAULT_RUN = "default"
@@ -65,6 +65,7 @@ class RunOptions:
     node_backend: str = DEFAULT_NODE_BACKEND   # --backend ray: what runs the runner on each node (NODE_BACKENDS)
     registry: Optional[str] = None        # --backend ray, docker nodes: push images to HOST:PORT, nodes pull them
     build_options: Optional[BuildOptions] = None   # --backend ray, docker nodes: builds on the nodes
+    budget_min: Optional[float] = None    # --budget: wall minutes of the run; past it no process starts
 
 
 @dataclass
@@ -83,6 +84,7 @@ class ImageResult:
 class RunSummary:
     run_dir: Path
     images: list
+    repeats: Optional[adaptive.Outcome] = None   # what repeats auto / --budget left in doubt
 
     @property
     def missing(self):
@@ -113,6 +115,8 @@ class RunSummary:
             if image.missing:
                 lines.append(f"    {len(image.missing)} cell(s) without a record "
                              f"(runner exit code {image.exit_code}); see {image.out_dir}")
+        if self.repeats is not None and self.repeats.describe():
+            lines.append(self.repeats.describe())
         if self.failures():
             lines.append(f"{self.failures()} of {self.cells()} cells failed (their records say why); "
                          "--retry-failed reruns them")
@@ -165,6 +169,8 @@ def _backend_settings(options):
 
 
 def _run_with(backend, matrix, options, run_path, progress, environ):
+    policy = adaptive.policy_of(matrix, options.budget_min)
+    budget = adaptive.Budget(policy.budget_s)   # from here: the run's wall time counts
     for line in backend.stop_leftovers(run_path):
         progress.note(line)
     gpus = _resolve_gpus(backend, options.device, progress)
@@ -175,6 +181,7 @@ def _run_with(backend, matrix, options, run_path, progress, environ):
                               device=options.device, gpus=gpus, note=options.note, command=options.command,
                               order_seed=seed)
     progress.note(backend.describe())
+    progress.note(adaptive.bill(policy, plans, parallel=matrix.slots if isinstance(matrix.slots, int) else 1))
     status, summary = "failed", RunSummary(run_path, [])
     try:
         backend.prepare([matrix.images[name] for name in dict.fromkeys(p.image_name for p in plans if p.pending)],
@@ -187,12 +194,15 @@ def _run_with(backend, matrix, options, run_path, progress, environ):
         if slot_plan is None and matrix.exclusive_timing:
             progress.note("exclusive_timing: this run has no slots (one runner at a time), so every "
                           "cell is timed alone anyway")
-        if options.backend == "ray":
-            _run_cluster(backend, plans, summary, matrix, options, gpus, environ, progress)
-        elif slot_plan is None:
-            _run_images(backend, plans, summary, matrix, options, gpus, environ, progress)
-        else:
-            _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, environ, progress, run_path)
+        budget.parallel = len(slot_plan.slots) if slot_plan else 1
+        waves = adaptive.Waves(policy, plans, budget)
+        summary.repeats = waves.outcome
+        for wave in waves:
+            if waves.outcome.waves > 1:
+                progress.more(sum(len(plan.pending) for plan in wave))
+            manifest = record_order(run_path, manifest, positions([(plan, plan.pending) for plan in wave]))
+            _dispatch(backend, wave, slot_plan, summary, matrix, options, gpus, environ, progress, run_path)
+        manifest = update_manifest(run_path, manifest, repeats=waves.outcome.to_dict())
         status = "incomplete" if summary.missing else ("failed" if summary.all_failed else "finished")
     except KeyboardInterrupt:
         status = "interrupted"
@@ -201,6 +211,16 @@ def _run_with(backend, matrix, options, run_path, progress, environ):
         progress.close()
         finish_manifest(run_path, manifest, status, _cell_counts(summary))
     return summary
+
+
+def _dispatch(backend, plans, slot_plan, summary, matrix, options, gpus, environ, progress, run_path):
+    """Run ``plans``' pending repeats: on a Ray cluster, one runner at a time, or on the slots."""
+    if options.backend == "ray":
+        _run_cluster(backend, plans, summary, matrix, options, gpus, environ, progress)
+    elif slot_plan is None:
+        _run_images(backend, plans, summary, matrix, options, gpus, environ, progress)
+    else:
+        _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, environ, progress, run_path)
 
 
 def _note_recorded(plans, progress):
@@ -364,12 +384,16 @@ def _unit_request(request, repeats):
 
 
 def _image_results(plans, summary, progress):
-    """One ImageResult per plan, in the summary and by label; the progress hears of each image."""
+    """One ImageResult per plan, in the summary and by label (a later wave of repeats auto goes on
+    counting in the first's); the progress hears of each image."""
+    known = {image.image_name: image for image in summary.images}
     results = {}
     for plan in plans:
-        results[plan.label] = ImageResult(plan.label, plan.out_dir, skipped=plan.done,
-                                          recorded_failures=plan.recorded_failures)
-        summary.images.append(results[plan.label])
+        if plan.label not in known:
+            known[plan.label] = ImageResult(plan.label, plan.out_dir, skipped=plan.done,
+                                            recorded_failures=plan.recorded_failures)
+            summary.images.append(known[plan.label])
+        results[plan.label] = known[plan.label]
         progress.image_started(plan.label, len(plan.pending), plan.done)
     return results
 

@@ -123,8 +123,16 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("dtypes", f"Dtypes, comma-separated, from {', '.join(DTYPES)}.",
             "string", default=("float32",), choices=DTYPES, many=True, flag="--dtypes"),
     Setting("repeats", "Processes per cell (repeats), each its own fresh process and record; 3 for a "
-            "comparison that should survive a rerun.",
-            "integer", default=1, minimum=1, maximum=1000, flag="--repeats"),
+            "comparison that should survive a rerun; auto: repeats_min per cell, then more processes only "
+            "for cells in comparisons still undecided, up to repeats_max (matrixbench.adaptive).",
+            "integer", default=1, minimum=1, maximum=1000, auto=True, flag="--repeats"),
+    Setting("repeats_min", "With repeats auto: the processes every cell starts with.",
+            "integer", default=3, minimum=2, maximum=1000, flag="--repeats-min"),
+    Setting("repeats_max", "With repeats auto: the most processes a cell gets while its comparisons stay "
+            "undecided.", "integer", default=10, minimum=2, maximum=1000, flag="--repeats-max"),
+    Setting("margin_pct", "Equivalence margin in %: a comparison whose interval lies inside +-margin is "
+            "'no change'; repeats auto adds processes until each comparison is decided this way or another.",
+            "number", default=3.0, minimum=0, exclusive_minimum=True, maximum=100, flag="--margin"),
     Setting("iterations", "Timed iterations per cell.",
             "integer", default=300, minimum=1, maximum=1_000_000, flag="--iterations", runner=True),
     Setting("warmup", "Warm-up iterations per cell, after the first call (at least 3 run).",
