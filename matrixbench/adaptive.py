@@ -202,7 +202,7 @@ def bill(policy: Policy, plans: Sequence[ImageWork], parallel: int = 1,
 
 def default_judge() -> Judge:
     # the report's statistics (numpy, scipy), imported only when a comparison is judged
-    from matrixbench.report.stats import judge  # type: ignore[attr-defined]  # until issue 21's stats core lands
+    from matrixbench.report.stats import judge
     return judge
 
 

@@ -1,5 +1,6 @@
 """repeats: auto and --budget (issue 21): processes go only to cells in undecided comparisons, up to
 the maximum, within the budget; what is left undecided says so; a rerun goes on process by process."""
+import random
 from dataclasses import dataclass
 
 import pytest
@@ -204,3 +205,30 @@ def test_the_bill_gives_the_minimum_and_maximum_from_earlier_records(tmp_path):
     text = describe_plan(matrix, run_path, False, False)
     # stable's 6 processes now take 1 s each
     assert "estimated duration: 3m36s at the minimum" in text and "up to 7m12s" in text
+
+
+class NoisyBackend(RecordingBackend):
+    """Process means with planted truth: latest runs vit 20% faster than stable, detr alike in both;
+    compiled (default) takes half of eager; each process off by a seeded normal draw of ``cv``."""
+
+    def __init__(self, cv):
+        super().__init__()
+        self.cv, self.rng = cv, random.Random(7)
+
+    def run(self, request):
+        for repeat in request.repeats():
+            cell = repeat.cell
+            truth = (0.8 if cell.model == "vit" and request.image_name == "latest" else 1.0) * (
+                5.0 if cell.mode == "default" else 10.0)
+            record = make_record(cell, mean_ms=truth * (1 + self.rng.gauss(0, self.cv)))
+            record.repeat = repeat.index
+            write_record(request.out_dir, record)
+        return 0
+
+
+def test_with_the_real_judge_a_clear_change_stops_at_the_minimum_and_a_close_call_gets_more(tmp_path, monkeypatch):
+    use_backend(monkeypatch, NoisyBackend(cv=0.02))
+    run_matrix(_matrix(tmp_path, margin_pct=3.0), local_run_options(tmp_path, order_seed=1))
+    processes = _processes(tmp_path / "results" / "r1")
+    assert {len(indices) for key, indices in processes.items() if key[1] == "vit"} == {3}
+    assert sum(len(indices) for key, indices in processes.items() if key[1] != "vit") > 4 * 3
