@@ -19,6 +19,7 @@ summary. Records are the state: a rerun judges every record there and goes on pr
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass, field
 from statistics import mean
@@ -200,6 +201,35 @@ def bill(policy: Policy, plans: Sequence[ImageWork], parallel: int = 1,
             f"({policy.maximum} a cell), {runners} (earlier records, else the scheduler's model){budget}")
 
 
+def promising(judgement, policy: Policy, spread: Optional[float]) -> bool:
+    """Whether more processes, up to the maximum a side, could plausibly decide ``judgement``: the
+    interval ``policy.maximum`` processes a side would give (half-width t x sqrt(2 x spread^2 /
+    maximum), ``spread`` the run's pooled standard deviation of log process means, steadier than
+    one comparison's at 2-3 processes) would exclude no change, or fit inside the margin, around
+    the estimate so far. One that could not (a change about the size of the margin, or noise too
+    large for the maximum) is futile: it stays undecided and gets no more processes, which go to
+    comparisons they can decide. Without a spread (nothing has 2 processes yet): promising."""
+    if judgement.low is None or spread is None:
+        return True
+    from scipy.stats import t  # as stats.judge's interval does
+
+    estimate = abs(math.log(judgement.ratio))
+    projected = float(t.ppf(0.975, 2 * policy.maximum - 2)) * spread * math.sqrt(2.0 / policy.maximum)
+    return estimate > projected or estimate + projected < math.log(1.0 + policy.margin_pct / 100.0)
+
+
+def pooled_spread(sides) -> Optional[float]:
+    """The pooled standard deviation of log process means over ``sides`` (Processes) with 2 or more."""
+    squares, df = 0.0, 0
+    for side in sides:
+        if len(side.means) >= 2:
+            logs = [math.log(value) for value in side.means]
+            centre = sum(logs) / len(logs)
+            squares += sum((value - centre) ** 2 for value in logs)
+            df += len(logs) - 1
+    return math.sqrt(squares / df) if df else None
+
+
 def default_judge() -> Judge:
     # the report's statistics (numpy, scipy), imported only when a comparison is judged
     from matrixbench.report.stats import judge
@@ -232,10 +262,15 @@ class Waves:
     pending repeats); ``outcome`` says what was left in doubt once iteration ends."""
 
     def __init__(self, policy: Policy, plans: Sequence[ImageWork], budget: Budget,
-                 judge: Optional[Judge] = None, estimates: Optional[Estimates] = None):
+                 judge: Optional[Judge] = None, estimates: Optional[Callable[[ImageWork, Repeat], float]] = None,
+                 read: Optional[Callable[[ImageWork, Cell, int], Processes]] = None):
+        """``judge``: stats.judge unless given; ``estimates``: seconds of a process with no earlier one
+        of its cell in this run (default ``Estimates``); ``read``: a side's processes (default
+        ``recorded``, from its records; benchmarks/bench_adaptive_repeats.py simulates them)."""
         self.policy, self.plans, self.budget = policy, list(plans), budget
         self._judge = judge
         self._estimates = estimates or Estimates()
+        self._read = read or recorded
         self.outcome = Outcome(policy)
 
     def __iter__(self) -> Iterator[List[ImageWork]]:
@@ -288,7 +323,7 @@ class Waves:
         return wave
 
     def _estimate(self, plan: ImageWork, repeat: Repeat) -> float:
-        durations = recorded(plan, repeat.cell, self.policy.maximum).durations
+        durations = self._read(plan, repeat.cell, self.policy.maximum).durations
         return mean(durations) if durations else self._estimates(plan, repeat)
 
     def _judge_all(self, final: bool):
@@ -301,7 +336,7 @@ class Waves:
             for side in (comparison.baseline, comparison.candidate):
                 if side not in sides:
                     plan = next(p for p in self.plans if p.label == side[0])
-                    sides[side] = recorded(plan, side[1], self.policy.maximum)
+                    sides[side] = self._read(plan, side[1], self.policy.maximum)
             baseline, candidate = sides[comparison.baseline], sides[comparison.candidate]
             if not baseline.means or not candidate.means:
                 continue      # a side that failed every process: its records say why, more would not help
@@ -310,6 +345,9 @@ class Waves:
                 decided += 1
             else:
                 doubts.append((comparison, judgement, sides))
+        if not final:
+            spread = pooled_spread(sides.values())
+            doubts = [doubt for doubt in doubts if promising(doubt[1], self.policy, spread)]
         if final:
             self.outcome.decided = decided
             self.outcome.undecided = [

@@ -1,5 +1,6 @@
 """repeats: auto and --budget (issue 21): processes go only to cells in undecided comparisons, up to
 the maximum, within the budget; what is left undecided says so; a rerun goes on process by process."""
+import math
 import random
 from dataclasses import dataclass
 
@@ -17,9 +18,10 @@ from runner.schema import record_path, write_record
 
 @dataclass(frozen=True)
 class Verdict:
-    """What the waves read of stats.judge's Judgement."""
+    """What the waves read of stats.judge's Judgement (no interval: always worth more processes)."""
 
     verdict: str
+    low: None = None
 
     @property
     def decided(self):
@@ -227,8 +229,37 @@ class NoisyBackend(RecordingBackend):
 
 
 def test_with_the_real_judge_a_clear_change_stops_at_the_minimum_and_a_close_call_gets_more(tmp_path, monkeypatch):
-    use_backend(monkeypatch, NoisyBackend(cv=0.02))
-    run_matrix(_matrix(tmp_path, margin_pct=3.0), local_run_options(tmp_path, order_seed=1))
+    use_backend(monkeypatch, NoisyBackend(cv=0.015))
+    run_matrix(_matrix(tmp_path, margin_pct=3.0, repeats_max=10), local_run_options(tmp_path, order_seed=1))
     processes = _processes(tmp_path / "results" / "r1")
     assert {len(indices) for key, indices in processes.items() if key[1] == "vit"} == {3}
     assert sum(len(indices) for key, indices in processes.items() if key[1] != "vit") > 4 * 3
+
+
+def test_a_comparison_that_the_maximum_could_not_decide_gets_no_more_processes(tmp_path, monkeypatch):
+    """No change with 8% noise between processes: at 10 processes a side the interval would still
+    be about +-7.5%, wider than the 3% margin and than the change: futile, it stays near the
+    minimum (a noisy estimate may look like a change for a wave) instead of going to 10."""
+    use_backend(monkeypatch, NoisyBackend(cv=0.08))
+    run_matrix(_matrix(tmp_path, margin_pct=3.0, repeats_max=10, models=["detr-resnet-101"]),
+               local_run_options(tmp_path, order_seed=1))
+    assert max(len(indices) for indices in _processes(tmp_path / "results" / "r1").values()) <= 4
+    undecided = read_manifest(tmp_path / "results" / "r1")["repeats"]["undecided"]
+    assert {doubt["kind"] for doubt in undecided} == {"image_change"}
+
+
+def test_promising_projects_the_pooled_spread_to_the_maximum():
+    policy = adaptive.Policy(3, 10, 3.0)
+
+    @dataclass
+    class Interval:
+        ratio: float
+        low: float = 0.5
+
+    spread = 0.02          # at 10 a side: t(18) x 0.02 x sqrt(0.2) = 1.9% half-width
+    assert adaptive.promising(Interval(1.05), policy, spread)        # a 5% change would be starred
+    assert adaptive.promising(Interval(1.005), policy, spread)       # 0.5% + 1.9% fits the 3% margin
+    assert not adaptive.promising(Interval(1.015), policy, spread)   # neither
+    assert adaptive.promising(Interval(1.015), policy, None)         # nothing to judge the spread by yet
+    assert adaptive.pooled_spread([adaptive.Processes([1.0, math.e ** 0.1]), adaptive.Processes([5.0])]) == \
+        pytest.approx(math.sqrt(0.1 ** 2 / 2))
