@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from matrixbench.aa import aa_matrix
+from matrixbench.aa import default_run_name as aa_run_name
 from matrixbench.adaptive import bill, policy_of
 from matrixbench.backends import backend_names
 from matrixbench.cluster import DEFAULT_NODE_BACKEND, NODE_BACKENDS
@@ -265,6 +267,10 @@ def _echo_build_line(image_name, line):
               "CUDA_VISIBLE_DEVICES, else all). The record names the GPU's UUID.")
 @click.option("--allow-busy-gpus", is_flag=True, help="With slots on GPUs: run even when another process "
               "uses a slot's GPU (nvidia-smi --query-compute-apps); its timings are then disturbed.")
+@click.option("--aa", "aa_image", metavar="IMAGE",
+              help="A/A run: IMAGE twice under two names (IMAGE and IMAGE-aa, one build), interleaved, so the report "
+                   "counts how many no-change comparisons were starred on this machine (docs/repeats.md). Narrow the "
+                   "cells with --models/--batch-sizes/--modes; the run is aa-IMAGE unless --run names another.")
 @click.option("--budget", "budget_min", type=click.FloatRange(min=0, min_open=True), metavar="MINUTES",
               help="Wall minutes of the run: no process starts that would end past it (estimated from earlier "
                    "records); with --repeats auto, comparisons it leaves undecided say so.")
@@ -273,10 +279,13 @@ def _echo_build_line(image_name, line):
 @build_options
 @handles_errors
 def run(matrix_path, run_name, results_root, backend, ray_address, node_backend, registry, device, force, retry_failed,
-        cold, cache_root, hf_cache_dir, note, gpu, allow_busy_gpus, budget_min, dry_run, ca_bundle, index_url,
-        extra_index_urls, base_image, **options):
+        cold, cache_root, hf_cache_dir, note, gpu, allow_busy_gpus, aa_image, budget_min, dry_run, ca_bundle,
+        index_url, extra_index_urls, base_image, **options):
     """Run the matrix's cells that have no record yet (HF_TOKEN is passed on, never printed)."""
     matrix = _load(matrix_path, _overrides(options))
+    if aa_image is not None:
+        matrix = aa_matrix(matrix, aa_image)
+        run_name = aa_run_name(aa_image) if run_name == DEFAULT_RUN else run_name
     if dry_run:
         check_device(matrix, backend, device)
         click.echo(describe_plan(matrix, run_dir(results_root, run_name), force, retry_failed, budget_min))

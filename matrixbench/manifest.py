@@ -47,6 +47,9 @@ def start_manifest(run_path, *, run_name, matrix, backend, device, gpus, note, c
         "cells": None,
         "history": _history(previous),
     }
+    twins = {name: image.build_of for name, image in matrix.images.items() if image.build_of}
+    if twins:
+        manifest["aa_twins"] = twins   # A/A twin -> its original (matrixbench.aa): the report's false-alarm line
     write_manifest(run_path, manifest)
     return manifest
 

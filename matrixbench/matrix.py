@@ -48,6 +48,7 @@ class Image:
     env: Dict[str, str] = field(default_factory=dict)
     description: str = ""
     published: Optional[str] = None   # the report's published source; None: by torch version
+    build_of: Optional[str] = None    # an A/A twin (matrixbench.aa): the image whose build it runs in
 
     @property
     def torch_version(self) -> Optional[str]:
@@ -57,7 +58,7 @@ class Image:
     def content_hash(self) -> str:
         """Short hash of everything that goes into building this image (for image labels)."""
         build = dataclasses.asdict(self)
-        del build["name"], build["description"], build["published"]
+        del build["name"], build["description"], build["published"], build["build_of"]
         return _short_hash(build)
 
 

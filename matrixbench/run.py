@@ -184,7 +184,8 @@ def _run_with(backend, matrix, options, run_path, progress, environ):
     progress.note(adaptive.bill(policy, plans, parallel=matrix.slots if isinstance(matrix.slots, int) else 1))
     status, summary = "failed", RunSummary(run_path, [])
     try:
-        backend.prepare([matrix.images[name] for name in dict.fromkeys(p.image_name for p in plans if p.pending)],
+        builds = dict.fromkeys(matrix.images[p.image_name].build_of or p.image_name for p in plans if p.pending)
+        backend.prepare([matrix.images[name] for name in builds],   # an A/A twin runs in its original's build
                         emit=lambda name, line: progress.note(f"[{name}] {line}"))
         progress.start(sum(len(p.pending) for p in plans), sum(p.done for p in plans))
         _note_recorded(plans, progress)
@@ -453,6 +454,7 @@ def _request(plan, matrix, options, gpus, environ):
         env={**image.env, **{key: environ[key] for key in RUNTIME_SECRETS if environ.get(key)}},
         torch=image.torch,
         image_hash=image.content_hash(),
+        build_of=image.build_of,
         gpu_ids=gpu_choice(options.gpu, environ) if gpus else (),
     )
 
