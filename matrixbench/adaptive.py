@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from statistics import mean
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from matrixbench.executors.scheduler import Estimates
 from matrixbench.pending import ImageWork, interleaved
 from matrixbench.progress import format_duration
-from matrixbench.scheduler import Estimates
 from runner.core import Cell, Repeat
 from runner.schema import RecordError, read_record, record_path
 

@@ -19,8 +19,8 @@ from host_helpers import (
     use_backend,
     write_matrix,
 )
-from matrixbench import calibrate
 from matrixbench.errors import MatrixError
+from matrixbench.executors import calibration as calibrate
 from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.placement import Slot
 from matrixbench.report import build_report, records, stats
@@ -107,7 +107,7 @@ def test_a_round_missing_one_record_reruns_whole(tmp_path, monkeypatch):
     base_dir = tmp_path / "image"
     cells = calibrate.calibration_cells(matrix)
     assert calibrate.pending_rounds(base_dir, cells, SLOTS, 2) == [0, 1]
-    from matrixbench.backends.base import RunRequest
+    from matrixbench.environments.base import RunRequest
     base = RunRequest("stable", [], {"iterations": 5}, base_dir, cache_dir=None)
     calibrate.run_calibration(matrix, base, SLOTS, backend, note=lambda text: None)
     assert calibrate.pending_rounds(base_dir, cells, SLOTS, 2) == []

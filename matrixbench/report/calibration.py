@@ -1,4 +1,4 @@
-"""The interference calibration's table (matrixbench.calibrate): per cell, loaded / alone.
+"""The interference calibration's table (matrixbench.executors.calibration): per cell, loaded / alone.
 
 A calibration cell ran on each slot alone (one slot busy), then on every slot at once; each slot's
 each round is one process. Its row: the mean over every sample of every process per phase,

@@ -12,11 +12,10 @@ from pathlib import Path
 import jsonschema
 import pandas as pd
 
-from matrixbench import calibrate
 from matrixbench.errors import ManifestError, ReportError
-from matrixbench.manifest import MANIFEST_FILENAME, read_manifest
+from matrixbench.layout import CALIBRATION_RUN_DEPTH, CELLS_FILENAME, MANIFEST_FILENAME
+from matrixbench.manifest import read_manifest
 from matrixbench.report.published import match_gpu
-from matrixbench.runner_input import CELLS_FILENAME
 from runner.schema import RECORD_SCHEMA, RecordError, read_record
 
 NOT_RECORDS = (CELLS_FILENAME, MANIFEST_FILENAME)
@@ -110,7 +109,7 @@ def to_row(record, path):
 def _derived(row, path):
     gpu = row["environment.gpu_name"] if row["device"] == "cuda" else None
     return {
-        "run": (path.parents[calibrate.RUN_DEPTH] if row["calibration.phase"] else run_folder_of(path)).name,
+        "run": (path.parents[CALIBRATION_RUN_DEPTH] if row["calibration.phase"] else run_folder_of(path)).name,
         "image": row["environment.image_name"] or path.parent.name,
         "device_name": device_name(row),
         "published_gpu": match_gpu(gpu),
@@ -161,7 +160,7 @@ def merge(rows):
 
 def _duplicated(frame):
     """Older records of one process: same device, image, cell and repeat (and for a calibration
-    record, same phase and slot: matrixbench.calibrate runs a cell on every slot)."""
+    record, same phase and slot: matrixbench.executors.calibration runs a cell on every slot)."""
     calibration = frame["calibration.phase"].notna()
     where = frame["calibration.phase"].astype(str) + "/" + frame["placement.slot"].astype(str)
     key = frame[["device_name", "image", "cell_id", "repeat"]].assign(where=where.where(calibration, ""))
@@ -170,7 +169,7 @@ def _duplicated(frame):
 
 def split_calibration(frame):
     """(the matrix's records, the interference calibration's records): calibration records (a
-    ``calibration`` block, matrixbench.calibrate) are no cell of the matrix's tables."""
+    ``calibration`` block, matrixbench.executors.calibration) are no cell of the matrix's tables."""
     calibration = frame["calibration.phase"].notna()
     return frame[~calibration].reset_index(drop=True), frame[calibration].reset_index(drop=True)
 
