@@ -4,7 +4,7 @@ Each trial is one model's cell in two images (A, B): B's true latency is A's x (
 change drawn from 0, 3% and 10% (slower or faster); every process's mean is the truth x
 exp(N(0, between-process CV)) (CV drawn per cell from 2-5%, as GPU clocks and placement give),
 x the mean of 300 iterations' noise (1-3% each) and a rare outlier (1% of processes +10..30%).
-No torch, no records: ``matrixbench.adaptive.Waves`` (the real policy) runs its waves on
+No torch, no records: ``matrixbench.executors.adaptive.Waves`` (the real policy) runs its waves on
 ``ImageWork`` plans whose processes this script simulates, judged by the report's
 ``stats.judge`` at the margin given. A verdict is correct when its claim is true: "faster" with a
 change below 0, "slower" above 0, "no change" with |change| <= the margin; "undecided" is no claim.
@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from machine import contention, describe, lscpu  # noqa: E402
 
-from matrixbench import adaptive  # noqa: E402
+from matrixbench.executors import adaptive  # noqa: E402
 from matrixbench.pending import ImageWork  # noqa: E402
 from matrixbench.report.stats import judge  # noqa: E402
 from runner.core import Cell, Repeat  # noqa: E402

@@ -14,11 +14,11 @@ import click
 
 from matrixbench.aa import aa_matrix
 from matrixbench.aa import default_run_name as aa_run_name
-from matrixbench.adaptive import bill, policy_of
 from matrixbench.environments import auto, backend_names
 from matrixbench.environments.auto import AUTO
 from matrixbench.errors import MatrixbenchError
 from matrixbench.executors import EXECUTORS
+from matrixbench.executors.adaptive import bill, policy_of
 from matrixbench.images import BuildOptions
 from matrixbench.layout import run_dir
 from matrixbench.matrix import Overrides, load_matrix

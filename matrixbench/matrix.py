@@ -83,7 +83,7 @@ class Matrix:
     size: str = _default("size")
     fullgraph: bool = _default("fullgraph")
     attention: str = _default("attention")
-    repeats: Union[str, int] = _default("repeats")   # a count, or "auto" (matrixbench.adaptive)
+    repeats: Union[str, int] = _default("repeats")   # a count, or "auto" (matrixbench.executors.adaptive)
     repeats_min: int = _default("repeats_min")
     repeats_max: int = _default("repeats_max")
     margin_pct: float = _default("margin_pct")

@@ -19,9 +19,8 @@ says where each process ran.
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, List, Optional, Sequence
 
-from matrixbench.executors.scheduler import round_order
 from matrixbench.layout import image_dir
 from matrixbench.matrix import cells_by_image
 from runner.cells_file import schedule_pairs
@@ -69,7 +68,7 @@ def new_order_seed():
 
 def first_repeats(matrix):
     """The processes every cell gets before any is judged: repeats, or repeats_min with repeats auto
-    (matrixbench.adaptive adds the rest)."""
+    (matrixbench.executors.adaptive adds the rest)."""
     return matrix.repeats_min if matrix.repeats == "auto" else matrix.repeats
 
 
@@ -84,10 +83,18 @@ def pending_work(matrix, run_path, *, force=False, retry_failed=False, order_see
     ]
 
 
+def round_order(items: Sequence[Any], index: int) -> List[Any]:
+    """``items`` in the order they take in round (repeat index) ``index``: as given on even rounds,
+    reversed on odd ones (ABBA): over two rounds every item's mean position is the same, so a linear
+    drift adds the same to each. The one counterbalancing rule, for images
+    (``executors.scheduler.rounds``) and for the modes of a model (``interleaved``)."""
+    return list(items) if index % 2 == 0 else list(reversed(items))
+
+
 def interleaved(cells, repeats, seed):
     """Every repeat of every cell in run order: repeat by repeat; within one, each model's modes
     (cells equal but for the mode) in an order shuffled once by ``random.Random(seed)`` and
-    counterbalanced from repeat to repeat (``scheduler.round_order``: reversed on odd repeats), so
+    counterbalanced from repeat to repeat (``round_order``: reversed on odd repeats), so
     a drift within a runner cancels out of a mode-vs-mode comparison; models in matrix order."""
     rng = random.Random(seed)
     groups = _mode_groups(cells)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from matrixbench import adaptive, run_folder
+from matrixbench import run_folder
 from matrixbench.errors import RunError
-from matrixbench.executors import check_gpu_types, check_options, create_environment, create_executor
+from matrixbench.executors import adaptive, check_gpu_types, check_options, create_environment, create_executor
 from matrixbench.executors.base import Run, RunSummary
 from matrixbench.executors.scheduler import positions
 from matrixbench.images import BuildOptions
@@ -117,7 +117,7 @@ def _run_with(environment, matrix, options, run_path, progress, environ):
         budget.parallel = len(slot_plan.slots) if slot_plan else 1
         waves = adaptive.Waves(policy, works, budget)
         run.summary.repeats = waves.outcome
-        for wave in waves:      # repeats auto: more waves while comparisons are undecided (matrixbench.adaptive)
+        for wave in waves:      # repeats auto: more waves while comparisons are undecided (executors.adaptive)
             if waves.outcome.waves > 1:
                 progress.more(sum(len(work.pending) for work in wave))
                 run.matrix = dataclasses.replace(run.matrix, calibrate=False)   # calibrated in the first wave

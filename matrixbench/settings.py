@@ -14,7 +14,7 @@ from runner.settings import Setting
 HOST_SETTINGS: Tuple[Setting, ...] = (
     Setting("repeats", "Processes per cell (repeats), each its own fresh process and record; 3 for a "
             "comparison that should survive a rerun; auto: repeats_min per cell, then more processes only "
-            "for cells in comparisons still undecided, up to repeats_max (matrixbench.adaptive).",
+            "for cells in comparisons still undecided, up to repeats_max (matrixbench.executors.adaptive).",
             "integer", default=1, minimum=1, maximum=1000, auto=True, flag="--repeats"),
     Setting("repeats_min", "With repeats auto: the processes every cell starts with.",
             "integer", default=3, minimum=2, maximum=1000, flag="--repeats-min"),

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import pytest
 
 from host_helpers import RecordingBackend, local_run_options, make_record, use_backend, write_matrix
-from matrixbench import adaptive
 from matrixbench.cli import describe_plan
+from matrixbench.executors import adaptive
 from matrixbench.manifest import read_manifest
 from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.pending import pending_work

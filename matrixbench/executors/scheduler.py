@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from matrixbench.executors.threads import run_threads
+from matrixbench.pending import round_order
 from matrixbench.versions import same_release
 from runner.schema import RecordError, read_record
 
@@ -69,14 +70,6 @@ def rounds(parts: Sequence[Tuple[Any, list]]) -> List[Tuple[Any, list]]:
     indices = sorted({repeat.index for _, repeats in parts for repeat in repeats})
     return [(plan, chosen) for index in indices for plan, repeats in round_order(parts, index)
             if (chosen := [repeat for repeat in repeats if repeat.index == index])]
-
-
-def round_order(items: Sequence[Any], index: int) -> List[Any]:
-    """``items`` in the order they take in round (repeat index) ``index``: as given on even rounds,
-    reversed on odd ones (ABBA): over two rounds every item's mean position is the same, so a linear
-    drift adds the same to each. The one counterbalancing rule, for images here and for the modes
-    of a model in ``matrixbench.pending.interleaved``."""
-    return list(items) if index % 2 == 0 else list(reversed(items))
 
 
 def positions(parts: Sequence[Tuple[Any, list]]) -> Dict[str, Dict[str, int]]:
