@@ -246,6 +246,7 @@ def test_a_comparison_that_the_maximum_could_not_decide_gets_no_more_processes(t
     assert max(len(indices) for indices in _processes(tmp_path / "results" / "r1").values()) <= 4
     undecided = read_manifest(tmp_path / "results" / "r1")["repeats"]["undecided"]
     assert {doubt["kind"] for doubt in undecided} == {"image_change"}
+    assert {doubt["why"] for doubt in undecided} == {"futile"}
 
 
 def test_promising_projects_the_pooled_spread_to_the_maximum():

@@ -135,7 +135,7 @@ def recorded(plan: ImageWork, cell: Cell, maximum: int) -> Processes:
 
 @dataclass
 class Doubt:
-    """One comparison left undecided at the end, and why: "maximum" or "budget"."""
+    """One comparison left undecided at the end, and why: "maximum", "futile" or "budget"."""
 
     comparison: Comparison
     verdict: str
@@ -168,12 +168,13 @@ class Outcome:
 
     def describe(self) -> str:
         """The summary's line; empty for fixed repeats without a budget."""
-        if not self.policy.adaptive and self.policy.budget_s is None:
-            return ""
+        if not self.policy.adaptive:
+            held = f"the budget held back {self.held_back} process(es)" if self.held_back else ""
+            return f"{self.policy.describe()}: {held}" if held else ""
         if not self.undecided and not self.held_back:
             return f"{self.policy.describe()}: {self.decided} comparison(s) decided, {self.added} process(es) added"
         reasons = ", ".join(f"{sum(d.why == why for d in self.undecided)} at {why}"
-                            for why in ("maximum", "budget") if any(d.why == why for d in self.undecided))
+                            for why in ("maximum", "futile", "budget") if any(d.why == why for d in self.undecided))
         held = f"; the budget held back {self.held_back} process(es)" if self.held_back else ""
         lines = [f"{self.policy.describe()}: {self.decided} comparison(s) decided, {len(self.undecided)} left "
                  f"UNDECIDED ({reasons or 'none'}){held}; {self.added} process(es) added"]
@@ -213,8 +214,9 @@ def promising(judgement, policy: Policy, spread: Optional[float]) -> bool:
         return True
     from scipy.stats import t  # as stats.judge's interval does
 
+    from matrixbench.report.stats import CONFIDENCE
     estimate = abs(math.log(judgement.ratio))
-    projected = float(t.ppf(0.975, 2 * policy.maximum - 2)) * spread * math.sqrt(2.0 / policy.maximum)
+    projected = float(t.ppf(0.5 + CONFIDENCE / 2.0, 2 * policy.maximum - 2)) * spread * math.sqrt(2.0 / policy.maximum)
     return estimate > projected or estimate + projected < math.log(1.0 + policy.margin_pct / 100.0)
 
 
@@ -327,8 +329,8 @@ class Waves:
         return mean(durations) if durations else self._estimates(plan, repeat)
 
     def _judge_all(self, final: bool):
-        """The undecided comparisons with their sides' processes; with ``final`` the outcome's
-        decided count and doubts are set (why: the budget held processes back, else the maximum)."""
+        """The undecided comparisons more processes could decide (``promising``), with their sides'
+        processes; with ``final`` the outcome's decided count and every undecided one (``_doubt``)."""
         judge = self._judge or default_judge()
         sides: Dict[Side, Processes] = {}
         doubts, decided = [], 0
@@ -345,15 +347,22 @@ class Waves:
                 decided += 1
             else:
                 doubts.append((comparison, judgement, sides))
-        if not final:
-            spread = pooled_spread(sides.values())
-            doubts = [doubt for doubt in doubts if promising(doubt[1], self.policy, spread)]
+        spread = pooled_spread(sides.values())
         if final:
             self.outcome.decided = decided
-            self.outcome.undecided = [
-                Doubt(comparison, judgement.verdict, (len(sides[comparison.baseline].taken),
-                                                      len(sides[comparison.candidate].taken)),
-                      "maximum" if all(len(sides[side].taken) >= self.policy.maximum
-                                       for side in (comparison.baseline, comparison.candidate)) else "budget")
-                for comparison, judgement, sides in doubts]
-        return doubts
+            self.outcome.undecided = [self._doubt(comparison, judgement, sides, spread)
+                                      for comparison, judgement, sides in doubts]
+        return [doubt for doubt in doubts if promising(doubt[1], self.policy, spread)]
+
+    def _doubt(self, comparison: Comparison, judgement: Any, sides: Dict[Side, Processes],
+               spread: Optional[float]) -> Doubt:
+        """Why ``comparison`` stayed undecided: both sides at the maximum, futile (``promising``: the
+        maximum could not decide it), else the budget held its processes back."""
+        counts = (len(sides[comparison.baseline].taken), len(sides[comparison.candidate].taken))
+        if min(counts) >= self.policy.maximum:
+            why = "maximum"
+        elif not promising(judgement, self.policy, spread):
+            why = "futile"
+        else:
+            why = "budget"
+        return Doubt(comparison, judgement.verdict, counts, why)
