@@ -264,3 +264,21 @@ def test_promising_projects_the_pooled_spread_to_the_maximum():
     assert adaptive.promising(Interval(1.015), policy, None)         # nothing to judge the spread by yet
     assert adaptive.pooled_spread([adaptive.Processes([1.0, math.e ** 0.1]), adaptive.Processes([5.0])]) == \
         pytest.approx(math.sqrt(0.1 ** 2 / 2))
+
+
+def test_run_prints_the_bill_before_any_process_starts(tmp_path, monkeypatch):
+    from host_helpers import Notes
+
+    class Watching(MeanBackend):
+        def run(self, request):
+            self.notes_then = list(notes.notes)
+            return super().run(request)
+
+    backend = use_backend(monkeypatch, Watching())
+    _use_judge(monkeypatch, Judge({"vit": 2, "detr-resnet-101": 2}))
+    notes = Notes()
+    run_matrix(_matrix(tmp_path, models=["vit"]), local_run_options(tmp_path, order_seed=1, budget_min=60), notes)
+    bill = [note for note in backend.notes_then if note.startswith("estimated duration")]
+    assert bill == ["estimated duration: 7m00s at the minimum (3 processes a cell), up to 14m00s if every comparison "
+                    "stays undecided (6 a cell), one runner at a time (earlier records, else the scheduler's model); "
+                    "--budget 60 min stops admitting processes past it"]
