@@ -42,6 +42,14 @@ HOST_SETTINGS: Tuple[Setting, ...] = (
             "T4, H100, ...): a matrix axis, only with --executor ray; records land in "
             "results/<run>/<gpu_type>/<image>/.",
             "string", default=(), many=True, min_items=0, flag="--gpu-types"),
+    # The report's: how it judges records (matrixbench.report), not how a run measures them.
+    Setting("margin_pct", "Equivalence margin m, in %: a comparison whose 95% interval of candidate / baseline "
+            "lies inside [1/(1+m), 1+m] is \"no change\" (docs/verdicts.md). The report uses the run's (run.json's "
+            "matrix), else this default.",
+            "number", default=3.0, minimum=0, exclusive_minimum=True, maximum=100, matrix=False),
+    Setting("between_cv_threshold", "The report's between-process flag (¶): the coefficient of variation of a "
+            "cell's per-process means above which the cell is marked noisy between processes.",
+            "number", default=0.05, minimum=0, exclusive_minimum=True, maximum=10, matrix=False),
 )
 SETTINGS: Tuple[Setting, ...] = runner_settings.SETTINGS + HOST_SETTINGS
 BY_NAME: Dict[str, Setting] = {setting.name: setting for setting in SETTINGS}

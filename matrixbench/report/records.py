@@ -227,6 +227,27 @@ def image_order(manifests):
     return order
 
 
+def aa_twins(manifests):
+    """{twin image: original image} of A/A runs (``run --aa``: one image run twice under two names),
+    from each manifest's top-level ``aa_twins``; the later manifest wins a name both give."""
+    found = {}
+    for manifest in manifests:
+        twins = manifest.get("aa_twins") or {}
+        if isinstance(twins, dict):
+            found.update({str(twin): str(original) for twin, original in twins.items() if twin != original})
+    return found
+
+
+def margin_pct(manifests):
+    """The equivalence margin (%) the runs judged at: the first run.json whose matrix sets
+    ``margin_pct``; None when none does (the report then uses the setting's default)."""
+    for manifest in manifests:
+        value = (manifest.get("matrix") or {}).get("margin_pct")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return float(value)
+    return None
+
+
 def published_overrides(manifests):
     """{image: "main" | "nightly" | "none"} where a run's matrix sets ``published`` for an image."""
     overrides = {}
