@@ -279,8 +279,9 @@ def _echo_banner(text):
               "uses a slot's GPU (nvidia-smi --query-compute-apps); its timings are then disturbed.")
 @click.option("--aa", "aa_image", metavar="IMAGE",
               help="A/A run: IMAGE twice under two names (IMAGE and IMAGE-aa, one build), interleaved, so the report "
-                   "counts how many no-change comparisons were starred on this machine (docs/repeats.md). Narrow the "
-                   "cells with --models/--batch-sizes/--modes; the run is aa-IMAGE unless --run names another.")
+                   "counts how many no-change comparisons were starred on this machine (docs/verdicts.md, Repeats). "
+                   "Narrow the cells with --models/--batch-sizes/--modes; the run is aa-IMAGE unless --run names "
+                   "another.")
 @click.option("--budget", "budget_min", type=click.FloatRange(min=0, min_open=True), metavar="MINUTES",
               help="Wall minutes of the run: no process starts that would end past it (estimated from earlier "
                    "records); with --repeats auto, comparisons it leaves undecided say so.")

@@ -20,9 +20,6 @@ HOST_SETTINGS: Tuple[Setting, ...] = (
             "integer", default=3, minimum=2, maximum=1000, flag="--repeats-min"),
     Setting("repeats_max", "With repeats auto: the most processes a cell gets while its comparisons stay "
             "undecided.", "integer", default=10, minimum=2, maximum=1000, flag="--repeats-max"),
-    Setting("margin_pct", "Equivalence margin in %: a comparison whose interval lies inside +-margin is "
-            "'no change'; repeats auto adds processes until each comparison is decided this way or another.",
-            "number", default=3.0, minimum=0, exclusive_minimum=True, maximum=100, flag="--margin"),
     Setting("slots", "Runners at once: auto (one per GPU on a GPU run, one on a CPU run) or a count; "
             "each slot gets its own GPU and a disjoint set of CPU cores (matrixbench.placement).",
             "integer", default="auto", minimum=1, maximum=1024, auto=True, flag="--slots"),
@@ -45,8 +42,8 @@ HOST_SETTINGS: Tuple[Setting, ...] = (
     # The report's: how it judges records (matrixbench.report), not how a run measures them.
     Setting("margin_pct", "Equivalence margin m, in %: a comparison whose 95% interval of candidate / baseline "
             "lies inside [1/(1+m), 1+m] is \"no change\" (docs/verdicts.md). The report uses the run's (run.json's "
-            "matrix), else this default.",
-            "number", default=3.0, minimum=0, exclusive_minimum=True, maximum=100, matrix=False),
+            "matrix), else this default; repeats auto adds processes until each comparison is decided at it.",
+            "number", default=3.0, minimum=0, exclusive_minimum=True, maximum=100, flag="--margin"),
     Setting("between_cv_threshold", "The report's between-process flag (¶): the coefficient of variation of a "
             "cell's per-process means above which the cell is marked noisy between processes.",
             "number", default=0.05, minimum=0, exclusive_minimum=True, maximum=10, matrix=False),

@@ -1,6 +1,7 @@
 """run --aa IMAGE (issue 21): one image twice under two names, one build, interleaved; run.json's
 aa_twins and the twin's records carry what the report's false-alarm line needs."""
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -92,7 +93,8 @@ def test_aa_end_to_end_with_the_local_backend(tmp_path):
     code, output = _cli("run", "--matrix", str(REPO / "matrix-cpu-smoke.yaml"), "--aa", "latest", *AA_ARGS,
                         "--backend", "local", "--cache-dir", str(tmp_path / "cache"), cwd=tmp_path)
     assert code == 0, output
-    _check_aa_run(tmp_path / "results" / "aa-latest", "latest", output)
+    report = _check_aa_run(tmp_path / "results" / "aa-latest", "latest", output)
+    assert re.search(r"On this machine, [01] of 1 no-change \(A/A\) comparisons were starred \(nominal 5%\)\.", report)
 
 
 @pytest.mark.venv
@@ -107,4 +109,19 @@ def test_aa_end_to_end_with_the_venv_backend_reuses_the_one_venv(tmp_path):
     assert code == 0, output
     assert f"using {venv.path}" in output and "creating" not in output
     assert sorted(path.name for path in venvs_root().iterdir()) == before      # nothing built
-    _check_aa_run(tmp_path / "results" / "aa-venv-latest", "venv-latest", output)
+    report = _check_aa_run(tmp_path / "results" / "aa-venv-latest", "venv-latest", output)
+    assert re.search(r"On this machine, [01] of 1 no-change \(A/A\) comparisons were starred \(nominal 5%\)\.", report)
+
+
+def test_the_report_of_an_aa_run_prints_its_false_alarm_line(tmp_path, monkeypatch):
+    """Records from a stand-in backend, run.json from the real run path: the report counts the twin's
+    comparisons with its original, and only those."""
+    from matrixbench.report import build_report
+
+    use_backend(monkeypatch, RecordingBackend())
+    matrix = aa_matrix(load_matrix(write_matrix(tmp_path), Overrides(repeats=3, batch_sizes=[1])), "latest")
+    run_matrix(matrix, local_run_options(tmp_path, order_seed=3))
+    build_report([tmp_path / "results" / "r1"], tmp_path / "report", ["md"])
+    report = (tmp_path / "report" / "report.md").read_text()
+    # 2 models x 2 modes, every process the same 2.5 ms: no spread, nothing starred
+    assert "On this machine, 0 of 4 no-change (A/A) comparisons were starred (nominal 5%)." in report
