@@ -11,6 +11,7 @@ cluster). Ctrl-C stops the runners and keeps every finished record.
 """
 import dataclasses
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -91,6 +92,7 @@ def _take_over(lock, run_path, progress):
 
 def _run_with(environment, matrix, options, run_path, progress, environ):
     policy = adaptive.policy_of(matrix, options.budget_min)
+    started = time.time()       # --force with repeats auto: only records written from here on count
     budget = adaptive.Budget(policy.budget_s)   # from here: the run's wall time counts
     for line in environment.stop_leftovers(run_path):
         progress.note(line)
@@ -115,7 +117,7 @@ def _run_with(environment, matrix, options, run_path, progress, environ):
                                    note=progress.note)
         slot_plan = getattr(executor, "slot_plan", None)
         budget.parallel = len(slot_plan.slots) if slot_plan else 1
-        waves = adaptive.Waves(policy, works, budget)
+        waves = adaptive.Waves(policy, works, budget, since=started if options.force else None)
         run.summary.repeats = waves.outcome
         for wave in waves:      # repeats auto: more waves while comparisons are undecided (executors.adaptive)
             if waves.outcome.waves > 1:

@@ -1,6 +1,7 @@
 """repeats: auto and --budget (issue 21): processes go only to cells in undecided comparisons, up to
 the maximum, within the budget; what is left undecided says so; a rerun goes on process by process."""
 import math
+import os
 import random
 from dataclasses import dataclass
 
@@ -282,3 +283,16 @@ def test_run_prints_the_bill_before_any_process_starts(tmp_path, monkeypatch):
     assert bill == ["estimated duration: 7m00s at the minimum (3 processes a cell), up to 14m00s if every comparison "
                     "stays undecided (6 a cell), one runner at a time (earlier records, else the scheduler's model); "
                     "--budget 60 min stops admitting processes past it"]
+
+
+def test_a_forced_auto_run_judges_only_what_it_measured_itself(tmp_path, monkeypatch):
+    """A first run took vit to 5 processes a cell; --force reruns the minimum, and the extra
+    processes are run again too instead of being judged from the older records."""
+    _use_judge(monkeypatch, Judge({"vit": 5, "detr-resnet-101": 2}))
+    use_backend(monkeypatch, MeanBackend())
+    run_matrix(_matrix(tmp_path, models=["vit"]), local_run_options(tmp_path, order_seed=1))
+    backend = use_backend(monkeypatch, MeanBackend())
+    for path in (tmp_path / "results" / "r1").glob("*/*.json"):
+        os.utime(path, (1.0, 1.0))            # written long before the forced run
+    run_matrix(_matrix(tmp_path, models=["vit"]), local_run_options(tmp_path, order_seed=1, force=True))
+    assert sum(len(request.repeats()) for request in backend.requests) == 4 * 5

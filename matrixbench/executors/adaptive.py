@@ -113,12 +113,13 @@ class Processes:
         return min(index for index in range(len(self.taken) + 1) if index not in self.taken)
 
 
-def recorded(plan: ImageWork, cell: Cell, maximum: int) -> Processes:
-    """What the records of ``cell`` in ``plan``'s folder say, repeats 0 .. maximum - 1."""
+def recorded(plan: ImageWork, cell: Cell, maximum: int, since: Optional[float] = None) -> Processes:
+    """What the records of ``cell`` in ``plan``'s folder say, repeats 0 .. maximum - 1; with ``since``
+    (a time.time()) only those written since (a --force run: older records are to be replaced)."""
     found = Processes()
     for index in range(maximum):
         path = record_path(plan.out_dir, cell, index)
-        if not path.exists():
+        if not path.exists() or (since is not None and path.stat().st_mtime < since):
             continue
         found.taken.add(index)
         try:
@@ -265,14 +266,15 @@ class Waves:
 
     def __init__(self, policy: Policy, plans: Sequence[ImageWork], budget: Budget,
                  judge: Optional[Judge] = None, estimates: Optional[Callable[[ImageWork, Repeat], float]] = None,
-                 read: Optional[Callable[[ImageWork, Cell, int], Processes]] = None):
+                 read: Optional[Callable[[ImageWork, Cell, int], Processes]] = None, since: Optional[float] = None):
         """``judge``: stats.judge unless given; ``estimates``: seconds of a process with no earlier one
         of its cell in this run (default ``Estimates``); ``read``: a side's processes (default
-        ``recorded``, from its records; benchmarks/bench_adaptive_repeats.py simulates them)."""
+        ``recorded``, from its records, those written ``since`` with --force; benchmarks/bench_adaptive_repeats.py
+        simulates them)."""
         self.policy, self.plans, self.budget = policy, list(plans), budget
         self._judge = judge
         self._estimates = estimates or Estimates()
-        self._read = read or recorded
+        self._read = read or (lambda plan, cell, maximum: recorded(plan, cell, maximum, since))
         self.outcome = Outcome(policy)
 
     def __iter__(self) -> Iterator[List[ImageWork]]:
