@@ -12,15 +12,18 @@ from pathlib import Path
 
 import click
 
+from matrixbench.aa import aa_matrix
+from matrixbench.aa import default_run_name as aa_run_name
 from matrixbench.cuda_builds import refuse_on_this_host
 from matrixbench.environments import auto, backend_names
 from matrixbench.environments.auto import AUTO
 from matrixbench.errors import MatrixbenchError
 from matrixbench.executors import EXECUTORS
+from matrixbench.executors.adaptive import bill, policy_of
 from matrixbench.images import BuildOptions
 from matrixbench.layout import run_dir
 from matrixbench.matrix import Overrides, load_matrix
-from matrixbench.pending import pending_work, recorded_failures_line, unreadable_lines
+from matrixbench.pending import first_repeats, pending_work, recorded_failures_line, unreadable_lines
 from matrixbench.prices import parse_price_option
 from matrixbench.progress import make_progress
 from matrixbench.report_formats import REPORT_FORMATS
@@ -313,12 +316,21 @@ def _echo_banner(text):
               "CUDA_VISIBLE_DEVICES, else all). The record names the GPU's UUID.")
 @click.option("--allow-busy-gpus", is_flag=True, help="With slots on GPUs: run even when another process "
               "uses a slot's GPU (nvidia-smi --query-compute-apps); its timings are then disturbed.")
-@click.option("--dry-run", is_flag=True, help="Print the cells that would run, and run nothing.")
+@click.option("--aa", "aa_image", metavar="IMAGE",
+              help="A/A run: IMAGE twice under two names (IMAGE and IMAGE-aa, one build), interleaved, so the report "
+                   "counts how many no-change comparisons were starred on this machine (docs/verdicts.md, Repeats). "
+                   "Narrow the cells with --models/--batch-sizes/--modes; the run is aa-IMAGE unless --run names "
+                   "another.")
+@click.option("--budget", "budget_min", type=click.FloatRange(min=0, min_open=True), metavar="MINUTES",
+              help="Wall minutes of the run: no process starts that would end past it (estimated from earlier "
+                   "records); with --repeats auto, comparisons it leaves undecided say so.")
+@click.option("--dry-run", is_flag=True, help="Print the cells that would run and the estimated duration, and run "
+              "nothing.")
 @build_options
 @handles_errors
 def run(matrix_path, run_name, results_root, backend, executor, ray_address, registry, device, force, retry_failed,
-        cold, cache_root, hf_cache_dir, note, gpu, allow_busy_gpus, dry_run, ca_bundle, index_url, extra_index_urls,
-        base_image, **options):
+        cold, cache_root, hf_cache_dir, note, gpu, allow_busy_gpus, aa_image, budget_min, dry_run, ca_bundle, index_url,
+        extra_index_urls, base_image, **options):
     """Run the matrix's cells that have no record yet (HF_TOKEN is passed on, never printed)."""
     matrix = _load(matrix_path, _overrides(options))
     build_options = BuildOptions.given(ca_bundle=ca_bundle, index_url=index_url, extra_index_urls=extra_index_urls,
@@ -333,30 +345,35 @@ def run(matrix_path, run_name, results_root, backend, executor, ray_address, reg
         backend, note, build_options = choice.backend, " ".join(filter(None, [note, choice.note])), None
         if choice.images is not None:
             matrix = _load(matrix_path, _overrides({**options, "images": list(choice.images)}))
+    if aa_image is not None:
+        matrix = aa_matrix(matrix, aa_image)
+        run_name = aa_run_name(aa_image) if run_name == DEFAULT_RUN else run_name
     run_options = RunOptions(
         run_name=run_name, results_root=results_root, backend=backend, device=device, force=force,
         retry_failed=retry_failed, cold=cold, cache_root=cache_root, hf_cache_dir=hf_cache_dir,
         note=note, command=tuple(["matrixbench", *sys.argv[1:]]), gpu=gpu, allow_busy_gpus=allow_busy_gpus,
-        executor=executor, ray_address=ray_address, registry=registry,
+        executor=executor, ray_address=ray_address, registry=registry, budget_min=budget_min,
         build_options=build_options,
     )
     if dry_run:
         check_device(matrix, dataclasses.replace(run_options, backend="local") if backend == AUTO else run_options)
-        click.echo(describe_plan(matrix, run_dir(results_root, run_name), force, retry_failed))
+        click.echo(describe_plan(matrix, run_dir(results_root, run_name), force, retry_failed, budget_min))
         return
     summary = run_matrix(matrix, run_options, progress=make_progress())
     click.echo(summary.describe())
 
 
-def describe_plan(matrix, run_path, force, retry_failed):
+def describe_plan(matrix, run_path, force, retry_failed, budget_min=None):
     lines = []
-    for plan in pending_work(matrix, run_path, force=force, retry_failed=retry_failed):
+    plans = pending_work(matrix, run_path, force=force, retry_failed=retry_failed)
+    for plan in plans:
         failed = f" ({recorded_failures_line(plan.recorded_failures)})" if plan.recorded_failures else ""
         lines.append(f"{plan.label}: {len(plan.pending)} to run, {plan.done} done{failed} -> {plan.out_dir}")
         lines += [f"  {line}" for line in unreadable_lines(plan)]
         lines += [f"  {r.cell.model} {r.cell.mode} bs={r.cell.batch_size} {r.cell.dtype}"
-                  + (f" repeat {r.index + 1}" if matrix.repeats > 1 else "") for r in plan.pending]
-    return "\n".join(lines)
+                  + (f" repeat {r.index + 1}" if first_repeats(matrix) > 1 else "") for r in plan.pending]
+    parallel = matrix.slots if isinstance(matrix.slots, int) else 1
+    return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel)])
 
 
 @main.command()

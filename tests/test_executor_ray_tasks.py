@@ -124,7 +124,7 @@ def test_a_units_task_runs_its_images_in_turn_repeat_by_repeat(tmp_path, cluster
     run_matrix(matrix, RunOptions(results_root=tmp_path / "results", executor="ray", device="cpu"))
     (task,) = [pickle.loads(shipped) for shipped in cluster.tasks]
     assert [(r.image_name, [x.index for x in r.repeats()]) for r in task.requests] == [
-        ("stable", [0]), ("latest", [0]), ("stable", [1]), ("latest", [1])]
+        ("stable", [0]), ("latest", [0]), ("latest", [1]), ("stable", [1])]   # counterbalanced (ABBA)
     folder = tmp_path / "results" / "default" / "A100"
     assert sorted(p.name for p in folder.glob("*/vit_*.json")) == ["vit_bs1_eager_float32.json",
                                                                   "vit_bs1_eager_float32.json",
