@@ -27,6 +27,7 @@ from matrixbench.executors.threads import run_threads
 from matrixbench.launch import Outcome, launch
 from matrixbench.layout import CALIBRATION_DIRNAME, CALIBRATION_RUN_DEPTH, calibration_dir, slot_dir
 from matrixbench.matrix import Matrix, Model, make_cell
+from matrixbench.pending import first_repeats
 from matrixbench.placement import Slot
 from runner.core import Cell, Mode
 from runner.registry import SEED_MODELS
@@ -90,8 +91,8 @@ def run_calibration(matrix: Matrix, base: Optional[RunRequest], slots: Sequence[
         note("--calibrate: one slot, nothing runs beside it, nothing to calibrate (use --slots N, N >= 2)")
         return {"rounds": [], "missing": []}
     cells = calibration_cells(matrix)
-    rounds = pending_rounds(base.out_dir, cells, slots, matrix.repeats, force)
-    note(f"calibration: {len(rounds)} of {matrix.repeats} round(s) to run in {base.image_name}: "
+    rounds = pending_rounds(base.out_dir, cells, slots, first_repeats(matrix), force)
+    note(f"calibration: {len(rounds)} of {first_repeats(matrix)} round(s) to run in {base.image_name}: "
          f"{', '.join(f'{c.model} {c.mode}' for c in cells)}, on each of {len(slots)} slots alone, then on all at once")
     missing: List[str] = []
     for index in rounds:
@@ -99,7 +100,7 @@ def run_calibration(matrix: Matrix, base: Optional[RunRequest], slots: Sequence[
             missing += _run_phase(backend, [phase_request(base, cells, index, "alone", slot, len(slots))])
         missing += _run_phase(backend, [phase_request(base, cells, index, "loaded", slot, len(slots))
                                         for slot in slots])
-        note(f"calibration: round {index + 1} of {matrix.repeats} done")
+        note(f"calibration: round {index + 1} of {first_repeats(matrix)} done")
     if missing:
         note(f"calibration: {len(missing)} record(s) missing (see the runner.log beside them): {', '.join(missing)}")
     return {"rounds": rounds, "missing": missing}

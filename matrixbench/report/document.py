@@ -1,7 +1,7 @@
 """Everything one report shows, assembled in reading order (so footnotes number in order)."""
 from dataclasses import dataclass, field
 
-from matrixbench.report import stats, tables, verdicts
+from matrixbench.report import cost_tables, stats, tables, verdicts
 from matrixbench.report.cells import BETWEEN_CV_THRESHOLD
 from matrixbench.report.comparisons import comparisons as comparison_rows
 from matrixbench.report.published import DATASET_NOTES, source_for
@@ -63,6 +63,9 @@ def legends_for(margin_pct=verdicts.MARGIN_PCT):
             f"{verdicts.STAR} faster (or slower) than eager, {verdicts.NO_CHANGE_MARK} no change within "
             f"±{margin_pct:g}%, {verdicts.UNDECIDED_MARK} undecided (see the verdicts legend). "
             f"{tables.ACCURACY_MARK} accuracy check failed (compiled output off from eager, or NaN). "
+            f"{tables.PER_CALL_MARK} per-call latency: the model makes the host wait for the GPU inside a call "
+            "(timing.host_syncs_per_call above 0), so its GPU mean is one call's latency; unmarked GPU cells are "
+            "pipelined throughput (calls queued back to back, one sync after the loop), CPU cells per-call latency. "
             f"{tables.EAGER_FAILED_MARK} no speed-up: this row's eager cell did not run (its status is in the eager "
             f"column). {tables.NO_DATA} no record for this cell. {_FAILED}"),
         "image_pairs": (
@@ -91,6 +94,7 @@ def legends_for(margin_pct=verdicts.MARGIN_PCT):
             f"phases have {stats.MIN_PROCESSES} or more processes. Other slots timing: per loaded process, the most "
             "other slots its timed loop saw timing at its start or end (the run's timing board), as value ×processes; "
             "below slots - 1, the phase was less loaded than asked. These cells are not part of the matrix's tables."),
+        "costs": cost_tables.LEGEND,
     }
 
 
@@ -114,6 +118,9 @@ class Report:
     footnotes: list
     legends: dict = field(default_factory=lambda: dict(LEGENDS))
     calibration: list = field(default_factory=list)   # the interference calibration's tables, if it ran
+    costs: list = field(default_factory=list)         # "What it costs" (report.cost_tables)
+    cost_charts: list = field(default_factory=list)   # its charts (report.cost_charts)
+    prices: list = field(default_factory=list)        # the prices used, as sentences
 
 
 def image_sources(cells, overrides=None):
@@ -123,10 +130,12 @@ def image_sources(cells, overrides=None):
             for image in cells.images()}
 
 
-def assemble(cells, published, notes, charts, sources=None, calibration=()):
+def assemble(cells, published, notes, charts, sources=None, calibration=(), prices=None, cost_charts=()):
     """Build every table from a CellIndex and the published dataset; charts are already drawn.
     ``sources`` (image -> published source) defaults to each image's torch version's;
-    ``calibration``: the interference calibration's tables (report.calibration)."""
+    ``calibration``: the interference calibration's tables (report.calibration); ``prices``:
+    {GPU type: matrixbench.prices.Price}; ``cost_charts``: report.cost_charts' drawn charts."""
+    prices = prices or {}
     sources = image_sources(cells) if sources is None else sources
     footnotes = tables.Footnotes()
     legends = legends_for(cells.margin_pct)
@@ -157,4 +166,7 @@ def assemble(cells, published, notes, charts, sources=None, calibration=()):
         footnotes=footnotes.texts,
         legends=legends,
         calibration=list(calibration),
+        costs=cost_tables.cost_tables(cells, prices, footnotes),
+        cost_charts=list(cost_charts),
+        prices=[price.describe() for price in prices.values()],
     )
