@@ -32,7 +32,10 @@ class RunError(MatrixbenchError):
 
 
 class ManifestError(MatrixbenchError):
-    """A run manifest (run.json) is unreadable or of an unknown schema version."""
+    """A run manifest (run.json) is unreadable, not what matrixbench writes, or of an unknown
+    schema version: named, never overwritten (docs/reliability.md)."""
+
+    exit_code = 8
 
 
 class ReportError(MatrixbenchError):

@@ -7,15 +7,18 @@ says why the run is what it is (``make matrix`` writes its fallback reason there
 report shows it.
 """
 import json
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 
 from matrixbench.errors import ManifestError
+from runner.files import MIB, read_bounded_text
 from runner.schema import write_json_atomic
 
 MANIFEST_FILENAME = "run.json"
 MANIFEST_VERSION = 1
 SUPPORTED_MANIFEST_VERSIONS = (1,)
+MAX_MANIFEST_BYTES = 64 * MIB   # the matrix and every earlier invocation: a few KB each
 
 
 def now_iso():
@@ -49,8 +52,11 @@ def start_manifest(run_path, *, run_name, matrix, backend, device, gpus, note, c
     return manifest
 
 
-def finish_manifest(run_path, manifest, status, cells=None):
+def finish_manifest(run_path, manifest, status, cells=None, stopped_by=None):
+    """How the invocation ended; ``stopped_by``: the signal that interrupted it (SIGINT, SIGTERM, SIGHUP)."""
     manifest = {**manifest, "status": status, "ended_at": now_iso(), "cells": cells}
+    if stopped_by:
+        manifest["stopped_by"] = stopped_by
     write_manifest(run_path, manifest)
     return manifest
 
@@ -72,16 +78,21 @@ def read_manifest(run_path):
     ManifestError when the file is not a JSON object or carries an unknown ``schema_version``.
     """
     path = Path(run_path) / MANIFEST_FILENAME
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ManifestError(f"{path}: run manifest is not valid JSON ({exc}); delete it or rerun the run") from exc
+        manifest = json.loads(read_bounded_text(path, MAX_MANIFEST_BYTES))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ManifestError(f"{path}: run manifest is not readable JSON ({exc}); move it aside or use another "
+                            "--run name") from None
     version = manifest.get("schema_version") if isinstance(manifest, dict) else None
     if version not in SUPPORTED_MANIFEST_VERSIONS:
         raise ManifestError(f"{path}: run manifest schema_version {version!r} is not supported; this matrixbench "
                             f"reads versions {list(SUPPORTED_MANIFEST_VERSIONS)}. Upgrade matrixbench or rerun.")
+    history = manifest.get("history", [])
+    if not isinstance(history, list) or not all(isinstance(entry, dict) for entry in history):
+        raise ManifestError(f"{path}: run manifest 'history' must be a list of objects, got "
+                            f"{type(history).__name__}; fix it by hand, or move run.json aside (the records stay)")
     return manifest
 
 

@@ -161,7 +161,35 @@ def load_matrix(path: Path | str, overrides: Optional[Overrides] = None) -> Matr
     matrix_errors.validate(data, MATRIX_SCHEMA, text, path, flags=flags)
     matrix = _build(data, path, weights=overrides.weights)
     _check_tiny(matrix, overrides)
-    return _select_entries(matrix, overrides)
+    return check_size(_select_entries(matrix, overrides))
+
+
+# Planning is linear (benchmarks/bench_plan_scale.py: ~123k processes in seconds); a matrix larger
+# than this is a typo (batch sizes 1-4096?) and would run for months: refused by validate and run.
+MAX_PROCESSES = 250_000
+
+
+def process_count(matrix: Matrix) -> int:
+    """The processes a run of ``matrix`` starts: cells x repeats, in every image and GPU type."""
+    repeats = matrix.repeats if isinstance(matrix.repeats, int) else 1
+    return (len(matrix.images) * max(len(matrix.gpu_types), 1) * len(matrix.models) * len(matrix.dtypes)
+            * len(matrix.batch_sizes) * len(matrix.modes) * repeats)
+
+
+def check_size(matrix: Matrix) -> Matrix:
+    """The matrix, or MatrixError when it has more than MAX_PROCESSES processes, saying how many."""
+    count = process_count(matrix)
+    if count > MAX_PROCESSES:
+        raise MatrixError(
+            f"{matrix.path}: {count:,} processes ({len(matrix.images)} image(s) x {len(matrix.models)} model(s) x "
+            f"{len(matrix.dtypes)} dtype(s) x {len(matrix.batch_sizes)} batch size(s) x {len(matrix.modes)} mode(s)"
+            f" x {matrix.repeats} repeat(s){_gpu_type_factor(matrix)}), over the limit of {MAX_PROCESSES:,}: "
+            "fewer batch sizes, models or repeats (or split it into several runs with --images/--models)")
+    return matrix
+
+
+def _gpu_type_factor(matrix: Matrix) -> str:
+    return f" x {len(matrix.gpu_types)} GPU type(s)" if matrix.gpu_types else ""
 
 
 def _build(data: JSON, path: Path, weights: Optional[str] = None) -> Matrix:

@@ -14,17 +14,18 @@ batch size and dtype) in an order shuffled with ``random.Random(seed)``, the see
 run.json and the cells file. Every image gets the same order, and the images take turns repeat by
 repeat (``matrixbench.scheduler.rounds``: one runner per image and repeat index).
 """
+import os
 import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from matrixbench.errors import MatrixError
+from matrixbench.errors import MatrixError, ResumeConflictError
 from matrixbench.matrix import cells_by_image
 from runner.cells_file import schedule_pairs
 from runner.core import Repeat
-from runner.schema import RecordError, needs_run, read_record, record_path
+from runner.schema import NewerRecordError, RecordError, needs_run, read_record, record_path
 
 RUN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
@@ -112,17 +113,27 @@ def _mode_groups(cells):
 
 
 def _plan_image(name, cells, out_dir, force, retry_failed, repeats, order_seed, gpu_type=None):
-    pending = [r for r in repeats if needs_run(out_dir, r.cell, force, retry_failed, repeat=r.index)]
-    failures = sum(_recorded_status(out_dir, r) != "ok" for r in repeats if r not in pending)
+    """One image's work; linear in its repeats (one look at each record)."""
+    pending = [r for r in repeats if _needs_run(out_dir, r, force, retry_failed)]
+    pending_ids = {r.id for r in pending}
+    failures = sum(_recorded_status(out_dir, r) != "ok" for r in repeats if r.id not in pending_ids)
     return ImageWork(image_name=name, out_dir=out_dir, cells=cells, pending=pending,
                      recorded_failures=failures, unreadable=tuple(_unreadable(out_dir, pending)),
                      repeats=tuple(repeats), order_seed=order_seed, gpu_type=gpu_type)
 
 
+def _needs_run(out_dir, repeat, force, retry_failed):
+    """runner.schema.needs_run; a record of a newer matrixbench refuses the run, naming the file."""
+    try:
+        return needs_run(out_dir, repeat.cell, force, retry_failed, repeat=repeat.index)
+    except NewerRecordError as exc:
+        raise ResumeConflictError(str(exc)) from None
+
+
 def _unreadable(out_dir, repeats):
     for repeat in repeats:
         path = record_path(out_dir, repeat.cell, repeat.index)
-        if path.exists():
+        if os.path.lexists(path):
             try:
                 read_record(path)
             except RecordError as exc:

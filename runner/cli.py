@@ -20,6 +20,7 @@ import sys
 from runner.cells_file import CellsFile, CellsFileError, load_cells_file, validate_cell, validate_settings
 from runner.core import ATTENTION, DTYPES, MODES, SIZES, TASKS, WEIGHTS
 from runner.driver import run_cells_file
+from runner.schema import NewerRecordError
 from runner.settings import BY_NAME, RUNNER_SETTINGS
 
 SETTING_FLAGS = tuple(setting.name for setting in RUNNER_SETTINGS)
@@ -95,6 +96,9 @@ def main(argv=None):
     except KeyboardInterrupt:
         print("runner: interrupted; the running cell was stopped, finished records are kept", file=sys.stderr)
         return 130
+    except NewerRecordError as exc:
+        print(f"runner: refused: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

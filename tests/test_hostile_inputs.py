@@ -1,0 +1,219 @@
+"""Hostile inputs beyond the matrix's fields (issue 24): files that are not what they claim, YAML
+that expands or nests without end, records of another version, hand-edited run files. Each row:
+set the folder up -> run the CLI -> the exit code and the words of its one line, no traceback, no
+hang, and (``after``) what must still hold on disk.
+
+``setup(folder)`` makes whatever the case needs in the test's folder (the small test matrix is
+``m.yaml`` there); ``{dir}`` in an argument is the folder. The backend is the recording one
+registered as "local": these cases are about what the host reads, not what a runner measures.
+"""
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from host_helpers import RecordingBackend, make_record, small_matrix_data, use_backend
+from matrixbench.cli import main
+from matrixbench.matrix import expand_cells, load_matrix
+from runner.core import SCHEMA_VERSION
+from runner.schema import record_path, write_record
+
+RUN = ("run", "--matrix", "{dir}/m.yaml", "--backend", "local", "--images", "stable")
+VALIDATE = ("validate", "--matrix", "{dir}/m.yaml")
+REPORT = ("report", "{dir}/results/default", "--out", "{dir}/report", "--format", "md")
+
+
+def matrix_text(**changes):
+    return yaml.safe_dump({**small_matrix_data(), **changes}, sort_keys=False)
+
+
+def write(name, content):
+    def setup(folder):
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return setup
+
+
+def laughs(where):
+    """A billion-laughs chain of 9 levels of 9 aliases (9**9 values), used as ``where``."""
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 10)]
+    body = matrix_text().replace("batch_sizes:", "old_batch_sizes:") if where == "batch_sizes" else matrix_text()
+    return write("m.yaml", "\n".join(lines) + "\n" + body + f"{where}: *l9\n")
+
+
+def record_file(folder, cell_index=0):
+    """Where the first cell of the small matrix's stable image records repeat 0."""
+    cell = expand_cells(load_matrix(folder / "m.yaml"))[cell_index]
+    return record_path(folder / "results" / "default" / "stable", cell), cell
+
+
+def recorded(change=None, kind="json"):
+    """A record of the first cell, as ``change`` edits it (a dict), or a FIFO / link to /dev/zero."""
+    def setup(folder):
+        path, cell = record_file(folder)
+        path.parent.mkdir(parents=True)
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "zero":
+            path.symlink_to("/dev/zero")
+        else:
+            data = make_record(cell).to_dict()
+            change(data)
+            path.write_text(json.dumps(data))
+    return setup
+
+
+def untouched(folder):
+    """The newer record is still there, byte for byte as the case wrote it."""
+    path, _ = record_file(folder)
+    assert json.loads(path.read_text())["schema_version"] == SCHEMA_VERSION + 1
+
+
+def replaced(folder):
+    """The corrupt record was replaced by a real one."""
+    path, _ = record_file(folder)
+    assert path.is_file() and not path.is_symlink() and json.loads(path.read_text())["status"] == "ok"
+
+
+def run_json(content):
+    return write("results/default/run.json", content)
+
+
+def run_lock_folder(folder):
+    (folder / "results" / "default" / "run.lock").mkdir(parents=True)
+
+
+def fifo(name):
+    return lambda folder: ((folder / name).unlink(missing_ok=True), os.mkfifo(folder / name))
+
+
+def dangling(name):
+    return lambda folder: ((folder / name).unlink(missing_ok=True), (folder / name).symlink_to(folder / "nowhere.yaml"))
+
+
+def both(*setups):
+    def setup(folder):
+        for each in setups:
+            each(folder)
+    return setup
+
+
+@dataclass
+class Case:
+    name: str
+    args: tuple
+    code: int
+    words: tuple
+    setup: Optional[Callable] = None
+    after: Optional[Callable] = None
+
+
+NEWER = {"schema_version": SCHEMA_VERSION + 1}
+MANIFEST = {"schema_version": 1, "run": "default", "status": "finished"}
+
+CASES = [
+    # --- YAML that would take all the memory or the stack (item 5) ---
+    Case("billion laughs in batch_sizes", VALIDATE, 2, ("m.yaml", "anchors and aliases", "100000"),
+         laughs("batch_sizes")),
+    Case("billion laughs in a description", VALIDATE, 2, ("m.yaml", "anchors and aliases"), laughs("description")),
+    Case("20,000 nested [", VALIDATE, 2, ("m.yaml", "nested"), write("m.yaml", "a: " + "[" * 20000 + "]" * 20000)),
+    Case("65 nested mappings", VALIDATE, 2, ("m.yaml", "nested more than 64 levels"),
+         write("m.yaml", "".join("  " * i + f"k{i}:\n" for i in range(66)) + "  " * 66 + "x\n")),
+    Case("matrix over 1 MiB", VALIDATE, 2, ("m.yaml", "over the limit of 1048576"),
+         write("m.yaml", "# " + "x" * (1024 * 1024) + "\n")),
+    Case("matrix is /dev/zero", ("validate", "--matrix", "/dev/zero"), 2, ("/dev/zero", "character device")),
+    Case("matrix is a FIFO", VALIDATE, 2, ("m.yaml", "FIFO"), fifo("m.yaml")),
+    Case("matrix is a dangling symlink", VALIDATE, 2, ("m.yaml", "symlink", "nowhere.yaml", "does not exist"),
+         dangling("m.yaml")),
+    # --- matrices too large to plan (item 3) ---
+    Case("393k processes", VALIDATE, 2, ("393,216 processes", "over the limit of 250,000"),
+         write("m.yaml", matrix_text(batch_sizes=list(range(1, 4097)), dtypes=["float32", "float16", "bfloat16"],
+                                     repeats=4))),
+    # --- records of a newer matrixbench are never overwritten (item 2) ---
+    Case("record of a newer schema", RUN, 2, ("vit_bs1", f"schema_version {SCHEMA_VERSION + 1} is newer",
+                                              "never overwritten"), recorded(lambda r: r.update(NEWER)), untouched),
+    Case("record of a newer schema, --force", RUN + ("--force",), 2, ("vit_bs1", "is newer"),
+         recorded(lambda r: r.update(NEWER)), untouched),
+    Case("record of a newer schema, dry run", RUN + ("--dry-run",), 2, ("vit_bs1", "is newer"),
+         recorded(lambda r: r.update(NEWER)), untouched),
+    # --- hand-edited or partial records: named, replaced; never a crash or a hang (item 7) ---
+    Case("record without status", RUN, 0, ("vit_bs1", "unreadable record", "status"),
+         recorded(lambda r: r.pop("status")), replaced),
+    Case("record without cell", RUN, 0, ("vit_bs1", "unreadable record", "cell"),
+         recorded(lambda r: r.pop("cell")), replaced),
+    Case("record whose cell is a string", RUN, 0, ("vit_bs1", "unreadable record"),
+         recorded(lambda r: r.update(cell="vit")), replaced),
+    Case("record that is a FIFO", RUN, 0, ("vit_bs1", "unreadable record", "FIFO"), recorded(kind="fifo"), replaced),
+    Case("record linked to /dev/zero", RUN, 0, ("vit_bs1", "unreadable record", "character device"),
+         recorded(kind="zero"), replaced),
+    Case("report: record that is a FIFO", REPORT, 6, ("vit_bs1", "FIFO"), recorded(kind="fifo")),
+    Case("report: record linked to /dev/zero", REPORT, 6, ("vit_bs1", "character device"), recorded(kind="zero")),
+    # --- hand-edited run.json: one documented exit code, in run and report alike ---
+    Case("run.json history a string", RUN, 8, ("run.json", "'history' must be a list", "str"),
+         run_json(json.dumps({**MANIFEST, "history": "oops"}))),
+    Case("report: run.json history a string", REPORT, 8, ("run.json", "'history' must be a list"),
+         both(recorded(lambda r: None), run_json(json.dumps({**MANIFEST, "history": "oops"})))),
+    Case("run.json not JSON", RUN, 8, ("run.json", "not readable JSON"), run_json("{")),
+    Case("run.json a FIFO", RUN, 8, ("run.json", "FIFO"), both(lambda folder: (folder / "results/default").mkdir(
+        parents=True), fifo("results/default/run.json"))),
+    # --- filesystem conditions (item 6) ---
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_hostile_input_is_one_named_line(case, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.yaml").write_text(matrix_text())
+    if case.setup:
+        case.setup(tmp_path)
+    use_backend(monkeypatch, RecordingBackend(gpus=False))
+    args = [arg.replace("{dir}", str(tmp_path)) for arg in case.args]
+    result = CliRunner().invoke(main, args)
+    output = result.output
+    assert "Traceback" not in output and not isinstance(result.exception, (KeyError, TypeError, RecursionError,
+                                                                           MemoryError)), output
+    assert result.exit_code == case.code, output
+    for word in case.words:
+        assert word.replace("{dir}", str(tmp_path)) in output, output
+    if case.after:
+        case.after(tmp_path)
+
+
+def test_planning_is_linear_in_the_processes(tmp_path, monkeypatch):
+    """Each record is looked at a fixed number of times, however many processes a run has: a
+    list membership test made planning quadratic (145 s for 7,680 processes)."""
+    from matrixbench import pending
+
+    matrix = load_matrix(write_small(tmp_path, repeats=5, batch_sizes=list(range(1, 33))))
+    calls = []
+    real = pending.needs_run
+    monkeypatch.setattr(pending, "needs_run", lambda *a, **k: calls.append(1) or real(*a, **k))
+    plans = pending.pending_work(matrix, tmp_path / "results" / "default")
+    processes = sum(len(plan.all) for plan in plans)
+    assert processes == 2 * 2 * 32 * 2 * 5 and len(calls) == processes
+    for plan in plans[:1]:
+        for repeat in plan.all[: len(plan.all) // 2]:
+            write_record(plan.out_dir, _record_of(repeat))
+    ids = []
+    monkeypatch.setattr(pending, "_recorded_status", lambda out_dir, repeat: ids.append(repeat.id) or "ok")
+    pending.pending_work(matrix, tmp_path / "results" / "default")
+    assert len(ids) == len(set(ids)) == processes // 4
+
+
+def write_small(folder, **changes):
+    path = Path(folder) / "m.yaml"
+    path.write_text(matrix_text(**changes))
+    return path
+
+
+def _record_of(repeat):
+    record = make_record(repeat.cell)
+    record.repeat = repeat.index
+    return record
