@@ -2,7 +2,7 @@
 
 Each command parses its options, calls one library function, and turns a MatrixbenchError into
 a message on stderr and its exit code (2 matrix/usage, 3 Docker, 4 build, 5 run, 6 report;
-130 on Ctrl-C).
+9 filesystem (disk full, read-only, permission); 128 + the signal when stopped: 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
 """
 import functools
 import importlib
@@ -13,16 +13,16 @@ import click
 
 from matrixbench.backends import backend_names
 from matrixbench.cluster import DEFAULT_NODE_BACKEND, NODE_BACKENDS
-from matrixbench.errors import MatrixbenchError
+from matrixbench.errors import FILESYSTEM_EXIT_CODE, MatrixbenchError, describe_os_error
 from matrixbench.images import BuildOptions
 from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.pending import pending_work, recorded_failures_line, run_dir, unreadable_lines
 from matrixbench.progress import make_progress
 from matrixbench.report_formats import REPORT_FORMATS
 from matrixbench.run import DEFAULT_RUN, RunOptions, check_device, run_matrix
+from matrixbench.signals import exit_code, signal_name, stop_signals
 from runner.settings import BY_NAME, OVERRIDES
 
-INTERRUPTED_EXIT = 130
 DEFAULT_MATRIX = "matrix.yaml"
 BUILD_BACKENDS = ("docker", "venv")
 CHECK_BACKENDS = ("docker", "venv", "local")   # validate --build: where an image's runner starts
@@ -111,14 +111,18 @@ def handles_errors(command):
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
-            return command(*args, **kwargs)
+            with stop_signals():
+                return command(*args, **kwargs)
         except MatrixbenchError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            click.echo("\ninterrupted: finished records are kept; rerun the same command to resume",
-                       err=True)
-            sys.exit(INTERRUPTED_EXIT)
+        except OSError as exc:   # the filesystem said no: one line, never a traceback
+            click.echo(f"error: {describe_os_error(exc)}", err=True)
+            sys.exit(FILESYSTEM_EXIT_CODE)
+        except KeyboardInterrupt as exc:
+            click.echo(f"\ninterrupted ({signal_name(exc)}): finished records are kept; rerun the same command "
+                       "to resume", err=True)
+            sys.exit(exit_code(exc))
     return wrapper
 
 

@@ -18,7 +18,7 @@ from typing import Optional
 
 from matrixbench import run_folder
 from matrixbench.backends import create_backend
-from matrixbench.backends.base import RunRequest
+from matrixbench.backends.base import LOG_FILENAME, RunRequest
 from matrixbench.calibrate import run_calibration
 from matrixbench.cluster import DEFAULT_NODE_BACKEND, RUNTIME_SECRETS, ClusterRun, UnitPart, UnitTask, shippable
 from matrixbench.errors import RunError
@@ -31,6 +31,7 @@ from matrixbench.placement import AUTO, NoHostGpusError, check_gpus_free, plan_s
 from matrixbench.progress import NullProgress, RecordWatcher
 from matrixbench.resume import check_resume
 from matrixbench.scheduler import Serialized, make_units, rounds, run_on_slots
+from matrixbench.signals import signal_name
 from runner.cells_file import schedule_pairs
 
 DEFAULT_RUN = "default"
@@ -111,12 +112,30 @@ class RunSummary:
             failed = f", {image.recorded_failures} of them failures" if image.recorded_failures else ""
             lines.append(f"  {image.image_name}: {counts}; {image.skipped} skipped (already recorded{failed})")
             if image.missing:
+                said = last_log_line(image.out_dir)
                 lines.append(f"    {len(image.missing)} cell(s) without a record "
-                             f"(runner exit code {image.exit_code}); see {image.out_dir}")
+                             f"(runner exit code {image.exit_code}{': ' + said if said else ''}); "
+                             f"see {image.out_dir}")
         if self.failures():
             lines.append(f"{self.failures()} of {self.cells()} cells failed (their records say why); "
                          "--retry-failed reruns them")
         return "\n".join(lines)
+
+
+def last_log_line(out_dir, tail_bytes=4096):
+    """The runner's last words (the last line of ``<out_dir>/runner.log``, or of a slot's), e.g. why it
+    refused its cells; None when there is no log."""
+    logs = [log for log in [Path(out_dir) / LOG_FILENAME, *Path(out_dir).glob(f"slot-*/{LOG_FILENAME}")]
+            if log.is_file()]
+    for log in sorted(logs, key=lambda log: log.stat().st_mtime)[-1:]:
+        try:
+            with open(log, "rb") as handle:
+                handle.seek(max(log.stat().st_size - tail_bytes, 0))
+                lines = handle.read().decode(errors="replace").strip().splitlines()
+        except OSError:
+            return None
+        return lines[-1][:300] if lines else None
+    return None
 
 
 def run_matrix(matrix, options, progress=None, environ=None):
@@ -137,7 +156,7 @@ def run_matrix(matrix, options, progress=None, environ=None):
             backend.check_gpu_types(matrix.gpu_types)   # before anything is written: Ray would wait forever
         run_path = run_folder.prepare(run_dir(options.results_root, options.run_name))
         with run_folder.RunLock(run_path, options.command) as lock:
-            _take_over(lock, run_path, progress)
+            _take_over(lock, run_path, progress, backend)
             summary = _run_with(backend, matrix, options, run_path, progress, environ)
     finally:
         backend.close()
@@ -146,8 +165,11 @@ def run_matrix(matrix, options, progress=None, environ=None):
     return summary
 
 
-def _take_over(lock, run_path, progress):
-    """Say so when a killed run left its lock behind, and remove its scratch folders."""
+def _take_over(lock, run_path, progress, backend):
+    """Say so when a killed run left its lock behind; stop what it left running (its containers),
+    then remove its scratch folders."""
+    for line in backend.stop_leftovers(run_path):
+        progress.note(line)
     if lock.stale is not None:
         progress.note(f"the previous run of {run_path} was killed before it ended "
                       f"({run_folder.describe_holder(lock.stale)}); run.json records it as killed")
@@ -165,8 +187,6 @@ def _backend_settings(options):
 
 
 def _run_with(backend, matrix, options, run_path, progress, environ):
-    for line in backend.stop_leftovers(run_path):
-        progress.note(line)
     gpus = _resolve_gpus(backend, options.device, progress)
     seed = new_order_seed() if options.order_seed is None else options.order_seed
     plans = pending_work(matrix, run_path, force=options.force, retry_failed=options.retry_failed, order_seed=seed)
@@ -175,7 +195,7 @@ def _run_with(backend, matrix, options, run_path, progress, environ):
                               device=options.device, gpus=gpus, note=options.note, command=options.command,
                               order_seed=seed)
     progress.note(backend.describe())
-    status, summary = "failed", RunSummary(run_path, [])
+    status, summary, stopped_by = "failed", RunSummary(run_path, []), None
     try:
         backend.prepare([matrix.images[name] for name in dict.fromkeys(p.image_name for p in plans if p.pending)],
                         emit=lambda name, line: progress.note(f"[{name}] {line}"))
@@ -194,12 +214,12 @@ def _run_with(backend, matrix, options, run_path, progress, environ):
         else:
             _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, environ, progress, run_path)
         status = "incomplete" if summary.missing else ("failed" if summary.all_failed else "finished")
-    except KeyboardInterrupt:
-        status = "interrupted"
+    except KeyboardInterrupt as exc:
+        status, stopped_by = "interrupted", signal_name(exc)
         raise
     finally:
         progress.close()
-        finish_manifest(run_path, manifest, status, _cell_counts(summary))
+        finish_manifest(run_path, manifest, status, _cell_counts(summary), stopped_by=stopped_by)
     return summary
 
 
