@@ -21,6 +21,7 @@ from matrixbench.errors import RunError
 from matrixbench.paths import cache_home
 from matrixbench.placement import Slot, split_evenly, usable_cores
 from matrixbench.progress import RecordWatcher
+from matrixbench.redact import redact_text
 from runner.core import Record, Repeat, Status, repeat_stem
 from runner.driver import NO_PRECISION
 from runner.machine import fallback_environment
@@ -202,10 +203,7 @@ def _log_tail(request: RunRequest, environ: Dict[str, str]) -> str:
 
 
 def redact(text: str, secrets: Sequence[str]) -> str:
-    for secret in secrets:
-        if len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text
+    return redact_text(text, secrets)
 
 
 def lost_records(request: RunRequest, repeats: Sequence[Repeat], status: Status, reason: str,

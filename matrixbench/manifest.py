@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from matrixbench.errors import ManifestError
+from matrixbench.redact import redact_data
 from runner.files import MIB, read_bounded_text
 from runner.schema import write_json_atomic
 
@@ -97,4 +98,5 @@ def read_manifest(run_path):
 
 
 def write_manifest(run_path, manifest):
-    return write_json_atomic(Path(run_path) / MANIFEST_FILENAME, manifest)
+    """run.json, secrets hidden (matrixbench.redact): an image's env tokens, index URLs' credentials."""
+    return write_json_atomic(Path(run_path) / MANIFEST_FILENAME, redact_data(manifest))

@@ -21,6 +21,7 @@ from matrixbench.backends.environment import compile_cache_env
 from matrixbench.errors import RunError
 from matrixbench.images import image_tag
 from matrixbench.owner import Owner, this_process
+from matrixbench.redact import redact_text, secrets
 from matrixbench.runner_input import CELLS_FILENAME, write_cells_file
 from matrixbench.versions import torch_label
 from runner.schema import record_path
@@ -31,7 +32,6 @@ COMPILE_CACHE_MOUNT = "/compile-cache"
 MODELS_MOUNT = "/models"
 TIMING_BOARD_MOUNT = "/timing-board"   # the run's timing board (runner.timing_board), slots only
 LOG_TAIL_LINES = 40
-SECRET_KEY = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
 
 
 class DockerBackend(Backend):
@@ -258,15 +258,8 @@ def container_env(request):
     return env
 
 
-def secrets(env):
-    """Values that must never reach a log or an error message (HF_TOKEN and the like)."""
-    return [value for key, value in env.items() if SECRET_KEY.search(key) and len(str(value)) >= 4]
-
-
 def redact(line, hide):
-    for value in hide:
-        line = line.replace(str(value), "***")
-    return line
+    return redact_text(line, hide)
 
 
 def all_recorded(request):
