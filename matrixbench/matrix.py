@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,6 +159,7 @@ def load_matrix(path: Path | str, overrides: Optional[Overrides] = None) -> Matr
     if isinstance(data, dict):
         data = {**data, **given}
     flags = {name: BY_NAME[name].flag or name for name in given}
+    _check_finite(data, path, flags)
     matrix_errors.validate(data, MATRIX_SCHEMA, text, path, flags=flags)
     matrix = _build(data, path, weights=overrides.weights)
     _check_tiny(matrix, overrides)
@@ -190,6 +192,18 @@ def check_size(matrix: Matrix) -> Matrix:
 
 def _gpu_type_factor(matrix: Matrix) -> str:
     return f" x {len(matrix.gpu_types)} GPU type(s)" if matrix.gpu_types else ""
+
+
+def _check_finite(data: Any, path: Path, flags: Mapping[str, str], where: Tuple[Any, ...] = ()) -> None:
+    """No number of a matrix may be NaN or infinite (JSON Schema lets them through every bound):
+    MatrixError naming the key, or the flag it came from."""
+    if isinstance(data, float) and not math.isfinite(data):
+        name = flags.get(where[0]) if where else None
+        key = matrix_errors.dotted(where)  # type: ignore[no-untyped-call]
+        raise MatrixError(f"{name or f'{path}: {key}'} must be a finite number, got {data}")
+    children = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for key, value in children:
+        _check_finite(value, path, flags, (*where, key))
 
 
 def _build(data: JSON, path: Path, weights: Optional[str] = None) -> Matrix:

@@ -7,6 +7,7 @@ defaults and checks (``runner.cells_file``, ``runner.cli``) and the record's ``s
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
@@ -95,7 +96,7 @@ def _allowed(setting: Setting, value: Any) -> bool:
         return isinstance(value, {"boolean": bool, "string": str}.get(setting.kind, type(None)))
     if setting.kind == "integer" and not isinstance(value, int):
         return False
-    if not isinstance(value, (int, float)):
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
         return False
     if setting.maximum is not None and value > setting.maximum:
         return False

@@ -23,8 +23,8 @@ from matrixbench.matrix import expand_cells, load_matrix
 from runner.core import SCHEMA_VERSION
 from runner.schema import record_path, write_record
 
-RUN = ("run", "--matrix", "{dir}/m.yaml", "--backend", "local", "--images", "stable")
-VALIDATE = ("validate", "--matrix", "{dir}/m.yaml")
+RUN = ("run", "--matrix", "m.yaml", "--backend", "local", "--images", "stable")
+VALIDATE = ("validate", "--matrix", "m.yaml")
 REPORT = ("report", "{dir}/results/default", "--out", "{dir}/report", "--format", "md")
 
 
@@ -164,6 +164,7 @@ CASES = [
     Case("run.json a FIFO", RUN, 8, ("run.json", "FIFO"), both(lambda folder: (folder / "results/default").mkdir(
         parents=True), fifo("results/default/run.json"))),
     # --- filesystem conditions (item 6) ---
+    Case("run.lock is a folder", RUN, 2, ("run.lock", "is a folder", "rmdir"), run_lock_folder),
 ]
 
 
@@ -217,3 +218,157 @@ def _record_of(repeat):
     record = make_record(repeat.cell)
     record.repeat = repeat.index
     return record
+
+
+class RefusingBackend(RecordingBackend):
+    """A runner that refuses its cells file, as argparse does: its message in runner.log, exit 2."""
+
+    def run(self, request):
+        request.out_dir.mkdir(parents=True, exist_ok=True)
+        (request.out_dir / "runner.log").write_text(
+            "usage: python -m runner ...\npython -m runner: error: --cells cells.json: settings.timeout_s "
+            "must be a number > 0, got nan\n")
+        return 2
+
+
+def test_a_runner_refusal_is_shown_with_its_message(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_small(tmp_path)
+    use_backend(monkeypatch, RefusingBackend())
+    result = CliRunner().invoke(main, list(RUN))
+    assert result.exit_code == 5, result.output
+    assert "runner exit code 2: python -m runner: error: --cells cells.json: settings.timeout_s" in result.output
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--timeout", "nan"), "--timeout must be a finite number, got nan"),
+    (("--timeout", "inf"), "--timeout must be a finite number, got inf"),
+    (("--timeout", "-inf"), "--timeout must be a finite number, got -inf"),
+])
+def test_non_finite_numbers_are_refused_where_declared(tmp_path, monkeypatch, args, words):
+    monkeypatch.chdir(tmp_path)
+    write_small(tmp_path)
+    result = CliRunner().invoke(main, [*VALIDATE, *args])
+    assert result.exit_code == 2 and words in result.output, result.output
+
+
+@pytest.mark.parametrize("key, value", [("timeout_s", ".nan"), ("cv_threshold", ".inf"),
+                                        ("accuracy_tolerance", ".nan")])
+def test_non_finite_numbers_in_the_file_are_refused_naming_the_key(tmp_path, monkeypatch, key, value):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.yaml").write_text(matrix_text() + f"{key}: {value}\n")
+    result = CliRunner().invoke(main, list(VALIDATE))
+    assert result.exit_code == 2 and f"{key} must be a finite number" in result.output, result.output
+
+
+def test_the_runner_settings_refuse_non_finite_numbers():
+    from runner.settings import BY_NAME
+
+    for value in (float("nan"), float("inf"), -float("inf")):
+        assert BY_NAME["timeout_s"].problem(value) and BY_NAME["cv_threshold"].problem(value)
+
+
+HOSTILE_HTML = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+
+
+def test_report_md_escapes_user_text_as_the_html_report_does(tmp_path):
+    """A run's note and a record's model_type are user text: report.md shows them, as entities."""
+    import shutil
+
+    run = tmp_path / "gpu-run"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "gpu-run", run)
+    manifest = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**manifest, "note": HOSTILE_HTML}))
+    record = sorted((run / "stable").glob("*.json"))[-1]
+    data = json.loads(record.read_text())
+    data["environment"]["torch"] = HOSTILE_HTML
+    record.write_text(json.dumps(data))
+    result = CliRunner().invoke(main, ["report", str(run), "--out", str(tmp_path / "report"), "--format", "md"])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "<script>" not in text and "<img" not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+
+
+TOKEN, URL_TOKEN = "hf_s3cretvalue42", "urlS3cret77"
+
+
+def test_secrets_in_an_image_reach_no_file_of_the_run_nor_its_report(tmp_path, monkeypatch):
+    """``env: {HF_TOKEN: ...}`` and an index URL with credentials: the runner gets the token at run
+    time (the request's env), and no file the run or the report writes holds either secret."""
+    monkeypatch.chdir(tmp_path)
+    data = small_matrix_data()
+    data["images"]["stable"]["env"] = {"HF_TOKEN": TOKEN, "PLAIN": "visible"}
+    data["images"]["stable"]["index_url"] = f"https://user:{URL_TOKEN}@mirror.example/simple"
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(data))
+    backend = use_backend(monkeypatch, RecordingBackend(gpus=False))
+    result = CliRunner().invoke(main, [*RUN, "--note", f"see https://me:{URL_TOKEN}@host/x"])
+    assert result.exit_code == 0, result.output
+    assert backend.requests[0].env["HF_TOKEN"] == TOKEN   # the runner still gets it
+    report = CliRunner().invoke(main, ["report", "results/default", "--out", "report"])
+    assert report.exit_code == 0, report.output
+    written = [path for path in tmp_path.rglob("*") if path.is_file() and path.name != "m.yaml"]
+    assert any(path.name == "run.json" for path in written) and any(path.name == "cells.json" for path in written)
+    for path in written:
+        content = path.read_bytes()
+        assert TOKEN.encode() not in content and URL_TOKEN.encode() not in content, path
+    manifest = json.loads((tmp_path / "results" / "default" / "run.json").read_text())
+    assert manifest["matrix"]["images"]["stable"]["env"] == {"HF_TOKEN": "***", "PLAIN": "visible"}
+    assert manifest["matrix"]["images"]["stable"]["index_url"] == "https://***@mirror.example/simple"
+    assert TOKEN not in result.output + report.output and URL_TOKEN not in result.output + report.output
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"env": {"HF_TOKEN": "abcd1234", "api_key": "k" * 8, "path": "/x"}},
+     {"env": {"HF_TOKEN": "***", "api_key": "***", "path": "/x"}}),
+    ({"index_url": "https://u:p4ssw0rd@h/simple"}, {"index_url": "https://***@h/simple"}),
+    ({"command": ["run", "--index-url", "http://tok@h:8080/s"]}, {"command": ["run", "--index-url", "http://***@h:8080/s"]}),
+    ({"note": "at https://a:b@c/d and http://plain/e"}, {"note": "at https://***@c/d and http://plain/e"}),
+    ({"iterations": 5, "ok": None}, {"iterations": 5, "ok": None}),
+])
+def test_redact_data_hides_secret_keys_and_url_credentials_at_any_depth(data, expected):
+    from matrixbench.redact import redact_data
+
+    assert redact_data({"outer": [data]}) == {"outer": [expected]}
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 512 KiB tmpfs at ``tmp_path / "disk"`` (root only), unmounted after."""
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.getuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(disk)],
+                                          capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_full_disk_keeps_finished_records_leaves_no_temp_file_and_a_rerun_resumes(tmp_path, monkeypatch,
+                                                                                     small_disk):
+    monkeypatch.chdir(tmp_path)
+    write_small(tmp_path)
+    results = small_disk / "results"
+    filler = small_disk / "filler"
+    with open(filler, "wb") as handle:   # leave room for the run's own files and a few records, not all
+        handle.write(b"x" * (os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize - 6 * 4096))
+    use_backend(monkeypatch, RecordingBackend(gpus=False))
+    args = [*RUN, "--results", str(results)]
+    full = CliRunner().invoke(main, args)
+    assert full.exit_code == 9 and "Traceback" not in full.output, full.output
+    assert "no space left on device" in full.output and "bytes free there" in full.output, full.output
+    assert str(results) in full.output
+    leftovers = [path for path in small_disk.rglob("*") if ".tmp" in path.name]
+    assert leftovers == []
+    out_dir = results / "default" / "stable"
+    kept = {path.name: path.read_bytes() for path in out_dir.glob("*.json") if path.name != "cells.json"}
+    for content in kept.values():
+        assert json.loads(content)["status"] == "ok"   # whole records only
+    filler.unlink()
+    rerun = CliRunner().invoke(main, args)
+    assert rerun.exit_code == 0, rerun.output
+    for name, content in kept.items():
+        assert (out_dir / name).read_bytes() == content, f"{name} was rewritten"
+    assert len([path for path in out_dir.glob("*.json") if path.name != "cells.json"]) == 8
