@@ -12,7 +12,9 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -22,6 +24,7 @@ from matrixbench.errors import MatrixError
 from matrixbench.matrix_schema import DEFAULTS, MATRIX_SCHEMA
 from matrixbench.versions import pinned_version
 from runner.core import Cell
+from runner.files import describe_kind, read_bounded_text
 from runner.registry import shipped_spec
 from runner.settings import BY_NAME, OVERRIDES, RUNNER_SETTINGS
 
@@ -292,22 +295,33 @@ def _checkpoint_config(name: str, folder: str, matrix_path: Path) -> Path:
 
 
 def _existing_config(name: str, config: str, matrix_path: Path) -> Path:
-    resolved = (matrix_path.parent / config).resolve()
-    if not resolved.is_file():
-        raise MatrixError(
-            f"{matrix_path}: models.{name}.config: {config} not found "
-            f"(looked for {resolved}; paths are relative to the matrix file)"
-        )
+    given = matrix_path.parent / config
+    try:
+        resolved = given.resolve()
+        mode = os.stat(resolved).st_mode
+    except (OSError, RuntimeError):
+        dangling = (f"is a symlink to {os.readlink(given)}, which does not exist" if given.is_symlink()
+                    else "not found")
+        raise MatrixError(f"{matrix_path}: models.{name}.config: {config} {dangling} "
+                          f"(looked for {given}; paths are relative to the matrix file)") from None
+    if not stat.S_ISREG(mode):
+        raise MatrixError(f"{matrix_path}: models.{name}.config: {config} is {describe_kind(mode)}, not a "
+                          "config.json file; give the path of a transformers config.json")
     _check_config_json(f"{matrix_path}: models.{name}.config", resolved)
     return resolved
+
+
+MAX_CONFIG_BYTES = 16 * 1024 * 1024   # a transformers config.json is a few KB
 
 
 def _check_config_json(where: str, path: Path) -> None:
     """What the host can check of a transformers config.json: JSON, an object, a model_type."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_bounded_text(path, MAX_CONFIG_BYTES))
     except (UnicodeDecodeError, OSError) as exc:
         raise MatrixError(f"{where}: cannot read {path}: {exc}") from None
+    except RecursionError:
+        raise MatrixError(f"{where}: {path} is nested too deeply to be a config.json") from None
     except json.JSONDecodeError as exc:
         raise MatrixError(f"{where}: {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
                           f"{exc.msg})") from None

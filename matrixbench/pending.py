@@ -28,6 +28,7 @@ from runner.core import Repeat
 from runner.schema import NewerRecordError, RecordError, needs_run, read_record, record_path
 
 RUN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+MAX_RUN_NAME = 100   # a folder name (at most 255 bytes), with room for what goes under it
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ class ImageWork:
 
 def run_dir(results_root, run_name):
     """``results/<run>``; the run name must be usable as a folder name."""
+    if len(run_name) > MAX_RUN_NAME:
+        raise MatrixError(f"--run: a name of {len(run_name)} characters; use at most {MAX_RUN_NAME}")
     if not re.match(RUN_NAME_PATTERN, run_name):
         raise MatrixError(
             f"--run {run_name!r}: use letters, digits, '.', '_' and '-', starting with a letter or digit"

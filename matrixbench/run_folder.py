@@ -4,6 +4,7 @@ at a time (``RunLock``), and cleared of the scratch folders a killed run left be
 A folder that cannot be used is a ResultsFolderError naming ``--results`` and the folder, never
 a traceback from deep inside a run.
 """
+import errno
 import fcntl
 import json
 import os
@@ -24,26 +25,43 @@ def prepare(run_path):
     try:
         run_path.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
+        blocker = _file_in(run_path)
+        what = "a symlink that leads nowhere (a loop or a dangling link)" if blocker.is_symlink() else "a file"
         raise ResultsFolderError(
-            f"--results: {_file_in(run_path)} is a file, not a folder; the run folder {run_path} "
+            f"--results: {blocker} is {what}, not a folder; the run folder {run_path} "
             "cannot be made under it. Choose another --results") from None
     except PermissionError:
         raise ResultsFolderError(_cannot_write(run_path)) from None
+    except OSError as exc:   # a read-only file system, a symlink loop, a name too long
+        if exc.errno == errno.EROFS:
+            raise ResultsFolderError(_cannot_write(run_path)) from None
+        raise ResultsFolderError(f"--results: cannot make {run_path} ({exc.strerror}); choose another "
+                                 "--results or --run") from None
     if not os.access(run_path, os.W_OK | os.X_OK):
         raise ResultsFolderError(_cannot_write(run_path))
     return run_path
 
 
+def _read_only(path):
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def _file_in(path):
     """The first part of ``path`` that exists and is not a folder."""
     for part in reversed([path, *path.parents]):
-        if part.exists() and not part.is_dir():
+        if (part.exists() and not part.is_dir()) or (part.is_symlink() and not part.exists()):
             return part
     return path
 
 
 def _cannot_write(run_path):
     existing = next((p for p in [run_path, *run_path.parents] if p.exists()), run_path)
+    if _read_only(existing):
+        return (f"--results: {existing} is on a read-only file system; the run needs to create {run_path}. "
+                "Choose another --results")
     return (f"--results: cannot write to {existing} (permission denied for this user); "
             f"the run needs to create {run_path}. Choose another --results or fix its permissions")
 

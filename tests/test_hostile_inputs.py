@@ -165,6 +165,26 @@ CASES = [
         parents=True), fifo("results/default/run.json"))),
     # --- filesystem conditions (item 6) ---
     Case("run.lock is a folder", RUN, 2, ("run.lock", "is a folder", "rmdir"), run_lock_folder),
+    Case("a 300-character --run", RUN + ("--run", "r" * 300), 2, ("--run", "300 characters", "at most 100")),
+    Case("--results a symlink loop", RUN + ("--results", "loop/results"), 2, ("loop", "Too many levels of symbolic links"),
+         lambda folder: (folder / "loop").symlink_to(folder / "loop")),
+    Case("--results a dangling symlink", RUN + ("--results", "gone"), 2, ("gone", "leads nowhere"),
+         dangling("gone")),
+    Case("an image folder that is a file", RUN, 9, ("results/default/stable", "File exists"),
+         write("results/default/stable", "not a folder")),
+    Case("report --out under a file", ("report", "{dir}/results/default", "--out", "{dir}/afile/report"), 9,
+         ("afile", "Not a directory"), both(recorded(lambda r: None), write("afile", "x"))),
+    Case("config a folder", VALIDATE, 2, ("models.mine.config", "is a folder", "config.json file"),
+         both(write("m.yaml", matrix_text(models={"mine": {"config": "cfg", "task": "image-classification"}})),
+              lambda folder: (folder / "cfg").mkdir())),
+    Case("config a FIFO", VALIDATE, 2, ("models.mine.config", "FIFO"),
+         both(write("m.yaml", matrix_text(models={"mine": {"config": "cfg", "task": "image-classification"}})),
+              fifo("cfg"))),
+    Case("config a device", VALIDATE, 2, ("models.mine.config", "character device"),
+         write("m.yaml", matrix_text(models={"mine": {"config": "/dev/null", "task": "image-classification"}}))),
+    Case("config a dangling symlink", VALIDATE, 2, ("models.mine.config", "symlink", "does not exist"),
+         both(write("m.yaml", matrix_text(models={"mine": {"config": "cfg", "task": "image-classification"}})),
+              dangling("cfg"))),
 ]
 
 
