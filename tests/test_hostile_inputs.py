@@ -166,7 +166,8 @@ CASES = [
     # --- filesystem conditions (item 6) ---
     Case("run.lock is a folder", RUN, 2, ("run.lock", "is a folder", "rmdir"), run_lock_folder),
     Case("a 300-character --run", RUN + ("--run", "r" * 300), 2, ("--run", "300 characters", "at most 100")),
-    Case("--results a symlink loop", RUN + ("--results", "loop/results"), 2, ("loop", "Too many levels of symbolic links"),
+    Case("--results a symlink loop", RUN + ("--results", "loop/results"), 2,
+         ("loop", "Too many levels of symbolic links"),
          lambda folder: (folder / "loop").symlink_to(folder / "loop")),
     Case("--results a dangling symlink", RUN + ("--results", "gone"), 2, ("gone", "leads nowhere"),
          dangling("gone")),
