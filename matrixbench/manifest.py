@@ -9,14 +9,13 @@ report shows it.
 import json
 import os
 from datetime import datetime, timezone
-from pathlib import Path
 
 from matrixbench.errors import ManifestError
+from matrixbench.layout import manifest_path
 from matrixbench.redact import redact_data
 from runner.files import MIB, read_bounded_text
 from runner.schema import write_json_atomic
 
-MANIFEST_FILENAME = "run.json"
 MANIFEST_VERSION = 1
 SUPPORTED_MANIFEST_VERSIONS = (1,)
 MAX_MANIFEST_BYTES = 64 * MIB   # the matrix and every earlier invocation: a few KB each
@@ -78,7 +77,7 @@ def read_manifest(run_path):
 
     ManifestError when the file is not a JSON object or carries an unknown ``schema_version``.
     """
-    path = Path(run_path) / MANIFEST_FILENAME
+    path = manifest_path(run_path)
     if not os.path.lexists(path):
         return None
     try:
@@ -99,4 +98,4 @@ def read_manifest(run_path):
 
 def write_manifest(run_path, manifest):
     """run.json, secrets hidden (matrixbench.redact): an image's env tokens, index URLs' credentials."""
-    return write_json_atomic(Path(run_path) / MANIFEST_FILENAME, redact_data(manifest))
+    return write_json_atomic(manifest_path(run_path), redact_data(manifest))

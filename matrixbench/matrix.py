@@ -22,11 +22,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from matrixbench import matrix_errors, matrix_yaml
 from matrixbench.errors import MatrixError
 from matrixbench.matrix_schema import DEFAULTS, MATRIX_SCHEMA
+from matrixbench.settings import BY_NAME, OVERRIDES, RUNNER_SETTINGS
 from matrixbench.versions import pinned_version
-from runner.core import Cell
+from runner.core import Cell, Mode
 from runner.files import describe_kind, read_bounded_text
 from runner.registry import shipped_spec
-from runner.settings import BY_NAME, OVERRIDES, RUNNER_SETTINGS
 
 JSON = Dict[str, Any]
 
@@ -93,7 +93,7 @@ class Matrix:
     accuracy_tolerance: Optional[float] = _default("accuracy_tolerance")  # None: the dtype's default
     cv_threshold: float = _default("cv_threshold")
     slots: Union[str, int] = _default("slots")     # "auto" or a count (matrixbench.placement)
-    calibrate: bool = _default("calibrate")         # measure the slots' interference first (matrixbench.calibrate)
+    calibrate: bool = _default("calibrate")         # measure the slots' interference first (executors/calibration.py)
     calibration_models: Tuple[str, ...] = _default("calibration_models")
     exclusive_timing: bool = _default("exclusive_timing")   # slots time one at a time
     gpu_types: Tuple[str, ...] = _default("gpu_types")   # () = no GPU-type axis (matrixbench.pending)
@@ -405,7 +405,7 @@ def make_cell(matrix: Matrix, model: Model, dtype: str, batch_size: int, mode: s
         size=matrix.size,
         batch_size=batch_size,
         mode=mode,
-        fullgraph=matrix.fullgraph and mode != "eager",
+        fullgraph=matrix.fullgraph and Mode(mode).compiled,
         dtype=dtype,
         attention=matrix.attention,
     )

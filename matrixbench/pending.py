@@ -2,7 +2,7 @@
 what order.
 
 Records land in ``results/<run>/<image>/<cell_id>.json`` (repeat 0) and ``<cell_id>.r<k>.json``;
-with a GPU-type axis (``gpu_types``, --backend ray) in ``results/<run>/<gpu_type>/<image>/``: one
+with a GPU-type axis (``gpu_types``, --executor ray) in ``results/<run>/<gpu_type>/<image>/``: one
 folder per GPU type and image, so resume stays a per-folder question, exactly as without the axis;
 ``runner.schema.needs_run`` is the one rule that says whether a repeat needs running again (no
 record, an unreadable one, ``--force``, or a failed one with ``--retry-failed``); each repeat
@@ -12,23 +12,20 @@ The order (``interleaved``): every cell's repeat 0, then every cell's repeat 1, 
 drift of the machine spreads over all cells; within a repeat, the modes of each model (same
 batch size and dtype) in an order shuffled with ``random.Random(seed)``, the seed recorded in
 run.json and the cells file. Every image gets the same order, and the images take turns repeat by
-repeat (``matrixbench.scheduler.rounds``: one runner per image and repeat index).
+repeat (``matrixbench.executors.scheduler.rounds``: one runner per image and repeat index).
 """
 import os
 import random
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from matrixbench.errors import MatrixError, ResumeConflictError
+from matrixbench.errors import ResumeConflictError
+from matrixbench.layout import image_dir
 from matrixbench.matrix import cells_by_image
 from runner.cells_file import schedule_pairs
 from runner.core import Repeat
 from runner.schema import NewerRecordError, RecordError, needs_run, read_record, record_path
-
-RUN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-MAX_RUN_NAME = 100   # a folder name (at most 255 bytes), with room for what goes under it
 
 
 @dataclass(frozen=True)
@@ -64,17 +61,6 @@ class ImageWork:
         return schedule_pairs(self.pending)
 
 
-def run_dir(results_root, run_name):
-    """``results/<run>``; the run name must be usable as a folder name."""
-    if len(run_name) > MAX_RUN_NAME:
-        raise MatrixError(f"--run: a name of {len(run_name)} characters; use at most {MAX_RUN_NAME}")
-    if not re.match(RUN_NAME_PATTERN, run_name):
-        raise MatrixError(
-            f"--run {run_name!r}: use letters, digits, '.', '_' and '-', starting with a letter or digit"
-        )
-    return Path(results_root) / run_name
-
-
 def new_order_seed():
     """A fresh seed for the order of one invocation of a run."""
     return random.SystemRandom().randrange(2**31)
@@ -84,16 +70,11 @@ def pending_work(matrix, run_path, *, force=False, retry_failed=False, order_see
     """One ImageWork per image of ``matrix``, in the matrix's image order; with a GPU-type axis,
     one per GPU type and image (types in the matrix's order), each in its own folder."""
     return [
-        _plan_image(name, cells, gpu_folder(run_path, gpu_type) / name, force, retry_failed,
+        _plan_image(name, cells, image_dir(run_path, name, gpu_type), force, retry_failed,
                     interleaved(cells, matrix.repeats, order_seed), order_seed, gpu_type)
         for gpu_type in (matrix.gpu_types or (None,))
         for name, cells in cells_by_image(matrix).items()
     ]
-
-
-def gpu_folder(run_path, gpu_type):
-    """Where a GPU type's image folders go: ``results/<run>/<gpu_type>``, or the run folder itself."""
-    return Path(run_path) if gpu_type is None else Path(run_path) / gpu_type
 
 
 def interleaved(cells, repeats, seed):

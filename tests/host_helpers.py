@@ -7,10 +7,11 @@ from pathlib import Path
 
 import yaml
 
-from matrixbench.backends.base import Backend
+from matrixbench.environments.base import Backend
+from matrixbench.layout import CELLS_FILENAME
 from matrixbench.progress import NullProgress
 from matrixbench.run import RunOptions
-from matrixbench.runner_input import CELLS_FILENAME, write_cells_file
+from matrixbench.runner_input import write_cells_file
 from runner.core import CellError, Record, Status
 from runner.records import new_record, record_settings
 from runner.schema import write_record
@@ -127,7 +128,7 @@ class ConcurrentRecordingBackend(RecordingBackend):
 
 def use_backend(monkeypatch, backend):
     """Register ``backend`` under the name "local" for the duration of a test."""
-    from matrixbench import backends
+    from matrixbench import environments as backends
 
     monkeypatch.setitem(backends.FACTORIES, "local", lambda: backend)
     return backend

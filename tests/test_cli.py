@@ -12,7 +12,7 @@ import matrixbench
 from host_helpers import RecordingBackend, use_backend, write_matrix
 from matrixbench.cli import main
 from matrixbench.errors import BuildError, DockerUnavailableError
-from runner.settings import BY_NAME
+from matrixbench.settings import BY_NAME
 
 
 @pytest.fixture
@@ -246,5 +246,5 @@ def test_run_refuses_build_options_without_ray(tmp_path):
     result = invoke("run", "--matrix", write_matrix(tmp_path), "--backend", "local", "--device", "cpu",
                     "--results", tmp_path / "results", "--ca-bundle", bundle)
     assert result.exit_code != 0
-    assert "only with --backend ray" in result.output, result.output
+    assert "only with --executor ray" in result.output, result.output
     assert not (tmp_path / "results").exists()

@@ -27,7 +27,8 @@ def build_report(results_dirs, out_dir, formats=REPORT_FORMATS):
     unreadable = []   # files that are not readable records: left out, listed in the notes
     frame, calibration = records.split_calibration(records.load_results(results_dirs, unreadable))
     manifests = records.read_manifests(results_dirs)
-    cells = CellIndex(frame, records.image_order(manifests))
+    cells = CellIndex(frame, records.image_order(manifests), records.aa_twins(manifests),
+                      records.margin_pct(manifests))
     sources = image_sources(cells, records.published_overrides(manifests))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -12,12 +12,13 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from matrixbench.backends.base import LOG_FILENAME, Backend
-from matrixbench.backends.environment import compile_cache_env, runner_env
+from matrixbench.environments.base import Backend
+from matrixbench.environments.environment import compile_cache_env, runner_env
 from matrixbench.errors import RunError
 from matrixbench.gpu import host_gpus
+from matrixbench.layout import CELLS_FILENAME, LOG_FILENAME
 from matrixbench.run_folder import held_lock_fds
-from matrixbench.runner_input import CELLS_FILENAME, write_cells_file
+from matrixbench.runner_input import write_cells_file
 from matrixbench.versions import pinned_version, same_release
 from runner.lifetime import die_with_parent
 
