@@ -18,6 +18,7 @@ from matrixbench.errors import FILESYSTEM_EXIT_CODE, MatrixbenchError, describe_
 from matrixbench.executors import EXECUTORS
 from matrixbench.images import BuildOptions
 from matrixbench.layout import run_dir
+from matrixbench.manifest import unfinished_runs
 from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.pending import pending_work, recorded_failures_line, unreadable_lines
 from matrixbench.progress import make_progress
@@ -285,6 +286,8 @@ def run(matrix_path, run_name, results_root, backend, executor, ray_address, reg
         cold, cache_root, hf_cache_dir, note, gpu, allow_busy_gpus, dry_run, ca_bundle, index_url, extra_index_urls,
         base_image, **options):
     """Run the matrix's cells that have no record yet (HF_TOKEN is passed on, never printed)."""
+    _refuse_conflicts({"--force": force, "--retry-failed": retry_failed, "--cold": cold,
+                       "--cache-dir": cache_root is not None})
     matrix = _load(matrix_path, _overrides(options))
     build_options = BuildOptions.given(ca_bundle=ca_bundle, index_url=index_url, extra_index_urls=extra_index_urls,
                                        base_image=base_image)
@@ -311,6 +314,17 @@ def run(matrix_path, run_name, results_root, backend, executor, ray_address, reg
     click.echo(summary.describe())
 
 
+# Flags that contradict each other: one would be silently ignored.
+CONFLICTING_FLAGS = ((("--force", "--retry-failed"), "--force reruns every cell, failed ones included"),
+                     (("--cold", "--cache-dir"), "--cold uses no compile cache, so --cache-dir would go unused"))
+
+
+def _refuse_conflicts(given):
+    for (first, second), why in CONFLICTING_FLAGS:
+        if given[first] and given[second]:
+            raise click.UsageError(f"{first} and {second} together: {why}; give one of them")
+
+
 def describe_plan(matrix, run_path, force, retry_failed):
     lines = []
     for plan in pending_work(matrix, run_path, force=force, retry_failed=retry_failed):
@@ -335,6 +349,8 @@ def report(results_dirs, out_dir, formats):
     dirs = list(results_dirs) or [Path("results") / DEFAULT_RUN]
     for path in build_report(dirs, out_dir, formats or list(REPORT_FORMATS)):
         click.echo(str(path))
+    for line in unfinished_runs(dirs):
+        click.echo(f"warning: {line}", err=True)
 
 
 @main.command()

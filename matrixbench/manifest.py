@@ -9,9 +9,10 @@ report shows it.
 import json
 import os
 from datetime import datetime, timezone
+from pathlib import Path
 
 from matrixbench.errors import ManifestError
-from matrixbench.layout import manifest_path
+from matrixbench.layout import MANIFEST_FILENAME, manifest_path
 from matrixbench.redact import redact_data
 from runner.files import MIB, read_bounded_text
 from runner.schema import write_json_atomic
@@ -99,3 +100,19 @@ def read_manifest(run_path):
 def write_manifest(run_path, manifest):
     """run.json, secrets hidden (matrixbench.redact): an image's env tokens, index URLs' credentials."""
     return write_json_atomic(manifest_path(run_path), redact_data(manifest))
+
+
+FINISHED_STATUSES = ("finished", "failed")   # a run that ended on its own; any other status left cells to run
+
+
+def unfinished_runs(results_dirs):
+    """One line per run folder under ``results_dirs`` whose run.json says it did not finish (still
+    running, interrupted, killed, incomplete): its report covers only the records it has."""
+    lines = []
+    for folder in map(Path, results_dirs):
+        for path in sorted(folder.rglob(MANIFEST_FILENAME)):
+            status = (read_manifest(path.parent) or {}).get("status")
+            if status not in FINISHED_STATUSES:
+                lines.append(f"{path.parent}: the run is {status} (run.json), not finished; the report covers the "
+                             "records it has: rerun the same `matrixbench run` to finish it")
+    return lines

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from matrixbench.backends.local import _running, descendants
+from matrixbench.environments.local import _running, descendants
 from matrixbench.run_folder import LOCK_FILENAME, lock_holders
 
 pytestmark = pytest.mark.slow

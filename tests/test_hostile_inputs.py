@@ -163,6 +163,11 @@ CASES = [
     Case("run.json not JSON", RUN, 8, ("run.json", "not readable JSON"), run_json("{")),
     Case("run.json a FIFO", RUN, 8, ("run.json", "FIFO"), both(lambda folder: (folder / "results/default").mkdir(
         parents=True), fifo("results/default/run.json"))),
+    # --- smaller (item 12) ---
+    Case("--slots 0", VALIDATE + ("--slots", "0"), 2, ("--slots must be >= 1, got 0", "'auto'")),
+    *[Case(f"a path as a model id: {path}", VALIDATE, 2, ("models.mine.id", "hub id", "path:"),
+           write("m.yaml", matrix_text(models={"mine": {"id": path, "task": "image-classification"}})))
+      for path in ("/models/vit", "./vit", "../vit", "~/vit", "a/b/c")],
     # --- filesystem conditions (item 6) ---
     Case("run.lock is a folder", RUN, 2, ("run.lock", "is a folder", "rmdir"), run_lock_folder),
     Case("a 300-character --run", RUN + ("--run", "r" * 300), 2, ("--run", "300 characters", "at most 100")),
@@ -393,3 +398,25 @@ def test_a_full_disk_keeps_finished_records_leaves_no_temp_file_and_a_rerun_resu
     for name, content in kept.items():
         assert (out_dir / name).read_bytes() == content, f"{name} was rewritten"
     assert len([path for path in out_dir.glob("*.json") if path.name != "cells.json"]) == 8
+
+
+@pytest.mark.parametrize("flags", [("--force", "--retry-failed"), ("--cold", "--cache-dir", "somewhere")])
+def test_conflicting_flags_are_refused_not_ignored(tmp_path, monkeypatch, flags):
+    monkeypatch.chdir(tmp_path)
+    write_small(tmp_path)
+    result = CliRunner().invoke(main, [*RUN, *flags])
+    assert result.exit_code == 2 and f"{flags[0]} and {flags[1]} together" in result.output, result.output
+
+
+@pytest.mark.parametrize("status, warned", [("interrupted", True), ("running", True), ("incomplete", True),
+                                            ("finished", False)])
+def test_report_on_an_unfinished_run_warns(tmp_path, status, warned):
+    import shutil
+
+    run = tmp_path / "gpu-run"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "gpu-run", run)
+    manifest = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**manifest, "status": status}))
+    result = CliRunner().invoke(main, ["report", str(run), "--out", str(tmp_path / "report"), "--format", "md"])
+    assert result.exit_code == 0, result.output
+    assert (f"warning: {run}: the run is {status}" in result.output) == warned, result.output
