@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from matrixbench.environments.local import _running, descendants
-from matrixbench.run_folder import LOCK_FILENAME, lock_holders
+from matrixbench.layout import LOCK_FILENAME
+from matrixbench.run_folder import lock_holders
 
 pytestmark = pytest.mark.slow
 
