@@ -18,9 +18,11 @@ MATRICES = {
     "image entry a string": GOOD.replace("stable:\n", "stable: oops\nunused:\n", 1),
     "models a list": GOOD.replace("models:\n", "models: [1, 2]\nold_models:\n", 1),
     "batch_sizes a string": GOOD + "batch_sizes: abc\n", "batch sizes floats": GOOD.replace("- 4\n", "- 4.5\n", 1),
-    "tabs": "images:\n\tstable: {}\n", "unclosed quote": 'images: "abc\n', "huge int": GOOD + f"iterations: {10**400}\n",
+    "tabs": "images:\n\tstable: {}\n", "unclosed quote": 'images: "abc\n',
+    "huge int": GOOD + f"iterations: {10**400}\n",
     "negative repeats": GOOD + "repeats: -1\n", "zero iterations": GOOD + "iterations: 0\n",
-    "unknown key": GOOD + "bogus: 1\n", "null images": "images:\nmodels:\n", "merge key bomb": "a: &a {x: 1}\nb:\n  <<: *a\n",
+    "unknown key": GOOD + "bogus: 1\n", "null images": "images:\nmodels:\n",
+    "merge key": "a: &a {x: 1}\nb:\n  <<: *a\n",
     "unicode names": GOOD.replace("vit:", "ヴィット:", 1), "very long name": GOOD.replace("vit:", "v" * 5000 + ":", 1),
     "recursive alias": "a: &a [*a]\n", "undefined alias": "a: *nope\n", "tag": "a: !!python/object:os.system x\n",
     "dtype unknown": GOOD + "dtypes: [float64]\n", "mode unknown": GOOD + "modes: [fast]\n",
@@ -40,7 +42,8 @@ RESULTS = {
     "record a list": ("stable/vit_bs1_eager_float32.json", "[1, 2]"),
     "record with a string cell": ("stable/vit_bs1_eager_float32.json", json.dumps({"schema_version": 2, "cell": "x",
                                                                                   "status": "ok"})),
-    "run.json a list": ("run.json", "[]"), "run.json huge version": ("run.json", json.dumps({"schema_version": 10**30})),
+    "run.json a list": ("run.json", "[]"),
+    "run.json huge version": ("run.json", json.dumps({"schema_version": 10**30})),
     "cells.json garbage": ("stable/cells.json", "\x00"), "run.lock garbage": ("run.lock", "\x00\xff"),
 }
 
