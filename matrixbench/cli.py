@@ -21,6 +21,7 @@ from matrixbench.layout import run_dir
 from matrixbench.manifest import unfinished_runs
 from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.pending import pending_work, recorded_failures_line, unreadable_lines
+from matrixbench.prices import parse_price_option
 from matrixbench.progress import make_progress
 from matrixbench.report_formats import REPORT_FORMATS
 from matrixbench.run import DEFAULT_RUN, RunOptions, check_device, run_matrix
@@ -342,12 +343,16 @@ def describe_plan(matrix, run_path, force, retry_failed):
               show_default=True, help="Where the report goes.")
 @click.option("--format", "formats", multiple=True, callback=_comma_list(REPORT_FORMATS), metavar="FORMATS",
               help=f"Output formats, comma-separated, from {', '.join(REPORT_FORMATS)} [default: all].")
+@click.option("--price", "prices", multiple=True, metavar="GPU_TYPE=USD",
+              help="Your price per GPU-hour in dollars for a GPU type, e.g. A100=1.29 (repeatable); replaces "
+                   "matrix.yaml's prices: of that type. Without one the report shows no dollars.")
 @handles_errors
-def report(results_dirs, out_dir, formats):
+def report(results_dirs, out_dir, formats, prices):
     """Turn records under RESULTS_DIRS (default results/default) into a report."""
     build_report = _library("matrixbench.report", "build_report", "report")
     dirs = list(results_dirs) or [Path("results") / DEFAULT_RUN]
-    for path in build_report(dirs, out_dir, formats or list(REPORT_FORMATS)):
+    given = [parse_price_option(text) for text in prices]
+    for path in build_report(dirs, out_dir, formats or list(REPORT_FORMATS), given):
         click.echo(str(path))
     for line in unfinished_runs(dirs):
         click.echo(f"warning: {line}", err=True)

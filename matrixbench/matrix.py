@@ -97,6 +97,8 @@ class Matrix:
     calibration_models: Tuple[str, ...] = _default("calibration_models")
     exclusive_timing: bool = _default("exclusive_timing")   # slots time one at a time
     gpu_types: Tuple[str, ...] = _default("gpu_types")   # () = no GPU-type axis (matrixbench.pending)
+    # matrix.yaml's ``prices:`` as written (matrixbench.prices): the report's, not the run's
+    prices: Dict[str, JSON] = field(default_factory=dict)
     path: Optional[Path] = None
 
     def to_dict(self) -> JSON:
@@ -105,10 +107,15 @@ class Matrix:
         del data["path"]
         if not data["gpu_types"]:
             del data["gpu_types"]   # without the axis, a matrix is (and hashes) as before it existed
+        if not data["prices"]:
+            del data["prices"]
         return data
 
     def content_hash(self) -> str:
-        return _short_hash(self.to_dict())
+        """The hash of what is measured: prices (the report's) left out."""
+        data = self.to_dict()
+        data.pop("prices", None)
+        return _short_hash(data)
 
 
 @dataclass(frozen=True)

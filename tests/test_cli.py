@@ -169,7 +169,8 @@ def test_a_command_whose_module_is_missing_says_so(matrix_file, monkeypatch):
 def test_report_defaults_to_results_default_and_every_format(matrix_file, monkeypatch, tmp_path):
     calls = []
     _fake_module(monkeypatch, "matrixbench.report",
-                 build_report=lambda dirs, out, formats: calls.append((dirs, out, formats)) or [out / "report.md"])
+                 build_report=lambda dirs, out, formats, prices: (calls.append((dirs, out, formats))
+                                                                  or [out / "report.md"]))
     (tmp_path / "results" / "default").mkdir(parents=True)
     result = invoke("report")
     assert result.exit_code == 0, result.output

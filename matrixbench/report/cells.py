@@ -21,6 +21,7 @@ SEED_LABELS = {short: label for label, short in MODEL_NAMES.items()}
 SEED_ORDER = list(MODEL_NAMES.values())
 STATUS_TEXT = {"oom": "OOM", "error": "ERR", "timeout": "TIMEOUT", "crashed": "CRASH"}
 # Where a process ran (record field ``placement``, slot runs only): kept per process of a cell.
+ENERGY_FIELDS = ("energy_j", "loop_s", "uncertain", "reason", "source")
 BETWEEN_CV_THRESHOLD = float(BY_NAME["between_cv_threshold"].default)
 PLACEMENT_COLUMNS = ("placement.slot", "placement.gpu_index", "placement.gpu_uuid", "placement.cores",
                      "placement.numa_node", "placement.busy_slots")
@@ -124,7 +125,7 @@ def combine_repeats(records, key):
 def _combined(group):
     ok = [row for row in group if is_ok(row)]
     where = {"process_placements": [{column: row.get(column) for column in PLACEMENT_COLUMNS} for row in group],
-             "gpu_uuids": gpu_uuids(ok or group)}
+             "gpu_uuids": gpu_uuids(ok or group), **process_costs(group, ok)}
     if not ok:
         return {**group[-1], **where, "processes": 0, "failed_processes": len(group), "process_means": [],
                 "process_samples": [], "process_first_call_s": [], "between_cv": None, "between_noisy": False}
@@ -142,6 +143,15 @@ def _combined(group):
                     "accuracy.status": _worst_accuracy(ok), "between_cv": between_cv,
                     "between_noisy": between_cv > BETWEEN_CV_THRESHOLD})
     return row
+
+
+def process_costs(group, ok):
+    """What report.cost needs per process: every process's wall time (``process_duration_s``, ok
+    or not: the bill) and each ok one's loop energy (``process_energy``: the record's
+    ``timing.energy.*`` fields, None where the record predates them)."""
+    energy = [{key: row.get(f"timing.energy.{key}") for key in ENERGY_FIELDS} | {"n": row.get("timing.n")}
+              for row in sorted(ok, key=_repeat)]
+    return {"process_duration_s": [row.get("duration_s") for row in group], "process_energy": energy}
 
 
 def gpu_uuids(rows):

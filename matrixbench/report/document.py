@@ -1,7 +1,7 @@
 """Everything one report shows, assembled in reading order (so footnotes number in order)."""
 from dataclasses import dataclass, field
 
-from matrixbench.report import stats, tables, verdicts
+from matrixbench.report import cost_tables, stats, tables, verdicts
 from matrixbench.report.cells import BETWEEN_CV_THRESHOLD
 from matrixbench.report.comparisons import comparisons as comparison_rows
 from matrixbench.report.published import DATASET_NOTES, source_for
@@ -91,6 +91,7 @@ def legends_for(margin_pct=verdicts.MARGIN_PCT):
             f"phases have {stats.MIN_PROCESSES} or more processes. Other slots timing: per loaded process, the most "
             "other slots its timed loop saw timing at its start or end (the run's timing board), as value ×processes; "
             "below slots - 1, the phase was less loaded than asked. These cells are not part of the matrix's tables."),
+        "costs": cost_tables.LEGEND,
     }
 
 
@@ -114,6 +115,9 @@ class Report:
     footnotes: list
     legends: dict = field(default_factory=lambda: dict(LEGENDS))
     calibration: list = field(default_factory=list)   # the interference calibration's tables, if it ran
+    costs: list = field(default_factory=list)         # "What it costs" (report.cost_tables)
+    cost_charts: list = field(default_factory=list)   # its charts (report.cost_charts)
+    prices: list = field(default_factory=list)        # the prices used, as sentences
 
 
 def image_sources(cells, overrides=None):
@@ -123,10 +127,12 @@ def image_sources(cells, overrides=None):
             for image in cells.images()}
 
 
-def assemble(cells, published, notes, charts, sources=None, calibration=()):
+def assemble(cells, published, notes, charts, sources=None, calibration=(), prices=None, cost_charts=()):
     """Build every table from a CellIndex and the published dataset; charts are already drawn.
     ``sources`` (image -> published source) defaults to each image's torch version's;
-    ``calibration``: the interference calibration's tables (report.calibration)."""
+    ``calibration``: the interference calibration's tables (report.calibration); ``prices``:
+    {GPU type: matrixbench.prices.Price}; ``cost_charts``: report.cost_charts' drawn charts."""
+    prices = prices or {}
     sources = image_sources(cells) if sources is None else sources
     footnotes = tables.Footnotes()
     legends = legends_for(cells.margin_pct)
@@ -157,4 +163,7 @@ def assemble(cells, published, notes, charts, sources=None, calibration=()):
         footnotes=footnotes.texts,
         legends=legends,
         calibration=list(calibration),
+        costs=cost_tables.cost_tables(cells, prices, footnotes),
+        cost_charts=list(cost_charts),
+        prices=[price.describe() for price in prices.values()],
     )

@@ -30,7 +30,8 @@ FLAGS = {
     "cudagraph_recaptured": ("↻", "a CUDA graph was captured inside the timed loop (re-recording): the "
                                   "latency includes capture work"),
     "throttled": ("▼", "the GPU throttled during the timed loop (power cap, thermal or hardware slowdown): "
-                       "the latency is not the GPU's full speed"),
+                       "the latency is not the GPU's full speed, and a comparison with it is at most undecided, "
+                       "never starred"),
     "timer_mismatch": ("≠", "event mean and wall-clock mean disagree beyond what launch overhead explains: "
                             "the per-call timer may not have measured the model"),
 }
@@ -125,6 +126,10 @@ def _throttle_evidence(row):
         if clock is not None or reasons:
             text = f"{end}: SM clock {clock:g} MHz" if clock is not None else f"{end}:"
             found.append(text + (f", {', '.join(reasons)}" if reasons else ""))
+    held = [f"{name} limit {row[f'timing.violations.{name}_ms']:g} ms" for name in ("power", "thermal")
+            if (row.get(f"timing.violations.{name}_ms") or 0) > 0]
+    if held:
+        found.append("clocks held down during the loop: " + ", ".join(held))
     return f" ({'; '.join(found)})" if found else ""
 
 

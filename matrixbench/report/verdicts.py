@@ -33,7 +33,16 @@ def judge_cells(baseline, candidate, margin_pct=None) -> stats.Judgement:
         if not all(_positive(mean) for mean in row["process_means"]):
             raise ReportError(f"{row['source']}: timing.mean_ms must be a positive number of ms, got "
                               f"{row['process_means']!r} over the cell's processes; fix or remove the record")
-    return _judge(tuple(baseline["process_means"]), tuple(candidate["process_means"]), margin_pct)
+    judgement = _judge(tuple(baseline["process_means"]), tuple(candidate["process_means"]), margin_pct)
+    if judgement.decided and throttled(baseline, candidate):
+        return replace(judgement, verdict=stats.UNDECIDED)
+    return judgement
+
+
+def throttled(*rows):
+    """Did a side throttle (runner.gpu_state/runner.energy's flag)? Then its latency is not the GPU's
+    full speed, and a comparison with it is never decided (never starred): at most undecided."""
+    return any("throttled" in (row.get("timing.flags") or ()) for row in rows)
 
 
 def _positive(value):
