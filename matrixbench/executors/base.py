@@ -52,6 +52,7 @@ def last_log_line(out_dir: Path, tail_bytes: int = 4096) -> Optional[str]:
 class RunSummary:
     run_dir: Path
     images: List[ImageResult]
+    repeats: Optional[Any] = None   # adaptive.Outcome: what repeats auto / --budget left in doubt
 
     @property
     def missing(self) -> List[Tuple[str, str]]:
@@ -84,6 +85,8 @@ class RunSummary:
                 lines.append(f"    {len(image.missing)} cell(s) without a record "
                              f"(runner exit code {image.exit_code}{': ' + said if said else ''}); "
                              f"see {image.out_dir}")
+        if self.repeats is not None and self.repeats.describe():
+            lines.append(self.repeats.describe())
         if self.failures():
             lines.append(f"{self.failures()} of {self.cells()} cells failed (their records say why); "
                          "--retry-failed reruns them")
@@ -139,6 +142,7 @@ class Run:
             env={**image.env, **runtime_secrets(self.environ)},
             torch=image.torch,
             image_hash=image.content_hash(),
+            build_of=image.build_of,
             gpu_ids=gpu_choice(options.gpu, self.environ) if self.gpus else (),
         )
 
