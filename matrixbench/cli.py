@@ -2,7 +2,7 @@
 
 Each command parses its options, calls one library function, and turns a MatrixbenchError into
 a message on stderr and its exit code (2 matrix/usage, 3 Docker, 4 build, 5 run, 6 report;
-130 on Ctrl-C).
+9 filesystem (disk full, read-only, permission); 128 + the signal when stopped: 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
 """
 import dataclasses
 import functools
@@ -18,11 +18,12 @@ from matrixbench.aa import default_run_name as aa_run_name
 from matrixbench.cuda_builds import refuse_on_this_host
 from matrixbench.environments import auto, backend_names
 from matrixbench.environments.auto import AUTO
-from matrixbench.errors import MatrixbenchError
+from matrixbench.errors import FILESYSTEM_EXIT_CODE, MatrixbenchError, describe_os_error
 from matrixbench.executors import EXECUTORS
 from matrixbench.executors.adaptive import bill, policy_of
 from matrixbench.images import BuildOptions
 from matrixbench.layout import run_dir
+from matrixbench.manifest import unfinished_runs
 from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.pending import first_repeats, pending_work, recorded_failures_line, unreadable_lines
 from matrixbench.prices import parse_price_option
@@ -30,8 +31,8 @@ from matrixbench.progress import make_progress
 from matrixbench.report_formats import REPORT_FORMATS
 from matrixbench.run import DEFAULT_RUN, RunOptions, check_device, run_matrix
 from matrixbench.settings import BY_NAME, MATRIX_SETTINGS, OVERRIDES
+from matrixbench.signals import exit_code, signal_name, stop_signals
 
-INTERRUPTED_EXIT = 130
 DEFAULT_MATRIX = "matrix.yaml"
 BUILD_BACKENDS = ("docker", "venv")
 CHECK_BACKENDS = ("docker", "venv", "local")   # validate --build: where an image's runner starts
@@ -135,14 +136,18 @@ def handles_errors(command):
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
-            return command(*args, **kwargs)
+            with stop_signals():
+                return command(*args, **kwargs)
         except MatrixbenchError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            click.echo("\ninterrupted: finished records are kept; rerun the same command to resume",
-                       err=True)
-            sys.exit(INTERRUPTED_EXIT)
+        except OSError as exc:   # the filesystem said no: one line, never a traceback
+            click.echo(f"error: {describe_os_error(exc)}", err=True)
+            sys.exit(FILESYSTEM_EXIT_CODE)
+        except KeyboardInterrupt as exc:
+            click.echo(f"\ninterrupted ({signal_name(exc)}): finished records are kept; rerun the same command "
+                       "to resume", err=True)
+            sys.exit(exit_code(exc))
     return wrapper
 
 
@@ -386,6 +391,8 @@ def run(matrix_path, run_name, results_root, backend, executor, ray_address, reg
         cold, cache_root, hf_cache_dir, note, gpu, allow_busy_gpus, aa_image, budget_min, dry_run, ca_bundle, index_url,
         extra_index_urls, base_image, **options):
     """Run the matrix's cells that have no record yet (HF_TOKEN is passed on, never printed)."""
+    _refuse_conflicts({"--force": force, "--retry-failed": retry_failed, "--cold": cold,
+                       "--cache-dir": cache_root is not None})
     matrix = _load(matrix_path, _overrides(options))
     build_options = BuildOptions.given(ca_bundle=ca_bundle, index_url=index_url, extra_index_urls=extra_index_urls,
                                        base_image=base_image)
@@ -420,6 +427,17 @@ def run(matrix_path, run_name, results_root, backend, executor, ray_address, reg
 _hide(run, RUN_RARE)
 
 
+# Flags that contradict each other: one would be silently ignored.
+CONFLICTING_FLAGS = ((("--force", "--retry-failed"), "--force reruns every cell, failed ones included"),
+                     (("--cold", "--cache-dir"), "--cold uses no compile cache, so --cache-dir would go unused"))
+
+
+def _refuse_conflicts(given):
+    for (first, second), why in CONFLICTING_FLAGS:
+        if given[first] and given[second]:
+            raise click.UsageError(f"{first} and {second} together: {why}; give one of them")
+
+
 def describe_plan(matrix, run_path, force, retry_failed, budget_min=None):
     lines = []
     plans = pending_work(matrix, run_path, force=force, retry_failed=retry_failed)
@@ -450,6 +468,8 @@ def report(results_dirs, out_dir, formats, prices):
     given = [parse_price_option(text) for text in prices]
     for path in build_report(dirs, out_dir, formats or list(REPORT_FORMATS), given):
         click.echo(str(path))
+    for line in unfinished_runs(dirs):
+        click.echo(f"warning: {line}", err=True)
 
 
 @main.command()

@@ -1,4 +1,7 @@
 """Every error matrixbench raises on purpose is a MatrixbenchError; cli.py turns them into exit codes."""
+import errno
+import shutil
+from pathlib import Path
 
 
 class MatrixbenchError(Exception):
@@ -32,7 +35,10 @@ class RunError(MatrixbenchError):
 
 
 class ManifestError(MatrixbenchError):
-    """A run manifest (run.json) is unreadable or of an unknown schema version."""
+    """A run manifest (run.json) is unreadable, not what matrixbench writes, or of an unknown
+    schema version: named, never overwritten (docs/reliability.md)."""
+
+    exit_code = 8
 
 
 class ReportError(MatrixbenchError):
@@ -65,3 +71,28 @@ class ResumeConflictError(MatrixbenchError):
 
 class InterpreterNotFoundError(BuildError):
     """The venv backend finds no Python of the version an image asks for."""
+
+
+FILESYSTEM_EXIT_CODE = 9   # an OSError no other error covers: disk full, read-only, permission denied
+
+
+def describe_os_error(exc):
+    """One line for an OSError from reading or writing a file: the path, the reason and, for a full
+    disk, the free space left and what to do."""
+    path = exc.filename or "a file"
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.ENOSPC:
+        existing = next((p for p in [Path(path), *Path(path).parents] if p.exists()), Path("."))
+        free = shutil.disk_usage(existing).free
+        return (f"{path}: no space left on device ({free:,} bytes free there); finished records are kept, "
+                "nothing was half-written: free some space and rerun the same command, the cells without a "
+                "record run again")
+    if exc.errno == errno.EROFS:
+        return f"{path}: read-only file system; choose a writable folder (--results / --out)"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"{path}: permission denied for this user; fix its permissions or choose another folder"
+    if exc.errno == errno.ENAMETOOLONG:
+        return f"{str(path)[:120]}...: file name too long; choose a shorter --run / --out / --results"
+    if exc.errno == errno.ELOOP:
+        return f"{path}: too many levels of symbolic links (a symlink loop); fix the link"
+    return f"{path}: {reason}"

@@ -16,10 +16,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
-from urllib.parse import urlsplit, urlunsplit
 
 from matrixbench import docker_client, resources, wheelhouse
 from matrixbench.errors import BuildError, MatrixError
+from matrixbench.redact import redact_urls
 from matrixbench.versions import torch_label
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple"
@@ -168,18 +168,6 @@ def _checked_ca_bundle(ca_bundle):
             "/etc/ssl/certs/ca-certificates.crt"
         )
     return path
-
-
-def redact_urls(value):
-    """Hide passwords/tokens in index URLs before printing them."""
-    return " ".join(_redact_url(word) for word in str(value).split(" "))
-
-
-def _redact_url(word):
-    parts = urlsplit(word)
-    if not parts.scheme or "@" not in parts.netloc:
-        return word
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
 
 
 def runner_hash():

@@ -20,6 +20,7 @@ from runner.schema import SCRATCH_DIRNAME
 PathLike = Union[str, Path]
 
 RUN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+MAX_RUN_NAME = 100   # a folder name (at most 255 bytes), with room for what goes under it
 MANIFEST_FILENAME = "run.json"
 LOCK_FILENAME = "run.lock"
 TIMING_BOARD_DIRNAME = ".timing-board"
@@ -33,6 +34,8 @@ CALIBRATION_RUN_DEPTH = 4
 
 def run_dir(results_root: PathLike, run_name: str) -> Path:
     """``results/<run>``; the run name must be usable as a folder name."""
+    if len(run_name) > MAX_RUN_NAME:
+        raise MatrixError(f"--run: a name of {len(run_name)} characters; use at most {MAX_RUN_NAME}")
     if not re.match(RUN_NAME_PATTERN, run_name):
         raise MatrixError(
             f"--run {run_name!r}: use letters, digits, '.', '_' and '-', starting with a letter or digit"

@@ -7,14 +7,19 @@ says why the run is what it is (``make matrix`` writes its fallback reason there
 report shows it.
 """
 import json
+import os
 from datetime import datetime, timezone
+from pathlib import Path
 
 from matrixbench.errors import ManifestError
-from matrixbench.layout import manifest_path
+from matrixbench.layout import MANIFEST_FILENAME, manifest_path
+from matrixbench.redact import redact_data
+from runner.files import MIB, read_bounded_text
 from runner.schema import write_json_atomic
 
 MANIFEST_VERSION = 1
 SUPPORTED_MANIFEST_VERSIONS = (1,)
+MAX_MANIFEST_BYTES = 64 * MIB   # the matrix and every earlier invocation: a few KB each
 ORDER_SCHEME = ("counterbalanced: images take turns repeat by repeat, in matrix order on even repeats and "
                 "reversed on odd ones; each model's modes likewise (order_seed's order, reversed on odd repeats)")
 
@@ -67,8 +72,11 @@ def update_manifest(run_path, manifest, **fields):
     return manifest
 
 
-def finish_manifest(run_path, manifest, status, cells=None):
+def finish_manifest(run_path, manifest, status, cells=None, stopped_by=None):
+    """How the invocation ended; ``stopped_by``: the signal that interrupted it (SIGINT, SIGTERM, SIGHUP)."""
     manifest = {**manifest, "status": status, "ended_at": now_iso(), "cells": cells}
+    if stopped_by:
+        manifest["stopped_by"] = stopped_by
     write_manifest(run_path, manifest)
     return manifest
 
@@ -90,18 +98,40 @@ def read_manifest(run_path):
     ManifestError when the file is not a JSON object or carries an unknown ``schema_version``.
     """
     path = manifest_path(run_path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ManifestError(f"{path}: run manifest is not valid JSON ({exc}); delete it or rerun the run") from exc
+        manifest = json.loads(read_bounded_text(path, MAX_MANIFEST_BYTES))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ManifestError(f"{path}: run manifest is not readable JSON ({exc}); move it aside or use another "
+                            "--run name") from None
     version = manifest.get("schema_version") if isinstance(manifest, dict) else None
     if version not in SUPPORTED_MANIFEST_VERSIONS:
         raise ManifestError(f"{path}: run manifest schema_version {version!r} is not supported; this matrixbench "
                             f"reads versions {list(SUPPORTED_MANIFEST_VERSIONS)}. Upgrade matrixbench or rerun.")
+    history = manifest.get("history", [])
+    if not isinstance(history, list) or not all(isinstance(entry, dict) for entry in history):
+        raise ManifestError(f"{path}: run manifest 'history' must be a list of objects, got "
+                            f"{type(history).__name__}; fix it by hand, or move run.json aside (the records stay)")
     return manifest
 
 
 def write_manifest(run_path, manifest):
-    return write_json_atomic(manifest_path(run_path), manifest)
+    """run.json, secrets hidden (matrixbench.redact): an image's env tokens, index URLs' credentials."""
+    return write_json_atomic(manifest_path(run_path), redact_data(manifest))
+
+
+FINISHED_STATUSES = ("finished", "failed")   # a run that ended on its own; any other status left cells to run
+
+
+def unfinished_runs(results_dirs):
+    """One line per run folder under ``results_dirs`` whose run.json says it did not finish (still
+    running, interrupted, killed, incomplete): its report covers only the records it has."""
+    lines = []
+    for folder in map(Path, results_dirs):
+        for path in sorted(folder.rglob(MANIFEST_FILENAME)):
+            status = (read_manifest(path.parent) or {}).get("status")
+            if status not in FINISHED_STATUSES:
+                lines.append(f"{path.parent}: the run is {status} (run.json), not finished; the report covers the "
+                             "records it has: rerun the same `matrixbench run` to finish it")
+    return lines

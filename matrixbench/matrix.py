@@ -11,7 +11,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -22,6 +25,7 @@ from matrixbench.matrix_schema import DEFAULTS, MATRIX_SCHEMA
 from matrixbench.settings import BY_NAME, OVERRIDES, RUNNER_SETTINGS
 from matrixbench.versions import pinned_version
 from runner.core import Cell, Mode
+from runner.files import describe_kind, read_bounded_text
 from runner.registry import shipped_spec
 
 JSON = Dict[str, Any]
@@ -174,10 +178,51 @@ def load_matrix(path: Path | str, overrides: Optional[Overrides] = None) -> Matr
     if isinstance(data, dict):
         data = {**data, **given}
     flags = {name: _flag_of(name, overrides) for name in given}
+    _check_finite(data, path, flags)
     matrix_errors.validate(data, MATRIX_SCHEMA, text, path, flags=flags)
     matrix = _build(data, path, weights=overrides.weights)
     _check_tiny(matrix, overrides)
-    return _select_entries(matrix, overrides)
+    return check_size(_select_entries(matrix, overrides))
+
+
+# Planning is linear (benchmarks/bench_plan_scale.py: ~123k processes in seconds); a matrix larger
+# than this is a typo (batch sizes 1-4096?) and would run for months: refused by validate and run.
+MAX_PROCESSES = 250_000
+
+
+def process_count(matrix: Matrix) -> int:
+    """The processes a run of ``matrix`` starts: cells x repeats, in every image and GPU type."""
+    repeats = matrix.repeats if isinstance(matrix.repeats, int) else 1
+    return (len(matrix.images) * max(len(matrix.gpu_types), 1) * len(matrix.models) * len(matrix.dtypes)
+            * len(matrix.batch_sizes) * len(matrix.modes) * repeats)
+
+
+def check_size(matrix: Matrix) -> Matrix:
+    """The matrix, or MatrixError when it has more than MAX_PROCESSES processes, saying how many."""
+    count = process_count(matrix)
+    if count > MAX_PROCESSES:
+        raise MatrixError(
+            f"{matrix.path}: {count:,} processes ({len(matrix.images)} image(s) x {len(matrix.models)} model(s) x "
+            f"{len(matrix.dtypes)} dtype(s) x {len(matrix.batch_sizes)} batch size(s) x {len(matrix.modes)} mode(s)"
+            f" x {matrix.repeats} repeat(s){_gpu_type_factor(matrix)}), over the limit of {MAX_PROCESSES:,}: "
+            "fewer batch sizes, models or repeats (or split it into several runs with --images/--models)")
+    return matrix
+
+
+def _gpu_type_factor(matrix: Matrix) -> str:
+    return f" x {len(matrix.gpu_types)} GPU type(s)" if matrix.gpu_types else ""
+
+
+def _check_finite(data: Any, path: Path, flags: Mapping[str, str], where: Tuple[Any, ...] = ()) -> None:
+    """No number of a matrix may be NaN or infinite (JSON Schema lets them through every bound):
+    MatrixError naming the key, or the flag it came from."""
+    if isinstance(data, float) and not math.isfinite(data):
+        name = flags.get(where[0]) if where else None
+        key = matrix_errors.dotted(where)  # type: ignore[no-untyped-call]
+        raise MatrixError(f"{name or f'{path}: {key}'} must be a finite number, got {data}")
+    children = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for key, value in children:
+        _check_finite(value, path, flags, (*where, key))
 
 
 def _flag_of(name: str, overrides: Overrides) -> str:
@@ -274,22 +319,33 @@ def _checkpoint_config(name: str, folder: str, matrix_path: Path) -> Path:
 
 
 def _existing_config(name: str, config: str, matrix_path: Path) -> Path:
-    resolved = (matrix_path.parent / config).resolve()
-    if not resolved.is_file():
-        raise MatrixError(
-            f"{matrix_path}: models.{name}.config: {config} not found "
-            f"(looked for {resolved}; paths are relative to the matrix file)"
-        )
+    given = matrix_path.parent / config
+    try:
+        resolved = given.resolve()
+        mode = os.stat(resolved).st_mode
+    except (OSError, RuntimeError):
+        dangling = (f"is a symlink to {os.readlink(given)}, which does not exist" if given.is_symlink()
+                    else "not found")
+        raise MatrixError(f"{matrix_path}: models.{name}.config: {config} {dangling} "
+                          f"(looked for {given}; paths are relative to the matrix file)") from None
+    if not stat.S_ISREG(mode):
+        raise MatrixError(f"{matrix_path}: models.{name}.config: {config} is {describe_kind(mode)}, not a "
+                          "config.json file; give the path of a transformers config.json")
     _check_config_json(f"{matrix_path}: models.{name}.config", resolved)
     return resolved
+
+
+MAX_CONFIG_BYTES = 16 * 1024 * 1024   # a transformers config.json is a few KB
 
 
 def _check_config_json(where: str, path: Path) -> None:
     """What the host can check of a transformers config.json: JSON, an object, a model_type."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_bounded_text(path, MAX_CONFIG_BYTES))
     except (UnicodeDecodeError, OSError) as exc:
         raise MatrixError(f"{where}: cannot read {path}: {exc}") from None
+    except RecursionError:
+        raise MatrixError(f"{where}: {path} is nested too deeply to be a config.json") from None
     except json.JSONDecodeError as exc:
         raise MatrixError(f"{where}: {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
                           f"{exc.msg})") from None

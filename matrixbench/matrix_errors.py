@@ -121,7 +121,15 @@ def _with_hint(where, error):
 
 
 def _any_of(where, error):
-    return f"{where} {_hint(error) or 'matches none of the allowed forms'}"
+    """The alternatives' own rule where one of them is about the value's range ("must be >= 1, got 0, or
+    'auto'"), not "matches none of the allowed forms"."""
+    if _hint(error):
+        return f"{where} {_hint(error)}"
+    ranged = [sub for sub in error.context or () if sub.validator in ("minimum", "exclusiveMinimum", "maximum")]
+    if not ranged:
+        return f"{where} matches none of the allowed forms"
+    words = [repr(sub.validator_value) for sub in error.context if sub.validator == "const"]
+    return _RULES[ranged[0].validator](where, ranged[0]) + (f", or {' or '.join(words)}" if words else "")
 
 
 def _default(where, error):

@@ -55,6 +55,9 @@ IMAGE_SCHEMA = {
     },
 }
 
+# A hub id: "name" or "org/name"; never a filesystem path ("/x", "./x", "../x", "~/x", "a/b/c").
+HUB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$"
+
 MODEL_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
@@ -63,7 +66,9 @@ MODEL_SCHEMA = {
     "x-message": ("needs `id` (a hub model id) or `config` (a local config.json) or `path` (a "
                   "save_pretrained folder), exactly one of them, not both"),
     "properties": {
-        "id": {"type": "string", "minLength": 1},
+        "id": {"type": "string", "minLength": 1, "pattern": HUB_ID_PATTERN,
+               "x-message": ("must be a Hugging Face hub id (name or org/name); for a folder on this machine "
+                             "use `path:` (a save_pretrained folder) or `config:` (a config.json)")},
         "config": {"type": "string", "minLength": 1},
         "path": {"type": "string", "minLength": 1},
         "task": {"enum": list(TASKS)},

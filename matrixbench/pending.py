@@ -16,16 +16,18 @@ same order, and the images take turns repeat by repeat, their order reversed on 
 (``matrixbench.executors.scheduler.rounds``: one runner per image and repeat index); run.json's ``order``
 says where each process ran.
 """
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
+from matrixbench.errors import ResumeConflictError
 from matrixbench.layout import image_dir
 from matrixbench.matrix import cells_by_image
 from runner.cells_file import schedule_pairs
 from runner.core import Repeat
-from runner.schema import RecordError, needs_run, read_record, record_path
+from runner.schema import NewerRecordError, RecordError, needs_run, read_record, record_path
 
 
 @dataclass(frozen=True)
@@ -113,17 +115,27 @@ def _mode_groups(cells):
 
 
 def _plan_image(name, cells, out_dir, force, retry_failed, repeats, order_seed, gpu_type=None):
-    pending = [r for r in repeats if needs_run(out_dir, r.cell, force, retry_failed, repeat=r.index)]
-    failures = sum(_recorded_status(out_dir, r) != "ok" for r in repeats if r not in pending)
+    """One image's work; linear in its repeats (one look at each record)."""
+    pending = [r for r in repeats if _needs_run(out_dir, r, force, retry_failed)]
+    pending_ids = {r.id for r in pending}
+    failures = sum(_recorded_status(out_dir, r) != "ok" for r in repeats if r.id not in pending_ids)
     return ImageWork(image_name=name, out_dir=out_dir, cells=cells, pending=pending,
                      recorded_failures=failures, unreadable=tuple(_unreadable(out_dir, pending)),
                      repeats=tuple(repeats), order_seed=order_seed, gpu_type=gpu_type)
 
 
+def _needs_run(out_dir, repeat, force, retry_failed):
+    """runner.schema.needs_run; a record of a newer matrixbench refuses the run, naming the file."""
+    try:
+        return needs_run(out_dir, repeat.cell, force, retry_failed, repeat=repeat.index)
+    except NewerRecordError as exc:
+        raise ResumeConflictError(str(exc)) from None
+
+
 def _unreadable(out_dir, repeats):
     for repeat in repeats:
         path = record_path(out_dir, repeat.cell, repeat.index)
-        if path.exists():
+        if os.path.lexists(path):
             try:
                 read_record(path)
             except RecordError as exc:

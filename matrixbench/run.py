@@ -28,6 +28,7 @@ from matrixbench.manifest import finish_manifest, read_manifest, record_order, s
 from matrixbench.pending import new_order_seed, pending_work, recorded_failures_line, unreadable_lines
 from matrixbench.progress import NullProgress
 from matrixbench.resume import check_resume
+from matrixbench.signals import signal_name
 
 DEFAULT_RUN = "default"
 
@@ -72,7 +73,7 @@ def run_matrix(matrix, options, progress=None, environ=None):
             environment.check_gpu_types(matrix.gpu_types)   # before anything is written: Ray would wait forever
         run_path = run_folder.prepare(run_dir(options.results_root, options.run_name))
         with run_folder.RunLock(run_path, options.command) as lock:
-            _take_over(lock, run_path, progress)
+            _take_over(lock, run_path, progress, environment)
             summary = _run_with(environment, matrix, options, run_path, progress, environ)
     finally:
         environment.close()
@@ -81,8 +82,11 @@ def run_matrix(matrix, options, progress=None, environ=None):
     return summary
 
 
-def _take_over(lock, run_path, progress):
-    """Say so when a killed run left its lock behind, and remove its scratch folders."""
+def _take_over(lock, run_path, progress, environment):
+    """Say so when a killed run left its lock behind; stop what it left running (its containers),
+    then remove its scratch folders."""
+    for line in environment.stop_leftovers(run_path):
+        progress.note(line)
     if lock.stale is not None:
         progress.note(f"the previous run of {run_path} was killed before it ended "
                       f"({run_folder.describe_holder(lock.stale)}); run.json records it as killed")
@@ -95,8 +99,6 @@ def _run_with(environment, matrix, options, run_path, progress, environ):
     policy = adaptive.policy_of(matrix, options.budget_min)
     started = time.time()       # --force with repeats auto: only records written from here on count
     budget = adaptive.Budget(policy.budget_s)   # from here: the run's wall time counts
-    for line in environment.stop_leftovers(run_path):
-        progress.note(line)
     gpus = _resolve_gpus(environment, options.device, progress)
     seed = new_order_seed() if options.order_seed is None else options.order_seed
     works = pending_work(matrix, run_path, force=options.force, retry_failed=options.retry_failed, order_seed=seed)
@@ -107,7 +109,7 @@ def _run_with(environment, matrix, options, run_path, progress, environ):
     progress.note(environment.describe())
     progress.note(adaptive.bill(policy, works, parallel=matrix.slots if isinstance(matrix.slots, int) else 1))
     run = Run(matrix, options, environment, run_path, gpus, environ, works, progress)
-    status = "failed"
+    status, stopped_by = "failed", None
     try:
         builds = dict.fromkeys(matrix.images[w.image_name].build_of or w.image_name for w in works if w.pending)
         environment.prepare([matrix.images[name] for name in builds],   # an A/A twin runs in its original's build
@@ -129,12 +131,12 @@ def _run_with(environment, matrix, options, run_path, progress, environ):
             executor.run(run)
         manifest = update_manifest(run_path, manifest, repeats=waves.outcome.to_dict())
         status = "incomplete" if run.summary.missing else ("failed" if run.summary.all_failed else "finished")
-    except KeyboardInterrupt:
-        status = "interrupted"
+    except KeyboardInterrupt as exc:
+        status, stopped_by = "interrupted", signal_name(exc)
         raise
     finally:
         progress.close()
-        finish_manifest(run_path, manifest, status, _cell_counts(run.summary))
+        finish_manifest(run_path, manifest, status, _cell_counts(run.summary), stopped_by=stopped_by)
     return run.summary
 
 

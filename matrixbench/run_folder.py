@@ -4,16 +4,19 @@ at a time (``RunLock``), and cleared of the scratch folders a killed run left be
 A folder that cannot be used is a ResultsFolderError naming ``--results`` and the folder, never
 a traceback from deep inside a run.
 """
+import errno
 import fcntl
 import json
 import os
 import shutil
 import socket
+import stat
 from datetime import datetime, timezone
 from pathlib import Path
 
 from matrixbench.errors import ResultsFolderError, RunLockedError
 from matrixbench.layout import lock_path, scratch_dirs, timing_board_dir
+from matrixbench.redact import redact_data
 
 
 def prepare(run_path):
@@ -22,26 +25,43 @@ def prepare(run_path):
     try:
         run_path.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
+        blocker = _file_in(run_path)
+        what = "a symlink that leads nowhere (a loop or a dangling link)" if blocker.is_symlink() else "a file"
         raise ResultsFolderError(
-            f"--results: {_file_in(run_path)} is a file, not a folder; the run folder {run_path} "
+            f"--results: {blocker} is {what}, not a folder; the run folder {run_path} "
             "cannot be made under it. Choose another --results") from None
     except PermissionError:
         raise ResultsFolderError(_cannot_write(run_path)) from None
+    except OSError as exc:   # a read-only file system, a symlink loop, a name too long
+        if exc.errno == errno.EROFS:
+            raise ResultsFolderError(_cannot_write(run_path)) from None
+        raise ResultsFolderError(f"--results: cannot make {run_path} ({exc.strerror}); choose another "
+                                 "--results or --run") from None
     if not os.access(run_path, os.W_OK | os.X_OK):
         raise ResultsFolderError(_cannot_write(run_path))
     return run_path
 
 
+def _read_only(path):
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def _file_in(path):
     """The first part of ``path`` that exists and is not a folder."""
     for part in reversed([path, *path.parents]):
-        if part.exists() and not part.is_dir():
+        if (part.exists() and not part.is_dir()) or (part.is_symlink() and not part.exists()):
             return part
     return path
 
 
 def _cannot_write(run_path):
     existing = next((p for p in [run_path, *run_path.parents] if p.exists()), run_path)
+    if _read_only(existing):
+        return (f"--results: {existing} is on a read-only file system; the run needs to create {run_path}. "
+                "Choose another --results")
     return (f"--results: cannot write to {existing} (permission denied for this user); "
             f"the run needs to create {run_path}. Choose another --results or fix its permissions")
 
@@ -50,12 +70,24 @@ def _cannot_write(run_path):
 
 
 
+# The descriptors of the run locks this process holds: its local runners inherit them
+# (matrixbench.backends.local), so a run's folder stays locked while any of its runners lives.
+_HELD: "set[int]" = set()
+
+
+def held_lock_fds():
+    """The run-lock descriptors a runner started now inherits."""
+    return tuple(sorted(_HELD))
+
+
 class RunLock:
     """An exclusive lock on a run folder: ``run.lock`` holds the holder's pid, host, start time
-    and command, and an ``fcntl.flock`` that the kernel drops when the holder dies.
+    and command, and an ``fcntl.flock`` that the kernel drops when the holder and every runner
+    that inherited it have died.
 
-    ``acquire()`` refuses (RunLockedError) while another process holds it; a lock file left by a
-    holder that died (``kill -9``, a lost machine) is taken over, and ``stale`` says who it was.
+    ``acquire()`` refuses (RunLockedError) while another process holds it, naming the processes
+    that do (a killed run's runner too); a lock file left by a holder that died (``kill -9``, a
+    lost machine) is taken over, and ``stale`` says who it was.
     """
 
     def __init__(self, run_path, command=()):
@@ -66,7 +98,7 @@ class RunLock:
 
     def acquire(self):
         while self._fd is None:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = _open_lock(self.path)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -78,10 +110,12 @@ class RunLock:
                 os.close(fd)
         self.stale = _read_holder(self.path)
         _write_holder(self._fd, self.command)
+        _HELD.add(self._fd)
         return self
 
     def release(self):
         if self._fd is not None:
+            _HELD.discard(self._fd)
             self.path.unlink(missing_ok=True)
             os.close(self._fd)
             self._fd = None
@@ -94,8 +128,64 @@ class RunLock:
         return False
 
     def _held_message(self, holder):
-        return (f"{self.path.parent} is in use by another matrixbench run ({describe_holder(holder)}); "
-                "one run writes a run folder at a time: wait for it to end, or use another --run name")
+        message = (f"{self.path.parent} is in use by another matrixbench run ({describe_holder(holder)}); "
+                   "one run writes a run folder at a time: wait for it to end, or use another --run name")
+        host_pid = (holder or {}).get("pid")
+        runners = [pid for pid in lock_holders(self.path) if pid != host_pid]
+        if runners and host_pid not in lock_holders(self.path):
+            message += (f". Its host process is gone but its runner(s) still run and hold the folder: "
+                        f"{', '.join(describe_process(pid) for pid in runners)}; they stop by themselves "
+                        f"when their cell is stopped, or end them with kill {' '.join(map(str, runners))}")
+        return message
+
+
+def _open_lock(path):
+    """The lock file, opened for the lock (a folder or other non-file there is refused by name)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except IsADirectoryError:
+        raise ResultsFolderError(f"{path}: the run lock is a folder, not a file; remove it "
+                                 f"(rmdir {path}) and rerun") from None
+    except OSError as exc:
+        raise ResultsFolderError(f"{path}: cannot open the run lock ({exc.strerror}); remove it and rerun") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ResultsFolderError(f"{path}: the run lock is not a regular file; remove it and rerun")
+    return fd
+
+
+def lock_holders(path):
+    """The processes with ``path`` open (Linux /proc): a run and the runners it started."""
+    try:
+        target = os.stat(path)
+    except OSError:
+        return []
+    found = []
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            if any(_is(fd, target) for fd in fd_dir.iterdir()):
+                found.append(int(fd_dir.parent.name))
+        except OSError:
+            continue
+    return sorted(found)
+
+
+def _is(fd_path, target):
+    try:
+        found = os.stat(fd_path)
+    except OSError:
+        return False
+    return (found.st_ino, found.st_dev) == (target.st_ino, target.st_dev)
+
+
+def describe_process(pid):
+    """``pid N (its command line)``, from /proc."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return f"pid {pid}"
+    command = " ".join(part.decode(errors="replace") for part in argv if part)
+    return f"pid {pid} ({command[:200]})"
 
 
 def describe_holder(holder):
@@ -123,7 +213,7 @@ def _read_holder(path):
 
 def _write_holder(fd, command):
     holder = {"pid": os.getpid(), "host": socket.gethostname(),
-              "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command}
+              "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": redact_data(command)}
     os.ftruncate(fd, 0)
     os.pwrite(fd, (json.dumps(holder, sort_keys=True) + "\n").encode(), 0)
 

@@ -8,6 +8,7 @@ what was asked of the runner last time, next to the records it wrote. Its ``sche
 from pathlib import Path
 
 from matrixbench.layout import CELLS_FILENAME
+from matrixbench.redact import redact_data
 from runner.schema import CELLS_SCHEMA_VERSION, write_json_atomic
 
 
@@ -31,4 +32,4 @@ def runner_input(request, image_id=None):
 def write_cells_file(request, image_id=None, path=None):
     """Write the runner's input atomically (sorted keys); return its path."""
     path = Path(path) if path is not None else Path(request.out_dir) / CELLS_FILENAME
-    return write_json_atomic(path, runner_input(request, image_id))
+    return write_json_atomic(path, redact_data(runner_input(request, image_id)))

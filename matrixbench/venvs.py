@@ -23,6 +23,7 @@ from matrixbench import images, pip_script, resources
 from matrixbench.errors import BuildError, RunError
 from matrixbench.interpreters import find_interpreter
 from matrixbench.paths import cache_home
+from matrixbench.redact import redact_urls
 from matrixbench.versions import pinned_version, same_release
 from matrixbench.wheelhouse import wheelhouse_dir
 from runner.schema import write_json_atomic
@@ -60,7 +61,7 @@ class VenvPlan:
     def describe(self):
         args = self.build.buildargs
         lines = [f"{self.path}  (image {self.name!r}, Python {self.python})"]
-        lines += [f"  {key}={images.redact_urls(args[key])}" for key in pip_script.PIP_BUILDARGS]
+        lines += [f"  {key}={redact_urls(args[key])}" for key in pip_script.PIP_BUILDARGS]
         lines.append(f"  wheelhouse: {wheelhouse_dir()}")
         lines.append(f"  ca bundle: {self.build.ca_bundle or 'none'}")
         return "\n".join(lines)
@@ -205,7 +206,7 @@ def marker(plan, interpreter, torch, started):
         "torch": torch,
         "python": plan.python,
         "interpreter": str(interpreter.path),
-        "buildargs": {key: images.redact_urls(plan.build.buildargs[key]) for key in pip_script.PIP_BUILDARGS},
+        "buildargs": {key: redact_urls(plan.build.buildargs[key]) for key in pip_script.PIP_BUILDARGS},
         "built_at": started.isoformat(timespec="seconds"),
     }
 

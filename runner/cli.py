@@ -10,7 +10,8 @@ Two ways to say what to run:
   every combination of the lists, with settings from the flags.
 
 Exit codes: 0 when the cells ran, whatever their statuses (a failed cell is a status in
-its record); 2 for bad usage (argparse's code).
+its record); 1 when a record cannot be written (a full disk: the line says which file); 2 for bad
+usage (argparse's code) and for a record of a newer schema version it must not overwrite.
 """
 import argparse
 import itertools
@@ -20,6 +21,7 @@ import sys
 from runner.cells_file import CellsFile, CellsFileError, load_cells_file, validate_cell, validate_settings
 from runner.core import ATTENTION, DTYPES, MODES, SIZES, TASKS, WEIGHTS
 from runner.driver import run_cells_file
+from runner.schema import NewerRecordError
 from runner.settings import BY_NAME, RUNNER_SETTINGS
 
 SETTING_FLAGS = tuple(setting.name for setting in RUNNER_SETTINGS)
@@ -95,6 +97,13 @@ def main(argv=None):
     except KeyboardInterrupt:
         print("runner: interrupted; the running cell was stopped, finished records are kept", file=sys.stderr)
         return 130
+    except NewerRecordError as exc:
+        print(f"runner: refused: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:   # a full disk, a read-only folder: one line, the host shows it
+        print(f"runner: cannot write {exc.filename or args.out}: {exc.strerror or exc}; finished records are "
+              "kept, the cells without a record run again on the next run", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -81,7 +81,7 @@ MODES = tuple(mode.value for mode in Mode)
 
 def cell_id(cell: Union["Cell", Mapping[str, Any]]) -> str:
     """The stable name of a cell: its record's file stem and its key for resume."""
-    data = cell.to_dict() if isinstance(cell, Cell) else cell
+    data: Mapping[str, Any] = cell.__dict__ if isinstance(cell, Cell) else cell
     name = data["model"] + ("-tiny" if data.get("size") == "tiny" else "")
     fullgraph = "_fullgraph" if data.get("fullgraph") else ""
     return f"{name}_bs{data['batch_size']}_{data['mode']}{fullgraph}_{data['dtype']}"
@@ -108,12 +108,16 @@ class Cell:
         return cell_id(self)
 
     def to_dict(self) -> JSON:
-        return asdict(self)
+        """Its fields as a dict (all plain values: a shallow copy, much faster than ``asdict``)."""
+        return {name: getattr(self, name) for name in _CELL_FIELDS}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Cell":
         """A cell from its JSON form (unchecked: ``runner.cells_file.validate_cell`` checks)."""
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+_CELL_FIELDS = tuple(f.name for f in fields(Cell))
 
 
 def repeat_stem(cell_id_: str, repeat: int = 0) -> str:

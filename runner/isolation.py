@@ -22,8 +22,10 @@ from multiprocessing.connection import wait
 from typing import Any, List, Optional, Tuple
 
 from runner.core import Status
+from runner.lifetime import die_with_parent
 
 PRELOAD = ["runner.worker"]
+SIGNAL_CHECK_S = 0.5
 
 
 @dataclass
@@ -82,9 +84,29 @@ class Launcher:
 
 
 def _call(module_name, function_name, args, channel):
-    """The child's target: picklable without importing torch in the parent."""
+    """The child's target: picklable without importing torch in the parent. It dies with the
+    forkserver it was forked from (which ends with the runner): a killed runner leaves no cell
+    behind to write a record later."""
+    die_with_parent(signal.SIGKILL)
+    _let_go_of_the_forkserver()
     function = getattr(importlib.import_module(module_name), function_name)
     function(*args, channel)
+
+
+def _let_go_of_the_forkserver():
+    """Close this child's copy of the runner's end of the forkserver's "alive" pipe (every forked
+    child inherits one): then the forkserver sees the pipe close, and exits, as soon as the runner
+    dies, and its death signal takes this child along."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        server._forkserver_alive_fd = None
 
 
 def _watch(process, receiver, timeout_s):
@@ -93,9 +115,11 @@ def _watch(process, receiver, timeout_s):
     messages, sources = [], [receiver, process.sentinel]
     while True:
         remaining = deadline - time.monotonic()
-        ready = wait(sources, timeout=max(remaining, 0)) if remaining > 0 else []
-        if not ready:
+        if remaining <= 0:
             return messages, True
+        # wake now and then: a signal that another thread took (SIGTERM from the host, its death
+        # signal) runs its handler only once this main thread is back in Python
+        ready = wait(sources, timeout=min(remaining, SIGNAL_CHECK_S))
         if receiver in ready:
             _receive(receiver, messages, sources)
         if process.sentinel in ready:

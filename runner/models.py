@@ -155,6 +155,11 @@ def make_recipe(cell):
     if spec is not None:
         return _seed_recipe(spec, cell)
     if cell.size == "tiny":
+        shipped = SEED_MODELS.get(cell.model)
+        if shipped is not None:   # a shipped name given another model: the tiny variant is of the shipped one
+            raise ModelError(
+                f"size=tiny: model {cell.model!r} is given as {cell.model_id or cell.config_path!r}, not the "
+                f"shipped {shipped.model_id!r} whose tiny variant exists; use that id, or size=full")
         raise ModelError(
             f"size=tiny: model {cell.model!r} has no tiny variant; tiny exists for the shipped models "
             f"{sorted(SEED_MODELS)}. Use size=full"

@@ -35,6 +35,7 @@ from runner.core import (
     repeat_stem,
     upgrade_record,
 )
+from runner.files import MIB, read_bounded_text, write_atomic
 from runner.settings import BY_NAME, RUNNER_SETTINGS
 
 JSON = Dict[str, Any]
@@ -54,8 +55,17 @@ CELLS_SCHEMA_VERSION = 2
 SUPPORTED_CELLS_VERSIONS = (1, 2)
 
 
+# A record holds every timed sample: 64 MiB is millions of iterations; a larger file is not a record.
+MAX_RECORD_BYTES = 64 * MIB
+
+
 class RecordError(Exception):
-    """A record file that cannot be read: bad JSON or an unknown schema version."""
+    """A record file that cannot be read: bad JSON, not a regular file, too large, not a record,
+    or an unknown schema version."""
+
+
+class NewerRecordError(RecordError):
+    """A record of a newer schema version than this matrixbench writes: never replaced, the run is refused."""
 
 
 def record_path(out_dir: Union[str, Path], cell: CellLike, repeat: int = 0) -> Path:
@@ -64,12 +74,11 @@ def record_path(out_dir: Union[str, Path], cell: CellLike, repeat: int = 0) -> P
 
 
 def write_json_atomic(path: Union[str, Path], data: Any) -> Path:
-    """Write JSON with sorted keys via a temp file + rename, so a killed run never leaves half a file."""
+    """Write JSON with sorted keys via a temp file + rename (runner.files.write_atomic), so a killed
+    run or a full disk never leaves half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, sort_keys=True, indent=1, allow_nan=True) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, (json.dumps(data, sort_keys=True, indent=1, allow_nan=True) + "\n").encode())
     return path
 
 
@@ -78,19 +87,34 @@ def write_record(out_dir: Union[str, Path], record: Record) -> Path:
 
 
 def read_record(path: Union[str, Path]) -> JSON:
-    """A record file as a dict of the current schema version (older versions converted)."""
+    """A record file as a dict of the current schema version (older versions converted).
+
+    RecordError when it is not a regular file of at most MAX_RECORD_BYTES holding a JSON object
+    with a known ``status`` and a ``cell`` object; NewerRecordError when a newer matrixbench wrote it.
+    """
     path = Path(path)
     try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        record = json.loads(read_bounded_text(path, MAX_RECORD_BYTES))
+    except (OSError, ValueError, RecursionError) as exc:
         raise RecordError(f"{path}: not a readable record ({exc})") from exc
     version = record.get("schema_version") if isinstance(record, dict) else None
+    if _newer(version):
+        raise NewerRecordError(
+            f"{path}: schema_version {version} is newer than this matrixbench's {SCHEMA_VERSION} (a newer "
+            "matrixbench wrote it); it is never overwritten: upgrade matrixbench, or use another --run name")
     if version not in SUPPORTED_VERSIONS:
         raise RecordError(
             f"{path}: schema_version {version!r} is not supported; this matrixbench reads "
             f"versions {list(SUPPORTED_VERSIONS)}. Upgrade matrixbench or rerun the cell."
         )
+    if record.get("status") not in STATUSES or not isinstance(record.get("cell"), dict):
+        raise RecordError(f"{path}: not a complete record (needs a 'status' of {', '.join(STATUSES)} "
+                          "and a 'cell' object)")
     return upgrade_record(record)
+
+
+def _newer(version: Any) -> bool:
+    return isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION
 
 
 def load_record(path: Union[str, Path]) -> Record:
@@ -105,17 +129,19 @@ def load_record(path: Union[str, Path]) -> Record:
 def needs_run(out_dir: Union[str, Path], cell: CellLike, force: bool = False,
               retry_failed: bool = False, repeat: int = 0) -> bool:
     """The one resume rule: does this repeat of a cell still need running? (No record, an
-    unreadable one, ``force``, or a failed one with ``retry_failed``.) Each repeat counts alone."""
-    if force:
-        return True
+    unreadable one, ``force``, or a failed one with ``retry_failed``.) Each repeat counts alone.
+    Raises NewerRecordError for a record a newer matrixbench wrote, ``force`` or not: this
+    version never replaces what it cannot read."""
     path = record_path(out_dir, cell, repeat)
-    if not path.exists():
+    if not os.path.lexists(path):
         return True
     try:
         record = read_record(path)
+    except NewerRecordError:
+        raise
     except RecordError:
         return True
-    return retry_failed and record["status"] != "ok"
+    return force or (retry_failed and record["status"] != "ok")
 
 
 _NUM = {"type": ["number", "null"]}

@@ -8,6 +8,7 @@ hash). Stdlib only.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
@@ -96,7 +97,7 @@ def _allowed(setting: Setting, value: Any) -> bool:
         return isinstance(value, {"boolean": bool, "string": str}.get(setting.kind, type(None)))
     if setting.kind == "integer" and not isinstance(value, int):
         return False
-    if not isinstance(value, (int, float)):
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
         return False
     if setting.maximum is not None and value > setting.maximum:
         return False

@@ -190,6 +190,31 @@ def test_ctrl_c_removes_the_container_and_keeps_finished_records(client, built, 
     assert json.loads((tmp_path / "results" / run_id / "run.json").read_text())["status"] == "interrupted"
 
 
+def test_a_killed_host_leaves_a_container_the_next_run_stops_and_resumes_after(client, built, tmp_path):
+    """`kill -9` of the host: its container runs on (the daemon owns it); the next run on the folder
+    stops and removes it before anything runs (its owner is gone), keeps the finished record and
+    runs the rest (issue 24)."""
+    run_id = "e2e-host-killed"
+    out_dir = tmp_path / "results" / run_id / "e2e-stable"
+    args = ("--run", run_id, "--images", "e2e-stable", "--models", "vit", "--modes", "eager",
+            "--batch-sizes", "1,2,3,4", "--iterations", "3000")
+    process = matrixbench(*args, results=tmp_path / "results", start_new_session=True)
+    wait_for_records(out_dir, 1, process)
+    first = {cid: (out_dir / f"{cid}.json").read_bytes() for cid in records(out_dir)}
+    process.kill()
+    process.wait(timeout=60)
+    assert containers_of(client, run_id) != [], "the daemon keeps the killed host's container"
+    code, output = finish(matrixbench(*args, results=tmp_path / "results"))
+    assert code == 0, output
+    assert "left running by a killed run" in output and "Traceback" not in output, output
+    assert containers_of(client, run_id) == []
+    for cid, content in first.items():
+        assert (out_dir / f"{cid}.json").read_bytes() == content, f"{cid} was rewritten"
+    assert len(records(out_dir)) == 4
+    history = json.loads((tmp_path / "results" / run_id / "run.json").read_text())["history"]
+    assert [entry["status"] for entry in history] == ["killed"]
+
+
 def test_a_user_without_a_passwd_entry_in_the_image_runs_cells_and_owns_the_records(client, built, tmp_path):
     from matrixbench.environments.base import RunRequest
     from matrixbench.environments.docker import DockerBackend

@@ -101,7 +101,7 @@ def test_cold_runs_set_no_compile_cache_so_each_cell_compiles_in_its_own(tmp_pat
     assert "TORCHINDUCTOR_CACHE_DIR" not in env and "TRITON_CACHE_DIR" not in env
 
 
-def test_ctrl_c_stops_the_runner_and_keeps_finished_records(tmp_path, stand_in, cells):
+def test_ctrl_c_stops_the_runner_and_keeps_finished_records(tmp_path, stand_in, cells, sigint_raises):
     request = _request(tmp_path, cells, env={"STAND_IN_DELAY": "30"})
     request.out_dir.mkdir()
     first = record_path(request.out_dir, cells[0])

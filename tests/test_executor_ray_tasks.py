@@ -201,7 +201,7 @@ def test_a_retried_task_skips_what_the_driver_already_holds_and_runs_on_its_gpu(
     assert emitted == [default.id] == [data["cell_id"] for _, data in result.records]
 
 
-def test_a_cancelled_task_stops_its_runner_even_inside_a_blocking_wait():
+def test_a_cancelled_task_stops_its_runner_even_inside_a_blocking_wait(sigint_raises):
     import _thread
     import threading
     import time

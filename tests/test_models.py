@@ -215,6 +215,13 @@ def test_tiny_exists_only_for_shipped_models(tmp_path):
         models.make_recipe(other)
 
 
+def test_tiny_of_a_shipped_name_given_another_model_says_so_without_contradiction():
+    renamed = cell("vit", task="image-classification", model_id="someone/other-vit", size="tiny")
+    with pytest.raises(models.ModelError, match="'vit' is given as 'someone/other-vit', not the shipped") as raised:
+        models.make_recipe(renamed)
+    assert "no tiny variant" not in str(raised.value)
+
+
 def test_pretrained_weights_load_from_a_local_checkpoint_folder(tmp_path):
     saved = models.build(cell("resnet", size="tiny"), "cpu", "float32").model
     with torch.no_grad():

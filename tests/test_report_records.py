@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from matrixbench.errors import ReportError
+from matrixbench.errors import ManifestError, ReportError
 from matrixbench.report import records
 from runner.core import Record
 from runner.schema import read_record, write_record
@@ -81,7 +81,7 @@ def test_integer_fields_stay_integers():
 def test_unknown_schema_version_is_refused(tmp_path):
     run = _copy_run(tmp_path)
     _edit(run / "stable" / A_RECORD.name, lambda record: record.update(schema_version=99))
-    with pytest.raises(ReportError, match="schema_version 99 is not supported"):
+    with pytest.raises(ReportError, match="schema_version 99 is newer than this matrixbench"):
         records.load_results([run])
 
 
@@ -150,13 +150,16 @@ def test_each_manifest_is_read_once_through_the_manifest_reader(monkeypatch):
 @pytest.mark.parametrize("text, message", [
     ('{"schema_version": 99}', "schema_version 99 is not supported"),
     ('{"note": "no version"}', "schema_version None is not supported"),
-    ("{broken", "not valid JSON"),
+    ("{broken", "not readable JSON"),
+    ('{"schema_version": 1, "history": "oops"}', "'history' must be a list"),
 ])
-def test_a_bad_manifest_is_a_report_error(tmp_path, text, message):
+def test_a_bad_manifest_is_the_same_error_as_in_run(tmp_path, text, message):
+    """A corrupt run.json is a ManifestError (exit 8) in report as in run."""
     run = _copy_run(tmp_path)
     (run / "run.json").write_text(text)
-    with pytest.raises(ReportError, match=message):
+    with pytest.raises(ManifestError, match=message) as raised:
         records.read_manifests([run])
+    assert raised.value.exit_code == 8
 
 
 def test_merged_table_is_written_as_csv_and_jsonl(tmp_path):

@@ -136,3 +136,32 @@ def test_a_second_lock_in_the_same_process_is_refused_too(run_path):
     with RunLock(run_path, ["first"]):
         with pytest.raises(RunLockedError, match="first"):
             RunLock(run_path, ["second"]).acquire()
+
+
+def test_a_lock_a_dead_hosts_runner_still_holds_refuses_naming_the_runner(tmp_path):
+    """The runner inherits the run lock: its host gone, the folder stays locked until it ends, and
+    the refusal names it (issue 24: a rerun never adopts a folder whose runner lives)."""
+    import time
+
+    from matrixbench.environments.local import _running
+    from matrixbench.run_folder import RunLock
+
+    host = ("import os, subprocess\nfrom matrixbench.run_folder import RunLock, held_lock_fds\n"
+            f"RunLock({str(tmp_path)!r}, ['matrixbench', 'run']).acquire()\n"
+            "child = subprocess.Popen(['sleep', '600'], pass_fds=held_lock_fds(), stdout=subprocess.DEVNULL, "
+            "stderr=subprocess.DEVNULL)\n"
+            "print(child.pid, flush=True)\nos._exit(0)\n")   # dies without releasing, as kill -9 would
+    done = subprocess.run([sys.executable, "-c", host], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    runner = int(done.stdout)
+    try:
+        with pytest.raises(RunLockedError, match=rf"host process is gone.*pid {runner} \(sleep 600\).*kill {runner}"):
+            RunLock(tmp_path).acquire()
+    finally:
+        os.kill(runner, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while _running(runner) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lock = RunLock(tmp_path).acquire()
+    assert lock.stale["command"] == ["matrixbench", "run"]
+    lock.release()

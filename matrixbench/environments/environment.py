@@ -7,12 +7,12 @@ families, the image's ``env`` and the run-time secrets (RUNTIME_SECRETS: HF_TOKE
 value never reaches a log line, an error message or a record: ``redact`` replaces it by ``***``.
 """
 import os
-import re
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from matrixbench import resources
 from matrixbench.errors import RunError
+from matrixbench.redact import redact_text, secrets
 
 # Passed through from the caller's environment; nothing else is.
 ENV_ALLOWED = (
@@ -26,9 +26,6 @@ ENV_ALLOWED_PREFIXES = ("TORCH_", "TORCHINDUCTOR_", "TRITON_")
 CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 # Passed to the runner at run time only (never baked into an image, never shipped in a Ray task's args).
 RUNTIME_SECRETS = ("HF_TOKEN",)
-# Keys whose values are secrets wherever they come from (an image's env, the run-time secrets).
-SECRET_KEY = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
-SECRET_MIN_CHARS = 4   # shorter values would redact ordinary text
 
 
 def runtime_secrets(environ: Mapping[str, str]) -> Dict[str, str]:
@@ -37,16 +34,13 @@ def runtime_secrets(environ: Mapping[str, str]) -> Dict[str, str]:
 
 
 def secret_values(env: Mapping[str, str]) -> List[str]:
-    """Values that must never reach a log or an error message (HF_TOKEN and the like)."""
-    return [str(value) for key, value in env.items() if SECRET_KEY.search(key) and len(str(value)) >= SECRET_MIN_CHARS]
+    """Values that must never reach a log or an error message (HF_TOKEN and the like): matrixbench.redact's rule."""
+    return secrets(env)
 
 
 def redact(text: str, values: Iterable[str]) -> str:
-    """``text`` with each secret value replaced by ``***``."""
-    for value in values:
-        if len(str(value)) >= SECRET_MIN_CHARS:
-            text = text.replace(str(value), "***")
-    return text
+    """``text`` with each secret value, and every URL's credentials, replaced by ``***`` (matrixbench.redact)."""
+    return redact_text(text, values)
 
 
 def runner_parent() -> Path:

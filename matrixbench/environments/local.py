@@ -17,10 +17,13 @@ from matrixbench.environments.environment import compile_cache_env, runner_env
 from matrixbench.errors import RunError
 from matrixbench.gpu import host_gpus
 from matrixbench.layout import CELLS_FILENAME, LOG_FILENAME
+from matrixbench.run_folder import held_lock_fds
 from matrixbench.runner_input import write_cells_file
 from matrixbench.versions import pinned_version, same_release
+from runner.lifetime import die_with_parent
 
 STOP_GRACE_S = 10
+SIGNAL_CHECK_S = 0.5
 
 
 class LocalBackend(Backend):
@@ -53,7 +56,11 @@ _RUNNING: "set[subprocess.Popen[bytes]]" = set()
 def launch_runner(python, request, env, image_id=None):
     """``python -m runner --cells <work_dir>/cells.json --out <out_dir>``, as the container's
     entrypoint runs it, logging to <work_dir>/runner.log (work_dir: out_dir, or its slot-<i>
-    folder in a slot, whose cores it is pinned to); return its exit code."""
+    folder in a slot, whose cores it is pinned to); return its exit code.
+
+    The runner dies with this process (SIGTERM when it dies, ``kill -9`` included) and holds the
+    run's lock with it (the inherited ``run.lock`` descriptor): no later run adopts the folder
+    while it lives."""
     request.work_dir().mkdir(parents=True, exist_ok=True)
     cells_file = write_cells_file(request, image_id, path=request.work_dir() / CELLS_FILENAME)
     argv = [str(python), "-m", "runner", "--cells", str(cells_file), "--out", str(request.out_dir),
@@ -61,7 +68,7 @@ def launch_runner(python, request, env, image_id=None):
     with open(request.work_dir() / LOG_FILENAME, "ab") as log:
         process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True,
-                                   preexec_fn=pin_to(request.slot))
+                                   pass_fds=held_lock_fds(), preexec_fn=child_setup(request.slot))
         _RUNNING.add(process)
         try:
             return _wait(process)
@@ -75,12 +82,15 @@ def stop_running():
         _stop(process)
 
 
-def pin_to(slot):
-    """The child's pre-exec step: run on the slot's cores only (None outside slots)."""
-    if slot is None:
-        return None
-    cores = set(slot.cores)
-    return lambda: os.sched_setaffinity(0, cores)
+def child_setup(slot):
+    """The child's pre-exec step: die with this process; run on the slot's cores only (if any)."""
+    host, cores = os.getpid(), set(slot.cores) if slot is not None else None
+
+    def setup():
+        die_with_parent(signal.SIGTERM, host)
+        if cores is not None:
+            os.sched_setaffinity(0, cores)
+    return setup
 
 
 def _installed_torch():
@@ -103,8 +113,14 @@ def check_torch_pin(request, installed):
 
 
 def _wait(process):
+    """The runner's exit code; waits in steps, so a stop signal another thread took (SIGTERM,
+    SIGHUP) reaches this thread's handler within a step."""
     try:
-        return process.wait()
+        while True:
+            try:
+                return process.wait(timeout=SIGNAL_CHECK_S)
+            except subprocess.TimeoutExpired:
+                continue
     except KeyboardInterrupt:
         _stop(process)
         raise

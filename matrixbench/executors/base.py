@@ -14,6 +14,7 @@ from typing import Any, Counter, Dict, List, Mapping, Optional, Sequence, Tuple
 from matrixbench.environments.base import Backend, RunRequest
 from matrixbench.environments.environment import runtime_secrets
 from matrixbench.launch import Outcome, launch
+from matrixbench.layout import LOG_FILENAME
 from matrixbench.matrix import runner_settings
 from matrixbench.paths import compile_cache_root, hf_cache_home
 from runner.core import Repeat
@@ -29,6 +30,22 @@ class ImageResult:
     exit_code: Optional[int] = None
     statuses: Counter[str] = field(default_factory=Counter)
     missing: List[str] = field(default_factory=list)   # cell ids the runner left without a record
+
+
+def last_log_line(out_dir: Path, tail_bytes: int = 4096) -> Optional[str]:
+    """The runner's last words (the last line of ``<out_dir>/runner.log``, or of a slot's), e.g. why it
+    refused its cells; None when there is no log."""
+    logs = [log for log in [Path(out_dir) / LOG_FILENAME, *Path(out_dir).glob(f"slot-*/{LOG_FILENAME}")]
+            if log.is_file()]
+    for log in sorted(logs, key=lambda log: log.stat().st_mtime)[-1:]:
+        try:
+            with open(log, "rb") as handle:
+                handle.seek(max(log.stat().st_size - tail_bytes, 0))
+                lines = handle.read().decode(errors="replace").strip().splitlines()
+        except OSError:
+            return None
+        return lines[-1][:300] if lines else None
+    return None
 
 
 @dataclass
@@ -64,8 +81,10 @@ class RunSummary:
             failed = f", {image.recorded_failures} of them failures" if image.recorded_failures else ""
             lines.append(f"  {image.image_name}: {counts}; {image.skipped} skipped (already recorded{failed})")
             if image.missing:
+                said = last_log_line(image.out_dir)
                 lines.append(f"    {len(image.missing)} cell(s) without a record "
-                             f"(runner exit code {image.exit_code}); see {image.out_dir}")
+                             f"(runner exit code {image.exit_code}{': ' + said if said else ''}); "
+                             f"see {image.out_dir}")
         if self.repeats is not None and self.repeats.describe():
             lines.append(self.repeats.describe())
         if self.failures():

@@ -1,5 +1,6 @@
 """Render a Report with the Jinja templates in templates/: Markdown, and self-contained HTML."""
 import base64
+import html
 from pathlib import Path
 
 import jinja2
@@ -41,8 +42,10 @@ def _data_uri(path):
 
 
 def md_escape(text):
-    """Text that cannot break a Markdown table row."""
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    """Text that cannot break a Markdown table row nor smuggle HTML into the rendered page (notes,
+    model types, error messages are user text): ``& < >`` as entities, as the HTML report escapes."""
+    text = html.escape(str(text), quote=False)
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
 def md_cell(cell):

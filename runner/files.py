@@ -1,0 +1,65 @@
+"""Reading a file that someone may have replaced with something else: only a regular file (a
+symlink to one is fine), only up to a size limit. A FIFO would block the reader forever,
+``/dev/zero`` or a huge file would fill its memory. Stdlib only (the runner uses it too).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import Union
+
+MIB = 1024 * 1024
+
+
+class UnreadableFileError(OSError):
+    """Not a regular file, or larger than the limit; the message says which and names the file."""
+
+
+def read_bounded_text(path: Union[str, Path], max_bytes: int) -> str:
+    """The file's text (UTF-8), refusing what is not a regular file or is over ``max_bytes``.
+    OSError (UnreadableFileError or the system's) when it cannot be read; ValueError when it is
+    not UTF-8."""
+    path = Path(path)
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise UnreadableFileError(f"{path} is {describe_kind(info.st_mode)}, not a regular file")
+    if info.st_size > max_bytes:
+        raise UnreadableFileError(f"{path} is {info.st_size} bytes, over the limit of {max_bytes}")
+    with open(path, "rb") as handle:
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise UnreadableFileError(f"{path} grew over the limit of {max_bytes} bytes while being read")
+    return data.decode("utf-8")
+
+
+def describe_kind(mode: int) -> str:
+    """What a file of this mode is, in words: "a folder", "a FIFO", "a device", ..."""
+    for test, words in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                        (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return words
+    return "not a regular file"
+
+
+def write_atomic(path: Union[str, Path], data: bytes) -> None:
+    """Replace ``path`` with ``data`` whole or not at all: a temp file of its own in the same
+    folder, flushed to disk, then renamed over it. On any failure (a full disk: ENOSPC) the temp
+    file is removed, ``path`` keeps what it held, and the OSError names ``path``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(path)
+        raise
