@@ -213,7 +213,7 @@ def selftest_options(command):
 def selftest(run_name, results_root, python, device):
     """Check the measuring apparatus on this machine in under five minutes: a kernel of known duration, a
     matmul against the GPU's peak, CUDA-graph replays counted, NVML counters, the wall-clock cross-check,
-    timing with and without per-iteration events (on the CPU, its CPU part). Exit code 8 when a check fails."""
+    timing with and without per-iteration events (on the CPU, its CPU part). Exit code 10 when a check fails."""
     from matrixbench.selftest import run_selftest
 
     run_selftest(run_dir(results_root, run_name), device=device, python=python, emit=click.echo)

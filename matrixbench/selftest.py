@@ -19,7 +19,7 @@ TIMEOUT_S = 300   # under five minutes, or it is a failure in itself
 class SelftestError(MatrixbenchError):
     """The measuring apparatus failed a check (or the selftest could not run)."""
 
-    exit_code = 8
+    exit_code = 10
 
 
 def run_selftest(run_path, device="auto", python=None, emit=print):

@@ -131,7 +131,7 @@ def test_the_command_keeps_the_result_in_the_run_folder_and_exits_8_on_a_failure
     assert (tmp_path / "r" / "one" / "selftest.json").is_file()
     bad = CliRunner().invoke(main, ["selftest", "--results", str(tmp_path / "r"), "--run", "two",
                                     "--python", fake_python(tmp_path, False)])
-    assert bad.exit_code == 8 and "sleep kernel" in bad.output and "selftest.json" in bad.output
+    assert bad.exit_code == 10 and "sleep kernel" in bad.output and "selftest.json" in bad.output
 
 
 def test_the_command_runs_the_cpu_part_here(tmp_path):
