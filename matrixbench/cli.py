@@ -11,11 +11,12 @@ from pathlib import Path
 
 import click
 
+from matrixbench import attribution
 from matrixbench.backends import backend_names
 from matrixbench.cluster import DEFAULT_NODE_BACKEND, NODE_BACKENDS
 from matrixbench.errors import MatrixbenchError
 from matrixbench.images import BuildOptions
-from matrixbench.matrix import Overrides, load_matrix
+from matrixbench.matrix import Overrides, expand_cells, load_matrix
 from matrixbench.pending import pending_work, recorded_failures_line, run_dir, unreadable_lines
 from matrixbench.progress import make_progress
 from matrixbench.report_formats import REPORT_FORMATS
@@ -289,7 +290,7 @@ def run(matrix_path, run_name, results_root, backend, ray_address, node_backend,
 
 
 def describe_plan(matrix, run_path, force, retry_failed):
-    lines = []
+    lines = attribution.describe(matrix, len(expand_cells(matrix)))
     for plan in pending_work(matrix, run_path, force=force, retry_failed=retry_failed):
         failed = f" ({recorded_failures_line(plan.recorded_failures)})" if plan.recorded_failures else ""
         lines.append(f"{plan.label}: {len(plan.pending)} to run, {plan.done} done{failed} -> {plan.out_dir}")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from matrixbench import matrix_errors, matrix_yaml
+from matrixbench import attribution, matrix_errors, matrix_yaml
 from matrixbench.errors import MatrixError
 from matrixbench.matrix_schema import DEFAULTS, MATRIX_SCHEMA
 from matrixbench.versions import pinned_version
@@ -93,6 +93,9 @@ class Matrix:
     calibration_models: Tuple[str, ...] = _default("calibration_models")
     exclusive_timing: bool = _default("exclusive_timing")   # slots time one at a time
     gpu_types: Tuple[str, ...] = _default("gpu_types")   # () = no GPU-type axis (matrixbench.pending)
+    attribution: bool = _default("attribution")   # bridge images derived (matrixbench.attribution)
+    bridges: Tuple[Any, ...] = ()    # attribution.Bridge: the derived images, in ``images`` too
+    refused: Tuple[Any, ...] = ()    # attribution.Refused: corners that cannot exist, with the reason
     path: Optional[Path] = None
 
     def to_dict(self) -> JSON:
@@ -101,6 +104,8 @@ class Matrix:
         del data["path"]
         if not data["gpu_types"]:
             del data["gpu_types"]   # without the axis, a matrix is (and hashes) as before it existed
+        if not data["attribution"]:
+            del data["attribution"], data["bridges"], data["refused"]   # likewise without attribution
         return data
 
     def content_hash(self) -> str:
@@ -129,6 +134,7 @@ class Overrides:
     calibration_models: Optional[Sequence[str]] = None
     exclusive_timing: Optional[bool] = None
     gpu_types: Optional[Sequence[str]] = None
+    attribution: Optional[bool] = None
 
     def settings(self) -> JSON:
         """The settings given, by matrix key (lists without repeats)."""
@@ -144,8 +150,11 @@ def _short_hash(data: Any) -> str:
 
 # --- loading -------------------------------------------------------------------------------
 
-def load_matrix(path: Path | str, overrides: Optional[Overrides] = None) -> Matrix:
-    """Read a matrix file, apply ``overrides``, validate the result once, resolve it.
+def load_matrix(path: Path | str, overrides: Optional[Overrides] = None,
+                metadata: Optional[attribution.MetadataSource] = None) -> Matrix:
+    """Read a matrix file, apply ``overrides``, validate the result once, resolve it; with
+    ``attribution``, add the bridge images (``metadata``: transformers' wheel metadata, by default
+    from the wheelhouse).
 
     Raises MatrixError naming what is wrong: ``file:line:col`` for the file, the flag for an
     override.
@@ -161,7 +170,11 @@ def load_matrix(path: Path | str, overrides: Optional[Overrides] = None) -> Matr
     matrix_errors.validate(data, MATRIX_SCHEMA, text, path, flags=flags)
     matrix = _build(data, path, weights=overrides.weights)
     _check_tiny(matrix, overrides)
-    return _select_entries(matrix, overrides)
+    matrix = _select_entries(matrix, overrides)
+    if not matrix.attribution:
+        return matrix
+    derived: Matrix = attribution.derive(matrix, metadata or attribution.wheel_metadata)
+    return derived
 
 
 def _build(data: JSON, path: Path, weights: Optional[str] = None) -> Matrix:
