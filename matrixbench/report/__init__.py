@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from matrixbench.errors import ReportError
-from matrixbench.report import charts, records, render
+from matrixbench.report import charts, records, render, shares
 from matrixbench.report.calibration import calibration_tables, phase_pairs
 from matrixbench.report.cells import CellIndex
 from matrixbench.report.comparisons import calibration_comparisons, comparisons, write_comparisons
@@ -27,7 +27,7 @@ def build_report(results_dirs, out_dir, formats=REPORT_FORMATS):
     unreadable = []   # files that are not readable records: left out, listed in the notes
     frame, calibration = records.split_calibration(records.load_results(results_dirs, unreadable))
     manifests = records.read_manifests(results_dirs)
-    cells = CellIndex(frame, records.image_order(manifests))
+    cells = CellIndex(frame, records.image_order(manifests), shares.plan_of(manifests))
     sources = image_sources(cells, records.published_overrides(manifests))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

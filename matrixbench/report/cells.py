@@ -27,7 +27,9 @@ PLACEMENT_COLUMNS = ("placement.slot", "placement.gpu_index", "placement.gpu_uui
 class CellIndex:
     """Rows of the merged table (plain dicts, NaN as None), looked up by their cell key."""
 
-    def __init__(self, frame, image_order=()):
+    def __init__(self, frame, image_order=(), attribution=None):
+        self.attribution = attribution   # report.shares.Plan: the bridges, when a run derived them
+        self.bridges = attribution.bridge_names if attribution else set()
         records = [{key: plain_value(value) for key, value in row.items()} for row in frame.to_dict("records")]
         self.rows = combine_repeats(records, self.key)
         self._image_rank = _image_ranks(self.rows, list(image_order))

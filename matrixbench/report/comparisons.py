@@ -12,6 +12,10 @@ One row per comparison, keyed like the tables (device, image, batch size, model,
   ratio = candidate ms / baseline ms, percent = change (negative is faster), with the
   hierarchical bootstrap interval and its significance ("not tested: one process per cell"
   when a side has one process; ``processes`` is the fewer of the two).
+- ``torch_share``, ``transformers_share``, ``interaction_share``: with attribution, an ``image_change``
+  of images that differ in torch and transformers split into each factor's share (report.shares);
+  ``against`` names the step and the path ("[2×2]" or "[via <bridge>]"), ratio/percent the share with
+  its Welch interval, ``significant`` its verdict ("no transformers share (±2%)").
 - ``mode_change``: a compiled cell against the same image's default cell, likewise.
 - ``published_deviation``: a cell against the image's published source on the same GPU;
   ratio = measured ms / published ms, percent = deviation.
@@ -27,7 +31,7 @@ functions the tables use.
 import csv
 from pathlib import Path
 
-from matrixbench.report import arithmetic, stats
+from matrixbench.report import arithmetic, share_tables, stats
 from matrixbench.report.cells import is_ok, row_label
 from matrixbench.report.published import GPUS, PublishedReference
 from matrixbench.versions import public
@@ -44,11 +48,12 @@ def comparisons(cells, published, sources):
     reference = PublishedReference(published)
     rows = []
     for device in cells.values("device"):
-        images = cells.values("image", device=device)
-        for index, image in enumerate(images):
+        compared = [image for image in cells.values("image", device=device) if image not in cells.bridges]
+        for image in cells.values("image", device=device):
+            index = compared.index(image) if image in compared else 0
             for row in _in_order(cells, device, image):
                 rows += _cell(row) + _speedup(cells, row) + _mode_change(cells, row)
-                rows += _image_change(cells, row, images[index - 1] if index else None)
+                rows += _image_change(cells, row, compared[index - 1] if index else None)
                 rows += _published(cells, reference, row, sources[image])
     return rows
 
@@ -130,7 +135,9 @@ def _mode_change(cells, row):
 def _image_change(cells, row, previous):
     if previous is None:
         return []
-    return _change("image_change", previous, _sibling(cells, row, image=previous), row)
+    baseline = _sibling(cells, row, image=previous)
+    shares = share_tables.comparison_rows(cells, baseline, row, _key) if baseline is not None else []
+    return _change("image_change", previous, baseline, row) + shares
 
 
 def _published(cells, reference, row, source):

@@ -1,7 +1,7 @@
 """Everything one report shows, assembled in reading order (so footnotes number in order)."""
 from dataclasses import dataclass, field
 
-from matrixbench.report import stats, tables
+from matrixbench.report import share_tables, stats, tables
 from matrixbench.report.published import DATASET_NOTES, source_for
 from matrixbench.report.tables import Table
 from matrixbench.versions import release
@@ -85,6 +85,7 @@ class Report:
     footnotes: list
     legends: dict = field(default_factory=lambda: dict(LEGENDS))
     calibration: list = field(default_factory=list)   # the interference calibration's tables, if it ran
+    attribution: list = field(default_factory=list)   # per mixed pair: how much of its change each factor explains
 
 
 def image_sources(cells, overrides=None):
@@ -109,6 +110,9 @@ def assemble(cells, published, notes, charts, sources=None, calibration=()):
         legends["per_device"] += " " + tables.flag_legend(flags)
     if tables.mixed_rows(cells):
         legends["image_pairs"] += " " + _MIXED
+    if cells.attribution:
+        legends["image_pairs"] += " " + share_tables.LEGEND
+        legends["attribution"] = share_tables.SUMMARY_LEGEND
     if tables.mixed_rows(cells, tables.gpu_mismatch):
         legends["image_pairs"] += " " + _MIXED_GPUS
     return Report(
@@ -125,4 +129,5 @@ def assemble(cells, published, notes, charts, sources=None, calibration=()):
         footnotes=footnotes.texts,
         legends=legends,
         calibration=list(calibration),
+        attribution=share_tables.summary_tables(cells),
     )

@@ -10,7 +10,7 @@ from typing import Optional
 import numpy as np
 
 from matrixbench.placement import format_cpulist
-from matrixbench.report import arithmetic, stats
+from matrixbench.report import arithmetic, share_tables, stats
 from matrixbench.report.cells import STATUS_TEXT, CellIndex, is_ok, row_label
 from matrixbench.report.published import GPUS, TABLE_TITLES, PublishedReference, source_title
 from runner.core import STATUSES
@@ -266,7 +266,8 @@ def image_pairs(cells):
     """(device, batch size, earlier image, later image) of each image-against-image table."""
     for device in cells.values("device"):
         for batch in cells.values("batch", device=device):
-            images = cells.values("image", device=device, batch=batch)
+            images = [image for image in cells.values("image", device=device, batch=batch)
+                      if image not in cells.bridges]
             yield from ((device, batch, before, after) for before, after in zip(images, images[1:]))
 
 
@@ -280,7 +281,9 @@ def pair_cells(cells, device, batch, before, after):
 
 
 def _pair_table(cells, notes, device, batch, before, after):
-    rows = [_pair_row(old, new, notes) for old, new in pair_cells(cells, device, batch, before, after)]
+    rows = []
+    for old, new in pair_cells(cells, device, batch, before, after):
+        rows += [_pair_row(old, new, notes), *share_tables.split_rows(cells, old, new, notes)]
     names = [cells.image_labels[image] for image in (before, after)]
     header = ["Task/Model", "Mode", f"{names[0]} (ms)", f"{names[1]} (ms)", "Change", "95% interval", "Warning"]
     return drop_empty_columns(Table(f"{names[0]} → {names[1]} · {device} · batch size {batch}", header, rows))
