@@ -13,8 +13,9 @@ import tempfile
 from pathlib import Path
 
 from matrixbench.backends import create_backend
-from matrixbench.backends.base import LOG_FILENAME, RunRequest
+from matrixbench.backends.base import RunRequest
 from matrixbench.errors import MatrixError
+from matrixbench.layout import LOG_FILENAME
 from matrixbench.matrix import expand_cells, runner_settings
 from matrixbench.run import RUNTIME_SECRETS, default_hf_cache
 from runner.schema import CHECK_FILENAME

@@ -21,17 +21,17 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Sequence
 
 from matrixbench.errors import MatrixError
+from matrixbench.layout import CALIBRATION_DIRNAME, CALIBRATION_RUN_DEPTH, calibration_dir, slot_dir
 from matrixbench.matrix import Model, make_cell
-from runner.core import Cell
+from runner.core import Cell, Mode
 from runner.registry import SEED_MODELS
 from runner.schema import needs_run, record_path
 
 PHASES = ("alone", "loaded")
-MODES = ("eager", "default")
+MODES = (Mode.EAGER.value, Mode.DEFAULT.value)
 BATCH_SIZE = 1
-FOLDER = "calibration"
-# A calibration record's run folder is this many folders above its own: <run>/<image>/calibration/<phase>/slot-<i>
-RUN_DEPTH = 4
+FOLDER = CALIBRATION_DIRNAME
+RUN_DEPTH = CALIBRATION_RUN_DEPTH   # (report.records finds a calibration record's run folder with it)
 JOIN_POLL_S = 0.2
 
 
@@ -55,7 +55,7 @@ def _model(matrix, name) -> Model:
 
 def out_dir(image_dir, phase: str, slot) -> Path:
     """Where one phase's records of one slot land."""
-    return Path(image_dir) / FOLDER / phase / f"slot-{slot.index}"
+    return calibration_dir(image_dir, phase, slot.index)
 
 
 def pending_rounds(image_dir, cells, slots, repeats: int, force: bool = False) -> List[int]:
@@ -67,7 +67,7 @@ def pending_rounds(image_dir, cells, slots, repeats: int, force: bool = False) -
 
 def phase_request(base, cells, index: int, phase: str, slot, slots: int):
     """``base`` (the image's RunRequest) narrowed to one round of one phase on one slot."""
-    cache = base.cache_dir / FOLDER / f"slot-{slot.index}" if base.cache_dir is not None else None
+    cache = slot_dir(base.cache_dir / FOLDER, slot.index) if base.cache_dir is not None else None
     return dataclasses.replace(
         base, cells=list(cells), schedule=tuple((cell, index) for cell in range(len(cells))),
         out_dir=out_dir(base.out_dir, phase, slot), slot=slot, slots=slots,

@@ -16,12 +16,13 @@ from matrixbench.backends import backend_names
 from matrixbench.cluster import DEFAULT_NODE_BACKEND, NODE_BACKENDS
 from matrixbench.errors import MatrixbenchError
 from matrixbench.images import BuildOptions
+from matrixbench.layout import run_dir
 from matrixbench.matrix import Overrides, expand_cells, load_matrix
-from matrixbench.pending import pending_work, recorded_failures_line, run_dir, unreadable_lines
+from matrixbench.pending import pending_work, recorded_failures_line, unreadable_lines
 from matrixbench.progress import make_progress
 from matrixbench.report_formats import REPORT_FORMATS
 from matrixbench.run import DEFAULT_RUN, RunOptions, check_device, run_matrix
-from runner.settings import BY_NAME, OVERRIDES
+from matrixbench.settings import BY_NAME, OVERRIDES
 
 INTERRUPTED_EXIT = 130
 DEFAULT_MATRIX = "matrix.yaml"

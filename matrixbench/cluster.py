@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from matrixbench.backends.base import LOG_FILENAME, RunRequest
+from matrixbench.backends.base import RunRequest
 from matrixbench.errors import RunError
+from matrixbench.layout import LOG_FILENAME
 from matrixbench.paths import cache_home
 from matrixbench.placement import Slot, split_evenly, usable_cores
 from matrixbench.progress import RecordWatcher

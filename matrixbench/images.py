@@ -1,4 +1,4 @@
-"""`matrixbench build`: one Docker image per matrix.yaml image entry, from matrixbench/docker_build/Dockerfile.
+"""`matrixbench build`: one Docker image per matrix.yaml image entry, from images/Dockerfile.
 
 Each build is one matrix.Image (its fields already checked by the matrix schema): ``torch`` and
 ``transformers`` requirements, ``index_url`` (where torch comes from; CUDA builds), ``python``,

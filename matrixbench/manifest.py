@@ -8,12 +8,11 @@ report shows it.
 """
 import json
 from datetime import datetime, timezone
-from pathlib import Path
 
 from matrixbench.errors import ManifestError
+from matrixbench.layout import manifest_path
 from runner.schema import write_json_atomic
 
-MANIFEST_FILENAME = "run.json"
 MANIFEST_VERSION = 1
 SUPPORTED_MANIFEST_VERSIONS = (1,)
 
@@ -71,7 +70,7 @@ def read_manifest(run_path):
 
     ManifestError when the file is not a JSON object or carries an unknown ``schema_version``.
     """
-    path = Path(run_path) / MANIFEST_FILENAME
+    path = manifest_path(run_path)
     if not path.is_file():
         return None
     try:
@@ -86,4 +85,4 @@ def read_manifest(run_path):
 
 
 def write_manifest(run_path, manifest):
-    return write_json_atomic(Path(run_path) / MANIFEST_FILENAME, manifest)
+    return write_json_atomic(manifest_path(run_path), manifest)

@@ -19,10 +19,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from matrixbench import attribution, matrix_errors, matrix_yaml
 from matrixbench.errors import MatrixError
 from matrixbench.matrix_schema import DEFAULTS, MATRIX_SCHEMA
+from matrixbench.settings import BY_NAME, OVERRIDES, RUNNER_SETTINGS
 from matrixbench.versions import pinned_version
-from runner.core import Cell
+from runner.core import Cell, Mode
 from runner.registry import shipped_spec
-from runner.settings import BY_NAME, OVERRIDES, RUNNER_SETTINGS
 
 JSON = Dict[str, Any]
 
@@ -362,7 +362,7 @@ def make_cell(matrix: Matrix, model: Model, dtype: str, batch_size: int, mode: s
         size=matrix.size,
         batch_size=batch_size,
         mode=mode,
-        fullgraph=matrix.fullgraph and mode != "eager",
+        fullgraph=matrix.fullgraph and Mode(mode).compiled,
         dtype=dtype,
         attention=matrix.attention,
     )

@@ -7,8 +7,8 @@ jsonschema message would be cryptic (``anyOf``, ``pattern``).
 """
 from typing import Any, Dict
 
+from matrixbench.settings import MATRIX_SETTINGS, matrix_defaults
 from runner.core import TASKS, WEIGHTS
-from runner.settings import MATRIX_SETTINGS, matrix_defaults
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]*$"
 _NAME_RULE = "must use lowercase letters, digits, '.', '_' and '-', and start with a letter or digit"

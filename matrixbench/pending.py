@@ -15,18 +15,15 @@ run.json and the cells file. Every image gets the same order, and the images tak
 repeat (``matrixbench.scheduler.rounds``: one runner per image and repeat index).
 """
 import random
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from matrixbench.errors import MatrixError
+from matrixbench.layout import image_dir
 from matrixbench.matrix import cells_by_image
 from runner.cells_file import schedule_pairs
 from runner.core import Repeat
 from runner.schema import RecordError, needs_run, read_record, record_path
-
-RUN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
 @dataclass(frozen=True)
@@ -62,15 +59,6 @@ class ImageWork:
         return schedule_pairs(self.pending)
 
 
-def run_dir(results_root, run_name):
-    """``results/<run>``; the run name must be usable as a folder name."""
-    if not re.match(RUN_NAME_PATTERN, run_name):
-        raise MatrixError(
-            f"--run {run_name!r}: use letters, digits, '.', '_' and '-', starting with a letter or digit"
-        )
-    return Path(results_root) / run_name
-
-
 def new_order_seed():
     """A fresh seed for the order of one invocation of a run."""
     return random.SystemRandom().randrange(2**31)
@@ -80,16 +68,11 @@ def pending_work(matrix, run_path, *, force=False, retry_failed=False, order_see
     """One ImageWork per image of ``matrix``, in the matrix's image order; with a GPU-type axis,
     one per GPU type and image (types in the matrix's order), each in its own folder."""
     return [
-        _plan_image(name, cells, gpu_folder(run_path, gpu_type) / name, force, retry_failed,
+        _plan_image(name, cells, image_dir(run_path, name, gpu_type), force, retry_failed,
                     interleaved(cells, matrix.repeats, order_seed), order_seed, gpu_type)
         for gpu_type in (matrix.gpu_types or (None,))
         for name, cells in cells_by_image(matrix).items()
     ]
-
-
-def gpu_folder(run_path, gpu_type):
-    """Where a GPU type's image folders go: ``results/<run>/<gpu_type>``, or the run folder itself."""
-    return Path(run_path) if gpu_type is None else Path(run_path) / gpu_type
 
 
 def interleaved(cells, repeats, seed):

@@ -1,4 +1,4 @@
-"""matrixbench/docker_build/pip-install.sh run on the host: its argv, its environment, its streamed output.
+"""images/pip-install.sh run on the host: its argv, its environment, its streamed output.
 
 The Dockerfile runs the script in the image; the venv backend (matrixbench/venvs.py) and the
 wheelhouse (matrixbench/wheelhouse.py) run the same script here, fed the same build args
@@ -21,7 +21,7 @@ TAIL_LINES = 40
 
 
 def command(layer):
-    """``sh matrixbench/docker_build/pip-install.sh LAYER``, as the Dockerfile's RUN lines call it."""
+    """``sh images/pip-install.sh LAYER``, as the Dockerfile's RUN lines call it."""
     return ["sh", str(resources.docker_build_file("pip-install.sh")), layer]
 
 

@@ -17,7 +17,7 @@ import threading
 import time
 from collections import Counter
 
-from runner.core import Repeat, Status
+from runner.core import Mode, Repeat, Status
 from runner.schema import RecordError, load_record, record_path
 
 
@@ -56,7 +56,7 @@ def record_summary(record):
         return f"{record.status.value}: {message[:160]}" if message else record.status.value
     timing = record.timing or {}
     text = f"ok {timing.get('mean_ms', float('nan')):.2f} ms"
-    if timing.get("first_call_s") is not None and record.cell.mode != "eager":
+    if timing.get("first_call_s") is not None and Mode(record.cell.mode).compiled:
         text += f" (compile {timing['first_call_s']:.1f} s)"
     text += f" on {record.device}"
     return text + (f", noisy (cv {timing['cv']:.2f})" if timing.get("noisy") else "")

@@ -1,9 +1,11 @@
-"""The files matrixbench ships inside its packages, found with importlib.resources.
+"""The files matrixbench ships, found with importlib.resources.
 
-The report templates (matrixbench/templates/), the published tables the report compares with
-(matrixbench/data/), the Docker build files (matrixbench/docker_build/) and the in-container
-runner (the ``runner`` package, copied into every image) come from wherever Python imports them:
-a source checkout, an editable install or an installed wheel alike.
+The report templates (``templates/``) and the Docker build files (``images/``) live at the top of a
+checkout, beside ``runner/``; the wheel carries them inside the package as ``matrixbench/_shipped/``
+(pyproject.toml's hatch ``force-include``). ``shipped_dir`` looks there first, then beside the package
+in a checkout (a folder holding pyproject.toml). The published tables the report compares with
+(matrixbench/data/) and the in-container runner (the ``runner`` package, copied into every image) come
+from wherever Python imports them: a source checkout, an editable install or an installed wheel alike.
 """
 from importlib import resources
 from pathlib import Path
@@ -14,13 +16,14 @@ TEMPLATES = "templates"
 DATA = "data"
 PUBLISHED_SEED = "perf_torch_compile.md"           # the vendored seed page
 PUBLISHED_DATASET = "published_torch_compile.csv"  # its tables, one row per number (tools/regenerate_published.py)
-DOCKER_BUILD = "docker_build"
+IMAGES = "images"
+SHIPPED = "_shipped"                               # the wheel's folder of templates/ and images/
 DOCKER_BUILD_FILES = ("Dockerfile", "ensure-toolchain.sh", "pip-install.sh")
 
 
 def templates_dir() -> Path:
     """The folder of the report's Jinja templates."""
-    return package_dir("matrixbench", TEMPLATES, error=ReportError)
+    return shipped_dir(TEMPLATES, error=ReportError)
 
 
 def published_seed() -> Path:
@@ -43,7 +46,7 @@ def data_file(name: str) -> Path:
 
 def docker_build_files() -> list[Path]:
     """The Dockerfile and its helper scripts, in DOCKER_BUILD_FILES order."""
-    folder = package_dir("matrixbench", DOCKER_BUILD, error=BuildError)
+    folder = shipped_dir(IMAGES, error=BuildError)
     paths = [folder / name for name in DOCKER_BUILD_FILES]
     missing = [str(path) for path in paths if not path.is_file()]
     if missing:
@@ -60,6 +63,17 @@ def docker_build_file(name: str) -> Path:
 def runner_dir(error: type[MatrixbenchError] = BuildError) -> Path:
     """The folder of the ``runner`` package: what images get as /opt/matrixbench/runner."""
     return package_dir("runner", error=error)
+
+
+def shipped_dir(name: str, error: type[MatrixbenchError]) -> Path:
+    """The top-level folder ``name`` (templates, images): the wheel's copy, else a checkout's."""
+    package = package_dir("matrixbench", error=error)
+    wheel, checkout = package / SHIPPED / name, package.parent / name
+    if wheel.is_dir():
+        return wheel
+    if (package.parent / "pyproject.toml").is_file() and checkout.is_dir():
+        return checkout
+    raise error(f"{_broken_install('matrixbench')}: {name}/ is in neither {wheel} nor the checkout {checkout}")
 
 
 def package_dir(package: str, *parts: str, error: type[MatrixbenchError]) -> Path:

@@ -23,10 +23,11 @@ from matrixbench.calibrate import run_calibration
 from matrixbench.cluster import DEFAULT_NODE_BACKEND, RUNTIME_SECRETS, ClusterRun, UnitPart, UnitTask, shippable
 from matrixbench.errors import RunError
 from matrixbench.images import BuildOptions
+from matrixbench.layout import run_dir, slot_dir
 from matrixbench.manifest import finish_manifest, read_manifest, start_manifest
 from matrixbench.matrix import runner_settings
 from matrixbench.paths import cache_home
-from matrixbench.pending import new_order_seed, pending_work, recorded_failures_line, run_dir, unreadable_lines
+from matrixbench.pending import new_order_seed, pending_work, recorded_failures_line, unreadable_lines
 from matrixbench.placement import AUTO, NoHostGpusError, check_gpus_free, plan_slots
 from matrixbench.progress import NullProgress, RecordWatcher
 from matrixbench.resume import check_resume
@@ -303,7 +304,7 @@ def _run_slots(backend, plans, slot_plan, summary, matrix, options, gpus, enviro
         for plan, cells in unit.rounds():
             request = _request(plan, matrix, options, gpus, environ)
             # one compile cache per image and slot: two slots never compile into one folder at once
-            cache_dir = request.cache_dir / f"slot-{slot.index}" if request.cache_dir is not None else None
+            cache_dir = slot_dir(request.cache_dir, slot.index) if request.cache_dir is not None else None
             request = dataclasses.replace(_unit_request(request, cells), slot=slot, slots=len(slot_plan.slots),
                                           busy_units=busy, cache_dir=cache_dir, timing_board=board,
                                           exclusive_timing=matrix.exclusive_timing)

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from matrixbench.errors import ResultsFolderError, RunLockedError
-from runner.schema import SCRATCH_DIRNAME
+from matrixbench.layout import lock_path, scratch_dirs, timing_board_dir
 
 
 def prepare(run_path):
@@ -48,7 +48,6 @@ def _cannot_write(run_path):
 
 # --- one writer per run --------------------------------------------------------------------
 
-LOCK_FILENAME = "run.lock"
 
 
 class RunLock:
@@ -60,7 +59,7 @@ class RunLock:
     """
 
     def __init__(self, run_path, command=()):
-        self.path = Path(run_path) / LOCK_FILENAME
+        self.path = lock_path(run_path)
         self.command = list(command)
         self.stale = None   # the dead holder's details, when its lock file was taken over
         self._fd = None
@@ -133,19 +132,16 @@ def clean_scratch(run_path):
     """Remove scratch folders a killed run left under the run folder; return how many.
     Call only while holding the run's lock: no runner of this run is alive then."""
     removed = 0
-    for scratch in Path(run_path).glob(f"*/{SCRATCH_DIRNAME}"):
+    for scratch in scratch_dirs(run_path):
         shutil.rmtree(scratch, ignore_errors=True)
         removed += 1
     return removed
 
 
-TIMING_BOARD_DIRNAME = ".timing-board"
-
-
 def make_timing_board(run_path):
     """A fresh, empty timing board folder for the run's slots (runner.timing_board):
     ``<run>/.timing-board/``. Call only while holding the run's lock."""
-    board = Path(run_path) / TIMING_BOARD_DIRNAME
+    board = timing_board_dir(run_path)
     shutil.rmtree(board, ignore_errors=True)
     board.mkdir(parents=True)
     return board

@@ -7,9 +7,8 @@ what was asked of the runner last time, next to the records it wrote. Its ``sche
 """
 from pathlib import Path
 
+from matrixbench.layout import CELLS_FILENAME
 from runner.schema import CELLS_SCHEMA_VERSION, write_json_atomic
-
-CELLS_FILENAME = "cells.json"
 
 
 def runner_input(request, image_id=None):

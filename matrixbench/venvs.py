@@ -2,7 +2,7 @@
 
 A venv lives in ``<cache>/venvs/<image>-<content hash>/`` (``paths.cache_home()``): the hash is
 ``Image.content_hash()``, so changed pins get a new folder and a venv is never reused for other
-pins. It is built with the Docker build's own pip logic (matrixbench/docker_build/pip-install.sh,
+pins. It is built with the Docker build's own pip logic (images/pip-install.sh,
 fed the build args ``images.build_spec`` derives) in two steps per layer (torch, then the rest): ``pip download`` into
 the shared wheelhouse (``wheelhouse.wheelhouse_dir()``), then ``pip install --no-index`` from
 there (the indexes only for what it lacks), so each wheel is downloaded once for every venv and test. A marker file

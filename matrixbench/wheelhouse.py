@@ -7,7 +7,7 @@ venv builds fill it with ``pip download --dest`` and install with ``--find-links
 keeps no pip cache) get it offered: ``offered()`` fills it for the image's Python version with
 this host's pip, serves it on 127.0.0.1 for the length of the build, and the build (on the host's
 network) passes ``--find-links`` that URL to pip through the FIND_LINKS build arg. Both run
-matrixbench/docker_build/pip-install.sh (matrixbench/pip_script.py). ``$MATRIXBENCH_WHEELHOUSE`` moves it (CI keeps
+images/pip-install.sh (matrixbench/pip_script.py). ``$MATRIXBENCH_WHEELHOUSE`` moves it (CI keeps
 it between runs); it defaults to ``<cache>/wheels``.
 """
 import functools

@@ -22,7 +22,7 @@ import torch
 from runner import accuracy, cudagraphs, faults, gpu_state, memory, records, timing_board
 from runner.archcheck import bf16_problem
 from runner.compile import compile_model, counters_snapshot, dynamo_stats, reset
-from runner.core import Status
+from runner.core import Mode, Status
 from runner.precision import apply_precision
 from runner.syncs import count_host_syncs
 from runner.timing import flags as timing_flags
@@ -50,7 +50,7 @@ def run_cell(job, marks=None):
 
 def _measure(job, record, marks):
     cell, settings, device = job["cell"], record.settings, job["device"]
-    compiled = cell.mode != "eager"
+    compiled = Mode(cell.mode).compiled
     refuse_unsupported(cell, device)
     board = timing_board.from_env()
     preparing = contextlib.ExitStack()

@@ -13,6 +13,7 @@ import os
 import torch
 import torch._dynamo
 
+from runner.core import Mode
 from runner.versions import at_least
 
 CUDAGRAPH_SKIPS_SINCE = "2.4"
@@ -22,7 +23,7 @@ MAX_REASON_CHARS = 1000
 
 def compile_model(model, mode, fullgraph):
     """The callable to time: the model itself for eager, else a fresh torch.compile of it."""
-    if mode == "eager":
+    if not Mode(mode).compiled:
         return model
     return torch.compile(model, mode=None if mode == "default" else mode, fullgraph=fullgraph)
 

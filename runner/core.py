@@ -17,7 +17,6 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 SCHEMA_VERSION = 2
 SUPPORTED_VERSIONS: Tuple[int, ...] = (1, 2)
 
-MODES = ("eager", "default", "reduce-overhead", "max-autotune")
 DTYPES = ("float32", "float16", "bfloat16")
 WEIGHTS = ("random", "pretrained")
 SIZES = ("full", "tiny")
@@ -45,6 +44,32 @@ class Status(str, enum.Enum):
 
 
 STATUSES = tuple(status.value for status in Status)
+
+
+class Mode(str, enum.Enum):
+    """How a cell runs its model: eager (the baseline every speed-up is measured against) or one of
+    torch.compile's modes. A str, so cells and records hold the plain value ("eager", "default", ...)."""
+
+    EAGER = "eager"
+    DEFAULT = "default"
+    REDUCE_OVERHEAD = "reduce-overhead"
+    MAX_AUTOTUNE = "max-autotune"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def compiled(self) -> bool:
+        """Run through torch.compile (every mode but the eager baseline)."""
+        return self is not Mode.EAGER
+
+    @property
+    def cudagraphs(self) -> bool:
+        """torch.compile's modes that capture CUDA graphs (each call a cudagraph-trees step on a GPU)."""
+        return self in (Mode.REDUCE_OVERHEAD, Mode.MAX_AUTOTUNE)
+
+
+MODES = tuple(mode.value for mode in Mode)
 
 
 def cell_id(cell: Union["Cell", Mapping[str, Any]]) -> str:

@@ -12,9 +12,11 @@ Inside the timed loop a replay costs one extra Python call and one integer incre
 """
 import functools
 
+from runner.core import Mode
+
 PHASES = ("warmup", "timed")
 # Modes whose Inductor config turns on CUDA graphs.
-CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
+CUDAGRAPH_MODES = tuple(mode.value for mode in Mode if mode.cudagraphs)
 
 
 class GraphCounter:

@@ -1,9 +1,10 @@
-"""Every setting declared once: name, default, type, allowed values, help text.
+"""Every setting the runner knows, declared once: name, default, type, allowed values, help text.
 
-The matrix JSON Schema (``matrixbench.matrix_schema``), the matrix's defaults
-(``matrixbench.matrix``), the CLI override options (``matrixbench.cli``), the runner's
-defaults and checks (``runner.cells_file``, ``runner.cli``) and the record's ``settings`` block
-(``runner.schema``) all derive from the declarations below. Stdlib only.
+The runner's defaults and checks (``runner.cells_file``, ``runner.cli``) and the record's
+``settings`` block (``runner.schema``) derive from the declarations below; the host adds its own
+(``matrixbench.settings``: repeats, slots, calibration, GPU types) with the same ``Setting`` class,
+so that editing a host setting never changes the runner's sources (and so every image's runner
+hash). Stdlib only.
 """
 from __future__ import annotations
 
@@ -122,9 +123,6 @@ SETTINGS: Tuple[Setting, ...] = (
             "string", default="eager", choices=ATTENTION, flag="--attention"),
     Setting("dtypes", f"Dtypes, comma-separated, from {', '.join(DTYPES)}.",
             "string", default=("float32",), choices=DTYPES, many=True, flag="--dtypes"),
-    Setting("repeats", "Processes per cell (repeats), each its own fresh process and record; 3 for a "
-            "comparison that should survive a rerun.",
-            "integer", default=1, minimum=1, maximum=1000, flag="--repeats"),
     Setting("iterations", "Timed iterations per cell.",
             "integer", default=300, minimum=1, maximum=1_000_000, flag="--iterations", runner=True),
     Setting("warmup", "Warm-up iterations per cell, after the first call (at least 3 run).",
@@ -139,40 +137,10 @@ SETTINGS: Tuple[Setting, ...] = (
             "number", default=None, minimum=0, nullable=True, runner=True),
     Setting("cv_threshold", "stdev/mean above which a cell's timing is flagged noisy.",
             "number", default=0.1, minimum=0, exclusive_minimum=True, runner=True),
-    Setting("slots", "Runners at once: auto (one per GPU on a GPU run, one on a CPU run) or a count; "
-            "each slot gets its own GPU and a disjoint set of CPU cores (matrixbench.placement).",
-            "integer", default="auto", minimum=1, maximum=1024, auto=True, flag="--slots"),
-    Setting("calibrate", "Measure the slots' interference before the matrix (matrixbench.calibrate): the "
-            "calibration cells run on each slot alone, then on every slot at once, once per repeat; the "
-            "report's calibration table gives loaded / alone per cell with its interval. Needs 2 or more slots.",
-            "boolean", default=False, flag="--calibrate"),
-    Setting("calibration_models", "The models --calibrate runs, comma-separated, each at batch size 1, eager "
-            "and default, in the matrix's size and first dtype: a model of the matrix, or a shipped one (resnet "
-            "is ResNet-50; tiny with size tiny).",
-            "string", default=("resnet",), many=True, flag="--calibration-models"),
-    Setting("exclusive_timing", "With slots: compile in parallel but time one slot at a time (the run's "
-            "timing board, runner.timing_board), for zero interference between slots at some wall time; "
-            "the wait counts against timeout_s. Records say which mode they ran under.",
-            "boolean", default=False, flag="--exclusive-timing"),
-    Setting("attribution", "Split each change between two images that differ in torch and in transformers into "
-            "torch's share and transformers' share: derives and runs bridge images (the torch of one side with "
-            "the transformers of the other; matrixbench.attribution). `run --dry-run` prints what it costs.",
-            "boolean", default=False, flag="--attribution"),
-    Setting("gpu_types", "GPU types to run every cell on, comma-separated, as Ray names them (A100, V100, "
-            "T4, H100, ...): a matrix axis, only with --backend ray; records land in "
-            "results/<run>/<gpu_type>/<image>/.",
-            "string", default=(), many=True, min_items=0, flag="--gpu-types"),
 )
 BY_NAME: Dict[str, Setting] = {setting.name: setting for setting in SETTINGS}
 RUNNER_SETTINGS: Tuple[Setting, ...] = tuple(s for s in SETTINGS if s.runner)
-MATRIX_SETTINGS: Tuple[Setting, ...] = tuple(s for s in SETTINGS if s.matrix)
-OVERRIDES: Tuple[Setting, ...] = tuple(s for s in SETTINGS if s.flag)
 
 # The runner's settings block when the cells file leaves a setting out.
 DEFAULT_SETTINGS: JSON = {s.name: s.default for s in RUNNER_SETTINGS}
 
-
-def matrix_defaults() -> JSON:
-    """Optional matrix.yaml keys and the value they take when left out (lists as lists)."""
-    return {s.name: list(s.default) if s.many else s.default
-            for s in MATRIX_SETTINGS if not s.required}

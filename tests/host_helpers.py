@@ -8,9 +8,10 @@ from pathlib import Path
 import yaml
 
 from matrixbench.backends.base import Backend
+from matrixbench.layout import CELLS_FILENAME
 from matrixbench.progress import NullProgress
 from matrixbench.run import RunOptions
-from matrixbench.runner_input import CELLS_FILENAME, write_cells_file
+from matrixbench.runner_input import write_cells_file
 from runner.core import CellError, Record, Status
 from runner.records import new_record, record_settings
 from runner.schema import write_record

@@ -12,7 +12,7 @@ import matrixbench
 from host_helpers import RecordingBackend, use_backend, write_matrix
 from matrixbench.cli import main
 from matrixbench.errors import BuildError, DockerUnavailableError
-from runner.settings import BY_NAME
+from matrixbench.settings import BY_NAME
 
 
 @pytest.fixture

@@ -75,3 +75,14 @@ def test_an_incomplete_record_is_a_record_error(tmp_path):
     path.write_text(json.dumps({"schema_version": SCHEMA_VERSION, "cell": CELL.to_dict()}))
     with pytest.raises(RecordError, match="not a complete record"):
         load_record(path)
+
+
+def test_mode_says_compiled_and_cudagraphs_once_for_every_mode():
+    from runner.core import MODES, Mode
+    from runner.cudagraphs import CUDAGRAPH_MODES
+
+    assert MODES == ("eager", "default", "reduce-overhead", "max-autotune")
+    assert [mode.value for mode in Mode if not mode.compiled] == ["eager"]
+    assert CUDAGRAPH_MODES == ("reduce-overhead", "max-autotune")
+    assert Mode("default") == "default" and str(Mode.MAX_AUTOTUNE) == "max-autotune"
+    assert not Mode.EAGER.cudagraphs and not Mode.DEFAULT.cudagraphs

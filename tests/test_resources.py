@@ -15,11 +15,45 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def test_resources_are_found_in_the_imported_packages():
-    package = Path(resources.__file__).parent
-    assert resources.templates_dir() == package / "templates"
+    checkout = Path(resources.__file__).parents[1]
+    assert resources.templates_dir() == checkout / "templates"
     assert {path.name for path in resources.templates_dir().iterdir()} >= {"report.md.j2", "report.html.j2"}
-    assert [path.parent for path in resources.docker_build_files()] == [package / "docker_build"] * 3
+    assert [path.parent for path in resources.docker_build_files()] == [checkout / "images"] * 3
     assert resources.runner_dir() == Path(runner.__file__).parent
+
+
+def _installed_package(tmp_path, monkeypatch, shipped=True, checkout=False):
+    """A package folder as a wheel installs it (``_shipped/`` inside) or as a checkout holds it."""
+    package = tmp_path / "site" / "matrixbench"
+    package.mkdir(parents=True)
+    if shipped:
+        for name in ("templates", "images"):
+            (package / "_shipped" / name).mkdir(parents=True)
+    if checkout:
+        (tmp_path / "site" / "pyproject.toml").write_text("")
+        for name in ("templates", "images"):
+            (tmp_path / "site" / name).mkdir()
+    monkeypatch.setattr(resources.resources, "files", lambda name: package)
+    return package
+
+
+def test_a_wheel_finds_templates_and_images_inside_the_package(tmp_path, monkeypatch):
+    package = _installed_package(tmp_path, monkeypatch, checkout=True)
+    assert resources.shipped_dir("templates", error=ReportError) == package / "_shipped" / "templates"
+    assert resources.shipped_dir("images", error=BuildError) == package / "_shipped" / "images"
+
+
+def test_a_checkout_finds_them_beside_the_package(tmp_path, monkeypatch):
+    _installed_package(tmp_path, monkeypatch, shipped=False, checkout=True)
+    assert resources.shipped_dir("templates", error=ReportError) == tmp_path / "site" / "templates"
+
+
+def test_a_folder_beside_an_installed_package_is_not_taken_for_a_checkout(tmp_path, monkeypatch):
+    # site-packages/templates of some other package: no pyproject.toml beside it, so not ours
+    _installed_package(tmp_path, monkeypatch, shipped=False)
+    (tmp_path / "site" / "templates").mkdir()
+    with pytest.raises(ReportError, match="lacks files it ships.*templates/ is in neither"):
+        resources.templates_dir()
 
 
 def test_the_published_tables_are_found_in_the_imported_package():
@@ -51,9 +85,8 @@ def test_a_missing_folder_is_the_error_asked_for():
 
 
 def test_a_missing_docker_build_file_is_a_build_error(tmp_path, monkeypatch):
-    (tmp_path / "docker_build").mkdir()
-    (tmp_path / "docker_build" / "Dockerfile").write_text("FROM x\n")
-    monkeypatch.setattr(resources.resources, "files", lambda package: tmp_path)
+    package = _installed_package(tmp_path, monkeypatch)
+    (package / "_shipped" / "images" / "Dockerfile").write_text("FROM x\n")
     with pytest.raises(BuildError, match="pip-install.sh missing"):
         images.build_context()
 

@@ -8,9 +8,10 @@ import pytest
 
 from host_helpers import RecordingBackend, make_record, use_backend, write_matrix
 from matrixbench.errors import MatrixError, RunError
+from matrixbench.layout import run_dir
 from matrixbench.manifest import read_manifest
 from matrixbench.matrix import Overrides, expand_cells, load_matrix
-from matrixbench.pending import pending_work, run_dir
+from matrixbench.pending import pending_work
 from matrixbench.progress import (
     NullProgress,
     ProgressState,

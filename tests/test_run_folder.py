@@ -10,10 +10,11 @@ import pytest
 
 from host_helpers import RecordingBackend, use_backend, write_matrix
 from matrixbench.errors import RunLockedError
+from matrixbench.layout import LOCK_FILENAME
 from matrixbench.manifest import read_manifest
 from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.run import RunOptions, run_matrix
-from matrixbench.run_folder import LOCK_FILENAME, RunLock
+from matrixbench.run_folder import RunLock
 from runner.schema import SCRATCH_DIRNAME
 from test_run import RecordingProgress
 

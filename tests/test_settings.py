@@ -4,8 +4,9 @@ import pytest
 
 from matrixbench.matrix import Matrix
 from matrixbench.matrix_schema import DEFAULTS, MATRIX_SCHEMA
+from matrixbench.settings import BY_NAME, RUNNER_SETTINGS, SETTINGS
 from runner.cells_file import validate_settings
-from runner.settings import BY_NAME, DEFAULT_SETTINGS, RUNNER_SETTINGS, SETTINGS
+from runner.settings import DEFAULT_SETTINGS
 
 
 def test_every_setting_has_help_and_a_default_its_own_rules_allow():
@@ -56,3 +57,18 @@ def test_problems_say_what_is_allowed():
     assert BY_NAME["iterations"].problem(0) == "must be an integer >= 1 and <= 1,000,000, got 0"
     assert BY_NAME["cv_threshold"].problem(0) == "must be a number > 0, got 0"
     assert "one of [auto, cuda, cpu]" in BY_NAME["device"].problem("tpu")
+
+
+def test_host_settings_live_outside_the_runner_so_their_help_is_not_in_the_runner_hash():
+    from pathlib import Path
+
+    import runner
+    from matrixbench.settings import HOST_SETTINGS
+    from runner.settings import BY_NAME as RUNNER_BY_NAME
+
+    runner_sources = "".join(path.read_text() for path in Path(runner.__file__).parent.glob("*.py"))
+    assert {"repeats", "slots", "calibrate", "gpu_types"} <= {s.name for s in HOST_SETTINGS}
+    for setting in HOST_SETTINGS:
+        assert setting.name not in RUNNER_BY_NAME and not setting.runner
+        assert setting.help[:40] not in runner_sources, setting.name
+    assert SETTINGS[:len(RUNNER_BY_NAME)] == tuple(RUNNER_BY_NAME.values())

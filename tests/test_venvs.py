@@ -1,5 +1,5 @@
 """venv builds without the network: identity and paths, the marker rule, and the build steps run
-through matrixbench/docker_build/pip-install.sh (the Dockerfile's pip logic) with fake interpreters and a fake pip."""
+through images/pip-install.sh (the Dockerfile's pip logic) with fake interpreters and a fake pip."""
 import dataclasses
 import json
 import os

@@ -1,6 +1,7 @@
 """The installed package works: a wheel built from the tree, installed into a fresh venv outside it.
 
-The wheel is built from a copy of what it packs (pyproject.toml, matrixbench/, runner/), so no
+The wheel is built from a copy of what it packs (pyproject.toml, matrixbench/, runner/ and the
+top-level templates/ and images/, which the wheel carries as matrixbench/_shipped/), so no
 stale build/ folder of the checkout leaks into it. The commands run from a folder outside the tree
 with PYTHONPATH cleared, and the test checks that matrixbench and runner were imported from the
 venv: a missing template, Dockerfile or runner file fails here, not on a user's machine.
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.wheel
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "cpu-docker-run"
 GOLDEN = REPO / "tests" / "golden" / "cpu-docker-run.md"
-PACKED = ("pyproject.toml", "matrixbench", "runner")
+PACKED = ("pyproject.toml", "matrixbench", "runner", "templates", "images")
 
 
 @pytest.fixture(scope="module")
@@ -112,4 +113,13 @@ def test_the_build_context_comes_from_the_installed_package(installed):
         dockerfile = tar.extractfile("Dockerfile").read().decode()
     assert {"Dockerfile", "ensure-toolchain.sh", "pip-install.sh", "ca-bundle.crt", "runner/__main__.py",
             "runner/schema.py", "runner/configs/vit/config.json"} <= names
-    assert dockerfile == (REPO / "matrixbench" / "docker_build" / "Dockerfile").read_text()
+    assert dockerfile == (REPO / "images" / "Dockerfile").read_text()
+
+
+def test_the_wheel_carries_templates_and_images_inside_the_package(installed):
+    out = _in_venv(installed, "-c", "from matrixbench import resources; print(resources.templates_dir()); "
+                   "print(resources.docker_build_file('Dockerfile').parent)")
+    templates, images = (Path(line) for line in out.splitlines())
+    assert templates.parent.name == images.parent.name == "_shipped"
+    assert {path.name for path in templates.iterdir()} == {path.name for path in (REPO / "templates").iterdir()}
+    assert {path.name for path in images.iterdir()} == {path.name for path in (REPO / "images").iterdir()}

@@ -1,5 +1,5 @@
 """The wheelhouse offered to Docker builds: filled with this host's pip for the image's Python
-(through matrixbench/docker_build/pip-install.sh), served on 127.0.0.1 for the build."""
+(through images/pip-install.sh), served on 127.0.0.1 for the build."""
 import shlex
 import sys
 import urllib.request

@@ -5,13 +5,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from matrixbench.layout import slot_dir
 from matrixbench.placement import Slot
 from runner.core import Cell, Repeat
 from runner.records import CALIBRATION_ENV, PLACEMENT_ENV
 from runner.timing_board import BOARD_ENV, Board
-
-# Every backend appends the runner's output to this file in the image's results folder.
-LOG_FILENAME = "runner.log"
 
 
 @dataclass(frozen=True)
@@ -63,7 +61,7 @@ class RunRequest:
     def work_dir(self) -> Path:
         """Where the runner's input file and log go: ``out_dir``, or its ``slot-<i>`` folder in a
         slot (slots may run models of one image at once)."""
-        return Path(self.out_dir) if self.slot is None else Path(self.out_dir) / f"slot-{self.slot.index}"
+        return Path(self.out_dir) if self.slot is None else slot_dir(self.out_dir, self.slot.index)
 
     def slot_env(self, board_dir: Optional[str] = None) -> Dict[str, str]:
         """The slot's environment: threads = its core count, the placement (and calibration phase)

@@ -16,12 +16,13 @@ from collections import deque
 from pathlib import Path
 
 from matrixbench import calibrate, docker_client
-from matrixbench.backends.base import LOG_FILENAME, Backend
+from matrixbench.backends.base import Backend
 from matrixbench.backends.environment import compile_cache_env
 from matrixbench.errors import RunError
 from matrixbench.images import image_tag
+from matrixbench.layout import CELLS_FILENAME, LOG_FILENAME
 from matrixbench.owner import Owner, this_process
-from matrixbench.runner_input import CELLS_FILENAME, write_cells_file
+from matrixbench.runner_input import write_cells_file
 from matrixbench.versions import torch_label
 from runner.schema import record_path
 

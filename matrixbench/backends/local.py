@@ -12,11 +12,12 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from matrixbench.backends.base import LOG_FILENAME, Backend
+from matrixbench.backends.base import Backend
 from matrixbench.backends.environment import compile_cache_env, runner_env
 from matrixbench.errors import RunError
 from matrixbench.gpu import host_gpus
-from matrixbench.runner_input import CELLS_FILENAME, write_cells_file
+from matrixbench.layout import CELLS_FILENAME, LOG_FILENAME
+from matrixbench.runner_input import write_cells_file
 from matrixbench.versions import pinned_version, same_release
 
 STOP_GRACE_S = 10

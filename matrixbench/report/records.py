@@ -14,9 +14,9 @@ import pandas as pd
 
 from matrixbench import calibrate
 from matrixbench.errors import ManifestError, ReportError
-from matrixbench.manifest import MANIFEST_FILENAME, read_manifest
+from matrixbench.layout import CELLS_FILENAME, MANIFEST_FILENAME
+from matrixbench.manifest import read_manifest
 from matrixbench.report.published import match_gpu
-from matrixbench.runner_input import CELLS_FILENAME
 from runner.schema import RECORD_SCHEMA, RecordError, read_record
 
 NOT_RECORDS = (CELLS_FILENAME, MANIFEST_FILENAME)

@@ -1,4 +1,4 @@
-"""Render a Report with the Jinja templates in matrixbench/templates/: Markdown, and self-contained HTML."""
+"""Render a Report with the Jinja templates in templates/: Markdown, and self-contained HTML."""
 import base64
 from pathlib import Path
 

@@ -1,0 +1,52 @@
+"""The host's settings: the runner's declarations (``runner.settings``) and the host-only ones, declared
+once each with the runner's ``Setting`` class.
+
+The matrix JSON Schema (``matrixbench.matrix_schema``), the matrix's defaults (``matrixbench.matrix``)
+and the CLI override options (``matrixbench.cli``) derive from ``SETTINGS``. Host-only settings live
+here, not in ``runner/``: their help texts are no part of the runner's sources, so editing one leaves
+every image's runner hash (``images.runner_hash``) as it was.
+"""
+from typing import Any, Dict, Tuple
+
+from runner import settings as runner_settings
+from runner.settings import Setting
+
+HOST_SETTINGS: Tuple[Setting, ...] = (
+    Setting("repeats", "Processes per cell (repeats), each its own fresh process and record; 3 for a "
+            "comparison that should survive a rerun.",
+            "integer", default=1, minimum=1, maximum=1000, flag="--repeats"),
+    Setting("slots", "Runners at once: auto (one per GPU on a GPU run, one on a CPU run) or a count; "
+            "each slot gets its own GPU and a disjoint set of CPU cores (matrixbench.placement).",
+            "integer", default="auto", minimum=1, maximum=1024, auto=True, flag="--slots"),
+    Setting("calibrate", "Measure the slots' interference before the matrix (matrixbench.calibrate): the "
+            "calibration cells run on each slot alone, then on every slot at once, once per repeat; the "
+            "report's calibration table gives loaded / alone per cell with its interval. Needs 2 or more slots.",
+            "boolean", default=False, flag="--calibrate"),
+    Setting("calibration_models", "The models --calibrate runs, comma-separated, each at batch size 1, eager "
+            "and default, in the matrix's size and first dtype: a model of the matrix, or a shipped one (resnet "
+            "is ResNet-50; tiny with size tiny).",
+            "string", default=("resnet",), many=True, flag="--calibration-models"),
+    Setting("exclusive_timing", "With slots: compile in parallel but time one slot at a time (the run's "
+            "timing board, runner.timing_board), for zero interference between slots at some wall time; "
+            "the wait counts against timeout_s. Records say which mode they ran under.",
+            "boolean", default=False, flag="--exclusive-timing"),
+    Setting("attribution", "Split each change between two images that differ in torch and in transformers into "
+            "torch's share and transformers' share: derives and runs bridge images (the torch of one side with "
+            "the transformers of the other; matrixbench.attribution). `run --dry-run` prints what it costs.",
+            "boolean", default=False, flag="--attribution"),
+    Setting("gpu_types", "GPU types to run every cell on, comma-separated, as Ray names them (A100, V100, "
+            "T4, H100, ...): a matrix axis, only with --backend ray; records land in "
+            "results/<run>/<gpu_type>/<image>/.",
+            "string", default=(), many=True, min_items=0, flag="--gpu-types"),
+)
+SETTINGS: Tuple[Setting, ...] = runner_settings.SETTINGS + HOST_SETTINGS
+BY_NAME: Dict[str, Setting] = {setting.name: setting for setting in SETTINGS}
+RUNNER_SETTINGS: Tuple[Setting, ...] = runner_settings.RUNNER_SETTINGS
+MATRIX_SETTINGS: Tuple[Setting, ...] = tuple(s for s in SETTINGS if s.matrix)
+OVERRIDES: Tuple[Setting, ...] = tuple(s for s in SETTINGS if s.flag)
+
+
+def matrix_defaults() -> Dict[str, Any]:
+    """Optional matrix.yaml keys and the value they take when left out (lists as lists)."""
+    return {s.name: list(s.default) if s.many else s.default
+            for s in MATRIX_SETTINGS if not s.required}
