@@ -24,6 +24,7 @@ import numpy as np
 
 from matrixbench.report import arithmetic, stats
 from matrixbench.report.cells import is_ok
+from matrixbench.versions import public
 
 MARGIN_PCT = 2.0   # the equivalence margin of "no share"; the verdicts' margin once it is a setting
 TORCH, TRANSFORMERS, INTERACTION = "torch", "transformers", "interaction"
@@ -144,8 +145,8 @@ def _mean_log(row):
 
 def _label(factor, baseline, candidate):
     other = TRANSFORMERS if factor == TORCH else TORCH
-    return (f"{factor} {baseline[f'environment.{factor}']} → {candidate[f'environment.{factor}']} "
-            f"({other} {baseline[f'environment.{other}']})")
+    return (f"{factor} {public(baseline[f'environment.{factor}'])} → {public(candidate[f'environment.{factor}'])} "
+            f"({other} {public(baseline[f'environment.{other}'])})")
 
 
 def _share(factor, baseline, candidate, margin_pct):
