@@ -39,7 +39,7 @@ def test_default_matrix_has_the_seed_models_and_settings():
 def test_default_images_pin_the_seed_torch_versions():
     images = load_matrix(ROOT / "matrix.yaml").images
     assert list(images) == ["seed", "stable", "nightly", "latest"]
-    assert (images["seed"].torch_version, images["seed"].transformers) == ("2.0.1", "transformers==4.30.2")
+    assert (images["seed"].torch_version, images["seed"].transformers) == ("2.0.1", "transformers==4.31.0")
     assert images["seed"].published == "main"
     assert (images["stable"].torch_version, images["stable"].python) == ("2.0.1", "3.10")
     assert images["stable"].transformers.startswith("transformers==4.43.")
