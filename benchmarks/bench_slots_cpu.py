@@ -8,7 +8,7 @@ core, OMP threads = cores), B = ``--slots N`` (N = the usable cores, one core ea
 its own run folder and empty compile cache, so each compiles cold. Then a run of its own with
 ``--calibrate`` (and resnet eager as its matrix): resnet tiny, bs 1, eager and default on each slot
 alone, then on all at once, ``--calibration-repeats`` rounds; the report's calibration table
-(loaded / alone with its hierarchical interval) is kept.
+(loaded / alone with its interval and verdict) is kept.
 
     python benchmarks/bench_slots_cpu.py [--rounds 2] [--repeats 1] [--models vit,resnet,segformer,detr-resnet-101]
         [--iterations 20] [--calibration-repeats 2] [--out benchmarks/results]

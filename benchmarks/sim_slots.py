@@ -3,7 +3,7 @@
 No run on real hardware here: cell durations come from a documented model, because this
 repository holds no real GPU records of the default matrix (tests/fixtures are synthetic and
 benchmarks/results holds CPU overhead measurements only). The model: a cell takes
-``matrixbench.scheduler.MODEL_S[mode]`` seconds (eager 10 s, default 60 s, reduce-overhead 75 s,
+``matrixbench.executors.scheduler.MODEL_S[mode]`` seconds (eager 10 s, default 60 s, reduce-overhead 75 s,
 max-autotune 300 s) times a per-model factor; scenario "equal" gives every model factor 1,
 scenario "spread" draws each model's factor from a log-normal (sigma 0.6, seed 15), so that models
 differ by ~3x as ViT-sized and DETR-sized models do. Units are scheduled as ``matrixbench.run``
@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from matrixbench.executors.scheduler import MODEL_S, unit_key  # noqa: E402
 from matrixbench.matrix import expand_cells, load_matrix  # noqa: E402
-from matrixbench.scheduler import MODEL_S, unit_key  # noqa: E402
 from runner.core import Repeat  # noqa: E402
 
 SLOTS = (1, 2, 4, 8)

@@ -12,12 +12,13 @@ import os
 import tempfile
 from pathlib import Path
 
-from matrixbench.backends import create_backend
-from matrixbench.backends.base import RunRequest
+from matrixbench.environments import create_backend
+from matrixbench.environments.base import RunRequest
+from matrixbench.environments.environment import runtime_secrets
 from matrixbench.errors import MatrixError
-from matrixbench.layout import LOG_FILENAME
+from matrixbench.launch import launch
 from matrixbench.matrix import expand_cells, runner_settings
-from matrixbench.run import RUNTIME_SECRETS, default_hf_cache
+from matrixbench.paths import hf_cache_home
 from runner.schema import CHECK_FILENAME
 
 LOCAL_IMAGE = "local"
@@ -40,8 +41,8 @@ def build_models(matrix, backend="docker", environ=None):
 def _requests(matrix, backend_name, environ, folder):
     """One check per image (the local backend: one, in this interpreter, whatever the images pin)."""
     cells, settings = _one_cell_per_model(matrix), runner_settings(matrix, "cpu")
-    secrets = {key: environ[key] for key in RUNTIME_SECRETS if environ.get(key)}
-    common = dict(cells=cells, settings=settings, hf_cache_dir=default_hf_cache(), check=True)
+    secrets = runtime_secrets(environ)
+    common = dict(cells=cells, settings=settings, hf_cache_dir=hf_cache_home(), check=True)
     if backend_name == "local":
         return [RunRequest(image_name=LOCAL_IMAGE, out_dir=folder / LOCAL_IMAGE, env=secrets, **common)]
     return [RunRequest(image_name=name, out_dir=folder / name, env={**image.env, **secrets}, torch=image.torch,
@@ -50,17 +51,11 @@ def _requests(matrix, backend_name, environ, folder):
 
 
 def _check(backend, request):
-    request.out_dir.mkdir(parents=True, exist_ok=True)
-    exit_code = backend.run(request)
-    answer = request.out_dir / CHECK_FILENAME
-    if exit_code != 0 or not answer.is_file():
+    outcome = launch(backend, request)
+    if not outcome.complete:
         raise MatrixError(f"validate --build: image {request.image_name!r}: the runner could not check the "
-                          f"models (exit code {exit_code}):\n{_log_tail(request.out_dir / LOG_FILENAME)}")
-    return {**json.loads(answer.read_text()), "image_name": request.image_name}
-
-
-def _log_tail(log):
-    return "\n".join(log.read_text(errors="replace").strip().splitlines()[-LOG_TAIL_LINES:]) if log.is_file() else ""
+                          f"models (exit code {outcome.exit_code}):\n{outcome.log_tail}")
+    return {**json.loads((request.out_dir / CHECK_FILENAME).read_text()), "image_name": request.image_name}
 
 
 def describe_build(checks):

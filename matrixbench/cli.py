@@ -4,6 +4,7 @@ Each command parses its options, calls one library function, and turns a Matrixb
 a message on stderr and its exit code (2 matrix/usage, 3 Docker, 4 build, 5 run, 6 report;
 130 on Ctrl-C).
 """
+import dataclasses
 import functools
 import importlib
 import sys
@@ -12,13 +13,15 @@ from pathlib import Path
 import click
 
 from matrixbench import attribution
-from matrixbench.backends import backend_names
-from matrixbench.cluster import DEFAULT_NODE_BACKEND, NODE_BACKENDS
+from matrixbench.environments import auto, backend_names
+from matrixbench.environments.auto import AUTO
 from matrixbench.errors import MatrixbenchError
+from matrixbench.executors import EXECUTORS
 from matrixbench.images import BuildOptions
 from matrixbench.layout import run_dir
 from matrixbench.matrix import Overrides, expand_cells, load_matrix
 from matrixbench.pending import pending_work, recorded_failures_line, unreadable_lines
+from matrixbench.prices import parse_price_option
 from matrixbench.progress import make_progress
 from matrixbench.report_formats import REPORT_FORMATS
 from matrixbench.run import DEFAULT_RUN, RunOptions, check_device, run_matrix
@@ -190,7 +193,7 @@ def describe_matrix(matrix):
 
 
 def build_options(command):
-    """The pip / base-image options of a build: `matrixbench build`'s, and `run --backend ray`'s for the
+    """The pip / base-image options of a build: `matrixbench build`'s, and `run --executor ray`'s for the
     builds on the nodes."""
     for option in reversed([
         click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -232,6 +235,11 @@ def _echo_build_line(image_name, line):
     click.echo(f"[{image_name}] {line}", err=True)
 
 
+def _echo_banner(text):
+    rule = "=" * 80
+    click.echo(f"{rule}\n{text}\n{rule}", err=True)
+
+
 @main.command()
 @matrix_option
 @override_options
@@ -239,18 +247,20 @@ def _echo_build_line(image_name, line):
               help="Run name: records land in RESULTS/RUN/IMAGE/.")
 @click.option("--results", "results_root", type=click.Path(file_okay=False, path_type=Path),
               default="results", show_default=True, help="Results folder.")
-@click.option("--backend", type=click.Choice(backend_names()), default="docker", show_default=True,
-              help="docker: one container per image; venv: one virtual environment per image, "
-                   "built from its pins; local: this interpreter, no Docker; ray: units as tasks on a Ray "
-                   "cluster (--ray-address), each running --node-backend on its node.")
+@click.option("--backend", type=click.Choice([*backend_names(), AUTO]), default="docker", show_default=True,
+              help="How each image's runner starts: docker: one container per image; venv: one virtual "
+                   "environment per image, built from its pins; local: this interpreter, no Docker; auto: "
+                   "build and use docker, else venvs, else local (`make matrix`; a note says which and why). "
+                   "Under --executor ray, what each node runs (docker or local).")
+@click.option("--executor", type=click.Choice(EXECUTORS),
+              help="Where and when units run: sequential (one runner at a time), slots (one runner per slot at "
+                   "once), ray (one task per unit on a Ray cluster, --ray-address) [default: slots on a GPU run, "
+                   "else sequential].")
 @click.option("--ray-address", metavar="HOST:PORT",
-              help="--backend ray: the Ray cluster's head (`ray start --head` prints it) [default: the "
+              help="--executor ray: the Ray cluster's head (`ray start --head` prints it) [default: the "
                    "cluster this node belongs to].")
-@click.option("--node-backend", type=click.Choice(NODE_BACKENDS), default=DEFAULT_NODE_BACKEND, show_default=True,
-              help="--backend ray: what runs the runner on each node: docker (images built on each node) "
-                   "or local (the node's own interpreter and torch).")
 @click.option("--registry", metavar="HOST:PORT",
-              help="--backend ray with docker nodes: push the images built here to this registry once; each node "
+              help="--executor ray with docker nodes: push the images built here to this registry once; each node "
                    "pulls them (instead of building them) and checks them before running.")
 @click.option("--device", type=click.Choice(BY_NAME["device"].choices or ()), default=BY_NAME["device"].default,
               show_default=True, help=BY_NAME["device"].help)
@@ -269,23 +279,32 @@ def _echo_build_line(image_name, line):
 @click.option("--dry-run", is_flag=True, help="Print the cells that would run, and run nothing.")
 @build_options
 @handles_errors
-def run(matrix_path, run_name, results_root, backend, ray_address, node_backend, registry, device, force, retry_failed,
+def run(matrix_path, run_name, results_root, backend, executor, ray_address, registry, device, force, retry_failed,
         cold, cache_root, hf_cache_dir, note, gpu, allow_busy_gpus, dry_run, ca_bundle, index_url, extra_index_urls,
         base_image, **options):
     """Run the matrix's cells that have no record yet (HF_TOKEN is passed on, never printed)."""
     matrix = _load(matrix_path, _overrides(options))
-    if dry_run:
-        check_device(matrix, backend, device)
-        click.echo(describe_plan(matrix, run_dir(results_root, run_name), force, retry_failed))
-        return
+    build_options = BuildOptions.given(ca_bundle=ca_bundle, index_url=index_url, extra_index_urls=extra_index_urls,
+                                       base_image=base_image)
+    if backend == AUTO and executor == "ray":
+        raise click.UsageError("--backend auto: not with --executor ray; give the nodes' --backend (docker or local)")
+    if backend == AUTO and not dry_run:
+        choice = auto.resolve(matrix, build_options, _echo_build_line)
+        _echo_banner(choice.note)
+        backend, note, build_options = choice.backend, " ".join(filter(None, [note, choice.note])), None
+        if choice.images is not None:
+            matrix = _load(matrix_path, _overrides({**options, "images": list(choice.images)}))
     run_options = RunOptions(
         run_name=run_name, results_root=results_root, backend=backend, device=device, force=force,
         retry_failed=retry_failed, cold=cold, cache_root=cache_root, hf_cache_dir=hf_cache_dir,
         note=note, command=tuple(["matrixbench", *sys.argv[1:]]), gpu=gpu, allow_busy_gpus=allow_busy_gpus,
-        ray_address=ray_address, node_backend=node_backend, registry=registry,
-        build_options=BuildOptions.given(ca_bundle=ca_bundle, index_url=index_url,
-                                         extra_index_urls=extra_index_urls, base_image=base_image),
+        executor=executor, ray_address=ray_address, registry=registry,
+        build_options=build_options,
     )
+    if dry_run:
+        check_device(matrix, dataclasses.replace(run_options, backend="local") if backend == AUTO else run_options)
+        click.echo(describe_plan(matrix, run_dir(results_root, run_name), force, retry_failed))
+        return
     summary = run_matrix(matrix, run_options, progress=make_progress())
     click.echo(summary.describe())
 
@@ -307,12 +326,16 @@ def describe_plan(matrix, run_path, force, retry_failed):
               show_default=True, help="Where the report goes.")
 @click.option("--format", "formats", multiple=True, callback=_comma_list(REPORT_FORMATS), metavar="FORMATS",
               help=f"Output formats, comma-separated, from {', '.join(REPORT_FORMATS)} [default: all].")
+@click.option("--price", "prices", multiple=True, metavar="GPU_TYPE=USD",
+              help="Your price per GPU-hour in dollars for a GPU type, e.g. A100=1.29 (repeatable); replaces "
+                   "matrix.yaml's prices: of that type. Without one the report shows no dollars.")
 @handles_errors
-def report(results_dirs, out_dir, formats):
+def report(results_dirs, out_dir, formats, prices):
     """Turn records under RESULTS_DIRS (default results/default) into a report."""
     build_report = _library("matrixbench.report", "build_report", "report")
     dirs = list(results_dirs) or [Path("results") / DEFAULT_RUN]
-    for path in build_report(dirs, out_dir, formats or list(REPORT_FORMATS)):
+    given = [parse_price_option(text) for text in prices]
+    for path in build_report(dirs, out_dir, formats or list(REPORT_FORMATS), given):
         click.echo(str(path))
 
 

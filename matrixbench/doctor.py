@@ -222,6 +222,6 @@ def _connect():
 
 
 def _hf_cache():
-    from matrixbench.run import default_hf_cache
+    from matrixbench.paths import hf_cache_home
 
-    return Path(default_hf_cache())
+    return Path(hf_cache_home())

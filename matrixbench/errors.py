@@ -41,6 +41,12 @@ class ReportError(MatrixbenchError):
     exit_code = 6
 
 
+class PriceError(MatrixbenchError):
+    """A --price that is not GPU_TYPE=DOLLARS_PER_GPU_HOUR (matrixbench.prices)."""
+
+    exit_code = 2
+
+
 class ResultsFolderError(MatrixbenchError):
     """The results folder cannot hold the run: under a file, or not writable."""
 

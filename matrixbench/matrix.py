@@ -89,10 +89,12 @@ class Matrix:
     accuracy_tolerance: Optional[float] = _default("accuracy_tolerance")  # None: the dtype's default
     cv_threshold: float = _default("cv_threshold")
     slots: Union[str, int] = _default("slots")     # "auto" or a count (matrixbench.placement)
-    calibrate: bool = _default("calibrate")         # measure the slots' interference first (matrixbench.calibrate)
+    calibrate: bool = _default("calibrate")         # measure the slots' interference first (executors/calibration.py)
     calibration_models: Tuple[str, ...] = _default("calibration_models")
     exclusive_timing: bool = _default("exclusive_timing")   # slots time one at a time
     gpu_types: Tuple[str, ...] = _default("gpu_types")   # () = no GPU-type axis (matrixbench.pending)
+    # matrix.yaml's ``prices:`` as written (matrixbench.prices): the report's, not the run's
+    prices: Dict[str, JSON] = field(default_factory=dict)
     attribution: bool = _default("attribution")   # bridge images derived (matrixbench.attribution)
     bridges: Tuple[Any, ...] = ()    # attribution.Bridge: the derived images, in ``images`` too
     refused: Tuple[Any, ...] = ()    # attribution.Refused: corners that cannot exist, with the reason
@@ -104,12 +106,17 @@ class Matrix:
         del data["path"]
         if not data["gpu_types"]:
             del data["gpu_types"]   # without the axis, a matrix is (and hashes) as before it existed
+        if not data["prices"]:
+            del data["prices"]
         if not data["attribution"]:
             del data["attribution"], data["bridges"], data["refused"]   # likewise without attribution
         return data
 
     def content_hash(self) -> str:
-        return _short_hash(self.to_dict())
+        """The hash of what is measured: prices (the report's) left out."""
+        data = self.to_dict()
+        data.pop("prices", None)
+        return _short_hash(data)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ jsonschema message would be cryptic (``anyOf``, ``pattern``).
 """
 from typing import Any, Dict
 
+from matrixbench.prices import PRICES_SCHEMA
 from matrixbench.settings import MATRIX_SETTINGS, matrix_defaults
 from runner.core import TASKS, WEIGHTS
 
@@ -90,6 +91,8 @@ MATRIX_SCHEMA = {
         "images": _named(IMAGE_SCHEMA, "image"),
         "models": _named(MODEL_SCHEMA, "model"),
         **{s.name: s.json_schema() for s in MATRIX_SETTINGS},
+        # The user's price per GPU-hour per GPU type, for the report's "What it costs" (matrixbench.prices).
+        "prices": PRICES_SCHEMA,
     },
 }
 

@@ -8,3 +8,14 @@ def cache_home(environ=None):
     environ = os.environ if environ is None else environ
     base = environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "matrixbench"
+
+
+def compile_cache_root(environ=None):
+    """Per-image compile caches live under ~/.cache/matrixbench/compile/<image>."""
+    return cache_home(environ) / "compile"
+
+
+def hf_cache_home(environ=None):
+    """The host's Hugging Face cache: ``$HF_HOME``, else ``~/.cache/huggingface``."""
+    environ = os.environ if environ is None else environ
+    return Path(environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")

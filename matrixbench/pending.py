@@ -2,7 +2,7 @@
 what order.
 
 Records land in ``results/<run>/<image>/<cell_id>.json`` (repeat 0) and ``<cell_id>.r<k>.json``;
-with a GPU-type axis (``gpu_types``, --backend ray) in ``results/<run>/<gpu_type>/<image>/``: one
+with a GPU-type axis (``gpu_types``, --executor ray) in ``results/<run>/<gpu_type>/<image>/``: one
 folder per GPU type and image, so resume stays a per-folder question, exactly as without the axis;
 ``runner.schema.needs_run`` is the one rule that says whether a repeat needs running again (no
 record, an unreadable one, ``--force``, or a failed one with ``--retry-failed``); each repeat
@@ -12,7 +12,7 @@ The order (``interleaved``): every cell's repeat 0, then every cell's repeat 1, 
 drift of the machine spreads over all cells; within a repeat, the modes of each model (same
 batch size and dtype) in an order shuffled with ``random.Random(seed)``, the seed recorded in
 run.json and the cells file. Every image gets the same order, and the images take turns repeat by
-repeat (``matrixbench.scheduler.rounds``: one runner per image and repeat index).
+repeat (``matrixbench.executors.scheduler.rounds``: one runner per image and repeat index).
 """
 import random
 from dataclasses import dataclass

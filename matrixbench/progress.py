@@ -5,7 +5,7 @@ image's output folder while the backend runs (runner stdout is never parsed).
 ``ProgressState`` holds the counts and the ETA; ``TqdmProgress`` shows them; ``NullProgress``
 is the silent default for library callers.
 
-With slots (matrixbench.scheduler) it is one display for the whole run: cells done / total over
+With slots (matrixbench.executors.scheduler) it is one display for the whole run: cells done / total over
 every slot, each slot's current cell (the first repeat of its runner whose record has not
 appeared: runners go in order) and for how long, and an ETA over all slots (the run's
 throughput so far, cells finished by any slot per second, applied to the cells left). On a
@@ -13,12 +13,10 @@ terminal each slot gets a status line of its own under the bar; a log gets "slot
 finished cell's line.
 """
 import sys
-import threading
 import time
 from collections import Counter
 
-from runner.core import Mode, Repeat, Status
-from runner.schema import RecordError, load_record, record_path
+from runner.core import Mode, Status
 
 
 def format_duration(seconds):
@@ -255,75 +253,3 @@ class TqdmProgress(NullProgress):
             )
         for slot, line in self._slot_lines.items():
             line.set_description_str(self.state.slot_line(slot), refresh=True)
-
-
-def _stamp(path):
-    try:
-        stat = path.stat()
-    except FileNotFoundError:
-        return None
-    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-
-
-def _record_path(out_dir, item):
-    return record_path(out_dir, item.cell, item.index) if isinstance(item, Repeat) else record_path(out_dir, item)
-
-
-class RecordWatcher:
-    """Polls ``out_dir`` for new records of ``cells`` (Cells, or Repeats for one repeat of a cell
-    each) and calls ``on_record(cell, record)`` once each.
-
-    A record counts as new when its file appears or changes after the watcher started (so
-    ``--force`` reruns are seen too). Use as a context manager around the backend's run; on
-    exit it stops the thread and polls one last time.
-    """
-
-    def __init__(self, out_dir, cells, on_record, on_tick=None, interval=0.5):
-        self._waiting = {_record_path(out_dir, item): item for item in cells}
-        self._before = {path: _stamp(path) for path in self._waiting}
-        self._on_record = on_record
-        self._on_tick = on_tick or (lambda: None)
-        self._interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="record-watcher", daemon=True)
-        self._failure = None
-
-    def poll(self):
-        """Report every record that appeared since the last poll; return how many."""
-        found = [path for path in self._waiting if _stamp(path) != self._before[path]]
-        reported = 0
-        for path in found:
-            try:
-                record = load_record(path)
-            except RecordError:
-                continue  # unreadable for now: look again at the next poll
-            item = self._waiting.pop(path)
-            self._on_record(item.cell if isinstance(item, Repeat) else item, record)
-            reported += 1
-        return reported
-
-    @property
-    def waiting(self):
-        """Cells whose record has not appeared yet."""
-        return list(self._waiting.values())
-
-    def _loop(self):
-        try:
-            while not self._stop.wait(self._interval):
-                self.poll()
-                self._on_tick()
-        except Exception as exc:  # surfaced in __exit__, on the caller's thread
-            self._failure = exc
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        self._stop.set()
-        self._thread.join()
-        if self._failure is None:
-            self.poll()
-        if self._failure is not None and exc_type is None:
-            raise self._failure
-        return False

@@ -18,7 +18,7 @@ HOST_SETTINGS: Tuple[Setting, ...] = (
     Setting("slots", "Runners at once: auto (one per GPU on a GPU run, one on a CPU run) or a count; "
             "each slot gets its own GPU and a disjoint set of CPU cores (matrixbench.placement).",
             "integer", default="auto", minimum=1, maximum=1024, auto=True, flag="--slots"),
-    Setting("calibrate", "Measure the slots' interference before the matrix (matrixbench.calibrate): the "
+    Setting("calibrate", "Measure the slots' interference before the matrix (matrixbench.executors.calibration): the "
             "calibration cells run on each slot alone, then on every slot at once, once per repeat; the "
             "report's calibration table gives loaded / alone per cell with its interval. Needs 2 or more slots.",
             "boolean", default=False, flag="--calibrate"),
@@ -35,9 +35,17 @@ HOST_SETTINGS: Tuple[Setting, ...] = (
             "the transformers of the other; matrixbench.attribution). `run --dry-run` prints what it costs.",
             "boolean", default=False, flag="--attribution"),
     Setting("gpu_types", "GPU types to run every cell on, comma-separated, as Ray names them (A100, V100, "
-            "T4, H100, ...): a matrix axis, only with --backend ray; records land in "
+            "T4, H100, ...): a matrix axis, only with --executor ray; records land in "
             "results/<run>/<gpu_type>/<image>/.",
             "string", default=(), many=True, min_items=0, flag="--gpu-types"),
+    # The report's: how it judges records (matrixbench.report), not how a run measures them.
+    Setting("margin_pct", "Equivalence margin m, in %: a comparison whose 95% interval of candidate / baseline "
+            "lies inside [1/(1+m), 1+m] is \"no change\" (docs/verdicts.md). The report uses the run's (run.json's "
+            "matrix), else this default.",
+            "number", default=3.0, minimum=0, exclusive_minimum=True, maximum=100, matrix=False),
+    Setting("between_cv_threshold", "The report's between-process flag (¶): the coefficient of variation of a "
+            "cell's per-process means above which the cell is marked noisy between processes.",
+            "number", default=0.05, minimum=0, exclusive_minimum=True, maximum=10, matrix=False),
 )
 SETTINGS: Tuple[Setting, ...] = runner_settings.SETTINGS + HOST_SETTINGS
 BY_NAME: Dict[str, Setting] = {setting.name: setting for setting in SETTINGS}

@@ -8,7 +8,8 @@ compile time for compiled modes);
 warm-up iterations (warmup_s: at least the warm-up count, and on GPU at least
 MIN_WARMUP_S); one untimed call counting host syncs (GPU); then the timed iterations, with
 CUDA-graph captures/replays counted per phase (runner.cudagraphs) and the GPU's clocks,
-temperature, power and throttling read before and after (runner.gpu_state). Peak memory
+temperature, power and throttling read before and after (runner.gpu_state) and the energy and
+violation counters read immediately around it (runner.energy). Peak memory
 covers the first call onwards; the accuracy check compares the last timed output with the
 eager one. ``timing.flags`` lists what makes a number other than its label says:
 no_cudagraphs, cudagraph_recaptured, throttled, timer_mismatch. In a slot run the timing board
@@ -19,7 +20,7 @@ import contextlib
 
 import torch
 
-from runner import accuracy, cudagraphs, faults, gpu_state, memory, records, timing_board
+from runner import accuracy, cudagraphs, energy, faults, gpu_state, memory, records, timing_board
 from runner.archcheck import bf16_problem
 from runner.compile import compile_model, counters_snapshot, dynamo_stats, reset
 from runner.core import Mode, Status
@@ -69,12 +70,12 @@ def _measure(job, record, marks):
             with timing_board.timing(board) as seen:
                 warmup_s, warmup_calls = warm_up(step, settings["warmup"], min_warmup_s(device), device)
                 syncs = count_host_syncs(step, device)
-                loop, state = _timed_loop(step, settings["iterations"], device, job, graphs, marks, seen)
+                loop, state, counted = _timed_loop(step, settings["iterations"], device, job, graphs, marks, seen)
     timing_board.annotate(record.placement, board, seen)
     record.memory = memory.peak(device)
     record.timing = _timing(loop, settings, device, cell.mode, graphs, state,
                      dict(load_s=load_s, first_call_s=first_call_s, warmup_s=warmup_s,
-                          warmup_calls=warmup_calls, host_syncs_per_call=syncs))
+                          warmup_calls=warmup_calls, host_syncs_per_call=syncs), counted)
     if compiled:
         record.dynamo = dynamo_stats(before, after_first_call, counters_snapshot())
         record.accuracy = accuracy.compare(reference, loop.output, settings["accuracy_tolerance"])
@@ -83,30 +84,39 @@ def _measure(job, record, marks):
 
 
 def _timed_loop(step, iterations, device, job, graphs, marks, seen=None):
-    """The timed iterations, with the GPU's state read just before and just after them, and
-    (``seen``, runner.timing_board) the other slots timing then."""
+    """The timed iterations, with the GPU's state read just before and just after them, the
+    energy and violation counters (runner.energy) read immediately around them, and (``seen``,
+    runner.timing_board) the other slots timing then: (loop, gpu_state, counters' blocks)."""
     seen = seen or timing_board.Seen()
     monitor = gpu_state.open_monitor(device, visible_uuid=(job["environment"] or {}).get("gpu_uuid"))
     start = monitor.sample() if monitor else None
+    counters = energy.open_counters(device, getattr(monitor, "nvml", None), getattr(monitor, "handle", None),
+                                    clock=clock)
     if graphs is not None:
         graphs.timed()
     seen.look()
     marks["first_timed_iteration"] = clock()
+    counters.start()
     loop = time_iterations(step, iterations, device)
+    counted = counters.stop()
     seen.look()
     end = monitor.sample() if monitor else None
-    return loop, gpu_state.summarize(start, end)
+    return loop, gpu_state.summarize(start, end), counted
 
 
-def _timing(loop, settings, device, mode, graphs, state, phases):
+def _timing(loop, settings, device, mode, graphs, state, phases, counted=None):
     """The record's ``timing``: phases, statistics, the self-check, CUDA-graph counts, GPU
-    state, and the flags that say a number is not what its label claims."""
+    state, the loop's energy and violation times, and the flags that say a number is not what
+    its label claims."""
+    counted = counted or {"energy": None, "violations": None}
     stats = summarize(loop.samples_ms, settings["cv_threshold"])
     check = self_check(stats["mean_ms"], loop.loop_wall_ms, stats["n"])
     counts = graphs.summary() if graphs is not None else None
-    flags = cudagraphs.flags(counts, mode, device) + gpu_state.flags(state) + timing_flags(check)
+    flags = (cudagraphs.flags(counts, mode, device) + gpu_state.flags(state, counted["violations"])
+             + timing_flags(check))
     return dict(phases, timer="cuda_event" if device == "cuda" else "perf_counter", **stats, **check,
-                cudagraphs=counts, gpu_state=state, flags=flags)
+                cudagraphs=counts, gpu_state=state, energy=counted["energy"], violations=counted["violations"],
+                flags=flags)
 
 
 def min_warmup_s(device):

@@ -14,8 +14,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 # The record format. History: 1 (cells carried a test-only ``fault``; ``timing.compile_s``);
 # 2 (no ``fault``; ``timing.first_call_s``: the first call, timed on its own, eager cells too; an
 # optional top-level ``repeat``, the 0-based index of the process among the cell's repeats, missing = 0).
-SCHEMA_VERSION = 2
-SUPPORTED_VERSIONS: Tuple[int, ...] = (1, 2)
+SCHEMA_VERSION = 3
+SUPPORTED_VERSIONS: Tuple[int, ...] = (1, 2, 3)
 
 DTYPES = ("float32", "float16", "bfloat16")
 WEIGHTS = ("random", "pretrained")
@@ -190,17 +190,21 @@ class Record:
 
 
 def upgrade_record(data: Mapping[str, Any]) -> JSON:
-    """A record of any supported version as the current version (a new dict; v2 is returned as is).
+    """A record of any supported version as the current version (a new dict; v3 is returned as is).
 
     v1 -> v2: the cell's ``fault`` (a test hook, always null in real runs) is dropped,
     ``timing.compile_s`` is ``timing.first_call_s`` (it always was the first call, eager too),
     and the record is repeat 0 (one process per cell).
+    v2 -> v3: nothing changes; v3 adds the optional ``timing.energy`` and ``timing.violations``
+    (runner.energy), which an older record lacks: the report shows them as absent, not as zero.
     """
     record = dict(data)
     if record.get("schema_version") == 1:
         record["cell"] = {k: v for k, v in record["cell"].items() if k != "fault"}
         if isinstance(record.get("timing"), dict):
             record["timing"] = {("first_call_s" if k == "compile_s" else k): v for k, v in record["timing"].items()}
-        record["schema_version"] = SCHEMA_VERSION
+        record["schema_version"] = 2
         record.setdefault("repeat", 0)
+    if record.get("schema_version") == 2:
+        record["schema_version"] = SCHEMA_VERSION
     return record

@@ -28,8 +28,6 @@ Log = Callable[[str], None]
 # The probe's own limit: the runner's one-time start (the forkserver's imports, the probe's
 # environment queries) never counts against a cell's timeout_s, which covers the cell only.
 PROBE_TIMEOUT_S = 600
-NO_PRECISION = {"float32_matmul_precision": None, "cuda_matmul_allow_tf32": None,
-                "cudnn_allow_tf32": None}
 
 
 @dataclass
@@ -94,7 +92,7 @@ def probe(launcher: Launcher, cells_file: CellsFile) -> Context:
     return Context(
         device=reply.get("device") or ("cpu" if requested == "auto" else requested),
         environment=reply.get("environment") or fallback_environment(cells_file.image_name, cells_file.image_id),
-        precision=reply.get("precision") or NO_PRECISION,
+        precision=reply.get("precision") or records.NO_PRECISION,
         error=error or None,
     )
 

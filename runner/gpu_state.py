@@ -3,9 +3,11 @@
 SM and memory clocks, temperature, power and clock-throttle reasons, read once before
 and once after the timed loop (never inside it). ``pynvml`` is optional: without it, or
 without a driver, every field is null. A cell that throttled (power cap, thermal or
-hardware slowdown at either end) is flagged ``throttled``: its latency is not the GPU's
-steady state.
+hardware slowdown at either end, or any power/thermal violation time counted during the loop,
+runner.energy) is flagged ``throttled``: its latency is not the GPU's steady state.
 """
+
+from runner import energy
 
 # nvmlClocksThrottleReason* bit values (nvml.h; the same in every driver since R340).
 THROTTLE_REASONS = {
@@ -32,6 +34,15 @@ class GpuMonitor:
     def __init__(self, nvml, handle):
         self._nvml = nvml
         self._handle = handle
+
+    @property
+    def nvml(self):
+        """The NVML module and this GPU's handle, for the loop's counters (runner.energy)."""
+        return self._nvml
+
+    @property
+    def handle(self):
+        return self._handle
 
     def sample(self):
         """One reading; a field NVML cannot give (old driver, MIG slice) is None."""
@@ -90,8 +101,11 @@ def summarize(start, end):
     return {"start": start, "end": end, "throttled": throttled}
 
 
-def flags(gpu_state):
-    return ["throttled"] if gpu_state and gpu_state["throttled"] else []
+def flags(gpu_state, violations=None):
+    """["throttled"] when either edge reading shows a slowdown or NVML's violation counters
+    (runner.energy) counted power or thermal capping during the loop."""
+    edges = bool(gpu_state and gpu_state["throttled"])
+    return ["throttled"] if edges or energy.throttled(violations) else []
 
 
 def _import_pynvml():

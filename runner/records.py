@@ -29,6 +29,9 @@ CALIBRATION_ENV = "MATRIXBENCH_CALIBRATION"
 # cuBLAS/cuDNN report a failed workspace allocation with their own status, not torch's OOM.
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cublas_status_alloc_failed",
                "cudnn_status_alloc_failed")
+# A record's precision block when the cell never reached the point of setting it (a crash before it).
+NO_PRECISION = {"float32_matmul_precision": None, "cuda_matmul_allow_tf32": None,
+                "cudnn_allow_tf32": None}
 
 
 def utc_now() -> str:

@@ -219,7 +219,24 @@ RECORD_SCHEMA = {
             # NVML readings just before and after the timed loop; null without pynvml or on CPU
             "gpu_state": _obj({"start": _GPU_SAMPLE, "end": _GPU_SAMPLE, "throttled": {"type": "boolean"}},
                               nullable=True),
-            # no_cudagraphs, cudagraph_recaptured, throttled, timer_mismatch
+            # schema v3, optional (runner.energy): the loop's energy from a cumulative counter read
+            # immediately around it (NVML total energy on GPU, RAPL packages on CPU); numbers null
+            # with the reason where the counter is missing or unreadable
+            "energy": _obj({
+                "source": {"enum": ["nvml_total_energy", "rapl", None]},
+                "energy_j": _NUM,           # joules the counter advanced over the loop
+                "loop_s": _NUM,             # seconds between the two readings
+                "average_power_w": _NUM,    # energy_j / loop_s
+                "max_error_j": _NUM,        # counter step + staleness at both ends (runner.energy)
+                "uncertain": _BOOL,         # max_error_j above 10% of energy_j
+                "wrapped": _BOOL,           # the counter wrapped once during the loop
+                "reason": _STR,             # why energy_j is null
+            }, nullable=True),
+            # schema v3, optional: NVML's power and thermal violation times over the loop, in ms
+            # (counted_ms: what NVML's reference stamps cover); null on CPU
+            "violations": _obj({"power_ms": _NUM, "thermal_ms": _NUM, "counted_ms": _NUM, "reason": _STR},
+                               nullable=True),
+            # no_cudagraphs, cudagraph_recaptured, throttled (edge readings or violation time), timer_mismatch
             "flags": {"type": "array", "items": {"type": "string"}},
         }, required=_TIMING_REQUIRED, nullable=True),
         "memory": _obj({

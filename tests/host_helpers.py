@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from matrixbench.backends.base import Backend
+from matrixbench.environments.base import Backend
 from matrixbench.layout import CELLS_FILENAME
 from matrixbench.progress import NullProgress
 from matrixbench.run import RunOptions
@@ -128,7 +128,7 @@ class ConcurrentRecordingBackend(RecordingBackend):
 
 def use_backend(monkeypatch, backend):
     """Register ``backend`` under the name "local" for the duration of a test."""
-    from matrixbench import backends
+    from matrixbench import environments as backends
 
     monkeypatch.setitem(backends.FACTORIES, "local", lambda: backend)
     return backend

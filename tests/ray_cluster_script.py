@@ -1,6 +1,6 @@
 """A real two-node Ray cluster on this machine, matrixbench's driver on it, one node killed mid-run.
 
-Run by tests/test_backends_ray.py as root inside ``unshare --net --pid --fork --kill-child --mount-proc``
+Run by tests/test_executor_ray.py as root inside ``unshare --net --pid --fork --kill-child --mount-proc``
 (a fresh network namespace: Ray binds only to its loopback; a fresh PID namespace: every Ray process dies when
 this script, its PID 1's child, ends):
 
@@ -79,7 +79,7 @@ def raylets():
 
 def driver(matrix, results, gpu_types, env, log_path, run="cluster"):
     argv = [str(BIN / "python"), "-m", "matrixbench.cli", "run", "--matrix", str(matrix), "--results", str(results),
-            "--run", run, "--backend", "ray", "--ray-address", f"{HEAD}:6379", "--node-backend", "local",
+            "--run", run, "--executor", "ray", "--ray-address", f"{HEAD}:6379", "--backend", "local",
             "--device", "cpu", "--gpu-types", gpu_types]
     log = open(log_path, "w")
     return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO)), log

@@ -1,7 +1,7 @@
-"""A real two-node Ray cluster on this machine whose nodes run the runner in Docker (``--node-backend
+"""A real two-node Ray cluster on this machine whose nodes run the runner in Docker (``--backend
 docker``, the CLI's default): the docker-backed variant of tests/ray_cluster_script.py.
 
-Run by tests/test_backends_ray_docker.py as root inside ``unshare --net --pid --fork --kill-child
+Run by tests/test_executor_ray_docker.py as root inside ``unshare --net --pid --fork --kill-child
 --mount-proc``, after the test built the real-Docker test images outside the namespace:
 
     python ray_docker_cluster_script.py WORK_DIR MATRIX OUT_JSON REGISTRY
@@ -28,7 +28,8 @@ RUN = "docker-cluster"
 
 def driver(matrix, results, env, log_path, run=RUN, extra=()):
     argv = [str(BIN / "python"), "-m", "matrixbench.cli", "run", "--matrix", str(matrix), "--results", str(results),
-            "--run", run, *extra, "--backend", "ray", "--ray-address", f"{HEAD}:6379", "--device", "cpu",
+            "--run", run, *extra, "--executor", "ray", "--backend", "docker", "--ray-address", f"{HEAD}:6379",
+            "--device", "cpu",
             "--gpu-types", "A100,T4", "--models", "resnet", "--modes", "eager"]
     with open(log_path, "w") as log:
         return subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO),

@@ -55,10 +55,10 @@ def test_stability_compares_the_second_image_with_the_first_under_both_tests():
     records = {"stable|vit_eager": dict(enumerate(slow)), "latest|vit_eager": dict(enumerate(fast))}
     found = stability.changes(records, ["stable", "latest"])
     assert list(found) == ["vit_eager"]
-    for test in ("hierarchical", "within_process"):
+    for test in ("processes", "within_process"):
         assert found["vit_eager"][test]["change_pct"] == pytest.approx(-50, abs=1)
         assert found["vit_eager"][test]["star"]
-    kept = stability.survival(found, found, "hierarchical")
+    kept = stability.survival(found, found, "processes")
     assert kept == {"changes": 1, "starred_run1": 1, "kept_run2": 1, "starred_run2": 1}
 
 

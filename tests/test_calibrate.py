@@ -19,12 +19,12 @@ from host_helpers import (
     use_backend,
     write_matrix,
 )
-from matrixbench import calibrate
 from matrixbench.errors import MatrixError
+from matrixbench.executors import calibration as calibrate
 from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.placement import Slot
-from matrixbench.report import build_report, records, stats
-from matrixbench.report.calibration import calibration_tables, loaded_over_alone
+from matrixbench.report import build_report, records, verdicts
+from matrixbench.report.calibration import calibration_tables
 from matrixbench.run import run_matrix
 from runner.cells_file import cells_file_from_dict
 from runner.core import Status
@@ -107,7 +107,7 @@ def test_a_round_missing_one_record_reruns_whole(tmp_path, monkeypatch):
     base_dir = tmp_path / "image"
     cells = calibrate.calibration_cells(matrix)
     assert calibrate.pending_rounds(base_dir, cells, SLOTS, 2) == [0, 1]
-    from matrixbench.backends.base import RunRequest
+    from matrixbench.environments.base import RunRequest
     base = RunRequest("stable", [], {"iterations": 5}, base_dir, cache_dir=None)
     calibrate.run_calibration(matrix, base, SLOTS, backend, note=lambda text: None)
     assert calibrate.pending_rounds(base_dir, cells, SLOTS, 2) == []
@@ -192,16 +192,22 @@ def test_the_table_gives_loaded_over_alone_with_its_interval(calibration_run):
     assert eager["loaded / alone"] == "1.200×*" and eager["processes (alone / loaded)"] == "4 / 4"
     low, high = (float(text.rstrip("×")) for text in eager["95% interval"].strip("[]").split(", "))
     assert low > 1.0 and low < 1.2 < high
-    assert default["loaded / alone"] == "1.000×" and default["slots"] == "2"   # no star: the interval holds 1
+    assert default["loaded / alone"].startswith("1.000×") and default["slots"] == "2"
+    assert default["loaded / alone"][-1] in "?≈" and default["Verdict"] != "slower"   # no star: the interval holds 1
+    assert eager["Verdict"] == "slower"
     assert eager["other slots timing (loaded)"] == "1 ×3, 0 ×1"           # one loaded process timed alone
 
 
-def test_the_ratio_is_the_reports_arithmetic_and_one_process_is_not_tested():
-    alone, loaded = [[10.0, 10.2], [9.8, 10.0]], [[12.0, 12.2], [11.8, 12.0]]
-    ratio, interval = loaded_over_alone(alone, loaded)
-    assert ratio == pytest.approx(1.2)
-    assert interval == stats.hierarchical_interval(alone, loaded)
-    assert loaded_over_alone(alone[:1], loaded) == (pytest.approx(10.0 * 1.2 / 10.1), None)
+def test_loaded_over_alone_is_judged_from_process_means_and_one_process_is_not_tested():
+    from scipy import stats as scipy_stats
+
+    alone, loaded = {"process_means": [10.1, 9.9]}, {"process_means": [12.0, 12.2, 11.9]}
+    found = verdicts.judge_cells(alone, loaded)
+    assert found.ratio == pytest.approx(scipy_stats.gmean([12.0, 12.2, 11.9]) / scipy_stats.gmean([10.1, 9.9]))
+    welch = scipy_stats.ttest_ind(np.log([12.0, 12.2, 11.9]), np.log([10.1, 9.9]), equal_var=False)
+    assert (found.low, found.high) == pytest.approx(tuple(np.exp(welch.confidence_interval(0.95))))
+    assert found.verdict == "slower"
+    assert verdicts.judge_cells({"process_means": [10.0]}, loaded).verdict == "not tested"
 
 
 def test_the_report_renders_the_calibration_table_and_keeps_it_out_of_the_matrix(calibration_run, tmp_path):
@@ -217,7 +223,8 @@ def test_the_report_renders_the_calibration_table_and_keeps_it_out_of_the_matrix
     derived = pd.read_csv(tmp_path / "comparisons.csv").query("kind == 'interference'")
     assert list(derived["mode"]) == ["eager", "default"] and set(derived["against"]) == {"alone"}
     eager = derived.iloc[0]
-    assert eager["ratio"] == pytest.approx(1.2) and eager["processes"] == 4 and str(eager["significant"]) == "True"
+    assert eager["estimate_ratio"] == pytest.approx(1.2) and eager["verdict"] == "slower"
+    assert eager["baseline_processes"] == eager["candidate_processes"] == 4
     assert eager["low_pct"] > 0
 
 

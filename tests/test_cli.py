@@ -169,7 +169,8 @@ def test_a_command_whose_module_is_missing_says_so(matrix_file, monkeypatch):
 def test_report_defaults_to_results_default_and_every_format(matrix_file, monkeypatch, tmp_path):
     calls = []
     _fake_module(monkeypatch, "matrixbench.report",
-                 build_report=lambda dirs, out, formats: calls.append((dirs, out, formats)) or [out / "report.md"])
+                 build_report=lambda dirs, out, formats, prices: (calls.append((dirs, out, formats))
+                                                                  or [out / "report.md"]))
     (tmp_path / "results" / "default").mkdir(parents=True)
     result = invoke("report")
     assert result.exit_code == 0, result.output
@@ -246,5 +247,5 @@ def test_run_refuses_build_options_without_ray(tmp_path):
     result = invoke("run", "--matrix", write_matrix(tmp_path), "--backend", "local", "--device", "cpu",
                     "--results", tmp_path / "results", "--ca-bundle", bundle)
     assert result.exit_code != 0
-    assert "only with --backend ray" in result.output, result.output
+    assert "only with --executor ray" in result.output, result.output
     assert not (tmp_path / "results").exists()

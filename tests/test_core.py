@@ -1,5 +1,6 @@
 """runner.core: Cell and Record to and from their JSON, one Status, v1 records converted on read."""
 import json
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -56,13 +57,24 @@ def test_a_v1_record_is_converted_on_read(tmp_path):
     assert load_record(path) == make_record(CELL)
 
 
+def test_a_v2_fixture_record_loads_as_v3_without_the_new_fields():
+    """A record written before schema v3 (the committed CPU fixture run): it reads, validates, and
+    has no energy or violation block (absent, never zero)."""
+    path = Path(__file__).parent / "fixtures" / "cpu-run" / "local" / "resnet-tiny_bs1_eager_float32.json"
+    assert json.loads(path.read_text())["schema_version"] == 2
+    data = read_record(path)
+    assert data["schema_version"] == SCHEMA_VERSION == 3
+    assert "energy" not in data["timing"] and "violations" not in data["timing"]
+    jsonschema.validate(data, RECORD_SCHEMA)
+
+
 def test_upgrading_leaves_the_input_alone():
     old = _v1(make_record(CELL))
     upgrade_record(old)
     assert old["schema_version"] == 1 and "fault" in old["cell"] and "compile_s" in old["timing"]
 
 
-@pytest.mark.parametrize("version", [0, 3, None, "2"])
+@pytest.mark.parametrize("version", [0, SCHEMA_VERSION + 1, None, "2"])
 def test_unknown_versions_are_refused(tmp_path, version):
     path = tmp_path / "future.json"
     path.write_text(json.dumps(dict(make_record(CELL).to_dict(), schema_version=version)))

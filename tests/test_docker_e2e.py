@@ -191,8 +191,8 @@ def test_ctrl_c_removes_the_container_and_keeps_finished_records(client, built, 
 
 
 def test_a_user_without_a_passwd_entry_in_the_image_runs_cells_and_owns_the_records(client, built, tmp_path):
-    from matrixbench.backends.base import RunRequest
-    from matrixbench.backends.docker import DockerBackend
+    from matrixbench.environments.base import RunRequest
+    from matrixbench.environments.docker import DockerBackend
     from matrixbench.matrix import expand_cells, runner_settings
 
     matrix = load_matrix(MATRIX_PATH)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import matrixbench
 from matrixbench import gpu
-from matrixbench.backends.local import LocalBackend
+from matrixbench.environments.local import LocalBackend
 
 DATA = Path(__file__).parent / "data" / "gpu" / "nvidia-smi"
 # The format of `nvidia-smi -L` (one line per GPU, then MIG devices indented); the UUIDs are made up.

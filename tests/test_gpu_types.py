@@ -1,4 +1,4 @@
-"""The GPU-type axis (issue 16): declared once, a folder level of the run, only with --backend ray."""
+"""The GPU-type axis (issue 16): declared once, a folder level of the run, only with --executor ray."""
 import pytest
 from click.testing import CliRunner
 
@@ -49,7 +49,7 @@ def test_each_gpu_type_gets_its_own_image_folders_and_resume(tmp_path):
 def test_other_backends_refuse_the_axis_naming_the_ray_backend(tmp_path, monkeypatch):
     use_backend(monkeypatch, RecordingBackend())
     matrix = load_matrix(write_matrix(tmp_path), Overrides(gpu_types=["A100"]))
-    with pytest.raises(RunError, match="only --backend ray places work on GPU types"):
+    with pytest.raises(RunError, match="only --executor ray places work on GPU types"):
         run_matrix(matrix, RunOptions(results_root=tmp_path / "results", backend="local"))
     assert not (tmp_path / "results").exists()
 
@@ -58,7 +58,7 @@ def test_the_cli_takes_gpu_types_and_refuses_them_without_ray(tmp_path):
     path = write_matrix(tmp_path)
     result = CliRunner().invoke(main, ["run", "--matrix", str(path), "--gpu-types", "A100,T4", "--backend", "local",
                                        "--device", "cpu", "--dry-run", "--results", str(tmp_path / "r")])
-    assert result.exit_code == 5 and "gpu_types A100,T4: only --backend ray" in result.output
+    assert result.exit_code == 5 and "gpu_types A100,T4: only --executor ray" in result.output
 
 
 def test_the_report_finds_the_run_folder_above_the_gpu_type(tmp_path):

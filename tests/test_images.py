@@ -289,7 +289,7 @@ def _current_labels(image, runner=None):
 
 def test_a_node_keeps_an_image_built_from_the_entry_and_this_runner(monkeypatch):
     from docker_fakes import FakeImage
-    from matrixbench.backends.ray import build_on_node
+    from matrixbench.executors.ray.executor import build_on_node
 
     sdk = FakeSDK(build_chunks=[{"stream": "Step 1/2 : FROM x\n"}])
     sdk.images_by_tag["matrixbench:stable"] = FakeImage("matrixbench:stable", _current_labels(STABLE))
@@ -305,7 +305,7 @@ def test_a_node_keeps_an_image_built_from_the_entry_and_this_runner(monkeypatch)
                          ids=["older-runner", "other-entry", "unlabelled"])
 def test_a_node_rebuilds_an_image_from_another_entry_or_runner(monkeypatch, labels):
     from docker_fakes import FakeImage
-    from matrixbench.backends.ray import build_on_node
+    from matrixbench.executors.ray.executor import build_on_node
 
     sdk = FakeSDK(build_chunks=[{"stream": "Step 1/2 : FROM x\n"}])
     sdk.images_by_tag["matrixbench:stable"] = FakeImage("matrixbench:stable", labels())
@@ -318,7 +318,7 @@ def test_a_node_rebuilds_an_image_from_another_entry_or_runner(monkeypatch, labe
 
 def test_a_failed_node_build_says_how_to_build_on_that_node(monkeypatch):
     from docker_fakes import FakeImage
-    from matrixbench.backends.ray import build_on_node
+    from matrixbench.executors.ray.executor import build_on_node
 
     sdk = FakeSDK(build_chunks=[{"error": "pip: no route to PyPI"}])
     sdk.images_by_tag["python:3.10-slim-bookworm"] = FakeImage("python:3.10-slim-bookworm", {})
@@ -330,7 +330,7 @@ def test_a_failed_node_build_says_how_to_build_on_that_node(monkeypatch):
 
 def test_a_node_builds_with_the_users_build_options_and_ca_bundle_bytes(monkeypatch, tmp_path):
     from docker_fakes import FakeImage
-    from matrixbench.backends.ray import build_on_node
+    from matrixbench.executors.ray.executor import build_on_node
 
     bundle = tmp_path / "proxy-ca.pem"
     bundle.write_bytes(b"-----BEGIN CERTIFICATE-----\nsynthetic\n")

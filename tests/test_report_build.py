@@ -14,7 +14,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 def test_every_format_writes_its_files(tmp_path):
     written = build_report([FIXTURES], tmp_path, ["md", "html", "csv"])
     names = [path.relative_to(tmp_path).as_posix() for path in written]
-    assert names[-5:] == ["report.md", "report.html", "results.csv", "results.jsonl", "comparisons.csv"]
+    assert names[-7:] == ["report.md", "report.html", "results.csv", "results.jsonl", "comparisons.csv",
+                          "costs.csv", "bill.csv"]
     charts = [name for name in names if name.startswith("charts/")]
     assert charts and all(name.endswith(".png") for name in charts)
     assert all(path.stat().st_size > 0 for path in written)
@@ -24,7 +25,8 @@ def test_every_format_writes_its_files(tmp_path):
 
 def test_csv_only_writes_no_documents(tmp_path):
     written = build_report([FIXTURES / "cpu-run"], tmp_path, ["csv"])
-    assert [path.name for path in written] == ["results.csv", "results.jsonl", "comparisons.csv"]
+    assert [path.name for path in written] == ["results.csv", "results.jsonl", "comparisons.csv", "costs.csv",
+                                               "bill.csv"]
     assert not (tmp_path / "charts").exists()
 
 
@@ -33,8 +35,9 @@ def test_html_is_one_self_contained_file(tmp_path):
     html = (tmp_path / "report.html").read_text()
     sources = re.findall(r'(?:src|href)="([^"]*)"', html)
     images = [source for source in sources if source.startswith("data:image/png;base64,")]
-    # per batch size: latency, % faster, image against image; and measured against published
-    assert len(images) == html.count("<img ") == 7
+    # per batch size: latency, % faster, image against image, compile break-even (What it costs);
+    # and measured against published
+    assert len(images) == html.count("<img ") == 9
     assert all(source.startswith(("data:image/png;base64,", "#note-")) for source in sources)
     assert "<link" not in html and "<script" not in html
 

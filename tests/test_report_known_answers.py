@@ -103,29 +103,34 @@ def _one(frame, **where):
 ])
 def test_speedups(built, image, model, batch, mode, ratio):
     row = _one(built[0], kind="speedup", image=image, model=model, batch_size=batch, mode=mode)
-    assert row["ratio"] == pytest.approx(ratio)
+    assert row["estimate_ratio"] == pytest.approx(ratio)
     assert row["percent"] == pytest.approx((ratio - 1) * 100)
+    # both processes of a cell are identical here: the interval is the point, the verdict certain
+    assert row["ratio_low"] == pytest.approx(ratio) and row["ratio_high"] == pytest.approx(ratio)
+    assert row["verdict"] == ("no change" if ratio == 1.0 else "faster")
+    assert row["baseline_processes"] == row["candidate_processes"] == 2 and row["margin_pct"] == 3.0
 
 
 def test_no_speedup_where_eager_failed(built):
     assert built[0].query("kind == 'speedup' and image == 'old' and model == 'resnet'").empty
 
 
-@pytest.mark.parametrize("before, after, model, mode, percent, significant", [
-    ("old", "new", "vit", "eager", 0.0, False), ("old", "new", "vit", "default", -21.875, True),
-    ("old", "new", "detr", "eager", -12.5, True), ("old", "new", "detr", "default", 0.0, False),
-    ("new", "custom", "vit", "default", -20.0, True), ("new", "custom", "vit", "eager", 0.0, False),
+@pytest.mark.parametrize("before, after, model, mode, percent, verdict", [
+    ("old", "new", "vit", "eager", 0.0, "no change"), ("old", "new", "vit", "default", -21.875, "faster"),
+    ("old", "new", "detr", "eager", -12.5, "faster"), ("old", "new", "detr", "default", 0.0, "no change"),
+    ("new", "custom", "vit", "default", -20.0, "faster"), ("new", "custom", "vit", "eager", 0.0, "no change"),
 ])
-def test_image_changes(built, before, after, model, mode, percent, significant):
+def test_image_changes(built, before, after, model, mode, percent, verdict):
     row = _one(built[0], kind="image_change", image=after, against=before, model=model, mode=mode)
     assert row["percent"] == pytest.approx(percent, abs=1e-9)
-    assert str(row["significant"]) == str(significant) and row["processes"] == 2
-    assert row["low_pct"] <= percent <= row["high_pct"]
+    assert row["verdict"] == verdict and row["baseline_processes"] == row["candidate_processes"] == 2
+    assert row["low_pct"] == pytest.approx(percent, abs=1e-9) == row["high_pct"]
+    assert row["detectable_pct"] == pytest.approx(0.0, abs=1e-9)
 
 
 def test_mode_change(built):
     row = _one(built[0], kind="mode_change", image="new", model="vit", mode="reduce-overhead")
-    assert row["percent"] == pytest.approx(-36.0) and str(row["significant"]) == "True"
+    assert row["percent"] == pytest.approx(-36.0) and row["verdict"] == "faster"
 
 
 # Published T4 values typed from the page: main (torch 2.0), nightly, reduce-overhead.

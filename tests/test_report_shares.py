@@ -86,7 +86,7 @@ def _splits(folder):
     frame = records.load_results([folder])
     manifests = records.read_manifests([folder])
     plan = shares.plan_of(manifests)
-    cells = CellIndex(frame, records.image_order(manifests), plan)
+    cells = CellIndex(frame, records.image_order(manifests), attribution=plan)
     (device,) = cells.values("device")
     pairs = [(cells.get(device, "stable", 1, row, mode), cells.get(device, "latest", 1, row, mode))
              for row in cells.values("row") for mode in MODES]
@@ -120,9 +120,9 @@ def test_each_planted_share_lies_inside_its_interval_19_times_in_20(tmp_path, tr
 
 
 def test_no_planted_transformers_effect_reads_no_transformers_share_in_19_of_20_trials(tmp_path):
-    """"no share" is an equivalence verdict: the interval must fit inside ±2%, which 8 processes with
-    0.5% noise allow (with 4 processes and 2% noise the same effects read "undecided": too noisy to rule
-    a share out)."""
+    """"no share" is an equivalence verdict: the interval must fit inside the default margin (±3%),
+    which 8 processes with 0.5% noise allow (with 4 processes and 2% noise the same effects may read
+    "undecided": too noisy to rule a share out)."""
     rng = np.random.default_rng(7)
     verdicts = []
     for trial in range(20):
@@ -131,7 +131,7 @@ def test_no_planted_transformers_effect_reads_no_transformers_share_in_19_of_20_
         result = found[trial % len(found)]
         assert result.share(shares.TORCH).verdict == stats.FASTER
         verdicts.append(result.share(shares.TRANSFORMERS).verdict_text)
-    assert verdicts.count("no transformers share (±2%)") >= 19, verdicts
+    assert verdicts.count("no transformers share (±3%)") >= 19, verdicts
 
 
 def test_with_one_corner_refused_the_split_takes_the_two_steps_through_the_other_and_says_why(tmp_path):
@@ -170,7 +170,7 @@ def test_the_report_shows_the_split_beside_each_mixed_row_in_tables_summary_and_
     frame = records.load_results([run])
     manifests = records.read_manifests([run])
     plan = shares.plan_of(manifests)
-    cells = CellIndex(frame, records.image_order(manifests), plan)
+    cells = CellIndex(frame, records.image_order(manifests), attribution=plan)
     report = assemble(cells, load_published(), [], charts=[])
     # the bridge is no image of the image-against-image chain: one table, stable -> latest
     titles = [table.title.split(" · ")[0] for table in report.image_pairs]

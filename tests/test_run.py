@@ -8,6 +8,7 @@ import pytest
 
 from host_helpers import RecordingBackend, make_record, use_backend, write_matrix
 from matrixbench.errors import MatrixError, RunError
+from matrixbench.launch import RecordWatcher
 from matrixbench.layout import run_dir
 from matrixbench.manifest import read_manifest
 from matrixbench.matrix import Overrides, expand_cells, load_matrix
@@ -15,7 +16,6 @@ from matrixbench.pending import pending_work
 from matrixbench.progress import (
     NullProgress,
     ProgressState,
-    RecordWatcher,
     eta_seconds,
     format_duration,
     record_summary,
@@ -367,6 +367,6 @@ def test_a_rerun_replacing_a_corrupt_record_says_so(matrix, tmp_path, monkeypatc
     (None, "", ()), (None, "1,3", ("1", "3")), ("GPU-5f0e1d2c", "1,3", ("GPU-5f0e1d2c",)), ("0", "", ("0",)),
 ])
 def test_gpu_choice_is_the_flag_else_cuda_visible_devices(gpu, visible, expected):
-    from matrixbench.run import gpu_choice
+    from matrixbench.executors.base import gpu_choice
 
     assert gpu_choice(gpu, {"CUDA_VISIBLE_DEVICES": visible}) == expected

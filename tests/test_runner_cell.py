@@ -112,12 +112,17 @@ def test_timed_loop_counts_graph_replays_reads_the_gpu_and_flags(monkeypatch):
     with GraphCounter(FakeCUDAGraph) as graphs:
         graph.capture_begin()
         graph.replay()
-        loop, state = cell_module._timed_loop(lambda: graph.replay() or 1, 4, "cpu", job, graphs, {})
+        loop, state, counted = cell_module._timed_loop(lambda: graph.replay() or 1, 4, "cpu", job, graphs, {})
     assert asked == ["GPU-5f0e1d2c"] and state["throttled"] is True
+    assert counted["violations"] is None and set(counted["energy"]) >= {"energy_j", "reason"}
     timing = cell_module._timing(loop, settings(), "cuda", "reduce-overhead", graphs, state, {"load_s": 1.0})
     assert timing["cudagraphs"] == {"warmup_captures": 1, "warmup_replays": 1, "timed_captures": 0,
                                     "timed_replays": 4}
     assert timing["flags"] == ["throttled"] and timing["gpu_state"]["end"]["sm_clock_mhz"] == 1275
+    capped = {"energy": {"energy_j": 10.0}, "violations": {"power_ms": 2.5, "thermal_ms": 0.0}}
+    timing = cell_module._timing(loop, settings(), "cuda", "eager", None, None, {}, capped)
+    assert timing["flags"] == ["throttled"] and timing["energy"] == {"energy_j": 10.0}
+    assert timing["violations"]["power_ms"] == 2.5
     skipped = GraphCounter(FakeCUDAGraph)   # torch 2.0's silent fallback: no graph ever replayed
     timing = cell_module._timing(loop, settings(), "cuda", "reduce-overhead", skipped, None, {})
     assert timing["flags"] == ["no_cudagraphs"] and timing["gpu_state"] is None
@@ -128,4 +133,6 @@ def test_cpu_cells_record_null_gpu_fields(tmp_path):
     timing = record.timing
     assert timing["cudagraphs"] is None and timing["gpu_state"] is None and timing["host_syncs_per_call"] is None
     assert timing["flags"] == [] and timing["warmup_calls"] == 3
+    assert timing["energy"]["source"] in ("rapl", None) and timing["violations"] is None
+    assert (timing["energy"]["energy_j"] is None) == (timing["energy"]["reason"] is not None)
     assert_valid(record)

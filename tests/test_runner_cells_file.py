@@ -84,7 +84,7 @@ def test_a_cells_file_of_an_unknown_version_is_refused(tmp_path, version):
 
 
 def test_the_hosts_cells_file_is_what_cells_schema_says_and_the_runner_reads_it(tmp_path):
-    from matrixbench.backends.base import RunRequest
+    from matrixbench.environments.base import RunRequest
     from matrixbench.runner_input import write_cells_file
     from runner.core import Cell
     from runner.schema import CELLS_SCHEMA

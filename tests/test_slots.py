@@ -16,12 +16,12 @@ from host_helpers import (
     use_backend,
     write_matrix,
 )
-from matrixbench.backends.base import RunRequest
-from matrixbench.backends.local import runner_env
+from matrixbench.environments.base import RunRequest
+from matrixbench.environments.local import runner_env
+from matrixbench.executors.scheduler import MODEL_S, make_units, run_on_slots
 from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.placement import Slot
 from matrixbench.run import run_matrix
-from matrixbench.scheduler import MODEL_S, make_units, run_on_slots
 from runner.records import PLACEMENT_ENV, placement
 from runner.schema import read_record, write_record
 from runner.timing_board import BOARD_ENV, Board, from_env
@@ -186,7 +186,7 @@ def test_local_runner_env_of_a_slot_sets_threads_gpu_and_placement(tmp_path):
 
 
 def test_docker_mounts_the_timing_board_and_names_its_mount(tmp_path):
-    from matrixbench.backends.docker import TIMING_BOARD_MOUNT, container_env, mounts
+    from matrixbench.environments.docker import TIMING_BOARD_MOUNT, container_env, mounts
 
     board = tmp_path / "run" / ".timing-board"
     request = RunRequest("latest", [], {}, tmp_path / "run" / "latest", slot=Slot(0, (0,)), timing_board=board)

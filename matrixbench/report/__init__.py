@@ -7,39 +7,53 @@ from pathlib import Path
 import pandas as pd
 
 from matrixbench.errors import ReportError
+from matrixbench.prices import from_matrix, merged
 from matrixbench.report import charts, records, render, shares
 from matrixbench.report.calibration import calibration_tables, phase_pairs
 from matrixbench.report.cells import CellIndex
 from matrixbench.report.comparisons import calibration_comparisons, comparisons, write_comparisons
+from matrixbench.report.cost_charts import write_cost_charts
+from matrixbench.report.cost_tables import write_costs
 from matrixbench.report.document import assemble, image_sources
 from matrixbench.report.published import load_published
 from matrixbench.report_formats import REPORT_FORMATS
 
 
-def build_report(results_dirs, out_dir, formats=REPORT_FORMATS):
+def build_report(results_dirs, out_dir, formats=REPORT_FORMATS, prices=()):
     """Read every record under ``results_dirs``; write the requested formats into ``out_dir``.
 
     md: report.md + charts/*.png; html: report.html (self-contained); csv: results.csv and
-    results.jsonl (the merged table, one line per record, images in matrix order) and
-    comparisons.csv (every derived number). Returns the paths written, in that order.
+    results.jsonl (the merged table, one line per record, images in matrix order),
+    comparisons.csv (every derived number), costs.csv and bill.csv (report.cost_tables).
+    ``prices``: matrixbench.prices.Price from ``--price``; they replace the run manifests'
+    matrix ``prices:`` of the same GPU type. Returns the paths written, in that order.
     """
     formats = _check_formats(formats)
     unreadable = []   # files that are not readable records: left out, listed in the notes
     frame, calibration = records.split_calibration(records.load_results(results_dirs, unreadable))
     manifests = records.read_manifests(results_dirs)
-    cells = CellIndex(frame, records.image_order(manifests), shares.plan_of(manifests))
+    cells = CellIndex(frame, records.image_order(manifests), records.aa_twins(manifests),
+                      records.margin_pct(manifests), shares.plan_of(manifests))
     sources = image_sources(cells, records.published_overrides(manifests))
+    prices = merged_prices(manifests, prices)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     if "md" in formats or "html" in formats:
         notes = records.run_notes(manifests) + [f"Left out, not a readable record: {error}" for error in unreadable]
-        written += _write_documents(cells, sources, notes, out_dir, formats, calibration_tables(calibration))
+        written += _write_documents(cells, sources, notes, out_dir, formats, calibration_tables(calibration), prices)
     if "csv" in formats:
         written += records.write_merged(pd.concat([frame, calibration], ignore_index=True), out_dir, cells.images())
         derived = comparisons(cells, load_published(), sources) + calibration_comparisons(phase_pairs(calibration))
         written.append(write_comparisons(derived, out_dir))
+        written += write_costs(cells, prices, out_dir)
     return written
+
+
+def merged_prices(manifests, given=()):
+    """{GPU type: Price}: the run manifests' matrix ``prices:`` in order, then ``given`` (--price)."""
+    return merged(*(from_matrix((manifest.get("matrix") or {}).get("prices")).values() for manifest in manifests),
+                  given)
 
 
 def _check_formats(formats):
@@ -49,12 +63,14 @@ def _check_formats(formats):
     return list(formats)
 
 
-def _write_documents(cells, sources, notes, out_dir, formats, calibration=()):
+def _write_documents(cells, sources, notes, out_dir, formats, calibration=(), prices=None):
     drawn = charts.write_charts(cells, out_dir, load_published(), sources)
-    report = assemble(cells, load_published(), notes, drawn, sources, calibration)
+    drawn_costs = write_cost_charts(cells, out_dir, prices)
+    report = assemble(cells, load_published(), notes, drawn, sources, calibration, prices, drawn_costs)
     written = []
     if "md" in formats:
-        written += [chart.path for chart in drawn] + [_write(out_dir / "report.md", render.render_markdown(report))]
+        written += [chart.path for chart in drawn + drawn_costs] + [
+            _write(out_dir / "report.md", render.render_markdown(report))]
     if "html" in formats:
         written.append(_write(out_dir / "report.html", render.render_html(report)))
     return written

@@ -1,19 +1,19 @@
-"""The interference calibration's table (matrixbench.calibrate): per cell, loaded / alone.
+"""The interference calibration's table (matrixbench.executors.calibration): per cell, loaded / alone.
 
 A calibration cell ran on each slot alone (one slot busy), then on every slot at once; each slot's
 each round is one process. Its row: the mean over every sample of every process per phase,
-loaded / alone (arithmetic.change_ratio: above 1, slower beside the other slots) and the 95%
-hierarchical bootstrap interval of that ratio (stats.hierarchical_interval: processes, then samples
-within each), tested when both phases have stats.MIN_PROCESSES processes or more.
+loaded / alone judged like every comparison (verdicts.judge_cells: Welch's t on the phases' log
+process means; above 1, slower beside the other slots) with its 95% interval and verdict, tested
+when both phases have stats.MIN_PROCESSES processes or more.
 """
-from matrixbench.report import arithmetic, stats
+from matrixbench.report import verdicts
 from matrixbench.report.cells import STATUS_TEXT, combine_repeats, image_labels, is_ok, mode_rank, row_label
 from matrixbench.report.records import plain_value
-from matrixbench.report.tables import SIGNIFICANT_MARK, Cell, Table, drop_empty_columns, label, missing
+from matrixbench.report.tables import Cell, Table, drop_empty_columns, label, missing, verdict_cell
 
 KEY = ("device_name", "image", "row_key", "cell.batch_size", "mode_label")
 HEADER = ["Task/Model", "Batch size", "Mode", "alone (ms)", "loaded (ms)", "loaded / alone", "95% interval",
-          "processes (alone / loaded)", "slots", "other slots timing (loaded)"]
+          "Verdict", "processes (alone / loaded)", "slots", "other slots timing (loaded)"]
 
 
 def phase_pairs(frame):
@@ -52,23 +52,10 @@ def _row(alone, loaded):
              _latency(alone), _latency(loaded)]
     end = [_processes(alone, loaded), label(first["calibration.slots"]), _timing_beside(loaded)]
     if not (is_ok(alone) and is_ok(loaded)):
-        return start + [missing(), missing()] + end
-    ratio, interval = loaded_over_alone(alone["process_samples"], loaded["process_samples"])
-    significant = interval is not None and (interval[0] > 1 or interval[1] < 1)
-    shown = Cell(f"{ratio:.3f}×" + (SIGNIFICANT_MARK if significant else ""))
-    bounds = label(stats.NOT_TESTED) if interval is None else Cell(f"[{interval[0]:.3f}×, {interval[1]:.3f}×]")
-    return start + [shown, bounds] + end
-
-
-def loaded_over_alone(alone_processes, loaded_processes):
-    """(loaded mean / alone mean, its hierarchical bootstrap interval or None when a phase has fewer
-    than stats.MIN_PROCESSES processes); each argument a list of processes' sample lists."""
-    alone_ms = stats.mean_of_processes(alone_processes)
-    loaded_ms = stats.mean_of_processes(loaded_processes)
-    ratio = arithmetic.change_ratio(alone_ms, loaded_ms)
-    if min(len(alone_processes), len(loaded_processes)) < stats.MIN_PROCESSES:
-        return ratio, None
-    return ratio, stats.hierarchical_interval(alone_processes, loaded_processes)
+        return start + [missing(), missing(), missing()] + end
+    found = verdicts.judge_cells(alone, loaded)
+    bounds = label(verdicts.NOT_TESTED_TEXT) if found.low is None else Cell(f"[{found.low:.3f}×, {found.high:.3f}×]")
+    return start + [Cell(verdicts.marked(found, f"{found.ratio:.3f}×")), bounds, verdict_cell(found)] + end
 
 
 def _latency(row):

@@ -9,6 +9,7 @@ from scipy.stats import variation
 
 from matrixbench.report.published import MODEL_NAMES
 from matrixbench.report.records import plain_value
+from matrixbench.settings import BY_NAME
 from matrixbench.versions import public, release
 from runner.core import MODES, TASKS
 
@@ -20,6 +21,8 @@ SEED_LABELS = {short: label for label, short in MODEL_NAMES.items()}
 SEED_ORDER = list(MODEL_NAMES.values())
 STATUS_TEXT = {"oom": "OOM", "error": "ERR", "timeout": "TIMEOUT", "crashed": "CRASH"}
 # Where a process ran (record field ``placement``, slot runs only): kept per process of a cell.
+ENERGY_FIELDS = ("energy_j", "loop_s", "uncertain", "reason", "source")
+BETWEEN_CV_THRESHOLD = float(BY_NAME["between_cv_threshold"].default)
 PLACEMENT_COLUMNS = ("placement.slot", "placement.gpu_index", "placement.gpu_uuid", "placement.cores",
                      "placement.numa_node", "placement.busy_slots")
 
@@ -27,20 +30,33 @@ PLACEMENT_COLUMNS = ("placement.slot", "placement.gpu_index", "placement.gpu_uui
 class CellIndex:
     """Rows of the merged table (plain dicts, NaN as None), looked up by their cell key."""
 
-    def __init__(self, frame, image_order=(), attribution=None):
+    def __init__(self, frame, image_order=(), aa_twins=None, margin_pct=None, attribution=None):
         self.attribution = attribution   # report.shares.Plan: the bridges, when a run derived them
         self.bridges = attribution.bridge_names if attribution else set()
         records = [{key: plain_value(value) for key, value in row.items()} for row in frame.to_dict("records")]
         self.rows = combine_repeats(records, self.key)
+        # the equivalence margin (%) every verdict is made at: the runs' (records.margin_pct), else the default
+        self.margin_pct = float(margin_pct or BY_NAME["margin_pct"].default)
+        # {twin image: its original}: an A/A run's second name for one image (records.aa_twins)
+        self.aa_twins = {twin: original for twin, original in (aa_twins or {}).items()
+                         if any(row["image"] == twin for row in self.rows)}
         self._image_rank = _image_ranks(self.rows, list(image_order))
         self.image_labels = image_labels(self.rows)
         for row in self.rows:
             row["image_label"] = self.image_labels[row["image"]]
+            row["margin_pct"] = self.margin_pct
         self._by_key = {self.key(row): row for row in self.rows}
 
     def images(self):
         """Every image, in report (matrix) order."""
         return sorted(self._image_rank, key=self._image_rank.get)
+
+    def compared_images(self, device):
+        """The device's images that image-against-image comparisons chain, in matrix order: all
+        but A/A twins (those are compared with their original only) and attribution's bridges (those
+        split a mixed change, report.shares)."""
+        return [image for image in self.values("image", device=device)
+                if image not in self.aa_twins and image not in self.bridges]
 
     def torch_version(self, image):
         """The torch version an image's records ran (the first, if records disagree)."""
@@ -102,7 +118,7 @@ def combine_repeats(records, key):
     process's first call, in repeat order: the first compiles cold unless the image's compile
     cache was warm, the later ones warm), ``between_cv`` (the CV of the
     process means; None with fewer than 2) and ``between_noisy`` (it exceeds the cell's
-    ``settings.cv_threshold``). A cell none of whose processes ran keeps its last record.
+    ``between_cv_threshold``, the report's setting). A cell none of whose processes ran keeps its last record.
     """
     groups = {}
     for record in records:
@@ -113,7 +129,7 @@ def combine_repeats(records, key):
 def _combined(group):
     ok = [row for row in group if is_ok(row)]
     where = {"process_placements": [{column: row.get(column) for column in PLACEMENT_COLUMNS} for row in group],
-             "gpu_uuids": gpu_uuids(ok or group)}
+             "gpu_uuids": gpu_uuids(ok or group), **process_costs(group, ok)}
     if not ok:
         return {**group[-1], **where, "processes": 0, "failed_processes": len(group), "process_means": [],
                 "process_samples": [], "process_first_call_s": [], "between_cv": None, "between_noisy": False}
@@ -129,8 +145,17 @@ def _combined(group):
                     "timing.noisy": any(bool(process["timing.noisy"]) for process in ok),
                     "timing.flags": _all_flags(ok),
                     "accuracy.status": _worst_accuracy(ok), "between_cv": between_cv,
-                    "between_noisy": between_cv > (row["settings.cv_threshold"] or 0.1)})
+                    "between_noisy": between_cv > BETWEEN_CV_THRESHOLD})
     return row
+
+
+def process_costs(group, ok):
+    """What report.cost needs per process: every process's wall time (``process_duration_s``, ok
+    or not: the bill) and each ok one's loop energy (``process_energy``: the record's
+    ``timing.energy.*`` fields, None where the record predates them)."""
+    energy = [{key: row.get(f"timing.energy.{key}") for key in ENERGY_FIELDS} | {"n": row.get("timing.n")}
+              for row in sorted(ok, key=_repeat)]
+    return {"process_duration_s": [row.get("duration_s") for row in group], "process_energy": energy}
 
 
 def gpu_uuids(rows):

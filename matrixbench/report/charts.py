@@ -7,7 +7,9 @@ the y=x line (ms against ms on one of the page's GPUs, else speed-ups against ea
 A cell that did not run is labelled inside the plot (OOM, ERR, ...), and so is a compiled cell
 whose eager cell did not run ("no eager"). A flagged cell (noisy, accuracy failed, a timing flag:
 no_cudagraphs, throttled, ...) gets the tables' marks (†, ∅, ▼, ...) as markers beside its bar's
-end or its point, each mark with a legend entry.
+end or its point, each mark with a legend entry. Speed-up bars carry their 95% interval as an
+error bar (report.verdicts.judge_speedup; none with one process per cell) and an undecided
+speed-up a "?" beside its bar.
 """
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.transforms import offset_copy  # noqa: E402
 
-from matrixbench.report import arithmetic  # noqa: E402
+from matrixbench.report import arithmetic, stats, verdicts  # noqa: E402
 from matrixbench.report.cells import STATUS_TEXT, is_ok, mode_rank, row_label  # noqa: E402
 from matrixbench.report.published import GPUS, PublishedReference, source_title  # noqa: E402
 from matrixbench.report.records import slug  # noqa: E402
@@ -32,6 +34,7 @@ SPEEDUP_AXIS = "% faster than eager (eager ms / compiled ms − 1)"
 LATENCY_AXIS = "mean latency (ms)"
 MARK_SIZE = 60          # a flag marker's area (points^2)
 MARK_STEP = 9           # points between a bar's end (or a point) and its first marker, and between markers
+ERROR_STYLE = {"elinewidth": 1.0, "capsize": 2.0, "ecolor": "black"}
 FAILURE_STYLE = {"fontsize": 9, "fontweight": "bold", "color": "firebrick", "va": "center", "ha": "left",
                  "clip_on": True}
 
@@ -105,6 +108,8 @@ class _Plot:
         for index, (image, mode) in enumerate(series):
             labels += self._bars(axes, index, len(series), image, mode, kind, drawn)
         _mark_flagged(axes, drawn)
+        if kind == "speedup":
+            _mark_undecided(axes, [(x, y) for x, y, row in drawn if self._undecided(row)], self.cells.margin_pct)
         self._decorate(axes, title, LATENCY_AXIS if kind == "duration" else SPEEDUP_AXIS)
         _place_labels(axes, labels)
         return _save(figure, folder, f"{self.name}_{kind}.png", title)
@@ -113,7 +118,7 @@ class _Plot:
         """One series' bars; failure labels returned, (value, position, row) of each bar appended
         to ``drawn`` (_mark_flagged draws the marks of those that have any)."""
         offset = (index - (count - 1) / 2) * BAR_HEIGHT / count
-        positions, values, labels = [], [], []
+        positions, values, errors, labels = [], [], ([], []), []
         for position, row_key in enumerate(self.row_keys):
             row = self._get(image, row_key, mode)
             value = self._value(row, image, row_key, kind)
@@ -121,12 +126,31 @@ class _Plot:
                 positions.append(position + offset)
                 values.append(value)
                 drawn.append((value, position + offset, row))
+                below, above = self._error(row, value, kind)
+                errors[0].append(below)
+                errors[1].append(above)
             elif row is not None:
                 labels.append((position + offset, f"{self._why_no_bar(row, image, row_key)}: {image} {mode}"))
         axes.barh(positions, values, height=BAR_HEIGHT / count, label=f"{self.cells.image_labels[image]} {mode}",
                   color=f"C{self.modes.index(mode)}", edgecolor="white",
-                  hatch=HATCHES[self.images.index(image) % len(HATCHES)])
+                  hatch=HATCHES[self.images.index(image) % len(HATCHES)],
+                  xerr=errors if kind == "speedup" and values else None, error_kw=ERROR_STYLE)
         return labels
+
+    def _speedup(self, row):
+        return verdicts.judge_speedup(self._get(row["image"], row["row_key"], "eager"), row)
+
+    def _error(self, row, value, kind):
+        """How far the bar's 95% interval reaches below and above its value (0, 0: none)."""
+        if kind != "speedup":
+            return 0.0, 0.0
+        found = self._speedup(row)
+        if found.low is None:
+            return 0.0, 0.0
+        return value - arithmetic.percent(found.low), arithmetic.percent(found.high) - value
+
+    def _undecided(self, row):
+        return self._speedup(row).verdict == stats.UNDECIDED
 
     def _why_no_bar(self, row, image, row_key):
         if not is_ok(row):
@@ -140,7 +164,7 @@ class _Plot:
         if kind == "duration":
             return row["timing.mean_ms"]
         eager = self._get(image, row_key, "eager")
-        return arithmetic.percent_faster(eager["timing.mean_ms"], row["timing.mean_ms"]) if is_ok(eager) else None
+        return verdicts.percent(verdicts.judge_speedup(eager, row)) if is_ok(eager) else None
 
     def _decorate(self, axes, title, axis_text):
         axes.set_yticks(range(len(self.row_keys)), self._row_labels())
@@ -208,6 +232,20 @@ def _mark_flagged(axes, points):
         labelled.add(mark)
         axes.scatter([x for x, _ in found], [y for _, y in found], s=MARK_SIZE, marker=f"${mark[0]}$",
                      color="black", linewidths=0, transform=shift, label=label, zorder=3)
+
+
+def _mark_undecided(axes, points, margin_pct):
+    """A "?" beside each undecided speed-up's bar (right of its end, left for a negative one)."""
+    label = f"undecided: the interval holds no speed-up and reaches past ±{margin_pct:g}%"
+    for negative in (False, True):
+        found = [(x, y) for x, y in points if (x < 0) == negative]
+        if not found:
+            continue
+        shift = offset_copy(axes.transData, fig=axes.figure, units="points", x=(-1 if negative else 1) * MARK_STEP * 4,
+                            y=0)
+        axes.scatter([x for x, _ in found], [y for _, y in found], s=MARK_SIZE, marker=f"${verdicts.UNDECIDED_MARK}$",
+                     color="firebrick", linewidths=0, transform=shift, label=label, zorder=3)
+        label = "_nolegend_"
 
 
 def _legend_entries(axes_list):
@@ -282,7 +320,7 @@ def _published_value(cells, reference, row, source, gpu, ms):
     eager = cells.get(row["device_name"], row["image"], batch, row["row_key"], "eager")
     if published is None or not is_ok(eager):
         return None
-    return published, arithmetic.speedup(eager["timing.mean_ms"], row["timing.mean_ms"])
+    return published, verdicts.judge_speedup(eager, row).ratio
 
 
 def _scatter(axes, points, cells, ms):

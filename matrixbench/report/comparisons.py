@@ -1,44 +1,57 @@
 """Every number the report derives, as rows for comparisons.csv: load it into pandas as is.
 
 One row per comparison, keyed like the tables (device, image, batch size, model, mode) plus
-``kind`` and what the cell is compared ``against``:
+``kind`` and what the cell is compared ``against``. Every comparison of two cells carries its
+verdict (report.verdicts: Welch's t on the two sides' log process means, stats.judge):
+
+- ``estimate_ratio`` the judged ratio (a ratio of geometric means of process means), ``ratio_low`` /
+  ``ratio_high`` its 95% interval, ``percent`` / ``low_pct`` / ``high_pct`` the same as % ((ratio - 1)
+  x 100), ``verdict`` (faster, slower, no change, undecided, not tested), ``baseline_processes`` /
+  ``candidate_processes``, ``detectable_pct`` (the interval's half-width as a %: a change at least
+  that large would have been starred) and ``margin_pct`` (the equivalence margin of "no change").
+  Interval columns are empty when a side has one process ("not tested").
+
+Kinds:
 
 - ``cell``: one cell's own statistics across its processes (repeats): candidate_ms = the mean over
   all samples of all processes, ``processes``, ``process_means`` (";"-separated, in repeat order)
   and ``between_cv`` (the CV of those means; empty with one process).
-- ``speedup``: a compiled cell against its image's eager cell; ratio = eager ms / compiled ms,
-  percent = % faster (ratio - 1).
-- ``image_change``: a cell against the same cell in the previous image (matrix order);
-  ratio = candidate ms / baseline ms, percent = change (negative is faster), with the
-  hierarchical bootstrap interval and its significance ("not tested: one process per cell"
-  when a side has one process; ``processes`` is the fewer of the two).
+- ``speedup``: a compiled cell against its image's eager cell; estimate_ratio = eager / compiled (the
+  speed-up, its interval inverted from compiled judged against eager), percent = % faster;
+  verdict "faster": the compiled cell runs faster than eager.
+- ``image_change``: a cell against the same cell in the previous image (matrix order; A/A twins
+  left out); estimate_ratio = candidate / baseline, percent = change (negative is faster).
+- ``aa_change``: an A/A twin (``run --aa``: one image run twice under two names) against its
+  original; its verdicts measure the false-alarm rate on the machine that ran it.
 - ``torch_share``, ``transformers_share``, ``interaction_share``: with attribution, an ``image_change``
   of images that differ in torch and transformers split into each factor's share (report.shares);
-  ``against`` names the step and the path ("[2×2]" or "[via <bridge>]"), ratio/percent the share with
-  its Welch interval, ``significant`` its verdict ("no transformers share (±2%)").
+  ``against`` names the step and the path ("[2×2]" or "[via <bridge>]"), estimate_ratio/percent the
+  share with its Welch interval, ``verdict`` its verdict ("no transformers share (±3%)").
 - ``mode_change``: a compiled cell against the same image's default cell, likewise.
 - ``published_deviation``: a cell against the image's published source on the same GPU;
-  ratio = measured ms / published ms, percent = deviation.
+  estimate_ratio = measured ms / published ms, percent = deviation (no interval: one side is a number).
 - ``published_speedup``: on another GPU, a measured speed-up beside one GPU's published one;
-  ratio = measured speed-up, published_ratio = published speed-up.
+  estimate_ratio = measured speed-up with its interval (as the ``speedup`` row's), published_ratio =
+  the published speed-up; no verdict (the published side is one number, not processes).
 - ``interference``: a cell of the slots' interference calibration (``--calibrate``) run with every
-  slot busy against the same cell alone; ratio = loaded ms / alone ms, percent = change, with the
-  hierarchical interval (every slot's every round is one process).
+  slot busy against the same cell alone; estimate_ratio = loaded / alone (every slot's every round
+  is one process).
 
-The arithmetic is matrixbench.report.arithmetic's, the intervals stats.compare_processes': the same
+The arithmetic is matrixbench.report.arithmetic's, the verdicts report.verdicts': the same
 functions the tables use.
 """
 import csv
 from pathlib import Path
 
-from matrixbench.report import arithmetic, share_tables, stats
+from matrixbench.report import arithmetic, share_tables, verdicts
 from matrixbench.report.cells import is_ok, row_label
 from matrixbench.report.published import GPUS, PublishedReference
 from matrixbench.versions import public
 
 FILENAME = "comparisons.csv"
 COLUMNS = ("kind", "device", "image", "torch", "batch_size", "model", "task_model", "mode", "against",
-           "baseline_ms", "candidate_ms", "ratio", "percent", "low_pct", "high_pct", "significant",
+           "baseline_ms", "candidate_ms", "estimate_ratio", "ratio_low", "ratio_high", "percent", "low_pct",
+           "high_pct", "verdict", "baseline_processes", "candidate_processes", "detectable_pct", "margin_pct",
            "processes", "process_means", "between_cv", "accuracy",
            "published_source", "published_gpu", "published_table", "published_ratio", "published_note")
 
@@ -48,12 +61,12 @@ def comparisons(cells, published, sources):
     reference = PublishedReference(published)
     rows = []
     for device in cells.values("device"):
-        compared = [image for image in cells.values("image", device=device) if image not in cells.bridges]
+        images = cells.compared_images(device)
         for image in cells.values("image", device=device):
-            index = compared.index(image) if image in compared else 0
+            previous = images[images.index(image) - 1] if image in images[1:] else None
             for row in _in_order(cells, device, image):
                 rows += _cell(row) + _speedup(cells, row) + _mode_change(cells, row)
-                rows += _image_change(cells, row, compared[index - 1] if index else None)
+                rows += _image_change(cells, row, previous) + _aa_change(cells, row)
                 rows += _published(cells, reference, row, sources[image])
     return rows
 
@@ -109,21 +122,33 @@ def _speedup(cells, row):
     eager = _sibling(cells, row, mode="eager")
     if row["cell.mode"] == "eager" or not (is_ok(row) and is_ok(eager)):
         return []
-    value = arithmetic.speedup(eager["timing.mean_ms"], row["timing.mean_ms"])
     return [{**_key(row, "speedup", "eager"), "baseline_ms": eager["timing.mean_ms"],
-             "candidate_ms": row["timing.mean_ms"], "ratio": value, "percent": arithmetic.percent(value)}]
+             "candidate_ms": row["timing.mean_ms"], **judged(verdicts.judge_speedup(eager, row))}]
+
+
+def judged(judgement):
+    """A Judgement as comparisons.csv columns (interval ones None when not tested)."""
+    def pct(value):
+        return None if value is None else arithmetic.percent(value)
+    return {"estimate_ratio": judgement.ratio, "ratio_low": judgement.low, "ratio_high": judgement.high,
+            "percent": pct(judgement.ratio), "low_pct": pct(judgement.low), "high_pct": pct(judgement.high),
+            "verdict": judgement.verdict, "baseline_processes": judgement.baseline_processes,
+            "candidate_processes": judgement.candidate_processes, "detectable_pct": judgement.detectable_pct,
+            "margin_pct": judgement.margin_pct}
 
 
 def _change(kind, against, baseline, row):
     if not (is_ok(baseline) and is_ok(row)):
         return []
-    change = stats.compare_processes(baseline["process_samples"], row["process_samples"])
     return [{**_key(row, kind, against), "baseline_ms": baseline["timing.mean_ms"],
-             "candidate_ms": row["timing.mean_ms"],
-             "ratio": arithmetic.change_ratio(baseline["timing.mean_ms"], row["timing.mean_ms"]),
-             "percent": change.change_pct, "low_pct": change.low_pct, "high_pct": change.high_pct,
-             "significant": stats.NOT_TESTED if change.significant is None else change.significant,
-             "processes": change.processes}]
+             "candidate_ms": row["timing.mean_ms"], **judged(verdicts.judge_cells(baseline, row))}]
+
+
+def _aa_change(cells, row):
+    original = cells.aa_twins.get(row["image"])
+    if original is None:
+        return []
+    return _change("aa_change", original, _sibling(cells, row, image=original), row)
 
 
 def _mode_change(cells, row):
@@ -159,7 +184,7 @@ def _deviation(reference, row, source):
     if number["status"] == "ok":
         found["baseline_ms"] = number["latency_ms"]
         if is_ok(row):
-            found["ratio"] = arithmetic.change_ratio(number["latency_ms"], row["timing.mean_ms"])
+            found["estimate_ratio"] = arithmetic.change_ratio(number["latency_ms"], row["timing.mean_ms"])
             found["percent"] = arithmetic.deviation_pct(number["latency_ms"], row["timing.mean_ms"])
     return [found]
 
@@ -175,6 +200,7 @@ def _published_speedup(cells, reference, row, source, gpu):
              "published_gpu": gpu, "published_table": pair[1]["table"], "published_ratio": published,
              "published_note": pair[0]["note"] or pair[1]["note"]}
     if is_ok(row) and is_ok(eager):
+        speedup = verdicts.judge_speedup(eager, row)
         found.update(baseline_ms=eager["timing.mean_ms"], candidate_ms=row["timing.mean_ms"],
-                     ratio=arithmetic.speedup(eager["timing.mean_ms"], row["timing.mean_ms"]))
+                     estimate_ratio=speedup.ratio, ratio_low=speedup.low, ratio_high=speedup.high)
     return [found]

@@ -1,18 +1,27 @@
 """Everything one report shows, assembled in reading order (so footnotes number in order)."""
 from dataclasses import dataclass, field
 
-from matrixbench.report import share_tables, stats, tables
+from matrixbench.report import cost_tables, share_tables, stats, tables, verdicts
+from matrixbench.report.cells import BETWEEN_CV_THRESHOLD
+from matrixbench.report.comparisons import comparisons as comparison_rows
 from matrixbench.report.published import DATASET_NOTES, source_for
 from matrixbench.report.tables import Table
+from matrixbench.report.verdict_summary import aa_line, verdict_table
 from matrixbench.versions import release
 
 _FAILED = "Cells that did not run show their status (OOM, ERR, TIMEOUT, CRASH); the footnote gives the reason."
-_SIGNIFICANT = (
-    f"{tables.SIGNIFICANT_MARK} significant: the {round(stats.CONFIDENCE * 100)}% hierarchical bootstrap interval of "
-    f"the ratio of means ({stats.RESAMPLES} resamples: processes, then samples within each) excludes no change. "
-    f"Tested only when both cells ran in {stats.MIN_PROCESSES} or more processes (repeats); otherwise the change "
-    f"is shown and marked \"{stats.NOT_TESTED}\": samples within one process are not independent draws of what a "
-    f"rerun would give, so they cannot tell a real change from run-to-run noise.")
+def _verdict_legend(margin_pct):
+    return (
+        f"{verdicts.STAR} faster or slower: the {round(stats.CONFIDENCE * 100)}% interval of the ratio excludes 1. "
+        f"{verdicts.NO_CHANGE_MARK} no change within ±{margin_pct:g}%: the whole interval lies inside "
+        f"[1/(1+m), 1+m] for the margin m = {margin_pct:g}%, so any real change is smaller than that. "
+        f"{verdicts.UNDECIDED_MARK} undecided: the interval holds no change but reaches past the margin; more "
+        f"processes (repeats) would decide. The interval: Welch's t on the two cells' log per-process means "
+        f"(each process, a repeat, is one independent draw; samples within one process are not), as a ratio of "
+        f"geometric means. Tested only when both cells ran in {stats.MIN_PROCESSES} or more processes; otherwise "
+        f"the change is shown and marked \"{verdicts.NOT_TESTED_TEXT}\". See docs/verdicts.md.")
+
+
 _MIXED = (
     f"Warning: the two sides differ in more than torch: \"{tables.MIXES_TRANSFORMERS}\" (another transformers "
     f"version) or \"{tables.MIXES_ATTENTION}\" (another attention implementation used); the change is not torch's "
@@ -29,45 +38,64 @@ _WARM_COMPILE = (
     f"\"{tables.WARM_COMPILE_COLUMN}\": the first call of each cell's second and later processes (repeats), which "
     "compile reading the cache the first process filled, median over those processes; beside the compile time it "
     "shows what the warm cache saves. With --cold every process compiles into an empty folder, so both are cold.")
-LEGENDS = {
-    "summary": (
-        "Per device, image and mode. Speed-up: eager ms / compiled ms, as a geometric mean over the models and batch "
-        "sizes where both ran and the compiled output passed the accuracy check (the number of cells in brackets). "
-        "When images cover different cells, the geo-mean over common cells takes only the cells every image of the "
-        "device has. Accuracy failures: compiled outputs further from eager than the tolerance, or NaN."),
-    "per_device": (
-        "Mean latency in ms. In compiled columns, in brackets, the speed-up over eager: eager ms / compiled ms - 1. "
-        f"{tables.NOISY_MARK} noisy within a process: its samples' coefficient of variation above the run's threshold. "
-        f"{tables.BETWEEN_NOISY_MARK} noisy between processes: the coefficient of variation of the cell's "
-        f"per-process means above that threshold (cells with 2 or more repeats; the mean is over all their samples). "
-        f"{tables.ACCURACY_MARK} accuracy check failed (compiled output off from eager, or NaN). "
-        f"{tables.EAGER_FAILED_MARK} no speed-up: this row's eager cell did not run (its status is in the eager "
-        f"column). {tables.NO_DATA} no record for this cell. {_FAILED}"),
-    "image_pairs": (
-        "Mean latency in ms of the same cell in two images, in matrix order. Change: later / earlier - 1; "
-        f"negative is faster. {_SIGNIFICANT} {tables.NO_DATA} not comparable: a side did not run."),
-    "compile_modes": (
-        "Mean latency in ms; in brackets, the change against default (negative is faster). "
-        f"{_SIGNIFICANT} {tables.NO_DATA} no record for this cell."),
-    "published": (
-        "Each image is compared with the page's source for its torch version: 2.0.x with the main tables "
-        "(torch 2.0, eager and default); 2.1.x with the nightly tables (2.1.0dev nightly, eager and default) and "
-        "the reduce-overhead tables (eager and reduce-overhead); other versions with none, unless matrix.yaml "
-        "sets `published: main|nightly|none` for the image. Each table names its source. On a whole A100, V100 "
-        "or T4: ms beside ms, deviation = measured / published - 1. Elsewhere: speed-up (eager ms / compiled ms) "
-        f"beside the published ones; {tables.NO_DATA} not published. {tables.PUBLISHED_NOTE_MARK} the page's "
-        "value is doubtful; the footnote says why. " + " ".join(DATASET_NOTES)),
-    "calibration": (
-        "The slots' interference (matrixbench run --calibrate): each cell ran on every slot alone (one slot "
-        "busy), then on every slot at once (all busy), once per repeat; each slot's each round is one process. "
-        "alone / loaded: the mean latency in ms over every sample of every process. loaded / alone: loaded ms / "
-        "alone ms; above 1, a cell runs slower while the other slots run. "
-        f"{tables.SIGNIFICANT_MARK} its {round(stats.CONFIDENCE * 100)}% hierarchical bootstrap interval "
-        f"({stats.RESAMPLES} resamples: processes, then samples within each) excludes 1; tested only when both "
-        f"phases have {stats.MIN_PROCESSES} or more processes. Other slots timing: per loaded process, the most "
-        "other slots its timed loop saw timing at its start or end (the run's timing board), as value ×processes; "
-        "below slots - 1, the phase was less loaded than asked. These cells are not part of the matrix's tables."),
-}
+def legends_for(margin_pct=verdicts.MARGIN_PCT):
+    """Every section's legend, the verdicts' at the report's equivalence margin (in %)."""
+    significant = _verdict_legend(margin_pct)
+    return {
+        "verdicts": (
+            "Every comparison of two cells gets a verdict (comparisons.csv has each one's interval): "
+            f"{significant} The smallest change a comparison could have detected is in comparisons.csv "
+            "(detectable_pct)."),
+        "summary": (
+            "Per device, image and mode. Speed-up: eager ms / compiled ms (per cell, of the geometric means of its "
+            "processes' mean ms; with one process, its mean), as a geometric mean over the models and batch "
+            "sizes where both ran and the compiled output passed the accuracy check (the number of cells in brackets). "
+            "When images cover different cells, the geo-mean over common cells takes only the cells every image of the "
+            "device has. Accuracy failures: compiled outputs further from eager than the tolerance, or NaN."),
+        "per_device": (
+            "Mean latency in ms. In compiled columns, in brackets, the speed-up over eager: eager ms / compiled ms - 1 "
+            "(geometric means of the processes' mean ms). "
+            f"{tables.NOISY_MARK} noisy within a process: its samples' coefficient of variation above the run's "
+            "threshold. "
+            f"{tables.BETWEEN_NOISY_MARK} noisy between processes: the coefficient of variation of the cell's "
+            f"per-process means above {BETWEEN_CV_THRESHOLD:g} (the report's between_cv_threshold; cells with 2 or "
+            "more repeats; the mean is over all their samples). The speed-up carries its verdict's mark: "
+            f"{verdicts.STAR} faster (or slower) than eager, {verdicts.NO_CHANGE_MARK} no change within "
+            f"±{margin_pct:g}%, {verdicts.UNDECIDED_MARK} undecided (see the verdicts legend). "
+            f"{tables.ACCURACY_MARK} accuracy check failed (compiled output off from eager, or NaN). "
+            f"{tables.EAGER_FAILED_MARK} no speed-up: this row's eager cell did not run (its status is in the eager "
+            f"column). {tables.NO_DATA} no record for this cell. {_FAILED}"),
+        "image_pairs": (
+            "Mean latency in ms of the same cell in two images, in matrix order. Change: later / earlier - 1 "
+            f"(geometric means of the process means); negative is faster. {significant} {tables.NO_DATA} not "
+            "comparable: a side did not run. A/A tables compare one image run twice under two names (run --aa): "
+            "every star there is a false alarm."),
+        "compile_modes": (
+            "Mean latency in ms; in brackets, the change against default (negative is faster). "
+            f"{significant} {tables.NO_DATA} no record for this cell."),
+        "published": (
+            "Each image is compared with the page's source for its torch version: 2.0.x with the main tables "
+            "(torch 2.0, eager and default); 2.1.x with the nightly tables (2.1.0dev nightly, eager and default) and "
+            "the reduce-overhead tables (eager and reduce-overhead); other versions with none, unless matrix.yaml "
+            "sets `published: main|nightly|none` for the image. Each table names its source. On a whole A100, V100 "
+            "or T4: ms beside ms, deviation = measured / published - 1. Elsewhere: speed-up (eager ms / compiled ms) "
+            f"beside the published ones; {tables.NO_DATA} not published. {tables.PUBLISHED_NOTE_MARK} the page's "
+            "value is doubtful; the footnote says why. " + " ".join(DATASET_NOTES)),
+        "calibration": (
+            "The slots' interference (matrixbench run --calibrate): each cell ran on every slot alone (one slot "
+            "busy), then on every slot at once (all busy), once per repeat; each slot's each round is one process. "
+            "alone / loaded: the mean latency in ms over every sample of every process. loaded / alone: loaded ms / "
+            "alone ms; above 1, a cell runs slower while the other slots run. "
+            f"Judged like every comparison (the verdicts legend): {verdicts.STAR} its "
+            f"{round(stats.CONFIDENCE * 100)}% interval excludes 1; tested only when both "
+            f"phases have {stats.MIN_PROCESSES} or more processes. Other slots timing: per loaded process, the most "
+            "other slots its timed loop saw timing at its start or end (the run's timing board), as value ×processes; "
+            "below slots - 1, the phase was less loaded than asked. These cells are not part of the matrix's tables."),
+        "costs": cost_tables.LEGEND,
+    }
+
+
+LEGENDS = legends_for()
 
 
 @dataclass
@@ -76,6 +104,8 @@ class Report:
     record_count: int
     notes: list
     summary: Table
+    verdicts: Table
+    verdict_lines: list
     per_device: list
     image_pairs: list
     compile_modes: list
@@ -85,6 +115,9 @@ class Report:
     footnotes: list
     legends: dict = field(default_factory=lambda: dict(LEGENDS))
     calibration: list = field(default_factory=list)   # the interference calibration's tables, if it ran
+    costs: list = field(default_factory=list)         # "What it costs" (report.cost_tables)
+    cost_charts: list = field(default_factory=list)   # its charts (report.cost_charts)
+    prices: list = field(default_factory=list)        # the prices used, as sentences
     attribution: list = field(default_factory=list)   # per mixed pair: how much of its change each factor explains
 
 
@@ -95,14 +128,17 @@ def image_sources(cells, overrides=None):
             for image in cells.images()}
 
 
-def assemble(cells, published, notes, charts, sources=None, calibration=()):
+def assemble(cells, published, notes, charts, sources=None, calibration=(), prices=None, cost_charts=()):
     """Build every table from a CellIndex and the published dataset; charts are already drawn.
     ``sources`` (image -> published source) defaults to each image's torch version's;
-    ``calibration``: the interference calibration's tables (report.calibration)."""
+    ``calibration``: the interference calibration's tables (report.calibration); ``prices``:
+    {GPU type: matrixbench.prices.Price}; ``cost_charts``: report.cost_charts' drawn charts."""
+    prices = prices or {}
     sources = image_sources(cells) if sources is None else sources
     footnotes = tables.Footnotes()
-    legends = dict(LEGENDS)
+    legends = legends_for(cells.margin_pct)
     summary = tables.summary_table(cells)
+    derived = comparison_rows(cells, published, sources)
     legends["summary"] += "".join(f" {text}" for column, text in (
         (tables.COMPILE_COLUMN, _COMPILE), (tables.WARM_COMPILE_COLUMN, _WARM_COMPILE)) if column in summary.header)
     flags = tables.flags_in(cells)
@@ -120,8 +156,10 @@ def assemble(cells, published, notes, charts, sources=None, calibration=()):
         record_count=len(cells.rows),
         notes=list(notes),
         summary=summary,
+        verdicts=verdict_table(derived, cells.margin_pct),
+        verdict_lines=[line for line in [aa_line(derived)] if line],
         per_device=tables.per_device_tables(cells, footnotes),
-        image_pairs=tables.image_pair_tables(cells, footnotes),
+        image_pairs=tables.image_pair_tables(cells, footnotes, share_tables.split_rows),
         compile_modes=tables.compile_mode_tables(cells, footnotes),
         published=tables.published_tables(cells, footnotes, published, sources),
         environment=tables.environment_table(cells),
@@ -129,5 +167,8 @@ def assemble(cells, published, notes, charts, sources=None, calibration=()):
         footnotes=footnotes.texts,
         legends=legends,
         calibration=list(calibration),
+        costs=cost_tables.cost_tables(cells, prices, footnotes),
+        cost_charts=list(cost_charts),
+        prices=[price.describe() for price in prices.values()],
         attribution=share_tables.summary_tables(cells),
     )

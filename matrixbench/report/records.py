@@ -12,9 +12,8 @@ from pathlib import Path
 import jsonschema
 import pandas as pd
 
-from matrixbench import calibrate
 from matrixbench.errors import ManifestError, ReportError
-from matrixbench.layout import CELLS_FILENAME, MANIFEST_FILENAME
+from matrixbench.layout import CALIBRATION_RUN_DEPTH, CELLS_FILENAME, MANIFEST_FILENAME
 from matrixbench.manifest import read_manifest
 from matrixbench.report.published import match_gpu
 from runner.schema import RECORD_SCHEMA, RecordError, read_record
@@ -110,7 +109,7 @@ def to_row(record, path):
 def _derived(row, path):
     gpu = row["environment.gpu_name"] if row["device"] == "cuda" else None
     return {
-        "run": (path.parents[calibrate.RUN_DEPTH] if row["calibration.phase"] else run_folder_of(path)).name,
+        "run": (path.parents[CALIBRATION_RUN_DEPTH] if row["calibration.phase"] else run_folder_of(path)).name,
         "image": row["environment.image_name"] or path.parent.name,
         "device_name": device_name(row),
         "published_gpu": match_gpu(gpu),
@@ -161,7 +160,7 @@ def merge(rows):
 
 def _duplicated(frame):
     """Older records of one process: same device, image, cell and repeat (and for a calibration
-    record, same phase and slot: matrixbench.calibrate runs a cell on every slot)."""
+    record, same phase and slot: matrixbench.executors.calibration runs a cell on every slot)."""
     calibration = frame["calibration.phase"].notna()
     where = frame["calibration.phase"].astype(str) + "/" + frame["placement.slot"].astype(str)
     key = frame[["device_name", "image", "cell_id", "repeat"]].assign(where=where.where(calibration, ""))
@@ -170,7 +169,7 @@ def _duplicated(frame):
 
 def split_calibration(frame):
     """(the matrix's records, the interference calibration's records): calibration records (a
-    ``calibration`` block, matrixbench.calibrate) are no cell of the matrix's tables."""
+    ``calibration`` block, matrixbench.executors.calibration) are no cell of the matrix's tables."""
     calibration = frame["calibration.phase"].notna()
     return frame[~calibration].reset_index(drop=True), frame[calibration].reset_index(drop=True)
 
@@ -226,6 +225,27 @@ def image_order(manifests):
     for manifest in manifests:
         order += [name for name in _manifest_images(manifest) if name not in order]
     return order
+
+
+def aa_twins(manifests):
+    """{twin image: original image} of A/A runs (``run --aa``: one image run twice under two names),
+    from each manifest's top-level ``aa_twins``; the later manifest wins a name both give."""
+    found = {}
+    for manifest in manifests:
+        twins = manifest.get("aa_twins") or {}
+        if isinstance(twins, dict):
+            found.update({str(twin): str(original) for twin, original in twins.items() if twin != original})
+    return found
+
+
+def margin_pct(manifests):
+    """The equivalence margin (%) the runs judged at: the first run.json whose matrix sets
+    ``margin_pct``; None when none does (the report then uses the setting's default)."""
+    for manifest in manifests:
+        value = (manifest.get("matrix") or {}).get("margin_pct")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return float(value)
+    return None
 
 
 def published_overrides(manifests):

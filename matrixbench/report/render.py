@@ -14,7 +14,7 @@ def render_markdown(report):
 
 def render_html(report):
     """HTML with CSS inline and every chart embedded as a base64 PNG: one file, nothing to fetch."""
-    images = {chart.relative: _data_uri(chart.path) for chart in report.charts}
+    images = {chart.relative: _data_uri(chart.path) for chart in [*report.charts, *report.cost_charts]}
     return _template("report.html.j2", autoescape=True).render(report=report, images=images)
 
 

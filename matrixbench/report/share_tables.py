@@ -14,7 +14,7 @@ LEGEND = (
     "torch's share with the earlier transformers, transformers' share with the earlier torch, and their "
     "interaction (what neither does alone); with one bridge, the two steps through it (the footnote says why "
     "the other is missing). The shares multiply to the row's change. \"no <factor> share\": the interval lies "
-    f"within ±{shares.MARGIN_PCT:g}%. The attention implementation and host syncs per call of each step's two "
+    "within the equivalence margin. The attention implementation and host syncs per call of each step's two "
     "cells are beside it: they are the usual mechanisms of a transformers share.")
 SUMMARY_LEGEND = (
     "Per pair and mode, over the cells with a split: the geo-mean change and each factor's share of it (the "
@@ -32,7 +32,7 @@ def split_rows(cells, old, new, notes):
         if found.note else None
     if not found.shares:
         return [[t.Cell(f"↳ no split: {found.path}", kind="label", footnote=footnote), t.label(old["mode_label"]),
-                 t.missing(), t.missing(), t.missing(), t.missing(), t.missing()]]
+                 *[t.missing()] * 6]]
     rows = [_share_row(share, old, notes) for share in found.shares]
     rows[0][0].footnote = footnote
     return rows
@@ -42,7 +42,7 @@ def _share_row(share, old, notes):
     sides = [share.baseline, share.candidate]
     latencies = [t.latency(row, notes) for row in sides] if share.baseline else [t.missing(), t.missing()]
     return [t.label(f"↳ {share.label}"), t.label(old["mode_label"]), *latencies,
-            t.Cell(f"{share.estimate_pct:+.1f}% {share.verdict_text}"), _interval(share),
+            t.Cell(f"{share.estimate_pct:+.1f}%"), _interval(share), t.label(share.verdict_text),
             t.label(mechanisms(share)) if share.baseline else t.missing()]
 
 
@@ -120,8 +120,10 @@ def comparison_rows(cells, old, new, key):
     rows = []
     for share in found.shares:
         row = {**key(new, CSV_KINDS[share.factor], f"{share.label} [{found.path}]"),
-               "ratio": math.exp(share.log), "percent": share.estimate_pct, "low_pct": share.low_pct,
-               "high_pct": share.high_pct, "significant": share.verdict_text}
+               "estimate_ratio": math.exp(share.log), "percent": share.estimate_pct, "low_pct": share.low_pct,
+               "high_pct": share.high_pct, "verdict": share.verdict_text, "margin_pct": share.margin_pct}
+        if share.low_pct is not None:
+            row.update(ratio_low=1.0 + share.low_pct / 100.0, ratio_high=1.0 + share.high_pct / 100.0)
         if share.baseline:
             row.update(baseline_ms=share.baseline["timing.mean_ms"], candidate_ms=share.candidate["timing.mean_ms"])
         rows.append(row)

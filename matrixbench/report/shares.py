@@ -26,7 +26,6 @@ from matrixbench.report import arithmetic, stats
 from matrixbench.report.cells import is_ok
 from matrixbench.versions import public
 
-MARGIN_PCT = 2.0   # the equivalence margin of "no share"; the verdicts' margin once it is a setting
 TORCH, TRANSFORMERS, INTERACTION = "torch", "transformers", "interaction"
 FACTORS = (TORCH, TRANSFORMERS, INTERACTION)
 BOTH = "2×2"
@@ -68,13 +67,14 @@ class Share:
     high_pct: Optional[float]
     verdict: str
     log: float                       # the share on the log scale (shares add up to log B/A)
+    margin_pct: float                # the equivalence margin of "no share"
     baseline: Optional[dict] = None  # the two cells the share compares (None for the interaction)
     candidate: Optional[dict] = None
 
     @property
     def verdict_text(self):
         if self.verdict == stats.NO_CHANGE:
-            return f"no {self.factor} share (±{MARGIN_PCT:g}%)"
+            return f"no {self.factor} share (±{self.margin_pct:g}%)"
         return self.verdict
 
 
@@ -95,8 +95,10 @@ def is_mixed(old, new):
                for key in ("environment.torch", "environment.transformers"))
 
 
-def split(cells, plan, old, new, margin_pct=MARGIN_PCT) -> Optional[Split]:
-    """The split of the change old -> new (rows of one cell in two images), or None without bridges."""
+def split(cells, plan, old, new) -> Optional[Split]:
+    """The split of the change old -> new (rows of one cell in two images), or None without bridges;
+    verdicts at the report's equivalence margin (``cells.margin_pct``)."""
+    margin_pct = cells.margin_pct
     if not (is_mixed(old, new) and is_ok(old) and is_ok(new)):
         return None
     a, b = old["image"], new["image"]
@@ -151,12 +153,13 @@ def _label(factor, baseline, candidate):
 
 def _share(factor, baseline, candidate, margin_pct):
     found = _contrast([baseline, candidate], [-1.0, 1.0], margin_pct)
-    return Share(factor, _label(factor, baseline, candidate), *found, baseline=baseline, candidate=candidate)
+    return Share(factor, _label(factor, baseline, candidate), *found, margin_pct, baseline=baseline,
+                 candidate=candidate)
 
 
 def _interaction(a, b, c, d, margin_pct):
     found = _contrast([a, b, c, d], [1.0, 1.0, -1.0, -1.0], margin_pct)
-    return Share(INTERACTION, "interaction (what neither change does alone)", *found)
+    return Share(INTERACTION, "interaction (what neither change does alone)", *found, margin_pct)
 
 
 def _contrast(rows, weights, margin_pct):

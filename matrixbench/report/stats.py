@@ -33,16 +33,12 @@ from scipy import stats as scipy_stats
 from matrixbench.report import arithmetic
 
 CONFIDENCE = 0.95
-RESAMPLES = 2000
-_CHUNK = 250
-
-
 MIN_PROCESSES = 2
-NOT_TESTED = "not tested: one process per cell"
 
 VERDICTS = ("faster", "slower", "no change", "undecided", "not tested")
 FASTER, SLOWER, NO_CHANGE, UNDECIDED, UNTESTED = VERDICTS
 DECIDED = (FASTER, SLOWER, NO_CHANGE)
+STARRED = (FASTER, SLOWER)
 
 
 @dataclass(frozen=True)
@@ -56,6 +52,7 @@ class Judgement:
     baseline_processes: int
     candidate_processes: int
     detectable_pct: Optional[float]   # the smallest change (in %) this comparison could have detected
+    margin_pct: Optional[float] = None  # the equivalence margin the verdict was made at
 
     @property
     def decided(self) -> bool:
@@ -64,7 +61,7 @@ class Judgement:
     @property
     def starred(self) -> bool:
         """faster or slower: the interval excludes no change."""
-        return self.verdict in (FASTER, SLOWER)
+        return self.verdict in STARRED
 
 
 def judge(baseline_means, candidate_means, *, margin_pct, confidence=CONFIDENCE) -> Judgement:
@@ -75,24 +72,46 @@ def judge(baseline_means, candidate_means, *, margin_pct, confidence=CONFIDENCE)
     change: an observed change at least that large would have been starred.
     """
     baseline, candidate = _positive(baseline_means), _positive(candidate_means)
-    ratio = math.exp(float(np.mean(np.log(candidate)) - np.mean(np.log(baseline))))
     counts = (len(baseline), len(candidate))
     if min(counts) < MIN_PROCESSES:
-        return Judgement(ratio, None, None, UNTESTED, *counts, None)
-    estimate, low, high, _ = contrast([baseline, candidate], [-1.0, 1.0], confidence)
-    bounds = (math.exp(low), math.exp(high))
-    return Judgement(ratio, *bounds, verdict(*bounds, margin_pct), *counts,
-                     arithmetic.percent(math.exp(high - estimate)))
+        ratio = math.exp(float(np.mean(np.log(candidate)) - np.mean(np.log(baseline))))
+        return Judgement(ratio, None, None, UNTESTED, *counts, None, margin_pct)
+    found = judge_many(baseline[None, :], candidate[None, :], margin_pct=margin_pct, confidence=confidence)
+    return Judgement(float(found.ratio[0]), float(found.low[0]), float(found.high[0]), str(found.verdict[0]),
+                     *counts, float(found.detectable_pct[0]), margin_pct)
+
+
+@dataclass(frozen=True)
+class Judgements:
+    """judge_many's answer: one entry per comparison, as arrays (see Judgement)."""
+
+    ratio: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    verdict: np.ndarray
+    detectable_pct: np.ndarray
+
+
+def judge_many(baseline, candidate, *, margin_pct, confidence=CONFIDENCE) -> Judgements:
+    """judge() of many comparisons at once (what judge runs, one row): ``baseline`` and
+    ``candidate`` are arrays (comparisons, processes) of process means, MIN_PROCESSES or more."""
+    estimate, low, high, _ = contrast_many([np.log(baseline), np.log(candidate)], [-1.0, 1.0], confidence)
+    bounds = (np.exp(low), np.exp(high))
+    return Judgements(np.exp(estimate), *bounds, verdicts(*bounds, margin_pct),
+                      arithmetic.percent(np.exp(high - estimate)))
 
 
 def verdict(low, high, margin_pct) -> str:
     """The verdict of a ratio interval [low, high] (candidate / baseline) at margin m (in %)."""
-    if high < 1.0:
-        return FASTER
-    if low > 1.0:
-        return SLOWER
+    return str(verdicts(np.asarray([low]), np.asarray([high]), margin_pct)[0])
+
+
+def verdicts(low, high, margin_pct):
+    """verdict() of arrays of interval bounds: faster when the interval lies below 1, slower above,
+    no change inside [1/(1+m), 1+m], else undecided."""
     limit = 1.0 + margin_pct / 100.0
-    return NO_CHANGE if 1.0 / limit <= low and high <= limit else UNDECIDED
+    return np.select([high < 1.0, low > 1.0, (low >= 1.0 / limit) & (high <= limit)],
+                     [FASTER, SLOWER, NO_CHANGE], UNDECIDED)
 
 
 def contrast(groups: Sequence[Sequence[float]], weights: Sequence[float],
@@ -107,13 +126,22 @@ def contrast(groups: Sequence[Sequence[float]], weights: Sequence[float],
     short = [len(logs) for _, logs in used if len(logs) < MIN_PROCESSES]
     if short:
         raise ValueError(f"a group has {short[0]} process means; a contrast needs {MIN_PROCESSES} or more")
-    estimate = sum(weight * float(np.mean(logs)) for weight, logs in used)
-    terms = [weight ** 2 * float(np.var(logs, ddof=1)) / len(logs) for weight, logs in used]
+    found = contrast_many([logs[None, :] for _, logs in used], [weight for weight, _ in used], confidence)
+    estimate, low, high, df = (float(value[0]) for value in found)
+    return estimate, low, high, df
+
+
+def contrast_many(log_groups, weights, confidence=CONFIDENCE):
+    """contrast() of many at once on logs: each group an array (contrasts, processes) of log process
+    means; returns arrays (estimate, low, high, df)."""
+    used = [(float(weight), np.asarray(logs, dtype=float)) for logs, weight in zip(log_groups, weights) if weight]
+    estimate = sum(weight * logs.mean(axis=1) for weight, logs in used)
+    terms = [weight ** 2 * logs.var(axis=1, ddof=1) / logs.shape[1] for weight, logs in used]
     variance = sum(terms)
-    if variance <= 0.0:
-        return estimate, estimate, estimate, math.inf
-    df = variance ** 2 / sum(term ** 2 / (len(logs) - 1) for term, (_, logs) in zip(terms, used))
-    half = float(scipy_stats.t.ppf(0.5 + confidence / 2.0, df)) * math.sqrt(variance)
+    with np.errstate(divide="ignore", invalid="ignore"):   # zero spread everywhere: df infinite
+        df = variance ** 2 / sum(term ** 2 / (logs.shape[1] - 1) for term, (_, logs) in zip(terms, used))
+    df = np.where(variance > 0.0, df, np.inf)
+    half = scipy_stats.t.ppf(0.5 + confidence / 2.0, df) * np.sqrt(variance)
     return estimate, estimate - half, estimate + half, df
 
 
@@ -123,74 +151,6 @@ def _positive(values):
         raise ValueError(f"process means must be positive finite numbers, got {list(values)!r}")
     return array
 
-
-
-# The percentile hierarchical bootstrap below is what the report used before judge(); its callers
-# (tables, comparisons, calibration) move to judge() next, then it goes.
-@dataclass(frozen=True)
-class Change:
-    """candidate vs baseline: mean ratio as a % change, its interval and whether it excludes 0."""
-
-    change_pct: float
-    low_pct: Optional[float] = None
-    high_pct: Optional[float] = None
-    processes: Optional[int] = None    # the fewer processes of the two cells, when known
-
-    @property
-    def significant(self):
-        """True/False when the interval is known; None when untested (one process, no samples)."""
-        if self.low_pct is None:
-            return None
-        return self.low_pct > 0 or self.high_pct < 0
-
-
-def compare_processes(baseline_processes, candidate_processes):
-    """The change of candidate over baseline, each a list of processes' sample lists; the
-    hierarchical interval only when both have MIN_PROCESSES or more."""
-    baseline_mean = mean_of_processes(baseline_processes)
-    candidate_mean = mean_of_processes(candidate_processes)
-    percent = arithmetic.change_pct(baseline_mean, candidate_mean)
-    processes = min(len(baseline_processes), len(candidate_processes))
-    if processes < MIN_PROCESSES:
-        return Change(percent, processes=processes)
-    low, high = hierarchical_interval(baseline_processes, candidate_processes)
-    return Change(percent, arithmetic.percent(low), arithmetic.percent(high), processes)
-
-
-def mean_of_processes(processes):
-    """The mean over every sample of every process (a list of sample lists): a cell's latency."""
-    return float(np.mean(np.concatenate(processes)))
-
-
-def hierarchical_interval(baseline, candidate, confidence=CONFIDENCE, resamples=RESAMPLES, seed=0):
-    """Percentile interval of mean(candidate) / mean(baseline) resampling processes, then samples."""
-    rng = np.random.default_rng(seed)
-    ratios = np.concatenate([_hierarchical_means(rng, candidate, size) / _hierarchical_means(rng, baseline, size)
-                             for size in _chunks(resamples)])
-    tail = (1.0 - confidence) / 2.0
-    low, high = np.quantile(ratios, [tail, 1.0 - tail])
-    return float(low), float(high)
-
-
-def _hierarchical_means(rng, processes, count):
-    """``count`` bootstrap means: pick len(processes) processes with replacement, resample each
-    picked process's samples, average the processes' resampled means."""
-    arrays = [np.asarray(values, dtype=float) for values in processes]
-    slots = len(arrays)
-    within = np.stack([_resampled_means(rng, values, count * slots).reshape(count, slots) for values in arrays])
-    picks = rng.integers(0, slots, size=(count, slots))
-    return within[picks, np.arange(count)[:, None], np.arange(slots)[None, :]].mean(axis=1)
-
-
-def _chunks(total):
-    """Resample in chunks so memory stays bounded for long sample series."""
-    sizes = [_CHUNK] * (total // _CHUNK)
-    return sizes + ([total % _CHUNK] if total % _CHUNK else [])
-
-
-def _resampled_means(rng, values, count):
-    picks = rng.integers(0, len(values), size=(count, len(values)))
-    return values[picks].mean(axis=1)
 
 
 def geometric_mean(values):

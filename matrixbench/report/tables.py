@@ -10,7 +10,7 @@ from typing import Optional
 import numpy as np
 
 from matrixbench.placement import format_cpulist
-from matrixbench.report import arithmetic, share_tables, stats
+from matrixbench.report import arithmetic, stats, verdicts
 from matrixbench.report.cells import STATUS_TEXT, CellIndex, is_ok, row_label
 from matrixbench.report.published import GPUS, TABLE_TITLES, PublishedReference, source_title
 from runner.core import STATUSES
@@ -20,7 +20,7 @@ BETWEEN_NOISY_MARK = "¶"
 ACCURACY_MARK = "‡"
 EAGER_FAILED_MARK = "◊"
 PUBLISHED_NOTE_MARK = "§"
-SIGNIFICANT_MARK = "*"
+SIGNIFICANT_MARK = verdicts.STAR
 NO_DATA = "—"
 ACCURACY_FAILURES = ("fail", "nan")
 # timing.flags the runner sets (runner.cudagraphs, runner.gpu_state, runner.timing): mark, meaning.
@@ -30,7 +30,8 @@ FLAGS = {
     "cudagraph_recaptured": ("↻", "a CUDA graph was captured inside the timed loop (re-recording): the "
                                   "latency includes capture work"),
     "throttled": ("▼", "the GPU throttled during the timed loop (power cap, thermal or hardware slowdown): "
-                       "the latency is not the GPU's full speed"),
+                       "the latency is not the GPU's full speed, and a comparison with it is at most undecided, "
+                       "never starred"),
     "timer_mismatch": ("≠", "event mean and wall-clock mean disagree beyond what launch overhead explains: "
                             "the per-call timer may not have measured the model"),
 }
@@ -40,6 +41,7 @@ WARM_COMPILE_COLUMN = "warm compile, later processes (median s)"
 MIXES_TRANSFORMERS = "mixes a transformers change"
 MIXES_ATTENTION = "mixes attention implementations"
 MIXES_GPUS = "ran on different GPUs"
+AA_TITLE = "A/A, one image under two names: "
 
 
 @dataclass
@@ -124,6 +126,10 @@ def _throttle_evidence(row):
         if clock is not None or reasons:
             text = f"{end}: SM clock {clock:g} MHz" if clock is not None else f"{end}:"
             found.append(text + (f", {', '.join(reasons)}" if reasons else ""))
+    held = [f"{name} limit {row[f'timing.violations.{name}_ms']:g} ms" for name in ("power", "thermal")
+            if (row.get(f"timing.violations.{name}_ms") or 0) > 0]
+    if held:
+        found.append("clocks held down during the loop: " + ", ".join(held))
     return f" ({'; '.join(found)})" if found else ""
 
 
@@ -182,24 +188,29 @@ def status_cell(row, notes):
     return Cell(STATUS_TEXT.get(row["status"], row["status"].upper()), kind="failed", footnote=notes.ref(row))
 
 
-def speedup_pct(eager, compiled):
-    """% faster than eager (see arithmetic.percent_faster)."""
-    return arithmetic.percent_faster(eager["timing.mean_ms"], compiled["timing.mean_ms"])
+def speedup_text(eager, compiled):
+    """% faster than eager with the speed-up's verdict mark, e.g. "+23.4%*" (verdicts.judge_speedup)."""
+    found = verdicts.judge_speedup(eager, compiled)
+    return verdicts.marked(found, f"{verdicts.percent(found):+.1f}%")
 
 
 def compare(baseline, candidate):
-    """A change between two cells' processes (see stats.compare_processes)."""
-    return stats.compare_processes(baseline["process_samples"], candidate["process_samples"])
+    """The judged change of candidate over baseline (verdicts.judge_cells)."""
+    return verdicts.judge_cells(baseline, candidate)
 
 
-def change_text(change):
-    return f"{change.change_pct:+.1f}%" + (SIGNIFICANT_MARK if change.significant else "")
+def change_text(judgement):
+    return verdicts.marked(judgement, f"{verdicts.percent(judgement):+.1f}%")
 
 
-def interval_cell(change):
-    if change.significant is None:
-        return label(stats.NOT_TESTED)
-    return Cell(f"[{change.low_pct:+.1f}%, {change.high_pct:+.1f}%]")
+def interval_cell(judgement):
+    if judgement.low is None:
+        return label(verdicts.NOT_TESTED_TEXT)
+    return Cell(verdicts.interval_pct(judgement))
+
+
+def verdict_cell(judgement):
+    return label(verdicts.verdict_text(judgement))
 
 
 def ratio(value):
@@ -244,7 +255,7 @@ def _mode_cell(eager, row, notes):
         cell = latency(row, notes)
         cell.marks += EAGER_FAILED_MARK if eager is not None else ""
         return cell
-    return latency(row, notes, suffix=f" ({speedup_pct(eager, row):+.1f}%)")
+    return latency(row, notes, suffix=f" ({speedup_text(eager, row)})")
 
 
 def _first(rows):
@@ -253,22 +264,31 @@ def _first(rows):
 
 # ---- 2. image A vs image B (stable vs nightly) ------------------------------------------
 
-def image_pair_tables(cells, notes):
+def _no_rows(cells, old, new, notes):
+    return []
+
+
+def image_pair_tables(cells, notes, rows_under=_no_rows):
+    """The image-against-image tables; ``rows_under(cells, old, new, notes)`` gives the rows shown under
+    each row (attribution's split: report.share_tables.split_rows)."""
     tables = []
     for device, batch, before, after in image_pairs(cells):
-        table = _pair_table(cells, notes, device, batch, before, after)
+        table = _pair_table(cells, notes, device, batch, before, after, rows_under)
         if table.rows:
             tables.append(table)
     return tables
 
 
 def image_pairs(cells):
-    """(device, batch size, earlier image, later image) of each image-against-image table."""
+    """(device, batch size, earlier image, later image) of each image-against-image table: images
+    in matrix order, A/A twins left out of that chain, then each twin after its original."""
     for device in cells.values("device"):
         for batch in cells.values("batch", device=device):
-            images = [image for image in cells.values("image", device=device, batch=batch)
-                      if image not in cells.bridges]
+            present = cells.values("image", device=device, batch=batch)
+            images = [image for image in present if image not in cells.aa_twins and image not in cells.bridges]
             yield from ((device, batch, before, after) for before, after in zip(images, images[1:]))
+            yield from ((device, batch, cells.aa_twins[twin], twin) for twin in present
+                        if twin in cells.aa_twins and cells.aa_twins[twin] in present)
 
 
 def pair_cells(cells, device, batch, before, after):
@@ -280,22 +300,24 @@ def pair_cells(cells, device, batch, before, after):
                 yield old, new
 
 
-def _pair_table(cells, notes, device, batch, before, after):
+def _pair_table(cells, notes, device, batch, before, after, rows_under):
     rows = []
     for old, new in pair_cells(cells, device, batch, before, after):
-        rows += [_pair_row(old, new, notes), *share_tables.split_rows(cells, old, new, notes)]
+        rows += [_pair_row(old, new, notes), *rows_under(cells, old, new, notes)]
     names = [cells.image_labels[image] for image in (before, after)]
-    header = ["Task/Model", "Mode", f"{names[0]} (ms)", f"{names[1]} (ms)", "Change", "95% interval", "Warning"]
-    return drop_empty_columns(Table(f"{names[0]} → {names[1]} · {device} · batch size {batch}", header, rows))
+    header = ["Task/Model", "Mode", f"{names[0]} (ms)", f"{names[1]} (ms)", "Change", "95% interval", "Verdict",
+              "Warning"]
+    kind = AA_TITLE if cells.aa_twins.get(after) == before else ""
+    return drop_empty_columns(Table(f"{kind}{names[0]} → {names[1]} · {device} · batch size {batch}", header, rows))
 
 
 def _pair_row(old, new, notes):
     start = [label(row_label(old)), label(old["mode_label"]), latency(old, notes), latency(new, notes)]
     warning = _mix_cell(old, new)
     if not (is_ok(old) and is_ok(new)):
-        return start + [missing(), missing(), warning]
+        return start + [missing(), missing(), missing(), warning]
     change = compare(old, new)
-    return start + [Cell(change_text(change)), interval_cell(change), warning]
+    return start + [Cell(change_text(change)), interval_cell(change), verdict_cell(change), warning]
 
 
 def mixes(old, new):
@@ -468,7 +490,7 @@ def _measured_speedup(eager, row, notes):
             return status_cell(side, notes)
     if eager is None:
         return missing()
-    return ratio(arithmetic.speedup(eager["timing.mean_ms"], row["timing.mean_ms"]))
+    return ratio(verdicts.judge_speedup(eager, row).ratio)
 
 
 # ---- 5. summary per image and mode ------------------------------------------------------
@@ -530,8 +552,7 @@ def speedups(cells, rows):
     for row in rows:
         eager = cells.get(row["device_name"], row["image"], row["cell.batch_size"], row["row_key"], "eager")
         if is_ok(row) and is_ok(eager) and row["accuracy.status"] not in ACCURACY_FAILURES:
-            found[(row["cell.batch_size"], row["row_key"])] = arithmetic.speedup(eager["timing.mean_ms"],
-                                                                                 row["timing.mean_ms"])
+            found[(row["cell.batch_size"], row["row_key"])] = verdicts.judge_speedup(eager, row).ratio
     return found
 
 

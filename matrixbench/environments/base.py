@@ -1,12 +1,14 @@
 """The one small interface every backend shares (docker, local, later others)."""
+import dataclasses
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from matrixbench.layout import slot_dir
 from matrixbench.placement import Slot
+from runner.cells_file import schedule_pairs
 from runner.core import Cell, Repeat
 from runner.records import CALIBRATION_ENV, PLACEMENT_ENV
 from runner.timing_board import BOARD_ENV, Board
@@ -43,13 +45,19 @@ class RunRequest:
         if not self.schedule:
             return [Repeat(cell) for cell in self.cells]
         return [Repeat(self.cells[cell], repeat) for cell, repeat in self.schedule]
+
+    def for_repeats(self, repeats: Sequence[Repeat]) -> "RunRequest":
+        """This request narrowed to ``repeats`` (a unit's, a round's), in their order."""
+        cells, schedule = schedule_pairs(list(repeats))
+        return dataclasses.replace(self, cells=cells, schedule=tuple((int(c), int(r)) for c, r in schedule))
+
     slot: Optional[Slot] = None           # the slot it runs in (its GPU and cores); None: unplaced
     slots: int = 1                        # slots of the run
     busy_units: int = 1                   # slots running a unit when this one started (itself too)
     timing_board: Optional[Path] = None   # the run's timing board folder (runner.timing_board), host path
     exclusive_timing: bool = False        # slots time one at a time (--exclusive-timing)
     calibration: Optional[Dict[str, Any]] = None   # {phase, slots}: cells of the interference calibration
-    node: Dict[str, Any] = field(default_factory=dict)   # a cluster task's node (matrixbench.cluster), for placement
+    node: Dict[str, Any] = field(default_factory=dict)   # a Ray task's node (executors/ray/tasks.py), for placement
     # run nothing: the runner builds each cell's model on the meta device (``--check``) and
     # writes its answer to <out_dir>/check.json (runner.schema.CHECK_FILENAME); no records
     check: bool = False

@@ -1,5 +1,5 @@
-"""Images through a registry (issue 16, ``run --backend ray --registry HOST:PORT``): the driver pushes
-the images it built, each node pulls them and checks them (matrixbench.registry).
+"""Images through a registry (issue 16, ``run --executor ray --registry HOST:PORT``): the driver pushes
+the images it built, each node pulls them and checks them (matrixbench.executors.ray.registry).
 
 The refusals use the faked SDK; the round trip uses a real Docker daemon and a real registry (Debian's
 ``docker-registry``, started on a free loopback port) with a tiny image made for the test: pushed,
@@ -18,12 +18,13 @@ from docker import errors as docker_errors
 
 from docker_fakes import FakeImage, FakeSDK
 from host_helpers import small_matrix_data, write_matrix
-from matrixbench import docker_client, registry
-from matrixbench.backends import create_backend
+from matrixbench import docker_client
 from matrixbench.errors import DockerUnavailableError, RunError
+from matrixbench.executors import create_environment
+from matrixbench.executors.ray import registry
 from matrixbench.images import BuildOptions, image_tag, runner_hash
 from matrixbench.matrix import Image, load_matrix
-from matrixbench.run import RunOptions, _backend_settings, run_matrix
+from matrixbench.run import RunOptions, run_matrix
 
 TEST_IMAGE = Image(name="registry-test", torch="torch==2.13.0", python="3.12", transformers="transformers==5.23.0",
                    base_image="python:3.12-slim-bookworm")
@@ -96,12 +97,12 @@ def test_a_failed_push_or_pull_names_the_registry_and_what_to_check():
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"backend": "local", "registry": "127.0.0.1:5000"}, "--registry: only with --backend ray"),
-    ({"backend": "ray", "node_backend": "local", "registry": "127.0.0.1:5000"},
+    ({"backend": "local", "registry": "127.0.0.1:5000"}, "--registry: only with --executor ray"),
+    ({"executor": "ray", "backend": "local", "registry": "127.0.0.1:5000"},
      "images go through a registry only to docker nodes"),
     ({"backend": "local", "build_options": BuildOptions(index_url="https://mirror.example/simple")},
-     "--ca-bundle/--index-url/--extra-index-url/--base-image: only with --backend ray"),
-    ({"backend": "ray", "registry": "127.0.0.1:5000", "build_options": BuildOptions(base_image="m/python:3.10")},
+     "--ca-bundle/--index-url/--extra-index-url/--base-image: only with --executor ray"),
+    ({"executor": "ray", "registry": "127.0.0.1:5000", "build_options": BuildOptions(base_image="m/python:3.10")},
      "--ca-bundle, --index-url, --extra-index-url, --base-image: for the image builds on docker nodes without "
      "--registry"),
 ])
@@ -114,7 +115,7 @@ def test_registry_and_node_build_options_are_refused_where_unused(tmp_path, opti
 
 def test_the_ray_backend_gets_the_users_build_options():
     options = BuildOptions(ca_bundle_pem=b"PEM", index_url="https://mirror.example/simple")
-    backend = create_backend("ray", **_backend_settings(RunOptions(backend="ray", build_options=options)))
+    backend = create_environment(RunOptions(executor="ray", build_options=options))
     assert backend.build_options is options
 
 

@@ -16,11 +16,13 @@ Its runners share a timing board (runner.timing_board; the base request's), neve
 record's ``placement.busy_slots`` says how many other slots were timing beside it.
 """
 import dataclasses
-import threading
+import functools
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Sequence
 
 from matrixbench.errors import MatrixError
+from matrixbench.executors.threads import run_threads
+from matrixbench.launch import Outcome, launch
 from matrixbench.layout import CALIBRATION_DIRNAME, CALIBRATION_RUN_DEPTH, calibration_dir, slot_dir
 from matrixbench.matrix import Model, make_cell
 from runner.core import Cell, Mode
@@ -32,7 +34,6 @@ MODES = (Mode.EAGER.value, Mode.DEFAULT.value)
 BATCH_SIZE = 1
 FOLDER = CALIBRATION_DIRNAME
 RUN_DEPTH = CALIBRATION_RUN_DEPTH   # (report.records finds a calibration record's run folder with it)
-JOIN_POLL_S = 0.2
 
 
 def calibration_cells(matrix) -> List[Cell]:
@@ -101,38 +102,12 @@ def run_calibration(matrix, base, slots: Sequence, backend, note: Callable[[str]
 
 def _run_phase(backend, requests) -> List[str]:
     """Run ``requests`` at once (one thread each); the record paths they left missing."""
-    errors: List[BaseException] = []
+    outcomes: Dict[int, Outcome] = {}
 
-    def work(request):
-        try:
-            backend.run(request)
-        except BaseException as exc:  # noqa: B036 -- handed to the calling thread, raised there
-            errors.append(exc)
+    def work(index, stopping):
+        outcomes[index] = launch(backend, requests[index])
 
-    threads = [threading.Thread(target=work, args=(request,), name=f"calibration-slot-{request.slot.index}",
-                                daemon=True) for request in requests]
-    for thread in threads:
-        thread.start()
-    try:
-        _join(threads)
-    except KeyboardInterrupt:
-        backend.stop_all()
-        for thread in threads:
-            thread.join()
-        raise
-    if errors:
-        raise errors[0]
-    return [str(path) for request in requests for path in _missing(request)]
-
-
-def _missing(request) -> List[Path]:
-    return [record_path(request.out_dir, r.cell, r.index) for r in request.repeats()
-            if not record_path(request.out_dir, r.cell, r.index).exists()]
-
-
-def _join(threads) -> None:
-    """Wait for ``threads`` in short joins, so Ctrl-C reaches the calling thread meanwhile."""
-    for thread in threads:
-        while thread.is_alive():
-            thread.join(JOIN_POLL_S)
-
+    run_threads([functools.partial(work, index) for index in range(len(requests))], backend.stop_all,
+                [f"calibration-slot-{request.slot.index}" for request in requests])
+    return [str(record_path(request.out_dir, r.cell, r.index))
+            for index, request in enumerate(requests) for r in outcomes[index].missing]

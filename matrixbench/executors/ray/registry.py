@@ -1,4 +1,4 @@
-"""Images through a registry (issue 16: ``matrixbench run --backend ray --registry HOST:PORT``).
+"""Images through a registry (issue 16: ``matrixbench run --executor ray --registry HOST:PORT``).
 
 The driver pushes each image the run needs once, as built on its own machine (``publish``); on every
 GPU node a task pulls it and names it as a local build would be named (``fetch``), so the node's

@@ -1,11 +1,11 @@
-"""The ray backend with docker on the nodes (issue 16; ``--node-backend docker``, the CLI's default) on a
+"""The ray backend with docker on the nodes (issue 16; ``--backend docker``, the CLI's default) on a
 real two-node Ray cluster on this machine: tests/ray_docker_cluster_script.py, as root in fresh network
 and PID namespaces, the nodes reaching the host's Docker daemon through its socket.
 
 The real-Docker test images (tests/test_docker_e2e.py's ``built``: torch 2.0.1 and 2.13) are built, or
 found current, outside the namespace first, so each node finds them by their content-hash and
 runner-hash labels and builds nothing. A second run with ``--registry`` (Debian's docker-registry on
-the host's loopback, tests/test_registry.py's fixture) pushes both images once and has every node pull
+the host's loopback, tests/test_executor_ray_registry.py's fixture) pushes both images once and has every node pull
 them. Skips, saying why, without Ray, root, unshare, Docker, docker-registry or the base images.
 """
 from pathlib import Path
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from matrixbench.images import image_tag
-from test_backends_ray import run_in_namespaces
 from test_docker_e2e import MATRIX_PATH, TORCH, built, client  # noqa: F401 -- the e2e module's fixtures
-from test_registry import registry_address  # noqa: F401 -- a real registry on the host's loopback
+from test_executor_ray import run_in_namespaces
+from test_executor_ray_registry import registry_address  # noqa: F401 -- a real registry on the host's loopback
 
 pytestmark = [pytest.mark.ray, pytest.mark.docker]
 

@@ -1,9 +1,9 @@
 """The ray backend: the run's units as Ray tasks on a cluster of GPU nodes (issue 16).
 
 The only module that imports ray, and only when a function here runs (``pip install
-'matrixbench[ray]'``). The driver (``matrixbench run --backend ray --ray-address HOST:PORT``, on a
+'matrixbench[ray]'``). The driver (``matrixbench run --executor ray --ray-address HOST:PORT``, on a
 node of the cluster) decides resume first, refuses GPU types the cluster lacks, then submits one
-task per unit (``matrixbench.cluster.UnitTask``) asking for one GPU of the unit's type
+task per unit (``matrixbench.executors.ray.tasks.UnitTask``) asking for one GPU of the unit's type
 (``num_gpus=1`` and a sliver of ``accelerator_type:<T>``). On its node the task runs the node's
 backend (docker, or local) pinned to ``ray.get_gpu_ids()`` and hands each record, as it appears, to
 a small actor on the driver's node (``Board``), so the driver writes it at once and a task that dies
@@ -17,9 +17,12 @@ import os
 import time
 from typing import Any, Dict, List, Optional
 
-from matrixbench import cluster
-from matrixbench.backends.base import Backend
+from matrixbench.environments.base import Backend
+from matrixbench.environments.environment import runtime_secrets
 from matrixbench.errors import BuildError, RunError
+from matrixbench.executors.base import Executor
+from matrixbench.executors.ray import tasks as cluster
+from matrixbench.executors.scheduler import make_units
 from runner.core import Status, repeat_stem
 
 POLL_S = 0.5
@@ -33,7 +36,7 @@ def _ray():
     try:
         import ray
     except ImportError as exc:
-        raise RunError(f"--backend ray needs Ray on the driver and on every node: pip install 'matrixbench[ray]' "
+        raise RunError(f"--executor ray needs Ray on the driver and on every node: pip install 'matrixbench[ray]' "
                        f"({exc})") from exc
     return ray
 
@@ -125,9 +128,9 @@ def build_on_node(images, options=None, where="this node"):
 
 
 def pull_on_node(images, registry):
-    """Pull the matrix images from ``registry`` into this node's Docker, checked (matrixbench.registry)."""
+    """Pull the matrix images from ``registry`` into this node's Docker, checked (executors/ray/registry.py)."""
     from matrixbench import docker_client
-    from matrixbench import registry as through
+    from matrixbench.executors.ray import registry as through
 
     return through.fetch(docker_client.connect(), images, registry)
 
@@ -140,7 +143,8 @@ class RayBackend(Backend):
     def __init__(self, address=None, node_backend=cluster.DEFAULT_NODE_BACKEND, max_retries=MAX_RETRIES,
                  registry=None, build_options=None):
         if node_backend not in cluster.NODE_BACKENDS:
-            raise RunError(f"--node-backend {node_backend!r}: valid are {', '.join(cluster.NODE_BACKENDS)}")
+            raise RunError(f"--executor ray --backend {node_backend}: a node runs --backend "
+                           f"{' or '.join(cluster.NODE_BACKENDS)}")
         self.address = address
         self.node_backend = node_backend
         self.registry = registry
@@ -183,7 +187,8 @@ class RayBackend(Backend):
         emit = emit or (lambda name, text: None)
         ray = self._connect()
         if self.registry:
-            from matrixbench import docker_client, registry
+            from matrixbench import docker_client
+            from matrixbench.executors.ray import registry
 
             registry.publish(docker_client.connect(), images, self.registry, emit)
             work, args = ray.remote(pull_on_node), lambda node: (list(images), self.registry)
@@ -314,3 +319,35 @@ def _on(node_id):
 def _cause(exc: Any) -> Optional[str]:
     cause = getattr(exc, "cause", None)
     return f"{type(cause).__name__}: {cause}" if cause is not None else str(exc).splitlines()[0]
+
+
+class RayExecutor(Executor):
+    """``--executor ray``: the run's units (the scheduler's, per GPU type) as one Ray task each; on each
+    node, ``--backend`` (docker or local) runs the runner. Its ``environment`` is the driver's side of
+    the cluster (RayBackend: GPUs, images on the nodes, GPU types, the connection)."""
+
+    def __init__(self, environment):
+        self.environment = environment   # the RayBackend run_matrix made (executors.create_environment)
+
+    def run(self, run):
+        run.start()
+        tasks, parts = [], []
+        torch_of = {name: image.torch_version for name, image in run.matrix.images.items()}
+        for gpu_type in run.matrix.gpu_types or (None,):
+            for unit in make_units([work for work in run.works if work.gpu_type == gpu_type], torch_of):
+                unit_parts = {work.image_name: cluster.UnitPart(work, run.request(work).for_repeats(repeats),
+                                                                list(repeats))
+                              for work, repeats in unit.parts}
+                name = " ".join(filter(None, [gpu_type, unit.name]))
+                runners = tuple(cluster.shippable(unit_parts[work.image_name].request.for_repeats(repeats))
+                                for work, repeats in unit.rounds())
+                tasks.append(cluster.UnitTask(name, gpu_type, runners, self.environment.node_backend,
+                                              run.options.run_name))
+                parts.append(unit_parts)
+        cluster_run = cluster.ClusterRun(tasks, parts, run.gpus,
+                                         lambda work, cell, record: run.record_arrived(work, cell, record))
+        try:
+            self.environment.run_units(cluster_run, runtime_secrets(run.environ), note=run.progress.note)
+        finally:
+            for work in run.works:
+                run.missed(work, None, cluster_run.missing(work))

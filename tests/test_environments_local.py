@@ -11,9 +11,9 @@ import pytest
 
 import runner
 from host_helpers import write_matrix, write_stand_in
-from matrixbench.backends import backend_names, create_backend
-from matrixbench.backends.base import RunRequest
-from matrixbench.backends.local import LocalBackend, _running, _stop, descendants, runner_env
+from matrixbench.environments import backend_names, create_backend
+from matrixbench.environments.base import RunRequest
+from matrixbench.environments.local import LocalBackend, _running, _stop, descendants, runner_env
 from matrixbench.errors import RunError
 from matrixbench.matrix import Overrides, expand_cells, load_matrix
 from runner.schema import read_record, record_path
@@ -25,9 +25,9 @@ REPO = TESTS.parent
 # --- registry ------------------------------------------------------------------------------
 
 def test_registry_names_and_rejects_unknown_backends():
-    assert backend_names() == ["docker", "local", "ray", "venv"]
+    assert backend_names() == ["docker", "local", "venv"]
     assert isinstance(create_backend("local"), LocalBackend)
-    with pytest.raises(RunError, match="unknown backend 'ssh'; valid: docker, local, ray, venv"):
+    with pytest.raises(RunError, match="unknown backend 'ssh'; valid: docker, local, venv"):
         create_backend("ssh")
 
 
@@ -165,7 +165,7 @@ def test_matrixbench_run_local_end_to_end(tmp_path, monkeypatch):
 
 
 def test_an_image_pinning_another_torch_is_refused(tmp_path):
-    from matrixbench.backends.local import check_torch_pin
+    from matrixbench.environments.local import check_torch_pin
     from matrixbench.errors import RunError
 
     request = _request(tmp_path, [], torch="torch==2.0.1")

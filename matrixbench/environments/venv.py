@@ -10,9 +10,9 @@ environment (no other host variable, no host PYTHONPATH), the host's GPUs
 """
 import os
 
-from matrixbench.backends.base import Backend
-from matrixbench.backends.environment import compile_cache_env, runner_env
-from matrixbench.backends.local import launch_runner, stop_running
+from matrixbench.environments.base import Backend
+from matrixbench.environments.environment import compile_cache_env, runner_env
+from matrixbench.environments.local import launch_runner, stop_running
 from matrixbench.errors import RunError
 from matrixbench.gpu import host_gpus
 from matrixbench.images import print_progress

@@ -1,6 +1,6 @@
 """The cluster's parts without Ray (issue 16): what a task carries, what it does on its node, what the
 driver writes when a unit is lost; the driver's whole loop through an in-process stand-in for the
-cluster. The real two-node cluster is tests/test_backends_ray.py."""
+cluster. The real two-node cluster is tests/test_executor_ray.py."""
 import pickle
 import subprocess
 import sys
@@ -9,9 +9,10 @@ import jsonschema
 import pytest
 
 from host_helpers import RecordingBackend, small_matrix_data, write_matrix
-from matrixbench import backends
-from matrixbench.backends.base import Backend
-from matrixbench.cluster import (
+from matrixbench.environments.base import Backend
+from matrixbench.errors import RunError
+from matrixbench.executors.ray import executor as ray_executor
+from matrixbench.executors.ray.tasks import (
     UnknownGpuTypeError,
     check_gpu_types,
     cluster_gpu_types,
@@ -20,7 +21,6 @@ from matrixbench.cluster import (
     shippable,
     task_resources,
 )
-from matrixbench.errors import RunError
 from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.run import RunOptions, run_matrix
 from runner.core import Status
@@ -58,6 +58,7 @@ class InProcessCluster(Backend):
     first record."""
 
     name = "ray"
+    node_backend = "local"
 
     def __init__(self):
         self.tasks, self.inner = [], RecordingBackend()
@@ -93,7 +94,7 @@ class InProcessCluster(Backend):
 @pytest.fixture
 def cluster(monkeypatch):
     fake = InProcessCluster()
-    monkeypatch.setitem(backends.FACTORIES, "ray", lambda **settings: fake)
+    monkeypatch.setattr(ray_executor, "RayBackend", lambda *args, **settings: fake)
     return fake
 
 
@@ -104,7 +105,7 @@ def _matrix(tmp_path):
 
 
 def test_the_driver_writes_each_gpu_types_records_in_its_folder_and_ships_no_secret(tmp_path, cluster):
-    options = RunOptions(results_root=tmp_path / "results", backend="ray", device="cpu")
+    options = RunOptions(results_root=tmp_path / "results", executor="ray", device="cpu")
     summary = run_matrix(_matrix(tmp_path), options, environ={"HF_TOKEN": FAKE_TOKEN})
     run_path = tmp_path / "results" / "default"
     ok = read_record(run_path / "A100" / "latest" / "vit_bs1_eager_float32.json")
@@ -120,7 +121,7 @@ def test_a_units_task_runs_its_images_in_turn_repeat_by_repeat(tmp_path, cluster
     data = dict(small_matrix_data(), gpu_types=["A100"])
     matrix = load_matrix(write_matrix(tmp_path, data), Overrides(models=["vit"], batch_sizes=[1], modes=["eager"],
                                                                  repeats=2))
-    run_matrix(matrix, RunOptions(results_root=tmp_path / "results", backend="ray", device="cpu"))
+    run_matrix(matrix, RunOptions(results_root=tmp_path / "results", executor="ray", device="cpu"))
     (task,) = [pickle.loads(shipped) for shipped in cluster.tasks]
     assert [(r.image_name, [x.index for x in r.repeats()]) for r in task.requests] == [
         ("stable", [0]), ("latest", [0]), ("stable", [1]), ("latest", [1])]
@@ -132,7 +133,7 @@ def test_a_units_task_runs_its_images_in_turn_repeat_by_repeat(tmp_path, cluster
 
 
 def test_a_lost_unit_is_crashed_records_naming_its_node_and_valid_against_the_schema(tmp_path, cluster):
-    options = RunOptions(results_root=tmp_path / "results", backend="ray", device="cpu")
+    options = RunOptions(results_root=tmp_path / "results", executor="ray", device="cpu")
     summary = run_matrix(_matrix(tmp_path), options)
     # the T4 task's record arrived before its node died: kept, not overwritten by a crashed one
     t4 = tmp_path / "results" / "default" / "T4" / "latest" / "vit_bs1_eager_float32.json"
@@ -140,8 +141,8 @@ def test_a_lost_unit_is_crashed_records_naming_its_node_and_valid_against_the_sc
 
 
 def test_lost_records_say_crashed_and_name_the_node(tmp_path):
-    from matrixbench.backends.base import RunRequest
-    from matrixbench.cluster import lost_records
+    from matrixbench.environments.base import RunRequest
+    from matrixbench.executors.ray.tasks import lost_records
     from matrixbench.matrix import expand_cells, runner_settings
     from runner.core import Repeat
 
@@ -159,12 +160,12 @@ def test_lost_records_say_crashed_and_name_the_node(tmp_path):
 def test_an_unknown_gpu_type_is_refused_before_anything_is_written(tmp_path, cluster):
     matrix = load_matrix(write_matrix(tmp_path), Overrides(gpu_types=["H100"]))
     with pytest.raises(UnknownGpuTypeError, match="has H100; its GPU types are A100, T4"):
-        run_matrix(matrix, RunOptions(results_root=tmp_path / "results", backend="ray", device="cpu"))
+        run_matrix(matrix, RunOptions(results_root=tmp_path / "results", executor="ray", device="cpu"))
     assert not (tmp_path / "results").exists()   # not even an empty run folder
 
 
 def test_a_rerun_submits_nothing_already_recorded(tmp_path, cluster):
-    options = RunOptions(results_root=tmp_path / "results", backend="ray", device="cpu")
+    options = RunOptions(results_root=tmp_path / "results", executor="ray", device="cpu")
     run_matrix(_matrix(tmp_path), options)
     submitted = len(cluster.tasks)
     run_matrix(_matrix(tmp_path), options)
@@ -172,14 +173,15 @@ def test_a_rerun_submits_nothing_already_recorded(tmp_path, cluster):
 
 
 def test_the_host_package_imports_ray_only_when_the_ray_backend_connects():
-    code = ("import sys, matrixbench.cli, matrixbench.run, matrixbench.cluster, matrixbench.backends.ray; "
+    code = ("import sys, matrixbench.cli, matrixbench.run, matrixbench.executors.ray.tasks, "
+            "matrixbench.executors.ray.executor; "
             "assert 'ray' not in sys.modules, 'ray imported'; assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_a_retried_task_skips_what_the_driver_already_holds_and_runs_on_its_gpu(tmp_path):
-    from matrixbench.backends.base import RunRequest
-    from matrixbench.cluster import UnitTask
+    from matrixbench.environments.base import RunRequest
+    from matrixbench.executors.ray.tasks import UnitTask
     from matrixbench.matrix import expand_cells, runner_settings
 
     matrix = load_matrix(write_matrix(tmp_path), Overrides(models=["vit"], batch_sizes=[1], gpu_types=["A100"]))
@@ -204,7 +206,7 @@ def test_a_cancelled_task_stops_its_runner_even_inside_a_blocking_wait():
     import threading
     import time
 
-    from matrixbench.cluster import interruptible
+    from matrixbench.executors.ray.tasks import interruptible
 
     stopped = threading.Event()
     threading.Timer(0.3, _thread.interrupt_main).start()   # what ray.cancel does to the task's thread
@@ -217,22 +219,22 @@ def test_a_cancelled_task_stops_its_runner_even_inside_a_blocking_wait():
         interruptible(lambda: int("x"), stopped.set)
 
 
-def test_the_node_backend_is_declared_once():
+def test_the_node_runs_the_runs_own_backend_no_second_axis():
     import inspect
 
     from click.testing import CliRunner
 
-    from matrixbench.backends.ray import RayBackend
     from matrixbench.cli import main
-    from matrixbench.cluster import DEFAULT_NODE_BACKEND, NODE_BACKENDS, UnitTask
+    from matrixbench.executors.ray.executor import RayBackend
+    from matrixbench.executors.ray.tasks import DEFAULT_NODE_BACKEND, NODE_BACKENDS, UnitTask
 
-    assert DEFAULT_NODE_BACKEND in NODE_BACKENDS
-    assert RunOptions().node_backend == DEFAULT_NODE_BACKEND
+    assert DEFAULT_NODE_BACKEND in NODE_BACKENDS and RunOptions().backend == DEFAULT_NODE_BACKEND
     assert inspect.signature(RayBackend).parameters["node_backend"].default == DEFAULT_NODE_BACKEND
     assert inspect.signature(UnitTask).parameters["node_backend"].default is inspect.Parameter.empty
     help_text = CliRunner().invoke(main, ["run", "--help"], terminal_width=200).output
-    assert f"[{'|'.join(NODE_BACKENDS)}]" in help_text.replace(" ", "").replace("\n", "")
-    assert f"default: {DEFAULT_NODE_BACKEND}" in help_text
+    assert "--node-backend" not in help_text and "--executor" in help_text
+    with pytest.raises(RunError, match="--executor ray --backend venv: a node runs --backend docker or local"):
+        RayBackend(node_backend="venv")
 
 
 @pytest.mark.parametrize("changes, named", [
@@ -241,23 +243,23 @@ def test_the_node_backend_is_declared_once():
 def test_slot_settings_are_refused_under_ray_naming_them(tmp_path, cluster, changes, named):
     data = dict(small_matrix_data(), gpu_types=["A100"], **changes)
     matrix = load_matrix(write_matrix(tmp_path, data))
-    with pytest.raises(RunError, match=f"{named}.*not with --backend ray"):
-        run_matrix(matrix, RunOptions(results_root=tmp_path / "results", backend="ray", device="cpu"))
+    with pytest.raises(RunError, match=f"{named}.*not with --executor ray"):
+        run_matrix(matrix, RunOptions(results_root=tmp_path / "results", executor="ray", device="cpu"))
     assert cluster.tasks == [] and not (tmp_path / "results").exists()
 
 
 @pytest.mark.parametrize("changes, named", [({"gpu": "0"}, "--gpu"), ({"allow_busy_gpus": True}, "--allow-busy-gpus")])
 def test_gpu_choices_are_refused_under_ray_naming_them(tmp_path, cluster, changes, named):
-    options = RunOptions(results_root=tmp_path / "results", backend="ray", device="cpu", **changes)
-    with pytest.raises(RunError, match=f"{named}.*not with --backend ray"):
+    options = RunOptions(results_root=tmp_path / "results", executor="ray", device="cpu", **changes)
+    with pytest.raises(RunError, match=f"{named}.*not with --executor ray"):
         run_matrix(_matrix(tmp_path), options)
 
 
 @pytest.mark.parametrize("changes, named", [({"ray_address": "10.0.0.1:6379"}, "--ray-address"),
-                                            ({"node_backend": "local"}, "--node-backend")])
+                                            ({"registry": "10.0.0.1:5000"}, "--registry")])
 def test_cluster_options_are_refused_without_ray(tmp_path, changes, named):
     data = small_matrix_data()
     options = RunOptions(results_root=tmp_path / "results", backend="local", device="cpu", **changes)
-    with pytest.raises(RunError, match=f"{named}: only with --backend ray"):
+    with pytest.raises(RunError, match=f"{named}: only with --executor ray"):
         run_matrix(load_matrix(write_matrix(tmp_path, data)), options)
     assert not (tmp_path / "results").exists()

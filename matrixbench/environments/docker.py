@@ -12,27 +12,23 @@ import dataclasses
 import os
 import re
 import uuid
-from collections import deque
 from pathlib import Path
 
-from matrixbench import calibrate, docker_client
-from matrixbench.backends.base import Backend
-from matrixbench.backends.environment import compile_cache_env
+from matrixbench import docker_client
+from matrixbench.environments.base import Backend
+from matrixbench.environments.environment import compile_cache_env, redact, secret_values
 from matrixbench.errors import RunError
 from matrixbench.images import image_tag
-from matrixbench.layout import CELLS_FILENAME, LOG_FILENAME
+from matrixbench.layout import CALIBRATION_RUN_DEPTH, CELLS_FILENAME, LOG_FILENAME
 from matrixbench.owner import Owner, this_process
 from matrixbench.runner_input import write_cells_file
 from matrixbench.versions import torch_label
-from runner.schema import record_path
 
 RESULTS_MOUNT = "/results"
 HF_MOUNT = "/hf-home"
 COMPILE_CACHE_MOUNT = "/compile-cache"
 MODELS_MOUNT = "/models"
 TIMING_BOARD_MOUNT = "/timing-board"   # the run's timing board (runner.timing_board), slots only
-LOG_TAIL_LINES = 40
-SECRET_KEY = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
 
 
 class DockerBackend(Backend):
@@ -127,13 +123,11 @@ class DockerBackend(Backend):
 
     def _follow(self, container, request):
         """Stream logs until the container exits; stop and remove it whatever happens."""
-        tail = deque(maxlen=LOG_TAIL_LINES)
-        hide = secrets(request.env)
+        hide = secret_values(request.env)
         try:
             with open(request.work_dir() / LOG_FILENAME, "a") as log:
                 for line in container.log_lines():
                     line = redact(line, hide)
-                    tail.append(line)
                     log.write(line + "\n")
                     log.flush()
                     if self._on_log:
@@ -144,8 +138,6 @@ class DockerBackend(Backend):
             raise
         finally:
             container.remove()
-        if exit_code != 0 and not request.check and not all_recorded(request):   # a check writes no records
-            raise RunError(container_failure(request, exit_code, tail))
         return exit_code
 
     def _labels(self, request, image):
@@ -169,7 +161,7 @@ class DockerBackend(Backend):
 
 def run_folder_of(request):
     """The run folder: out_dir is results/<run>/<image> (a calibration's, more folders down)."""
-    up = calibrate.RUN_DEPTH - 1 if request.calibration else 0
+    up = CALIBRATION_RUN_DEPTH - 1 if request.calibration else 0
     return Path(request.out_dir).resolve().parents[up]
 
 
@@ -259,26 +251,3 @@ def container_env(request):
     return env
 
 
-def secrets(env):
-    """Values that must never reach a log or an error message (HF_TOKEN and the like)."""
-    return [value for key, value in env.items() if SECRET_KEY.search(key) and len(str(value)) >= 4]
-
-
-def redact(line, hide):
-    for value in hide:
-        line = line.replace(str(value), "***")
-    return line
-
-
-def all_recorded(request):
-    return all(record_path(request.out_dir, r.cell, r.index).exists() for r in request.repeats())
-
-
-def container_failure(request, exit_code, tail):
-    repeats = request.repeats()
-    done = sum(record_path(request.out_dir, r.cell, r.index).exists() for r in repeats)
-    return (
-        f"image {request.image_name!r}: the container exited with code {exit_code} before "
-        f"every cell had a record ({done} of {len(repeats)} do; finished records are "
-        f"kept, rerun to resume)\n--- last {len(tail)} lines of its log ---\n" + "\n".join(tail)
-    )

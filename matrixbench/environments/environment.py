@@ -1,11 +1,15 @@
-"""The runner's environment, shared by the backends: compile-cache variables (every backend) and
-the host allow-list (the backends whose runner is a host process: local and venv).
+"""The runner's environment, shared by the environments: compile-cache variables (all of them), the
+host allow-list (those whose runner is a host process: local and venv), the run-time secrets and
+their redaction: the one home of all three.
 
 The runner never gets a copy of ``os.environ``: only ENV_ALLOWED, the ENV_ALLOWED_PREFIXES
-families, the image's ``env`` and the run-time secrets (HF_TOKEN) reach it.
+families, the image's ``env`` and the run-time secrets (RUNTIME_SECRETS: HF_TOKEN) reach it. A secret's
+value never reaches a log line, an error message or a record: ``redact`` replaces it by ``***``.
 """
 import os
+import re
 from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from matrixbench import resources
 from matrixbench.errors import RunError
@@ -20,15 +24,38 @@ ENV_ALLOWED = (
 )
 ENV_ALLOWED_PREFIXES = ("TORCH_", "TORCHINDUCTOR_", "TRITON_")
 CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+# Passed to the runner at run time only (never baked into an image, never shipped in a Ray task's args).
+RUNTIME_SECRETS = ("HF_TOKEN",)
+# Keys whose values are secrets wherever they come from (an image's env, the run-time secrets).
+SECRET_KEY = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
+SECRET_MIN_CHARS = 4   # shorter values would redact ordinary text
 
 
-def runner_parent():
+def runtime_secrets(environ: Mapping[str, str]) -> Dict[str, str]:
+    """The run-time secrets ``environ`` holds (HF_TOKEN), for the runner's environment."""
+    return {key: environ[key] for key in RUNTIME_SECRETS if environ.get(key)}
+
+
+def secret_values(env: Mapping[str, str]) -> List[str]:
+    """Values that must never reach a log or an error message (HF_TOKEN and the like)."""
+    return [str(value) for key, value in env.items() if SECRET_KEY.search(key) and len(str(value)) >= SECRET_MIN_CHARS]
+
+
+def redact(text: str, values: Iterable[str]) -> str:
+    """``text`` with each secret value replaced by ``***``."""
+    for value in values:
+        if len(str(value)) >= SECRET_MIN_CHARS:
+            text = text.replace(str(value), "***")
+    return text
+
+
+def runner_parent() -> Path:
     """The folder the runner package is imported from: the local backend's PYTHONPATH (a checkout
     or site-packages)."""
     return resources.runner_dir(RunError).parent
 
 
-def compile_cache_env(root):
+def compile_cache_env(root: Optional[Union[str, Path]]) -> Dict[str, str]:
     """The Inductor/Triton cache variables under ``root`` (as the runner sees it), so a rerun
     compiles warm. No root (--cold) sets none: the runner compiles each cell in its own scratch
     folder."""
@@ -37,11 +64,13 @@ def compile_cache_env(root):
     return {"TORCHINDUCTOR_CACHE_DIR": f"{root}/inductor", "TRITON_CACHE_DIR": f"{root}/triton"}
 
 
-def _allowed(key):
+def _allowed(key: str) -> bool:
     return (key in ENV_ALLOWED or key.startswith(ENV_ALLOWED_PREFIXES)) and key not in CACHE_VARIABLES
 
 
-def runner_env(environ, request, cache_env, venv=None, runner_path=None):
+def runner_env(environ: Mapping[str, str], request: Any, cache_env: Mapping[str, str],
+               venv: Optional[Union[str, Path]] = None,
+               runner_path: Optional[Union[str, Path]] = None) -> Dict[str, str]:
     """A host-process runner's environment: the allow-list, the request's env, caches, the runner
     on the path.
 

@@ -13,19 +13,20 @@ else the newest earlier run under the same results root, else ``MODEL_S`` by mod
 a thread that takes the next unit when its last one is done. ``make_units`` and ``Unit`` are the
 reusable part (a cluster task runs one Unit too).
 """
+import functools
 import threading
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from matrixbench.executors.threads import run_threads
 from matrixbench.versions import same_release
 from runner.schema import RecordError, read_record
 
 # Seconds a cell takes when no earlier record says: compiled modes compile, eager does not.
 # A coarse model, used only to order the units; durations of earlier records take precedence.
 MODEL_S = {"eager": 10.0, "default": 60.0, "reduce-overhead": 75.0, "max-autotune": 300.0}
-JOIN_POLL_S = 0.2
 
 
 UnitKey = Tuple[str, int]   # (model, batch size)
@@ -154,49 +155,23 @@ def run_on_slots(slots: Sequence, units: Sequence[Unit], run_unit: Callable, sto
     The first error stops new units from starting (running ones finish) and is raised once every
     thread is done; Ctrl-C also calls ``stop_all()`` to stop the runners already started.
     """
-    errors: List[BaseException] = []
     queue, lock, busy = deque(units), threading.Lock(), [0]
 
-    def work(slot):
+    def work(slot, stopping):
         while True:
             with lock:
-                if errors or not queue:
+                if stopping.is_set() or not queue:
                     return
                 unit = queue.popleft()
                 busy[0] += 1
                 now_busy = busy[0]
             try:
                 run_unit(slot, unit, now_busy)
-            except BaseException as exc:  # noqa: B036 -- handed to the main thread, raised there
-                with lock:
-                    errors.append(exc)
-                return
             finally:
                 with lock:
                     busy[0] -= 1
 
-    threads = [threading.Thread(target=work, args=(slot,), name=f"slot-{slot.index}", daemon=True)
-               for slot in slots]
-    for thread in threads:
-        thread.start()
-    try:
-        _join(threads)
-    except KeyboardInterrupt:
-        with lock:
-            errors.insert(0, KeyboardInterrupt())
-        stop_all()
-        for thread in threads:
-            thread.join()
-        raise
-    if errors:
-        raise errors[0]
-
-
-def _join(threads):
-    """Wait for ``threads`` in short joins, so Ctrl-C reaches the main thread meanwhile."""
-    for thread in threads:
-        while thread.is_alive():
-            thread.join(JOIN_POLL_S)
+    run_threads([functools.partial(work, slot) for slot in slots], stop_all, [f"slot-{slot.index}" for slot in slots])
 
 
 class Serialized:

@@ -1,7 +1,7 @@
 """Work units on a cluster (issue 16), without Ray: what a task carries, what it does on its node,
-and what the driver writes when a unit is lost. ``matrixbench.backends.ray`` moves these over Ray.
+and what the driver writes when a unit is lost. ``matrixbench.executors.ray.executor`` moves these over Ray.
 
-A task is one unit of the scheduler (``matrixbench.scheduler.Unit``: one model at one batch size,
+A task is one unit of the scheduler (``matrixbench.executors.scheduler.Unit``: one model at one batch size,
 its pending repeats in every image) on one GPU type. It carries one RunRequest per image, made on
 the driver exactly as a local run makes it, minus run-time secrets (HF_TOKEN reaches the node only
 when the task fetches it from the driver's Board actor as it starts) and minus the driver's paths;
@@ -11,34 +11,30 @@ scratch folder, pinned to the GPU ids Ray assigned, and hands back every record 
 import dataclasses
 import os
 import tempfile
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from matrixbench.backends.base import RunRequest
+from matrixbench.environments.base import RunRequest
+from matrixbench.environments.environment import RUNTIME_SECRETS, redact, runtime_secrets
 from matrixbench.errors import RunError
+from matrixbench.executors.threads import run_in_thread
+from matrixbench.launch import launch
 from matrixbench.layout import LOG_FILENAME
-from matrixbench.paths import cache_home
+from matrixbench.paths import cache_home, hf_cache_home
 from matrixbench.placement import Slot, split_evenly, usable_cores
-from matrixbench.progress import RecordWatcher
 from runner.core import Record, Repeat, Status, repeat_stem
-from runner.driver import NO_PRECISION
 from runner.machine import fallback_environment
-from runner.records import fail, new_record, utc_now
+from runner.records import NO_PRECISION, fail, new_record, utc_now
 from runner.schema import read_record, record_path, write_json_atomic, write_record
 
 # Ray's resource for a node's accelerator type: "accelerator_type:A100" (ray._common.utils
 # RESOURCE_CONSTRAINT_PREFIX); a task asks for a sliver of it, as Ray's own accelerator_type= does.
 ACCELERATOR_PREFIX = "accelerator_type:"
 ACCELERATOR_SHARE = 0.001
-# Passed to the runner at run time only (on a cluster: fetched by the task from the driver's Board actor),
-# never shipped in a task's arguments or runtime environment.
-RUNTIME_SECRETS = ("HF_TOKEN",)
 LOG_TAIL_CHARS = 20000
-NODE_BACKENDS = ("docker", "local")   # --node-backend: what runs the runner on a node
+NODE_BACKENDS = ("docker", "local")   # --executor ray: what --backend runs the runner on a node
 DEFAULT_NODE_BACKEND = "docker"        # the images, built on (or pulled to) every node
-JOIN_S = 0.2
 # What a record's placement says of a task's node (runner.schema RECORD_SCHEMA placement).
 NODE_KEYS = ("node_id", "node_ip", "gpu_type", "ray_gpu_ids")
 
@@ -115,16 +111,14 @@ def on_node(request: RunRequest, repeats: Sequence[Repeat], scratch: Path, node:
             slot: Slot, environ: Dict[str, str]) -> RunRequest:
     """The request as it runs on this node: its repeats, a scratch results folder, this node's caches,
     the GPUs Ray assigned, the placement, and the run-time secrets from this node's environment."""
-    from matrixbench.run import _unit_request, default_hf_cache
-
-    request = _unit_request(request, list(repeats))
+    request = request.for_repeats(list(repeats))
     gpu_ids = tuple(str(i) for i in node.get("ray_gpu_ids", ())) if request.gpus else ()
     cache = None
     if request.cache_dir is not None:
         cache = cache_home() / "compile" / request.image_name / f"gpu-{slot.index}"
-    secrets = {key: environ[key] for key in RUNTIME_SECRETS if environ.get(key)}
+    secrets = runtime_secrets(environ)
     return dataclasses.replace(request, out_dir=scratch / request.image_name, cache_dir=cache,
-                               hf_cache_dir=default_hf_cache(), gpu_ids=gpu_ids, slot=slot,
+                               hf_cache_dir=hf_cache_home(), gpu_ids=gpu_ids, slot=slot,
                                slots=int(node.get("node_gpus") or 1), busy_units=int(node.get("busy") or 1),
                                node=placement_of(node), env={**request.env, **secrets})
 
@@ -139,7 +133,7 @@ def run_unit_here(task: UnitTask, node: Dict[str, Any], slot: Slot, done: Sequen
                   environ: Optional[Dict[str, str]] = None) -> NodeRun:
     """Run ``task`` on this node: each image's repeats not in ``done`` ((image, repeat id) pairs the
     driver already holds: a retried task resumes), ``emit(image, record)`` as each record appears."""
-    from matrixbench.backends import create_backend
+    from matrixbench.environments import create_backend
 
     backend = backend or create_backend(task.node_backend)
     environ = dict(os.environ if environ is None else environ)
@@ -156,42 +150,20 @@ def run_unit_here(task: UnitTask, node: Dict[str, Any], slot: Slot, done: Sequen
 
 def _run_request(backend: Any, request: RunRequest, repeats: Sequence[Repeat], result: NodeRun,
                  emit: Callable[[str, Dict[str, Any]], None]) -> None:
-    request.out_dir.mkdir(parents=True, exist_ok=True)
-
     def on_record(cell: Any, record: Any) -> None:
         data = read_record(record_path(request.out_dir, cell, record.repeat))
         result.records.append((request.image_name, data))
         emit(request.image_name, data)
 
-    with RecordWatcher(request.out_dir, repeats, on_record):
-        interruptible(lambda: backend.run(request), backend.stop_all)
+    interruptible(lambda: launch(backend, request, on_record), backend.stop_all)
 
 
 def interruptible(work: Callable[[], Any], stop: Callable[[], None]) -> Any:
-    """``work()`` in a thread while this one waits in short joins. Ray cancels a task by raising
-    KeyboardInterrupt in its main thread (``_thread.interrupt_main``), which Python sees only between
-    bytecodes, never inside a blocking wait for the runner; here it arrives within JOIN_S, ``stop()``
+    """``work()`` in a thread while this one waits in short joins (executors.threads). Ray cancels a task by
+    raising KeyboardInterrupt in its main thread (``_thread.interrupt_main``), which Python sees only between
+    bytecodes, never inside a blocking wait for the runner; here it arrives within a short join, ``stop()``
     stops the runner (its finished records stay) and the interrupt goes on."""
-    outcome: Dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            outcome["value"] = work()
-        except BaseException as exc:   # noqa: B036 -- handed to the waiting thread, raised there
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=target, name="unit-runner", daemon=True)
-    thread.start()
-    try:
-        while thread.is_alive():
-            thread.join(JOIN_S)
-    except KeyboardInterrupt:
-        stop()
-        thread.join()
-        raise
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("value")
+    return run_in_thread(work, stop, "unit-runner")
 
 
 def _log_tail(request: RunRequest, environ: Dict[str, str]) -> str:
@@ -199,14 +171,7 @@ def _log_tail(request: RunRequest, environ: Dict[str, str]) -> str:
         text = (request.work_dir() / LOG_FILENAME).read_text(errors="replace")[-LOG_TAIL_CHARS:]
     except OSError:
         return ""
-    return redact(text, [environ[key] for key in RUNTIME_SECRETS if environ.get(key)])
-
-
-def redact(text: str, secrets: Sequence[str]) -> str:
-    for secret in secrets:
-        if len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text
+    return redact(text, runtime_secrets(environ).values())
 
 
 def lost_records(request: RunRequest, repeats: Sequence[Repeat], status: Status, reason: str,

@@ -8,9 +8,9 @@ import pytest
 
 import runner
 from host_helpers import write_matrix, write_stand_in
-from matrixbench.backends import create_backend
-from matrixbench.backends.base import RunRequest
-from matrixbench.backends.venv import VenvBackend
+from matrixbench.environments import create_backend
+from matrixbench.environments.base import RunRequest
+from matrixbench.environments.venv import VenvBackend
 from matrixbench.errors import RunError
 from matrixbench.matrix import Overrides, expand_cells, load_matrix
 from matrixbench.venvs import plan_venv, recipe_hash

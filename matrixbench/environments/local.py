@@ -12,8 +12,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from matrixbench.backends.base import Backend
-from matrixbench.backends.environment import compile_cache_env, runner_env
+from matrixbench.environments.base import Backend
+from matrixbench.environments.environment import compile_cache_env, runner_env
 from matrixbench.errors import RunError
 from matrixbench.gpu import host_gpus
 from matrixbench.layout import CELLS_FILENAME, LOG_FILENAME

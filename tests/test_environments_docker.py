@@ -8,11 +8,13 @@ import pytest
 
 from docker_fakes import APIError, FakeImage, FakeSDK
 from host_helpers import Notes, make_record, write_matrix
-from matrixbench import backends, docker_client, owner
-from matrixbench.backends import docker as docker_backend
-from matrixbench.backends.base import RunRequest
-from matrixbench.backends.docker import DockerBackend
+from matrixbench import docker_client, owner
+from matrixbench import environments as backends
+from matrixbench.environments import docker as docker_backend
+from matrixbench.environments.base import RunRequest
+from matrixbench.environments.docker import DockerBackend
 from matrixbench.errors import RunError
+from matrixbench.launch import LaunchStatus, launch
 from matrixbench.matrix import load_matrix
 from matrixbench.run import RunOptions, run_matrix
 from runner.core import Cell
@@ -104,13 +106,15 @@ def test_an_image_that_was_never_built_says_how_to_build_it(sdk, tmp_path):
         backend(sdk).run(request_for(tmp_path, image_name="nightly"))
 
 
-def test_a_container_that_dies_early_raises_with_its_log_tail_and_is_removed(sdk, tmp_path):
+def test_a_container_that_dies_early_is_an_incomplete_launch_with_its_log_tail_and_is_removed(sdk, tmp_path):
+    # one policy for a runner that dies (matrixbench.launch): the outcome says so, the run carries on
     request = request_for(tmp_path)
     sdk.next_container = {"log": b"loading vit\nSegmentation fault, token hf_abcdefgh\n", "exit_code": 139,
                           "on_wait": lambda _: write_records(request, CELLS[:1])}
-    with pytest.raises(RunError) as caught:
-        backend(sdk).run(request)
-    message = str(caught.value)
+    outcome = launch(backend(sdk), request)
+    assert outcome.status is LaunchStatus.INCOMPLETE and outcome.exit_code == 139
+    assert [repeat.cell for repeat in outcome.missing] == CELLS[1:]
+    message = outcome.describe(request)
     assert "exited with code 139" in message and "1 of 2" in message
     assert "Segmentation fault, token ***" in message
     assert "hf_abcdefgh" not in message
@@ -121,6 +125,7 @@ def test_a_nonzero_exit_after_every_cell_has_a_record_is_returned(sdk, tmp_path)
     request = request_for(tmp_path)
     sdk.next_container = {"exit_code": 1, "on_wait": lambda _: write_records(request, CELLS)}
     assert backend(sdk).run(request) == 1
+    assert launch(backend(sdk), request).status is LaunchStatus.COMPLETE
 
 
 def test_ctrl_c_stops_and_removes_the_container_and_keeps_records(sdk, tmp_path):
@@ -184,7 +189,7 @@ def test_an_image_built_from_the_matrix_entry_runs(sdk, tmp_path):
 
 
 def test_the_registry_builds_it():
-    from matrixbench.backends import create_backend
+    from matrixbench.environments import create_backend
 
     assert isinstance(create_backend("docker"), DockerBackend)
 
@@ -241,7 +246,7 @@ def test_outside_slots_no_cpuset_is_asked(sdk, tmp_path):
 
 
 def test_a_calibration_runner_is_labelled_with_its_run(sdk, tmp_path):
-    from matrixbench import calibrate
+    from matrixbench.executors import calibration as calibrate
     from matrixbench.placement import Slot
 
     out_dir = calibrate.out_dir(tmp_path / "results" / "run1" / "stable", "loaded", Slot(1, (1,)))
@@ -312,7 +317,7 @@ def test_a_run_stops_what_a_killed_run_of_its_folder_left_running(sdk, tmp_path,
 def test_a_ray_task_pins_its_container_to_the_gpu_ray_assigned_and_that_gpus_cores(sdk, tmp_path):
     """A unit's request as its Ray task runs it (cluster.on_node) on a 4-GPU, 16-core node whose
     Ray gave it GPU 2: DeviceRequest for GPU 2 only, the cores of GPU 2's quarter of the node."""
-    from matrixbench.cluster import node_slot, on_node, shippable
+    from matrixbench.executors.ray.tasks import node_slot, on_node, shippable
     from runner.core import Repeat
     from runner.records import PLACEMENT_ENV
 

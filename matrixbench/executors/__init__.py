@@ -1,0 +1,102 @@
+"""Where and when units run: one runner at a time (``sequential``), one per slot at once (``slots``),
+or as tasks on a Ray cluster (``ray/``, the only package that imports Ray).
+
+This is the one place that picks by name: ``create_environment`` (what starts each runner, as the
+driver sees it: ``--backend``'s environment, or the Ray cluster's driver side) and ``create_executor``;
+and the one place that refuses what an executor would ignore (``check_options``). ``run.py`` never
+tests which executor or backend it got.
+"""
+from typing import Any, Callable, Dict, Optional
+
+from matrixbench.environments import create_backend
+from matrixbench.errors import RunError
+from matrixbench.placement import AUTO
+
+EXECUTORS = ("sequential", "slots", "ray")
+RAY = "ray"
+
+
+def _ray_module() -> Any:
+    from matrixbench.executors.ray import executor  # imports Ray only when it connects
+
+    return executor
+
+
+def create_environment(options: Any) -> Any:
+    """What starts the runners: ``--backend``'s environment; under --executor ray, the cluster's driver
+    side, whose nodes each run ``--backend`` (docker or local)."""
+    if options.executor != RAY:
+        return create_backend(options.backend)
+    return _ray_module().RayBackend(options.ray_address, node_backend=options.backend, registry=options.registry,
+                                    build_options=options.build_options)
+
+
+def _sequential(environment: Any, options: Any, **context: Any) -> Any:
+    from matrixbench.executors.sequential import SequentialExecutor
+
+    return SequentialExecutor()
+
+
+def _slots(environment: Any, options: Any, *, matrix: Any, gpus: bool, environ: Any,
+           note: Callable[[str], None], required: bool = False) -> Any:
+    """Slots where the run has them (``slots`` auto: one per GPU on a GPU run); else one runner at a time."""
+    from matrixbench.executors import slots
+
+    slot_plan = slots.plan(matrix, options, gpus, environ, note, required=required)
+    return _sequential(environment, options) if slot_plan is None else slots.SlotsExecutor(slot_plan)
+
+
+FACTORIES: Dict[Optional[str], Callable[..., Any]] = {
+    None: _slots,
+    "sequential": _sequential,
+    "slots": lambda environment, options, **context: _slots(environment, options, required=True, **context),
+    RAY: lambda environment, options, **context: _ray_module().RayExecutor(environment),
+}
+
+
+def create_executor(environment: Any, options: Any, **context: Any) -> Any:
+    """``options.executor``'s executor (None: slots where the run has slots, else sequential)."""
+    return FACTORIES[options.executor](environment, options, **context)
+
+
+def check_gpu_types(matrix: Any, executor: Optional[str]) -> None:
+    """The GPU-type axis needs an executor that places work on GPU types: only the ray executor does."""
+    if matrix.gpu_types and executor != RAY:
+        raise RunError(f"gpu_types {','.join(matrix.gpu_types)}: only --executor ray places work on GPU types "
+                       f"(this is --executor {executor or 'sequential/slots'}); drop --gpu-types / gpu_types, "
+                       "or run on a Ray cluster with --executor ray --ray-address HOST:PORT")
+
+
+def check_options(matrix: Any, options: Any) -> None:
+    """Refuse what the chosen executor would ignore: the slot options under --executor ray (Ray gives each
+    task one GPU and that GPU's share of its node's cores), the cluster options without it."""
+    if options.executor not in (None, *EXECUTORS):
+        raise RunError(f"--executor {options.executor!r}: valid are {', '.join(EXECUTORS)}")
+    check_gpu_types(matrix, options.executor)
+    if options.executor == RAY:
+        _check_ray_options(matrix, options)
+        return
+    given = [name for name, set_ in [("--ray-address", options.ray_address is not None),
+                                     ("--registry", options.registry is not None),
+                                     ("--ca-bundle/--index-url/--extra-index-url/--base-image",
+                                      options.build_options is not None)] if set_]
+    if given:
+        raise RunError(f"{', '.join(given)}: only with --executor ray (this is --executor "
+                       f"{options.executor or 'sequential/slots'}); drop them, or add --executor ray")
+
+
+def _check_ray_options(matrix: Any, options: Any) -> None:
+    ignored = [("--slots / slots", matrix.slots != AUTO), ("--calibrate / calibrate", matrix.calibrate),
+               ("--exclusive-timing / exclusive_timing", matrix.exclusive_timing),
+               ("--gpu", options.gpu is not None), ("--allow-busy-gpus", options.allow_busy_gpus)]
+    given = [name for name, set_ in ignored if set_]
+    if given:
+        raise RunError(f"{', '.join(given)}: not with --executor ray, which places each unit on one GPU Ray "
+                       "assigns, with that GPU's share of its node's cores; drop them, or run on one machine "
+                       "with --executor slots (docs/cluster.md)")
+    if options.registry and options.backend != "docker":
+        raise RunError(f"--registry {options.registry}: images go through a registry only to docker nodes "
+                       f"(this is --backend {options.backend}); drop --registry")
+    if options.build_options and (options.registry or options.backend != "docker"):
+        raise RunError("--ca-bundle, --index-url, --extra-index-url, --base-image: for the image builds on "
+                       "docker nodes without --registry; drop them")

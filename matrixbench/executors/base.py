@@ -1,0 +1,179 @@
+"""What every executor gets and fills: the ``Run`` (built once by ``run.run_matrix``), and the summary
+it counts into.
+
+An executor decides where and when the run's units go (``sequential``: one runner at a time;
+``slots``: one runner per slot at once; ``ray``: one task per unit on a cluster); the ``Run`` knows
+what each image's runner is asked (``request``) and launches it (``launch``: one Outcome, counted here).
+"""
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Counter, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from matrixbench.environments.base import Backend, RunRequest
+from matrixbench.environments.environment import runtime_secrets
+from matrixbench.launch import Outcome, launch
+from matrixbench.matrix import runner_settings
+from matrixbench.paths import compile_cache_root, hf_cache_home
+from runner.core import Repeat
+
+
+@dataclass
+class ImageResult:
+    image_name: str
+    out_dir: Path
+    skipped: int
+    recorded_failures: int = 0   # of the skipped cells
+    ran: int = 0
+    exit_code: Optional[int] = None
+    statuses: Counter[str] = field(default_factory=Counter)
+    missing: List[str] = field(default_factory=list)   # cell ids the runner left without a record
+
+
+@dataclass
+class RunSummary:
+    run_dir: Path
+    images: List[ImageResult]
+
+    @property
+    def missing(self) -> List[Tuple[str, str]]:
+        return [(image.image_name, cid) for image in self.images for cid in image.missing]
+
+    def statuses(self) -> Counter[str]:
+        return sum((image.statuses for image in self.images), Counter())
+
+    def failures(self) -> int:
+        """Cells of the run whose record is a failure: those run now and those skipped."""
+        ran = sum(n for status, n in self.statuses().items() if status != "ok")
+        return ran + sum(image.recorded_failures for image in self.images)
+
+    def cells(self) -> int:
+        return sum(image.ran + image.skipped for image in self.images)
+
+    @property
+    def all_failed(self) -> bool:
+        return self.cells() > 0 and self.failures() == self.cells()
+
+    def describe(self) -> str:
+        """Per image what ran and what was skipped; the last line says how many cells failed."""
+        lines = [f"results in {self.run_dir}"]
+        for image in self.images:
+            counts = ", ".join(f"{n} {status}" for status, n in sorted(image.statuses.items())) or "nothing ran"
+            failed = f", {image.recorded_failures} of them failures" if image.recorded_failures else ""
+            lines.append(f"  {image.image_name}: {counts}; {image.skipped} skipped (already recorded{failed})")
+            if image.missing:
+                lines.append(f"    {len(image.missing)} cell(s) without a record "
+                             f"(runner exit code {image.exit_code}); see {image.out_dir}")
+        if self.failures():
+            lines.append(f"{self.failures()} of {self.cells()} cells failed (their records say why); "
+                         "--retry-failed reruns them")
+        return "\n".join(lines)
+
+
+@dataclass
+class Run:
+    """One run of a matrix, as its executor sees it: the matrix and options, the environment that
+    starts each runner, the run folder, whether runners get GPUs, the pending work per image
+    (``pending.ImageWork``), the progress display, and the counts (``summary``, ``results`` by label)."""
+
+    matrix: Any
+    options: Any                   # run.RunOptions
+    environment: Backend
+    path: Path
+    gpus: bool
+    environ: Mapping[str, str]
+    works: Sequence[Any]           # pending.ImageWork, one per image (and GPU type)
+    progress: Any
+    summary: RunSummary = field(init=False)
+    results: Dict[str, ImageResult] = field(init=False)
+    lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.summary, self.results = RunSummary(self.path, []), {}
+        for work in self.works:
+            result = ImageResult(work.label, work.out_dir, skipped=work.done, recorded_failures=work.recorded_failures)
+            self.results[work.label] = result
+            self.summary.images.append(result)
+
+    def start(self) -> None:
+        """The progress hears of each image (after calibration, before the matrix's units)."""
+        for work in self.works:
+            self.progress.image_started(work.label, len(work.pending), work.done)
+
+    def request(self, work: Any) -> RunRequest:
+        """What ``work``'s image's runner is asked: its pending repeats, settings, caches, GPUs and env."""
+        image, options = self.matrix.images[work.image_name], self.options
+        cells, schedule = work.schedule()
+        return RunRequest(
+            image_name=work.image_name,
+            cells=cells,
+            schedule=tuple(tuple(pair) for pair in schedule),
+            order_seed=work.order_seed,
+            # auto on a host whose environment gives GPUs becomes cuda: the runner then fails with
+            # the reason if torch cannot use them, instead of measuring on the CPU.
+            settings=runner_settings(self.matrix, "cuda" if self.gpus else options.device),
+            out_dir=work.out_dir,
+            cache_dir=None if options.cold else Path(options.cache_root or compile_cache_root()) / work.image_name,
+            hf_cache_dir=options.hf_cache_dir or hf_cache_home(),
+            gpus=self.gpus,
+            env={**image.env, **runtime_secrets(self.environ)},
+            torch=image.torch,
+            image_hash=image.content_hash(),
+            gpu_ids=gpu_choice(options.gpu, self.environ) if self.gpus else (),
+        )
+
+    def record_arrived(self, work: Any, cell: Any, record: Any) -> None:
+        """Count one record of ``work``'s image and show it."""
+        result = self.results[work.label]
+        with self.lock:
+            result.ran += 1
+            result.statuses[record.status.value] += 1
+        self.progress.cell_finished(work.label, cell, record)
+
+    def missed(self, work: Any, exit_code: Optional[int], missing: Sequence[str]) -> None:
+        """Count the repeats (ids) a runner of ``work``'s image left without a record."""
+        result = self.results[work.label]
+        with self.lock:
+            result.exit_code = exit_code if exit_code or result.exit_code is None else result.exit_code
+            result.missing += list(missing)
+
+    def launch(self, work: Any, request: RunRequest, slot: Optional[int] = None) -> Outcome:
+        """One runner for ``request`` (some repeats of ``work``'s image; in slot ``slot``, if any), counted;
+        the progress shows a slot's current cell: the first whose record has not appeared."""
+        waiting: List[Repeat] = list(request.repeats())
+
+        def show_slot(cell: Any) -> None:
+            if slot is not None:
+                self.progress.slot_running(slot, work.label, cell)
+
+        def on_record(cell: Any, record: Any) -> None:
+            self.record_arrived(work, cell, record)
+            waiting[:] = [r for r in waiting if (r.cell, r.index) != (cell, record.repeat)]
+            show_slot(waiting[0].cell if waiting else None)
+
+        show_slot(waiting[0].cell if waiting else None)
+        outcome = launch(self.environment, request, on_record, on_tick=self.progress.tick)
+        self.missed(work, outcome.exit_code, [repeat.id for repeat in outcome.missing])
+        if not outcome.complete:
+            self.progress.note(outcome.describe(request))   # the run carries on (launch: one policy)
+        return outcome
+
+
+class Executor(ABC):
+    """Where and when a run's units go."""
+
+    @abstractmethod
+    def run(self, run: Run) -> None:
+        """Run every pending repeat of ``run.works``; count them in ``run``. Ctrl-C passes through after
+        the runners stopped (their finished records stay)."""
+
+    def describe(self) -> Optional[str]:
+        """A line for the console, or None."""
+        return None
+
+
+def gpu_choice(gpu: Optional[str], environ: Mapping[str, str]) -> Tuple[str, ...]:
+    """The GPUs asked for: --gpu, else the host's CUDA_VISIBLE_DEVICES; () means all."""
+    text = gpu if gpu is not None else environ.get("CUDA_VISIBLE_DEVICES", "")
+    return tuple(part.strip() for part in text.split(",") if part.strip())

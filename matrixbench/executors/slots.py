@@ -1,0 +1,75 @@
+"""Runners at once, one per slot (a GPU and its share of the host's cores: ``matrixbench.placement``):
+the pending repeats as units (``scheduler.make_units``: one model at one batch size in every image),
+taken from one queue by one thread per slot (``executors.threads``); with ``--calibrate``, the slots'
+interference calibration first (``executors.calibration``). The runners share the run's timing board
+(runner.timing_board), removed after."""
+import dataclasses
+import shutil
+from typing import Any, Optional
+
+from matrixbench import run_folder
+from matrixbench.executors.base import Executor, Run, gpu_choice
+from matrixbench.executors.calibration import run_calibration
+from matrixbench.executors.scheduler import Serialized, make_units, run_on_slots
+from matrixbench.layout import slot_dir
+from matrixbench.placement import AUTO, NoHostGpusError, SlotPlan, check_gpus_free, plan_slots
+
+
+class SlotsExecutor(Executor):
+    def __init__(self, slot_plan: SlotPlan):
+        self.slot_plan = slot_plan
+
+    def run(self, run: Run) -> None:
+        if run.matrix.calibrate and run.works:
+            self._calibrate(run)
+        progress, slots = Serialized(run.progress), self.slot_plan.slots
+        run.progress = progress
+        run.start()
+        board = run_folder.make_timing_board(run.path)
+
+        def run_unit(slot: Any, unit: Any, busy: int) -> None:
+            for work, repeats in unit.rounds():
+                request = run.request(work)
+                # one compile cache per image and slot: two slots never compile into one folder at once
+                cache_dir = slot_dir(request.cache_dir, slot.index) if request.cache_dir is not None else None
+                request = dataclasses.replace(request.for_repeats(repeats), slot=slot, slots=len(slots),
+                                              busy_units=busy, cache_dir=cache_dir, timing_board=board,
+                                              exclusive_timing=run.matrix.exclusive_timing)
+                run.launch(work, request, slot.index)
+            progress.slot_running(slot.index)          # idle until its next unit
+
+        torch_of = {name: image.torch_version for name, image in run.matrix.images.items()}
+        try:
+            run_on_slots(slots, make_units(run.works, torch_of), run_unit, run.environment.stop_all)
+        finally:
+            shutil.rmtree(board, ignore_errors=True)
+
+    def _calibrate(self, run: Run) -> None:
+        """The slots' interference calibration in the first image, its runners on a timing board of their
+        own (never exclusive), so its records say how many other slots timed."""
+        board = run_folder.make_timing_board(run.path)
+        try:
+            request = dataclasses.replace(run.request(run.works[0]), timing_board=board)
+            run_calibration(run.matrix, request, self.slot_plan.slots, run.environment, run.progress.note,
+                            run.options.force)
+        finally:
+            shutil.rmtree(board, ignore_errors=True)
+
+
+def plan(matrix: Any, options: Any, gpus: bool, environ: Any, note: Any, required: bool = False) -> Optional[SlotPlan]:
+    """The run's slots; None for one runner per image (slots auto on a CPU run, or on a GPU run whose
+    host nvidia-smi lists no GPU to place, e.g. GPUs that only Docker sees), unless ``required``
+    (--executor slots)."""
+    if matrix.slots == AUTO and not gpus and not required:
+        return None
+    try:
+        slot_plan = plan_slots(matrix.slots, gpus, gpu_choice(options.gpu, environ) if gpus else ())
+    except NoHostGpusError:
+        if matrix.slots != AUTO or required:
+            raise
+        note("slots auto: the host's nvidia-smi lists no GPU to place; one runner per image")
+        return None
+    note(slot_plan.describe())
+    if gpus:
+        check_gpus_free(slot_plan, allow=options.allow_busy_gpus, note=note)
+    return slot_plan

@@ -1,0 +1,67 @@
+"""Charts of "What it costs": per device and batch size, energy per image and compile break-even
+(cold cache) per model, one bar per image and mode. A chart is drawn only where it has a bar:
+no energy recorded (schema v2 records, VMs without RAPL, GPUs without the counter) draws none.
+A break-even of "never" is labelled at the axis instead of a bar.
+"""
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from matrixbench.report import cost  # noqa: E402
+from matrixbench.report.cells import row_label  # noqa: E402
+from matrixbench.report.charts import CHART_DIR, _save  # noqa: E402
+from matrixbench.report.records import slug  # noqa: E402
+
+BAR_HEIGHT = 0.8
+
+
+def write_cost_charts(cells, out_dir, prices=None):
+    """The PNGs, per device and batch size: energy per image, then break-even."""
+    folder = out_dir / CHART_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    energy = {id(c.row): c.energy.joules_per_image for c in cost.cell_costs(cells, prices or {})}
+    paid = {id(p.row): p.cold.calls for p in cost.paybacks(cells)}
+    charts = []
+    for device in cells.values("device"):
+        for batch in cells.values("batch", device=device):
+            heading = f"{device}, batch size {batch}"
+            name = f"{slug(device)}_bs{batch}"
+            charts += _chart(cells, device, batch, energy, "J per image", f"{heading}: energy per image (J)",
+                             folder, f"{name}_energy.png")
+            charts += _chart(cells, device, batch, paid, "calls until the compile paid for itself (cold cache)",
+                             f"{heading}: compile break-even (calls, cold cache)", folder, f"{name}_break_even.png")
+    return charts
+
+
+def _chart(cells, device, batch, values, axis_label, title, folder, filename):
+    rows = cells.values("row", device=device, batch=batch)
+    series = [(image, mode) for image in cells.values("image", device=device, batch=batch)
+              for mode in cells.values("mode", device=device, batch=batch, image=image)]
+    found = {(image, mode, row_key): values.get(id(cells.get(device, image, batch, row_key, mode)))
+             for image, mode in series for row_key in rows}
+    series = [(image, mode) for image, mode in series
+              if any(found[(image, mode, row_key)] is not None for row_key in rows)]
+    if not series:
+        return []
+    figure, axes = plt.subplots(figsize=(9, 1.2 + 0.32 * len(rows) * len(series)))
+    for index, (image, mode) in enumerate(series):
+        offset = (index - (len(series) - 1) / 2) * BAR_HEIGHT / len(series)
+        bars = [(position + offset, found[(image, mode, row_key)]) for position, row_key in enumerate(rows)]
+        finite = [(y, value) for y, value in bars if value is not None and value != cost.NEVER]
+        axes.barh([y for y, _ in finite], [value for _, value in finite], height=BAR_HEIGHT / len(series),
+                  label=f"{cells.image_labels[image]} · {mode}")
+        for y, value in bars:
+            if value == cost.NEVER:
+                axes.text(0, y, " never", va="center", ha="left", fontsize=8, color="firebrick")
+    axes.set_yticks(range(len(rows)))
+    axes.set_yticklabels([row_label(_any_row(cells, device, batch, row_key)) for row_key in rows])
+    axes.invert_yaxis()
+    axes.set_xlabel(axis_label)
+    axes.set_title(title)
+    axes.legend(fontsize=7, loc="best")
+    return [_save(figure, folder, filename, title)]
+
+
+def _any_row(cells, device, batch, row_key):
+    return cells.select(device=device, batch=batch, row=row_key)[0]

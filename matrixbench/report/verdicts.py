@@ -1,0 +1,87 @@
+"""Every comparison of two cells judged one way: stats.judge on their per-process means.
+
+Image against image, mode against default, loaded against alone and compiled against eager all
+go through ``judge_cells``; a speed-up (eager ms / compiled ms) is the compiled cell judged against
+its eager cell with the ratio and its interval inverted, so its verdict reads the same way
+("faster": the compiled cell runs faster). The margin is the setting matrixbench.settings declares
+(``margin_pct``); a report uses its runs' (cells.CellIndex.margin_pct, on every row).
+"""
+import math
+from dataclasses import replace
+from functools import lru_cache
+
+from matrixbench.errors import ReportError
+from matrixbench.report import arithmetic, stats
+from matrixbench.settings import BY_NAME
+
+MARGIN_PCT = float(BY_NAME["margin_pct"].default)
+STAR = "*"
+UNDECIDED_MARK = "?"
+NO_CHANGE_MARK = "≈"
+MARKS = {stats.FASTER: STAR, stats.SLOWER: STAR, stats.UNDECIDED: UNDECIDED_MARK, stats.NO_CHANGE: NO_CHANGE_MARK,
+         stats.UNTESTED: ""}
+NOT_TESTED_TEXT = "not tested: one process per cell"
+
+
+def judge_cells(baseline, candidate, margin_pct=None) -> stats.Judgement:
+    """candidate against baseline, two combined cell rows (cells.combine_repeats) that ran, at
+    ``margin_pct`` (default: the rows' ``margin_pct``, else MARGIN_PCT); a latency that is not a
+    positive number is a ReportError naming its record."""
+    if margin_pct is None:
+        margin_pct = candidate.get("margin_pct") or MARGIN_PCT
+    for row in (baseline, candidate):
+        if not all(_positive(mean) for mean in row["process_means"]):
+            raise ReportError(f"{row['source']}: timing.mean_ms must be a positive number of ms, got "
+                              f"{row['process_means']!r} over the cell's processes; fix or remove the record")
+    judgement = _judge(tuple(baseline["process_means"]), tuple(candidate["process_means"]), margin_pct)
+    if judgement.decided and throttled(baseline, candidate):
+        return replace(judgement, verdict=stats.UNDECIDED)
+    return judgement
+
+
+def throttled(*rows):
+    """Did a side throttle (runner.gpu_state/runner.energy's flag)? Then its latency is not the GPU's
+    full speed, and a comparison with it is never decided (never starred): at most undecided."""
+    return any("throttled" in (row.get("timing.flags") or ()) for row in rows)
+
+
+def _positive(value):
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+@lru_cache(maxsize=4096)
+def _judge(baseline_means, candidate_means, margin_pct):
+    """stats.judge, once per pair: tables, charts and comparisons.csv all ask for the same ones."""
+    return stats.judge(baseline_means, candidate_means, margin_pct=margin_pct)
+
+
+def judge_speedup(eager, compiled, margin_pct=None) -> stats.Judgement:
+    """The speed-up eager / compiled with its interval: ratio, low and high are speed-ups here."""
+    found = judge_cells(eager, compiled, margin_pct)
+    if found.low is None or found.high is None:
+        return replace(found, ratio=1.0 / found.ratio)
+    return replace(found, ratio=1.0 / found.ratio, low=1.0 / found.high, high=1.0 / found.low)
+
+
+def percent(judgement):
+    """The judged ratio as a %: a change (negative is faster), or for a speed-up % faster."""
+    return arithmetic.percent(judgement.ratio)
+
+
+def marked(judgement, text):
+    """``text`` with the verdict's mark: * faster or slower, ? undecided, ≈ no change."""
+    return text + MARKS[judgement.verdict]
+
+
+def interval_pct(judgement):
+    """"[-3.1%, +0.4%]", or the not-tested text."""
+    if judgement.low is None:
+        return NOT_TESTED_TEXT
+    return f"[{arithmetic.percent(judgement.low):+.1f}%, {arithmetic.percent(judgement.high):+.1f}%]"
+
+
+def verdict_text(judgement):
+    """The verdict in words, "no change (±2%)" naming the margin."""
+    if judgement.verdict == stats.NO_CHANGE:
+        return f"{stats.NO_CHANGE} (±{judgement.margin_pct:g}%)"
+    return judgement.verdict
