@@ -20,7 +20,7 @@ either side exceeds ``--resolve`` (the difference the script is asked to resolve
 or the interval is wider than twice it, the script says the machine was too noisy instead.
 ``--budget-s`` starts no new round once spent, but never stops before ``MIN_ROUNDS`` (5) rounds.
 
-    python benchmarks/bench_harness_vs_plain.py [--models resnet,vit] [--modes eager,default]
+    python benchmarks/bench_harness_vs_plain.py [--device cpu|cuda] [--models resnet,vit] [--modes eager,default]
         [--rounds 5] [--iterations 20] [--warmup 3] [--budget-s 600] [--resolve 0.05] [--out benchmarks/results]
 
 Writes <out>/<name>.json and .md (default name harness_vs_plain) with the machine, its load average before and after.
@@ -50,8 +50,9 @@ def cell_dict(model, mode):
             "batch_size": 1, "mode": mode, "fullgraph": False, "dtype": "float32"}
 
 
-def plain_worker(model, mode, iterations, warmup):
-    """The seed page's loop, in this (fresh) process; prints the mean in ms as JSON."""
+def plain_worker(model, mode, iterations, warmup, device="cpu"):
+    """The seed page's loop, in this (fresh) process; prints the mean in ms as JSON. On a GPU each
+    call is synchronized before its clock stops (the page's perf_counter loop, made to count the GPU work)."""
     import torch
 
     from runner.core import Cell
@@ -59,15 +60,18 @@ def plain_worker(model, mode, iterations, warmup):
 
     spec = SEED_MODELS[model]
     cell = Cell.from_dict(dict(cell_dict(model, mode), model_id=spec.model_id, task=spec.task))
-    built = build(cell, "cpu", "float32")
+    built = build(cell, device, "float32")
     step = seed_compile(torch, built.model, mode)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     times = []
     with torch.no_grad():
         for _ in range(1 + effective_warmup(warmup)):       # the first call compiles, then the warm-up
             step(**built.inputs)
+        sync()
         for _ in range(iterations):
             start = time.perf_counter()
             step(**built.inputs)
+            sync()
             times.append(time.perf_counter() - start)
     print(json.dumps({"mean_ms": 1000 * statistics.fmean(times)}))
 
@@ -81,7 +85,7 @@ def seed_compile(torch, model, mode):
 
 def run_plain(model, mode, args, env):
     argv = [sys.executable, __file__, "--plain-worker", model, mode, "--iterations", str(args.iterations),
-            "--warmup", str(args.warmup)]
+            "--warmup", str(args.warmup), "--device", args.device]
     out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True, cwd=ROOT).stdout
     return json.loads(out.strip().splitlines()[-1])["mean_ms"]
 
@@ -89,7 +93,7 @@ def run_plain(model, mode, args, env):
 def run_runner(model, mode, args, env):
     with tempfile.TemporaryDirectory() as out:
         argv = [sys.executable, "-m", "runner", "--out", out, "--models", model, "--modes", mode,
-                "--iterations", str(args.iterations), "--warmup", str(args.warmup), "--device", "cpu"]
+                "--iterations", str(args.iterations), "--warmup", str(args.warmup), "--device", args.device]
         subprocess.run(argv, env=env, check=True, capture_output=True, text=True, cwd=ROOT)
         record = json.loads(next(Path(out).glob("*.json")).read_text())
     if record["status"] != "ok":
@@ -189,6 +193,8 @@ def parse(argv):
     parser.add_argument("--plain-worker", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
     parser.add_argument("--models", type=lambda s: s.split(","), default=["resnet", "vit"])
     parser.add_argument("--modes", type=lambda s: s.split(","), default=["eager", "default"])
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: both sides on GPU 0 (the plain loop synchronizes each call)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
@@ -203,12 +209,13 @@ def parse(argv):
 def main(argv=None):
     args = parse(argv)
     if args.plain_worker:
-        return plain_worker(*args.plain_worker, args.iterations, args.warmup)
+        return plain_worker(*args.plain_worker, args.iterations, args.warmup, args.device)
     before, pressure, started = os.getloadavg(), contention(), time.time()
     rounds, environment = measure(args)
     result = {"settings": {k: v for k, v in vars(args).items() if k not in ("out", "plain_worker", "name")},
               "warmup_calls": effective_warmup(args.warmup),
               "machine": {"cpu_model": environment["cpu_model"], "cores": os.cpu_count(), "lscpu": lscpu(),
+                          "gpu_name": environment.get("gpu_name"), "driver": environment.get("driver"),
                           "torch": environment["torch"], "transformers": environment["transformers"],
                           "python": environment["python"], "platform": platform.platform()},
               "loadavg_before": [round(x, 2) for x in before], "loadavg_after": [round(x, 2) for x in os.getloadavg()],

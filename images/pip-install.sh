@@ -1,7 +1,7 @@
 # pip install (or download) with an image's index settings: the one pip logic of both the
 # Docker build (into /opt/venv) and the venv backend (matrixbench/venvs.py, into a host venv).
 #   pip-install.sh torch   TORCH_SPEC from TORCH_INDEX_URL (when set) or INDEX_URL
-#   pip-install.sh rest    TORCH_SPEC TRANSFORMERS_SPEC pillow scipy nvidia-ml-py EXTRA_PINS
+#   pip-install.sh rest    TORCH_SPEC TRANSFORMERS_SPEC pillow scipy nvidia-ml-py==NVML EXTRA_PINS
 #                          from INDEX_URL
 # (scipy: Mask2Former/MaskFormer build their Hungarian matcher at init. nvidia-ml-py: the runner
 # reads GPU clocks, temperature, power and throttle reasons around each timed loop (import
@@ -20,7 +20,9 @@ layer="$1"
 if [ "$layer" = torch ]; then
   set -- "$TORCH_SPEC"
 else
-  set -- "$TORCH_SPEC" "$TRANSFORMERS_SPEC" pillow scipy nvidia-ml-py $EXTRA_PINS
+  # nvidia-ml-py pinned: every image reads NVML through the same bindings (newer bindings run on older
+  # drivers; a function a driver lacks raises and its field is null).
+  set -- "$TORCH_SPEC" "$TRANSFORMERS_SPEC" pillow scipy nvidia-ml-py==13.615.71 $EXTRA_PINS
 fi
 ca="${CA_BUNDLE:-/opt/matrixbench/ca-bundle.crt}"
 set -- "$@" --progress-bar off

@@ -165,7 +165,7 @@ def describe(matrix, cells_per_image: int) -> List[str]:
     if not matrix.attribution:
         return []
     own = len(matrix.images) - len(matrix.bridges)
-    processes = f", {matrix.repeats} processes each" if matrix.repeats > 1 else ""
+    processes = _processes(matrix.repeats)
     lines = [f"attribution: {len(matrix.bridges)} bridge image(s) to build beside the matrix's {own}, "
              f"{len(matrix.bridges) * cells_per_image} extra cell(s) ({cells_per_image} per image{processes})"]
     lines += [f"  bridge {b.name}: torch of {b.torch_of}, transformers of {b.transformers_of}" for b in matrix.bridges]
@@ -174,3 +174,9 @@ def describe(matrix, cells_per_image: int) -> List[str]:
                         if name not in {b.name for b in matrix.bridges}}):
         lines.append("  no compared pair of images differs in both torch and transformers: nothing to split")
     return lines
+
+
+def _processes(repeats) -> str:
+    if isinstance(repeats, int):
+        return f", {repeats} processes each" if repeats > 1 else ""
+    return f", repeats {repeats} processes each"   # "auto": as many as the comparisons need

@@ -13,14 +13,18 @@ from pathlib import Path
 import click
 
 from matrixbench import attribution
+from matrixbench.aa import aa_matrix
+from matrixbench.aa import default_run_name as aa_run_name
+from matrixbench.cuda_builds import refuse_on_this_host
 from matrixbench.environments import auto, backend_names
 from matrixbench.environments.auto import AUTO
 from matrixbench.errors import MatrixbenchError
 from matrixbench.executors import EXECUTORS
+from matrixbench.executors.adaptive import bill, policy_of
 from matrixbench.images import BuildOptions
 from matrixbench.layout import run_dir
 from matrixbench.matrix import Overrides, expand_cells, load_matrix
-from matrixbench.pending import pending_work, recorded_failures_line, unreadable_lines
+from matrixbench.pending import first_repeats, pending_work, recorded_failures_line, unreadable_lines
 from matrixbench.prices import parse_price_option
 from matrixbench.progress import make_progress
 from matrixbench.report_formats import REPORT_FORMATS
@@ -159,6 +163,7 @@ def validate(matrix_path, build_models, backend, **options):
     also build each model in each image."""
     matrix = _load(matrix_path, _overrides(options))
     click.echo(describe_matrix(matrix))
+    refuse_on_this_host(matrix, list(matrix.images))
     if build_models:
         from matrixbench.build_check import build_models as build
         from matrixbench.build_check import check_built, describe_build
@@ -168,16 +173,51 @@ def validate(matrix_path, build_models, backend, **options):
         check_built(checks)
 
 
+def selftest_options(command):
+    for option in reversed([
+        click.option("--run", "run_name", default=DEFAULT_RUN, show_default=True,
+                     help="The run whose folder keeps the result (RESULTS/RUN/selftest.json)."),
+        click.option("--results", "results_root", type=click.Path(file_okay=False, path_type=Path),
+                     default="results", show_default=True, help="Results folder."),
+        click.option("--python", "python", help="The interpreter with torch to test (default: this one)."),
+    ]):
+        command = option(command)
+    return command
+
+
+@main.command()
+@selftest_options
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
+              help="cuda: the GPU checks; cpu: the CPU part only; auto: cuda when torch sees a GPU.")
+@handles_errors
+def selftest(run_name, results_root, python, device):
+    """Check the measuring apparatus on this machine in under five minutes: a kernel of known duration, a
+    matmul against the GPU's peak, CUDA-graph replays counted, NVML counters, the wall-clock cross-check,
+    timing with and without per-iteration events (on the CPU, its CPU part). Exit code 8 when a check fails."""
+    from matrixbench.selftest import run_selftest
+
+    run_selftest(run_dir(results_root, run_name), device=device, python=python, emit=click.echo)
+
+
 @main.command()
 @matrix_option
+@click.option("--backend", type=click.Choice(["auto", "docker", "venv", "local"]), default="auto", show_default=True,
+              help="The backend to check for: Docker's checks fail only for docker; auto falls back to venvs.")
+@click.option("--measure", is_flag=True, help="Then run `matrixbench selftest` (the measuring apparatus).")
+@selftest_options
 @handles_errors
-def doctor(matrix_path):
+def doctor(matrix_path, backend, measure, run_name, results_root, python):
     """Check this machine before paying for GPU time: driver and GPUs, Docker, GPUs in a
-    container, each image's build, other GPU processes, persistence and clocks, disk, HF cache.
-    Every failure comes with its fix; exit code 7 when a check fails."""
+    container, which backend runs, each image's CUDA build against the driver and GPUs, other GPU
+    processes, persistence and clocks, disk, HF cache. Every failure comes with its fix; exit code 7
+    when a check fails."""
     from matrixbench.doctor import diagnose, report
 
-    click.echo(report(diagnose(load_matrix(matrix_path))))
+    click.echo(report(diagnose(load_matrix(matrix_path), backend=backend)))
+    if measure:
+        from matrixbench.selftest import run_selftest
+
+        run_selftest(run_dir(results_root, run_name), python=python, emit=click.echo)
 
 
 def describe_matrix(matrix):
@@ -221,6 +261,7 @@ def build_options(command):
 def build(matrix_path, images, backend, **options):
     """Build one Docker image (or venv) per matrix image."""
     matrix = _load(matrix_path, Overrides(images=images))
+    refuse_on_this_host(matrix, list(matrix.images))
     if backend == "venv":
         if options.pop("base_image"):
             click.echo("note: --base-image is for Docker builds; a venv uses the host's Python", err=True)
@@ -276,48 +317,64 @@ def _echo_banner(text):
               "CUDA_VISIBLE_DEVICES, else all). The record names the GPU's UUID.")
 @click.option("--allow-busy-gpus", is_flag=True, help="With slots on GPUs: run even when another process "
               "uses a slot's GPU (nvidia-smi --query-compute-apps); its timings are then disturbed.")
-@click.option("--dry-run", is_flag=True, help="Print the cells that would run, and run nothing.")
+@click.option("--aa", "aa_image", metavar="IMAGE",
+              help="A/A run: IMAGE twice under two names (IMAGE and IMAGE-aa, one build), interleaved, so the report "
+                   "counts how many no-change comparisons were starred on this machine (docs/verdicts.md, Repeats). "
+                   "Narrow the cells with --models/--batch-sizes/--modes; the run is aa-IMAGE unless --run names "
+                   "another.")
+@click.option("--budget", "budget_min", type=click.FloatRange(min=0, min_open=True), metavar="MINUTES",
+              help="Wall minutes of the run: no process starts that would end past it (estimated from earlier "
+                   "records); with --repeats auto, comparisons it leaves undecided say so.")
+@click.option("--dry-run", is_flag=True, help="Print the cells that would run and the estimated duration, and run "
+              "nothing.")
 @build_options
 @handles_errors
 def run(matrix_path, run_name, results_root, backend, executor, ray_address, registry, device, force, retry_failed,
-        cold, cache_root, hf_cache_dir, note, gpu, allow_busy_gpus, dry_run, ca_bundle, index_url, extra_index_urls,
-        base_image, **options):
+        cold, cache_root, hf_cache_dir, note, gpu, allow_busy_gpus, aa_image, budget_min, dry_run, ca_bundle, index_url,
+        extra_index_urls, base_image, **options):
     """Run the matrix's cells that have no record yet (HF_TOKEN is passed on, never printed)."""
     matrix = _load(matrix_path, _overrides(options))
     build_options = BuildOptions.given(ca_bundle=ca_bundle, index_url=index_url, extra_index_urls=extra_index_urls,
                                        base_image=base_image)
     if backend == AUTO and executor == "ray":
         raise click.UsageError("--backend auto: not with --executor ray; give the nodes' --backend (docker or local)")
+    if backend in (AUTO, "venv") and executor != "ray":
+        refuse_on_this_host(matrix, list(matrix.images))   # before anything is built for this machine
     if backend == AUTO and not dry_run:
         choice = auto.resolve(matrix, build_options, _echo_build_line)
         _echo_banner(choice.note)
         backend, note, build_options = choice.backend, " ".join(filter(None, [note, choice.note])), None
         if choice.images is not None:
             matrix = _load(matrix_path, _overrides({**options, "images": list(choice.images)}))
+    if aa_image is not None:
+        matrix = aa_matrix(matrix, aa_image)
+        run_name = aa_run_name(aa_image) if run_name == DEFAULT_RUN else run_name
     run_options = RunOptions(
         run_name=run_name, results_root=results_root, backend=backend, device=device, force=force,
         retry_failed=retry_failed, cold=cold, cache_root=cache_root, hf_cache_dir=hf_cache_dir,
         note=note, command=tuple(["matrixbench", *sys.argv[1:]]), gpu=gpu, allow_busy_gpus=allow_busy_gpus,
-        executor=executor, ray_address=ray_address, registry=registry,
+        executor=executor, ray_address=ray_address, registry=registry, budget_min=budget_min,
         build_options=build_options,
     )
     if dry_run:
         check_device(matrix, dataclasses.replace(run_options, backend="local") if backend == AUTO else run_options)
-        click.echo(describe_plan(matrix, run_dir(results_root, run_name), force, retry_failed))
+        click.echo(describe_plan(matrix, run_dir(results_root, run_name), force, retry_failed, budget_min))
         return
     summary = run_matrix(matrix, run_options, progress=make_progress())
     click.echo(summary.describe())
 
 
-def describe_plan(matrix, run_path, force, retry_failed):
+def describe_plan(matrix, run_path, force, retry_failed, budget_min=None):
     lines = attribution.describe(matrix, len(expand_cells(matrix)))
-    for plan in pending_work(matrix, run_path, force=force, retry_failed=retry_failed):
+    plans = pending_work(matrix, run_path, force=force, retry_failed=retry_failed)
+    for plan in plans:
         failed = f" ({recorded_failures_line(plan.recorded_failures)})" if plan.recorded_failures else ""
         lines.append(f"{plan.label}: {len(plan.pending)} to run, {plan.done} done{failed} -> {plan.out_dir}")
         lines += [f"  {line}" for line in unreadable_lines(plan)]
         lines += [f"  {r.cell.model} {r.cell.mode} bs={r.cell.batch_size} {r.cell.dtype}"
-                  + (f" repeat {r.index + 1}" if matrix.repeats > 1 else "") for r in plan.pending]
-    return "\n".join(lines)
+                  + (f" repeat {r.index + 1}" if first_repeats(matrix) > 1 else "") for r in plan.pending]
+    parallel = matrix.slots if isinstance(matrix.slots, int) else 1
+    return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel)])
 
 
 @main.command()

@@ -7,25 +7,16 @@ the Docker daemon and the matrix; the commands are run through one ``Commands`` 
 replay recorded outputs.
 """
 import os
-import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional
 
+from matrixbench.cuda_builds import driver_cuda_version, image_cuda, image_problems, mode_problems
 from matrixbench.errors import MatrixbenchError
 from matrixbench.gpu import compute_apps, query_gpus, run_command
-from runner.archcheck import runs_on
 
-# Kernels in the torch wheels per CUDA version (TORCH_CUDA_ARCH_LIST of the wheel builds:
-# pytorch/builder manywheel/build_cuda.sh for 11.8, pytorch .ci/manywheel/build_cuda.sh after).
-WHEEL_ARCHES = {
-    "11.8": ["sm_37", "sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"],
-    "12.6": ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"],
-    "12.8": ["sm_70", "sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"],
-    "12.9": ["sm_70", "sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"],
-}
-PYPI_CUDA = "12.8"        # assumed CUDA of PyPI's Linux torch wheels (no index_url): see WHEEL_ARCHES
+AUTO = "auto"             # --backend auto: docker when it answers, else venvs
 IMAGE_DISK_GIB = 10       # one image's torch CUDA build and its layers, to build
 RESULTS_DISK_GIB = 5      # results, compile and HF caches
 
@@ -61,18 +52,6 @@ class Commands:
         self.disk_free = self.disk_free or (lambda path: shutil.disk_usage(path).free)
 
 
-def driver_cuda_version(nvidia_smi_text):
-    """The newest CUDA the driver supports, from plain ``nvidia-smi``'s header ("CUDA Version: 12.2")."""
-    match = re.search(r"CUDA Version:\s*([0-9]+\.[0-9]+)", nvidia_smi_text)
-    return match.group(1) if match else None
-
-
-def image_cuda(image):
-    """The CUDA version of an image's torch build: cuXYZ in its index_url, else PyPI's."""
-    match = re.search(r"/cu(\d+)(\d)\b", image.index_url or "")
-    return f"{match.group(1)}.{match.group(2)}" if match else PYPI_CUDA
-
-
 def check_driver(commands):
     gpus = query_gpus(commands.run)
     if not gpus:
@@ -93,11 +72,31 @@ def check_driver_cuda(commands):
     return version, Check("driver CUDA version", "ok", f"the driver supports CUDA up to {version}")
 
 
-def check_docker(connect):
+def check_docker(connect, backend=AUTO):
+    """Docker answers; when it does not, a failure only for ``--backend docker``: otherwise the venv
+    backend runs the images (and still compares their torch versions)."""
+    if backend in ("venv", "local"):
+        return None, Check("Docker", "info", f"not checked (--backend {backend})")
     try:
         return connect(), Check("Docker", "ok", "the daemon answers")
     except MatrixbenchError as exc:
-        return None, Check("Docker", "fail", str(exc).split(";")[0], str(exc).split(";", 1)[-1].strip())
+        reason, fix = str(exc).split(";")[0], str(exc).split(";", 1)[-1].strip()
+        if backend == "docker":
+            return None, Check("Docker", "fail", reason, fix)
+        return None, Check("Docker", "warn", f"{reason}: the venv backend runs instead (one virtual "
+                           "environment per image, the same torch comparison)", f"for containers: {fix}")
+
+
+def check_backend(client, container_check, backend=AUTO):
+    """Which backend runs the matrix on this machine, and why."""
+    if backend != AUTO:
+        return Check("backend", "info", f"{backend} (--backend {backend})")
+    if client is None:
+        return Check("backend", "info", "venv: Docker does not answer")
+    if container_check is not None and container_check.status != "ok" and "sees none" in container_check.detail:
+        return Check("backend", "info", "venv: Docker cannot hand the GPUs to a container")
+    return Check("backend", "info", "docker: the daemon answers" + (
+        " and hands the GPUs to containers" if container_check is not None and container_check.status == "ok" else ""))
 
 
 def check_container_gpus(client, images):
@@ -116,27 +115,22 @@ def check_container_gpus(client, images):
     return Check("GPUs in a container", "ok", f"{len(lines)} GPU(s): " + "; ".join(lines))
 
 
-def check_image(name, image, gpus, driver_cuda, client):
-    """One matrix image: built, its torch build has kernels for these GPUs, the driver runs its CUDA."""
+def check_image(name, image, gpus, driver_cuda, client, modes=()):
+    """One matrix image: its CUDA build runs under this driver and has kernels for these GPUs
+    (matrixbench.cuda_builds), and, when Docker answers, whether it is built."""
     from matrixbench.images import image_tag
 
-    problems = []
-    if client is not None and not client.inspect_image(image_tag(name)):
+    problems = [("fail", p.what, p.fix) for p in image_problems(name, image, gpus, driver_cuda)]
+    problems += [("warn", p.what, p.fix) for p in mode_problems(name, image, gpus, modes)]
+    built = client is not None and client.inspect_image(image_tag(name))
+    if client is not None and not built:
         problems.append(("warn", f"not built ({image_tag(name)})", f"`matrixbench build --images {name}`"))
     cuda = image_cuda(image)
-    arches = WHEEL_ARCHES.get(cuda)
-    for gpu in gpus:
-        if arches and gpu.capability and not any(runs_on(arch, gpu.capability) for arch in arches):
-            problems.append(("fail", f"{image.torch} (CUDA {cuda}) has no kernels for {gpu.name} "
-                             f"(compute capability {gpu.capability[0]}.{gpu.capability[1]})",
-                             f"set images.{name}.index_url to a newer CUDA build "
-                             "(https://download.pytorch.org/whl/cu128) with a torch that has one, and rebuild"))
-            break
-    if driver_cuda and int(driver_cuda.split(".")[0]) < int(cuda.split(".")[0]):
-        problems.append(("fail", f"its CUDA {cuda} needs a newer driver (the driver supports CUDA {driver_cuda})",
-                         f"update the NVIDIA driver, or give images.{name}.index_url an older CUDA build"))
+    build = f"CUDA {cuda}" if cuda else "a CPU build"
     if not problems:
-        return Check(f"image {name}", "ok", f"{image.torch}, CUDA {cuda}: built, runs on these GPUs")
+        where = "built, runs on these GPUs" if built else "runs on these GPUs (Docker is down: not checked "\
+                "whether it is built; the venv backend builds it)"
+        return Check(f"image {name}", "ok", f"{image.torch}, {build}: {where}")
     worst = "fail" if any(p[0] == "fail" for p in problems) else "warn"
     return Check(f"image {name}", worst, "; ".join(p[1] for p in problems), "; ".join(p[2] for p in problems))
 
@@ -184,8 +178,9 @@ def check_hf(environ, hf_cache):
                  None if environ.get("HF_TOKEN") else "only needed for gated models with weights: pretrained")
 
 
-def diagnose(matrix, commands=None, connect=None, hf_cache=None, docker_root="/var/lib/docker"):
-    """The whole checklist, in order."""
+def diagnose(matrix, commands=None, connect=None, hf_cache=None, docker_root="/var/lib/docker", backend=AUTO):
+    """The whole checklist, in order. Docker's checks fail only for ``backend`` "docker": without a
+    working Docker, ``auto`` runs the venv backend."""
     commands = commands or Commands()
     gpus, driver = check_driver(commands)
     checks: List[Check] = [driver]
@@ -193,11 +188,18 @@ def diagnose(matrix, commands=None, connect=None, hf_cache=None, docker_root="/v
     if gpus:
         driver_cuda, cuda_check = check_driver_cuda(commands)
         checks.append(cuda_check)
-    client, docker_check = check_docker(connect or _connect)
+    client, docker_check = check_docker(connect or _connect, backend)
     checks.append(docker_check)
+    container_check = None
     if client is not None and gpus:
-        checks.append(check_container_gpus(client, list(matrix.images)))
-    checks += [check_image(name, image, gpus, driver_cuda, client) for name, image in matrix.images.items()]
+        container_check = check_container_gpus(client, list(matrix.images))
+        if container_check.status == "fail" and backend == AUTO:
+            container_check = Check(container_check.name, "warn", container_check.detail + ": the venv backend "
+                                    "runs instead", container_check.fix)
+        checks.append(container_check)
+    checks.append(check_backend(client, container_check, backend))
+    checks += [check_image(name, image, gpus, driver_cuda, client, matrix.modes)
+               for name, image in matrix.images.items()]
     if gpus:
         checks += [check_other_processes(commands), *check_persistence_and_clocks(gpus)]
     unbuilt = sum(1 for check in checks if check.name.startswith("image ") and "not built" in check.detail)

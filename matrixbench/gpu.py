@@ -12,6 +12,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
+from matrixbench.errors import RunError
+
 # `nvidia-smi -L`: one "GPU 0: NAME (UUID: GPU-...)" line per GPU, on the host or in a container.
 LIST_GPUS = ("nvidia-smi", "-L")
 GPU_QUERY = ("index,name,uuid,driver_version,compute_cap,persistence_mode,"
@@ -39,6 +41,10 @@ class Gpu:
     sm_clock_max: str
     mem_clock: str
     mem_clock_max: str
+
+
+class GpusUnreachableError(RunError):
+    """The host has NVIDIA GPUs the chosen backend cannot hand to its runners."""
 
 
 def run_command(argv: List[str]) -> Tuple[Optional[int], str]:

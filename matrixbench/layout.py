@@ -25,6 +25,7 @@ LOCK_FILENAME = "run.lock"
 TIMING_BOARD_DIRNAME = ".timing-board"
 CELLS_FILENAME = "cells.json"
 LOG_FILENAME = "runner.log"        # every environment appends the runner's output to it
+SELFTEST_FILENAME = "selftest.json"   # `matrixbench selftest`'s result, in the run folder (the report shows it)
 CALIBRATION_DIRNAME = "calibration"
 # A calibration record's run folder is this many folders above its own: <run>/<image>/calibration/<phase>/slot-<i>
 CALIBRATION_RUN_DEPTH = 4

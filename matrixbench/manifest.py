@@ -15,6 +15,8 @@ from runner.schema import write_json_atomic
 
 MANIFEST_VERSION = 1
 SUPPORTED_MANIFEST_VERSIONS = (1,)
+ORDER_SCHEME = ("counterbalanced: images take turns repeat by repeat, in matrix order on even repeats and "
+                "reversed on odd ones; each model's modes likewise (order_seed's order, reversed on odd repeats)")
 
 
 def now_iso():
@@ -44,6 +46,23 @@ def start_manifest(run_path, *, run_name, matrix, backend, device, gpus, note, c
         "cells": None,
         "history": _history(previous),
     }
+    twins = {name: image.build_of for name, image in matrix.images.items() if image.build_of}
+    if twins:
+        manifest["aa_twins"] = twins   # A/A twin -> its original (matrixbench.aa): the report's false-alarm line
+    write_manifest(run_path, manifest)
+    return manifest
+
+
+def record_order(run_path, manifest, placed):
+    """Add ``placed`` (``scheduler.positions``: record -> its round, image and mode position) to
+    the manifest's ``order`` and write it; return the manifest."""
+    order = manifest.get("order") or {"scheme": ORDER_SCHEME, "positions": {}}
+    return update_manifest(run_path, manifest, order={**order, "positions": {**order["positions"], **placed}})
+
+
+def update_manifest(run_path, manifest, **fields):
+    """The manifest with ``fields`` set, written; return it."""
+    manifest = {**manifest, **fields}
     write_manifest(run_path, manifest)
     return manifest
 

@@ -48,6 +48,7 @@ class Image:
     env: Dict[str, str] = field(default_factory=dict)
     description: str = ""
     published: Optional[str] = None   # the report's published source; None: by torch version
+    build_of: Optional[str] = None    # an A/A twin (matrixbench.aa): the image whose build it runs in
 
     @property
     def torch_version(self) -> Optional[str]:
@@ -57,7 +58,7 @@ class Image:
     def content_hash(self) -> str:
         """Short hash of everything that goes into building this image (for image labels)."""
         build = dataclasses.asdict(self)
-        del build["name"], build["description"], build["published"]
+        del build["name"], build["description"], build["published"], build["build_of"]
         return _short_hash(build)
 
 
@@ -82,7 +83,10 @@ class Matrix:
     size: str = _default("size")
     fullgraph: bool = _default("fullgraph")
     attention: str = _default("attention")
-    repeats: int = _default("repeats")
+    repeats: Union[str, int] = _default("repeats")   # a count, or "auto" (matrixbench.executors.adaptive)
+    repeats_min: int = _default("repeats_min")
+    repeats_max: int = _default("repeats_max")
+    margin_pct: float = _default("margin_pct")
     iterations: int = _default("iterations")
     warmup: int = _default("warmup")
     timeout_s: float = _default("timeout_s")
@@ -129,7 +133,10 @@ class Overrides:
     batch_sizes: Optional[Sequence[int]] = None
     modes: Optional[Sequence[str]] = None
     dtypes: Optional[Sequence[str]] = None
-    repeats: Optional[int] = None
+    repeats: Optional[Union[str, int]] = None
+    repeats_min: Optional[int] = None
+    repeats_max: Optional[int] = None
+    margin_pct: Optional[float] = None
     iterations: Optional[int] = None
     warmup: Optional[int] = None
     timeout_s: Optional[float] = None

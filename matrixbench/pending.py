@@ -10,14 +10,16 @@ counts alone, so a run stopped after repeat 2 of 3 runs only repeat 3.
 
 The order (``interleaved``): every cell's repeat 0, then every cell's repeat 1, ..., so a slow
 drift of the machine spreads over all cells; within a repeat, the modes of each model (same
-batch size and dtype) in an order shuffled with ``random.Random(seed)``, the seed recorded in
-run.json and the cells file. Every image gets the same order, and the images take turns repeat by
-repeat (``matrixbench.executors.scheduler.rounds``: one runner per image and repeat index).
+batch size and dtype) in an order shuffled with ``random.Random(seed)`` and reversed on odd
+repeats (counterbalanced), the seed recorded in run.json and the cells file. Every image gets the
+same order, and the images take turns repeat by repeat, their order reversed on odd repeats
+(``matrixbench.executors.scheduler.rounds``: one runner per image and repeat index); run.json's ``order``
+says where each process ran.
 """
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, List, Optional, Sequence
 
 from matrixbench.layout import image_dir
 from matrixbench.matrix import cells_by_image
@@ -64,26 +66,42 @@ def new_order_seed():
     return random.SystemRandom().randrange(2**31)
 
 
+def first_repeats(matrix):
+    """The processes every cell gets before any is judged: repeats, or repeats_min with repeats auto
+    (matrixbench.executors.adaptive adds the rest)."""
+    return matrix.repeats_min if matrix.repeats == "auto" else matrix.repeats
+
+
 def pending_work(matrix, run_path, *, force=False, retry_failed=False, order_seed=0):
     """One ImageWork per image of ``matrix``, in the matrix's image order; with a GPU-type axis,
     one per GPU type and image (types in the matrix's order), each in its own folder."""
     return [
         _plan_image(name, cells, image_dir(run_path, name, gpu_type), force, retry_failed,
-                    interleaved(cells, matrix.repeats, order_seed), order_seed, gpu_type)
+                    interleaved(cells, first_repeats(matrix), order_seed), order_seed, gpu_type)
         for gpu_type in (matrix.gpu_types or (None,))
         for name, cells in cells_by_image(matrix).items()
     ]
 
 
+def round_order(items: Sequence[Any], index: int) -> List[Any]:
+    """``items`` in the order they take in round (repeat index) ``index``: as given on even rounds,
+    reversed on odd ones (ABBA): over two rounds every item's mean position is the same, so a linear
+    drift adds the same to each. The one counterbalancing rule, for images
+    (``executors.scheduler.rounds``) and for the modes of a model (``interleaved``)."""
+    return list(items) if index % 2 == 0 else list(reversed(items))
+
+
 def interleaved(cells, repeats, seed):
     """Every repeat of every cell in run order: repeat by repeat; within one, each model's modes
-    (cells equal but for the mode) shuffled by ``random.Random(seed)``, models in matrix order."""
-    rng, order = random.Random(seed), []
-    for index in range(repeats):
-        for group in _mode_groups(cells):
-            rng.shuffle(group)
-            order += [Repeat(cell, index) for cell in group]
-    return order
+    (cells equal but for the mode) in an order shuffled once by ``random.Random(seed)`` and
+    counterbalanced from repeat to repeat (``round_order``: reversed on odd repeats), so
+    a drift within a runner cancels out of a mode-vs-mode comparison; models in matrix order."""
+    rng = random.Random(seed)
+    groups = _mode_groups(cells)
+    for group in groups:
+        rng.shuffle(group)
+    return [Repeat(cell, index) for index in range(repeats) for group in groups
+            for cell in round_order(group, index)]
 
 
 def _mode_groups(cells):

@@ -127,6 +127,10 @@ class NullProgress:
     def image_started(self, image_name, pending, skipped):
         pass
 
+    def more(self, count):
+        """``count`` more cells to run than ``start`` said (``repeats: auto`` adds processes)."""
+        self.state.total += count
+
     def cell_finished(self, image_name, cell, record):
         self.state.cell_finished(image_name, cell, record)
 
@@ -209,6 +213,12 @@ class TqdmProgress(NullProgress):
 
     def image_started(self, image_name, pending, skipped):
         self.note(f"image {image_name}: {pending} cell(s) to run, {skipped} already done")
+
+    def more(self, count):
+        super().more(count)
+        if self._bar is not None:
+            self._bar.total = self.state.total
+            self._refresh()
 
     def cell_finished(self, image_name, cell, record):
         super().cell_finished(image_name, cell, record)

@@ -9,18 +9,22 @@ each runner, the run folder, the GPUs, the pending work) and hands it to the exe
 (one runner at a time), ``slots`` (one runner per slot at once) or ``ray`` (one task per unit on a
 cluster). Ctrl-C stops the runners and keeps every finished record.
 """
+import dataclasses
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from matrixbench import run_folder
 from matrixbench.errors import RunError
-from matrixbench.executors import check_gpu_types, check_options, create_environment, create_executor
+from matrixbench.executors import adaptive, check_gpu_types, check_options, create_environment, create_executor
 from matrixbench.executors.base import Run, RunSummary
+from matrixbench.executors.scheduler import positions
+from matrixbench.gpu import GpusUnreachableError, host_gpus
 from matrixbench.images import BuildOptions
 from matrixbench.layout import run_dir
-from matrixbench.manifest import finish_manifest, read_manifest, start_manifest
+from matrixbench.manifest import finish_manifest, read_manifest, record_order, start_manifest, update_manifest
 from matrixbench.pending import new_order_seed, pending_work, recorded_failures_line, unreadable_lines
 from matrixbench.progress import NullProgress
 from matrixbench.resume import check_resume
@@ -48,6 +52,7 @@ class RunOptions:
     ray_address: Optional[str] = None     # --executor ray: the cluster's HOST:PORT (None: a cluster on this node)
     registry: Optional[str] = None        # --executor ray, docker nodes: push images to HOST:PORT, nodes pull them
     build_options: Optional[BuildOptions] = None   # --executor ray, docker nodes: builds on the nodes
+    budget_min: Optional[float] = None    # --budget: wall minutes of the run; past it no process starts
 
 
 def run_matrix(matrix, options, progress=None, environ=None):
@@ -87,6 +92,9 @@ def _take_over(lock, run_path, progress):
 
 
 def _run_with(environment, matrix, options, run_path, progress, environ):
+    policy = adaptive.policy_of(matrix, options.budget_min)
+    started = time.time()       # --force with repeats auto: only records written from here on count
+    budget = adaptive.Budget(policy.budget_s)   # from here: the run's wall time counts
     for line in environment.stop_leftovers(run_path):
         progress.note(line)
     gpus = _resolve_gpus(environment, options.device, progress)
@@ -97,16 +105,29 @@ def _run_with(environment, matrix, options, run_path, progress, environ):
                               backend=environment.name, device=options.device, gpus=gpus,
                               note=options.note, command=options.command, order_seed=seed)
     progress.note(environment.describe())
+    progress.note(adaptive.bill(policy, works, parallel=matrix.slots if isinstance(matrix.slots, int) else 1))
     run = Run(matrix, options, environment, run_path, gpus, environ, works, progress)
     status = "failed"
     try:
-        environment.prepare([matrix.images[name] for name in dict.fromkeys(w.image_name for w in works if w.pending)],
+        builds = dict.fromkeys(matrix.images[w.image_name].build_of or w.image_name for w in works if w.pending)
+        environment.prepare([matrix.images[name] for name in builds],   # an A/A twin runs in its original's build
                             emit=lambda name, line: progress.note(f"[{name}] {line}"))
         progress.start(sum(len(w.pending) for w in works), sum(w.done for w in works))
         _note_recorded(works, progress)
         executor = create_executor(environment, options, matrix=matrix, gpus=gpus, environ=environ,
                                    note=progress.note)
-        executor.run(run)
+        slot_plan = getattr(executor, "slot_plan", None)
+        budget.parallel = len(slot_plan.slots) if slot_plan else 1
+        waves = adaptive.Waves(policy, works, budget, since=started if options.force else None)
+        run.summary.repeats = waves.outcome
+        for wave in waves:      # repeats auto: more waves while comparisons are undecided (executors.adaptive)
+            if waves.outcome.waves > 1:
+                progress.more(sum(len(work.pending) for work in wave))
+                run.matrix = dataclasses.replace(run.matrix, calibrate=False)   # calibrated in the first wave
+            manifest = record_order(run_path, manifest, positions([(work, work.pending) for work in wave]))
+            run.works = wave
+            executor.run(run)
+        manifest = update_manifest(run_path, manifest, repeats=waves.outcome.to_dict())
         status = "incomplete" if run.summary.missing else ("failed" if run.summary.all_failed else "finished")
     except KeyboardInterrupt:
         status = "interrupted"
@@ -147,8 +168,24 @@ def _resolve_gpus(environment: Any, device: str, progress: Any) -> bool:
             "none, or Docker lacks the NVIDIA container toolkit). Use --device cpu, or --device auto "
             "to fall back to the CPU."
         )
+    if not available and device == "auto":
+        check_host_gpus_unused(environment)
     progress.note("device: cuda" if available else "device: cpu (no NVIDIA GPU available; --device auto)")
     return bool(available)
+
+
+def check_host_gpus_unused(environment: Any) -> None:
+    """A host whose nvidia-smi lists GPUs never runs the matrix on the CPU unless --device cpu asks:
+    raise GpusUnreachableError when the backend cannot hand them over (--backend auto falls back on it)."""
+    gpus = host_gpus()
+    if gpus:
+        names = ", ".join(sorted({gpu.name for gpu in gpus}))
+        raise GpusUnreachableError(
+            f"--device auto: this host has {len(gpus)} NVIDIA GPU(s) ({names}), but the {environment.name} backend "
+            "cannot hand them over (a container asking for GPUs sees none: the NVIDIA container toolkit is "
+            "missing, or no image is built). Not running the matrix on the CPU. Fix: install the toolkit "
+            "(`matrixbench doctor` says how), or --backend venv (one venv per image, on these GPUs), or "
+            "--device cpu to time on the CPU on purpose")
 
 
 def _cell_counts(summary: RunSummary):

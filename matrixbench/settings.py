@@ -13,8 +13,13 @@ from runner.settings import Setting
 
 HOST_SETTINGS: Tuple[Setting, ...] = (
     Setting("repeats", "Processes per cell (repeats), each its own fresh process and record; 3 for a "
-            "comparison that should survive a rerun.",
-            "integer", default=1, minimum=1, maximum=1000, flag="--repeats"),
+            "comparison that should survive a rerun; auto: repeats_min per cell, then more processes only "
+            "for cells in comparisons still undecided, up to repeats_max (matrixbench.executors.adaptive).",
+            "integer", default=1, minimum=1, maximum=1000, auto=True, flag="--repeats"),
+    Setting("repeats_min", "With repeats auto: the processes every cell starts with.",
+            "integer", default=3, minimum=2, maximum=1000, flag="--repeats-min"),
+    Setting("repeats_max", "With repeats auto: the most processes a cell gets while its comparisons stay "
+            "undecided.", "integer", default=10, minimum=2, maximum=1000, flag="--repeats-max"),
     Setting("slots", "Runners at once: auto (one per GPU on a GPU run, one on a CPU run) or a count; "
             "each slot gets its own GPU and a disjoint set of CPU cores (matrixbench.placement).",
             "integer", default="auto", minimum=1, maximum=1024, auto=True, flag="--slots"),
@@ -41,8 +46,8 @@ HOST_SETTINGS: Tuple[Setting, ...] = (
     # The report's: how it judges records (matrixbench.report), not how a run measures them.
     Setting("margin_pct", "Equivalence margin m, in %: a comparison whose 95% interval of candidate / baseline "
             "lies inside [1/(1+m), 1+m] is \"no change\" (docs/verdicts.md). The report uses the run's (run.json's "
-            "matrix), else this default.",
-            "number", default=3.0, minimum=0, exclusive_minimum=True, maximum=100, matrix=False),
+            "matrix), else this default; repeats auto adds processes until each comparison is decided at it.",
+            "number", default=3.0, minimum=0, exclusive_minimum=True, maximum=100, flag="--margin"),
     Setting("between_cv_threshold", "The report's between-process flag (¶): the coefficient of variation of a "
             "cell's per-process means above which the cell is marked noisy between processes.",
             "number", default=0.05, minimum=0, exclusive_minimum=True, maximum=10, matrix=False),

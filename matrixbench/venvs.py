@@ -72,7 +72,7 @@ def plan_venv(image, *, root=None, ca_bundle=None, index_url=None, extra_index_u
     build = images.build_spec(image, ca_bundle=ca_bundle, index_url=index_url,
                               extra_index_urls=extra_index_urls)
     return VenvPlan(name=image.name, content_hash=content_hash,
-                    path=Path(root or venvs_root()) / f"{image.name}-{content_hash}",
+                    path=Path(root or venvs_root()) / f"{image.build_of or image.name}-{content_hash}",
                     python=str(image.python), build=build)
 
 

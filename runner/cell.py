@@ -17,15 +17,16 @@ no_cudagraphs, cudagraph_recaptured, throttled, timer_mismatch. In a slot run th
 them hold the board shared.
 """
 import contextlib
+import time
 
 import torch
 
 from runner import accuracy, cudagraphs, energy, faults, gpu_state, memory, records, timing_board
-from runner.archcheck import bf16_problem
+from runner.archcheck import bf16_problem, triton_problem
 from runner.compile import compile_model, counters_snapshot, dynamo_stats, reset
 from runner.core import Mode, Status
 from runner.precision import apply_precision
-from runner.syncs import count_host_syncs
+from runner.syncs import count_host_syncs, timing_regime
 from runner.timing import flags as timing_flags
 from runner.timing import self_check, summarize, synchronize, time_iterations
 
@@ -39,7 +40,7 @@ def run_cell(job, marks=None):
     marks = {} if marks is None else marks
     record = records.new_record(job)
     try:
-        record.precision = apply_precision()
+        record.precision = dict(apply_precision(), tf32_available=(job.get("precision") or {}).get("tf32_available"))
         reset()
         with torch.no_grad():
             _measure(job, record, marks)
@@ -64,7 +65,9 @@ def _measure(job, record, marks):
         before = counters_snapshot()
         graphs = cudagraphs.counter_for(device)
         with graphs or contextlib.nullcontext():
+            compile_from = time.time()
             step, first_call_s = _compile_and_call_once(built, job, device, marks)
+            compile_window = [compile_from, time.time()] if compiled else None
             after_first_call = counters_snapshot()
             preparing.close()
             with timing_board.timing(board) as seen:
@@ -75,10 +78,13 @@ def _measure(job, record, marks):
     record.memory = memory.peak(device)
     record.timing = _timing(loop, settings, device, cell.mode, graphs, state,
                      dict(load_s=load_s, first_call_s=first_call_s, warmup_s=warmup_s,
-                          warmup_calls=warmup_calls, host_syncs_per_call=syncs), counted)
+                          warmup_calls=warmup_calls, host_syncs_per_call=syncs), counted,
+                     graphs_per_call=after_first_call["graphs"] - before["graphs"] if compiled else None)
+    record.timing["windows"] = {"compile": compile_window, "timed": marks.pop("timed_window")}
     if compiled:
         record.dynamo = dynamo_stats(before, after_first_call, counters_snapshot())
-        record.accuracy = accuracy.compare(reference, loop.output, settings["accuracy_tolerance"])
+        record.accuracy = accuracy.compare(reference, loop.output, settings["accuracy_tolerance"],
+                                           fp64=lambda: accuracy.fp64_reference(built.model, built.inputs, device))
     else:
         record.accuracy = accuracy.skipped()
 
@@ -97,24 +103,27 @@ def _timed_loop(step, iterations, device, job, graphs, marks, seen=None):
     seen.look()
     marks["first_timed_iteration"] = clock()
     counters.start()
+    timed_from = time.time()
     loop = time_iterations(step, iterations, device)
+    marks["timed_window"] = [timed_from, time.time()]
     counted = counters.stop()
     seen.look()
     end = monitor.sample() if monitor else None
     return loop, gpu_state.summarize(start, end), counted
 
 
-def _timing(loop, settings, device, mode, graphs, state, phases, counted=None):
+def _timing(loop, settings, device, mode, graphs, state, phases, counted=None, graphs_per_call=None):
     """The record's ``timing``: phases, statistics, the self-check, CUDA-graph counts, GPU
     state, the loop's energy and violation times, and the flags that say a number is not what
     its label claims."""
     counted = counted or {"energy": None, "violations": None}
     stats = summarize(loop.samples_ms, settings["cv_threshold"])
     check = self_check(stats["mean_ms"], loop.loop_wall_ms, stats["n"])
-    counts = graphs.summary() if graphs is not None else None
-    flags = (cudagraphs.flags(counts, mode, device) + gpu_state.flags(state, counted["violations"])
+    counts = graphs.summary(graphs_per_call) if graphs is not None else None
+    flags = (cudagraphs.flags(counts, mode, device, stats["n"]) + gpu_state.flags(state, counted["violations"])
              + timing_flags(check))
     return dict(phases, timer="cuda_event" if device == "cuda" else "perf_counter", **stats, **check,
+                regime=timing_regime(device, phases.get("host_syncs_per_call")),
                 cudagraphs=counts, gpu_state=state, energy=counted["energy"], violations=counted["violations"],
                 flags=flags)
 
@@ -147,16 +156,30 @@ def attention_record(cell, built):
 
 
 class UnsupportedOnThisGpu(RuntimeError):
-    """A cell this GPU cannot run natively (bfloat16 below compute capability 8.0)."""
+    """A cell this GPU cannot run (natively, or at all with this image's Triton): bfloat16 below
+    compute capability 8.0; max-autotune on Hopper with Triton 2.0. Refused before it runs."""
 
 
-def refuse_unsupported(cell, device, cuda=None):
-    if device != "cuda" or cell.dtype != "bfloat16":
+def refuse_unsupported(cell, device, cuda=None, triton_version=None):
+    """Raise UnsupportedOnThisGpu for a cell this GPU cannot run with this image; checked before
+    the model is built, never by trying (Triton 2.0 on Hopper dies with SIGABRT, losing the record)."""
+    if device != "cuda":
         return
     cuda = cuda or torch.cuda
-    problem = bf16_problem(cuda.get_device_capability(0), cuda.get_device_name(0))
+    capability, name = cuda.get_device_capability(0), cuda.get_device_name(0)
+    problem = bf16_problem(capability, name) if cell.dtype == "bfloat16" else None
+    if problem is None and cell.mode == "max-autotune":
+        problem = triton_problem(triton_version or _triton_version(), capability, name, cell.mode)
     if problem:
         raise UnsupportedOnThisGpu(problem)
+
+
+def _triton_version():
+    try:
+        import triton
+    except ImportError:
+        return None
+    return getattr(triton, "__version__", None)
 
 
 class ReferenceOutOfMemory(RuntimeError):

@@ -13,7 +13,10 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 # The record format. History: 1 (cells carried a test-only ``fault``; ``timing.compile_s``);
 # 2 (no ``fault``; ``timing.first_call_s``: the first call, timed on its own, eager cells too; an
-# optional top-level ``repeat``, the 0-based index of the process among the cell's repeats, missing = 0).
+# optional top-level ``repeat``, the 0-based index of the process among the cell's repeats, missing = 0);
+# 3 (optional fields, absent in older records: ``timing.energy`` and ``timing.violations`` (runner.energy),
+# and issue 22's ``timing.regime``, ``timing.windows``, ``timing.cudagraphs.graphs_per_call``, the accuracy
+# outputs' float64 judgement, ``precision.tf32_available``, ``environment.gpu_capability``).
 SCHEMA_VERSION = 3
 SUPPORTED_VERSIONS: Tuple[int, ...] = (1, 2, 3)
 
@@ -26,6 +29,10 @@ USED_DEVICES = ("cuda", "cpu")               # what a record says ran
 ACCURACY_STATUSES = ("pass", "fail", "nan", "skipped")
 # Attention implementations a cell may ask for (runner.models explains the default, eager).
 ATTENTION = ("eager", "sdpa", "auto")
+# What a GPU cell's mean means (timing.regime, runner.syncs.timing_regime).
+PIPELINED = "pipelined_throughput"
+PER_CALL = "per_call_latency"
+REGIMES = (PIPELINED, PER_CALL)
 
 JSON = Dict[str, Any]
 
@@ -197,6 +204,7 @@ def upgrade_record(data: Mapping[str, Any]) -> JSON:
     and the record is repeat 0 (one process per cell).
     v2 -> v3: nothing changes; v3 adds the optional ``timing.energy`` and ``timing.violations``
     (runner.energy), which an older record lacks: the report shows them as absent, not as zero.
+    Issue 22's v3 fields (timing.regime, timing.windows, ...) are optional too, absent in older records.
     """
     record = dict(data)
     if record.get("schema_version") == 1:

@@ -57,10 +57,11 @@ class GraphCounter:
             return original(*args, **kwargs)
         return wrapper
 
-    def summary(self):
-        """The record's ``cudagraphs`` object."""
-        return {f"{phase}_{kind}": count for phase, kinds in self.counts.items()
-                for kind, count in kinds.items()}
+    def summary(self, graphs_per_call=None):
+        """The record's ``cudagraphs`` object; ``graphs_per_call``: the graphs Dynamo compiled for
+        the first call, each of which a CUDA-graph mode replays once per call."""
+        counts = {f"{phase}_{kind}": count for phase, kinds in self.counts.items() for kind, count in kinds.items()}
+        return dict(counts, graphs_per_call=graphs_per_call)
 
 
 def counter_for(device):
@@ -72,18 +73,23 @@ def counter_for(device):
     return GraphCounter(torch.cuda.CUDAGraph)
 
 
-def flags(summary, mode, device):
+def flags(summary, mode, device, iterations=None):
     """Flags a record gets from its counts.
 
     no_cudagraphs: a CUDA-graph mode on GPU whose timed loop replayed no graph (it timed
-    default mode under another name); cudagraph_recaptured: a capture inside the timed loop
-    (re-recording: the loop timed capture work).
+    default mode under another name); partial_cudagraphs: it replayed fewer than one CUDA graph
+    per compiled graph per call (``graphs_per_call`` x ``iterations``: some graphs ran without,
+    e.g. skipped for a CPU input or a mutation on 2.0.1/2.1.0); cudagraph_recaptured: a capture
+    inside the timed loop (re-recording: the loop timed capture work).
     """
     if summary is None or device != "cuda":
         return []
     found = []
+    expected = (summary.get("graphs_per_call") or 0) * (iterations or 0)
     if mode in CUDAGRAPH_MODES and summary["timed_replays"] == 0:
         found.append("no_cudagraphs")
+    elif mode in CUDAGRAPH_MODES and summary["timed_replays"] < expected:
+        found.append("partial_cudagraphs")
     if summary["timed_captures"] > 0:
         found.append("cudagraph_recaptured")
     return found

@@ -8,6 +8,7 @@ environment the probe reported. A failed cell never stops the others.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -121,27 +122,46 @@ def make_job(cell: Cell, cells_file: CellsFile, context: Context, out_dir: Union
         "fault": fault_for(cell.id),
         "environment": context.environment, "precision": context.precision,
         "out_dir": str(out_dir), "scratch_dir": scratch_dir,
-        "compile_cache_dirs": compile_cache_dirs(compile_cache_dir, scratch_dir),
+        "compile_cache_dirs": compile_cache_dirs(compile_cache_dir, scratch_dir,
+                                                 gpu_key=gpu_cache_key(context.environment)),
         "started_at": records.utc_now(), "start_clock": records.clock(),
     }
 
 
 def compile_cache_dirs(shared_dir: Optional[Union[str, Path]], scratch_dir: str,
-                       environ: Optional[Mapping[str, str]] = None) -> Dict[str, Optional[str]]:
+                       environ: Optional[Mapping[str, str]] = None,
+                       gpu_key: Optional[str] = None) -> Dict[str, Optional[str]]:
     """Inductor's and Triton's cache folders for one cell.
 
     - shared_dir given: its inductor/ and triton/ subfolders;
     - else TORCHINDUCTOR_CACHE_DIR set in this (torch-free) process's environment: the caller's
       shared cache (the host sets it per image, unless asked for cold runs), TRITON_CACHE_DIR too;
     - else the cell's scratch folder: the cell compiles cold, whatever ran before it.
+    A shared cache is keyed by the GPU (``gpu_key``, see ``gpu_cache_key``): Triton 2.0's cache key has no
+    architecture, and 2.0.1/2.1.0 would reuse another GPU's autotuned configs.
     """
     environ = os.environ if environ is None else environ
     if shared_dir is None and environ.get("TORCHINDUCTOR_CACHE_DIR"):
-        return {"TORCHINDUCTOR_CACHE_DIR": environ["TORCHINDUCTOR_CACHE_DIR"],
-                "TRITON_CACHE_DIR": environ.get("TRITON_CACHE_DIR")}
-    root = str(shared_dir or scratch_dir)
-    return {"TORCHINDUCTOR_CACHE_DIR": os.path.join(root, "inductor"),
-            "TRITON_CACHE_DIR": os.path.join(root, "triton")}
+        return {variable: _keyed(environ.get(variable), gpu_key)
+                for variable in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    if shared_dir is None:
+        return {"TORCHINDUCTOR_CACHE_DIR": os.path.join(scratch_dir, "inductor"),
+                "TRITON_CACHE_DIR": os.path.join(scratch_dir, "triton")}
+    return {"TORCHINDUCTOR_CACHE_DIR": _keyed(os.path.join(str(shared_dir), "inductor"), gpu_key),
+            "TRITON_CACHE_DIR": _keyed(os.path.join(str(shared_dir), "triton"), gpu_key)}
+
+
+def gpu_cache_key(environment: Optional[Mapping[str, Any]]) -> Optional[str]:
+    """The GPU's name and compute capability as a folder name ("NVIDIA-H100-80GB-HBM3-sm90"); None on the CPU."""
+    if not environment or not environment.get("gpu_name"):
+        return None
+    name = re.sub(r"[^A-Za-z0-9]+", "-", str(environment["gpu_name"])).strip("-")
+    capability = str(environment.get("gpu_capability") or "").replace(".", "")
+    return f"{name}-sm{capability}" if capability else name
+
+
+def _keyed(folder: Optional[str], key: Optional[str]) -> Optional[str]:
+    return os.path.join(folder, key) if folder and key else folder
 
 
 def summary_line(record: Record) -> str:

@@ -3,6 +3,7 @@
 Runs in a cell's process (never in the forkserver, which must not touch CUDA).
 """
 import platform
+import re
 import socket
 import warnings
 
@@ -59,6 +60,7 @@ def collect_environment(image_name=None, image_id=None):
         "cuda": torch.version.cuda,
         "cudnn": _cudnn_version(),
         "gpu_name": torch.cuda.get_device_name(0) if gpu_count else None,
+        "gpu_capability": "%d.%d" % torch.cuda.get_device_capability(0) if gpu_count else None,
         "gpu_uuid": gpu_uuid() if gpu_count else None,
         "gpu_count": gpu_count,
         "driver": gpu_driver_version() if gpu_count else None,
@@ -79,7 +81,14 @@ def gpu_uuid(cuda=None, nvml_uuid=None):
     if value is None:
         value = nvml_uuid() if nvml_uuid else _nvml_uuid()
     text = str(value) if value is not None else None
-    return text if text is None or text.startswith(("GPU-", "MIG-")) else "GPU-" + text
+    return text if text is None or text.startswith(("GPU-", "MIG-")) else uuid_prefix(cuda) + text
+
+
+def uuid_prefix(cuda):
+    """"MIG-" for a MIG slice (its device name says "MIG", e.g. "NVIDIA A100-SXM4-40GB MIG 1g.5gb"),
+    else "GPU-": nvidia-smi -L and CUDA_VISIBLE_DEVICES name a slice by its MIG- UUID."""
+    name = getattr(cuda, "get_device_name", lambda index=0: "")(0) or ""
+    return "MIG-" if re.search(r"\bMIG\b", str(name)) else "GPU-"
 
 
 def _nvml_uuid():

@@ -6,6 +6,7 @@ keep the same defaults, but setting them explicitly keeps images comparable.
 """
 import torch
 
+TF32_MIN_CAPABILITY = (8, 0)   # Ampere: V100 (7.0) and T4 (7.5) have no TF32
 FLOAT32_MATMUL_PRECISION = "highest"
 CUDA_MATMUL_ALLOW_TF32 = False
 CUDNN_ALLOW_TF32 = True
@@ -25,3 +26,13 @@ def read_precision():
         "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
         "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
     }
+
+
+def with_tf32_availability(precision, device, cuda=None):
+    """``precision`` plus ``tf32_available``: whether the TF32 flags can act on this device (a GPU
+    of compute capability 8.0 or newer), so the accuracy tolerance gives no TF32 allowance where
+    there is no TF32. Touches CUDA: call it in the probe, after the device is resolved."""
+    if device != "cuda":
+        return dict(precision, tf32_available=False)
+    cuda = cuda or torch.cuda
+    return dict(precision, tf32_available=tuple(cuda.get_device_capability(0)) >= TF32_MIN_CAPABILITY)

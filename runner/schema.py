@@ -21,6 +21,7 @@ from runner.core import (
     ATTENTION,
     DTYPES,
     MODES,
+    REGIMES,
     SCHEMA_VERSION,
     SIZES,
     STATUSES,
@@ -121,6 +122,7 @@ _NUM = {"type": ["number", "null"]}
 _INT = {"type": ["integer", "null"]}
 _STR = {"type": ["string", "null"]}
 _BOOL = {"type": ["boolean", "null"]}
+_WINDOW = {"type": ["array", "null"], "items": {"type": "number"}, "minItems": 2, "maxItems": 2}
 
 
 def _obj(properties: JSON, required: Optional[List[str]] = None, nullable: bool = False) -> JSON:
@@ -146,6 +148,7 @@ def _record_settings_schema() -> JSON:
 _GPU_SAMPLE = _obj({"sm_clock_mhz": _NUM, "mem_clock_mhz": _NUM, "temperature_c": _NUM, "power_w": _NUM,
                     "throttle_reasons": {"type": ["array", "null"], "items": {"type": "string"}}})
 
+_CUDAGRAPH_COUNTS = ("warmup_captures", "warmup_replays", "timed_captures", "timed_replays")
 _TIMING_REQUIRED = ["load_s", "first_call_s", "warmup_s", "timer", "n", "mean_ms", "median_ms", "p90_ms",
                     "p99_ms", "stdev_ms", "min_ms", "max_ms", "cv", "noisy", "samples_ms"]
 
@@ -213,12 +216,19 @@ RECORD_SCHEMA = {
             "timer_mismatch": _BOOL,     # wall mean and timer mean disagree beyond launch overhead
             "warmup_calls": _INT,        # at least settings.warmup, and on GPU at least 1 s of calls
             "host_syncs_per_call": _INT,  # synchronizing CUDA ops in one call; null on CPU
+            # what the mean means (runner.syncs): pipelined throughput (no host sync in a GPU call) or
+            # per-call latency (syncs, or the CPU); null where syncs were not counted
+            "regime": {"enum": [*REGIMES, None]},
             # CUDA-graph captures and replays (warmup_* include the first call); null on CPU
-            "cudagraphs": _obj({key: {"type": "integer"} for key in (
-                "warmup_captures", "warmup_replays", "timed_captures", "timed_replays")}, nullable=True),
+            # graphs_per_call: graphs Dynamo compiled for the first call (replays expected per call)
+            "cudagraphs": _obj({**{key: {"type": "integer"} for key in _CUDAGRAPH_COUNTS}, "graphs_per_call": _INT},
+                               required=list(_CUDAGRAPH_COUNTS), nullable=True),
             # NVML readings just before and after the timed loop; null without pynvml or on CPU
             "gpu_state": _obj({"start": _GPU_SAMPLE, "end": _GPU_SAMPLE, "throttled": {"type": "boolean"}},
                               nullable=True),
+            # wall-clock (Unix time, s) [start, end] of the compile and first call (compiled modes; else
+            # null) and of the timed loop: the report flags a timed loop that overlapped another slot's compile
+            "windows": _obj({"compile": _WINDOW, "timed": _WINDOW}, nullable=True),
             # schema v3, optional (runner.energy): the loop's energy from a cumulative counter read
             # immediately around it (NVML total energy on GPU, RAPL packages on CPU); numbers null
             # with the reason where the counter is missing or unreadable
@@ -236,7 +246,8 @@ RECORD_SCHEMA = {
             # (counted_ms: what NVML's reference stamps cover); null on CPU
             "violations": _obj({"power_ms": _NUM, "thermal_ms": _NUM, "counted_ms": _NUM, "reason": _STR},
                                nullable=True),
-            # no_cudagraphs, cudagraph_recaptured, throttled (edge readings or violation time), timer_mismatch
+            # no_cudagraphs, partial_cudagraphs, cudagraph_recaptured, throttled (edge readings or violation
+            # time), timer_mismatch
             "flags": {"type": "array", "items": {"type": "string"}},
         }, required=_TIMING_REQUIRED, nullable=True),
         "memory": _obj({
@@ -259,17 +270,22 @@ RECORD_SCHEMA = {
             "criterion": _STR,
             "max_rel_error": _NUM,       # the worst output tensor's max abs diff / its max abs value
             "min_cosine": _NUM,
+            # per output tensor; the *_fp64 fields only where it was beyond the tolerance and judged
+            # against the float64 reference (runner.accuracy)
             "outputs": {"type": "array", "items": _obj({
                 "shape": {"type": "array", "items": {"type": "integer"}},
                 "max_abs_diff": _NUM, "ref_max_abs": _NUM, "rel_error": _NUM, "cosine": _NUM,
                 "flag": {"enum": [None, "nan", "fail", "shape"]},
-            })},
+                "eager_rmse_fp64": _NUM, "compiled_rmse_fp64": _NUM, "eager_max_fp64": _NUM,
+                "compiled_max_fp64": _NUM, "fp64_multiplier": _NUM, "fp64_pass": _BOOL,
+            }, required=["shape", "max_abs_diff", "ref_max_abs", "rel_error", "cosine", "flag"])},
         }, required=["max_abs_diff", "tolerance", "status"], nullable=True),
         "precision": _obj({
             "float32_matmul_precision": _STR,
             "cuda_matmul_allow_tf32": _BOOL,
             "cudnn_allow_tf32": _BOOL,
-        }),
+            "tf32_available": _BOOL,   # the GPU has TF32 (capability 8.0+); false on the CPU
+        }, required=["float32_matmul_precision", "cuda_matmul_allow_tf32", "cudnn_allow_tf32"]),
         "environment": _obj({
             "python": {"type": "string"},
             "torch": {"type": "string"},
@@ -278,6 +294,7 @@ RECORD_SCHEMA = {
             "cuda": _STR,
             "cudnn": _INT,
             "gpu_name": _STR,
+            "gpu_capability": _STR,   # "9.0"; keys the compile caches by GPU
             "gpu_uuid": _STR,            # schema v2; the GPU the cells ran on, "GPU-..." as nvidia-smi names it
             "gpu_count": {"type": "integer"},
             "driver": _STR,

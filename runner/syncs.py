@@ -8,7 +8,23 @@ queue, so it changes what a latency means. Counted once per cell, on one untimed
 """
 import warnings
 
+from runner.core import PER_CALL, PIPELINED
+
 SYNC_WARNING = "synchronizing CUDA operation"
+
+
+def timing_regime(device, host_syncs_per_call):
+    """The record's ``timing.regime`` from the host syncs counted in one call; None when uncounted.
+
+    With per-call events and one sync after the loop, a GPU model that never waits for the GPU
+    queues its calls back to back: the mean is pipelined throughput. One that syncs inside a call
+    drains the queue each call: the mean is that call's latency. On the CPU every call finishes
+    before it returns: latency."""
+    if device != "cuda":
+        return PER_CALL
+    if host_syncs_per_call is None:
+        return None
+    return PER_CALL if host_syncs_per_call > 0 else PIPELINED
 
 
 def count_host_syncs(step, device, cuda=None):

@@ -14,7 +14,7 @@ from runner import records
 from runner.cell import run_cell
 from runner.compile import use_cache_dirs
 from runner.environment import collect_environment, resolve_device
-from runner.precision import apply_precision
+from runner.precision import apply_precision, with_tf32_availability
 from runner.schema import write_record
 
 
@@ -51,6 +51,7 @@ def probe(device_requested, image_name, image_id, channel):
         reply["precision"] = apply_precision()
         reply["environment"] = collect_environment(image_name, image_id)
         reply["device"] = resolve_device(device_requested, image_name)
+        reply["precision"] = with_tf32_availability(reply["precision"], reply["device"])
     except Exception as exc:
         reply["error"] = f"{type(exc).__name__}: {exc}"
     channel.send(reply)

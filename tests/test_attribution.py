@@ -136,3 +136,10 @@ def test_the_attribution_flag_overrides_the_file(tmp_path, flag):
         del data["attribution"]
     matrix = load(tmp_path, data, overrides=Overrides(attribution=True))
     assert matrix.attribution and len(matrix.bridges) == 1
+
+
+def test_the_cost_line_with_repeats_auto_says_so(tmp_path):
+    data = {**matrix_data(stable=STABLE, latest=LATEST), "repeats": "auto"}
+    (line, *_) = attribution.describe(load(tmp_path, data), 4)
+    assert line == ("attribution: 1 bridge image(s) to build beside the matrix's 2, 4 extra cell(s) "
+                    "(4 per image, repeats auto processes each)")

@@ -75,7 +75,7 @@ def test_run_backend_auto_runs_what_the_policy_chose_and_records_its_note(tmp_pa
     # no Docker and a failing venv build: the local fallback runs image 'latest' only, and says why
     builds = Builds(docker_ok=False, venv_ok=False)
     monkeypatch.setattr(auto, "this_machine", lambda skip: Machine(gpu=False, docker=False))
-    monkeypatch.setattr(auto, "choose", lambda machine, docker, venv, try_venv=True: choose(
+    monkeypatch.setattr(auto, "choose", lambda machine, docker, venv, try_venv=True, docker_gpus=None: choose(
         machine, builds.build("docker"), builds.build("venv"), try_venv))
     backend = use_backend(monkeypatch, RecordingBackend())
     data = small_matrix_data()
@@ -94,3 +94,51 @@ def test_make_matrix_overrides_force_the_fallbacks(monkeypatch):
     monkeypatch.setattr(docker_client, "connect", lambda: pytest.fail("Docker asked though skipped"))
     monkeypatch.setattr(gpu, "host_gpus", lambda: pytest.fail("nvidia-smi asked though skipped"))
     assert auto.this_machine(frozenset({"gpu", "docker"})) == Machine(gpu=False, docker=False)
+
+
+def test_a_gpu_host_whose_docker_cannot_hand_over_gpus_runs_venvs():
+    builds = Builds(docker_ok=True, venv_ok=True)
+    choice = choose(Machine(gpu=True, docker=True), builds.build("docker"), builds.build("venv"),
+                    docker_gpus=lambda: False)
+    assert choice.backend == "venv" and f"Not Docker: {auto.NO_DOCKER_GPUS}" in choice.note
+    assert builds.ran == ["docker", "venv"]
+    asked = []
+    choice = choose(Machine(gpu=False, docker=True), builds.build("docker"), builds.build("venv"),
+                    docker_gpus=lambda: asked.append(1) or False)
+    assert choice.backend == "docker" and asked == []   # a CPU host never asks a container for GPUs
+
+
+def test_make_matrix_on_a_gpu_host_without_docker_builds_venvs(tmp_path, monkeypatch):
+    """What `make matrix` runs on a GPU host (faked: an H100 on driver 550) without a Docker daemon:
+    doctor passes and says venv runs, then `run --backend auto` builds the venvs and runs on the GPU."""
+    from gpu_fakes import nvidia_smi
+    from matrixbench import cuda_builds, doctor, venvs
+    from matrixbench.errors import DockerUnavailableError
+
+    smi = nvidia_smi("H100", "550")
+    for module in (gpu, cuda_builds, doctor):
+        monkeypatch.setattr(module, "run_command", smi)
+
+    def no_daemon():
+        raise DockerUnavailableError("no Docker daemon answers at unix:///var/run/docker.sock; start it")
+    monkeypatch.setattr(docker_client, "connect", no_daemon)
+    data = small_matrix_data()
+    for image in data["images"].values():   # CUDA builds this driver runs (doctor checks them)
+        image.setdefault("index_url", "https://download.pytorch.org/whl/cu128")
+    path = write_matrix(tmp_path, data)
+    doctor = CliRunner().invoke(main, ["doctor", "--matrix", str(path)])
+    assert doctor.exit_code == 0, doctor.output
+    assert "[WARN] Docker" in doctor.output and "[info] backend: venv: Docker does not answer" in doctor.output
+    built = []
+    monkeypatch.setattr(venvs, "build_venvs", lambda matrix, names, **options: built.append(list(names)))
+    backend = RecordingBackend(gpus=True)
+    from matrixbench import environments
+
+    monkeypatch.setitem(environments.FACTORIES, "venv", lambda: backend)
+    result = CliRunner().invoke(main, ["run", "--matrix", str(path), "--backend", "auto", "--device", "auto",
+                                       "--results", str(tmp_path / "results")])
+    assert result.exit_code == 0, result.output
+    assert built == [list(data["images"])]
+    assert backend.requests and all(request.gpus for request in backend.requests)
+    note = read_manifest(tmp_path / "results" / "default")["note"]
+    assert note.startswith(f"--backend auto ran {auto.HOW['venv']}") and auto.NO_DOCKER in note

@@ -1,4 +1,5 @@
 """The benchmark scripts' own logic (benchmarks/): what they compare and when they refuse a verdict."""
+import json
 import sys
 from pathlib import Path
 
@@ -86,3 +87,17 @@ def test_the_slots_benchmark_compares_medians_of_interleaved_runs_and_shows_the_
     text = slots.markdown(result)
     assert "| 2 | B (--slots 2) | 80.0 | 8 ok | 1.00 -> 2.00 |" in text
     assert "| eager | 1.100× |" in text and "B / A = 0.636" in text
+
+
+def test_the_adaptive_repeats_benchmark_scores_claims_against_the_planted_truth(tmp_path):
+    import bench_adaptive_repeats as bench
+
+    assert bench.correct("faster", -0.10, 3.0) and not bench.correct("faster", 0.03, 3.0)
+    assert bench.correct("no change", 0.03, 3.0) and not bench.correct("no change", 0.10, 3.0)
+    assert not bench.correct("undecided", 0.0, 3.0)
+    bench.main(["--trials", "25", "--auto", "2-6", "--out", str(tmp_path)])
+    result = json.loads((tmp_path / "adaptive_repeats.json").read_text())
+    by_name = {row["name"]: row for row in result["policies"]}
+    assert [by_name[f"fixed {n}"]["processes_per_side"] for n in (3, 5, 10)] == [3, 5, 10]
+    assert 2 <= by_name["auto 2-6"]["processes_per_side"] <= 6
+    assert (tmp_path / "adaptive_repeats.md").read_text().startswith("# repeats auto vs fixed repeats")

@@ -124,7 +124,7 @@ def test_a_units_task_runs_its_images_in_turn_repeat_by_repeat(tmp_path, cluster
     run_matrix(matrix, RunOptions(results_root=tmp_path / "results", executor="ray", device="cpu"))
     (task,) = [pickle.loads(shipped) for shipped in cluster.tasks]
     assert [(r.image_name, [x.index for x in r.repeats()]) for r in task.requests] == [
-        ("stable", [0]), ("latest", [0]), ("stable", [1]), ("latest", [1])]
+        ("stable", [0]), ("latest", [0]), ("latest", [1]), ("stable", [1])]   # counterbalanced (ABBA)
     folder = tmp_path / "results" / "default" / "A100"
     assert sorted(p.name for p in folder.glob("*/vit_*.json")) == ["vit_bs1_eager_float32.json",
                                                                   "vit_bs1_eager_float32.json",
@@ -263,3 +263,13 @@ def test_cluster_options_are_refused_without_ray(tmp_path, changes, named):
     with pytest.raises(RunError, match=f"{named}: only with --executor ray"):
         run_matrix(load_matrix(write_matrix(tmp_path, data)), options)
     assert not (tmp_path / "results").exists()
+
+
+def test_gpus_named_by_uuid_get_their_own_cores():
+    from gpu_fakes import query_gpu
+    from matrixbench.gpu import parse_gpus
+
+    uuids = [gpu.uuid for gpu in parse_gpus(query_gpu("A100", "550", count=4))]
+    slots = [node_slot([uuid], 4, gpus=True, cores=range(16), node_uuids=uuids) for uuid in uuids]
+    assert [slot.gpu_index for slot in slots] == [0, 1, 2, 3]
+    assert len({slot.cores for slot in slots}) == 4 and not set(slots[0].cores) & set(slots[3].cores)

@@ -14,9 +14,10 @@ from matrixbench.report import build_report, records
 from matrixbench.report.cells import CellIndex
 from matrixbench.report.document import assemble
 from matrixbench.report.published import load_published
-from matrixbench.report.tables import FLAGS, MIXES_ATTENTION, MIXES_TRANSFORMERS
+from matrixbench.report.tables import FLAGS, MIXES_ATTENTION, MIXES_TRANSFORMERS, PER_CALL_MARK
 from runner.cells_file import cells_file_from_dict
 from runner.core import Status
+from runner.syncs import timing_regime
 from runner.timing import summarize
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -26,8 +27,11 @@ IMAGES = {"old": {"torch": "2.0.1", "transformers": "4.43.4"}, "new": {"torch": 
 # (image, model, mode) -> flags; ATTENTION: (image, model) -> attention used
 FLAGGED = {("new", "vit", "reduce-overhead"): ["no_cudagraphs"],
            ("new", "resnet", "reduce-overhead"): ["cudagraph_recaptured", "throttled"],
-           ("old", "resnet", "default"): ["timer_mismatch"]}
+           ("old", "resnet", "default"): ["timer_mismatch"],
+           ("old", "resnet", "reduce-overhead"): ["partial_cudagraphs"],
+           ("new", "vit", "eager"): ["compile_overlap"]}
 ATTENTION = {("new", "vit"): "sdpa"}
+SYNCS = {("old", "resnet"): 3}   # host syncs per call: these cells are timed as per-call latency
 MODES = ("eager", "default", "reduce-overhead")
 
 
@@ -43,6 +47,7 @@ def _record(image, model, mode, transformers=None):
     record = synthetic_record(plan, "cuda", environment)
     mean = {"eager": 100.0, "default": 80.0, "reduce-overhead": 50.0}[mode]
     flags = FLAGGED.get((image, model, mode), [])
+    syncs = SYNCS.get((image, model), 0)
     record.status, record.duration_s = Status.OK, 1.0
     record.memory = {"peak_bytes": 1, "kind": "cuda_max_allocated"}
     record.accuracy = {"max_abs_diff": None, "tolerance": None, "status": "skipped" if mode == "eager" else "pass"}
@@ -52,10 +57,12 @@ def _record(image, model, mode, transformers=None):
     record.timing = {"load_s": 1.0, "first_call_s": 1.0, "warmup_s": 1.0, "timer": "cuda_event",
                      **summarize([mean - 1.0, mean + 1.0] * 5, 0.1),
                      "loop_wall_ms": mean * 20, "wall_mean_ms": mean * 2 if "timer_mismatch" in flags else mean,
-                     "timer_mismatch": "timer_mismatch" in flags, "warmup_calls": 10, "host_syncs_per_call": 0,
+                     "timer_mismatch": "timer_mismatch" in flags, "warmup_calls": 10,
+                     "host_syncs_per_call": syncs, "regime": timing_regime("cuda", syncs),
                      "cudagraphs": {"warmup_captures": 1, "warmup_replays": 9,
                                     "timed_captures": 1 if "cudagraph_recaptured" in flags else 0,
-                                    "timed_replays": 0 if "no_cudagraphs" in flags else 10},
+                                    "timed_replays": 0 if "no_cudagraphs" in flags else 10,
+                                    "graphs_per_call": 2 if "partial_cudagraphs" in flags else 1},
                      "gpu_state": {"start": sample, "end": sample, "throttled": "throttled" in flags},
                      "flags": flags}
     return record.to_dict()
@@ -159,3 +166,10 @@ def test_the_markdown_shows_marks_footnotes_and_warnings(tmp_path):
     assert f"50.000 (+100.0%){FLAGS['no_cudagraphs'][0]}[^" in markdown
     assert "measured without CUDA graphs" in markdown and UUID in markdown
     assert MIXES_ATTENTION in (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+
+
+def test_cells_timed_as_per_call_latency_are_marked_and_explained(report):
+    table = next(table for table in report.per_device if "old" in table.title)
+    assert PER_CALL_MARK in _cell(table, "Image Classification/ResNet", "eager").marks
+    assert PER_CALL_MARK not in _cell(table, "Image Classification/ViT", "eager").marks
+    assert f"{PER_CALL_MARK} per-call latency" in report.legends["per_device"]

@@ -278,6 +278,19 @@ def test_auto_device_uses_gpus_when_the_backend_has_them(matrix, tmp_path, monke
     assert backend.requests[-1].gpus is False
 
 
+def test_auto_device_never_runs_a_gpu_host_on_the_cpu(matrix, tmp_path, monkeypatch):
+    from gpu_fakes import query_gpu
+    from matrixbench.gpu import GpusUnreachableError, parse_gpus
+
+    monkeypatch.setattr("matrixbench.run.host_gpus", lambda: parse_gpus(query_gpu("H100", "550")))
+    backend = use_backend(monkeypatch, RecordingBackend(gpus=False))   # Docker without the toolkit
+    with pytest.raises(GpusUnreachableError, match=r"1 NVIDIA GPU\(s\) \(NVIDIA H100 80GB HBM3\).*--backend venv"):
+        run_matrix(matrix, _options(tmp_path))
+    assert backend.requests == []
+    run_matrix(matrix, _options(tmp_path, run_name="cpu", device="cpu"))   # asked for: runs
+    assert backend.requests and backend.requests[-1].gpus is False
+
+
 def test_auto_device_falls_back_to_cpu_and_says_so(matrix, tmp_path, monkeypatch):
     backend = use_backend(monkeypatch, RecordingBackend(gpus=False))
     progress = RecordingProgress()

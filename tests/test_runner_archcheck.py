@@ -120,3 +120,30 @@ def test_gpu_uuid_from_torch_or_nvml():
     without = types.SimpleNamespace(get_device_properties=lambda i: types.SimpleNamespace())
     assert gpu_uuid(without, nvml_uuid=lambda: "GPU-7e2a9c4b") == "GPU-7e2a9c4b"
     assert gpu_uuid(without, nvml_uuid=lambda: None) is None
+    mig = types.SimpleNamespace(get_device_name=lambda i=0: "NVIDIA A100-SXM4-40GB MIG 1g.5gb",
+                                get_device_properties=lambda i: types.SimpleNamespace(uuid="3c1f2e4d-aaaa-bbbb"))
+    assert gpu_uuid(mig) == "MIG-3c1f2e4d-aaaa-bbbb"   # a MIG slice's UUID, as nvidia-smi -L names it
+
+
+@pytest.mark.parametrize("triton, gpu, mode, refused", [
+    ("2.0.0", "NVIDIA H100 80GB HBM3", "max-autotune", True),     # stable's Triton on Hopper: SIGABRT
+    ("2.1.0", "NVIDIA H100 80GB HBM3", "max-autotune", False),
+    ("2.0.0", "NVIDIA A100-SXM4-80GB", "max-autotune", False),
+    ("2.0.0", "NVIDIA H100 80GB HBM3", "default", False),
+    ("3.5.0", "NVIDIA B200", "max-autotune", False),
+])
+def test_max_autotune_with_triton_2_0_on_hopper_is_refused_before_running(triton, gpu, mode, refused):
+    cell = tiny_cell(mode=mode)
+    if not refused:
+        cell_module.refuse_unsupported(cell, "cuda", cuda=fake_cuda(gpu=gpu), triton_version=triton)
+        return
+    with pytest.raises(cell_module.UnsupportedOnThisGpu, match=r"max-autotune refused on NVIDIA H100.*Triton 2\.0\.0"
+                       r".*SIGABRT.*Triton 2\.1 or newer"):
+        cell_module.refuse_unsupported(cell, "cuda", cuda=fake_cuda(gpu=gpu), triton_version=triton)
+
+
+def test_the_refusal_reads_the_images_triton(monkeypatch):
+    monkeypatch.setattr(cell_module, "_triton_version", lambda: "2.0.0")
+    with pytest.raises(cell_module.UnsupportedOnThisGpu, match="Triton 2.0.0"):
+        cell_module.refuse_unsupported(tiny_cell(mode="max-autotune"), "cuda",
+                                       cuda=fake_cuda(gpu="NVIDIA H100 80GB HBM3"))

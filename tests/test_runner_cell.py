@@ -81,14 +81,18 @@ def test_oom_in_the_eager_reference_call_says_so(monkeypatch):
     assert_valid(record)
 
 
-def test_warm_up_lasts_a_count_and_a_duration():
-    import time
-
+def test_warm_up_lasts_a_count_and_a_duration(monkeypatch):
+    from runner import cell as cell_module
     from runner.cell import min_warmup_s, warm_up
 
     assert warm_up(lambda: None, 3, 0.0, "cpu")[1] == 3
-    seconds, calls = warm_up(lambda: time.sleep(0.01), 3, 0.08, "cpu")
-    assert seconds >= 0.08 and calls >= 6
+    now = [0.0]   # a fake clock: each call takes exactly 10 ms, whatever the machine's load
+
+    def step():
+        now[0] += 0.01
+    monkeypatch.setattr(cell_module, "clock", lambda: now[0])
+    seconds, calls = warm_up(step, 3, 0.08, "cpu")
+    assert seconds == pytest.approx(0.08) and calls == 8
     assert min_warmup_s("cuda") == 1.0 and min_warmup_s("cpu") == 0.0
 
 
@@ -117,7 +121,7 @@ def test_timed_loop_counts_graph_replays_reads_the_gpu_and_flags(monkeypatch):
     assert counted["violations"] is None and set(counted["energy"]) >= {"energy_j", "reason"}
     timing = cell_module._timing(loop, settings(), "cuda", "reduce-overhead", graphs, state, {"load_s": 1.0})
     assert timing["cudagraphs"] == {"warmup_captures": 1, "warmup_replays": 1, "timed_captures": 0,
-                                    "timed_replays": 4}
+                                    "timed_replays": 4, "graphs_per_call": None}
     assert timing["flags"] == ["throttled"] and timing["gpu_state"]["end"]["sm_clock_mhz"] == 1275
     capped = {"energy": {"energy_j": 10.0}, "violations": {"power_ms": 2.5, "thermal_ms": 0.0}}
     timing = cell_module._timing(loop, settings(), "cuda", "eager", None, None, {}, capped)
@@ -133,6 +137,9 @@ def test_cpu_cells_record_null_gpu_fields(tmp_path):
     timing = record.timing
     assert timing["cudagraphs"] is None and timing["gpu_state"] is None and timing["host_syncs_per_call"] is None
     assert timing["flags"] == [] and timing["warmup_calls"] == 3
+    assert timing["regime"] == "per_call_latency"   # a CPU call returns when it is done
+    start, end = timing["windows"]["timed"]
+    assert timing["windows"]["compile"] is None and record.started_at and 0 < end - start < record.duration_s
     assert timing["energy"]["source"] in ("rapl", None) and timing["violations"] is None
     assert (timing["energy"]["energy_j"] is None) == (timing["energy"]["reason"] is not None)
     assert_valid(record)

@@ -91,3 +91,19 @@ def test_tiny_model_through_compile_mode_on_cpu(tmp_path, mode):
     assert record["accuracy"]["status"] == "pass"
     assert record["dynamo"]["graphs"] >= 1 and record["dynamo"]["recompiles"] == 0
     assert record["timing"]["first_call_s"] > 0 and record["timing"]["n"] == 5
+
+
+def test_shared_compile_caches_are_keyed_by_the_gpu():
+    from runner.driver import gpu_cache_key
+
+    h100 = {"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_capability": "9.0"}
+    key = gpu_cache_key(h100)
+    assert key == "NVIDIA-H100-80GB-HBM3-sm90" and gpu_cache_key({"gpu_name": None}) is None
+    assert gpu_cache_key({"gpu_name": "Tesla T4", "gpu_capability": "7.5"}) != key
+    dirs = compile_cache_dirs("/cache/stable", "/scratch", environ={}, gpu_key=key)
+    assert dirs["TRITON_CACHE_DIR"] == f"/cache/stable/triton/{key}"
+    assert dirs["TORCHINDUCTOR_CACHE_DIR"] == f"/cache/stable/inductor/{key}"
+    host = compile_cache_dirs(None, "/scratch", environ={"TORCHINDUCTOR_CACHE_DIR": "/host/inductor"}, gpu_key=key)
+    assert host == {"TORCHINDUCTOR_CACHE_DIR": f"/host/inductor/{key}", "TRITON_CACHE_DIR": None}
+    cold = compile_cache_dirs(None, "/scratch", environ={}, gpu_key=key)   # a cold cell's own folder: no key
+    assert cold["TRITON_CACHE_DIR"] == "/scratch/triton"

@@ -44,8 +44,8 @@ def test_counts_warmup_and_timed_separately():
         counter.timed()
         for _ in range(5):
             _tree_step(graphs)
-    assert counter.summary() == {"warmup_captures": 1, "warmup_replays": 3,
-                                 "timed_captures": 0, "timed_replays": 5}
+    assert counter.summary(1) == {"warmup_captures": 1, "warmup_replays": 3,
+                                  "timed_captures": 0, "timed_replays": 5, "graphs_per_call": 1}
     assert graphs[0].log == ["capture"] + ["replay"] * 8  # the real methods still ran
 
 
@@ -91,3 +91,40 @@ def test_flags():
     assert flags(skipped, "default", "cuda") == []
     assert flags(recaptured, "reduce-overhead", "cuda") == ["cudagraph_recaptured"]
     assert flags(None, "reduce-overhead", "cpu") == []
+
+
+def _model_step(graphs, graphed):
+    """One call of a model compiled into len(graphs) graphs, of which only ``graphed`` got a
+    CUDA graph (the others skipped: a CPU input or a mutation on 2.0.1/2.1.0)."""
+    for index in range(len(graphs)):
+        if index < graphed:
+            if not graphs[index]:
+                graph = FakeCUDAGraph()
+                graph.capture_begin()
+                graphs[index].append(graph)
+            graphs[index][0].replay()
+
+
+def test_partial_cudagraph_skips_are_flagged():
+    for graphed, expected in ((3, []), (2, ["partial_cudagraphs"]), (0, ["no_cudagraphs"])):
+        graphs = [[], [], []]
+        with GraphCounter(FakeCUDAGraph) as counter:
+            _model_step(graphs, graphed)
+            counter.timed()
+            for _ in range(50):
+                _model_step(graphs, graphed)
+        assert flags(counter.summary(graphs_per_call=3), "reduce-overhead", "cuda", iterations=50) == expected
+    # older records (no graphs_per_call) are judged as before
+    assert flags({"warmup_captures": 1, "warmup_replays": 1, "timed_captures": 0, "timed_replays": 5},
+                 "reduce-overhead", "cuda", iterations=50) == []
+
+
+def test_the_report_says_what_was_expected(monkeypatch):
+    from matrixbench.report import tables
+
+    monkeypatch.setattr(tables, "_where", lambda row: "here")
+    row = {"timing.flags": ["partial_cudagraphs"], "timing.n": 50, "timing.cudagraphs.graphs_per_call": 3,
+           "timing.cudagraphs.warmup_captures": 2, "timing.cudagraphs.warmup_replays": 2,
+           "timing.cudagraphs.timed_captures": 0, "timing.cudagraphs.timed_replays": 100}
+    note = tables._flag_note(row)
+    assert "◐ partial_cudagraphs" in note and "timed loop 0/100 of 3 graph(s) x 50 calls" in note

@@ -33,3 +33,12 @@ def test_counts_the_syncs_of_one_call_and_restores_the_mode():
 def test_a_sync_free_forward_counts_zero_and_cpu_counts_nothing():
     assert count_host_syncs(lambda: None, "cuda", cuda=FakeCuda()) == 0
     assert count_host_syncs(lambda: None, "cpu") is None
+
+
+def test_the_timing_regime_follows_the_host_syncs():
+    from runner.syncs import timing_regime
+
+    assert timing_regime("cuda", 0) == "pipelined_throughput"
+    assert timing_regime("cuda", 45) == "per_call_latency"     # Mask2Former on transformers 4.43.4
+    assert timing_regime("cuda", None) is None
+    assert timing_regime("cpu", None) == "per_call_latency"

@@ -134,7 +134,7 @@ def test_a_units_runners_take_turns_between_images_repeat_by_repeat(tmp_path):
     (unit,) = make_units([stable, latest])
     turns = [(plan.image_name, [(r.cell.mode, r.index) for r in chosen]) for plan, chosen in unit.rounds()]
     assert turns == [("stable", [("eager", 0), ("default", 0)]), ("latest", [("eager", 0), ("default", 0)]),
-                     ("stable", [("eager", 1), ("default", 1)]), ("latest", [("eager", 1), ("default", 1)])]
+                     ("latest", [("eager", 1), ("default", 1)]), ("stable", [("eager", 1), ("default", 1)])]
     (single,) = make_units([Work(tmp_path / "one", [a0, b0])])
     assert single.rounds() == single.parts            # one repeat per cell: one runner per image, as before
 

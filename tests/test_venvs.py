@@ -111,7 +111,7 @@ def test_download_then_install_each_layer_with_the_images_index_settings(tmp_pat
     calls = [shlex.split(line) for line in (tmp_path / "pip.log").read_text().splitlines()]
     common = ["--progress-bar", "off", "--find-links", str(wheels), "--extra-index-url", "https://extra/simple"]
     torch_index = ["--index-url", "https://download.pytorch.org/whl/cu118", "--extra-index-url", "https://pypi.org/simple"]
-    rest = ["torch==2.0.1", "transformers==4.43.4", "pillow", "scipy", "nvidia-ml-py", "numpy<2"]
+    rest = ["torch==2.0.1", "transformers==4.43.4", "pillow", "scipy", "nvidia-ml-py==13.615.71", "numpy<2"]
     assert calls == [
         ["download", "--dest", str(wheels), "torch==2.0.1", *common, *torch_index],
         ["install", "--no-index", "torch==2.0.1", *common, *torch_index],

@@ -46,8 +46,8 @@ def test_fill_downloads_each_layer_for_the_images_python_with_the_dockerfiles_ar
                 "--python-version", "3.10"]
     assert torch[:9] == [*download, "torch==2.0.1"]
     assert "https://download.pytorch.org/whl/cu118" in torch
-    assert rest[:14] == [*download, "torch==2.0.1", "transformers==4.43.4", "pillow", "scipy", "nvidia-ml-py",
-                         "numpy<2"]
+    assert rest[:14] == [*download, "torch==2.0.1", "transformers==4.43.4", "pillow", "scipy",
+                         "nvidia-ml-py==13.615.71", "numpy<2"]
     assert ["--find-links", str(tmp_path / "wheels")] == rest[rest.index("--find-links"):][:2]
 
 

@@ -26,6 +26,8 @@ HOW = {
 }
 NO_DOCKER = "Docker is not available (no Docker daemon answers)"
 NO_VENVS = "venvs were not tried (TRY_VENV=no)"
+NO_DOCKER_GPUS = ("Docker runs, but a container asking for GPUs sees none (no NVIDIA container toolkit; "
+                  "`matrixbench doctor` says how to install it)")
 SKIP_VARIABLE = "MATRIXBENCH_AUTO_SKIP"
 
 
@@ -47,14 +49,17 @@ class Choice:
 Build = Callable[[], None]   # builds every image of the matrix; raises MatrixbenchError saying why not
 
 
-def choose(machine: Machine, build_docker: Build, build_venv: Build, try_venv: bool = True) -> Choice:
-    """The policy: docker, else venv, else local; a GPU host with Docker never falls to local."""
+def choose(machine: Machine, build_docker: Build, build_venv: Build, try_venv: bool = True,
+           docker_gpus: Callable[[], bool] = lambda: True) -> Choice:
+    """The policy: docker, else venv, else local; a GPU host with Docker never falls to local. On a GPU
+    host, Docker that cannot hand the GPUs to a container (``docker_gpus()``, asked after the build:
+    the probe needs a built image) counts as no Docker: venvs time on the GPUs instead of a CPU run."""
     why_not_docker = NO_DOCKER
     if machine.docker:
         failed = _build(build_docker)
-        if failed is None:
+        if failed is None and (not machine.gpu or docker_gpus()):
             return Choice("docker", f"--backend auto ran {HOW['docker']}.", None)
-        why_not_docker = f"Docker runs, but the image build failed ({failed})"
+        why_not_docker = (f"Docker runs, but the image build failed ({failed})" if failed else NO_DOCKER_GPUS)
     why_not_venv = NO_VENVS
     if try_venv:
         failed = _build(build_venv)
@@ -111,4 +116,10 @@ def resolve(matrix: Any, build_options: Any, emit: Callable[[str, str], None],
             venvs.build_venvs(matrix, list(matrix.images), on_progress=emit,
                               **{key: value for key, value in options.items() if key != "base_image"})
 
-        return choose(this_machine(skip), build_docker, build_venv, try_venv="venv" not in skip)
+        def docker_gpus() -> bool:
+            from matrixbench.environments.docker import DockerBackend
+
+            return bool(DockerBackend().gpus_available())
+
+        return choose(this_machine(skip), build_docker, build_venv, try_venv="venv" not in skip,
+                      docker_gpus=docker_gpus)

@@ -39,6 +39,12 @@ class RunRequest:
     gpu_ids: Tuple[str, ...] = ()         # the GPUs to use (indices or UUIDs); () = all
     schedule: Tuple[Tuple[int, int], ...] = ()   # (cell index, repeat index) in run order; () = each cell once
     order_seed: Optional[int] = None      # the seed the order was shuffled with (recorded)
+    build_of: Optional[str] = None        # an A/A twin's original (matrixbench.aa): its build runs this one
+
+    @property
+    def built_as(self) -> str:
+        """The image name the build (Docker tag, venv) goes by: the twin's original, else its own."""
+        return self.build_of or self.image_name
 
     def repeats(self) -> List[Repeat]:
         """The processes to run, in order."""

@@ -73,7 +73,7 @@ class DockerBackend(Backend):
         cells_file = write_cells_file(request, image.id, path=request.work_dir() / CELLS_FILENAME)
         slot = request.slot
         container = client.start_container(
-            image_tag(request.image_name), runner_argv(cells_file.relative_to(request.out_dir)) + request.mode_argv(),
+            image_tag(request.built_as), runner_argv(cells_file.relative_to(request.out_dir)) + request.mode_argv(),
             user=self._user, env=container_env(request), mounts={**mounts(request), **models},
             labels=self._labels(request, image), gpus=request.gpus,
             gpu_ids=(slot.gpu_uuid,) if slot is not None and slot.gpu_uuid else request.gpu_ids,
@@ -104,7 +104,7 @@ class DockerBackend(Backend):
         return self._client
 
     def _image(self, client, request):
-        tag = image_tag(request.image_name)
+        tag = image_tag(request.built_as)
         image = client.inspect_image(tag)
         if image is None:
             raise RunError(

@@ -42,7 +42,7 @@ class VenvBackend(Backend):
             self._venvs[image.name] = ensure_venv(plan, emit=emit or print_progress, finder=self._finder)
 
     def run(self, request):
-        venv = self._venvs.get(request.image_name)
+        venv = self._venvs.get(request.built_as)
         if venv is None:
             raise RunError(f"image {request.image_name!r}: no venv prepared for it (VenvBackend.prepare)")
         if request.torch and not torch_matches(request.torch, venv.torch):

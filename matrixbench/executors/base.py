@@ -35,6 +35,7 @@ class ImageResult:
 class RunSummary:
     run_dir: Path
     images: List[ImageResult]
+    repeats: Optional[Any] = None   # adaptive.Outcome: what repeats auto / --budget left in doubt
 
     @property
     def missing(self) -> List[Tuple[str, str]]:
@@ -65,6 +66,8 @@ class RunSummary:
             if image.missing:
                 lines.append(f"    {len(image.missing)} cell(s) without a record "
                              f"(runner exit code {image.exit_code}); see {image.out_dir}")
+        if self.repeats is not None and self.repeats.describe():
+            lines.append(self.repeats.describe())
         if self.failures():
             lines.append(f"{self.failures()} of {self.cells()} cells failed (their records say why); "
                          "--retry-failed reruns them")
@@ -120,6 +123,7 @@ class Run:
             env={**image.env, **runtime_secrets(self.environ)},
             torch=image.torch,
             image_hash=image.content_hash(),
+            build_of=image.build_of,
             gpu_ids=gpu_choice(options.gpu, self.environ) if self.gpus else (),
         )
 

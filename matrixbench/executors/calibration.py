@@ -25,6 +25,7 @@ from matrixbench.executors.threads import run_threads
 from matrixbench.launch import Outcome, launch
 from matrixbench.layout import CALIBRATION_DIRNAME, CALIBRATION_RUN_DEPTH, calibration_dir, slot_dir
 from matrixbench.matrix import Model, make_cell
+from matrixbench.pending import first_repeats
 from runner.core import Cell, Mode
 from runner.registry import SEED_MODELS
 from runner.schema import needs_run, record_path
@@ -85,8 +86,8 @@ def run_calibration(matrix, base, slots: Sequence, backend, note: Callable[[str]
         note("--calibrate: one slot, nothing runs beside it, nothing to calibrate (use --slots N, N >= 2)")
         return {"rounds": [], "missing": []}
     cells = calibration_cells(matrix)
-    rounds = pending_rounds(base.out_dir, cells, slots, matrix.repeats, force)
-    note(f"calibration: {len(rounds)} of {matrix.repeats} round(s) to run in {base.image_name}: "
+    rounds = pending_rounds(base.out_dir, cells, slots, first_repeats(matrix), force)
+    note(f"calibration: {len(rounds)} of {first_repeats(matrix)} round(s) to run in {base.image_name}: "
          f"{', '.join(f'{c.model} {c.mode}' for c in cells)}, on each of {len(slots)} slots alone, then on all at once")
     missing: List[str] = []
     for index in rounds:
@@ -94,7 +95,7 @@ def run_calibration(matrix, base, slots: Sequence, backend, note: Callable[[str]
             missing += _run_phase(backend, [phase_request(base, cells, index, "alone", slot, len(slots))])
         missing += _run_phase(backend, [phase_request(base, cells, index, "loaded", slot, len(slots))
                                         for slot in slots])
-        note(f"calibration: round {index + 1} of {matrix.repeats} done")
+        note(f"calibration: round {index + 1} of {first_repeats(matrix)} done")
     if missing:
         note(f"calibration: {len(missing)} record(s) missing (see the runner.log beside them): {', '.join(missing)}")
     return {"rounds": rounds, "missing": missing}

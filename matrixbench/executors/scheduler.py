@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from matrixbench.executors.threads import run_threads
+from matrixbench.pending import round_order
 from matrixbench.versions import same_release
 from runner.schema import RecordError, read_record
 
@@ -62,12 +63,30 @@ class Unit:
 
 def rounds(parts: Sequence[Tuple[Any, list]]) -> List[Tuple[Any, list]]:
     """``[(image work, repeats), ...]`` as they run: repeat index by repeat index, each image in turn
-    within one (repeat 0 in every image, then repeat 1 in every image, ...), so a load that drifts
-    during a run falls on every image's repeats alike instead of on one image's. With one repeat per
-    cell this is ``parts`` itself."""
+    within one, counterbalanced (``round_order``: repeat 0 in images A, B, C, repeat 1 in C, B, A,
+    ...), so a load that drifts linearly during a run cancels out of every image pair's difference
+    instead of favouring the image that always went first. With one repeat per cell this is
+    ``parts`` itself."""
     indices = sorted({repeat.index for _, repeats in parts for repeat in repeats})
-    return [(plan, chosen) for index in indices for plan, repeats in parts
+    return [(plan, chosen) for index in indices for plan, repeats in round_order(parts, index)
             if (chosen := [repeat for repeat in repeats if repeat.index == index])]
+
+
+def positions(parts: Sequence[Tuple[Any, list]]) -> Dict[str, Dict[str, int]]:
+    """Where each repeat of ``parts`` (one unit's, or a sequential run's plans) runs, for run.json:
+    ``"<image label>/<record stem>" -> {"round": repeat index, "image": its image's place in that
+    round (0 first), "mode": its place among its model's modes in its runner (0 first)}``."""
+    placed: Dict[str, Dict[str, int]] = {}
+    seen: Dict[int, int] = {}
+    for plan, chosen in rounds(parts):
+        index = chosen[0].index
+        image_position = seen[index] = seen.get(index, -1) + 1
+        groups: Dict[Tuple[Any, ...], int] = {}
+        for repeat in chosen:
+            group = tuple((name, value) for name, value in repeat.cell.to_dict().items() if name != "mode")
+            groups[group] = groups.get(group, -1) + 1
+            placed[f"{plan.label}/{repeat.id}"] = {"round": index, "image": image_position, "mode": groups[group]}
+    return placed
 
 
 def unit_key(repeat) -> UnitKey:

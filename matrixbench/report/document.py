@@ -63,6 +63,9 @@ def legends_for(margin_pct=verdicts.MARGIN_PCT):
             f"{verdicts.STAR} faster (or slower) than eager, {verdicts.NO_CHANGE_MARK} no change within "
             f"±{margin_pct:g}%, {verdicts.UNDECIDED_MARK} undecided (see the verdicts legend). "
             f"{tables.ACCURACY_MARK} accuracy check failed (compiled output off from eager, or NaN). "
+            f"{tables.PER_CALL_MARK} per-call latency: the model makes the host wait for the GPU inside a call "
+            "(timing.host_syncs_per_call above 0), so its GPU mean is one call's latency; unmarked GPU cells are "
+            "pipelined throughput (calls queued back to back, one sync after the loop), CPU cells per-call latency. "
             f"{tables.EAGER_FAILED_MARK} no speed-up: this row's eager cell did not run (its status is in the eager "
             f"column). {tables.NO_DATA} no record for this cell. {_FAILED}"),
         "image_pairs": (

@@ -15,6 +15,7 @@ import pandas as pd
 from matrixbench.errors import ManifestError, ReportError
 from matrixbench.layout import CALIBRATION_RUN_DEPTH, CELLS_FILENAME, MANIFEST_FILENAME
 from matrixbench.manifest import read_manifest
+from matrixbench.report.overlap import flag_compile_overlaps
 from matrixbench.report.published import match_gpu
 from runner.schema import RECORD_SCHEMA, RecordError, read_record
 
@@ -194,7 +195,7 @@ def load_results(results_dirs, unreadable=None):
             unreadable.append(str(exc))
     if not rows:
         raise ReportError("no readable records:\n" + "\n".join(unreadable or []))
-    return merge(rows)
+    return merge(flag_compile_overlaps(rows))
 
 
 def read_manifests(results_dirs):

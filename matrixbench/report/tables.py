@@ -13,7 +13,7 @@ from matrixbench.placement import format_cpulist
 from matrixbench.report import arithmetic, stats, verdicts
 from matrixbench.report.cells import STATUS_TEXT, CellIndex, is_ok, row_label
 from matrixbench.report.published import GPUS, TABLE_TITLES, PublishedReference, source_title
-from runner.core import STATUSES
+from runner.core import PER_CALL, STATUSES
 
 NOISY_MARK = "†"
 BETWEEN_NOISY_MARK = "¶"
@@ -21,12 +21,18 @@ ACCURACY_MARK = "‡"
 EAGER_FAILED_MARK = "◊"
 PUBLISHED_NOTE_MARK = "§"
 SIGNIFICANT_MARK = verdicts.STAR
+PER_CALL_MARK = "⧖"
 NO_DATA = "—"
 ACCURACY_FAILURES = ("fail", "nan")
 # timing.flags the runner sets (runner.cudagraphs, runner.gpu_state, runner.timing): mark, meaning.
 FLAGS = {
     "no_cudagraphs": ("∅", "measured without CUDA graphs: the timed loop replayed no CUDA graph, so this "
                            "reduce-overhead/max-autotune number is a default-mode number"),
+    "partial_cudagraphs": ("◐", "the timed loop replayed fewer CUDA graphs than graphs x calls: some compiled "
+                                "graphs ran without CUDA graphs (skipped), so this is partly a default-mode number"),
+    "compile_overlap": ("⇄", "the timed loop overlapped another slot's compile on this host, which steals CPU "
+                             "from launch-bound loops: rerun with --exclusive-timing (slots compile together and "
+                             "time one at a time)"),
     "cudagraph_recaptured": ("↻", "a CUDA graph was captured inside the timed loop (re-recording): the "
                                   "latency includes capture work"),
     "throttled": ("▼", "the GPU throttled during the timed loop (power cap, thermal or hardware slowdown): "
@@ -105,12 +111,14 @@ def _flag_note(row):
 
 
 def _evidence(row, flag):
-    if flag in ("no_cudagraphs", "cudagraph_recaptured"):
+    if flag in ("no_cudagraphs", "partial_cudagraphs", "cudagraph_recaptured"):
         counts = [row.get(f"timing.cudagraphs.{phase}_{kind}") for phase in ("warmup", "timed")
                   for kind in ("captures", "replays")]
+        per_call = row.get("timing.cudagraphs.graphs_per_call")
+        expected = f" of {per_call} graph(s) x {row.get('timing.n')} calls" if per_call else ""
         if None not in counts:
             return (f" (CUDA graphs captured/replayed: warm-up {counts[0]}/{counts[1]}, "
-                    f"timed loop {counts[2]}/{counts[3]})")
+                    f"timed loop {counts[2]}/{counts[3]}{expected})")
     if flag == "timer_mismatch" and row.get("timing.wall_mean_ms") is not None:
         return f" (event mean {row['timing.mean_ms']:.3f} ms, wall-clock mean {row['timing.wall_mean_ms']:.3f} ms)"
     if flag == "throttled":
@@ -170,6 +178,8 @@ def marks_of(row):
         found.append((BETWEEN_NOISY_MARK, "noisy between processes"))
     if row["accuracy.status"] in ACCURACY_FAILURES:
         found.append((ACCURACY_MARK, "accuracy check failed"))
+    if row.get("timing.regime") == PER_CALL and row.get("device") == "cuda":
+        found.append((PER_CALL_MARK, "per-call latency"))
     return found + [(flag_mark(flag), flag) for flag in flags_of(row)]
 
 

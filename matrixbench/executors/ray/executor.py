@@ -23,6 +23,7 @@ from matrixbench.errors import BuildError, RunError
 from matrixbench.executors.base import Executor
 from matrixbench.executors.ray import tasks as cluster
 from matrixbench.executors.scheduler import make_units
+from matrixbench.gpu import host_gpus
 from runner.core import Status, repeat_stem
 
 POLL_S = 0.5
@@ -90,7 +91,8 @@ def node_task(task, board):
     node.update(node_gpus=node_gpus, busy=ray.get(board.started.remote(task.name, node)))
     done = ray.get(board.recorded.remote(task.name))
     environ = {**os.environ, **ray.get(board.secrets.remote())}
-    slot = cluster.node_slot(gpu_ids, node_gpus, any(request.gpus for request in task.requests))
+    slot = cluster.node_slot(gpu_ids, node_gpus, any(request.gpus for request in task.requests),
+                             node_uuids=[gpu.uuid for gpu in host_gpus()])
     try:
         result = cluster.run_unit_here(task, node, slot, done,
                                        lambda image, data: board.record.remote(task.name, image, data),

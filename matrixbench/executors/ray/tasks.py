@@ -96,15 +96,19 @@ class NodeRun:
     logs: Dict[str, str] = field(default_factory=dict)
 
 
-def node_slot(gpu_ids: Sequence[str], node_gpus: int, gpus: bool, cores: Optional[Sequence[int]] = None) -> Slot:
+def node_slot(gpu_ids: Sequence[str], node_gpus: int, gpus: bool, cores: Optional[Sequence[int]] = None,
+              node_uuids: Sequence[str] = ()) -> Slot:
     """The task's share of its node: the node's cores split among its GPUs, this GPU's part
-    (all of them where there are fewer cores than GPUs); the GPU index when the cells use GPUs."""
+    (all of them where there are fewer cores than GPUs); the GPU index when the cells use GPUs.
+    Ray may name the GPU by UUID (CUDA_VISIBLE_DEVICES=GPU-...): its index is its place among
+    ``node_uuids`` (the node's nvidia-smi, in index order), so tasks on different GPUs never share cores."""
     cores = sorted(cores if cores is not None else usable_cores()[0])
-    first = gpu_ids[0] if gpu_ids else "0"
-    position = int(first) if str(first).isdigit() else 0
+    first = str(gpu_ids[0]) if gpu_ids else "0"
+    index = int(first) if first.isdigit() else (list(node_uuids).index(first) if first in node_uuids else None)
+    position = index or 0
     count = max(int(node_gpus), 1)
     part = tuple(cores) if count > len(cores) else split_evenly(cores, count)[position % count]
-    return Slot(position, part, gpu_index=position if gpus and str(first).isdigit() else None)
+    return Slot(position, part, gpu_index=index if gpus else None)
 
 
 def on_node(request: RunRequest, repeats: Sequence[Repeat], scratch: Path, node: Dict[str, Any],

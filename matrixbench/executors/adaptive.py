@@ -1,0 +1,370 @@
+"""``repeats: auto`` and ``--budget``: processes go where the doubt is, within a run's wall time.
+
+Every cell starts with ``repeats_min`` processes (``pending.first_repeats``); then, wave by wave, each
+comparison the report makes (a cell against the same cell in the previous image, a compiled cell
+against its image's eager cell and against its default cell) is judged from the process means
+recorded so far (``matrixbench.report.stats.judge``, at ``margin_pct``). A comparison still
+undecided gets one more process on its side with fewer (both when even), up to ``repeats_max``; a
+wave runs like any run (the scheduler's counterbalanced rounds), and the loop ends when every
+comparison is decided, at the maximum, or held back by the budget. With fixed repeats there is
+one wave (the matrix's repeats).
+
+The budget (``--budget MINUTES``, wall time of this invocation) admits processes one at a time in
+run order: one is admitted only while the time spent so far plus the estimate of everything
+admitted (``Estimates`` of each process: this cell's own earlier processes, else earlier runs, else
+the scheduler's model; divided by the slots that run at once) stays within it. What is left
+undecided, and why (at the maximum, or the budget), goes to run.json's ``repeats`` and the run's
+summary. Records are the state: a rerun judges every record there and goes on process by process.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from statistics import mean
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from matrixbench.executors.scheduler import Estimates
+from matrixbench.pending import ImageWork, interleaved
+from matrixbench.progress import format_duration
+from runner.core import Cell, Repeat
+from runner.schema import RecordError, read_record, record_path
+
+AUTO = "auto"
+EAGER, DEFAULT_MODE = "eager", "default"
+
+Side = Tuple[str, Cell]             # (image label, cell)
+Judge = Callable[..., Any]          # stats.judge(baseline_means, candidate_means, *, margin_pct) -> Judgement
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How many processes a cell gets: ``minimum`` first, up to ``maximum`` while in doubt
+    (equal for fixed repeats); ``budget_s``: wall seconds of the run, None for no limit."""
+
+    minimum: int
+    maximum: int
+    margin_pct: float
+    budget_s: Optional[float] = None
+
+    @property
+    def adaptive(self) -> bool:
+        return self.maximum > self.minimum
+
+    def describe(self) -> str:
+        budget = f", budget {self.budget_s / 60:g} min" if self.budget_s is not None else ""
+        if not self.adaptive:
+            return f"repeats {self.minimum}{budget}"
+        return (f"repeats auto: {self.minimum} to {self.maximum} processes per cell, more only where a "
+                f"comparison is undecided at margin {self.margin_pct:g}%{budget}")
+
+
+def policy_of(matrix, budget_minutes: Optional[float] = None) -> Policy:
+    """The matrix's repeats as a Policy (``repeats: auto`` -> repeats_min .. repeats_max)."""
+    budget_s = None if budget_minutes is None else float(budget_minutes) * 60.0
+    if matrix.repeats == AUTO:
+        return Policy(matrix.repeats_min, max(matrix.repeats_min, matrix.repeats_max), matrix.margin_pct, budget_s)
+    return Policy(matrix.repeats, matrix.repeats, matrix.margin_pct, budget_s)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One comparison the report makes, as two sides (image label, cell)."""
+
+    kind: str          # "image_change", "speedup" or "mode_change"
+    baseline: Side
+    candidate: Side
+
+    def describe(self) -> str:
+        (image_a, cell_a), (image_b, cell_b) = self.baseline, self.candidate
+        return f"{image_b}/{cell_b.id} vs {image_a}/{cell_a.id}"
+
+
+def comparisons(plans: Sequence[ImageWork]) -> List[Comparison]:
+    """The comparisons among ``plans``' cells, as the report makes them (report.comparisons):
+    each cell against the same cell in the previous image of its GPU type (matrix order), each
+    compiled cell against its image's eager cell and, for other compiled modes, its default cell."""
+    found: List[Comparison] = []
+    previous: Dict[Optional[str], ImageWork] = {}
+    for plan in plans:
+        before = previous.get(plan.gpu_type)
+        if before is not None:
+            found += [Comparison("image_change", (before.label, cell), (plan.label, cell))
+                      for cell in plan.cells if cell in before.cells]
+        previous[plan.gpu_type] = plan
+        for cell in plan.cells:
+            for kind, mode in (("speedup", EAGER), ("mode_change", DEFAULT_MODE)):
+                sibling = dataclasses.replace(cell, mode=mode)
+                if cell.mode != EAGER and cell.mode != mode and sibling in plan.cells:
+                    found.append(Comparison(kind, (plan.label, sibling), (plan.label, cell)))
+    return found
+
+
+@dataclass
+class Processes:
+    """A side's recorded processes: its ok process means, durations and the repeat indices taken."""
+
+    means: List[float] = field(default_factory=list)
+    durations: List[float] = field(default_factory=list)
+    taken: set = field(default_factory=set)
+
+    def next_index(self) -> int:
+        return min(index for index in range(len(self.taken) + 1) if index not in self.taken)
+
+
+def recorded(plan: ImageWork, cell: Cell, maximum: int, since: Optional[float] = None) -> Processes:
+    """What the records of ``cell`` in ``plan``'s folder say, repeats 0 .. maximum - 1; with ``since``
+    (a time.time()) only those written since (a --force run: older records are to be replaced)."""
+    found = Processes()
+    for index in range(maximum):
+        path = record_path(plan.out_dir, cell, index)
+        if not path.exists() or (since is not None and path.stat().st_mtime < since):
+            continue
+        found.taken.add(index)
+        try:
+            record = read_record(path)
+        except RecordError:
+            continue
+        timing = record.get("timing") or {}
+        if record.get("status") == "ok" and timing.get("mean_ms"):
+            found.means.append(float(timing["mean_ms"]))
+        if record.get("duration_s"):
+            found.durations.append(float(record["duration_s"]))
+    return found
+
+
+@dataclass
+class Doubt:
+    """One comparison left undecided at the end, and why: "maximum", "futile" or "budget"."""
+
+    comparison: Comparison
+    verdict: str
+    processes: Tuple[int, int]
+    why: str
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"comparison": self.comparison.describe(), "kind": self.comparison.kind, "verdict": self.verdict,
+                "processes": list(self.processes), "why": self.why}
+
+
+@dataclass
+class Outcome:
+    """What the waves did: how many, the processes they added, the comparisons left in doubt."""
+
+    policy: Policy
+    waves: int = 0
+    added: int = 0
+    decided: int = 0
+    undecided: List[Doubt] = field(default_factory=list)
+    held_back: int = 0            # processes the budget did not admit
+
+    def to_dict(self) -> Dict[str, Any]:
+        """run.json's ``repeats``."""
+        return {"policy": AUTO if self.policy.adaptive else "fixed", "minimum": self.policy.minimum,
+                "maximum": self.policy.maximum, "margin_pct": self.policy.margin_pct,
+                "budget_min": None if self.policy.budget_s is None else self.policy.budget_s / 60.0,
+                "waves": self.waves, "added_processes": self.added, "held_back_processes": self.held_back,
+                "decided": self.decided, "undecided": [doubt.to_dict() for doubt in self.undecided]}
+
+    def describe(self) -> str:
+        """The summary's line; empty for fixed repeats without a budget."""
+        if not self.policy.adaptive:
+            held = f"the budget held back {self.held_back} process(es)" if self.held_back else ""
+            return f"{self.policy.describe()}: {held}" if held else ""
+        if not self.undecided and not self.held_back:
+            return f"{self.policy.describe()}: {self.decided} comparison(s) decided, {self.added} process(es) added"
+        reasons = ", ".join(f"{sum(d.why == why for d in self.undecided)} at {why}"
+                            for why in ("maximum", "futile", "budget") if any(d.why == why for d in self.undecided))
+        held = f"; the budget held back {self.held_back} process(es)" if self.held_back else ""
+        lines = [f"{self.policy.describe()}: {self.decided} comparison(s) decided, {len(self.undecided)} left "
+                 f"UNDECIDED ({reasons or 'none'}){held}; {self.added} process(es) added"]
+        lines += [f"  undecided: {d.comparison.describe()} ({d.processes[0]} vs {d.processes[1]} processes, {d.why})"
+                  for d in self.undecided]
+        return "\n".join(lines)
+
+
+def bill(policy: Policy, plans: Sequence[ImageWork], parallel: int = 1,
+         estimates: Optional[Estimates] = None) -> str:
+    """The run's estimated wall time before it starts: its pending processes (``Estimates``: earlier
+    records of each cell, else the scheduler's model) over ``parallel`` runners; with repeats auto
+    the minimum (repeats_min a cell) and the maximum (every cell to repeats_max)."""
+    estimate = estimates or Estimates()
+    first = sum(estimate(plan, repeat) for plan in plans for repeat in plan.pending)
+    runners = f"{parallel} runner(s) at once" if parallel > 1 else "one runner at a time"
+    budget = f"; --budget {policy.budget_s / 60:g} min stops admitting processes past it" if policy.budget_s else ""
+    if not policy.adaptive:
+        return (f"estimated duration: {format_duration(first / parallel)} for {sum(len(p.pending) for p in plans)} "
+                f"process(es), {runners} (earlier records, else the scheduler's model){budget}")
+    extra = sum(estimate(plan, Repeat(cell, 0)) * (policy.maximum - policy.minimum)
+                for plan in plans for cell in plan.cells)
+    return (f"estimated duration: {format_duration(first / parallel)} at the minimum ({policy.minimum} processes a "
+            f"cell), up to {format_duration((first + extra) / parallel)} if every comparison stays undecided "
+            f"({policy.maximum} a cell), {runners} (earlier records, else the scheduler's model){budget}")
+
+
+def promising(judgement, policy: Policy, spread: Optional[float]) -> bool:
+    """Whether more processes, up to the maximum a side, could plausibly decide ``judgement``: the
+    interval ``policy.maximum`` processes a side would give (half-width t x sqrt(2 x spread^2 /
+    maximum), ``spread`` the run's pooled standard deviation of log process means, steadier than
+    one comparison's at 2-3 processes) would exclude no change, or fit inside the margin, around
+    the estimate so far. One that could not (a change about the size of the margin, or noise too
+    large for the maximum) is futile: it stays undecided and gets no more processes, which go to
+    comparisons they can decide. Without a spread (nothing has 2 processes yet): promising."""
+    if judgement.low is None or spread is None:
+        return True
+    from scipy.stats import t  # as stats.judge's interval does
+
+    from matrixbench.report.stats import CONFIDENCE
+    estimate = abs(math.log(judgement.ratio))
+    projected = float(t.ppf(0.5 + CONFIDENCE / 2.0, 2 * policy.maximum - 2)) * spread * math.sqrt(2.0 / policy.maximum)
+    return estimate > projected or estimate + projected < math.log(1.0 + policy.margin_pct / 100.0)
+
+
+def pooled_spread(sides) -> Optional[float]:
+    """The pooled standard deviation of log process means over ``sides`` (Processes) with 2 or more."""
+    squares, df = 0.0, 0
+    for side in sides:
+        if len(side.means) >= 2:
+            logs = [math.log(value) for value in side.means]
+            centre = sum(logs) / len(logs)
+            squares += sum((value - centre) ** 2 for value in logs)
+            df += len(logs) - 1
+    return math.sqrt(squares / df) if df else None
+
+
+def default_judge() -> Judge:
+    # the report's statistics (numpy, scipy), imported only when a comparison is judged
+    from matrixbench.report.stats import judge
+    return judge
+
+
+class Budget:
+    """Admits processes while the run's wall time so far plus the estimate of what is admitted,
+    spread over ``parallel`` runners, stays within ``budget_s`` (None: everything is admitted)."""
+
+    def __init__(self, budget_s: Optional[float], parallel: int = 1, clock: Optional[Callable[[], float]] = None):
+        self.budget_s, self.parallel = budget_s, max(1, parallel)
+        self._clock = clock or (lambda: time.monotonic())
+        self.started = self._clock()
+
+    def admit(self, estimates: Sequence[float]) -> int:
+        """How many of ``estimates`` (seconds, in run order) fit: a prefix."""
+        if self.budget_s is None:
+            return len(estimates)
+        spent, queued = self._clock() - self.started, 0.0
+        for count, seconds in enumerate(estimates):
+            queued += seconds
+            if spent + queued / self.parallel > self.budget_s:
+                return count
+        return len(estimates)
+
+
+class Waves:
+    """The run's waves of processes: iterate for each wave's ImageWork list (only plans with
+    pending repeats); ``outcome`` says what was left in doubt once iteration ends."""
+
+    def __init__(self, policy: Policy, plans: Sequence[ImageWork], budget: Budget,
+                 judge: Optional[Judge] = None, estimates: Optional[Callable[[ImageWork, Repeat], float]] = None,
+                 read: Optional[Callable[[ImageWork, Cell, int], Processes]] = None, since: Optional[float] = None):
+        """``judge``: stats.judge unless given; ``estimates``: seconds of a process with no earlier one
+        of its cell in this run (default ``Estimates``); ``read``: a side's processes (default
+        ``recorded``, from its records, those written ``since`` with --force; benchmarks/bench_adaptive_repeats.py
+        simulates them)."""
+        self.policy, self.plans, self.budget = policy, list(plans), budget
+        self._judge = judge
+        self._estimates = estimates or Estimates()
+        self._read = read or (lambda plan, cell, maximum: recorded(plan, cell, maximum, since))
+        self.outcome = Outcome(policy)
+
+    def __iter__(self) -> Iterator[List[ImageWork]]:
+        """The first wave has every plan (those with nothing pending too: the summary counts what
+        they skip); later ones only plans with something to run."""
+        wave = self._admitted([(plan, list(plan.pending)) for plan in self.plans], keep_empty=True)
+        while wave:
+            self.outcome.waves += 1
+            yield wave
+            wave = self._next() if self.policy.adaptive else []
+        if self.policy.adaptive:
+            self._judge_all(final=True)
+
+    def _next(self) -> List[ImageWork]:
+        """One more process for the side of every undecided comparison that has fewer (both when
+        even: a balanced comparison narrows fastest), below the maximum."""
+        wanted: Dict[Side, int] = {}
+        for comparison, _, sides in self._judge_all(final=False):
+            pair = (comparison.baseline, comparison.candidate)
+            fewest = min(len(sides[side].taken) for side in pair)
+            for side in pair:
+                if len(sides[side].taken) == fewest < self.policy.maximum:
+                    wanted[side] = sides[side].next_index()
+        by_label = {plan.label: plan for plan in self.plans}
+        parts = []
+        for plan in self.plans:
+            chosen = {(cell, index) for (label, cell), index in wanted.items() if label == plan.label}
+            if chosen:
+                top = max(index for _, index in chosen) + 1
+                order = [r for r in interleaved(plan.cells, top, plan.order_seed) if (r.cell, r.index) in chosen]
+                parts.append((by_label[plan.label], order))
+        wave = self._admitted(parts)
+        self.outcome.added += sum(len(plan.pending) for plan in wave)
+        return wave
+
+    def _admitted(self, parts: List[Tuple[ImageWork, List[Repeat]]], keep_empty=False) -> List[ImageWork]:
+        """``parts`` narrowed to what the budget admits, repeat index by repeat index (run order)."""
+        queue = sorted(((repeat.index, number, plan, repeat) for number, (plan, repeats) in enumerate(parts)
+                        for repeat in repeats), key=lambda item: (item[0], item[1]))
+        fits = self.budget.admit([self._estimate(plan, repeat) for _, _, plan, repeat in queue]
+                                 if self.budget.budget_s is not None else [0.0] * len(queue))
+        self.outcome.held_back = len(queue) - fits     # the last wave's: what the budget kept from running
+        admitted = {(plan.label, repeat) for _, _, plan, repeat in queue[:fits]}
+        wave = []
+        for plan, repeats in parts:
+            pending = [repeat for repeat in repeats if (plan.label, repeat) in admitted]
+            if pending or keep_empty:
+                known = [repeat for repeat in pending if repeat not in plan.repeats]
+                wave.append(dataclasses.replace(plan, pending=pending, repeats=tuple(plan.repeats) + tuple(known)))
+        return wave
+
+    def _estimate(self, plan: ImageWork, repeat: Repeat) -> float:
+        durations = self._read(plan, repeat.cell, self.policy.maximum).durations
+        return mean(durations) if durations else self._estimates(plan, repeat)
+
+    def _judge_all(self, final: bool):
+        """The undecided comparisons more processes could decide (``promising``), with their sides'
+        processes; with ``final`` the outcome's decided count and every undecided one (``_doubt``)."""
+        judge = self._judge or default_judge()
+        sides: Dict[Side, Processes] = {}
+        doubts, decided = [], 0
+        for comparison in comparisons(self.plans):
+            for side in (comparison.baseline, comparison.candidate):
+                if side not in sides:
+                    plan = next(p for p in self.plans if p.label == side[0])
+                    sides[side] = self._read(plan, side[1], self.policy.maximum)
+            baseline, candidate = sides[comparison.baseline], sides[comparison.candidate]
+            if not baseline.means or not candidate.means:
+                continue      # a side that failed every process: its records say why, more would not help
+            judgement = judge(baseline.means, candidate.means, margin_pct=self.policy.margin_pct)
+            if judgement.decided:
+                decided += 1
+            else:
+                doubts.append((comparison, judgement, sides))
+        spread = pooled_spread(sides.values())
+        if final:
+            self.outcome.decided = decided
+            self.outcome.undecided = [self._doubt(comparison, judgement, sides, spread)
+                                      for comparison, judgement, sides in doubts]
+        return [doubt for doubt in doubts if promising(doubt[1], self.policy, spread)]
+
+    def _doubt(self, comparison: Comparison, judgement: Any, sides: Dict[Side, Processes],
+               spread: Optional[float]) -> Doubt:
+        """Why ``comparison`` stayed undecided: both sides at the maximum, futile (``promising``: the
+        maximum could not decide it), else the budget held its processes back."""
+        counts = (len(sides[comparison.baseline].taken), len(sides[comparison.candidate].taken))
+        if min(counts) >= self.policy.maximum:
+            why = "maximum"
+        elif not promising(judgement, self.policy, spread):
+            why = "futile"
+        else:
+            why = "budget"
+        return Doubt(comparison, judgement.verdict, counts, why)

@@ -1,0 +1,298 @@
+"""repeats: auto and --budget (issue 21): processes go only to cells in undecided comparisons, up to
+the maximum, within the budget; what is left undecided says so; a rerun goes on process by process."""
+import math
+import os
+import random
+from dataclasses import dataclass
+
+import pytest
+
+from host_helpers import RecordingBackend, local_run_options, make_record, use_backend, write_matrix
+from matrixbench.cli import describe_plan
+from matrixbench.executors import adaptive
+from matrixbench.manifest import read_manifest
+from matrixbench.matrix import Overrides, load_matrix
+from matrixbench.pending import pending_work
+from matrixbench.run import run_matrix
+from runner.schema import record_path, write_record
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the waves read of stats.judge's Judgement (no interval: always worth more processes)."""
+
+    verdict: str
+    low: None = None
+
+    @property
+    def decided(self):
+        return self.verdict != "undecided"
+
+
+def _matrix(tmp_path, **overrides):
+    return load_matrix(write_matrix(tmp_path), Overrides(**{"repeats": "auto", "repeats_max": 6,
+                                                            "batch_sizes": [1], **overrides}))
+
+
+def _processes(run_path):
+    """(image, model, mode) -> the repeat indices recorded."""
+    found = {}
+    for path in sorted(run_path.glob("*/*.json")):
+        if path.name in ("cells.json", "run.json"):
+            continue
+        stem = path.name[:-len(".json")]
+        cell_id, _, repeat = stem.partition(".r")
+        model = "vit" if cell_id.startswith("vit") else "detr-resnet-101"
+        mode = "default" if "_default_" in cell_id else "eager"
+        found.setdefault((path.parent.name, model, mode), set()).add(int(repeat or 0))
+    return found
+
+
+class Judge:
+    """A judge double by model: decided once both sides have ``needs[model]`` processes."""
+
+    def __init__(self, needs):
+        self.needs, self.calls = needs, []
+
+    def __call__(self, baseline, candidate, *, margin_pct):
+        self.calls.append((len(baseline), len(candidate), margin_pct))
+        # the means carry no model; the double decides by count, the run tells models apart by mean
+        model = "vit" if baseline[0] == 2.5 else "detr-resnet-101"
+        return Verdict("faster" if min(len(baseline), len(candidate)) >= self.needs[model] else "undecided")
+
+
+class MeanBackend(RecordingBackend):
+    """Records that took ``duration_s``, vit's with mean 2.5 ms, detr's 7.5 ms (the judge double
+    tells them apart by it); ``statuses`` as RecordingBackend's."""
+
+    def __init__(self, duration_s=10.0, clock=None, **kwargs):
+        super().__init__(**kwargs)
+        self.duration_s, self.clock = duration_s, clock
+
+    def run(self, request):
+        self.requests.append(request)
+        for repeat in request.repeats():
+            if self.stop_after is not None and self.ran >= self.stop_after:
+                raise KeyboardInterrupt
+            self.ran += 1
+            cell = repeat.cell
+            record = make_record(cell, self.statuses.get(cell.model, "ok"), mean_ms=2.5 if cell.model == "vit" else 7.5)
+            record.repeat, record.duration_s = repeat.index, self.duration_s
+            write_record(request.out_dir, record)
+            if self.clock is not None:
+                self.clock[0] += self.duration_s
+        return 0
+
+
+def _use_judge(monkeypatch, judge):
+    monkeypatch.setattr(adaptive, "default_judge", lambda: judge)
+    return judge
+
+
+def test_auto_adds_processes_only_where_comparisons_are_undecided(tmp_path, monkeypatch):
+    use_backend(monkeypatch, MeanBackend())
+    judge = _use_judge(monkeypatch, Judge({"vit": 5, "detr-resnet-101": 2}))
+    summary = run_matrix(_matrix(tmp_path), local_run_options(tmp_path, order_seed=1))
+    run_path = tmp_path / "results" / "r1"
+    processes = _processes(run_path)
+    assert {key: len(indices) for key, indices in processes.items() if key[1] == "vit"} == {
+        (image, "vit", mode): 5 for image in ("stable", "latest") for mode in ("eager", "default")}
+    assert {key: len(indices) for key, indices in processes.items() if key[1] != "vit"} == {
+        (image, "detr-resnet-101", mode): 3 for image in ("stable", "latest") for mode in ("eager", "default")}
+    assert all(margin == 3.0 for _, _, margin in judge.calls)
+    repeats = read_manifest(run_path)["repeats"]
+    assert repeats["policy"] == "auto" and repeats["minimum"] == 3 and repeats["maximum"] == 6
+    assert repeats["added_processes"] == 8 and repeats["undecided"] == [] and repeats["waves"] == 3
+    assert "repeats auto" in summary.describe() and "8 process(es) added" in summary.describe()
+
+
+def test_what_stays_undecided_at_the_maximum_says_so(tmp_path, monkeypatch):
+    use_backend(monkeypatch, MeanBackend())
+    _use_judge(monkeypatch, Judge({"vit": 99, "detr-resnet-101": 2}))
+    summary = run_matrix(_matrix(tmp_path, repeats_max=4), local_run_options(tmp_path, order_seed=1))
+    run_path = tmp_path / "results" / "r1"
+    assert {len(indices) for key, indices in _processes(run_path).items() if key[1] == "vit"} == {4}
+    undecided = read_manifest(run_path)["repeats"]["undecided"]
+    # vit: stable->latest for both modes, default vs eager in both images
+    assert len(undecided) == 4 and {doubt["why"] for doubt in undecided} == {"maximum"}
+    assert {doubt["kind"] for doubt in undecided} == {"image_change", "speedup"}
+    assert all(doubt["processes"] == [4, 4] for doubt in undecided)
+    assert "4 left UNDECIDED (4 at maximum)" in summary.describe()
+
+
+def test_the_budget_admits_no_process_that_would_end_past_it(tmp_path, monkeypatch):
+    """Each process takes 60 s (the backend moves the clock, its records say so); the first wave's
+    24 fit 30 minutes by the scheduler's model and end at minute 24; of the 8 more vit wants, 6 fit."""
+    clock = [0.0]
+    use_backend(monkeypatch, MeanBackend(duration_s=60.0, clock=clock))
+    _use_judge(monkeypatch, Judge({"vit": 5, "detr-resnet-101": 2}))
+    monkeypatch.setattr(adaptive.time, "monotonic", lambda: clock[0])
+    summary = run_matrix(_matrix(tmp_path), local_run_options(tmp_path, order_seed=1, budget_min=30))
+    run_path = tmp_path / "results" / "r1"
+    repeats = read_manifest(run_path)["repeats"]
+    assert clock[0] == 30 * 60.0
+    assert repeats["budget_min"] == 30 and repeats["added_processes"] == 6 and repeats["held_back_processes"] == 2
+    # stable vit got its 5th processes, latest not: both image changes and latest's speed-up stay undecided
+    assert {doubt["why"] for doubt in repeats["undecided"]} == {"budget"} and len(repeats["undecided"]) == 3
+    assert sum(len(indices) for indices in _processes(run_path).values()) == 8 * 3 + 6
+    assert "the budget held back 2 process(es)" in summary.describe()
+
+
+def test_budget_admits_a_prefix_of_the_run_order_over_its_parallel_runners():
+    times = iter([0.0, 30.0])
+    budget = adaptive.Budget(100.0, parallel=2, clock=lambda: next(times))
+    assert budget.admit([40.0, 40.0, 40.0, 40.0, 40.0]) == 3         # 30 + 120 / 2 = 90 <= 100; +40/2 > 100
+    assert adaptive.Budget(None).admit([1e9] * 3) == 3
+
+
+def test_a_rerun_of_an_interrupted_auto_run_goes_on_process_by_process(tmp_path, monkeypatch):
+    _use_judge(monkeypatch, Judge({"vit": 5, "detr-resnet-101": 2}))
+    use_backend(monkeypatch, MeanBackend(stop_after=8 * 3 + 3))     # stopped within the second wave
+    with pytest.raises(KeyboardInterrupt):
+        run_matrix(_matrix(tmp_path), local_run_options(tmp_path, order_seed=1))
+    run_path = tmp_path / "results" / "r1"
+    assert sum(len(indices) for indices in _processes(run_path).values()) == 8 * 3 + 3
+    backend = use_backend(monkeypatch, MeanBackend())
+    run_matrix(_matrix(tmp_path), local_run_options(tmp_path, order_seed=1))
+    processes = _processes(run_path)
+    assert {len(indices) for key, indices in processes.items() if key[1] == "vit"} == {5}
+    assert {len(indices) for key, indices in processes.items() if key[1] != "vit"} == {3}
+    assert sum(len(request.repeats()) for request in backend.requests) == 8 - 3   # only what was missing
+    assert read_manifest(run_path)["repeats"]["undecided"] == []
+
+
+def test_a_failed_side_gets_no_more_processes(tmp_path, monkeypatch):
+    use_backend(monkeypatch, MeanBackend(statuses={"vit": "error"}))
+    _use_judge(monkeypatch, Judge({"vit": 5, "detr-resnet-101": 99}))
+    run_matrix(_matrix(tmp_path, models=["vit", "detr-resnet-101"]), local_run_options(tmp_path, order_seed=1))
+    processes = _processes(tmp_path / "results" / "r1")
+    assert {len(indices) for key, indices in processes.items() if key[1] == "vit"} == {3}
+    assert {len(indices) for key, indices in processes.items() if key[1] != "vit"} == {6}
+
+
+def test_fixed_repeats_run_one_wave_and_judge_nothing(tmp_path, monkeypatch):
+    use_backend(monkeypatch, MeanBackend())
+    _use_judge(monkeypatch, None)       # calling it would fail
+    summary = run_matrix(_matrix(tmp_path, repeats=2), local_run_options(tmp_path, order_seed=1))
+    assert {len(indices) for indices in _processes(tmp_path / "results" / "r1").values()} == {2}
+    assert read_manifest(tmp_path / "results" / "r1")["repeats"]["policy"] == "fixed"
+    assert "repeats auto" not in summary.describe()
+
+
+def test_comparisons_are_the_reports_image_changes_speedups_and_mode_changes(tmp_path):
+    matrix = load_matrix(write_matrix(tmp_path), Overrides(models=["vit"], batch_sizes=[1],
+                                                           modes=["eager", "default", "max-autotune"]))
+    kinds = sorted((c.kind, c.baseline[0], c.baseline[1].mode, c.candidate[0], c.candidate[1].mode)
+                   for c in adaptive.comparisons(pending_work(matrix, tmp_path / "r")))
+    assert kinds == [("image_change", "stable", mode, "latest", mode) for mode in ("default", "eager", "max-autotune")
+                     ] + [("mode_change", image, "default", image, "max-autotune") for image in ("latest", "stable")
+                          ] + [("speedup", image, "eager", image, mode) for image in ("latest", "stable")
+                               for mode in ("default", "max-autotune")]
+
+
+def test_the_bill_gives_the_minimum_and_maximum_from_earlier_records(tmp_path):
+    matrix = _matrix(tmp_path, models=["vit"])
+    run_path = tmp_path / "results" / "r1"
+    text = describe_plan(matrix, run_path, False, False, budget_min=30)
+    # 4 cells x 3 processes: 2 eager at 10 s, 2 default at 60 s by the scheduler's model
+    assert "estimated duration: 7m00s at the minimum (3 processes a cell)" in text
+    assert "up to 14m00s if every comparison stays undecided (6 a cell)" in text and "--budget 30 min" in text
+    earlier = tmp_path / "results" / "r0" / "stable"
+    for plan in pending_work(matrix, run_path)[:1]:
+        for cell in plan.cells:
+            record = make_record(cell)
+            record.duration_s = 1.0
+            earlier.mkdir(parents=True, exist_ok=True)
+            write_record(earlier, record)
+    assert record_path(earlier, plan.cells[0]).exists()
+    text = describe_plan(matrix, run_path, False, False)
+    # stable's 6 processes now take 1 s each
+    assert "estimated duration: 3m36s at the minimum" in text and "up to 7m12s" in text
+
+
+class NoisyBackend(RecordingBackend):
+    """Process means with planted truth: latest runs vit 20% faster than stable, detr alike in both;
+    compiled (default) takes half of eager; each process off by a seeded normal draw of ``cv``."""
+
+    def __init__(self, cv):
+        super().__init__()
+        self.cv, self.rng = cv, random.Random(7)
+
+    def run(self, request):
+        for repeat in request.repeats():
+            cell = repeat.cell
+            truth = (0.8 if cell.model == "vit" and request.image_name == "latest" else 1.0) * (
+                5.0 if cell.mode == "default" else 10.0)
+            record = make_record(cell, mean_ms=truth * (1 + self.rng.gauss(0, self.cv)))
+            record.repeat = repeat.index
+            write_record(request.out_dir, record)
+        return 0
+
+
+def test_with_the_real_judge_a_clear_change_stops_at_the_minimum_and_a_close_call_gets_more(tmp_path, monkeypatch):
+    use_backend(monkeypatch, NoisyBackend(cv=0.015))
+    run_matrix(_matrix(tmp_path, margin_pct=3.0, repeats_max=10), local_run_options(tmp_path, order_seed=1))
+    processes = _processes(tmp_path / "results" / "r1")
+    assert {len(indices) for key, indices in processes.items() if key[1] == "vit"} == {3}
+    assert sum(len(indices) for key, indices in processes.items() if key[1] != "vit") > 4 * 3
+
+
+def test_a_comparison_that_the_maximum_could_not_decide_gets_no_more_processes(tmp_path, monkeypatch):
+    """No change with 8% noise between processes: at 10 processes a side the interval would still
+    be about +-7.5%, wider than the 3% margin and than the change: futile, it stays near the
+    minimum (a noisy estimate may look like a change for a wave) instead of going to 10."""
+    use_backend(monkeypatch, NoisyBackend(cv=0.08))
+    run_matrix(_matrix(tmp_path, margin_pct=3.0, repeats_max=10, models=["detr-resnet-101"]),
+               local_run_options(tmp_path, order_seed=1))
+    assert max(len(indices) for indices in _processes(tmp_path / "results" / "r1").values()) <= 4
+    undecided = read_manifest(tmp_path / "results" / "r1")["repeats"]["undecided"]
+    assert {doubt["kind"] for doubt in undecided} == {"image_change"}
+    assert {doubt["why"] for doubt in undecided} == {"futile"}
+
+
+def test_promising_projects_the_pooled_spread_to_the_maximum():
+    policy = adaptive.Policy(3, 10, 3.0)
+
+    @dataclass
+    class Interval:
+        ratio: float
+        low: float = 0.5
+
+    spread = 0.02          # at 10 a side: t(18) x 0.02 x sqrt(0.2) = 1.9% half-width
+    assert adaptive.promising(Interval(1.05), policy, spread)        # a 5% change would be starred
+    assert adaptive.promising(Interval(1.005), policy, spread)       # 0.5% + 1.9% fits the 3% margin
+    assert not adaptive.promising(Interval(1.015), policy, spread)   # neither
+    assert adaptive.promising(Interval(1.015), policy, None)         # nothing to judge the spread by yet
+    assert adaptive.pooled_spread([adaptive.Processes([1.0, math.e ** 0.1]), adaptive.Processes([5.0])]) == \
+        pytest.approx(math.sqrt(0.1 ** 2 / 2))
+
+
+def test_run_prints_the_bill_before_any_process_starts(tmp_path, monkeypatch):
+    from host_helpers import Notes
+
+    class Watching(MeanBackend):
+        def run(self, request):
+            self.notes_then = list(notes.notes)
+            return super().run(request)
+
+    backend = use_backend(monkeypatch, Watching())
+    _use_judge(monkeypatch, Judge({"vit": 2, "detr-resnet-101": 2}))
+    notes = Notes()
+    run_matrix(_matrix(tmp_path, models=["vit"]), local_run_options(tmp_path, order_seed=1, budget_min=60), notes)
+    bill = [note for note in backend.notes_then if note.startswith("estimated duration")]
+    assert bill == ["estimated duration: 7m00s at the minimum (3 processes a cell), up to 14m00s if every comparison "
+                    "stays undecided (6 a cell), one runner at a time (earlier records, else the scheduler's model); "
+                    "--budget 60 min stops admitting processes past it"]
+
+
+def test_a_forced_auto_run_judges_only_what_it_measured_itself(tmp_path, monkeypatch):
+    """A first run took vit to 5 processes a cell; --force reruns the minimum, and the extra
+    processes are run again too instead of being judged from the older records."""
+    _use_judge(monkeypatch, Judge({"vit": 5, "detr-resnet-101": 2}))
+    use_backend(monkeypatch, MeanBackend())
+    run_matrix(_matrix(tmp_path, models=["vit"]), local_run_options(tmp_path, order_seed=1))
+    backend = use_backend(monkeypatch, MeanBackend())
+    for path in (tmp_path / "results" / "r1").glob("*/*.json"):
+        os.utime(path, (1.0, 1.0))            # written long before the forced run
+    run_matrix(_matrix(tmp_path, models=["vit"]), local_run_options(tmp_path, order_seed=1, force=True))
+    assert sum(len(request.repeats()) for request in backend.requests) == 4 * 5

@@ -1,0 +1,67 @@
+"""benchmarks/gpu_acceptance.sh in its dry mode, on fake nvidia-smi outputs (tests/gpu_fakes.py): the
+GPU check, the matrix it writes, and every command it would run. No GPU was available to run it for
+real (docs/gpu.md says how to)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpu_fakes import GPUS
+from matrixbench.matrix import load_matrix
+from runner.models import SEED_MODELS
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "gpu_acceptance.sh"
+
+
+def dry_run(tmp_path, names):
+    """The script with an nvidia-smi listing ``names`` (None: no nvidia-smi at all)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    if names is not None:
+        smi = bin_dir / "nvidia-smi"
+        smi.write_text("#!/bin/sh\n" + "".join(f"echo '{name}'\n" for name in names))
+        smi.chmod(0o755)
+    path = os.pathsep.join([str(bin_dir), "/usr/bin", "/bin"])
+    env = dict(os.environ, PATH=path, PYTHON=sys.executable, OUT=str(tmp_path / "out"))
+    return subprocess.run(["sh", str(SCRIPT), "--dry-run"], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_one_gpu_gets_selftest_the_seed_models_and_the_harness_benchmark(tmp_path):
+    done = dry_run(tmp_path, [GPUS["H100"].name])
+    assert done.returncode == 0, done.stderr
+    commands = [line for line in done.stdout.splitlines() if line.startswith("+ ")]
+    assert "--system-site-packages" in commands[0] and "--no-index --find-links .whl" in commands[1]
+    assert "matrixbench.cli selftest" in commands[2] and "--device cuda" in commands[2]
+    assert "matrixbench.cli run" in commands[3] and "--backend local --device cuda" in commands[3]
+    assert "matrixbench.cli report" in commands[4]
+    assert "bench_harness_vs_plain.py --device cuda" in commands[5]
+    matrix = load_matrix(tmp_path / "out" / "acceptance.yaml")
+    assert set(matrix.models) == set(load_matrix(ROOT / "matrix.yaml").models) <= set(SEED_MODELS)
+    assert matrix.size == "full"
+    assert matrix.batch_sizes == (1,) and matrix.modes == ("eager", "default", "reduce-overhead")
+    assert matrix.repeats == 3 and list(matrix.images) == ["latest"]
+    import torch
+
+    assert matrix.images["latest"].torch_version == torch.__version__.split("+")[0]   # what --backend local runs
+
+
+@pytest.mark.parametrize("names", [None, [], [GPUS["A100"].name] * 2])
+def test_anything_but_one_gpu_is_refused(tmp_path, names):
+    done = dry_run(tmp_path, names)
+    assert done.returncode == 2 and "needs exactly one NVIDIA GPU" in done.stderr
+
+
+def test_the_harness_benchmark_takes_the_gpu_on_both_sides(monkeypatch):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_harness_vs_plain as harness
+
+    args = harness.parse(["--device", "cuda"])
+    assert args.device == "cuda" and harness.parse([]).device == "cpu"
+    seen = []
+    monkeypatch.setattr(harness.subprocess, "run", lambda argv, **kw: seen.append(argv) or
+                        type("Done", (), {"stdout": '{"mean_ms": 1.0}\n'})())
+    harness.run_plain("resnet", "eager", args, {})
+    assert seen[0][seen[0].index("--device") + 1] == "cuda"
