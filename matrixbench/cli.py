@@ -313,7 +313,7 @@ RUN_GROUPS = {
 }
 RUN_RARE = ("weights", "size", "attention", "warmup", "timeout_s", "calibration_models", "exclusive_timing",
             "gpu_types", "repeats_min", "repeats_max", "margin_pct", "allow_busy_gpus", "cache_root", "hf_cache_dir",
-            "registry", "ca_bundle", "index_url", "extra_index_urls", "base_image")
+            "registry", "ca_bundle", "index_url", "extra_index_urls", "base_image", "attribution")
 
 
 class GroupedCommand(click.Command):
