@@ -290,15 +290,18 @@ def _legend_entries(axes_list):
 
 
 def _place_labels(axes, labels):
-    """Failure labels inside the plot area, at the left edge of the bars' axis, on the missing bar."""
+    """Failure labels inside the plot area, beside the bars' zero on the missing bar: to its right,
+    or to its left where the bars are mostly negative (a change chart: faster)."""
     if not labels:
         return
     low, high = axes.get_xlim()
     low, high = min(low, 0.0), max(high, 0.0)
     span = (high - low) or 1.0
-    axes.set_xlim(low, high + 0.25 * span)     # room for the text when every bar is short
+    side = -1 if -low > high else 1
+    # room for the text when every bar is short
+    axes.set_xlim(*((low - 0.25 * span, high + 0.02 * span) if side < 0 else (low, high + 0.25 * span)))
     for position, text in labels:
-        axes.text(0.0 + 0.01 * span, position, text, **FAILURE_STYLE)
+        axes.text(side * 0.01 * span, position, text, **{**FAILURE_STYLE, "ha": "right" if side < 0 else "left"})
 
 
 # ---- measured against published -----------------------------------------------------------
