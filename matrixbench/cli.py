@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from matrixbench import matrix_yaml
+from matrixbench import attribution, matrix_yaml
 from matrixbench.aa import aa_matrix
 from matrixbench.aa import default_run_name as aa_run_name
 from matrixbench.cuda_builds import refuse_on_this_host
@@ -24,7 +24,7 @@ from matrixbench.executors.adaptive import bill, policy_of
 from matrixbench.images import BuildOptions
 from matrixbench.layout import run_dir
 from matrixbench.manifest import unfinished_runs
-from matrixbench.matrix import Overrides, load_matrix
+from matrixbench.matrix import Overrides, expand_cells, load_matrix
 from matrixbench.pending import first_repeats, pending_work, recorded_failures_line, unreadable_lines
 from matrixbench.prices import parse_price_option
 from matrixbench.progress import make_progress
@@ -439,7 +439,7 @@ def _refuse_conflicts(given):
 
 
 def describe_plan(matrix, run_path, force, retry_failed, budget_min=None):
-    lines = []
+    lines = attribution.describe(matrix, len(expand_cells(matrix)))
     plans = pending_work(matrix, run_path, force=force, retry_failed=retry_failed)
     for plan in plans:
         failed = f" ({recorded_failures_line(plan.recorded_failures)})" if plan.recorded_failures else ""

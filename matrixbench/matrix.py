@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from matrixbench import matrix_errors, matrix_yaml
+from matrixbench import attribution, matrix_errors, matrix_yaml
 from matrixbench.errors import MatrixError
 from matrixbench.matrix_schema import DEFAULTS, MATRIX_SCHEMA
 from matrixbench.settings import BY_NAME, OVERRIDES, RUNNER_SETTINGS
@@ -103,6 +103,9 @@ class Matrix:
     gpu_types: Tuple[str, ...] = _default("gpu_types")   # () = no GPU-type axis (matrixbench.pending)
     # matrix.yaml's ``prices:`` as written (matrixbench.prices): the report's, not the run's
     prices: Dict[str, JSON] = field(default_factory=dict)
+    attribution: bool = _default("attribution")   # bridge images derived (matrixbench.attribution)
+    bridges: Tuple[Any, ...] = ()    # attribution.Bridge: the derived images, in ``images`` too
+    refused: Tuple[Any, ...] = ()    # attribution.Refused: corners that cannot exist, with the reason
     path: Optional[Path] = None
 
     def to_dict(self) -> JSON:
@@ -113,6 +116,8 @@ class Matrix:
             del data["gpu_types"]   # without the axis, a matrix is (and hashes) as before it existed
         if not data["prices"]:
             del data["prices"]
+        if not data["attribution"]:
+            del data["attribution"], data["bridges"], data["refused"]   # likewise without attribution
         return data
 
     def content_hash(self) -> str:
@@ -148,6 +153,7 @@ class Overrides:
     exclusive_timing: Optional[bool] = None
     gpu_types: Optional[Sequence[str]] = None
     sets: Mapping[str, Any] = field(default_factory=dict)   # --set KEY=VALUE: any matrix setting
+    attribution: Optional[bool] = None
 
     def settings(self) -> JSON:
         """The settings given, by matrix key (lists without repeats); a flag wins over --set."""
@@ -164,8 +170,11 @@ def _short_hash(data: Any) -> str:
 
 # --- loading -------------------------------------------------------------------------------
 
-def load_matrix(path: Path | str, overrides: Optional[Overrides] = None) -> Matrix:
-    """Read a matrix file, apply ``overrides``, validate the result once, resolve it.
+def load_matrix(path: Path | str, overrides: Optional[Overrides] = None,
+                metadata: Optional[attribution.MetadataSource] = None) -> Matrix:
+    """Read a matrix file, apply ``overrides``, validate the result once, resolve it; with
+    ``attribution``, add the bridge images (``metadata``: transformers' wheel metadata, by default
+    from the wheelhouse).
 
     Raises MatrixError naming what is wrong: ``file:line:col`` for the file, the flag for an
     override.
@@ -182,7 +191,10 @@ def load_matrix(path: Path | str, overrides: Optional[Overrides] = None) -> Matr
     matrix_errors.validate(data, MATRIX_SCHEMA, text, path, flags=flags)
     matrix = _build(data, path, weights=overrides.weights)
     _check_tiny(matrix, overrides)
-    return check_size(_select_entries(matrix, overrides))
+    matrix = _select_entries(matrix, overrides)
+    if matrix.attribution:
+        matrix = attribution.derive(matrix, metadata or attribution.wheel_metadata)
+    return check_size(matrix)
 
 
 # Planning is linear (benchmarks/bench_plan_scale.py: ~123k processes in seconds); a matrix larger

@@ -35,6 +35,10 @@ HOST_SETTINGS: Tuple[Setting, ...] = (
             "timing board, runner.timing_board), for zero interference between slots at some wall time; "
             "the wait counts against timeout_s. Records say which mode they ran under.",
             "boolean", default=False, flag="--exclusive-timing"),
+    Setting("attribution", "Split each change between two images that differ in torch and in transformers into "
+            "torch's share and transformers' share: derives and runs bridge images (the torch of one side with "
+            "the transformers of the other; matrixbench.attribution). `run --dry-run` prints what it costs.",
+            "boolean", default=False, flag="--attribution"),
     Setting("gpu_types", "GPU types to run every cell on, comma-separated, as Ray names them (A100, V100, "
             "T4, H100, ...): a matrix axis, only with --executor ray; records land in "
             "results/<run>/<gpu_type>/<image>/.",

@@ -263,7 +263,7 @@ def test_dry_run_of_the_repository_matrix_yaml():
     lines = []
     tags = images.build_images(load_matrix(REPO / "matrix.yaml"), None, dry_run=True,
                                on_progress=lambda name, line: lines.append(line))
-    assert tags == ["matrixbench:stable", "matrixbench:nightly", "matrixbench:latest"]
+    assert tags == ["matrixbench:seed", "matrixbench:stable", "matrixbench:nightly", "matrixbench:latest"]
     text = "\n".join(lines)
     assert "--build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu118" in text
     assert "--build-arg TRANSFORMERS_SPEC=transformers==4.43.4" in text

@@ -38,11 +38,13 @@ def test_default_matrix_has_the_seed_models_and_settings():
 
 def test_default_images_pin_the_seed_torch_versions():
     images = load_matrix(ROOT / "matrix.yaml").images
-    assert list(images) == ["stable", "nightly", "latest"]
+    assert list(images) == ["seed", "stable", "nightly", "latest"]
+    assert (images["seed"].torch_version, images["seed"].transformers) == ("2.0.1", "transformers==4.31.0")
+    assert images["seed"].published == "main"
     assert (images["stable"].torch_version, images["stable"].python) == ("2.0.1", "3.10")
     assert images["stable"].transformers.startswith("transformers==4.43.")
     assert images["nightly"].torch_version.startswith("2.1.")
-    for name in ("stable", "nightly"):
+    for name in ("seed", "stable", "nightly"):
         assert "numpy<2" in images[name].extra_pins
         assert images[name].base_image == f"python:{images[name].python}-slim-bookworm"
 

@@ -10,17 +10,14 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import jsonschema
 import pytest
 
-from matrixbench.errors import InterpreterNotFoundError
-from matrixbench.interpreters import find_interpreter
-from matrixbench.matrix import load_matrix
 from matrixbench.venvs import build_venvs, plan_venv, read_marker
 from runner.schema import RECORD_SCHEMA, read_record
+from venv_helpers import venv_fixtures
 
 pytestmark = pytest.mark.venv
 
@@ -33,30 +30,7 @@ CELLS = ["resnet-tiny_bs1_default_float32", "resnet-tiny_bs1_eager_float32",
          "vit-tiny_bs1_default_float32", "vit-tiny_bs1_eager_float32"]
 
 
-@pytest.fixture(scope="module")
-def matrix():
-    matrix = load_matrix(MATRIX_PATH)
-    for image in matrix.images.values():
-        try:
-            find_interpreter(image.python)
-        except InterpreterNotFoundError as exc:
-            pytest.skip(str(exc))
-    return matrix
-
-
-@pytest.fixture(scope="module")
-def built(matrix):
-    """Both venvs, built (or found complete) through matrixbench's own build; the build log's lines."""
-    BUILD_LOG.parent.mkdir(parents=True, exist_ok=True)
-    lines = []
-    started = time.monotonic()
-    with open(BUILD_LOG, "w") as log:
-        def emit(name, line):
-            lines.append((name, line))
-            print(f"[{name}] {line}", file=log, flush=True)
-        paths = build_venvs(matrix, None, on_progress=emit)
-    print(f"\nvenvs ready in {time.monotonic() - started:.0f} s: {', '.join(map(str, paths))} (log: {BUILD_LOG})")
-    return {plan.name: read_marker(plan) for plan in map(plan_venv, matrix.images.values())}
+matrix, built = venv_fixtures(MATRIX_PATH, BUILD_LOG)   # both venvs, built by matrixbench's own build
 
 
 def matrixbench(*args, cwd=REPO):

@@ -8,7 +8,7 @@ import pandas as pd
 
 from matrixbench.errors import ReportError
 from matrixbench.prices import from_matrix, merged
-from matrixbench.report import charts, records, render
+from matrixbench.report import charts, records, render, shares
 from matrixbench.report.calibration import calibration_tables, phase_pairs
 from matrixbench.report.cells import CellIndex
 from matrixbench.report.comparisons import calibration_comparisons, comparisons, write_comparisons
@@ -34,7 +34,7 @@ def build_report(results_dirs, out_dir, formats=REPORT_FORMATS, prices=()):
     frame, calibration = records.split_calibration(records.load_results(results_dirs, unreadable))
     manifests = records.read_manifests(results_dirs)
     cells = CellIndex(frame, records.image_order(manifests), records.aa_twins(manifests),
-                      records.margin_pct(manifests))
+                      records.margin_pct(manifests), shares.plan_of(manifests))
     sources = image_sources(cells, records.published_overrides(manifests))
     prices = merged_prices(manifests, prices)
     out_dir = Path(out_dir)

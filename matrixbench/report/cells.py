@@ -30,7 +30,9 @@ PLACEMENT_COLUMNS = ("placement.slot", "placement.gpu_index", "placement.gpu_uui
 class CellIndex:
     """Rows of the merged table (plain dicts, NaN as None), looked up by their cell key."""
 
-    def __init__(self, frame, image_order=(), aa_twins=None, margin_pct=None):
+    def __init__(self, frame, image_order=(), aa_twins=None, margin_pct=None, attribution=None):
+        self.attribution = attribution   # report.shares.Plan: the bridges, when a run derived them
+        self.bridges = attribution.bridge_names if attribution else set()
         records = [{key: plain_value(value) for key, value in row.items()} for row in frame.to_dict("records")]
         self.rows = combine_repeats(records, self.key)
         # the equivalence margin (%) every verdict is made at: the runs' (records.margin_pct), else the default
@@ -51,8 +53,10 @@ class CellIndex:
 
     def compared_images(self, device):
         """The device's images that image-against-image comparisons chain, in matrix order: all
-        but A/A twins (those are compared with their original only)."""
-        return [image for image in self.values("image", device=device) if image not in self.aa_twins]
+        but A/A twins (those are compared with their original only) and attribution's bridges (those
+        split a mixed change, report.shares)."""
+        return [image for image in self.values("image", device=device)
+                if image not in self.aa_twins and image not in self.bridges]
 
     def previous_image(self, device, image):
         """The image an image-against-image comparison judges ``image`` against: the one before it

@@ -23,6 +23,10 @@ Kinds:
   left out); estimate_ratio = candidate / baseline, percent = change (negative is faster).
 - ``aa_change``: an A/A twin (``run --aa``: one image run twice under two names) against its
   original; its verdicts measure the false-alarm rate on the machine that ran it.
+- ``torch_share``, ``transformers_share``, ``interaction_share``: with attribution, an ``image_change``
+  of images that differ in torch and transformers split into each factor's share (report.shares);
+  ``against`` names the step and the path ("[2×2]" or "[via <bridge>]"), estimate_ratio/percent the
+  share with its Welch interval, ``verdict`` its verdict ("no transformers share (±3%)").
 - ``mode_change``: a compiled cell against the same image's default cell, likewise.
 - ``published_deviation``: a cell against the image's published source on the same GPU;
   estimate_ratio = measured ms / published ms, percent = deviation (no interval: one side is a number).
@@ -39,7 +43,7 @@ functions the tables use.
 import csv
 from pathlib import Path
 
-from matrixbench.report import arithmetic, verdicts
+from matrixbench.report import arithmetic, share_tables, verdicts
 from matrixbench.report.cells import is_ok, row_label
 from matrixbench.report.published import GPUS, PublishedReference
 from matrixbench.versions import public
@@ -155,7 +159,9 @@ def _mode_change(cells, row):
 def _image_change(cells, row, previous):
     if previous is None:
         return []
-    return _change("image_change", previous, _sibling(cells, row, image=previous), row)
+    baseline = _sibling(cells, row, image=previous)
+    shares = share_tables.comparison_rows(cells, baseline, row, _key) if baseline is not None else []
+    return _change("image_change", previous, baseline, row) + shares
 
 
 def _published(cells, reference, row, source):

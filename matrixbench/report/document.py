@@ -1,7 +1,7 @@
 """Everything one report shows, assembled in reading order (so footnotes number in order)."""
 from dataclasses import dataclass, field
 
-from matrixbench.report import cost_tables, stats, tables, verdicts
+from matrixbench.report import cost_tables, share_tables, stats, tables, verdicts
 from matrixbench.report.cells import BETWEEN_CV_THRESHOLD
 from matrixbench.report.comparisons import comparisons as comparison_rows
 from matrixbench.report.published import DATASET_NOTES, source_for
@@ -121,6 +121,7 @@ class Report:
     costs: list = field(default_factory=list)         # "What it costs" (report.cost_tables)
     cost_charts: list = field(default_factory=list)   # its charts (report.cost_charts)
     prices: list = field(default_factory=list)        # the prices used, as sentences
+    attribution: list = field(default_factory=list)   # per mixed pair: how much of its change each factor explains
 
 
 def image_sources(cells, overrides=None):
@@ -148,6 +149,9 @@ def assemble(cells, published, notes, charts, sources=None, calibration=(), pric
         legends["per_device"] += " " + tables.flag_legend(flags)
     if tables.mixed_rows(cells):
         legends["image_pairs"] += " " + _MIXED
+    if cells.attribution:
+        legends["image_pairs"] += " " + share_tables.LEGEND
+        legends["attribution"] = share_tables.SUMMARY_LEGEND
     if tables.mixed_rows(cells, tables.gpu_mismatch):
         legends["image_pairs"] += " " + _MIXED_GPUS
     return Report(
@@ -158,7 +162,7 @@ def assemble(cells, published, notes, charts, sources=None, calibration=(), pric
         verdicts=verdict_table(derived, cells.margin_pct),
         verdict_lines=[line for line in [aa_line(derived)] if line],
         per_device=tables.per_device_tables(cells, footnotes),
-        image_pairs=tables.image_pair_tables(cells, footnotes),
+        image_pairs=tables.image_pair_tables(cells, footnotes, share_tables.split_rows),
         compile_modes=tables.compile_mode_tables(cells, footnotes),
         published=tables.published_tables(cells, footnotes, published, sources),
         environment=tables.environment_table(cells),
@@ -169,4 +173,5 @@ def assemble(cells, published, notes, charts, sources=None, calibration=(), pric
         costs=cost_tables.cost_tables(cells, prices, footnotes),
         cost_charts=list(cost_charts),
         prices=[price.describe() for price in prices.values()],
+        attribution=share_tables.summary_tables(cells),
     )

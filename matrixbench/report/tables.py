@@ -274,10 +274,16 @@ def _first(rows):
 
 # ---- 2. image A vs image B (stable vs nightly) ------------------------------------------
 
-def image_pair_tables(cells, notes):
+def _no_rows(cells, old, new, notes):
+    return []
+
+
+def image_pair_tables(cells, notes, rows_under=_no_rows):
+    """The image-against-image tables; ``rows_under(cells, old, new, notes)`` gives the rows shown under
+    each row (attribution's split: report.share_tables.split_rows)."""
     tables = []
     for device, batch, before, after in image_pairs(cells):
-        table = _pair_table(cells, notes, device, batch, before, after)
+        table = _pair_table(cells, notes, device, batch, before, after, rows_under)
         if table.rows:
             tables.append(table)
     return tables
@@ -289,7 +295,7 @@ def image_pairs(cells):
     for device in cells.values("device"):
         for batch in cells.values("batch", device=device):
             present = cells.values("image", device=device, batch=batch)
-            images = [image for image in present if image not in cells.aa_twins]
+            images = [image for image in present if image not in cells.aa_twins and image not in cells.bridges]
             yield from ((device, batch, before, after) for before, after in zip(images, images[1:]))
             yield from ((device, batch, cells.aa_twins[twin], twin) for twin in present
                         if twin in cells.aa_twins and cells.aa_twins[twin] in present)
@@ -304,8 +310,10 @@ def pair_cells(cells, device, batch, before, after):
                 yield old, new
 
 
-def _pair_table(cells, notes, device, batch, before, after):
-    rows = [_pair_row(old, new, notes) for old, new in pair_cells(cells, device, batch, before, after)]
+def _pair_table(cells, notes, device, batch, before, after, rows_under):
+    rows = []
+    for old, new in pair_cells(cells, device, batch, before, after):
+        rows += [_pair_row(old, new, notes), *rows_under(cells, old, new, notes)]
     names = [cells.image_labels[image] for image in (before, after)]
     header = ["Task/Model", "Mode", f"{names[0]} (ms)", f"{names[1]} (ms)", "Change", "95% interval", "Verdict",
               "Warning"]
