@@ -35,9 +35,10 @@ def test_html_is_one_self_contained_file(tmp_path):
     html = (tmp_path / "report.html").read_text()
     sources = re.findall(r'(?:src|href)="([^"]*)"', html)
     images = [source for source in sources if source.startswith("data:image/png;base64,")]
-    # per batch size: latency, % faster, image against image, compile break-even (What it costs);
-    # and measured against published
-    assert len(images) == html.count("<img ") == 9
+    # per batch size: latency, % faster, image against image (ms), % change against the previous
+    # image, % change against the default mode, compile break-even (What it costs); and measured
+    # against published
+    assert len(images) == html.count("<img ") == 13
     assert all(source.startswith(("data:image/png;base64,", "#note-")) for source in sources)
     assert "<link" not in html and "<script" not in html
 

@@ -58,6 +58,12 @@ class CellIndex:
         return [image for image in self.values("image", device=device)
                 if image not in self.aa_twins and image not in self.bridges]
 
+    def previous_image(self, device, image):
+        """The image an image-against-image comparison judges ``image`` against: the one before it
+        in compared_images; None for the first image and for an A/A twin."""
+        images = self.compared_images(device)
+        return images[images.index(image) - 1] if image in images[1:] else None
+
     def torch_version(self, image):
         """The torch version an image's records ran (the first, if records disagree)."""
         return next(row["environment.torch"] for row in self.rows if row["image"] == image)

@@ -1,15 +1,17 @@
-"""Charts like the seed page's, and two it lacks.
+"""Charts like the seed page's, and some it lacks.
 
 Per device and batch size: latency bars and % faster than eager per model (every image and
 mode); with two or more images, the same mode of each image side by side per model (the
-torch-version question). Per device: measured against published, one point per cell, with
-the y=x line (ms against ms on one of the page's GPUs, else speed-ups against each of its GPUs).
+torch-version question) and each cell's % change against the previous image; with a compiled
+mode other than default, each such cell's % change against the default mode. Per device:
+measured against published, one point per cell, with the y=x line (ms against ms on one of the
+page's GPUs, else speed-ups against each of its GPUs).
 A cell that did not run is labelled inside the plot (OOM, ERR, ...), and so is a compiled cell
 whose eager cell did not run ("no eager"). A flagged cell (noisy, accuracy failed, a timing flag:
 no_cudagraphs, throttled, ...) gets the tables' marks (†, ∅, ▼, ...) as markers beside its bar's
-end or its point, each mark with a legend entry. Speed-up bars carry their 95% interval as an
-error bar (report.verdicts.judge_speedup; none with one process per cell) and an undecided
-speed-up a "?" beside its bar.
+end or its point, each mark with a legend entry. Speed-up and change bars carry their 95% interval
+as an error bar (report.verdicts.judge_speedup / judge_cells: the judgements comparisons.csv
+holds; none with one process per cell) and an undecided one a "?" beside its bar.
 """
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,8 @@ BAR_HEIGHT = 0.8
 HATCHES = ("", "//", "..", "xx", "\\\\", "++")   # one per image; colour is per mode
 MARKERS = ("o", "s", "^", "D", "v", "P")         # one per mode in scatter plots
 SPEEDUP_AXIS = "% faster than eager (eager ms / compiled ms − 1)"
+CHANGE_AXIS = "% change (ms / {} ms − 1; negative is faster)"
+JUDGED = ("speedup", "image_change", "mode_change")   # the kinds of bar with a judgement (an interval, a verdict)
 LATENCY_AXIS = "mean latency (ms)"
 MARK_SIZE = 60          # a flag marker's area (points^2)
 MARK_STEP = 9           # points between a bar's end (or a point) and its first marker, and between markers
@@ -84,33 +88,56 @@ class _Plot:
 
     def draw_all(self, folder):
         charts = [self.draw(folder, "duration", f"{self.heading}: latency (ms)")]
-        if self.has_speedups():
+        if self.judged_series("speedup"):
             charts.append(self.draw(folder, "speedup", f"{self.heading}: % faster than eager"))
         if len(self.images) > 1:
             charts.append(self.draw_images(folder, f"{self.heading}: each mode, image against image (ms)"))
+        if self.judged_series("image_change"):
+            charts.append(self.draw(folder, "image_change", f"{self.heading}: % change against the previous image"))
+        if self.judged_series("mode_change"):
+            charts.append(self.draw(folder, "mode_change", f"{self.heading}: % change against the default mode"))
         return charts
 
-    def has_speedups(self):
-        """Is there a compiled cell whose eager cell also ran? Else a speed-up chart has no bars."""
-        return any(self._value(self._get(image, row_key, mode), image, row_key, "speedup") is not None
-                   for image, mode in self.compiled_series() for row_key in self.row_keys)
+    def judged_series(self, kind):
+        """The (image, mode) series with at least one judged bar of ``kind``: a cell whose baseline
+        (eager, the previous image, the default mode) also ran."""
+        return [(image, mode) for image, mode in self.series
+                if any(self._judgement(self._get(image, row_key, mode), kind) is not None for row_key in self.row_keys)]
 
-    def compiled_series(self):
-        return [(image, mode) for image, mode in self.series if mode != "eager"]
+    def _baseline(self, row, kind):
+        """The cell ``row`` is judged against in a ``kind`` bar (None: no such comparison)."""
+        if kind == "speedup" and row["cell.mode"] != "eager":
+            return self._get(row["image"], row["row_key"], "eager")
+        if kind == "mode_change" and row["cell.mode"] not in ("eager", "default"):
+            return self._get(row["image"], row["row_key"], "default")
+        previous = self.cells.previous_image(self.device, row["image"]) if kind == "image_change" else None
+        return self._get(previous, row["row_key"], row["mode_label"]) if previous else None
+
+    def _judgement(self, row, kind):
+        """The judgement comparisons.csv holds for ``row``'s ``kind`` bar; None when either side did not run."""
+        if not is_ok(row):
+            return None
+        baseline = self._baseline(row, kind)
+        if not is_ok(baseline):
+            return None
+        if kind == "speedup":
+            return verdicts.judge_speedup(baseline, row)
+        return verdicts.judge_cells(baseline, row)
 
     def _get(self, image, row_key, mode):
         return self.cells.get(self.device, image, self.batch, row_key, mode)
 
     def draw(self, folder, kind, title):
-        series = self.series if kind == "duration" else self.compiled_series()
+        series = self.series if kind == "duration" else self.judged_series(kind)
         figure, axes = plt.subplots(figsize=(9, 1.2 + 0.32 * len(self.row_keys) * len(series)))
         labels, drawn = [], []
         for index, (image, mode) in enumerate(series):
             labels += self._bars(axes, index, len(series), image, mode, kind, drawn)
         _mark_flagged(axes, drawn)
-        if kind == "speedup":
-            _mark_undecided(axes, [(x, y) for x, y, row in drawn if self._undecided(row)], self.cells.margin_pct)
-        self._decorate(axes, title, LATENCY_AXIS if kind == "duration" else SPEEDUP_AXIS)
+        if kind in JUDGED:
+            _mark_undecided(axes, [(x, y) for x, y, row in drawn if self._undecided(row, kind)], self.cells.margin_pct,
+                            "speed-up" if kind == "speedup" else "change")
+        self._decorate(axes, title, _axis_text(kind))
         _place_labels(axes, labels)
         return _save(figure, folder, f"{self.name}_{kind}.png", title)
 
@@ -121,7 +148,7 @@ class _Plot:
         positions, values, errors, labels = [], [], ([], []), []
         for position, row_key in enumerate(self.row_keys):
             row = self._get(image, row_key, mode)
-            value = self._value(row, image, row_key, kind)
+            value = self._value(row, kind)
             if value is not None:
                 positions.append(position + offset)
                 values.append(value)
@@ -130,41 +157,37 @@ class _Plot:
                 errors[0].append(below)
                 errors[1].append(above)
             elif row is not None:
-                labels.append((position + offset, f"{self._why_no_bar(row, image, row_key)}: {image} {mode}"))
+                labels.append((position + offset, f"{self._why_no_bar(row, kind)}: {image} {mode}"))
         axes.barh(positions, values, height=BAR_HEIGHT / count, label=f"{self.cells.image_labels[image]} {mode}",
                   color=f"C{self.modes.index(mode)}", edgecolor="white",
                   hatch=HATCHES[self.images.index(image) % len(HATCHES)],
-                  xerr=errors if kind == "speedup" and values else None, error_kw=ERROR_STYLE)
+                  xerr=errors if kind in JUDGED and values else None, error_kw=ERROR_STYLE)
         return labels
-
-    def _speedup(self, row):
-        return verdicts.judge_speedup(self._get(row["image"], row["row_key"], "eager"), row)
 
     def _error(self, row, value, kind):
         """How far the bar's 95% interval reaches below and above its value (0, 0: none)."""
-        if kind != "speedup":
-            return 0.0, 0.0
-        found = self._speedup(row)
-        if found.low is None:
+        found = self._judgement(row, kind) if kind in JUDGED else None
+        if found is None or found.low is None:
             return 0.0, 0.0
         return value - arithmetic.percent(found.low), arithmetic.percent(found.high) - value
 
-    def _undecided(self, row):
-        return self._speedup(row).verdict == stats.UNDECIDED
+    def _undecided(self, row, kind):
+        return self._judgement(row, kind).verdict == stats.UNDECIDED
 
-    def _why_no_bar(self, row, image, row_key):
+    def _why_no_bar(self, row, kind):
+        """The label on a missing bar: the cell's status, else its baseline's ("no eager (OOM)")."""
         if not is_ok(row):
             return STATUS_TEXT.get(row["status"], row["status"])
-        eager = self._get(image, row_key, "eager")
-        return f"no eager ({STATUS_TEXT.get(eager['status'], eager['status'])})" if eager else "no eager"
+        baseline = self._baseline(row, kind)
+        name = {"speedup": "eager", "mode_change": "default"}.get(kind) or self.cells.previous_image(self.device,
+                                                                                                     row["image"])
+        return f"no {name} ({STATUS_TEXT.get(baseline['status'], baseline['status'])})" if baseline else f"no {name}"
 
-    def _value(self, row, image, row_key, kind):
-        if not is_ok(row):
-            return None
+    def _value(self, row, kind):
         if kind == "duration":
-            return row["timing.mean_ms"]
-        eager = self._get(image, row_key, "eager")
-        return verdicts.percent(verdicts.judge_speedup(eager, row)) if is_ok(eager) else None
+            return row["timing.mean_ms"] if is_ok(row) else None
+        found = self._judgement(row, kind)
+        return None if found is None else verdicts.percent(found)
 
     def _decorate(self, axes, title, axis_text):
         axes.set_yticks(range(len(self.row_keys)), self._row_labels())
@@ -234,9 +257,18 @@ def _mark_flagged(axes, points):
                      color="black", linewidths=0, transform=shift, label=label, zorder=3)
 
 
-def _mark_undecided(axes, points, margin_pct):
-    """A "?" beside each undecided speed-up's bar (right of its end, left for a negative one)."""
-    label = f"undecided: the interval holds no speed-up and reaches past ±{margin_pct:g}%"
+def _axis_text(kind):
+    if kind == "duration":
+        return LATENCY_AXIS
+    if kind == "speedup":
+        return SPEEDUP_AXIS
+    return CHANGE_AXIS.format("previous image's" if kind == "image_change" else "default mode's")
+
+
+def _mark_undecided(axes, points, margin_pct, what):
+    """A "?" beside each undecided bar (right of its end, left for a negative one); ``what`` names
+    the bar's quantity in the legend ("speed-up", "change")."""
+    label = f"undecided: the interval holds no {what} and reaches past ±{margin_pct:g}%"
     for negative in (False, True):
         found = [(x, y) for x, y in points if (x < 0) == negative]
         if not found:
@@ -258,15 +290,18 @@ def _legend_entries(axes_list):
 
 
 def _place_labels(axes, labels):
-    """Failure labels inside the plot area, at the left edge of the bars' axis, on the missing bar."""
+    """Failure labels inside the plot area, beside the bars' zero on the missing bar: to its right,
+    or to its left where the bars are mostly negative (a change chart: faster)."""
     if not labels:
         return
     low, high = axes.get_xlim()
     low, high = min(low, 0.0), max(high, 0.0)
     span = (high - low) or 1.0
-    axes.set_xlim(low, high + 0.25 * span)     # room for the text when every bar is short
+    side = -1 if -low > high else 1
+    # room for the text when every bar is short
+    axes.set_xlim(*((low - 0.25 * span, high + 0.02 * span) if side < 0 else (low, high + 0.25 * span)))
     for position, text in labels:
-        axes.text(0.0 + 0.01 * span, position, text, **FAILURE_STYLE)
+        axes.text(side * 0.01 * span, position, text, **{**FAILURE_STYLE, "ha": "right" if side < 0 else "left"})
 
 
 # ---- measured against published -----------------------------------------------------------

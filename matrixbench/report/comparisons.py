@@ -61,9 +61,8 @@ def comparisons(cells, published, sources):
     reference = PublishedReference(published)
     rows = []
     for device in cells.values("device"):
-        images = cells.compared_images(device)
         for image in cells.values("image", device=device):
-            previous = images[images.index(image) - 1] if image in images[1:] else None
+            previous = cells.previous_image(device, image)
             for row in _in_order(cells, device, image):
                 rows += _cell(row) + _speedup(cells, row) + _mode_change(cells, row)
                 rows += _image_change(cells, row, previous) + _aa_change(cells, row)
