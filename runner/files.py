@@ -5,11 +5,12 @@ symlink to one is fine), only up to a size limit. A FIFO would block the reader 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
-from typing import Union
+from typing import Tuple, Union
 
 MIB = 1024 * 1024
 
@@ -50,7 +51,7 @@ def write_atomic(path: Union[str, Path], data: bytes) -> None:
     folder, flushed to disk, then renamed over it. On any failure (a full disk: ENOSPC) the temp
     file is removed, ``path`` keeps what it held, and the OSError names ``path``."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _create_temp(path)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -63,3 +64,15 @@ def write_atomic(path: Union[str, Path], data: bytes) -> None:
         if isinstance(exc, OSError) and exc.filename is None:
             exc.filename = str(path)
         raise
+
+
+def _create_temp(path: Path) -> Tuple[int, str]:
+    """A new temp file beside ``path``, created with mode 0o666 less the umask as a plain open()
+    would (mkstemp's 0o600 would lock out a container's other user reading cells.json)."""
+    for _ in range(100):
+        tmp = str(path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temp file name", str(path))

@@ -134,17 +134,19 @@ def test_each_image_runs_its_cells_with_its_own_torch(client, built, tmp_path):
     assert containers_of(client, run_id) == []
 
 
-def test_compiles_fill_the_images_compile_cache_folder_unless_cold(client, built, tmp_path):
+def test_compiles_fill_the_images_compile_cache_folder_unless_cold(client, built, tmp_path, monkeypatch):
     one_compile = ("--images", "e2e-stable", "--models", "vit", "--modes", "default")
     warm, cold = tmp_path / "warm", tmp_path / "cold"
     code, output = finish(matrixbench(*one_compile, "--run", "warm", "--cache-dir", str(warm),
                                       results=tmp_path / "results"))
     assert code == 0, output
     assert any((warm / "e2e-stable" / "inductor").rglob("*.py")), "Inductor wrote nothing to the mounted cache"
-    code, output = finish(matrixbench(*one_compile, "--run", "cold", "--cache-dir", str(cold), "--cold",
-                                      results=tmp_path / "results"))
+    # --cold with --cache-dir is refused (the folder would go unused), so the cold run gets the default
+    # cache root, moved here through XDG_CACHE_HOME: it must stay without compiled code.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cold))
+    code, output = finish(matrixbench(*one_compile, "--run", "cold", "--cold", results=tmp_path / "results"))
     assert code == 0, output
-    assert not cold.exists() or not any(cold.rglob("*.py"))
+    assert not any(cold.rglob("*.py")), "a --cold run wrote compiled code to the default cache root"
 
 
 def test_a_killed_container_loses_nothing_and_the_rerun_redoes_nothing(client, built, tmp_path):

@@ -176,7 +176,9 @@ def test_report_renders_with_tables_images_and_no_console_errors(tmp_path, brows
     html = html_path.read_text(encoding="utf-8")
     assert facts["tables"] == html.count("<table>") >= 8
     assert facts["rows"] > 50 and facts["emptyCells"] == 0
-    assert len(facts["images"]) == 9   # cpu-run: 2; gpu-run: 3 per batch size + measured vs published
+    # cpu-run: latency, speed-up; gpu-run: 5 per batch size (latency, speed-up, images, image change, mode change)
+    # + measured vs published; a compile break-even chart per device and batch size (What it costs): 2 + 11 + 3
+    assert len(facts["images"]) == 16
     assert all(image["complete"] and image["width"] > 0 for image in facts["images"])
     assert facts["sections"][:3] == ["Summary", "Charts", "Latency per device and batch size"]
     assert _png_size(top) == (1280, 900)
