@@ -183,7 +183,7 @@ def validate(matrix_path, build_models, backend, **options):
     also build each model in each image."""
     matrix = _load(matrix_path, _overrides(options))
     click.echo(describe_matrix(matrix))
-    refuse_on_this_host(matrix, list(matrix.images))
+    refuse_on_this_host(matrix, list(matrix.images), backend=backend)
     if build_models:
         from matrixbench.build_check import build_models as build
         from matrixbench.build_check import check_built, describe_build
@@ -281,7 +281,7 @@ def build_options(command):
 def build(matrix_path, images, backend, **options):
     """Build one Docker image (or venv) per matrix image."""
     matrix = _load(matrix_path, Overrides(images=images))
-    refuse_on_this_host(matrix, list(matrix.images))
+    refuse_on_this_host(matrix, list(matrix.images), backend=backend)
     if backend == "venv":
         if options.pop("base_image"):
             click.echo("note: --base-image is for Docker builds; a venv uses the host's Python", err=True)
@@ -399,7 +399,7 @@ def run(matrix_path, run_name, results_root, backend, executor, ray_address, reg
     if backend == AUTO and executor == "ray":
         raise click.UsageError("--backend auto: not with --executor ray; give the nodes' --backend (docker or local)")
     if backend in (AUTO, "venv") and executor != "ray":
-        refuse_on_this_host(matrix, list(matrix.images))   # before anything is built for this machine
+        refuse_on_this_host(matrix, list(matrix.images), backend=backend)   # before anything is built here
     if backend == AUTO and not dry_run:
         choice = auto.resolve(matrix, build_options, _echo_build_line)
         _echo_banner(choice.note)

@@ -1,7 +1,10 @@
 """Each image's CUDA build against this host's driver and GPUs, before anything is built or run.
 
-An image's torch is a CUDA build: the ``cuXYZ`` of its ``index_url``, or (no index_url) the CUDA
-build PyPI serves for that torch version. A build runs when the driver supports its CUDA major
+Once an image is built, its build says what it is (``build_facts``: torch's CUDA version and arch
+list, recorded in the image's label or the venv's marker), and that is what is checked: doctor and the
+run's pre-flight (``refuse_builds``). Before that (and for a build made before builds recorded it)
+it is inferred, and the messages say so: the ``cuXYZ`` of its ``index_url``, or (no index_url) the
+CUDA build PyPI serves for that torch version. A build runs when the driver supports its CUDA major
 (``runner.archcheck.driver_runs``: 12.x on any driver from 525 on, 13.x from 580 on) and carries
 kernels for every GPU (``runner.archcheck.WHEEL_ARCHES``). ``doctor``, ``validate`` and ``build``
 ask ``image_problems``; ``refuse_on_this_host`` raises with the fix. The driver's newest CUDA
@@ -9,8 +12,9 @@ comes from ``nvidia-smi``'s header (as NVML's ``nvmlSystemGetCudaDriverVersion``
 """
 import re
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Any, Callable, List, Mapping, Optional, Tuple
 
+from matrixbench.build_facts import BuildFacts
 from matrixbench.errors import MatrixbenchError
 from matrixbench.gpu import host_gpus, run_command
 from runner.archcheck import WHEEL_ARCHES, driver_runs, index_url, runs_on, suggested_cuda, triton_problem
@@ -34,6 +38,25 @@ class Problem:
     image: str
     what: str
     fix: str
+    kind: str = "cuda"     # "cuda" (driver or kernels) or "cpu" (a CPU build on a GPU host)
+
+
+@dataclass(frozen=True)
+class KnownBuild:
+    """An image's torch build as far as it is known: read from the build (``build_facts``, recorded
+    when it was built) or, before it is built, inferred from the matrix entry."""
+
+    torch: str                   # what to call it: the built torch's version, or the entry's requirement
+    cuda: Optional[str]          # "12.8"; None for a CPU (or ROCm) build
+    arches: Tuple[str, ...]      # its kernels (the build's arch list, or WHEEL_ARCHES of its CUDA)
+    source: str                  # how it is known, said in every message
+
+    @property
+    def recorded(self) -> bool:
+        return self.source == READ
+
+
+READ = "read from the build"
 
 
 def image_cuda(image) -> Optional[str]:
@@ -45,6 +68,17 @@ def image_cuda(image) -> Optional[str]:
     if CPU_BUILD.search(url) or (image.torch_version or "").endswith("+cpu"):
         return None
     return pypi_cuda(image.torch_version)
+
+
+
+def known_build(image, facts: Optional[BuildFacts] = None) -> KnownBuild:
+    """``facts`` (what the build's torch said when it was built) when there are some, else the inference."""
+    if facts is not None:
+        return KnownBuild(f"torch {facts.torch}", None if facts.is_cpu else facts.cuda, facts.arch_list, READ)
+    cuda = image_cuda(image)
+    guess = "PyPI's wheel: no index_url" if not image.index_url else "inferred from its index_url"
+    return KnownBuild(image.torch, cuda, tuple(WHEEL_ARCHES.get(cuda or "", ())),
+                      f"{guess}; not read from a build")
 
 
 def pypi_cuda(torch_version: Optional[str]) -> str:
@@ -66,29 +100,36 @@ def host_driver_cuda(run=None) -> Optional[str]:
     return driver_cuda_version(text) if code == 0 else None
 
 
-def image_problems(name, image, gpus, driver_cuda) -> List[Problem]:
-    """Why image ``name``'s CUDA build cannot run on these GPUs under this driver, each with its fix."""
-    cuda = image_cuda(image)
-    if cuda is None or not gpus:
+def image_problems(name, image, gpus, driver_cuda, facts=None, cpu=False) -> List[Problem]:
+    """Why image ``name``'s build cannot run on these GPUs under this driver, each with its fix; the build
+    as ``facts`` says (build_facts, recorded when built), else as inferred. ``cpu``: a CPU build is one."""
+    build = known_build(image, facts)
+    if not gpus:
         return []
+    if build.cuda is None:
+        return [_cpu_problem(name, build, gpus[0])] if cpu else []
     problems = []
-    if driver_cuda and not driver_runs(cuda, driver_cuda):
-        problems.append(Problem(name, f"{image.torch} is a CUDA {cuda} build{_pypi(image)}, which needs a driver "
-                                f"for CUDA {cuda.split('.')[0]}.x (this driver supports CUDA up to {driver_cuda})",
+    if driver_cuda and not driver_runs(build.cuda, driver_cuda):
+        problems.append(Problem(name, f"{build.torch} is a CUDA {build.cuda} build ({build.source}), which needs "
+                                f"a driver for CUDA {build.cuda.split('.')[0]}.x (this driver, {gpus[0].driver}, "
+                                f"supports CUDA up to {driver_cuda})",
                                 _fix(name, gpus[0].capability, driver_cuda, "for this driver")))
-    arches = WHEEL_ARCHES.get(cuda, [])
     for gpu in gpus:
-        if arches and gpu.capability and not any(runs_on(arch, gpu.capability) for arch in arches):
+        if build.arches and gpu.capability and not any(runs_on(arch, gpu.capability) for arch in build.arches):
             major, minor = gpu.capability
-            problems.append(Problem(name, f"{image.torch} (CUDA {cuda}{_pypi(image)}) has no kernels for {gpu.name} "
-                                    f"(compute capability {major}.{minor}; it carries {' '.join(arches)})",
+            problems.append(Problem(name, f"{build.torch} (CUDA {build.cuda}, {build.source}) has no kernels for "
+                                    f"{gpu.name} (compute capability {major}.{minor}; it carries "
+                                    f"{' '.join(build.arches)})",
                                     _fix(name, gpu.capability, driver_cuda, f"for the {gpu.name}")))
             break
     return problems
 
 
-def _pypi(image):
-    return "" if image.index_url else " (PyPI's wheel: no index_url)"
+def _cpu_problem(name, build, gpu):
+    return Problem(name, f"{build.torch} is a CPU build ({build.source}; torch.version.cuda is None): it "
+                   f"cannot use the {gpu.name}",
+                   f"{_fix(name, gpu.capability, None, 'for a CUDA build')}; or time it on the CPU with --device cpu",
+                   kind="cpu")
 
 
 def _fix(name, capability, driver_cuda, why):
@@ -99,20 +140,74 @@ def _fix(name, capability, driver_cuda, why):
             f"version served there), then `matrixbench build --images {name}`")
 
 
-def host_problems(matrix, names, run=None) -> List[Problem]:
-    """The problems of the named images on this host; [] on a host without NVIDIA GPUs."""
+def host_problems(matrix, names, run=None, backend=None) -> List[Problem]:
+    """The problems of the named images on this host; [] on a host without NVIDIA GPUs. With ``backend``
+    (docker, venv, auto), an image already built for it is checked as its build recorded itself."""
     gpus = host_gpus(run)
     if not gpus:
         return []
     driver_cuda = host_driver_cuda(run)
-    return [problem for name in names for problem in image_problems(name, matrix.images[name], gpus, driver_cuda)]
+    client = _docker(backend)
+    return [problem for name in names for problem in image_problems(
+        name, matrix.images[name], gpus, driver_cuda, recorded_facts(matrix.images[name], backend, client))]
 
 
-def refuse_on_this_host(matrix, names, run=None):
+def refuse_on_this_host(matrix, names, run=None, backend=None):
     """Raise CudaBuildError naming every image that cannot run on this host's driver/GPUs and its fix."""
-    problems = host_problems(matrix, names, run)
+    _raise(host_problems(matrix, names, run, backend), "these images' CUDA builds cannot run on this machine")
+
+
+def recorded_facts(image, backend, client) -> Optional[BuildFacts]:
+    """What the image's build recorded of itself (build_facts), or None when it is not built (or was built
+    before builds recorded it): the Docker image built from this entry (``client``: a DockerClient, for
+    ``--backend`` docker or auto), else, for venv or auto, its venv."""
+    from matrixbench import build_facts, docker_client, images, venvs
+
+    if client is not None and backend in ("auto", "docker"):
+        info = client.inspect_image(images.image_tag(image.name))
+        labels = getattr(info, "labels", None) or {}
+        if labels.get(docker_client.LABEL_CONTENT_HASH) == image.content_hash():
+            return build_facts.from_labels(labels)
+    if backend in ("auto", "venv"):
+        venv = venvs.read_marker(venvs.plan_venv(image))
+        return venv.facts if venv is not None else None
+    return None
+
+
+def _docker(backend):
+    """A Docker client to read built images' labels, when ``backend`` uses Docker and a daemon answers."""
+    if backend not in ("auto", "docker"):
+        return None
+    from matrixbench import docker_client
+
+    try:
+        return docker_client.connect()
+    except MatrixbenchError:
+        return None
+
+
+def refuse_builds(images: Mapping[str, Any], facts_of: Callable, note: Callable[[str], None], run=None):
+    """The run's pre-flight, once the images are built and before any cell runs, when the run uses the
+    GPUs: each build as it recorded itself (``facts_of(image)``: build_facts or None) against this host's
+    driver and GPUs, a CPU build included. A build that recorded nothing is checked by inference, and
+    ``note`` says so. Raise CudaBuildError naming every image that cannot run, its build, and the fix."""
+    gpus = host_gpus(run)
+    if not gpus:
+        return
+    driver_cuda = host_driver_cuda(run)
+    problems = []
+    for name, image in images.items():
+        facts = facts_of(image)
+        if facts is None:
+            note(f"image {name}: its build did not record its CUDA version (built by an older matrixbench): "
+                 f"checked by inference from the matrix entry; `matrixbench build --images {name}` records it")
+        problems += image_problems(name, image, gpus, driver_cuda, facts, cpu=True)
+    _raise(problems, "these images' builds cannot run on this machine's GPUs")
+
+
+def _raise(problems, what):
     if problems:
-        raise CudaBuildError("these images' CUDA builds cannot run on this machine:\n" + "\n".join(
+        raise CudaBuildError(f"{what}:\n" + "\n".join(
             f"  image {p.image}: {p.what}\n    fix: {p.fix}" for p in problems))
 
 

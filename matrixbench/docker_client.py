@@ -214,6 +214,24 @@ class DockerClient:
             _ignore_missing(container.remove, force=True)
         return gpu_lines(output) if exit_code == 0 else []
 
+    def python_output(self, image, code):
+        """(exit code, output) of ``python -c code`` in a container of ``image``, no GPU, no network;
+        (None, why) when Docker cannot run it."""
+        from docker.errors import DockerException
+
+        try:
+            container = self._sdk.containers.run(image, ["-c", code], entrypoint="python", detach=True,
+                                                 labels={LABEL_MARK: "1"}, network_disabled=True)
+        except DockerException as exc:
+            return None, str(exc)
+        try:
+            exit_code = int(container.wait()["StatusCode"])
+            return exit_code, container.logs().decode("utf-8", "replace")
+        except DockerException as exc:
+            return None, str(exc)
+        finally:
+            _ignore_missing(container.remove, force=True)
+
     def start_container(self, image, command, *, user, env, mounts, labels, gpus=False, name=None,
                         gpu_ids=None, cpuset_cpus=None, cpuset_mems=None):
         """Start a detached container; ``mounts`` maps host path -> (container path, mode);

@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from matrixbench.cuda_builds import driver_cuda_version, image_cuda, image_problems, mode_problems
+from matrixbench.cuda_builds import (
+    driver_cuda_version,
+    image_cuda,
+    image_problems,
+    known_build,
+    mode_problems,
+    recorded_facts,
+)
 from matrixbench.errors import MatrixbenchError
 from matrixbench.gpu import compute_apps, query_gpus, run_command
 
@@ -115,22 +122,26 @@ def check_container_gpus(client, images):
     return Check("GPUs in a container", "ok", f"{len(lines)} GPU(s): " + "; ".join(lines))
 
 
-def check_image(name, image, gpus, driver_cuda, client, modes=()):
+def check_image(name, image, gpus, driver_cuda, client, modes=(), facts=None):
     """One matrix image: its CUDA build runs under this driver and has kernels for these GPUs
-    (matrixbench.cuda_builds), and, when Docker answers, whether it is built."""
+    (matrixbench.cuda_builds), the build as it recorded itself (``facts``) when it is built, else as
+    inferred; and, when Docker answers, whether it is built. A CPU build fails on a GPU host when the
+    entry asked for a CUDA one, and warns when it asked for the CPU (the smoke matrix)."""
     from matrixbench.images import image_tag
 
-    problems = [("fail", p.what, p.fix) for p in image_problems(name, image, gpus, driver_cuda)]
+    wanted_cpu = image_cuda(image) is None
+    problems = [("warn" if p.kind == "cpu" and wanted_cpu else "fail", p.what, p.fix)
+                for p in image_problems(name, image, gpus, driver_cuda, facts, cpu=True)]
     problems += [("warn", p.what, p.fix) for p in mode_problems(name, image, gpus, modes)]
     built = client is not None and client.inspect_image(image_tag(name))
     if client is not None and not built:
         problems.append(("warn", f"not built ({image_tag(name)})", f"`matrixbench build --images {name}`"))
-    cuda = image_cuda(image)
-    build = f"CUDA {cuda}" if cuda else "a CPU build"
+    known = known_build(image, facts)
+    build = f"CUDA {known.cuda}" if known.cuda else "a CPU build"
     if not problems:
         where = "built, runs on these GPUs" if built else "runs on these GPUs (Docker is down: not checked "\
                 "whether it is built; the venv backend builds it)"
-        return Check(f"image {name}", "ok", f"{image.torch}, {build}: {where}")
+        return Check(f"image {name}", "ok", f"{known.torch}, {build} ({known.source}): {where}")
     worst = "fail" if any(p[0] == "fail" for p in problems) else "warn"
     return Check(f"image {name}", worst, "; ".join(p[1] for p in problems), "; ".join(p[2] for p in problems))
 
@@ -198,7 +209,8 @@ def diagnose(matrix, commands=None, connect=None, hf_cache=None, docker_root="/v
                                     "runs instead", container_check.fix)
         checks.append(container_check)
     checks.append(check_backend(client, container_check, backend))
-    checks += [check_image(name, image, gpus, driver_cuda, client, matrix.modes)
+    checks += [check_image(name, image, gpus, driver_cuda, client, matrix.modes,
+                           recorded_facts(image, backend, client) if gpus else None)
                for name, image in matrix.images.items()]
     if gpus:
         checks += [check_other_processes(commands), *check_persistence_and_clocks(gpus)]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from matrixbench import docker_client, resources, wheelhouse
+from matrixbench import build_facts, docker_client, resources, wheelhouse
 from matrixbench.errors import BuildError, MatrixError
 from matrixbench.redact import redact_urls
 from matrixbench.versions import torch_label
@@ -209,10 +209,38 @@ def run_build(client, plan, *, no_cache, emit):
             f"building image {plan.name!r} ({plan.tag}) failed: {stream.error}{_hint(stream, plan)}\n"
             f"--- last {len(stream.tail)} lines of the build log ---\n{tail}"
         )
+    facts = record_facts(client, plan, emit)
     if previous is not None and previous.id != client.inspect_image(plan.tag).id:
         client.discard_image(previous.id)  # the old build would linger untagged
-    emit(plan.name, f"built {plan.tag} in {time.monotonic() - started:.0f} s")
+    emit(plan.name, f"built {plan.tag} ({facts.describe()}) in {time.monotonic() - started:.0f} s")
     return plan.tag
+
+
+def record_facts(client, plan, emit):
+    """Ask the built image's python what its torch build is (build_facts) and label the image with it:
+    a build ``FROM`` the image that adds only the label, under the same tag. Return the facts."""
+    code, output = client.python_output(plan.tag, build_facts.PROBE)
+    where = f"image {plan.name!r} ({plan.tag})"
+    if code != 0:
+        raise BuildError(f"{where}: asking its torch for its CUDA build failed: {output.strip()[-300:]}")
+    facts = build_facts.parse_probe(output, where)
+    stream = docker_client.BuildStream()
+    labels = {**plan.labels, build_facts.LABEL: facts.to_label()}
+    for chunk in client.build(label_context(plan.tag), plan.tag, {}, labels):
+        stream.feed(chunk)
+    if stream.error:
+        raise BuildError(f"{where}: labelling it with its CUDA build failed: {stream.error}")
+    emit(plan.name, f"{plan.tag}: {facts.describe()} (label {build_facts.LABEL})")
+    return facts
+
+
+def label_context(tag):
+    """A build context whose Dockerfile is only ``FROM tag``: the labels come with the build."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        _add_bytes(tar, "Dockerfile", f"FROM {tag}\n".encode())
+    buffer.seek(0)
+    return buffer
 
 
 def _stream_build(client, plan, no_cache, find_links, emit):

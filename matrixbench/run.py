@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from matrixbench import run_folder
+from matrixbench.cuda_builds import refuse_builds
 from matrixbench.errors import RunError
 from matrixbench.executors import adaptive, check_gpu_types, check_options, create_environment, create_executor
 from matrixbench.executors.base import Run, RunSummary
@@ -114,6 +115,8 @@ def _run_with(environment, matrix, options, run_path, progress, environ):
         builds = dict.fromkeys(matrix.images[w.image_name].build_of or w.image_name for w in works if w.pending)
         environment.prepare([matrix.images[name] for name in builds],   # an A/A twin runs in its original's build
                             emit=lambda name, line: progress.note(f"[{name}] {line}"))
+        if gpus and environment.builds_images and options.executor != "ray":   # before any cell runs
+            refuse_builds({name: matrix.images[name] for name in builds}, environment.build_facts, progress.note)
         progress.start(sum(len(w.pending) for w in works), sum(w.done for w in works))
         _note_recorded(works, progress)
         executor = create_executor(environment, options, matrix=matrix, gpus=gpus, environ=environ,

@@ -18,8 +18,9 @@ import subprocess
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Optional
 
-from matrixbench import images, pip_script, resources
+from matrixbench import build_facts, images, pip_script, resources
 from matrixbench.errors import BuildError, RunError
 from matrixbench.interpreters import find_interpreter
 from matrixbench.paths import cache_home
@@ -86,6 +87,7 @@ class Venv:
     python_bin: Path
     image_id: str
     torch: str
+    facts: Optional[build_facts.BuildFacts] = None   # asked of its python when built; None: built before that
 
 
 def read_marker(plan):
@@ -97,7 +99,8 @@ def read_marker(plan):
     if (marker.get("image_id") != plan.content_hash or marker.get("recipe") != recipe_hash()
             or not plan.python_bin.exists()):
         return None
-    return Venv(plan.name, plan.path, plan.python_bin, marker["image_id"], marker.get("torch", "unknown"))
+    return Venv(plan.name, plan.path, plan.python_bin, marker["image_id"], marker.get("torch", "unknown"),
+                build_facts.from_dict(marker.get("build")))
 
 
 def recipe_hash():
@@ -110,8 +113,10 @@ def recipe_hash():
 def ensure_venv(plan, *, emit, rebuild=False, finder=None, environ=None):
     """The venv of ``plan``: reused when complete (and not ``rebuild``), else built afresh."""
     venv = None if rebuild else read_marker(plan)
+    if venv is not None and venv.facts is None:   # built before venvs recorded their build: ask it now
+        venv = record_facts(plan)
     if venv is not None:
-        emit(plan.name, f"using {plan.path} (torch {venv.torch})")
+        emit(plan.name, f"using {plan.path} ({venv.facts.describe() if venv.facts else f'torch {venv.torch}'})")
         return venv
     return build_venv(plan, emit=emit, finder=finder, environ=environ)
 
@@ -132,10 +137,19 @@ def build_venv(plan, *, emit, finder=None, environ=None):
             _step(plan, pip_script.command(layer), pip_env(plan, action, environ), emit)
     torch = _torch_installed(plan)
     _check_torch(plan, torch)
+    facts = build_facts.probe_python(plan.python_bin, f"venv {plan.name!r} ({plan.path})")
     (plan.path / FREEZE_FILENAME).write_text(_output(plan, [str(plan.python_bin), "-m", "pip", "freeze"]))
-    write_json_atomic(plan.marker, marker(plan, interpreter, torch, started))
-    emit(plan.name, f"built {plan.path} (torch {torch}) in "
+    write_json_atomic(plan.marker, marker(plan, interpreter, torch, started, facts))
+    emit(plan.name, f"built {plan.path} ({facts.describe()}) in "
                     f"{(datetime.now(timezone.utc) - started).total_seconds():.0f} s")
+    return read_marker(plan)
+
+
+def record_facts(plan):
+    """Add what the venv's torch says it is to an older marker; the venv as it reads now."""
+    facts = build_facts.probe_python(plan.python_bin, f"venv {plan.name!r} ({plan.path})")
+    old = json.loads(plan.marker.read_text())
+    write_json_atomic(plan.marker, {**old, "build": facts.to_dict()})
     return read_marker(plan)
 
 
@@ -197,8 +211,9 @@ def torch_matches(torch_spec, installed):
     return pinned is None or same_release(installed, pinned)
 
 
-def marker(plan, interpreter, torch, started):
-    """What the marker file says: written last, so its presence means the venv is complete."""
+def marker(plan, interpreter, torch, started, facts=None):
+    """What the marker file says: written last, so its presence means the venv is complete; ``build``:
+    what its torch says it is (build_facts), read by doctor and the run's pre-flight."""
     return {
         "image_name": plan.name,
         "image_id": plan.content_hash,
@@ -208,6 +223,7 @@ def marker(plan, interpreter, torch, started):
         "interpreter": str(interpreter.path),
         "buildargs": {key: redact_urls(plan.build.buildargs[key]) for key in pip_script.PIP_BUILDARGS},
         "built_at": started.isoformat(timespec="seconds"),
+        "build": facts.to_dict() if facts else None,
     }
 
 

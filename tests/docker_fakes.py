@@ -94,7 +94,8 @@ class FakeContainers:
     def run(self, image, command, **kwargs):
         if self.sdk.run_error:
             raise self.sdk.run_error
-        container = FakeContainer(self.sdk, image, command, kwargs, **self.sdk.next_container)
+        answer = {"log": self.sdk.python_answer} if kwargs.get("entrypoint") == "python" else {}   # build_facts.PROBE
+        container = FakeContainer(self.sdk, image, command, kwargs, **{**self.sdk.next_container, **answer})
         self.sdk.started.append(container)
         self.sdk.started_live.append(container)
         return container
@@ -146,6 +147,9 @@ class FakeSDK:
         self.push_chunks = [{"status": "The push refers to repository [fake]"}, {"id": "abc", "status": "Pushed"},
                             {"id": "abc", "status": "Pushing", "progressDetail": {"current": 1}}]
         self.builds = 0
+        # what an image's python answers build_facts.PROBE: PyPI's torch 2.0.1 (as its wheel says it is)
+        self.python_answer = (b'{"torch": "2.0.1+cu117", "cuda": "11.7", "arch_list": ["sm_37", "sm_50", "sm_60", '
+                              b'"sm_70", "sm_75", "sm_80", "sm_86"]}\n')
         self.api = FakeAPI(self)
         self.images = FakeImages(self)
         self.containers = FakeContainers(self)

@@ -28,8 +28,8 @@ def venv_root(tmp_path, matrix):
     root = tmp_path / "venvs"
     plan = plan_venv(matrix.images["stable"], root=root)
     write_stand_in(plan.python_bin)
-    plan.marker.write_text(json.dumps({"image_id": plan.content_hash, "torch": "2.0.1+cu117",
-                                       "recipe": recipe_hash()}))
+    plan.marker.write_text(json.dumps({"image_id": plan.content_hash, "torch": "2.0.1+cu117", "recipe": recipe_hash(),
+                                       "build": {"torch": "2.0.1+cu117", "cuda": "11.7", "arch_list": ["sm_86"]}}))
     return root
 
 
@@ -55,7 +55,7 @@ def test_the_venv_runs_the_containers_argv_and_cells_file_with_the_hash_as_image
     request = request_for(tmp_path, matrix)
     seen, lines = run_stand_in(VenvBackend(root=venv_root), matrix, request)
     plan = plan_venv(matrix.images["stable"], root=venv_root)
-    assert lines == [("stable", f"using {plan.path} (torch 2.0.1+cu117)")]
+    assert lines == [("stable", f"using {plan.path} (torch 2.0.1+cu117, CUDA 11.7 (sm_86))")]
     assert seen["argv"] == ["-m", "runner", "--cells", str(request.out_dir / "cells.json"),
                             "--out", str(request.out_dir)]
     assert seen["doc"]["image_id"] == matrix.images["stable"].content_hash()

@@ -159,7 +159,7 @@ def test_the_wheelhouse_is_offered_to_the_build_on_the_hosts_network(monkeypatch
     offers = _fake_client(monkeypatch, sdk, wheelhouse_url="http://127.0.0.1:47615/")
     images.build_images(MATRIX, ["stable"], on_progress=lambda *_: None)
     assert offers == [("stable", "3.10")]
-    (call,) = sdk.build_calls
+    call, _label = sdk.build_calls   # the build, then the label of what it holds (build_facts)
     assert call["network_mode"] == "host" and call["buildargs"]["FIND_LINKS"] == "http://127.0.0.1:47615/"
     assert call["labels"][docker_client.LABEL_CONTENT_HASH] == images.build_spec(STABLE).labels[
         docker_client.LABEL_CONTENT_HASH]  # the URL is no part of what the image is
@@ -169,7 +169,7 @@ def test_without_a_wheelhouse_the_build_uses_dockers_own_network(monkeypatch):
     sdk = FakeSDK(build_chunks=[{"stream": "Step 1/2 : FROM x\n"}])
     _fake_client(monkeypatch, sdk)
     images.build_images(MATRIX, ["stable"], on_progress=lambda *_: None)
-    (call,) = sdk.build_calls
+    call, _label = sdk.build_calls   # the build, then the label of what it holds (build_facts)
     assert "network_mode" not in call and call["buildargs"]["FIND_LINKS"] == ""
 
 
@@ -186,7 +186,7 @@ def test_build_streams_lines_and_passes_no_cache(monkeypatch):
                                on_progress=lambda name, line: lines.append(line))
     assert tags == ["matrixbench:stable"]
     assert "Collecting torch==2.0.1" in lines
-    (call,) = sdk.build_calls
+    call, _label = sdk.build_calls   # the build, then the label of what it holds (build_facts)
     assert call["nocache"] is True and call["tag"] == "matrixbench:stable"
     assert call["buildargs"]["TORCH_SPEC"] == "torch==2.0.1"
     assert call["labels"][docker_client.LABEL_TORCH] == "2.0.1"
@@ -204,7 +204,7 @@ def test_a_failed_build_raises_build_error_with_the_log_tail(monkeypatch):
     message = str(caught.value)
     assert message.startswith("building image 'stable' (matrixbench:stable) failed")
     assert "No matching distribution found for torch==9.9.9" in message
-    assert len(sdk.build_calls) == 1  # stops at the first failure
+    assert len(sdk.build_calls) == 1  # stops at the first failure (no label build)
     assert "matrixbench:stable" not in sdk.images_by_tag
 
 
@@ -312,7 +312,7 @@ def test_a_node_rebuilds_an_image_from_another_entry_or_runner(monkeypatch, labe
     sdk.images_by_tag["python:3.10-slim-bookworm"] = FakeImage("python:3.10-slim-bookworm", {})
     _fake_client(monkeypatch, sdk)
     build_on_node([STABLE])
-    (call,) = sdk.build_calls
+    call, _label = sdk.build_calls   # the build, then the label of what it holds (build_facts)
     assert call["labels"] == {**call["labels"], **_current_labels(STABLE)}   # the rebuild is current
 
 
@@ -342,7 +342,7 @@ def test_a_node_builds_with_the_users_build_options_and_ca_bundle_bytes(monkeypa
     sdk.images_by_tag["mirror.example/python:3.10-slim"] = FakeImage("mirror.example/python:3.10-slim", {})
     _fake_client(monkeypatch, sdk)
     build_on_node([STABLE], options)
-    (call,) = sdk.build_calls
+    call, _label = sdk.build_calls   # the build, then the label of what it holds (build_facts)
     assert call["buildargs"]["INDEX_URL"] == "https://mirror.example/simple"
     assert call["buildargs"]["EXTRA_INDEX_URLS"].endswith("https://extra.example/simple")
     assert call["buildargs"]["BASE_IMAGE"] == "mirror.example/python:3.10-slim"

@@ -8,6 +8,7 @@ import shlex
 import pytest
 
 from matrixbench import venvs
+from matrixbench.build_facts import BuildFacts
 from matrixbench.errors import BuildError
 from matrixbench.interpreters import Finder
 from matrixbench.matrix import Image, Matrix
@@ -71,6 +72,8 @@ printf '%s\\n' "$*" >> "$PIP_LOG"
 echo "Successfully ran pip $1"
 """
 FAKE_VENV_PYTHON = """#!/bin/sh
+case "$2" in *get_arch_list*)   # build_facts.PROBE: a torch as the cu118 index serves it
+  echo '{"torch": "$FAKE_TORCH+cu118", "cuda": "11.8", "arch_list": ["sm_80", "sm_90"]}'; exit;; esac
 if [ "$1 $2" = "-m pip" ]; then echo "torch==$FAKE_TORCH"; else echo "$FAKE_TORCH"; fi
 """
 
@@ -120,6 +123,8 @@ def test_download_then_install_each_layer_with_the_images_index_settings(tmp_pat
     ]
     assert wheels.is_dir()
     assert venv.image_id == plan.content_hash and venv.torch == "2.0.1"
+    assert venv.facts == BuildFacts("2.0.1+cu118", "11.8", ("sm_80", "sm_90"))   # asked of the venv's python
+    assert json.loads(plan.marker.read_text())["build"] == venv.facts.to_dict()
     assert (plan.path / "pip-freeze.txt").read_text() == "torch==2.0.1\n"
     assert json.loads(plan.marker.read_text())["interpreter"] == str(tmp_path / "bin" / "python3.10")
     assert ("stable", "Successfully ran pip install") in emitted  # pip's lines, per image
@@ -155,13 +160,25 @@ def test_a_complete_venv_is_reused_and_a_half_built_one_is_rebuilt(tmp_path, fak
     emitted = []
     build(plan, fake_host, emitted)
     assert not log.exists() and plan.marker.read_text() == built_at
-    assert emitted == [("stable", f"using {plan.path} (torch 2.0.1)")]
+    assert emitted == [("stable", f"using {plan.path} (torch 2.0.1+cu118, CUDA 11.8 (sm_80 sm_90))")]
 
     plan.marker.unlink()  # as a build killed halfway leaves it
     (plan.path / "left-over").touch()
     build(plan, fake_host)
     assert len(log.read_text().splitlines()) == 4 and plan.marker.exists()
     assert not (plan.path / "left-over").exists()
+
+
+def test_a_venv_built_before_venvs_recorded_their_build_is_asked_once_on_reuse(tmp_path, fake_host):
+    plan = venvs.plan_venv(STABLE, root=tmp_path / "venvs")
+    build(plan, fake_host)
+    older = {key: value for key, value in json.loads(plan.marker.read_text()).items() if key != "build"}
+    plan.marker.write_text(json.dumps(older))
+    assert venvs.read_marker(plan).facts is None   # not recorded: doctor would infer, and say so
+    (tmp_path / "pip.log").unlink()
+    venv = build(plan, fake_host)
+    assert venv.facts == BuildFacts("2.0.1+cu118", "11.8", ("sm_80", "sm_90")) and not (tmp_path / "pip.log").exists()
+    assert json.loads(plan.marker.read_text()) == {**older, "build": venv.facts.to_dict()}   # nothing else changed
 
 
 def test_a_failed_pip_leaves_no_marker_and_says_why(tmp_path, fake_host):

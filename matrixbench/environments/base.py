@@ -99,6 +99,7 @@ class Backend(ABC):
     """Runs the runner entrypoint for a list of cells and returns when it exits."""
 
     name = "base"
+    builds_images = False   # docker and venv: one build per image, checked before the run (build_facts)
 
     def describe(self) -> str:
         """One line for the console: what this backend runs the cells in."""
@@ -111,6 +112,11 @@ class Backend(ABC):
     def prepare(self, images: List[Any], emit: Optional[Callable[[str, str], None]] = None) -> None:
         """Make ready what the matrix Images need before any cell runs (the venv backend builds
         their venvs); ``emit(image_name, line)`` gets progress lines. Default: nothing to do."""
+        return None
+
+    def build_facts(self, image: Any) -> Optional[Any]:
+        """What ``image``'s build (made or checked by ``prepare``) recorded of itself: build_facts.BuildFacts,
+        or None when it recorded nothing. Only backends that build images (``builds_images``) answer."""
         return None
 
     @abstractmethod

@@ -14,7 +14,7 @@ import re
 import uuid
 from pathlib import Path
 
-from matrixbench import docker_client
+from matrixbench import build_facts, docker_client
 from matrixbench.environments.base import Backend
 from matrixbench.environments.environment import compile_cache_env, redact, secret_values
 from matrixbench.errors import RunError
@@ -35,6 +35,7 @@ class DockerBackend(Backend):
     """Runs each image's cells in a fresh container of its `matrixbench build` image."""
 
     name = "docker"
+    builds_images = True
 
     def __init__(self, *, client=None, run_id=None, on_log=None, user=None):
         """``client``: a docker_client.DockerClient (connects on first use when None).
@@ -63,6 +64,10 @@ class DockerBackend(Backend):
             images = sorted(client.find_images({docker_client.LABEL_MARK: None}))
             self._gpus = client.gpu_probe(images[0]) if images else []
         return self._gpus
+
+    def build_facts(self, image):
+        info = self._connected().inspect_image(image_tag(image.name))
+        return build_facts.from_labels(info.labels) if info is not None else None
 
     def run(self, request):
         client = self._connected()

@@ -23,6 +23,7 @@ from matrixbench.venvs import ensure_venv, link_runner, plan_venv, torch_matches
 
 class VenvBackend(Backend):
     name = "venv"
+    builds_images = True
 
     def __init__(self, *, root: Optional[Path] = None, finder: Any = None) -> None:
         """``root``: where the venvs live (default venvs.venvs_root()); ``finder``: the
@@ -42,6 +43,10 @@ class VenvBackend(Backend):
         for image in images:
             plan = plan_venv(image, root=self._root)
             self._venvs[image.name] = ensure_venv(plan, emit=emit or print_progress, finder=self._finder)
+
+    def build_facts(self, image: Any) -> Optional[Any]:
+        venv = self._venvs.get(image.name)
+        return venv.facts if venv is not None else None
 
     def run(self, request: RunRequest) -> int:
         venv = self._venvs.get(request.built_as)

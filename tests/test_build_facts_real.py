@@ -1,0 +1,80 @@
+"""A real build records what its torch is (matrixbench.build_facts): a real venv (the CPU wheel: "cpu") and a
+real Docker image (PyPI's torch 2.0.1: CUDA 11.7), and a GPU run on a fake GPU host (tests/gpu_fakes.py)
+refuses the CPU build before any cell runs. Marked venv / docker: builds for real (the wheelhouse is warm)."""
+import dataclasses
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gpu_fakes import nvidia_smi
+from matrixbench import build_facts, docker_client, gpu, venvs
+from matrixbench.build_facts import BuildFacts
+from matrixbench.cli import main
+from matrixbench.cuda_builds import known_build, pypi_cuda
+from matrixbench.errors import DockerUnavailableError
+from matrixbench.images import build_images, image_tag
+from matrixbench.matrix import load_matrix
+from venv_helpers import venv_matrix
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_MATRIX = ROOT / "tests" / "data" / "venv-matrix.yaml"
+CU117_ARCHES = ("sm_37", "sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86")   # PyPI's torch 2.0.1
+
+
+@pytest.mark.venv
+def test_a_real_cpu_venv_says_cpu_and_a_gpu_run_refuses_it_before_any_cell(tmp_path, monkeypatch):
+    matrix = venv_matrix(VENV_MATRIX)
+    image = matrix.images["venv-latest"]    # no index_url: inferred as PyPI's CUDA 13.0 wheel, built from the CPU one
+    root = tmp_path / "venvs"
+    monkeypatch.setattr(venvs, "venvs_root", lambda environ=None: root)
+    with open(tmp_path / "build.log", "w") as log:
+        venvs.build_venvs(matrix, ["venv-latest"], on_progress=lambda name, line: print(line, file=log, flush=True))
+    venv = venvs.read_marker(venvs.plan_venv(image))
+    assert venv.torch.endswith("+cpu") and venv.facts == BuildFacts(venv.torch, "cpu", ())
+    assert known_build(image).cuda == "13.0"   # what the inference alone would have said
+
+    for driver in ("580", "550"):   # 550: the inference would refuse CUDA 13.0; the build says CPU
+        monkeypatch.setattr(gpu, "run_command", nvidia_smi("H100", driver))
+        monkeypatch.setattr("matrixbench.cuda_builds.run_command", nvidia_smi("H100", driver))
+        results = tmp_path / f"results-{driver}"
+        result = CliRunner().invoke(main, ["run", "--backend", "venv", "--matrix", str(VENV_MATRIX), "--images",
+                                           "venv-latest", "--models", "vit", "--modes", "eager", "--repeats", "1",
+                                           "--results", str(results)])
+        assert result.exit_code == 2, result.output
+        assert (f"image venv-latest: torch {venv.torch} is a CPU build (read from the build; torch.version.cuda is "
+                "None): it cannot use the NVIDIA H100 80GB HBM3") in result.output
+        assert "--device cpu" in result.output and "CUDA 13.0" not in result.output and "Traceback" not in result.output
+        assert [path.name for path in results.rglob("*.json")] == ["run.json"]   # no cell ran
+
+
+@pytest.fixture
+def docker():
+    try:
+        client = docker_client.connect()
+    except DockerUnavailableError as exc:
+        pytest.skip(f"no Docker daemon: {exc}")
+    base = "matrixbench-test-base:bookworm-py310"
+    if client.inspect_image(base) is None:
+        pytest.skip(f"base image {base} missing: run .ci/make-base-images")
+    return client
+
+
+@pytest.mark.docker
+def test_a_real_docker_build_is_labelled_with_its_torchs_cuda_and_arch_list(docker):
+    """PyPI's torch 2.0.1 in the docker e2e test's image (its layers cached), under a name of this test."""
+    matrix = load_matrix(ROOT / "tests" / "data" / "docker-matrix.yaml")
+    image = dataclasses.replace(matrix.images["e2e-stable"], name="facts-e2e-stable")
+    matrix = dataclasses.replace(matrix, images={image.name: image})
+    tag = image_tag(image.name)
+    try:
+        build_images(matrix, None, on_progress=lambda name, line: None)
+        labels = docker.inspect_image(tag).labels
+        facts = build_facts.from_labels(labels)
+        assert facts == BuildFacts(facts.torch, "11.7", CU117_ARCHES) and facts.torch.startswith("2.0.1")
+        assert facts.cuda == pypi_cuda("2.0.1")   # here the inference was right
+        assert labels[docker_client.LABEL_CONTENT_HASH] == image.content_hash()   # the build's labels stay
+        assert labels[docker_client.LABEL_IMAGE] == image.name
+    finally:
+        if docker.inspect_image(tag) is not None:
+            docker.remove_image(tag)
