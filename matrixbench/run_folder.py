@@ -17,6 +17,7 @@ from pathlib import Path
 from matrixbench.errors import ResultsFolderError, RunLockedError
 from matrixbench.layout import lock_path, scratch_dirs, timing_board_dir
 from matrixbench.redact import redact_data
+from runner.files import ROOM_PREFIX
 
 
 def prepare(run_path):
@@ -225,6 +226,8 @@ def clean_scratch(run_path):
     for scratch in scratch_dirs(run_path):
         shutil.rmtree(scratch, ignore_errors=True)
         removed += 1
+    for room in Path(run_path).glob(f"*/{ROOM_PREFIX}*.tmp"):   # the disk space a killed runner held
+        room.unlink(missing_ok=True)
     return removed
 
 

@@ -208,7 +208,7 @@ def _compile_and_call_once(built, job, device, marks):
     """The step to time, and first_call_s: torch.compile() itself plus the first call."""
     cell = job["cell"]
     marks["first_call"] = clock()
-    faults.inject(job.get("fault"))
+    faults.inject(job.get("fault"), job.get("out_dir"))
     step = _step(compile_model(built.model, cell.mode, cell.fullgraph), built.inputs, cell.mode, device)
     _timed(step, 1, device)
     return step, clock() - marks["first_call"]

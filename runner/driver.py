@@ -19,6 +19,7 @@ from runner import records
 from runner.cells_file import CellsFile
 from runner.core import Cell, Record, Repeat, Status
 from runner.faults import fault_for
+from runner.files import Room
 from runner.isolation import Launcher
 from runner.machine import fallback_environment
 from runner.schema import SCRATCH_DIRNAME, RecordError, load_record, needs_run, record_path, write_record
@@ -107,7 +108,10 @@ def run_one(launcher: Launcher, cell: Cell, cells_file: CellsFile, context: Cont
         job = make_job(cell, cells_file, context, out_dir, scratch_dir, compile_cache_dir, repeat)
         if context.error:
             return _write_failure(job, Status.ERROR, "RunnerSetupError", context.error)
-        outcome = launcher.run("run_job", (job,), cells_file.settings["timeout_s"])
+        with Room.take(out_dir) as room:   # a full disk stops the runner here, before the cell is measured
+            outcome = launcher.run("run_job", ({**job, "room": str(room.path)},), cells_file.settings["timeout_s"])
+    if outcome.reply and outcome.reply.get("unwritten"):
+        raise OSError(*outcome.reply["unwritten"])   # measured, refused by the disk: its numbers are on stderr
     if outcome.reply and outcome.reply.get("record_written"):
         return _read_own_record(out_dir, Repeat(cell, repeat), job)
     status, message = outcome.failure() or (Status.CRASHED, "the cell's process wrote no record")

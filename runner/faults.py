@@ -5,7 +5,8 @@ A test sets ``MATRIXBENCH_TEST_FAULTS`` to a JSON object, cell id -> fault name,
 it is set (``fault_for``) and hands the fault to the cell's process in its job; the cell
 injects it where real failures happen, at its first (compiling) call: oom raises torch's OOM
 error, error raises an exception, crash kills the process with SIGSEGV, hang sleeps until the
-parent's time limit. Stdlib at import: torch is imported only to raise its OOM error.
+parent's time limit, full_disk fills the filesystem of the cell's output folder (a hidden file there,
+``FILLER``), so that its record meets a full disk. Stdlib at import: torch is imported only to raise its OOM error.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import time
 from typing import Mapping, Optional
 
 FAULTS_VARIABLE = "MATRIXBENCH_TEST_FAULTS"
-FAULTS = ("oom", "error", "crash", "hang")
+FAULTS = ("oom", "error", "crash", "hang", "full_disk")
+FILLER = ".injected-full-disk"
 
 
 class InjectedError(RuntimeError):
@@ -36,9 +38,11 @@ def fault_for(cell_id: str, environ: Optional[Mapping[str, str]] = None) -> Opti
     return fault if isinstance(fault, str) else None
 
 
-def inject(fault: Optional[str]) -> None:
+def inject(fault: Optional[str], out_dir: Optional[str] = None) -> None:
     if fault is None:
         return
+    if fault == "full_disk" and out_dir:
+        return _fill(os.path.join(out_dir, FILLER))
     if fault == "oom":
         raise _out_of_memory("CUDA out of memory. Tried to allocate 1.00 TiB (injected by fault 'oom')")
     if fault == "error":
@@ -49,6 +53,17 @@ def inject(fault: Optional[str]) -> None:
         while True:
             time.sleep(60)
     raise ValueError(f"unknown fault {fault!r}; valid: {', '.join(FAULTS)}")
+
+
+def _fill(path: str) -> None:
+    """Write ``path`` until its filesystem has no byte left (ENOSPC), in ever smaller pieces."""
+    with open(path, "ab", buffering=0) as handle:
+        for size in (1 << 20, 1 << 16, 1 << 12, 1):
+            try:
+                while True:
+                    handle.write(b"\0" * size)
+            except OSError:
+                continue
 
 
 def _out_of_memory(message: str) -> BaseException:

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Tuple, Union
 
 MIB = 1024 * 1024
+ROOM_BYTES = 256 * 1024     # a record is a few KiB: room for it many times over, in a cell's output folder
+ROOM_PREFIX = ".room."      # the hidden file that holds it: ".room.<pid>.<hex>.tmp"
 
 
 class UnreadableFileError(OSError):
@@ -64,6 +66,54 @@ def write_atomic(path: Union[str, Path], data: bytes) -> None:
         if isinstance(exc, OSError) and exc.filename is None:
             exc.filename = str(path)
         raise
+
+
+class Room:
+    """Disk space held for a file not yet written: taken before a cell is measured, so that the disk
+    filling up meanwhile (other cells, other programs) cannot lose its numbers. ``write`` tries the
+    write; on ENOSPC it gives the room back to the disk and writes again. Taking it on a full (or
+    read-only, or unwritable) folder raises the OSError before anything is measured."""
+
+    def __init__(self, path: Union[str, Path]) -> None:
+        self.path = Path(path)   # taken by ``take`` (here, or in the process that hands the path over)
+
+    @classmethod
+    def take(cls, folder: Union[str, Path], size: int = ROOM_BYTES) -> "Room":
+        room = cls(Path(folder) / f"{ROOM_PREFIX}{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(room.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as exc:
+            exc.filename = str(folder)
+            raise
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            room.release()
+            exc.filename = str(folder)
+            raise
+        finally:
+            os.close(fd)
+        return room
+
+    def write(self, write):
+        """``write()``; on a full disk, again with the room freed."""
+        try:
+            return write()
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            self.release()
+            return write()
+
+    def release(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+    def __enter__(self) -> "Room":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
 
 
 def _create_temp(path: Path) -> Tuple[int, str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
@@ -84,6 +85,22 @@ def write_json_atomic(path: Union[str, Path], data: Any) -> Path:
 
 def write_record(out_dir: Union[str, Path], record: Record) -> Path:
     return write_json_atomic(record_path(out_dir, record.cell, record.repeat), record.to_dict())
+
+
+UNWRITTEN_MARK = "matrixbench-unwritten-record: "   # a record the disk refused, whole, on one stderr line
+
+
+def write_record_in(room: Any, out_dir: Union[str, Path], record: Record) -> Path:
+    """A measured record, written with ``room`` (runner.files.Room, taken before measuring) to fall back on
+    when the disk is full. Should even that fail, the whole record goes to stderr on one line after
+    UNWRITTEN_MARK (the runner's log, which the host shows) before the OSError propagates: the numbers
+    are never silently gone."""
+    try:
+        return room.write(lambda: write_record(out_dir, record))
+    except OSError:
+        print(UNWRITTEN_MARK + json.dumps(record.to_dict(), sort_keys=True, allow_nan=True), file=sys.stderr,
+              flush=True)
+        raise
 
 
 def read_record(path: Union[str, Path]) -> JSON:

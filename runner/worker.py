@@ -14,8 +14,9 @@ from runner import records
 from runner.cell import run_cell
 from runner.compile import use_cache_dirs
 from runner.environment import collect_environment, resolve_device
+from runner.files import Room
 from runner.precision import apply_precision, with_tf32_availability
-from runner.schema import write_record
+from runner.schema import write_record_in
 
 
 def _preload_models():
@@ -38,7 +39,12 @@ def run_job(job, channel):
     marks = {"process_started": records.clock()}
     use_cache_dirs(job["compile_cache_dirs"])
     record = run_cell(job, marks)
-    write_record(job["out_dir"], record)
+    try:   # the room the driver took before measuring: a disk that filled meanwhile still takes the record
+        write_record_in(Room(job["room"]), job["out_dir"], record)
+    except OSError as exc:   # not even then: the driver stops the runner, and no failure record stands in
+        channel.send({"record_written": False, "unwritten": [exc.errno, exc.strerror, exc.filename]})
+        channel.close()
+        return
     channel.send({"record_written": True, "status": record.status.value, "marks": marks})
     channel.close()
 

@@ -15,6 +15,7 @@ from matrixbench.manifest import read_manifest
 from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.run import RunOptions, run_matrix
 from matrixbench.run_folder import RunLock
+from runner.files import ROOM_PREFIX
 from runner.schema import SCRATCH_DIRNAME
 from test_run import RecordingProgress
 
@@ -126,9 +127,11 @@ def test_scratch_folders_a_killed_run_left_are_removed_by_the_next_run(matrix, t
     left = run_path / "stable" / SCRATCH_DIRNAME / "matrixbench-cell-abc123"
     left.mkdir(parents=True)
     (left / "inductor.json").write_text("{}")
+    room = run_path / "stable" / f"{ROOM_PREFIX}4242.0badcafe.tmp"   # the disk space a killed runner held
+    room.write_bytes(b"\0" * 4096)
     progress = RecordingProgress()
     run_matrix(matrix, _options(tmp_path), progress=progress)
-    assert not (run_path / "stable" / SCRATCH_DIRNAME).exists()
+    assert not (run_path / "stable" / SCRATCH_DIRNAME).exists() and not room.exists()
     assert ("note", f"removed 1 scratch folder(s) a killed run left in {run_path}") in progress.events
 
 

@@ -1,8 +1,17 @@
-"""runner.files.write_atomic: whole or nothing, and readable as a plain open() would leave it."""
+"""runner.files.write_atomic: whole or nothing, and readable as a plain open() would leave it; the room a
+cell's record is written with when the disk fills (runner.files.Room; for real: tests/test_full_disk_local.py)."""
+import errno
+import json
 import os
 import stat
+from unittest import mock
 
-from runner.files import write_atomic
+import pytest
+
+from host_helpers import make_record
+from runner.core import Cell
+from runner.files import ROOM_BYTES, ROOM_PREFIX, Room, write_atomic
+from runner.schema import UNWRITTEN_MARK, read_record, write_record_in
 
 
 def test_an_atomic_write_gets_the_mode_a_plain_write_would(tmp_path):
@@ -24,3 +33,43 @@ def test_an_atomic_write_replaces_the_old_content_whole(tmp_path):
     target.write_bytes(b"old")
     write_atomic(target, b"new")
     assert target.read_bytes() == b"new" and len(list(tmp_path.iterdir())) == 1
+
+
+def _full_once(write):
+    """``write`` behind a disk that is full on the first try, as ENOSPC arrives from os.write."""
+    calls = []
+
+    def attempt():
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "record.json")
+        return write()
+    return attempt, calls
+
+
+def test_a_room_taken_before_measuring_takes_the_record_when_the_disk_is_full(tmp_path):
+    room = Room.take(tmp_path)
+    assert room.path.name.startswith(ROOM_PREFIX) and room.path.stat().st_blocks * 512 >= ROOM_BYTES
+    attempt, calls = _full_once(lambda: write_atomic(tmp_path / "record.json", b"{}"))
+    room.write(attempt)
+    assert len(calls) == 2 and not room.path.exists() and (tmp_path / "record.json").read_bytes() == b"{}"
+    with Room.take(tmp_path) as other:
+        other.write(lambda: None)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["record.json"]   # the room is given back
+
+
+def test_a_record_the_disk_refuses_even_so_goes_whole_to_stderr_and_reads_back(tmp_path, capsys):
+    cell = Cell(model="resnet", task="image-classification", weights="random", size="tiny", batch_size=1,
+                mode="eager", fullgraph=False, dtype="float32", model_id="microsoft/resnet-50")
+    record = make_record(cell)
+    room = Room.take(tmp_path)
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "record.json")
+    with mock.patch("runner.schema.write_atomic", full), pytest.raises(OSError):
+        write_record_in(room, tmp_path, record)
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith(UNWRITTEN_MARK)]
+    (tmp_path / "kept.json").write_text(line[len(UNWRITTEN_MARK):])
+    assert read_record(tmp_path / "kept.json") == json.loads(json.dumps(record.to_dict()))   # whole and valid
+    assert not list(tmp_path.glob(ROOM_PREFIX + "*"))
+
