@@ -1,5 +1,6 @@
 """Every error matrixbench raises on purpose is a MatrixbenchError; cli.py turns them into exit codes."""
 import errno
+import os
 import shutil
 from pathlib import Path
 
@@ -76,6 +77,12 @@ class InterpreterNotFoundError(BuildError):
 FILESYSTEM_EXIT_CODE = 9   # an OSError no other error covers: disk full, read-only, permission denied
 
 
+class ResultsFolderUnwritableError(ResultsFolderError):
+    """The results folder is on a read-only file system, or this user may not write it: the filesystem's refusal."""
+
+    exit_code = FILESYSTEM_EXIT_CODE
+
+
 def describe_os_error(exc):
     """One line for an OSError from reading or writing a file: the path, the reason and, for a full
     disk, the free space left and what to do."""
@@ -88,9 +95,10 @@ def describe_os_error(exc):
                 "nothing was half-written: free some space and rerun the same command, the cells without a "
                 "record run again")
     if exc.errno == errno.EROFS:
-        return f"{path}: read-only file system; choose a writable folder (--results / --out)"
+        return f"{path}: read-only file system; choose a writable folder (--results / --out), or remount it read-write"
     if exc.errno in (errno.EACCES, errno.EPERM):
-        return f"{path}: permission denied for this user; fix its permissions or choose another folder"
+        return (f"{path}: permission denied for this user (uid {os.getuid()}); give it write access or choose "
+                "another folder (--results / --out)")
     if exc.errno == errno.ENAMETOOLONG:
         return f"{str(path)[:120]}...: file name too long; choose a shorter --run / --out / --results"
     if exc.errno == errno.ELOOP:

@@ -14,7 +14,7 @@ import stat
 from datetime import datetime, timezone
 from pathlib import Path
 
-from matrixbench.errors import ResultsFolderError, RunLockedError
+from matrixbench.errors import ResultsFolderError, ResultsFolderUnwritableError, RunLockedError
 from matrixbench.layout import lock_path, scratch_dirs, timing_board_dir
 from matrixbench.redact import redact_data
 from runner.files import ROOM_PREFIX
@@ -32,14 +32,14 @@ def prepare(run_path):
             f"--results: {blocker} is {what}, not a folder; the run folder {run_path} "
             "cannot be made under it. Choose another --results") from None
     except PermissionError:
-        raise ResultsFolderError(_cannot_write(run_path)) from None
+        raise ResultsFolderUnwritableError(_cannot_write(run_path)) from None
     except OSError as exc:   # a read-only file system, a symlink loop, a name too long
         if exc.errno == errno.EROFS:
-            raise ResultsFolderError(_cannot_write(run_path)) from None
+            raise ResultsFolderUnwritableError(_cannot_write(run_path)) from None
         raise ResultsFolderError(f"--results: cannot make {run_path} ({exc.strerror}); choose another "
                                  "--results or --run") from None
-    if not os.access(run_path, os.W_OK | os.X_OK):
-        raise ResultsFolderError(_cannot_write(run_path))
+    if not os.access(run_path, os.W_OK | os.X_OK) or _read_only(run_path):
+        raise ResultsFolderUnwritableError(_cannot_write(run_path))
     return run_path
 
 
@@ -61,10 +61,11 @@ def _file_in(path):
 def _cannot_write(run_path):
     existing = next((p for p in [run_path, *run_path.parents] if p.exists()), run_path)
     if _read_only(existing):
-        return (f"--results: {existing} is on a read-only file system; the run needs to create {run_path}. "
-                "Choose another --results")
-    return (f"--results: cannot write to {existing} (permission denied for this user); "
-            f"the run needs to create {run_path}. Choose another --results or fix its permissions")
+        return (f"--results: {existing} is on a read-only file system; the run needs to write {run_path} (its "
+                "records stay as they are). Choose another --results, or remount it read-write")
+    return (f"--results: cannot write to {existing} (permission denied for this user, uid {os.getuid()}); the run "
+            f"needs to write {run_path} (its records stay as they are). Choose another --results, or give this "
+            f"user write access (e.g. `sudo chown -R {os.getuid()} {existing}`)")
 
 
 # --- one writer per run --------------------------------------------------------------------

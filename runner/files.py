@@ -10,9 +10,10 @@ import os
 import secrets
 import stat
 from pathlib import Path
-from typing import Tuple, Union
+from typing import Callable, Tuple, TypeVar, Union
 
 MIB = 1024 * 1024
+T = TypeVar("T")
 ROOM_BYTES = 256 * 1024     # a record is a few KiB: room for it many times over, in a cell's output folder
 ROOM_PREFIX = ".room."      # the hidden file that holds it: ".room.<pid>.<hex>.tmp"
 
@@ -53,7 +54,11 @@ def write_atomic(path: Union[str, Path], data: bytes) -> None:
     folder, flushed to disk, then renamed over it. On any failure (a full disk: ENOSPC) the temp
     file is removed, ``path`` keeps what it held, and the OSError names ``path``."""
     path = Path(path)
-    fd, tmp = _create_temp(path)
+    try:
+        fd, tmp = _create_temp(path)
+    except OSError as exc:   # the folder refuses a new file (read-only, permission): name the folder
+        exc.filename = str(path.parent)
+        raise
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -95,7 +100,7 @@ class Room:
             os.close(fd)
         return room
 
-    def write(self, write):
+    def write(self, write: Callable[[], T]) -> T:
         """``write()``; on a full disk, again with the room freed."""
         try:
             return write()
@@ -112,7 +117,7 @@ class Room:
     def __enter__(self) -> "Room":
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.release()
 
 

@@ -36,7 +36,7 @@ from runner.core import (
     repeat_stem,
     upgrade_record,
 )
-from runner.files import MIB, read_bounded_text, write_atomic
+from runner.files import MIB, Room, read_bounded_text, write_atomic
 from runner.settings import BY_NAME, RUNNER_SETTINGS
 
 JSON = Dict[str, Any]
@@ -90,7 +90,7 @@ def write_record(out_dir: Union[str, Path], record: Record) -> Path:
 UNWRITTEN_MARK = "matrixbench-unwritten-record: "   # a record the disk refused, whole, on one stderr line
 
 
-def write_record_in(room: Any, out_dir: Union[str, Path], record: Record) -> Path:
+def write_record_in(room: Room, out_dir: Union[str, Path], record: Record) -> Path:
     """A measured record, written with ``room`` (runner.files.Room, taken before measuring) to fall back on
     when the disk is full. Should even that fail, the whole record goes to stderr on one line after
     UNWRITTEN_MARK (the runner's log, which the host shows) before the OSError propagates: the numbers

@@ -59,7 +59,7 @@ RUN = ("run", "--matrix", "{dir}/m.yaml", "--backend", "local", "--images", "sta
 VALIDATE = ("validate", "--matrix", "{dir}/m.yaml")
 
 CASES = [
-    Case("results folder not writable", RUN + ("--results", "{dir}/readonly"), 2,
+    Case("results folder not writable", RUN + ("--results", "{dir}/readonly"), 9,
          ("{dir}/readonly", "cannot write", "--results"), user=NOBODY),
     Case("results under a regular file", RUN + ("--results", "{dir}/afile/results"), 2,
          ("{dir}/afile", "is a file", "--results"), files={"afile": "x"}),
