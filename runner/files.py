@@ -10,10 +10,9 @@ import os
 import secrets
 import stat
 from pathlib import Path
-from typing import Callable, Tuple, TypeVar, Union
+from typing import Tuple, Union
 
 MIB = 1024 * 1024
-T = TypeVar("T")
 ROOM_BYTES = 256 * 1024     # a record is a few KiB: room for it many times over, in a cell's output folder
 ROOM_PREFIX = ".room."      # the hidden file that holds it: ".room.<pid>.<hex>.tmp"
 
@@ -75,9 +74,10 @@ def write_atomic(path: Union[str, Path], data: bytes) -> None:
 
 class Room:
     """Disk space held for a file not yet written: taken before a cell is measured, so that the disk
-    filling up meanwhile (other cells, other programs) cannot lose its numbers. ``write`` tries the
-    write; on ENOSPC it gives the room back to the disk and writes again. Taking it on a full (or
-    read-only, or unwritable) folder raises the OSError before anything is measured."""
+    filling up meanwhile (other cells, other programs) cannot lose its numbers. ``write`` writes as
+    ``write_atomic`` does; on ENOSPC it writes into the room's own blocks (allocated when it was taken, so
+    the write needs no new ones) and renames it over the file. Taking it on a full (or read-only, or
+    unwritable) folder raises the OSError, naming the folder, before anything is measured."""
 
     def __init__(self, path: Union[str, Path]) -> None:
         self.path = Path(path)   # taken by ``take`` (here, or in the process that hands the path over)
@@ -86,7 +86,7 @@ class Room:
     def take(cls, folder: Union[str, Path], size: int = ROOM_BYTES) -> "Room":
         room = cls(Path(folder) / f"{ROOM_PREFIX}{os.getpid()}.{secrets.token_hex(4)}.tmp")
         try:
-            fd = os.open(room.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            fd = os.open(room.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)   # less the umask, as a record
         except OSError as exc:
             exc.filename = str(folder)
             raise
@@ -100,15 +100,19 @@ class Room:
             os.close(fd)
         return room
 
-    def write(self, write: Callable[[], T]) -> T:
-        """``write()``; on a full disk, again with the room freed."""
+    def write(self, path: Union[str, Path], data: bytes) -> None:
+        """``path`` holds ``data`` whole; on a full disk, by way of the room (then given up)."""
         try:
-            return write()
+            write_atomic(path, data)
         except OSError as exc:
-            if exc.errno != errno.ENOSPC:
+            if exc.errno != errno.ENOSPC or not self.path.exists():
                 raise
-            self.release()
-            return write()
+            with open(self.path, "r+b") as handle:
+                handle.write(data)
+                handle.truncate(len(data))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(self.path, path)
 
     def release(self) -> None:
         with contextlib.suppress(OSError):

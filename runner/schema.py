@@ -11,6 +11,7 @@ that the host validates with ``jsonschema``; the runner itself only checks the v
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -79,8 +80,13 @@ def write_json_atomic(path: Union[str, Path], data: Any) -> Path:
     run or a full disk never leaves half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, (json.dumps(data, sort_keys=True, indent=1, allow_nan=True) + "\n").encode())
+    write_atomic(path, json_bytes(data))
     return path
+
+
+def json_bytes(data: Any) -> bytes:
+    """What a results file holds: sorted keys, one-space indents, a final newline."""
+    return (json.dumps(data, sort_keys=True, indent=1, allow_nan=True) + "\n").encode()
 
 
 def write_record(out_dir: Union[str, Path], record: Record) -> Path:
@@ -95,12 +101,15 @@ def write_record_in(room: Room, out_dir: Union[str, Path], record: Record) -> Pa
     when the disk is full. Should even that fail, the whole record goes to stderr on one line after
     UNWRITTEN_MARK (the runner's log, which the host shows) before the OSError propagates: the numbers
     are never silently gone."""
+    path = record_path(out_dir, record.cell, record.repeat)
     try:
-        return room.write(lambda: write_record(out_dir, record))
+        room.write(path, json_bytes(record.to_dict()))
     except OSError:
-        print(UNWRITTEN_MARK + json.dumps(record.to_dict(), sort_keys=True, allow_nan=True), file=sys.stderr,
-              flush=True)
+        with contextlib.suppress(OSError):   # stderr may be a file on the same full disk
+            print(UNWRITTEN_MARK + json.dumps(record.to_dict(), sort_keys=True, allow_nan=True), file=sys.stderr,
+                  flush=True)
         raise
+    return path
 
 
 def read_record(path: Union[str, Path]) -> JSON:

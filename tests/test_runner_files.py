@@ -35,27 +35,24 @@ def test_an_atomic_write_replaces_the_old_content_whole(tmp_path):
     assert target.read_bytes() == b"new" and len(list(tmp_path.iterdir())) == 1
 
 
-def _full_once(write):
-    """``write`` behind a disk that is full on the first try, as ENOSPC arrives from os.write."""
-    calls = []
-
-    def attempt():
-        calls.append(1)
-        if len(calls) == 1:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "record.json")
-        return write()
-    return attempt, calls
+def _full_disk(*args):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "record.json")
 
 
 def test_a_room_taken_before_measuring_takes_the_record_when_the_disk_is_full(tmp_path):
-    room = Room.take(tmp_path)
-    assert room.path.name.startswith(ROOM_PREFIX) and room.path.stat().st_blocks * 512 >= ROOM_BYTES
-    attempt, calls = _full_once(lambda: write_atomic(tmp_path / "record.json", b"{}"))
-    room.write(attempt)
-    assert len(calls) == 2 and not room.path.exists() and (tmp_path / "record.json").read_bytes() == b"{}"
+    old = os.umask(0o022)
+    try:
+        room = Room.take(tmp_path)
+        assert room.path.name.startswith(ROOM_PREFIX) and room.path.stat().st_blocks * 512 >= ROOM_BYTES
+        with mock.patch("runner.files.write_atomic", _full_disk):   # ENOSPC, as a full disk gives it
+            room.write(tmp_path / "record.json", b'{"a": 1}\n')
+    finally:
+        os.umask(old)
+    assert (tmp_path / "record.json").read_bytes() == b'{"a": 1}\n'   # whole: no tail of the room's zeros
+    assert stat.S_IMODE((tmp_path / "record.json").stat().st_mode) == 0o644 and not room.path.exists()
     with Room.take(tmp_path) as other:
-        other.write(lambda: None)
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["record.json"]   # the room is given back
+        other.write(tmp_path / "other.json", b"{}")   # room to spare: an ordinary write, the room given back
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["other.json", "record.json"]
 
 
 def test_a_record_the_disk_refuses_even_so_goes_whole_to_stderr_and_reads_back(tmp_path, capsys):
@@ -64,9 +61,8 @@ def test_a_record_the_disk_refuses_even_so_goes_whole_to_stderr_and_reads_back(t
     record = make_record(cell)
     room = Room.take(tmp_path)
 
-    def full(*args):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "record.json")
-    with mock.patch("runner.schema.write_atomic", full), pytest.raises(OSError):
+    room.release()   # the room is gone too (a disk that frees nothing back, a quota)
+    with mock.patch("runner.files.write_atomic", _full_disk), pytest.raises(OSError):
         write_record_in(room, tmp_path, record)
     (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith(UNWRITTEN_MARK)]
     (tmp_path / "kept.json").write_text(line[len(UNWRITTEN_MARK):])
