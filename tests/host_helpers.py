@@ -1,10 +1,14 @@
 """Shared by the host tests: a small valid matrix, schema-valid records, a backend at our seam."""
 import copy
+import os
+import subprocess
 import sys
 import textwrap
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 import yaml
 
 from matrixbench.environments.base import Backend
@@ -191,3 +195,17 @@ def local_run_options(tmp_path, **changes):
                   cache_root=tmp_path / "cache", hf_cache_dir=tmp_path / "hf", command=("matrixbench", "run"))
     values.update(changes)
     return RunOptions(**values)
+
+
+@contextmanager
+def tmpfs(folder, size):
+    """A tmpfs of ``size`` ("512k", "4m") mounted at the new ``folder`` (root only: the test skips
+    otherwise), unmounted after."""
+    folder.mkdir()
+    if os.getuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                                          capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)

@@ -12,32 +12,24 @@ from pathlib import Path
 import pytest
 import yaml
 
+from host_helpers import tmpfs
 from runner.faults import FILLER
 from runner.files import ROOM_PREFIX
+from test_faults_local import FIRST
+from test_faults_local import HUNG as SECOND
+from test_faults_local import MATRIX as FAULTS_MATRIX
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-FIRST, SECOND = "resnet-tiny_bs1_eager_float32", "resnet-tiny_bs2_eager_float32"
-MATRIX = {
-    "images": {"latest": {"torch": "torch==2.13.0", "python": "3.12", "transformers": "transformers==5.23.0",
-                          "env": {"MATRIXBENCH_TEST_FAULTS": json.dumps({FIRST: "full_disk"})}}},
-    "weights": "random", "size": "tiny",
-    "models": {"resnet": {"id": "microsoft/resnet-50", "task": "image-classification"}},
-    "batch_sizes": [1, 2], "modes": ["eager"], "dtypes": ["float32"], "repeats": 1,
-    "iterations": 3, "warmup": 1, "timeout_s": 600,
-}
+FAULT = {"MATRIXBENCH_TEST_FAULTS": json.dumps({FIRST: "full_disk"})}
+MATRIX = {**FAULTS_MATRIX, "images": {"latest": {**FAULTS_MATRIX["images"]["latest"], "env": FAULT}}}
 
 
 @pytest.fixture
 def disk(tmp_path):
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if os.getuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)],
-                                          capture_output=True).returncode != 0:
-        pytest.skip("needs root to mount a small tmpfs")
-    yield disk
-    subprocess.run(["umount", "-l", str(disk)], check=False)
+    with tmpfs(tmp_path / "disk", "4m") as disk:
+        yield disk
 
 
 def run(tmp_path, disk):

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from host_helpers import RecordingBackend, make_record, small_matrix_data, use_backend
+from host_helpers import RecordingBackend, make_record, small_matrix_data, tmpfs, use_backend
 from matrixbench.cli import main
 from matrixbench.matrix import expand_cells, load_matrix
 from runner.core import SCHEMA_VERSION
@@ -361,15 +361,8 @@ def test_redact_data_hides_secret_keys_and_url_credentials_at_any_depth(data, ex
 @pytest.fixture
 def small_disk(tmp_path):
     """A 512 KiB tmpfs at ``tmp_path / "disk"`` (root only), unmounted after."""
-    import subprocess
-
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if os.getuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(disk)],
-                                          capture_output=True).returncode != 0:
-        pytest.skip("needs root to mount a small tmpfs")
-    yield disk
-    subprocess.run(["umount", "-l", str(disk)], check=False)
+    with tmpfs(tmp_path / "disk", "512k") as disk:
+        yield disk
 
 
 def test_a_full_disk_keeps_finished_records_leaves_no_temp_file_and_a_rerun_resumes(tmp_path, monkeypatch,

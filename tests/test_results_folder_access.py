@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from host_helpers import small_matrix_data
+from host_helpers import small_matrix_data, tmpfs
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "gpu-run"   # a run folder with records
@@ -63,17 +63,10 @@ def work(base):
 @pytest.fixture
 def read_only(tmp_path):
     """A tmpfs holding results/gpu-run (records), remounted read-only; unmounted after."""
-    needs_root()
-    mount = tmp_path / "ro"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)]).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
+    with tmpfs(tmp_path / "ro", "16m") as mount:
         shutil.copytree(FIXTURE, mount / "results" / "gpu-run")
         subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
         yield mount / "results"
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 @pytest.fixture
