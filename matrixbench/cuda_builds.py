@@ -8,8 +8,9 @@ CUDA build PyPI serves for that torch version. A build runs when the driver supp
 (``runner.archcheck.driver_runs``: 12.x on any driver from 525 on, 13.x from 580 on) and carries
 kernels for every GPU (``runner.archcheck.WHEEL_ARCHES``). ``doctor``, ``validate`` and ``build``
 ask ``image_problems``; ``refuse_on_this_host`` raises with the fix. The driver's newest CUDA
-comes from ``nvidia-smi``'s header (as NVML's ``nvmlSystemGetCudaDriverVersion`` gives it). Stdlib only.
+comes from ``nvidia-smi``'s header (as NVML's ``nvmlSystemGetCudaDriverVersion`` gives it).
 """
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, List, Mapping, Optional, Tuple
@@ -17,6 +18,7 @@ from typing import Any, Callable, List, Mapping, Optional, Tuple
 from matrixbench.build_facts import BuildFacts
 from matrixbench.errors import MatrixbenchError
 from matrixbench.gpu import host_gpus, run_command
+from matrixbench.versions import pinned_version
 from runner.archcheck import WHEEL_ARCHES, driver_runs, index_url, runs_on, suggested_cuda, triton_problem
 
 # The CUDA build of PyPI's Linux torch wheels by torch minor version (the newest CUDA of each
@@ -106,6 +108,12 @@ def image_problems(name, image, gpus, driver_cuda, facts=None, cpu=False) -> Lis
     build = known_build(image, facts)
     if not gpus:
         return []
+    problems = _problems(name, build, gpus, driver_cuda, cpu)
+    other = _not_as_asked(image, build)
+    return [dataclasses.replace(p, fix=f"{p.fix}; {other}") for p in problems] if other else problems
+
+
+def _problems(name, build, gpus, driver_cuda, cpu):
     if build.cuda is None:
         return [_cpu_problem(name, build, gpus[0])] if cpu else []
     problems = []
@@ -123,6 +131,18 @@ def image_problems(name, image, gpus, driver_cuda, facts=None, cpu=False) -> Lis
                                     _fix(name, gpu.capability, driver_cuda, f"for the {gpu.name}")))
             break
     return problems
+
+
+def _not_as_asked(image, build):
+    """When the build holds another CUDA build than its entry asks for: why, and how to pin it."""
+    asked = image_cuda(image)
+    if not build.recorded or asked == build.cuda:
+        return ""
+    version = pinned_version(image.torch or "") or build.torch.split()[-1].split("+")[0]
+    tag = f"cu{asked.replace('.', '')}" if asked else "cpu"
+    return (f"note: the entry asks for {f'CUDA {asked}' if asked else 'a CPU build'} but the build holds "
+            f"{f'CUDA {build.cuda}' if build.cuda else 'a CPU build'} (the wheelhouse, the base image or an index "
+            f"served another build of the same version): to get the asked one, pin it, e.g. torch=={version}+{tag}")
 
 
 def _cpu_problem(name, build, gpu):

@@ -191,3 +191,16 @@ def test_run_refuses_a_recorded_build_before_any_cell_runs(monkeypatch, tmp_path
     assert "image latest: torch 2.13.0+cu130 is a CUDA 13.0 build (read from the build)" in result.output
     assert "Traceback" not in result.output and list((tmp_path / "results").rglob("*.json"))[0].name == "run.json"
     assert [c for c in sdk.started if c.kwargs.get("entrypoint") != "nvidia-smi"] == []   # no runner started
+
+
+def test_a_build_other_than_its_entry_asked_for_says_so_and_how_to_pin_it():
+    """As on the test machine: the smoke matrix's entries ask for the CPU index; the wheelhouse gave PyPI's
+    CUDA wheels of the same versions."""
+    with pytest.raises(CudaBuildError) as refused:
+        preflight(dict(SMOKE.images), {"stable": CU117, "latest": CU130})
+    message = str(refused.value)
+    assert "image stable: torch 2.0.1+cu117 (CUDA 11.7, read from the build) has no kernels for NVIDIA H100" in message
+    assert "note: the entry asks for a CPU build but the build holds CUDA 11.7" in message
+    assert "pin it, e.g. torch==2.0.1+cpu" in message and "e.g. torch==2.13.0+cpu" in message
+    notes = preflight({"latest": MATRIX.images["latest"]}, {"latest": CU128})   # as asked: no note
+    assert notes == []
