@@ -210,7 +210,7 @@ def diagnose(matrix, commands=None, connect=None, hf_cache=None, docker_root="/v
         checks.append(container_check)
     checks.append(check_backend(client, container_check, backend))
     checks += [check_image(name, image, gpus, driver_cuda, client, matrix.modes,
-                           recorded_facts(image, backend, client) if gpus else None)
+                           recorded_facts(image, backend, client))
                for name, image in matrix.images.items()]
     if gpus:
         checks += [check_other_processes(commands), *check_persistence_and_clocks(gpus)]
