@@ -4,6 +4,7 @@ Python, tests/test_runner_attention.py imports ``SdpaCalls``). It needs only tor
 the runner, as the runner does.
 
     python tests/attention_probe.py vit eager sdpa   # one JSON line per attention asked for
+    python tests/attention_probe.py --every-seed-model eager sdpa   # the 11 seed models, witness only
 """
 import dataclasses
 import json
@@ -87,6 +88,21 @@ def probe(model, attention):
             "torch": torch.__version__, "transformers": transformers.__version__}
 
 
+def witnessed(model, attention):
+    """Only what ``build`` says ran and the SDPA calls of one forward (no cell, no reload): cheap."""
+    from runner.models import build
+
+    built = build(tiny_cell(model, attention), "cpu", torch.float32)
+    return {"model": model, "requested": attention, "used": built.attention, "sdpa_calls": sdpa_calls(built)}
+
+
 if __name__ == "__main__":
-    for asked in sys.argv[2:]:
-        print(json.dumps(probe(sys.argv[1], asked)), flush=True)
+    if sys.argv[1] == "--every-seed-model":   # --every-seed-model eager sdpa
+        from runner.registry import DEFAULT_MODELS
+
+        for name in DEFAULT_MODELS:
+            for asked in sys.argv[2:]:
+                print(json.dumps(witnessed(name, asked)), flush=True)
+    else:
+        for asked in sys.argv[2:]:
+            print(json.dumps(probe(sys.argv[1], asked)), flush=True)
