@@ -100,6 +100,16 @@ def _setting_option(setting):
     return click.option(*names, type=convert, help=setting.help + choices)
 
 
+def _checked_setting(name):
+    """A callback: the value, checked against the setting's declaration (its bounds)."""
+    def callback(ctx, param, value):
+        problem = None if value is None else BY_NAME[name].problem(value)
+        if problem:
+            raise click.BadParameter(problem)
+        return value
+    return callback
+
+
 def _key_values(ctx, param, values):
     """``--set KEY=VALUE`` (repeatable) -> {KEY: VALUE}, the value read as YAML (true, 0.05, [1, 4])."""
     pairs = {}
@@ -508,13 +518,17 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None):
 @click.option("--price", "prices", multiple=True, metavar="GPU_TYPE=USD",
               help="Your price per GPU-hour in dollars for a GPU type, e.g. A100=1.29 (repeatable); replaces "
                    "matrix.yaml's prices: of that type. Without one the report shows no dollars.")
+@click.option("--margin-pct", type=float, callback=_checked_setting("margin_pct"), metavar="PERCENT",
+              help="Judge every comparison at this equivalence margin instead of the runs' (run.json's margin_pct, "
+                   "else 3): a comparison whose interval lies inside ±PERCENT is \"no change\". The report's notes "
+                   "and comparisons.csv's margin_pct say which margin it used.")
 @handles_errors
-def report(results_dirs, out_dir, formats, prices):
+def report(results_dirs, out_dir, formats, prices, margin_pct):
     """Turn records under RESULTS_DIRS (default results/default) into a report."""
     build_report = _library("matrixbench.report", "build_report", "report")
     dirs = list(results_dirs) or [Path("results") / DEFAULT_RUN]
     given = [parse_price_option(text) for text in prices]
-    for path in build_report(dirs, out_dir, formats or list(REPORT_FORMATS), given):
+    for path in build_report(dirs, out_dir, formats or list(REPORT_FORMATS), given, margin_pct=margin_pct):
         click.echo(str(path))
     for line in unfinished_runs(dirs):
         click.echo(f"warning: {line}", err=True)

@@ -169,7 +169,7 @@ def test_a_command_whose_module_is_missing_says_so(matrix_file, monkeypatch):
 def test_report_defaults_to_results_default_and_every_format(matrix_file, monkeypatch, tmp_path):
     calls = []
     _fake_module(monkeypatch, "matrixbench.report",
-                 build_report=lambda dirs, out, formats, prices: (calls.append((dirs, out, formats))
+                 build_report=lambda dirs, out, formats, prices, margin_pct: (calls.append((dirs, out, formats))
                                                                   or [out / "report.md"]))
     (tmp_path / "results" / "default").mkdir(parents=True)
     result = invoke("report")
@@ -393,3 +393,14 @@ def test_set_reaches_any_matrix_setting_and_a_rare_flag_still_works(tmp_path):
 def test_a_bad_set_names_the_key_and_the_fix(tmp_path, given, message):
     result = invoke("validate", "--matrix", write_matrix(tmp_path), "--set", given)
     assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_report_margin_pct_reaches_the_report_checked_against_the_setting(tmp_path, monkeypatch):
+    calls = []
+    _fake_module(monkeypatch, "matrixbench.report",
+                 build_report=lambda dirs, out, formats, prices, margin_pct: calls.append(margin_pct) or [])
+    monkeypatch.chdir(tmp_path)
+    assert invoke("report", tmp_path, "--margin-pct", "1.5").exit_code == 0 and calls == [1.5]
+    assert invoke("report", tmp_path).exit_code == 0 and calls[-1] is None
+    result = invoke("report", tmp_path, "--margin-pct", "0")
+    assert result.exit_code == 2 and "--margin-pct" in result.stderr and "must be a number > 0" in result.stderr
