@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from matrixbench import attribution, matrix_yaml
 from matrixbench.aa import aa_matrix
@@ -351,17 +352,24 @@ RUN_RARE = ("weights", "size", "attention", "warmup", "timeout_s", "calibration_
             "attribution")
 
 
+# Options of `run` (by parameter name) that contradict each other: one would be silently ignored.
+RUN_CONFLICTS = ((("force", "retry_failed"), "--force reruns every cell, failed ones included"),
+                 (("cold", "cache_root"), "--cold uses no compile cache, so --cache-dir would go unused"))
+
+
 class GroupedCommand(click.Command):
     """A command whose --help lists its options under the groups RUN_GROUPS declares, and which says where a
     build setting's flag (MOVED_TO_BUILD, derived from settings.BUILD_SETTINGS) goes instead of "no such option"."""
 
     def parse_args(self, ctx, args):
         try:
-            return super().parse_args(ctx, args)
+            rest = super().parse_args(ctx, args)
         except click.NoSuchOption as exc:
             if exc.option_name in MOVED_TO_BUILD:
                 raise click.UsageError(MOVED_TO_BUILD[exc.option_name], ctx) from None
             raise
+        _refuse_conflicts(ctx, self.params)
+        return rest
 
     def format_options(self, ctx, formatter):
         group_of = {name: group for group, names in RUN_GROUPS.items() for name in names}
@@ -374,6 +382,16 @@ class GroupedCommand(click.Command):
             if rows.get(group):
                 with formatter.section(f"{group.capitalize()} options"):
                     formatter.write_dl(rows[group])
+
+
+def _refuse_conflicts(ctx, params):
+    """Two options of RUN_CONFLICTS both given on the command line: one would be silently ignored. The flags
+    named are the parameters' own."""
+    given = {param.name: param.opts[0] for param in params
+             if param.name and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE}
+    for (first, second), why in RUN_CONFLICTS:
+        if first in given and second in given:
+            raise click.UsageError(f"{given[first]} and {given[second]} together: {why}; give one of them", ctx)
 
 
 def _hide(command, names):
@@ -430,8 +448,6 @@ def _hide(command, names):
 def run(matrix_path, run_name, results_root, backend, executor, ray_address, device, force, retry_failed,
         cold, cache_root, hf_cache_dir, note, gpu, allow_busy_gpus, aa_image, budget_min, dry_run, **options):
     """Run the matrix's cells that have no record yet (HF_TOKEN is passed on, never printed)."""
-    _refuse_conflicts({"--force": force, "--retry-failed": retry_failed, "--cold": cold,
-                       "--cache-dir": cache_root is not None})
     matrix = _load(matrix_path, _overrides(options))
     registry, build_options = _builds_of_run(matrix.build, backend, executor, options.get("settings") or {})
     if backend == AUTO and executor == RAY:
@@ -485,15 +501,6 @@ def _builds_of_run(build, backend, executor, sets):
 BUILD_NAMES = tuple(setting.name for setting in BUILD_SETTINGS)
 
 
-# Flags that contradict each other: one would be silently ignored.
-CONFLICTING_FLAGS = ((("--force", "--retry-failed"), "--force reruns every cell, failed ones included"),
-                     (("--cold", "--cache-dir"), "--cold uses no compile cache, so --cache-dir would go unused"))
-
-
-def _refuse_conflicts(given):
-    for (first, second), why in CONFLICTING_FLAGS:
-        if given[first] and given[second]:
-            raise click.UsageError(f"{first} and {second} together: {why}; give one of them")
 
 
 def describe_plan(matrix, run_path, force, retry_failed, budget_min=None):

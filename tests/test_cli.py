@@ -404,3 +404,14 @@ def test_report_margin_pct_reaches_the_report_checked_against_the_setting(tmp_pa
     assert invoke("report", tmp_path).exit_code == 0 and calls[-1] is None
     result = invoke("report", tmp_path, "--margin-pct", "0")
     assert result.exit_code == 2 and "--margin-pct" in result.stderr and "must be a number > 0" in result.stderr
+
+
+def test_each_declared_conflict_names_options_of_run_and_is_refused_with_their_flags(tmp_path):
+    from matrixbench.cli import RUN_CONFLICTS, run
+
+    params = {param.name: param for param in run.params}
+    for (first, second), why in RUN_CONFLICTS:
+        values = [[params[name].opts[0]] + ([] if params[name].is_flag else [str(tmp_path / "x")])
+                  for name in (first, second)]
+        result = invoke("run", "--matrix", write_matrix(tmp_path), *values[0], *values[1])
+        assert result.exit_code == 2 and f"{values[0][0]} and {values[1][0]} together: {why}" in result.stderr
