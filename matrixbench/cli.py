@@ -153,7 +153,7 @@ def handles_errors(command):
             with stop_signals():
                 return command(*args, **kwargs)
         except MatrixbenchError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {redact_urls(exc)}", err=True)   # an index URL's credentials never shown
             sys.exit(exc.exit_code)
         except OSError as exc:   # the filesystem said no: one line, never a traceback
             click.echo(f"error: {describe_os_error(exc)}", err=True)
@@ -329,12 +329,12 @@ def build(matrix_path, images, backend, no_cache, dry_run, settings, **flags):
 
 
 def _echo_build_line(image_name, line):
-    click.echo(f"[{image_name}] {line}", err=True)
+    click.echo(f"[{image_name}] {redact_urls(line)}", err=True)
 
 
 def _echo_banner(text):
     rule = "=" * 80
-    click.echo(f"{rule}\n{text}\n{rule}", err=True)
+    click.echo(f"{rule}\n{redact_urls(text)}\n{rule}", err=True)
 
 
 # --- run's options in groups ----------------------------------------------------------------

@@ -303,7 +303,9 @@ def test_run_backend_auto_builds_with_the_matrix_build_settings_and_records_them
     def failing(kind):
         def build(matrix, names, **options):
             seen[kind] = {**options, "pem": Path(options["ca_bundle"]).read_bytes()}
-            raise BuildError(f"{kind}: no index reachable")
+            on_progress = options.pop("on_progress")
+            on_progress("latest", f"pip: cannot reach {options['index_url']}")
+            raise BuildError(f"{kind}: no index reachable at {options['index_url']}")   # the note quotes it
         return build
 
     monkeypatch.setattr(auto, "this_machine", lambda skip: auto.Machine(gpu=False, docker=True))
@@ -319,6 +321,8 @@ def test_run_backend_auto_builds_with_the_matrix_build_settings_and_records_them
     assert seen["docker"]["pem"] == seen["venv"]["pem"] == b"synthetic PEM" and "base_image" not in seen["venv"]
     run_json = (tmp_path / "results" / "default" / "run.json").read_text()
     assert "s3cret" not in run_json and "https://***@mirror/simple" in run_json and "s3cret" not in result.output
+    assert "[latest] pip: cannot reach https://***@mirror/simple" in result.output   # shown, hidden
+    assert "no index reachable at https://***@mirror/simple" in result.output        # the banner's note
 
 
 @pytest.mark.parametrize("backend, sets, registry, index_url", [
