@@ -278,8 +278,9 @@ def _build_flag(setting):
     this directory's (made absolute: matrix.yaml's relative paths are the matrix file's)."""
     kind = {"type": click.Path(exists=True, dir_okay=False, resolve_path=True)} if setting.name == "ca_bundle" else {}
     many = {"multiple": True} if setting.many else {}
-    return click.option(setting.flag, setting.name, help=f"{setting.help} Overrides `{setting.name}:` of the matrix.",
-                        **kind, **many)
+    repeat = " Repeatable." if setting.many else ""
+    return click.option(setting.flag, setting.name, **kind, **many,
+                        help=f"{setting.help}{repeat} Overrides `{setting.name}:` of the matrix.")
 
 
 build_flags = _stack(*(_build_flag(setting) for setting in BUILD_FLAGS))
