@@ -15,6 +15,7 @@ from typing import Tuple, Union
 MIB = 1024 * 1024
 ROOM_BYTES = 256 * 1024     # a record is a few KiB: room for it many times over, in a cell's output folder
 ROOM_PREFIX = ".room."      # the hidden file that holds it: ".room.<pid>.<hex>.tmp"
+FULL = (errno.ENOSPC, errno.EDQUOT)   # a full disk, a full quota: the room's own blocks still take the record
 
 
 class UnreadableFileError(OSError):
@@ -101,11 +102,11 @@ class Room:
         return room
 
     def write(self, path: Union[str, Path], data: bytes) -> None:
-        """``path`` holds ``data`` whole; on a full disk, by way of the room (then given up)."""
+        """``path`` holds ``data`` whole; on a full disk or quota, by way of the room (then given up)."""
         try:
             write_atomic(path, data)
         except OSError as exc:
-            if exc.errno != errno.ENOSPC or not self.path.exists():
+            if exc.errno not in FULL or not self.path.exists():
                 raise
             with open(self.path, "r+b") as handle:
                 handle.write(data)

@@ -35,16 +35,17 @@ def test_an_atomic_write_replaces_the_old_content_whole(tmp_path):
     assert target.read_bytes() == b"new" and len(list(tmp_path.iterdir())) == 1
 
 
-def _full_disk(*args):
-    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "record.json")
+def _full_disk(*args, code=errno.ENOSPC):
+    raise OSError(code, os.strerror(code), "record.json")
 
 
-def test_a_room_taken_before_measuring_takes_the_record_when_the_disk_is_full(tmp_path):
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
+def test_a_room_taken_before_measuring_takes_the_record_when_the_disk_is_full(tmp_path, code):
     old = os.umask(0o022)
     try:
         room = Room.take(tmp_path)
         assert room.path.name.startswith(ROOM_PREFIX) and room.path.stat().st_blocks * 512 >= ROOM_BYTES
-        with mock.patch("runner.files.write_atomic", _full_disk):   # ENOSPC, as a full disk gives it
+        with mock.patch("runner.files.write_atomic", lambda *args: _full_disk(code=code)):   # as the disk says it
             room.write(tmp_path / "record.json", b'{"a": 1}\n')
     finally:
         os.umask(old)
