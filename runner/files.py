@@ -94,9 +94,11 @@ class Room:
         try:
             os.posix_fallocate(fd, 0, size)
         except OSError as exc:
-            room.release()
-            exc.filename = str(folder)
-            raise
+            if exc.errno in FULL:
+                room.release()
+                exc.filename = str(folder)
+                raise
+            # a filesystem that cannot allocate ahead (EOPNOTSUPP...): the cell runs, without the room's guarantee
         finally:
             os.close(fd)
         return room

@@ -70,3 +70,16 @@ def test_a_record_the_disk_refuses_even_so_goes_whole_to_stderr_and_reads_back(t
     assert read_record(tmp_path / "kept.json") == json.loads(json.dumps(record.to_dict()))   # whole and valid
     assert not list(tmp_path.glob(ROOM_PREFIX + "*"))
 
+
+
+def test_a_filesystem_that_cannot_allocate_ahead_still_measures(tmp_path):
+    def unsupported(fd, offset, size):
+        raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+    with mock.patch("os.posix_fallocate", unsupported):
+        room = Room.take(tmp_path)   # no refusal: only a full disk or quota stops a cell before it runs
+    room.write(tmp_path / "record.json", b"{}")
+    room.release()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["record.json"]
+    with mock.patch("os.posix_fallocate", lambda *args: _full_disk()), pytest.raises(OSError) as full:
+        Room.take(tmp_path)
+    assert full.value.filename == str(tmp_path) and sorted(path.name for path in tmp_path.iterdir()) == ["record.json"]
