@@ -12,24 +12,25 @@ from matrixbench.redact import redact_data
 from runner.schema import CELLS_SCHEMA_VERSION, write_json_atomic
 
 
-def runner_input(request, image_id=None):
-    """The runner's cells document: settings, image name and id, the cells, and the run order
-    (``repeats``: [cell index, repeat index] pairs) with the seed it was shuffled with."""
+def runner_input(request, image_id=None, cells=None):
+    """The runner's cells document: settings, image name and id, the cells (``cells``: as the runner
+    sees them, in the request's order, e.g. at a container's mounts; default the request's), and the
+    run order (``repeats``: [cell index, repeat index] pairs) with the seed it was shuffled with."""
     document = {
         "schema_version": CELLS_SCHEMA_VERSION,
-        "settings": dict(request.settings),
-        "image_name": request.image_name,
+        "settings": dict(request.work.settings),
+        "image_name": request.image.name,
         "image_id": image_id,
-        "cells": [cell.to_dict() for cell in request.cells],
+        "cells": [cell.to_dict() for cell in (request.work.cells if cells is None else cells)],
     }
-    if request.order_seed is not None:
-        document["order_seed"] = request.order_seed
-    if request.schedule:
-        document["repeats"] = [[cell, repeat] for cell, repeat in request.schedule]
+    if request.work.order_seed is not None:
+        document["order_seed"] = request.work.order_seed
+    if request.work.schedule:
+        document["repeats"] = [[cell, repeat] for cell, repeat in request.work.schedule]
     return document
 
 
-def write_cells_file(request, image_id=None, path=None):
-    """Write the runner's input atomically (sorted keys); return its path."""
-    path = Path(path) if path is not None else Path(request.out_dir) / CELLS_FILENAME
-    return write_json_atomic(path, redact_data(runner_input(request, image_id)))
+def write_cells_file(request, image_id=None, path=None, cells=None):
+    """Write the runner's input (``runner_input``) atomically (sorted keys); return its path."""
+    path = Path(path) if path is not None else Path(request.paths.out_dir) / CELLS_FILENAME
+    return write_json_atomic(path, redact_data(runner_input(request, image_id, cells)))

@@ -67,16 +67,17 @@ class DockerBackend(Backend):
     def run(self, request):
         client = self._connected()
         image = self._image(client, request)   # GPUs: checked once, by run.py, before any image runs
-        models = model_mounts(request.cells)
-        request = dataclasses.replace(request, cells=[in_container(cell, models) for cell in request.cells])
+        models = model_mounts(request.work.cells)
         request.work_dir().mkdir(parents=True, exist_ok=True)
-        cells_file = write_cells_file(request, image.id, path=request.work_dir() / CELLS_FILENAME)
-        slot = request.slot
+        cells_file = write_cells_file(request, image.id, path=request.work_dir() / CELLS_FILENAME,
+                                      cells=[in_container(cell, models) for cell in request.work.cells])
+        slot = request.placement.slot
+        argv = runner_argv(cells_file.relative_to(request.paths.out_dir)) + request.work.mode_argv()
         container = client.start_container(
-            image_tag(request.built_as), runner_argv(cells_file.relative_to(request.out_dir)) + request.mode_argv(),
+            image_tag(request.image.built_as), argv,
             user=self._user, env=container_env(request), mounts={**mounts(request), **models},
-            labels=self._labels(request, image), gpus=request.gpus,
-            gpu_ids=(slot.gpu_uuid,) if slot is not None and slot.gpu_uuid else request.gpu_ids,
+            labels=self._labels(request, image), gpus=request.placement.gpus,
+            gpu_ids=(slot.gpu_uuid,) if slot is not None and slot.gpu_uuid else request.placement.gpu_ids,
             name=self._container_name(request),
             cpuset_cpus=slot.cpuset if slot is not None else None,
             cpuset_mems=str(slot.numa_node) if slot is not None and slot.numa_node is not None else None,
@@ -104,19 +105,19 @@ class DockerBackend(Backend):
         return self._client
 
     def _image(self, client, request):
-        tag = image_tag(request.built_as)
+        tag = image_tag(request.image.built_as)
         image = client.inspect_image(tag)
         if image is None:
             raise RunError(
-                f"image {request.image_name!r}: Docker has no {tag}; build it first with "
-                f"`matrixbench build --images {request.image_name}`"
+                f"image {request.image.name!r}: Docker has no {tag}; build it first with "
+                f"`matrixbench build --images {request.image.name}`"
             )
         built_torch = image.labels.get(docker_client.LABEL_TORCH)
-        if request.torch and built_torch and built_torch != torch_label(request.torch):
+        if request.image.torch and built_torch and built_torch != torch_label(request.image.torch):
             raise RunError(
-                f"image {request.image_name!r}: {tag} was built with torch {built_torch}, but the "
-                f"matrix asks for {request.torch}; rebuild it with "
-                f"`matrixbench build --images {request.image_name}`"
+                f"image {request.image.name!r}: {tag} was built with torch {built_torch}, but the "
+                f"matrix asks for {request.image.torch}; rebuild it with "
+                f"`matrixbench build --images {request.image.name}`"
             )
         _refuse_stale(image, tag, request)
         return image
@@ -131,7 +132,7 @@ class DockerBackend(Backend):
                     log.write(line + "\n")
                     log.flush()
                     if self._on_log:
-                        self._on_log(request.image_name, line)
+                        self._on_log(request.image.name, line)
             exit_code = container.wait()
         except KeyboardInterrupt:
             container.stop(timeout=5)
@@ -145,7 +146,7 @@ class DockerBackend(Backend):
             docker_client.LABEL_MARK: "1",
             docker_client.LABEL_RUN_ID: self._run_id_for(request),
             docker_client.LABEL_RUN_DIR: str(run_folder_of(request)),
-            docker_client.LABEL_IMAGE: request.image_name,
+            docker_client.LABEL_IMAGE: request.image.name,
             docker_client.LABEL_TORCH: image.labels.get(docker_client.LABEL_TORCH, "unknown"),
             **this_process().labels(),
         }
@@ -155,14 +156,14 @@ class DockerBackend(Backend):
         return self._run_id or run_folder_of(request).name
 
     def _container_name(self, request):
-        raw = f"matrixbench-{self._run_id_for(request)}-{request.image_name}-{uuid.uuid4().hex[:6]}"
+        raw = f"matrixbench-{self._run_id_for(request)}-{request.image.name}-{uuid.uuid4().hex[:6]}"
         return re.sub(r"[^A-Za-z0-9_.-]", "-", raw)
 
 
 def run_folder_of(request):
     """The run folder: out_dir is results/<run>/<image> (a calibration's, more folders down)."""
-    up = CALIBRATION_RUN_DEPTH - 1 if request.calibration else 0
-    return Path(request.out_dir).resolve().parents[up]
+    up = CALIBRATION_RUN_DEPTH - 1 if request.placement.calibration else 0
+    return Path(request.paths.out_dir).resolve().parents[up]
 
 
 def _stop_leftover(container, here):
@@ -184,11 +185,11 @@ def _refuse_stale(image, tag, request):
     """An image built from another definition of its matrix entry (or before images carried
     the label) is stale: its records would be labelled with what it does not hold."""
     built = image.labels.get(docker_client.LABEL_CONTENT_HASH)
-    if request.image_hash and built != request.image_hash:
+    if request.image.content_hash and built != request.image.content_hash:
         raise RunError(
-            f"image {request.image_name!r}: {tag} was built from another definition of the image "
-            f"(content hash {built or 'none'}, the matrix's is {request.image_hash}); rebuild it with "
-            f"`matrixbench build --images {request.image_name}`"
+            f"image {request.image.name!r}: {tag} was built from another definition of the image "
+            f"(content hash {built or 'none'}, the matrix's is {request.image.content_hash}); rebuild it with "
+            f"`matrixbench build --images {request.image.name}`"
         )
 
 
@@ -200,13 +201,13 @@ def runner_argv(cells_file=CELLS_FILENAME):
 def mounts(request):
     """Host folder -> (container folder, mode); host folders are made here so Docker does
     not create them as root."""
-    table = {Path(request.out_dir): (RESULTS_MOUNT, "rw")}
-    if request.hf_cache_dir is not None:
-        table[Path(request.hf_cache_dir)] = (HF_MOUNT, "rw")
-    if request.cache_dir is not None:
-        table[Path(request.cache_dir)] = (COMPILE_CACHE_MOUNT, "rw")
-    if request.timing_board is not None:
-        table[Path(request.timing_board)] = (TIMING_BOARD_MOUNT, "rw")
+    table = {Path(request.paths.out_dir): (RESULTS_MOUNT, "rw")}
+    if request.paths.hf_cache_dir is not None:
+        table[Path(request.paths.hf_cache_dir)] = (HF_MOUNT, "rw")
+    if request.paths.cache_dir is not None:
+        table[Path(request.paths.cache_dir)] = (COMPILE_CACHE_MOUNT, "rw")
+    if request.placement.timing_board is not None:
+        table[Path(request.placement.timing_board)] = (TIMING_BOARD_MOUNT, "rw")
     for host in table:
         host.mkdir(parents=True, exist_ok=True)
     return {host.resolve(): target for host, target in table.items()}
@@ -243,10 +244,10 @@ def container_env(request):
     set: the runner compiles each cell in a scratch folder of its own.
     """
     env = {"HOME": "/tmp", "USER": "matrixbench"}
-    env.update(compile_cache_env(COMPILE_CACHE_MOUNT if request.cache_dir is not None else None))
-    if request.hf_cache_dir is not None:
+    env.update(compile_cache_env(COMPILE_CACHE_MOUNT if request.paths.cache_dir is not None else None))
+    if request.paths.hf_cache_dir is not None:
         env["HF_HOME"] = HF_MOUNT
-    env.update(request.slot_env(board_dir=TIMING_BOARD_MOUNT))
+    env.update(request.placement.slot_env(board_dir=TIMING_BOARD_MOUNT))
     env.update(request.env)
     return env
 

@@ -42,7 +42,7 @@ class LocalBackend(Backend):
     def run(self, request):
         if self.python == sys.executable:
             check_torch_pin(request, _installed_torch())
-        env = runner_env(os.environ, request, compile_cache_env(request.cache_dir))
+        env = runner_env(os.environ, request, compile_cache_env(request.paths.cache_dir))
         return launch_runner(self.python, request, env)
 
     def stop_all(self):
@@ -63,12 +63,12 @@ def launch_runner(python, request, env, image_id=None):
     while it lives."""
     request.work_dir().mkdir(parents=True, exist_ok=True)
     cells_file = write_cells_file(request, image_id, path=request.work_dir() / CELLS_FILENAME)
-    argv = [str(python), "-m", "runner", "--cells", str(cells_file), "--out", str(request.out_dir),
-            *request.mode_argv()]
+    argv = [str(python), "-m", "runner", "--cells", str(cells_file), "--out", str(request.paths.out_dir),
+            *request.work.mode_argv()]
     with open(request.work_dir() / LOG_FILENAME, "ab") as log:
         process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True,
-                                   pass_fds=held_lock_fds(), preexec_fn=child_setup(request.slot))
+                                   pass_fds=held_lock_fds(), preexec_fn=child_setup(request.placement.slot))
         _RUNNING.add(process)
         try:
             return _wait(process)
@@ -103,10 +103,10 @@ def _installed_torch():
 def check_torch_pin(request, installed):
     """Refuse to record this interpreter's torch under an image that pins another one: the
     report would compare images that ran the same torch."""
-    pinned = pinned_version(request.torch) if request.torch else None
+    pinned = pinned_version(request.image.torch) if request.image.torch else None
     if pinned is not None and not same_release(installed, pinned):
         raise RunError(
-            f"image {request.image_name!r} pins {request.torch}, but --backend local runs this "
+            f"image {request.image.name!r} pins {request.image.torch}, but --backend local runs this "
             f"interpreter's torch {installed}: run only images that pin torch {installed} "
             f"(--images NAME), or use --backend docker"
         )

@@ -42,6 +42,7 @@ class Unit:
     batch_size: int
     parts: List[Tuple[Any, list]]
     estimate_s: float
+    slot: Optional[int] = None   # pinned: only the slot of this index runs it (a calibration phase's unit)
 
     @property
     def key(self) -> UnitKey:
@@ -169,7 +170,8 @@ def make_units(plans, torch_of: Optional[Mapping[str, Optional[str]]] = None) ->
 
 
 def run_on_slots(slots: Sequence, units: Sequence[Unit], run_unit: Callable, stop_all: Callable) -> None:
-    """Run ``units`` on ``slots``: ``run_unit(slot, unit, busy_units)`` in one thread per slot.
+    """Run ``units`` on ``slots``: ``run_unit(slot, unit, busy_units)`` in one thread per slot, each taking
+    the next unit it may run (a pinned unit waits for its slot) until none is left for it.
 
     The first error stops new units from starting (running ones finish) and is raised once every
     thread is done; Ctrl-C also calls ``stop_all()`` to stop the runners already started.
@@ -179,9 +181,9 @@ def run_on_slots(slots: Sequence, units: Sequence[Unit], run_unit: Callable, sto
     def work(slot, stopping):
         while True:
             with lock:
-                if stopping.is_set() or not queue:
+                unit = None if stopping.is_set() else _take(queue, slot.index)
+                if unit is None:
                     return
-                unit = queue.popleft()
                 busy[0] += 1
                 now_busy = busy[0]
             try:
@@ -191,6 +193,16 @@ def run_on_slots(slots: Sequence, units: Sequence[Unit], run_unit: Callable, sto
                     busy[0] -= 1
 
     run_threads([functools.partial(work, slot) for slot in slots], stop_all, [f"slot-{slot.index}" for slot in slots])
+
+
+def _take(queue: deque, slot_index: int) -> Any:
+    """The first unit of ``queue`` the slot ``slot_index`` may run (unpinned, or pinned to it: ``Unit.slot``),
+    taken off it; None when none is left for it."""
+    for position, unit in enumerate(queue):
+        if getattr(unit, "slot", None) in (None, slot_index):
+            del queue[position]
+            return unit
+    return None
 
 
 class Serialized:

@@ -91,7 +91,7 @@ def node_task(task, board):
     node.update(node_gpus=node_gpus, busy=ray.get(board.started.remote(task.name, node)))
     done = ray.get(board.recorded.remote(task.name))
     environ = {**os.environ, **ray.get(board.secrets.remote())}
-    slot = cluster.node_slot(gpu_ids, node_gpus, any(request.gpus for request in task.requests),
+    slot = cluster.node_slot(gpu_ids, node_gpus, any(request.placement.gpus for request in task.requests),
                              node_uuids=[gpu.uuid for gpu in host_gpus()])
     try:
         result = cluster.run_unit_here(task, node, slot, done,
