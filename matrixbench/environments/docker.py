@@ -13,9 +13,11 @@ import os
 import re
 import uuid
 from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from matrixbench import docker_client
-from matrixbench.environments.base import Backend
+from matrixbench.docker_client import Container, DockerClient, ImageInfo
+from matrixbench.environments.base import Backend, RunRequest
 from matrixbench.environments.environment import compile_cache_env, redact, secret_values
 from matrixbench.errors import RunError
 from matrixbench.images import image_tag
@@ -23,6 +25,7 @@ from matrixbench.layout import CALIBRATION_RUN_DEPTH, CELLS_FILENAME, LOG_FILENA
 from matrixbench.owner import Owner, this_process
 from matrixbench.runner_input import write_cells_file
 from matrixbench.versions import torch_label
+from runner.core import Cell
 
 RESULTS_MOUNT = "/results"
 HF_MOUNT = "/hf-home"
@@ -36,7 +39,8 @@ class DockerBackend(Backend):
 
     name = "docker"
 
-    def __init__(self, *, client=None, run_id=None, on_log=None, user=None):
+    def __init__(self, *, client: Optional[DockerClient] = None, run_id: Optional[str] = None,
+                 on_log: Optional[Callable[[str, str], None]] = None, user: Optional[str] = None) -> None:
         """``client``: a docker_client.DockerClient (connects on first use when None).
         ``run_id`` labels the containers (default: the name of out_dir's parent, results/<run>).
         ``on_log(image_name, line)`` also gets the container's log lines (they always go to
@@ -45,26 +49,26 @@ class DockerBackend(Backend):
         self._run_id = run_id
         self._on_log = on_log
         self._user = user or f"{os.getuid()}:{os.getgid()}"
-        self._gpus = None   # nvidia-smi -L lines from a throwaway container, once per run
-        self._running = set()   # containers being followed (slots: several threads)
+        self._gpus: Optional[List[str]] = None   # nvidia-smi -L lines from a throwaway container, once per run
+        self._running: Set[Container] = set()   # containers being followed (slots: several threads)
 
-    def describe(self):
+    def describe(self) -> str:
         return f"docker backend: one container per image ({image_tag('<image>')}, built by `matrixbench build`)"
 
-    def gpus_available(self):
+    def gpus_available(self) -> bool:
         """Whether a throwaway container that asks for GPUs sees any (asked once per run)."""
         return bool(self.container_gpus())
 
-    def container_gpus(self):
+    def container_gpus(self) -> List[str]:
         """``nvidia-smi -L`` lines seen from a container of a built matrixbench image; [] when
         Docker cannot give GPUs or no image is built yet (nothing to run then anyway)."""
         if self._gpus is None:
             client = self._connected()
             images = sorted(client.find_images({docker_client.LABEL_MARK: None}))
-            self._gpus = client.gpu_probe(images[0]) if images else []
+            self._gpus = list(client.gpu_probe(images[0])) if images else []
         return self._gpus
 
-    def run(self, request):
+    def run(self, request: RunRequest) -> int:
         client = self._connected()
         image = self._image(client, request)   # GPUs: checked once, by run.py, before any image runs
         models = model_mounts(request.work.cells)
@@ -88,25 +92,25 @@ class DockerBackend(Backend):
         finally:
             self._running.discard(container)
 
-    def stop_all(self):
+    def stop_all(self) -> None:
         for container in list(self._running):
             container.stop(timeout=5)
 
-    def stop_leftovers(self, run_path):
+    def stop_leftovers(self, run_path: Path) -> List[str]:
         """Stop and remove the containers of ``run_path`` whose owning host process is gone (a
         killed run's); a container whose owner lives, or ran on another host, is left alone."""
         selector = {docker_client.LABEL_MARK: None, docker_client.LABEL_RUN_DIR: str(Path(run_path).resolve())}
         here = this_process()
         return [_stop_leftover(container, here) for container in self._connected().find_containers(selector)]
 
-    def _connected(self):
+    def _connected(self) -> DockerClient:
         if self._client is None:
             self._client = docker_client.connect()
         return self._client
 
-    def _image(self, client, request):
+    def _image(self, client: DockerClient, request: RunRequest) -> ImageInfo:
         tag = image_tag(request.image.built_as)
-        image = client.inspect_image(tag)
+        image: Optional[ImageInfo] = client.inspect_image(tag)
         if image is None:
             raise RunError(
                 f"image {request.image.name!r}: Docker has no {tag}; build it first with "
@@ -122,7 +126,7 @@ class DockerBackend(Backend):
         _refuse_stale(image, tag, request)
         return image
 
-    def _follow(self, container, request):
+    def _follow(self, container: Container, request: RunRequest) -> int:
         """Stream logs until the container exits; stop and remove it whatever happens."""
         hide = secret_values(request.env)
         try:
@@ -133,7 +137,7 @@ class DockerBackend(Backend):
                     log.flush()
                     if self._on_log:
                         self._on_log(request.image.name, line)
-            exit_code = container.wait()
+            exit_code: int = container.wait()
         except KeyboardInterrupt:
             container.stop(timeout=5)
             raise
@@ -141,7 +145,7 @@ class DockerBackend(Backend):
             container.remove()
         return exit_code
 
-    def _labels(self, request, image):
+    def _labels(self, request: RunRequest, image: ImageInfo) -> Dict[str, str]:
         return {
             docker_client.LABEL_MARK: "1",
             docker_client.LABEL_RUN_ID: self._run_id_for(request),
@@ -151,37 +155,38 @@ class DockerBackend(Backend):
             **this_process().labels(),
         }
 
-    def _run_id_for(self, request):
+    def _run_id_for(self, request: RunRequest) -> str:
         """The run's name (its folder's, unless run_id was given)."""
         return self._run_id or run_folder_of(request).name
 
-    def _container_name(self, request):
+    def _container_name(self, request: RunRequest) -> str:
         raw = f"matrixbench-{self._run_id_for(request)}-{request.image.name}-{uuid.uuid4().hex[:6]}"
         return re.sub(r"[^A-Za-z0-9_.-]", "-", raw)
 
 
-def run_folder_of(request):
+def run_folder_of(request: RunRequest) -> Path:
     """The run folder: out_dir is results/<run>/<image> (a calibration's, more folders down)."""
     up = CALIBRATION_RUN_DEPTH - 1 if request.placement.calibration else 0
     return Path(request.paths.out_dir).resolve().parents[up]
 
 
-def _stop_leftover(container, here):
+def _stop_leftover(container: Container, here: Owner) -> str:
     """Stop and remove one container of the run folder unless its owner may still run; say which."""
     owner = Owner.from_labels(container.labels)
     image = container.labels.get(docker_client.LABEL_IMAGE, "?")
     name = f"container {container.id[:12]} (image {image})"
-    alive = owner.alive(here) if owner is not None else None
+    if owner is None:
+        return f"left {name} of this run folder alone: it names no owner; `matrixbench clean` removes it"
+    alive = owner.alive(here)
     if alive is False:
         container.stop(timeout=5)
         container.remove()
         return f"stopped {name}: left running by a killed run ({owner.describe()}, gone)"
-    why = (f"its owner {owner.describe()} still runs" if alive else
-           f"its owner {owner.describe()} ran on another host" if owner is not None else "it names no owner")
+    why = f"its owner {owner.describe()} still runs" if alive else f"its owner {owner.describe()} ran on another host"
     return f"left {name} of this run folder alone: {why}; `matrixbench clean` removes it"
 
 
-def _refuse_stale(image, tag, request):
+def _refuse_stale(image: ImageInfo, tag: str, request: RunRequest) -> None:
     """An image built from another definition of its matrix entry (or before images carried
     the label) is stale: its records would be labelled with what it does not hold."""
     built = image.labels.get(docker_client.LABEL_CONTENT_HASH)
@@ -193,12 +198,12 @@ def _refuse_stale(image, tag, request):
         )
 
 
-def runner_argv(cells_file=CELLS_FILENAME):
+def runner_argv(cells_file: Union[str, Path] = CELLS_FILENAME) -> List[str]:
     """The argv after the image's ENTRYPOINT (python -m runner); ``cells_file`` relative to out_dir."""
     return ["--cells", f"{RESULTS_MOUNT}/{Path(cells_file).as_posix()}", "--out", RESULTS_MOUNT]
 
 
-def mounts(request):
+def mounts(request: RunRequest) -> Dict[Path, Tuple[str, str]]:
     """Host folder -> (container folder, mode); host folders are made here so Docker does
     not create them as root."""
     table = {Path(request.paths.out_dir): (RESULTS_MOUNT, "rw")}
@@ -213,10 +218,10 @@ def mounts(request):
     return {host.resolve(): target for host, target in table.items()}
 
 
-def model_mounts(cells):
+def model_mounts(cells: Sequence[Cell]) -> Dict[Path, Tuple[str, str]]:
     """The folder of each model given by a local config or checkpoint -> (/models/<model>, "ro"):
     the container sees the user's own models read-only, at a path of its own."""
-    table = {}
+    table: Dict[Path, Tuple[str, str]] = {}
     for cell in cells:
         folder = _model_folder(cell)
         if folder is not None and folder not in table:
@@ -224,19 +229,19 @@ def model_mounts(cells):
     return table
 
 
-def in_container(cell, models):
+def in_container(cell: Cell, models: Mapping[Path, Tuple[str, str]]) -> Cell:
     """The cell as the container sees it: a local config_path rewritten to its mount."""
     folder = _model_folder(cell)
-    if folder is None:
+    if folder is None or not cell.config_path:
         return cell
     return dataclasses.replace(cell, config_path=f"{models[folder][0]}/{Path(cell.config_path).name}")
 
 
-def _model_folder(cell):
+def _model_folder(cell: Cell) -> Optional[Path]:
     return Path(cell.config_path).resolve().parent if cell.config_path else None
 
 
-def container_env(request):
+def container_env(request: RunRequest) -> Dict[str, str]:
     """The container's whole environment: an allow-list, never a copy of os.environ.
 
     HOME and USER are set because the host uid may have no passwd entry in the image

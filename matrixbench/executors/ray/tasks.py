@@ -207,7 +207,7 @@ def describe_node(node: Optional[Dict[str, Any]]) -> str:
 class UnitPart:
     """One image's share of a unit, as the driver knows it: where its records go, its request, its repeats."""
 
-    plan: Any                      # matrixbench.pending.ImageWork
+    work: Any                      # matrixbench.pending.ImageWork
     request: RunRequest            # the driver's request for these repeats (secrets and paths included)
     repeats: List[Repeat]
 
@@ -215,7 +215,7 @@ class UnitPart:
 class ClusterRun:
     """The driver's side of a cluster run: the tasks, where each record goes, what is still missing.
 
-    ``on_record(plan, cell, record)`` is called once per record written (progress and counts).
+    ``on_record(work, cell, record)`` is called once per record written (progress and counts).
     """
 
     def __init__(self, tasks: Sequence[UnitTask], parts: Sequence[Dict[str, UnitPart]], gpus: bool,
@@ -239,33 +239,33 @@ class ClusterRun:
         """Write a record a node sent (once: streamed, then returned again)."""
         part = self.parts[index][image]
         stem = repeat_stem(data["cell_id"], data.get("repeat") or 0)
-        key = (part.plan.label, stem)
+        key = (part.work.label, stem)
         if key in self._written:
             return
         self._written.add(key)
-        path = write_json_atomic(Path(part.plan.out_dir) / f"{stem}.json", data)
+        path = write_json_atomic(Path(part.work.out_dir) / f"{stem}.json", data)
         record = Record.from_dict(read_record(path))
-        self._on_record(part.plan, record.cell, record)
+        self._on_record(part.work, record.cell, record)
 
     def lost(self, index: int, status: Status, reason: str) -> None:
         """Records for the unit's repeats that arrived from no node."""
         node = self.node_of(index)
         for part in self.parts[index].values():
-            missing = [r for r in part.repeats if (part.plan.label, r.id) not in self._written]
+            missing = [r for r in part.repeats if (part.work.label, r.id) not in self._written]
             for record in lost_records(part.request, missing, status, reason, node):
-                path = write_record(part.plan.out_dir, record)
-                self._written.add((part.plan.label, Repeat(record.cell, record.repeat).id))
-                self._on_record(part.plan, record.cell, Record.from_dict(read_record(path)))
+                path = write_record(part.work.out_dir, record)
+                self._written.add((part.work.label, Repeat(record.cell, record.repeat).id))
+                self._on_record(part.work, record.cell, Record.from_dict(read_record(path)))
 
     def logs(self, index: int, node: Dict[str, Any], logs: Dict[str, str]) -> None:
         """Append each image's runner log from the node to the image's runner.log on the driver."""
         for image, text in logs.items():
-            out_dir = Path(self.parts[index][image].plan.out_dir)
+            out_dir = Path(self.parts[index][image].work.out_dir)
             out_dir.mkdir(parents=True, exist_ok=True)
             with open(out_dir / LOG_FILENAME, "a") as log:
                 log.write(f"--- {self.tasks[index].name} on {describe_node(node)} ---\n{text}\n")
 
-    def missing(self, plan: Any) -> List[str]:
-        """The plan's pending repeats with no record written by this run (Ctrl-C leaves some)."""
-        pending = [p for parts in self.parts for p in parts.values() if p.plan is plan]
-        return [r.id for part in pending for r in part.repeats if (plan.label, r.id) not in self._written]
+    def missing(self, work: Any) -> List[str]:
+        """The work's pending repeats with no record written by this run (Ctrl-C leaves some)."""
+        pending = [p for parts in self.parts for p in parts.values() if p.work is work]
+        return [r.id for part in pending for r in part.repeats if (work.label, r.id) not in self._written]
