@@ -191,7 +191,7 @@ class Backend(ABC):
         """Run ``request``; block until the runner exits; return its exit code. Slots call it
         from several threads at once.
 
-        Must leave finished records in ``request.out_dir`` even when interrupted
+        Must leave finished records in ``request.paths.out_dir`` even when interrupted
         (KeyboardInterrupt stops and removes whatever the backend started).
         """
 

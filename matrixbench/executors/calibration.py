@@ -14,7 +14,7 @@ Records land apart from the matrix's, so resuming the matrix never mistakes one 
 that folder's ``slot-<i>``). A round missing any record reruns whole (a loaded phase is only loaded
 when every slot runs it); ``--force`` reruns every round. The compile caches are the calibration's
 own (``<cache>/<image>/calibration/slot-<i>``), so the matrix's compile times are not warmed by it.
-Its runners share a timing board (runner.timing_board; the base request's), never exclusive: each
+Its runners share a timing board of their own (runner.timing_board; ``board``), never exclusive: each
 record's ``placement.busy_slots`` says how many other slots were timing beside it.
 """
 from dataclasses import dataclass

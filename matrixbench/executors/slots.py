@@ -10,8 +10,8 @@ from typing import Any, Optional
 from matrixbench import run_folder
 from matrixbench.executors.base import Executor, Run, gpu_choice
 from matrixbench.executors.calibration import run_calibration
-from matrixbench.executors.scheduler import Serialized, make_units, run_on_slots
-from matrixbench.placement import AUTO, NoHostGpusError, SlotPlan, check_gpus_free, plan_slots
+from matrixbench.executors.scheduler import Serialized, Unit, make_units, run_on_slots
+from matrixbench.placement import AUTO, NoHostGpusError, Slot, SlotPlan, check_gpus_free, plan_slots
 
 
 class SlotsExecutor(Executor):
@@ -26,7 +26,7 @@ class SlotsExecutor(Executor):
         run.start()
         board = run_folder.make_timing_board(run.path)
 
-        def run_unit(slot: Any, unit: Any, busy: int) -> None:
+        def run_unit(slot: Slot, unit: Unit, busy: int) -> None:
             for work, repeats in unit.rounds():
                 request = run.request(work).for_repeats(repeats).placed(
                     slot, slots=len(slots), busy_units=busy, timing_board=board,
