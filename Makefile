@@ -5,7 +5,8 @@
 #              in Docker, else in venvs, else with the local backend (run --backend auto); a banner says
 #              which and why.
 #              Overrides: make matrix HAS_GPU=no HAS_DOCKER=no TRY_VENV=no (force the fallbacks),
-#              BUILD_OPTS='--base-image ... --index-url ...', RUN_OPTS='--cold --models vit'
+#              RUN_OPTS='--cold --models vit --set index_url=https://mirror/simple' (build settings:
+#              index_url, extra_index_urls, base_image, ca_bundle in matrix.yaml or --set; docs/cli.md)
 .PHONY: test lint matrix help
 
 PYTHON ?= python3.11
@@ -15,7 +16,7 @@ MB := $(VENV)/bin/matrixbench
 STAMP := $(VENV)/.installed
 
 help:
-	@sed -n '1,8p' Makefile
+	@sed -n '1,9p' Makefile
 
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
@@ -33,8 +34,9 @@ test: lint
 # --- make matrix: what to run, and why ---------------------------------------------------
 # The matrix follows the GPU (nvidia-smi); which backend runs it is `run --backend auto`'s policy
 # (matrixbench/environments/auto.py: docker, else venv, else local, with the note that says why).
-BUILD_OPTS ?=
 RUN_OPTS ?=
+BUILD_OPTS_GONE := BUILD_OPTS is gone: the build settings are matrix.yaml keys (index_url, extra_index_urls, \
+  base_image, ca_bundle); give them in the matrix or as RUN_OPTS='--set index_url=https://mirror/simple' (docs/cli.md)
 HAS_GPU := $(shell nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && echo yes || echo no)
 HAS_DOCKER ?= auto
 COMMA := ,
@@ -58,6 +60,7 @@ endif
 RULE := ================================================================================
 
 matrix: $(STAMP)
+	$(if $(strip $(BUILD_OPTS)),$(error $(BUILD_OPTS_GONE)))
 	@echo "$(RULE)"
 	@echo "make matrix: $(WHAT); backends tried in order: docker, venv, local"
 	@echo "Results: results/$(RUN)/   Report: report/"
@@ -65,5 +68,5 @@ matrix: $(STAMP)
 	@if [ "$(HAS_GPU)" = yes ]; then $(MB) doctor --matrix $(MATRIX_FILE); fi
 	@if [ "$(HAS_GPU)" = yes ]; then $(MB) selftest --run $(RUN); fi
 	MATRIXBENCH_AUTO_SKIP="$(AUTO_SKIP)" $(MB) run --matrix $(MATRIX_FILE) --run $(RUN) --backend auto \
-	  --device $(DEVICE) --note "$(strip make matrix ran $(WHAT). $(WHY_DEVICE))" $(BUILD_OPTS) $(RUN_OPTS)
+	  --device $(DEVICE) --note "$(strip make matrix ran $(WHAT). $(WHY_DEVICE))" $(RUN_OPTS)
 	$(MB) report results/$(RUN) --out report

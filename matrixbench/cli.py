@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from matrixbench import attribution, matrix_yaml
 from matrixbench.aa import aa_matrix
@@ -19,7 +20,7 @@ from matrixbench.cuda_builds import refuse_on_this_host
 from matrixbench.environments import auto, backend_names
 from matrixbench.environments.auto import AUTO
 from matrixbench.errors import FILESYSTEM_EXIT_CODE, MatrixbenchError, describe_os_error
-from matrixbench.executors import EXECUTORS
+from matrixbench.executors import EXECUTORS, RAY
 from matrixbench.executors.adaptive import bill, policy_of
 from matrixbench.images import BuildOptions
 from matrixbench.layout import run_dir
@@ -28,9 +29,10 @@ from matrixbench.matrix import Overrides, expand_cells, load_matrix
 from matrixbench.pending import first_repeats, pending_work, recorded_failures_line, unreadable_lines
 from matrixbench.prices import parse_price_option
 from matrixbench.progress import make_progress
+from matrixbench.redact import redact_urls
 from matrixbench.report_formats import REPORT_FORMATS
 from matrixbench.run import DEFAULT_RUN, RunOptions, check_device, run_matrix
-from matrixbench.settings import BY_NAME, MATRIX_SETTINGS, OVERRIDES
+from matrixbench.settings import BUILD_FLAGS, BUILD_SETTINGS, BY_NAME, MATRIX_SETTINGS, OVERRIDES
 from matrixbench.signals import exit_code, signal_name, stop_signals
 
 DEFAULT_MATRIX = "matrix.yaml"
@@ -99,6 +101,16 @@ def _setting_option(setting):
     return click.option(*names, type=convert, help=setting.help + choices)
 
 
+def _checked_setting(name):
+    """A callback: the value, checked against the setting's declaration (its bounds)."""
+    def callback(ctx, param, value):
+        problem = None if value is None else BY_NAME[name].problem(value)
+        if problem:
+            raise click.BadParameter(problem)
+        return value
+    return callback
+
+
 def _key_values(ctx, param, values):
     """``--set KEY=VALUE`` (repeatable) -> {KEY: VALUE}, the value read as YAML (true, 0.05, [1, 4])."""
     pairs = {}
@@ -111,14 +123,16 @@ def _key_values(ctx, param, values):
 
 
 SETTABLE = tuple(setting.name for setting in MATRIX_SETTINGS)   # --set: any setting matrix.yaml takes
+set_option = click.option(
+    "--set", "settings", multiple=True, metavar="KEY=VALUE", callback=_key_values,
+    help="Any setting of matrix.yaml, for this command (repeatable; VALUE as YAML, e.g. "
+         "--set fullgraph=true --set cv_threshold=0.05). Keys: " + ", ".join(SETTABLE) + ".")
 override_options = _stack(
     images_option,
     click.option("--models", multiple=True, callback=_comma_list(), metavar="NAMES",
                  help="Only these models, comma-separated (e.g. vit,detr-resnet-101)."),
     *(_setting_option(setting) for setting in OVERRIDES),
-    click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", callback=_key_values,
-                 help="Any setting of matrix.yaml, for this run (repeatable; VALUE as YAML, e.g. "
-                      "--set fullgraph=true --set cv_threshold=0.05). Keys: " + ", ".join(SETTABLE) + "."),
+    set_option,
 )
 
 
@@ -139,7 +153,7 @@ def handles_errors(command):
             with stop_signals():
                 return command(*args, **kwargs)
         except MatrixbenchError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {redact_urls(exc)}", err=True)   # an index URL's credentials never shown
             sys.exit(exc.exit_code)
         except OSError as exc:   # the filesystem said no: one line, never a traceback
             click.echo(f"error: {describe_os_error(exc)}", err=True)
@@ -249,22 +263,41 @@ def describe_matrix(matrix):
     lines.append(f"  batch sizes {list(matrix.batch_sizes)}, modes {list(matrix.modes)}, "
                  f"dtypes {list(matrix.dtypes)}, size {matrix.size}, {matrix.iterations} iterations")
     lines.append(f"  {cells} cells per image, {cells * len(matrix.images)} in all")
+    if matrix.build.given():
+        lines.append("  build: " + ", ".join(f"{name} {redact_urls(_text(getattr(matrix.build, name)))}"
+                                             for name in matrix.build.given()))
     return "\n".join(lines)
 
 
-def build_options(command):
-    """The pip / base-image options of a build: `matrixbench build`'s, and `run --executor ray`'s for the
-    builds on the nodes."""
-    for option in reversed([
-        click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                     help="CA bundle for pip behind a TLS-inspecting proxy (run: sent to the Ray nodes)."),
-        click.option("--index-url", help="pip index URL for everything but torch (default PyPI)."),
-        click.option("--extra-index-url", "extra_index_urls", multiple=True,
-                     help="Extra pip index URL; repeatable."),
-        click.option("--base-image", help="Base image for every Docker build (e.g. a mirror of python:3.10-slim)."),
-    ]):
-        command = option(command)
-    return command
+def _text(value):
+    return ",".join(value) if isinstance(value, tuple) else str(value)
+
+
+def _build_flag(setting):
+    """`matrixbench build`'s override of one build setting (settings.BUILD_FLAGS); a CA bundle's path is
+    this directory's (made absolute: matrix.yaml's relative paths are the matrix file's)."""
+    kind = {"type": click.Path(exists=True, dir_okay=False, resolve_path=True)} if setting.name == "ca_bundle" else {}
+    many = {"multiple": True} if setting.many else {}
+    repeat = " Repeatable." if setting.many else ""
+    return click.option(setting.flag, setting.name, **kind, **many,
+                        help=f"{setting.help}{repeat} Overrides `{setting.name}:` of the matrix.")
+
+
+build_flags = _stack(*(_build_flag(setting) for setting in BUILD_FLAGS))
+
+
+def _moved_to_build(setting):
+    """What `run` says of a build setting's flag: where the setting goes now."""
+    flag = setting.flag or f"--{setting.name.replace('_', '-')}"
+    key = f"`{setting.name}:` in matrix.yaml or --set {setting.name}=VALUE"
+    if setting.flag:
+        return (f"{flag} is a build option: `matrixbench build {flag} ...`, or {key} (read by run --backend auto "
+                "and by --executor ray's docker nodes when they build)")
+    return f"{flag} is a build setting: {key} (read by --executor ray with docker nodes)"
+
+
+MOVED_TO_BUILD = {setting.flag or f"--{setting.name.replace('_', '-')}": _moved_to_build(setting)
+                  for setting in BUILD_SETTINGS}
 
 
 @main.command()
@@ -276,15 +309,19 @@ def build_options(command):
 @click.option("--no-cache", is_flag=True,
               help="Build afresh (docker build --no-cache; a venv is made again from nothing).")
 @click.option("--dry-run", is_flag=True, help="Print what would be built; needs no Docker.")
-@build_options
+@build_flags
+@set_option
 @handles_errors
-def build(matrix_path, images, backend, **options):
-    """Build one Docker image (or venv) per matrix image."""
-    matrix = _load(matrix_path, Overrides(images=images))
+def build(matrix_path, images, backend, no_cache, dry_run, settings, **flags):
+    """Build one Docker image (or venv) per matrix image, with the matrix's build settings (index_url,
+    extra_index_urls, base_image, ca_bundle) and the flags that override them."""
+    given = {name: value for name, value in flags.items() if value not in (None, ())}
+    matrix = _load(matrix_path, Overrides(images=images, sets=settings or {}, build=given))
     refuse_on_this_host(matrix, list(matrix.images))
+    options = {"no_cache": no_cache, "dry_run": dry_run, **matrix.build.image_options()}
     if backend == "venv":
         if options.pop("base_image"):
-            click.echo("note: --base-image is for Docker builds; a venv uses the host's Python", err=True)
+            click.echo("note: base_image is for Docker builds; a venv uses the host's Python", err=True)
         build_venvs = _library("matrixbench.venvs", "build_venvs", "build")
         build_venvs(matrix, list(matrix.images), on_progress=_echo_build_line, **options)
         return
@@ -293,12 +330,12 @@ def build(matrix_path, images, backend, **options):
 
 
 def _echo_build_line(image_name, line):
-    click.echo(f"[{image_name}] {line}", err=True)
+    click.echo(f"[{image_name}] {redact_urls(line)}", err=True)
 
 
 def _echo_banner(text):
     rule = "=" * 80
-    click.echo(f"{rule}\n{text}\n{rule}", err=True)
+    click.echo(f"{rule}\n{redact_urls(text)}\n{rule}", err=True)
 
 
 # --- run's options in groups ----------------------------------------------------------------
@@ -313,11 +350,27 @@ RUN_GROUPS = {
 }
 RUN_RARE = ("weights", "size", "attention", "warmup", "timeout_s", "calibration_models", "exclusive_timing",
             "gpu_types", "repeats_min", "repeats_max", "margin_pct", "allow_busy_gpus", "cache_root", "hf_cache_dir",
-            "registry", "ca_bundle", "index_url", "extra_index_urls", "base_image", "attribution")
+            "attribution")
+
+
+# Options of `run` (by parameter name) that contradict each other: one would be silently ignored.
+RUN_CONFLICTS = ((("force", "retry_failed"), "--force reruns every cell, failed ones included"),
+                 (("cold", "cache_root"), "--cold uses no compile cache, so --cache-dir would go unused"))
 
 
 class GroupedCommand(click.Command):
-    """A command whose --help lists its options under the groups RUN_GROUPS declares."""
+    """A command whose --help lists its options under the groups RUN_GROUPS declares, and which says where a
+    build setting's flag (MOVED_TO_BUILD, derived from settings.BUILD_SETTINGS) goes instead of "no such option"."""
+
+    def parse_args(self, ctx, args):
+        try:
+            rest = super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            if exc.option_name in MOVED_TO_BUILD:
+                raise click.UsageError(MOVED_TO_BUILD[exc.option_name], ctx) from None
+            raise
+        _refuse_conflicts(ctx, self.params)
+        return rest
 
     def format_options(self, ctx, formatter):
         group_of = {name: group for group, names in RUN_GROUPS.items() for name in names}
@@ -330,6 +383,16 @@ class GroupedCommand(click.Command):
             if rows.get(group):
                 with formatter.section(f"{group.capitalize()} options"):
                     formatter.write_dl(rows[group])
+
+
+def _refuse_conflicts(ctx, params):
+    """Two options of RUN_CONFLICTS both given on the command line: one would be silently ignored. The flags
+    named are the parameters' own."""
+    given = {param.name: param.opts[0] for param in params
+             if param.name and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE}
+    for (first, second), why in RUN_CONFLICTS:
+        if first in given and second in given:
+            raise click.UsageError(f"{given[first]} and {given[second]} together: {why}; give one of them", ctx)
 
 
 def _hide(command, names):
@@ -358,9 +421,6 @@ def _hide(command, names):
 @click.option("--ray-address", metavar="HOST:PORT",
               help="--executor ray: the Ray cluster's head (`ray start --head` prints it) [default: the "
                    "cluster this node belongs to].")
-@click.option("--registry", metavar="HOST:PORT",
-              help="--executor ray with docker nodes: push the images built here to this registry once; each node "
-                   "pulls them (instead of building them) and checks them before running.")
 @click.option("--device", type=click.Choice(BY_NAME["device"].choices or ()), default=BY_NAME["device"].default,
               show_default=True, help=BY_NAME["device"].help)
 @click.option("--force", is_flag=True, help="Rerun cells that already have a record.")
@@ -385,18 +445,13 @@ def _hide(command, names):
                    "records); with --repeats auto, comparisons it leaves undecided say so.")
 @click.option("--dry-run", is_flag=True, help="Print the cells that would run and the estimated duration, and run "
               "nothing.")
-@build_options
 @handles_errors
-def run(matrix_path, run_name, results_root, backend, executor, ray_address, registry, device, force, retry_failed,
-        cold, cache_root, hf_cache_dir, note, gpu, allow_busy_gpus, aa_image, budget_min, dry_run, ca_bundle, index_url,
-        extra_index_urls, base_image, **options):
+def run(matrix_path, run_name, results_root, backend, executor, ray_address, device, force, retry_failed,
+        cold, cache_root, hf_cache_dir, note, gpu, allow_busy_gpus, aa_image, budget_min, dry_run, **options):
     """Run the matrix's cells that have no record yet (HF_TOKEN is passed on, never printed)."""
-    _refuse_conflicts({"--force": force, "--retry-failed": retry_failed, "--cold": cold,
-                       "--cache-dir": cache_root is not None})
     matrix = _load(matrix_path, _overrides(options))
-    build_options = BuildOptions.given(ca_bundle=ca_bundle, index_url=index_url, extra_index_urls=extra_index_urls,
-                                       base_image=base_image)
-    if backend == AUTO and executor == "ray":
+    registry, build_options = _builds_of_run(matrix.build, backend, executor, options.get("settings") or {})
+    if backend == AUTO and executor == RAY:
         raise click.UsageError("--backend auto: not with --executor ray; give the nodes' --backend (docker or local)")
     if backend in (AUTO, "venv") and executor != "ray":
         refuse_on_this_host(matrix, list(matrix.images))   # before anything is built for this machine
@@ -427,15 +482,26 @@ def run(matrix_path, run_name, results_root, backend, executor, ray_address, reg
 _hide(run, RUN_RARE)
 
 
-# Flags that contradict each other: one would be silently ignored.
-CONFLICTING_FLAGS = ((("--force", "--retry-failed"), "--force reruns every cell, failed ones included"),
-                     (("--cold", "--cache-dir"), "--cold uses no compile cache, so --cache-dir would go unused"))
+def _builds_of_run(build, backend, executor, sets):
+    """The build settings (matrix.BuildSettings) this run uses: (registry, images.BuildOptions or None).
+    --backend auto builds here; --executor ray's docker nodes pull from the registry, else build. A build
+    setting given with --set that the run would not use is refused (nothing given is silently ignored)."""
+    docker_nodes = executor == RAY and backend == "docker"
+    pulls = docker_nodes and bool(build.registry)
+    builds = (backend == AUTO and executor != RAY) or (docker_nodes and not pulls)
+    used = {*(build.image_options() if builds else ()), *(("registry",) if pulls else ())}
+    unused = [name for name in sets if name in BUILD_NAMES and name not in used]
+    if unused:
+        raise click.UsageError(
+            f"--set {', '.join(unused)}: a build setting this run does not use (run builds only with --backend auto, "
+            "and under --executor ray --backend docker, whose nodes build or pull from `registry`); give it to "
+            "`matrixbench build`, or drop it")
+    return (build.registry if pulls else None), (BuildOptions.of(build) if builds else None)
 
 
-def _refuse_conflicts(given):
-    for (first, second), why in CONFLICTING_FLAGS:
-        if given[first] and given[second]:
-            raise click.UsageError(f"{first} and {second} together: {why}; give one of them")
+BUILD_NAMES = tuple(setting.name for setting in BUILD_SETTINGS)
+
+
 
 
 def describe_plan(matrix, run_path, force, retry_failed, budget_min=None):
@@ -460,13 +526,17 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None):
 @click.option("--price", "prices", multiple=True, metavar="GPU_TYPE=USD",
               help="Your price per GPU-hour in dollars for a GPU type, e.g. A100=1.29 (repeatable); replaces "
                    "matrix.yaml's prices: of that type. Without one the report shows no dollars.")
+@click.option("--margin-pct", type=float, callback=_checked_setting("margin_pct"), metavar="PERCENT",
+              help="Judge every comparison at this equivalence margin instead of the runs' (run.json's margin_pct, "
+                   "else 3): a comparison whose interval lies inside ±PERCENT is \"no change\". The report's notes "
+                   "and comparisons.csv's margin_pct say which margin it used.")
 @handles_errors
-def report(results_dirs, out_dir, formats, prices):
+def report(results_dirs, out_dir, formats, prices, margin_pct):
     """Turn records under RESULTS_DIRS (default results/default) into a report."""
     build_report = _library("matrixbench.report", "build_report", "report")
     dirs = list(results_dirs) or [Path("results") / DEFAULT_RUN]
     given = [parse_price_option(text) for text in prices]
-    for path in build_report(dirs, out_dir, formats or list(REPORT_FORMATS), given):
+    for path in build_report(dirs, out_dir, formats or list(REPORT_FORMATS), given, margin_pct=margin_pct):
         click.echo(str(path))
     for line in unfinished_runs(dirs):
         click.echo(f"warning: {line}", err=True)

@@ -74,7 +74,7 @@ def build_images(matrix, image_names, *, no_cache=False, dry_run=False, ca_bundl
 
 @dataclass(frozen=True)
 class BuildOptions:
-    """The user's build options (--ca-bundle, --index-url, --extra-index-url, --base-image), as they
+    """The user's build options (matrix.BuildSettings but the registry: build's flags, matrix.yaml, --set), as they
     travel to another machine: the CA bundle as its bytes, since the path is only this machine's."""
 
     ca_bundle_pem: Optional[bytes] = None
@@ -89,6 +89,12 @@ class BuildOptions:
             return None
         pem = _checked_ca_bundle(ca_bundle).read_bytes() if ca_bundle else None
         return cls(pem, index_url, tuple(extra_index_urls), base_image)
+
+    @classmethod
+    def of(cls, build):
+        """From a matrix's build settings (matrix.BuildSettings: matrix.yaml, --set, build's flags); None when
+        none of them is set."""
+        return cls.given(**build.image_options())
 
     @contextmanager
     def spec_options(self):
@@ -164,8 +170,8 @@ def _checked_ca_bundle(ca_bundle):
     path = Path(ca_bundle)
     if not path.is_file():
         raise BuildError(
-            f"--ca-bundle {path}: no such file; give a PEM bundle such as "
-            "/etc/ssl/certs/ca-certificates.crt"
+            f"ca_bundle {path}: no such file (build --ca-bundle, or ca_bundle: in matrix.yaml / --set, relative "
+            "to the matrix file); give a PEM bundle such as /etc/ssl/certs/ca-certificates.crt"
         )
     return path
 

@@ -22,7 +22,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from matrixbench import attribution, matrix_errors, matrix_yaml
 from matrixbench.errors import MatrixError
 from matrixbench.matrix_schema import DEFAULTS, MATRIX_SCHEMA
-from matrixbench.settings import BY_NAME, OVERRIDES, RUNNER_SETTINGS
+from matrixbench.redact import redact_urls
+from matrixbench.settings import BUILD_SETTINGS, BY_NAME, OVERRIDES, RUNNER_SETTINGS
 from matrixbench.versions import pinned_version
 from runner.core import Cell, Mode
 from runner.files import describe_kind, read_bounded_text
@@ -67,6 +68,26 @@ class Image:
 
 
 @dataclass(frozen=True)
+class BuildSettings:
+    """The matrix's build scope (``settings.BUILD_SETTINGS``): how images are built, never what is measured."""
+
+    index_url: Optional[str] = None          # pip's index for everything but torch (None: PyPI)
+    extra_index_urls: Tuple[str, ...] = ()
+    base_image: Optional[str] = None         # every Docker build's, in place of each image's
+    ca_bundle: Optional[str] = None          # a PEM file's path (relative ones: to the matrix file)
+    registry: Optional[str] = None           # --executor ray, docker nodes: HOST:PORT the images go through
+
+    def image_options(self) -> JSON:
+        """The keyword options of ``images.build_images`` / ``venvs.build_venvs``."""
+        return {"ca_bundle": self.ca_bundle, "index_url": self.index_url,
+                "extra_index_urls": self.extra_index_urls, "base_image": self.base_image}
+
+    def given(self) -> Tuple[str, ...]:
+        """The names of the settings that are set."""
+        return tuple(name for name, value in dataclasses.asdict(self).items() if value)
+
+
+@dataclass(frozen=True)
 class Model:
     name: str
     task: str
@@ -106,6 +127,7 @@ class Matrix:
     attribution: bool = _default("attribution")   # bridge images derived (matrixbench.attribution)
     bridges: Tuple[Any, ...] = ()    # attribution.Bridge: the derived images, in ``images`` too
     refused: Tuple[Any, ...] = ()    # attribution.Refused: corners that cannot exist, with the reason
+    build: BuildSettings = BuildSettings()   # how images are built (`build`, run --backend auto, Ray nodes)
     path: Optional[Path] = None
 
     def to_dict(self) -> JSON:
@@ -118,12 +140,15 @@ class Matrix:
             del data["prices"]
         if not data["attribution"]:
             del data["attribution"], data["bridges"], data["refused"]   # likewise without attribution
+        if not self.build.given():
+            del data["build"]   # run.json writes it redacted (matrixbench.manifest)
         return data
 
     def content_hash(self) -> str:
-        """The hash of what is measured: prices (the report's) left out."""
+        """The hash of what is measured: prices (the report's) and the build settings (a mirror) left out."""
         data = self.to_dict()
         data.pop("prices", None)
+        data.pop("build", None)
         return _short_hash(data)
 
 
@@ -154,11 +179,12 @@ class Overrides:
     gpu_types: Optional[Sequence[str]] = None
     sets: Mapping[str, Any] = field(default_factory=dict)   # --set KEY=VALUE: any matrix setting
     attribution: Optional[bool] = None
+    build: Mapping[str, Any] = field(default_factory=dict)   # `matrixbench build`'s flags (settings.BUILD_FLAGS)
 
     def settings(self) -> JSON:
         """The settings given, by matrix key (lists without repeats); a flag wins over --set."""
         flagged = {s.name: getattr(self, s.name) for s in OVERRIDES if getattr(self, s.name) is not None}
-        given = {**self.sets, **flagged}
+        given = {**self.sets, **self.build, **flagged}
         return {name: _unique(value) if isinstance(value, (list, tuple)) else value
                 for name, value in given.items()}
 
@@ -189,6 +215,7 @@ def load_matrix(path: Path | str, overrides: Optional[Overrides] = None,
     flags = {name: _flag_of(name, overrides) for name in given}
     _check_finite(data, path, flags)
     matrix_errors.validate(data, MATRIX_SCHEMA, text, path, flags=flags)
+    _check_index_urls(data, path, flags)
     matrix = _build(data, path, weights=overrides.weights)
     _check_tiny(matrix, overrides)
     matrix = _select_entries(matrix, overrides)
@@ -240,6 +267,8 @@ def _check_finite(data: Any, path: Path, flags: Mapping[str, str], where: Tuple[
 def _flag_of(name: str, overrides: Overrides) -> str:
     """How the user gave the setting ``name``: its flag, or ``--set name`` (the flag wins when both)."""
     flag = BY_NAME[name].flag
+    if name in overrides.build:
+        return flag or name
     if name in overrides.sets and not (flag and getattr(overrides, name, None) is not None):
         return f"--set {name}"
     return flag or name
@@ -259,9 +288,27 @@ def _build(data: JSON, path: Path, weights: Optional[str] = None) -> Matrix:
         dtypes=tuple(values.pop("dtypes")),
         calibration_models=tuple(values.pop("calibration_models")),
         gpu_types=_gpu_types(values.pop("gpu_types")),
+        build=_build_settings({s.name: values.pop(s.name) for s in BUILD_SETTINGS}, path),
         path=path,
         **values,
     )
+
+
+def _check_index_urls(data: JSON, path: Path, flags: Mapping[str, str]) -> None:
+    """The build scope's index URLs are http(s) URLs: MatrixError naming the key (or its flag), credentials hidden."""
+    for key in ("index_url", "extra_index_urls"):
+        value = data.get(key) if isinstance(data, dict) else None
+        urls = value if isinstance(value, list) else [value]
+        bad = [url for url in urls if isinstance(url, str) and url and not re.match(r"^https?://", url)]
+        if bad:
+            raise MatrixError(f"{flags.get(key) or f'{path}: {key}'}: {redact_urls(bad[0])!r} is not an http(s) URL; "
+                              "give one such as https://mirror.example/simple")
+
+
+def _build_settings(values: JSON, path: Path) -> BuildSettings:
+    """The build scope; a relative CA bundle is the matrix file's."""
+    ca_bundle = values["ca_bundle"] and str(path.parent / values["ca_bundle"])
+    return BuildSettings(**{**values, "extra_index_urls": tuple(values["extra_index_urls"]), "ca_bundle": ca_bundle})
 
 
 GPU_TYPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"

@@ -52,11 +52,28 @@ HOST_SETTINGS: Tuple[Setting, ...] = (
             "cell's per-process means above which the cell is marked noisy between processes.",
             "number", default=0.05, minimum=0, exclusive_minimum=True, maximum=10, matrix=False),
 )
-SETTINGS: Tuple[Setting, ...] = runner_settings.SETTINGS + HOST_SETTINGS
+# The build scope: where pip and Docker fetch from when images (or venvs) are built -- by `matrixbench build`
+# (whose flags override them), by `run --backend auto` and on the nodes of `run --executor ray`. Keys of
+# matrix.yaml (and --set); never flags of `run` (matrixbench.cli refuses them there, naming this home).
+BUILD_SETTINGS: Tuple[Setting, ...] = (
+    Setting("index_url", "pip index URL for everything but torch (each image's own index_url is torch's) "
+            "[default: PyPI]; credentials in it (https://user:TOKEN@host/simple) are never printed or recorded.",
+            "string", nullable=True, flag="--index-url"),
+    Setting("extra_index_urls", "Extra pip index URLs for every image, besides each image's own.",
+            "string", default=(), many=True, min_items=0, flag="--extra-index-url"),
+    Setting("base_image", "Base image for every Docker build, in place of each image's (e.g. a mirror of "
+            "python:{python}-slim-bookworm; {python} is replaced).", "string", nullable=True, flag="--base-image"),
+    Setting("ca_bundle", "CA bundle (PEM) for pip behind a TLS-inspecting proxy; in matrix.yaml or --set a "
+            "path relative to the matrix file. Ray nodes get its bytes.", "string", nullable=True, flag="--ca-bundle"),
+    Setting("registry", "HOST:PORT of a Docker registry: `run --executor ray` with docker nodes pushes the images "
+            "built here to it once, and each node pulls them (instead of building them).", "string", nullable=True),
+)
+SETTINGS: Tuple[Setting, ...] = runner_settings.SETTINGS + HOST_SETTINGS + BUILD_SETTINGS
 BY_NAME: Dict[str, Setting] = {setting.name: setting for setting in SETTINGS}
 RUNNER_SETTINGS: Tuple[Setting, ...] = runner_settings.RUNNER_SETTINGS
 MATRIX_SETTINGS: Tuple[Setting, ...] = tuple(s for s in SETTINGS if s.matrix)
-OVERRIDES: Tuple[Setting, ...] = tuple(s for s in SETTINGS if s.flag)
+OVERRIDES: Tuple[Setting, ...] = tuple(s for s in SETTINGS if s.flag and s not in BUILD_SETTINGS)   # validate/run
+BUILD_FLAGS: Tuple[Setting, ...] = tuple(s for s in BUILD_SETTINGS if s.flag)   # `matrixbench build`'s overrides
 
 
 def matrix_defaults() -> Dict[str, Any]:

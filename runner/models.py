@@ -40,14 +40,20 @@ TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": 
 # image can run: transformers 4.43.4 has no SDPA path on torch < 2.1.1 (stable, nightly), so
 # with "auto" stable/nightly run eager attention and latest SDPA, and an image-vs-image
 # comparison would measure transformers, not torch. "sdpa" falls back to eager for models
-# (or versions) without an SDPA path; the record says which ran.
+# (or versions) without an SDPA path; the record says which ran (docs/attention.md).
 DEFAULT_ATTENTION = BY_NAME["attention"].default
+# transformers >= 4.36 builds a model with the attention implementation asked for by the
+# ``attn_implementation`` keyword (4.4x ignores one set on the config: ``_from_config`` resets it to
+# its own choice, SDPA on torch >= 2.1.1); before 4.36 (the seed's 4.31) the keyword is refused and
+# every attention layer is the eager one.
+CHOOSES_ATTENTION = "_attn_implementation" in dir(transformers.PretrainedConfig)
+# What each asked-for implementation may turn out as: sdpa falls back to eager where there is no
+# SDPA path; eager is eager; auto is transformers' own choice.
+ALLOWED_ATTENTION = {"eager": {"eager"}, "sdpa": {"sdpa", "eager"}}
 
 
 class ModelError(Exception):
     """A cell's model cannot be built: the message names the field and the fix."""
-
-
 
 
 @dataclasses.dataclass
@@ -67,7 +73,7 @@ class Built:
     model: torch.nn.Module  # eval mode, on the device, in the dtype
     inputs: dict  # name -> tensor, batch replicated, on the device; ready for model(**inputs)
     source: str
-    attention: object = None  # the attention implementation the model uses (config._attn_implementation)
+    attention: object = None  # the attention implementation the model's layers run (attention_used)
 
 
 def preload(names=DEFAULT_MODELS):
@@ -85,7 +91,8 @@ def build(cell, device, dtype):
     torch_dtype = _torch_dtype(dtype)
     model = instantiate(recipe, requested_attention(cell)).to(device=device, dtype=torch_dtype).eval()
     batch = model_inputs.to_device(batch_inputs(recipe, cell.batch_size), device, torch_dtype)
-    return Built(model=model, inputs=batch, source=recipe.source, attention=attention_used(model))
+    return Built(model=model, inputs=batch, source=recipe.source,
+                 attention=checked_attention(requested_attention(cell), model))
 
 
 def requested_attention(cell):
@@ -94,7 +101,26 @@ def requested_attention(cell):
 
 
 def attention_used(model):
-    return getattr(getattr(model, "config", None), "_attn_implementation", None)
+    """The attention implementation the model's layers run: "eager" where transformers has no choice
+    (< 4.36); else what each config the model holds names (4.4x builds a layer class per
+    implementation from it, 5.x dispatches on it at every call), joined by "+" when they differ."""
+    if not CHOOSES_ATTENTION:
+        return "eager"
+    configs = {id(module.config): module.config for module in model.modules()
+               if isinstance(getattr(module, "config", None), transformers.PretrainedConfig)}
+    return "+".join(sorted({config._attn_implementation for config in configs.values()}))
+
+
+def checked_attention(requested, model):
+    """``attention_used(model)``, refused when it is not what was asked for (sdpa may fall back to eager):
+    a record never claims an attention implementation it was not measured with."""
+    used = attention_used(model)
+    allowed = ALLOWED_ATTENTION.get(requested)
+    if allowed is not None and not set(used.split("+")) <= allowed:
+        raise ModelError(
+            f"attention={requested!r}: transformers {transformers.__version__} built {type(model).__name__} with "
+            f"{used!r} attention; use attention=auto to measure transformers' own choice, or another transformers")
+    return used
 
 
 def _torch_dtype(dtype):
@@ -128,7 +154,7 @@ def instantiate(recipe, attention=DEFAULT_ATTENTION):
             return _instantiate(recipe, attention)
         try:
             return _instantiate(recipe, "sdpa")
-        except ValueError:   # "... does not support an attention implementation through SDPA"
+        except (ValueError, ImportError):   # "... does not support ... SDPA"; 4.4x: "... install torch>=2.1.1"
             return _instantiate(recipe, "eager")
     except ImportError as exc:  # e.g. timm for a hub DETR config, scipy for Mask(2)Former
         raise ModelError(
@@ -140,13 +166,20 @@ def instantiate(recipe, attention=DEFAULT_ATTENTION):
 
 def _instantiate(recipe, attention):
     config = copy.deepcopy(recipe.config)
-    if attention != "auto":
-        config._attn_implementation = attention   # 4.43 and 5.x both honour a requested implementation
+    kwargs = attention_kwargs(attention)
     if recipe.pretrained_from is not None:
-        return _hub_call(lambda checkpoint: recipe.model_class.from_pretrained(checkpoint, config=config),
+        return _hub_call(lambda checkpoint: recipe.model_class.from_pretrained(checkpoint, config=config, **kwargs),
                          recipe.pretrained_from, USE_RANDOM)
     torch.manual_seed(0)
-    return recipe.model_class._from_config(config)
+    return recipe.model_class._from_config(config, **kwargs)
+
+
+def attention_kwargs(attention):
+    """How this transformers is asked for an attention implementation: the keyword where it has a choice
+    (none for "auto": its own), nothing before 4.36 (eager only; checked_attention says what ran)."""
+    if not CHOOSES_ATTENTION or attention == "auto":
+        return {}
+    return {"attn_implementation": attention}
 
 
 def make_recipe(cell):

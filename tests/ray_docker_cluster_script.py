@@ -10,7 +10,7 @@ Ray binds only to the namespace's loopback; the nodes reach the host's Docker da
 socket, and the containers run in the daemon's own namespaces (the runner needs no network). Head:
 2 fake A100s on 127.0.0.1, second node: 1 fake T4 on 127.0.0.2. The driver runs one tiny model at
 batch 1, eager, in both images, on both GPU types: two units, each running both images on its node.
-Then the same run again under another name with ``--registry REGISTRY`` (a registry the test started on
+Then the same run again under another name with ``--set registry=REGISTRY`` (a registry the test started on
 the host's loopback, where the Docker daemon pushes and pulls). It writes what it saw to OUT_JSON.
 """
 import json
@@ -64,7 +64,7 @@ def main(work, matrix, out_json, registry):
         t0 = time.monotonic()
         pulled = work / "registry"
         result["registry"] = {"code": driver(matrix, pulled, env, work / "registry.log", run=f"{RUN}-registry",
-                                             extra=("--registry", registry))}
+                                             extra=("--set", f"registry={registry}"))}
         result["registry"].update(
             s=time.monotonic() - t0, log=(work / "registry.log").read_text(),
             records={str(p.relative_to(pulled)): json.loads(p.read_text())

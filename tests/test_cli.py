@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 import matrixbench
-from host_helpers import RecordingBackend, use_backend, write_matrix
+from host_helpers import RecordingBackend, small_matrix_data, use_backend, write_matrix
 from matrixbench.cli import main
 from matrixbench.errors import BuildError, DockerUnavailableError
 from matrixbench.settings import BY_NAME
@@ -169,7 +169,7 @@ def test_a_command_whose_module_is_missing_says_so(matrix_file, monkeypatch):
 def test_report_defaults_to_results_default_and_every_format(matrix_file, monkeypatch, tmp_path):
     calls = []
     _fake_module(monkeypatch, "matrixbench.report",
-                 build_report=lambda dirs, out, formats, prices: (calls.append((dirs, out, formats))
+                 build_report=lambda dirs, out, formats, prices, margin_pct: (calls.append((dirs, out, formats))
                                                                   or [out / "report.md"]))
     (tmp_path / "results" / "default").mkdir(parents=True)
     result = invoke("report")
@@ -213,7 +213,7 @@ def test_build_backend_venv_builds_venvs_from_the_same_options(matrix_file, monk
     result = invoke("build", "--backend", "venv", "--matrix", matrix_file, "--images", "stable", "--dry-run",
                     "--extra-index-url", "https://a/simple", "--base-image", "mirror/python:3.10-slim")
     assert result.exit_code == 0, result.output
-    assert "--base-image is for Docker builds" in result.stderr
+    assert "base_image is for Docker builds" in result.stderr
     venvs = tmp_path / "cache" / "matrixbench" / "venvs"
     assert f"[stable] {venvs}/stable-" in result.stderr
     assert "[stable]   EXTRA_INDEX_URLS=https://a/simple" in result.stderr
@@ -232,22 +232,129 @@ def test_clean_venvs_removes_the_venvs_and_touches_no_docker(monkeypatch, tmp_pa
     assert invoke("clean", "--venvs", "--images").exit_code == 2
 
 
-def test_build_and_run_share_one_declaration_of_the_build_options():
-    def build_params(name):
-        return {p.name: (p.opts, p.help) for p in main.commands[name].params
-                if p.name in ("ca_bundle", "index_url", "extra_index_urls", "base_image")}
+def test_builds_flags_derive_from_the_build_settings_and_run_has_none_of_them():
+    from matrixbench.settings import BUILD_FLAGS, BUILD_SETTINGS
 
-    assert len(build_params("build")) == 4
-    assert build_params("build") == build_params("run")
+    build = {p.name: p for p in main.commands["build"].params}
+    for setting in BUILD_FLAGS:
+        assert build[setting.name].opts == [setting.flag] and setting.help in build[setting.name].help
+    run_names = {p.name for p in main.commands["run"].params}
+    assert not run_names & {setting.name for setting in BUILD_SETTINGS}
 
 
-def test_run_refuses_build_options_without_ray(tmp_path):
-    bundle = tmp_path / "ca.pem"
-    bundle.write_bytes(b"synthetic PEM")
+@pytest.mark.parametrize("given, home", [
+    (["--index-url", "https://user:tok@mirror/simple"], "`matrixbench build --index-url ...`, or `index_url:` in "
+                                                        "matrix.yaml or --set index_url=VALUE"),
+    (["--index-url=https://mirror/simple"], "`index_url:` in matrix.yaml"),
+    (["--extra-index-url", "https://a/simple"], "`matrixbench build --extra-index-url ...`"),
+    (["--base-image", "mirror/python:3.10-slim"], "`base_image:` in matrix.yaml or --set base_image=VALUE"),
+    (["--ca-bundle", "ca.pem"], "`matrixbench build --ca-bundle ...`"),
+    (["--registry", "10.0.0.1:5000"], "`registry:` in matrix.yaml or --set registry=VALUE"),
+])
+def test_run_refuses_a_build_option_naming_where_it_goes_now(tmp_path, given, home):
     result = invoke("run", "--matrix", write_matrix(tmp_path), "--backend", "local", "--device", "cpu",
-                    "--results", tmp_path / "results", "--ca-bundle", bundle)
-    assert result.exit_code != 0
-    assert "only with --executor ray" in result.output, result.output
+                    "--results", tmp_path / "results", *given)
+    assert result.exit_code == 2 and "No such option" not in result.output, result.output
+    flag = given[0].split("=")[0]
+    assert f"{flag} is a build " in result.stderr and home in result.stderr, result.stderr
+    assert "tok" not in result.output and not (tmp_path / "results").exists()
+
+
+def _with_build_settings(tmp_path, **build):
+    data = dict(small_matrix_data(), **build)
+    return write_matrix(tmp_path, data)
+
+
+def test_build_reads_the_matrix_build_settings_and_its_flags_and_set_override_them(tmp_path, monkeypatch):
+    calls = []
+    _fake_module(monkeypatch, "matrixbench.images",
+                 build_images=lambda matrix, names, **options: calls.append(options) or [])
+    (tmp_path / "certs").mkdir()
+    (tmp_path / "certs" / "ca.pem").write_bytes(b"synthetic PEM")
+    path = _with_build_settings(tmp_path, index_url="https://mirror/simple", extra_index_urls=["https://a/simple"],
+                                base_image="mirror/python:{python}-slim", ca_bundle="certs/ca.pem")
+    monkeypatch.chdir(tmp_path / "certs")   # the matrix's relative CA bundle is the matrix file's, not the cwd's
+    assert invoke("build", "--matrix", path, "--dry-run").exit_code == 0
+    assert {key: calls[-1][key] for key in ("index_url", "extra_index_urls", "base_image", "ca_bundle")} == {
+        "index_url": "https://mirror/simple", "extra_index_urls": ("https://a/simple",),
+        "base_image": "mirror/python:{python}-slim", "ca_bundle": str(tmp_path / "certs" / "ca.pem")}
+    result = invoke("build", "--matrix", path, "--dry-run", "--index-url", "https://other/simple",
+                    "--set", "base_image=m2/python:3.10", "--ca-bundle", "ca.pem")
+    assert result.exit_code == 0, result.output
+    assert calls[-1]["index_url"] == "https://other/simple" and calls[-1]["base_image"] == "m2/python:3.10"
+    assert calls[-1]["ca_bundle"] == str(tmp_path / "certs" / "ca.pem")   # the flag's: this directory's
+    result = invoke("build", "--matrix", path, "--dry-run", "--index-url", "ftp://mirror/simple")
+    assert result.exit_code == 2 and "--index-url" in result.stderr and "http(s) URL" in result.stderr
+
+
+def test_validate_shows_the_build_settings_with_credentials_hidden(tmp_path):
+    path = _with_build_settings(tmp_path, index_url="https://user:s3cret-token@mirror/simple")
+    result = invoke("validate", "--matrix", path)
+    assert result.exit_code == 0 and "build: index_url https://***@mirror/simple" in result.stdout
+    assert "s3cret" not in result.output
+
+
+def test_run_backend_auto_builds_with_the_matrix_build_settings_and_records_them_redacted(tmp_path, monkeypatch):
+    from matrixbench import images, venvs
+    from matrixbench.environments import auto
+
+    seen = {}
+
+    def failing(kind):
+        def build(matrix, names, **options):
+            seen[kind] = {**options, "pem": Path(options["ca_bundle"]).read_bytes()}
+            on_progress = options.pop("on_progress")
+            on_progress("latest", f"pip: cannot reach {options['index_url']}")
+            raise BuildError(f"{kind}: no index reachable at {options['index_url']}")   # the note quotes it
+        return build
+
+    monkeypatch.setattr(auto, "this_machine", lambda skip: auto.Machine(gpu=False, docker=True))
+    monkeypatch.setattr(images, "build_images", failing("docker"))
+    monkeypatch.setattr(venvs, "build_venvs", failing("venv"))
+    use_backend(monkeypatch, RecordingBackend())
+    (tmp_path / "ca.pem").write_bytes(b"synthetic PEM")
+    path = _with_build_settings(tmp_path, ca_bundle="ca.pem")
+    result = invoke("run", "--matrix", path, "--backend", "auto", "--device", "cpu", "--results", tmp_path / "results",
+                    "--set", "index_url=https://user:s3cret-token@mirror/simple")
+    assert result.exit_code == 0, result.output
+    assert seen["docker"]["index_url"] == seen["venv"]["index_url"] == "https://user:s3cret-token@mirror/simple"
+    assert seen["docker"]["pem"] == seen["venv"]["pem"] == b"synthetic PEM" and "base_image" not in seen["venv"]
+    run_json = (tmp_path / "results" / "default" / "run.json").read_text()
+    assert "s3cret" not in run_json and "https://***@mirror/simple" in run_json and "s3cret" not in result.output
+    assert "[latest] pip: cannot reach https://***@mirror/simple" in result.output   # shown, hidden
+    assert "no index reachable at https://***@mirror/simple" in result.output        # the banner's note
+
+
+@pytest.mark.parametrize("backend, sets, registry, index_url", [
+    ("docker", [], None, "https://mirror/simple"),                        # the nodes build, with the mirror
+    ("docker", ["--set", "registry=10.0.0.1:5000"], "10.0.0.1:5000", None),   # the nodes pull: nothing to build
+    ("local", [], None, None),                                            # local nodes build nothing
+])
+def test_a_ray_run_takes_the_registry_or_the_node_builds_settings_from_the_matrix(
+        tmp_path, monkeypatch, backend, sets, registry, index_url):
+    import matrixbench.cli as cli
+
+    given = []
+    monkeypatch.setattr(cli, "run_matrix", lambda matrix, options, progress: given.append(options) or Summary())
+    path = _with_build_settings(tmp_path, index_url="https://mirror/simple")
+    result = invoke("run", "--matrix", path, "--executor", "ray", "--backend", backend, *sets)
+    assert result.exit_code == 0, result.output
+    options, = given
+    assert options.registry == registry
+    assert (options.build_options and options.build_options.index_url) == index_url
+
+
+class Summary:
+    def describe(self):
+        return "done"
+
+
+@pytest.mark.parametrize("args", [["--backend", "local"], ["--backend", "local", "--executor", "ray"],
+                                  ["--backend", "docker"]])
+def test_run_refuses_a_build_setting_given_with_set_that_it_would_not_use(tmp_path, args):
+    result = invoke("run", "--matrix", write_matrix(tmp_path), "--device", "cpu", "--results", tmp_path / "results",
+                    "--set", "base_image=mirror/python:3.10", *args)
+    assert result.exit_code == 2 and "--set base_image: a build setting this run does not use" in result.stderr
     assert not (tmp_path / "results").exists()
 
 
@@ -290,3 +397,25 @@ def test_set_reaches_any_matrix_setting_and_a_rare_flag_still_works(tmp_path):
 def test_a_bad_set_names_the_key_and_the_fix(tmp_path, given, message):
     result = invoke("validate", "--matrix", write_matrix(tmp_path), "--set", given)
     assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_report_margin_pct_reaches_the_report_checked_against_the_setting(tmp_path, monkeypatch):
+    calls = []
+    _fake_module(monkeypatch, "matrixbench.report",
+                 build_report=lambda dirs, out, formats, prices, margin_pct: calls.append(margin_pct) or [])
+    monkeypatch.chdir(tmp_path)
+    assert invoke("report", tmp_path, "--margin-pct", "1.5").exit_code == 0 and calls == [1.5]
+    assert invoke("report", tmp_path).exit_code == 0 and calls[-1] is None
+    result = invoke("report", tmp_path, "--margin-pct", "0")
+    assert result.exit_code == 2 and "--margin-pct" in result.stderr and "must be a number > 0" in result.stderr
+
+
+def test_each_declared_conflict_names_options_of_run_and_is_refused_with_their_flags(tmp_path):
+    from matrixbench.cli import RUN_CONFLICTS, run
+
+    params = {param.name: param for param in run.params}
+    for (first, second), why in RUN_CONFLICTS:
+        values = [[params[name].opts[0]] + ([] if params[name].is_flag else [str(tmp_path / "x")])
+                  for name in (first, second)]
+        result = invoke("run", "--matrix", write_matrix(tmp_path), *values[0], *values[1])
+        assert result.exit_code == 2 and f"{values[0][0]} and {values[1][0]} together: {why}" in result.stderr

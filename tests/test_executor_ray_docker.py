@@ -4,7 +4,7 @@ and PID namespaces, the nodes reaching the host's Docker daemon through its sock
 
 The real-Docker test images (tests/test_docker_e2e.py's ``built``: torch 2.0.1 and 2.13) are built, or
 found current, outside the namespace first, so each node finds them by their content-hash and
-runner-hash labels and builds nothing. A second run with ``--registry`` (Debian's docker-registry on
+runner-hash labels and builds nothing. A second run with ``--set registry=...`` (Debian's docker-registry on
 the host's loopback, tests/test_executor_ray_registry.py's fixture) pushes both images once and has every node pull
 them. Skips, saying why, without Ray, root, unshare, Docker, docker-registry or the base images.
 """

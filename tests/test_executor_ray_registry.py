@@ -1,4 +1,5 @@
-"""Images through a registry (issue 16, ``run --executor ray --registry HOST:PORT``): the driver pushes
+"""Images through a registry (issue 16, ``run --executor ray`` with ``registry: HOST:PORT`` in matrix.yaml or
+``--set registry=HOST:PORT``): the driver pushes
 the images it built, each node pulls them and checks them (matrixbench.executors.ray.registry).
 
 The refusals use the faked SDK; the round trip uses a real Docker daemon and a real registry (Debian's

@@ -80,7 +80,7 @@ def test_extra_pins_with_spaces_are_refused_with_the_field_path():
 
 
 def test_missing_ca_bundle_is_an_error_naming_the_option(tmp_path):
-    with pytest.raises(BuildError, match="--ca-bundle .*no such file"):
+    with pytest.raises(BuildError, match="ca_bundle .*no such file"):
         images.build_spec(STABLE, ca_bundle=tmp_path / "nope.pem")
 
 
@@ -353,7 +353,7 @@ def test_a_node_builds_with_the_users_build_options_and_ca_bundle_bytes(monkeypa
 
 def test_no_build_option_given_is_none_and_a_missing_ca_bundle_is_refused(tmp_path):
     assert images.BuildOptions.given() is None
-    with pytest.raises(BuildError, match="--ca-bundle .*nope.pem: no such file"):
+    with pytest.raises(BuildError, match="ca_bundle .*nope.pem: no such file"):
         images.BuildOptions.given(ca_bundle=tmp_path / "nope.pem")
 
 

@@ -299,3 +299,12 @@ def test_runner_settings_carry_the_matrix_and_device(matrix):
     settings = runner_settings(matrix, "cpu")
     assert settings == {"iterations": 5, "warmup": 1, "timeout_s": 900, "device": "cpu",
                         "accuracy_tolerance": None, "cv_threshold": 0.1}
+
+
+def test_build_settings_are_no_part_of_what_is_measured(tmp_path):
+    plain = load_matrix(write_matrix(tmp_path))
+    mirrored = load_matrix(write_matrix(tmp_path, dict(small_matrix_data(), index_url="https://mirror/simple",
+                                                       registry="10.0.0.1:5000"), name="mirrored.yaml"))
+    assert "build" not in plain.to_dict() and mirrored.to_dict()["build"]["index_url"] == "https://mirror/simple"
+    assert plain.content_hash() == mirrored.content_hash()
+    assert mirrored.build.given() == ("index_url", "registry")

@@ -191,3 +191,34 @@ def test_verdicts_use_the_margin_the_run_recorded(built, tmp_path):
     assert row["verdict"] == "undecided" and row["margin_pct"] == 0.1
     assert "| no change (±0.1%) |" in tight[1]
     assert "no change within ±0.1%" in tight[1] and "±3%" not in tight[1]
+
+
+def _verdicts_at(root, recorded, given):
+    """comparisons.csv and report.md of the planted run with ``recorded`` in run.json, built at ``given``."""
+    if not (root / "run").exists():
+        _write_run(root / "run", twins=True, margin_pct=recorded)
+    out = root / f"out-{given}"
+    build_report([root / "run"], out, ["md", "csv"], margin_pct=given)
+    return pd.read_csv(out / "comparisons.csv"), (out / "report.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("recorded", [None, 0.1])
+def test_report_margin_pct_rejudges_a_comparison_of_known_interval_and_says_which_margin(tmp_path, recorded):
+    # base resnet eager against new: Welch's interval from scipy, not from the report's code
+    low, high = _welch_ratio_interval(MEANS[("base", "resnet", "eager")], MEANS[("new", "resnet", "eager")])
+    threshold = max(high - 1, 1 / low - 1) * 100   # the smallest margin whose band holds the interval
+    assert low < 1 < high and 0.05 < threshold < 3
+    query = "kind == 'image_change' and model == 'resnet' and mode == 'eager'"
+    faster = "kind == 'speedup' and image == 'base' and model == 'vit'"   # 10 ms eager -> 8 ms: faster at any margin
+    for margin, verdict in [(threshold * 1.05, "no change"), (threshold * 0.95, "undecided")]:
+        frame, markdown = _verdicts_at(tmp_path, recorded, margin)
+        row = frame.query(query).iloc[0]
+        assert row["verdict"] == verdict and row["margin_pct"] == pytest.approx(margin)
+        assert frame.query(faster).iloc[0]["verdict"] == "faster"
+        was = "the default ±3%" if recorded is None else "±0.1% recorded by the runs"
+        assert f"equivalence margin ±{margin:g}% given to `matrixbench report --margin-pct`, in place of {was}" \
+            in markdown and f"no change within ±{margin:g}%" in markdown
+
+
+def test_without_margin_pct_the_report_names_no_override(built):
+    assert "--margin-pct" not in built[1]

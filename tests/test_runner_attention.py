@@ -1,23 +1,26 @@
-"""Explicit attention implementations (the stable -> latest transformers confound), tiny models on CPU."""
+"""Explicit attention implementations (the stable -> latest transformers confound), tiny models on CPU in
+this venv's torch and transformers; tests/test_venv_attention.py checks the other transformers versions."""
 from pathlib import Path
 
 import pytest
 import torch
 
+from attention_probe import sdpa_calls
+from runner import models
 from runner.models import ModelError, build
-from runner_cells import tiny_cell
+from runner_cells import settings, tiny_cell
 
 
 @pytest.mark.parametrize("model, attention, used", [
     ("vit", "eager", "eager"), ("vit", "sdpa", "sdpa"),
-    ("owlvit", "eager", "eager"),
+    ("owlvit", "eager", "eager"), ("owlvit", "sdpa", "sdpa"),
     ("resnet", "sdpa", "eager"),        # no attention to speak of: SDPA refused, eager recorded
     ("mask2former", "sdpa", "eager"),   # no SDPA path in this transformers: eager, and the record says so
 ])
 def test_the_model_uses_the_attention_asked_for_or_says_which(model, attention, used):
     built = build(tiny_cell(model, attention=attention), "cpu", torch.float32)
     assert built.attention == used
-    assert built.model.config._attn_implementation == used
+    assert (sdpa_calls(built) > 0) == (used == "sdpa")   # what a real forward runs, not a config string
 
 
 def test_default_is_eager_the_one_every_image_can_run():
@@ -43,14 +46,37 @@ def test_auto_is_transformers_own_choice_and_a_bad_name_is_refused():
         build(tiny_cell("vit", attention="flash"), "cpu", torch.float32)
 
 
-def test_the_record_says_which_attention_ran():
+def run_tiny_cell(cell):
     from runner import records
     from runner.cell import run_cell
-    from runner_cells import settings
 
-    job = {"cell": tiny_cell("vit"), "settings": settings(iterations=2), "device": "cpu", "environment": None,
+    job = {"cell": cell, "settings": settings(iterations=2), "device": "cpu", "environment": None,
            "precision": {}, "started_at": records.utc_now(), "start_clock": records.clock()}
-    record = run_cell(job)
+    return run_cell(job)
+
+
+def test_the_record_says_which_attention_ran():
+    record = run_tiny_cell(tiny_cell("vit"))
     assert record.status == "ok", record.error
     assert record.attention == {"requested": "eager", "used": "eager"}
     assert record.to_dict()["attention"] == {"requested": "eager", "used": "eager"}
+
+
+def test_a_model_running_other_attention_than_asked_fails_its_cell(monkeypatch):
+    # a transformers that ignores the request (4.43 ignored one set on the config): ViT runs SDPA
+    monkeypatch.setattr(models, "attention_kwargs", lambda attention: {})
+    record = run_tiny_cell(tiny_cell("vit", attention="eager"))
+    assert record.status == "error"
+    assert record.error.type.endswith("ModelError")
+    assert "attention='eager'" in record.error.message and "'sdpa' attention" in record.error.message
+    assert record.attention is None   # no claim about a model that was never measured
+
+
+def test_auto_says_what_each_part_runs_and_sdpa_may_fall_back_to_eager():
+    built = build(tiny_cell("mask2former", attention="auto"), "cpu", torch.float32)
+    parts = built.attention.split("+")   # 5.23: "eager+sdpa", its Swin backbone has SDPA, its decoder not
+    assert set(parts) <= {"eager", "sdpa"} and ("sdpa" in parts) == (sdpa_calls(built) > 0)
+    eager = build(tiny_cell("vit", attention="eager"), "cpu", torch.float32).model
+    assert models.checked_attention("sdpa", eager) == "eager"
+    with pytest.raises(ModelError, match="attention='eager'"):
+        models.checked_attention("eager", build(tiny_cell("vit", attention="sdpa"), "cpu", torch.float32).model)

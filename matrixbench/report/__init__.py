@@ -8,7 +8,7 @@ import pandas as pd
 
 from matrixbench.errors import ReportError
 from matrixbench.prices import from_matrix, merged
-from matrixbench.report import charts, records, render, shares
+from matrixbench.report import charts, records, render, shares, verdicts
 from matrixbench.report.calibration import calibration_tables, phase_pairs
 from matrixbench.report.cells import CellIndex
 from matrixbench.report.comparisons import calibration_comparisons, comparisons, write_comparisons
@@ -20,21 +20,24 @@ from matrixbench.report.selftest_notes import selftest_notes
 from matrixbench.report_formats import REPORT_FORMATS
 
 
-def build_report(results_dirs, out_dir, formats=REPORT_FORMATS, prices=()):
+def build_report(results_dirs, out_dir, formats=REPORT_FORMATS, prices=(), margin_pct=None):
     """Read every record under ``results_dirs``; write the requested formats into ``out_dir``.
 
     md: report.md + charts/*.png; html: report.html (self-contained); csv: results.csv and
     results.jsonl (the merged table, one line per record, images in matrix order),
     comparisons.csv (every derived number), costs.csv and bill.csv (report.cost_tables).
     ``prices``: matrixbench.prices.Price from ``--price``; they replace the run manifests'
-    matrix ``prices:`` of the same GPU type. Returns the paths written, in that order.
+    matrix ``prices:`` of the same GPU type. ``margin_pct`` (``--margin-pct``): the equivalence margin every
+    verdict is made at, in place of the runs' (run.json's matrix, else the default); the report's notes say
+    so. Returns the paths written, in that order.
     """
     formats = _check_formats(formats)
     unreadable = []   # files that are not readable records: left out, listed in the notes
     frame, calibration = records.split_calibration(records.load_results(results_dirs, unreadable))
     manifests = records.read_manifests(results_dirs)
+    runs_margin = records.margin_pct(manifests)
     cells = CellIndex(frame, records.image_order(manifests), records.aa_twins(manifests),
-                      records.margin_pct(manifests), shares.plan_of(manifests))
+                      margin_pct or runs_margin, shares.plan_of(manifests))
     sources = image_sources(cells, records.published_overrides(manifests))
     prices = merged_prices(manifests, prices)
     out_dir = Path(out_dir)
@@ -42,7 +45,7 @@ def build_report(results_dirs, out_dir, formats=REPORT_FORMATS, prices=()):
     written = []
     if "md" in formats or "html" in formats:
         notes = records.run_notes(manifests) + [f"Left out, not a readable record: {error}" for error in unreadable]
-        notes += selftest_notes(results_dirs)
+        notes += selftest_notes(results_dirs) + margin_notes(margin_pct, runs_margin)
         written += _write_documents(cells, sources, notes, out_dir, formats, calibration_tables(calibration), prices)
     if "csv" in formats:
         written += records.write_merged(pd.concat([frame, calibration], ignore_index=True), out_dir, cells.images())
@@ -50,6 +53,15 @@ def build_report(results_dirs, out_dir, formats=REPORT_FORMATS, prices=()):
         written.append(write_comparisons(derived, out_dir))
         written += write_costs(cells, prices, out_dir)
     return written
+
+
+def margin_notes(given, runs):
+    """The note that says the verdicts' margin came from ``report --margin-pct`` (none without it)."""
+    if given is None:
+        return []
+    recorded = f"±{runs:g}% recorded by the runs" if runs is not None else f"the default ±{verdicts.MARGIN_PCT:g}%"
+    return [f"Verdicts are made at the equivalence margin ±{given:g}% given to `matrixbench report --margin-pct`, "
+            f"in place of {recorded}."]
 
 
 def merged_prices(manifests, given=()):

@@ -7,6 +7,7 @@ exist, in which order devices, images, models and modes come, and how a model is
 import numpy as np
 from scipy.stats import variation
 
+from matrixbench.report.modes import SPEEDUP_BASELINE
 from matrixbench.report.published import MODEL_NAMES
 from matrixbench.report.records import plain_value
 from matrixbench.settings import BY_NAME
@@ -74,6 +75,10 @@ class CellIndex:
 
     def get(self, device, image, batch, row, mode):
         return self._by_key.get((device, image, batch, row, mode))
+
+    def speedup_baseline(self, row):
+        """The cell ``row``'s speed-up is measured against: the same cell in SPEEDUP_BASELINE (None: absent)."""
+        return self.get(row["device_name"], row["image"], row["cell.batch_size"], row["row_key"], SPEEDUP_BASELINE)
 
     def select(self, **where):
         """Rows whose fields (device, image, batch, row, mode) equal the given values."""

@@ -24,6 +24,7 @@ from matplotlib.transforms import offset_copy  # noqa: E402
 
 from matrixbench.report import arithmetic, stats, verdicts  # noqa: E402
 from matrixbench.report.cells import STATUS_TEXT, is_ok, mode_rank, row_label  # noqa: E402
+from matrixbench.report.modes import BASELINE_OF, MODE_CHANGE_BASELINE, SPEEDUP_BASELINE, compiled, has_mode_change
 from matrixbench.report.published import GPUS, PublishedReference, source_title  # noqa: E402
 from matrixbench.report.records import slug  # noqa: E402
 from matrixbench.report.tables import marks_of  # noqa: E402
@@ -106,10 +107,10 @@ class _Plot:
 
     def _baseline(self, row, kind):
         """The cell ``row`` is judged against in a ``kind`` bar (None: no such comparison)."""
-        if kind == "speedup" and row["cell.mode"] != "eager":
-            return self._get(row["image"], row["row_key"], "eager")
-        if kind == "mode_change" and row["cell.mode"] not in ("eager", "default"):
-            return self._get(row["image"], row["row_key"], "default")
+        if kind == "speedup" and compiled(row["cell.mode"]):
+            return self._get(row["image"], row["row_key"], SPEEDUP_BASELINE)
+        if kind == "mode_change" and has_mode_change(row["cell.mode"]):
+            return self._get(row["image"], row["row_key"], MODE_CHANGE_BASELINE)
         previous = self.cells.previous_image(self.device, row["image"]) if kind == "image_change" else None
         return self._get(previous, row["row_key"], row["mode_label"]) if previous else None
 
@@ -179,7 +180,7 @@ class _Plot:
         if not is_ok(row):
             return STATUS_TEXT.get(row["status"], row["status"])
         baseline = self._baseline(row, kind)
-        name = {"speedup": "eager", "mode_change": "default"}.get(kind) or self.cells.previous_image(self.device,
+        name = BASELINE_OF.get(kind) or self.cells.previous_image(self.device,
                                                                                                      row["image"])
         return f"no {name} ({STATUS_TEXT.get(baseline['status'], baseline['status'])})" if baseline else f"no {name}"
 
@@ -351,8 +352,8 @@ def _published_value(cells, reference, row, source, gpu, ms):
         number = reference.number(source, gpu, batch, model, mode)
         ok = number is not None and number["status"] == "ok"
         return (number["latency_ms"], row["timing.mean_ms"]) if ok else None
-    published = reference.speedup(source, gpu, batch, model, mode) if mode != "eager" else None
-    eager = cells.get(row["device_name"], row["image"], batch, row["row_key"], "eager")
+    published = reference.speedup(source, gpu, batch, model, mode) if compiled(mode) else None
+    eager = cells.speedup_baseline(row)
     if published is None or not is_ok(eager):
         return None
     return published, verdicts.judge_speedup(eager, row).ratio

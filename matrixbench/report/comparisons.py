@@ -45,6 +45,7 @@ from pathlib import Path
 
 from matrixbench.report import arithmetic, share_tables, verdicts
 from matrixbench.report.cells import is_ok, row_label
+from matrixbench.report.modes import MODE_CHANGE_BASELINE, SPEEDUP_BASELINE, compiled, has_mode_change
 from matrixbench.report.published import GPUS, PublishedReference
 from matrixbench.versions import public
 
@@ -118,10 +119,10 @@ def _cell(row):
 
 
 def _speedup(cells, row):
-    eager = _sibling(cells, row, mode="eager")
-    if row["cell.mode"] == "eager" or not (is_ok(row) and is_ok(eager)):
+    eager = cells.speedup_baseline(row)
+    if not compiled(row["cell.mode"]) or not (is_ok(row) and is_ok(eager)):
         return []
-    return [{**_key(row, "speedup", "eager"), "baseline_ms": eager["timing.mean_ms"],
+    return [{**_key(row, "speedup", SPEEDUP_BASELINE), "baseline_ms": eager["timing.mean_ms"],
              "candidate_ms": row["timing.mean_ms"], **judged(verdicts.judge_speedup(eager, row))}]
 
 
@@ -151,9 +152,9 @@ def _aa_change(cells, row):
 
 
 def _mode_change(cells, row):
-    if row["cell.mode"] in ("eager", "default"):
+    if not has_mode_change(row["cell.mode"]):
         return []
-    return _change("mode_change", "default", _sibling(cells, row, mode="default"), row)
+    return _change("mode_change", MODE_CHANGE_BASELINE, _sibling(cells, row, mode=MODE_CHANGE_BASELINE), row)
 
 
 def _image_change(cells, row, previous):
@@ -191,8 +192,8 @@ def _deviation(reference, row, source):
 def _published_speedup(cells, reference, row, source, gpu):
     batch, model, mode = row["cell.batch_size"], row["cell.model"], row["cell.mode"]
     published = reference.speedup(source, gpu, batch, model, mode)
-    eager = _sibling(cells, row, mode="eager")
-    if mode == "eager" or published is None:
+    eager = cells.speedup_baseline(row)
+    if not compiled(mode) or published is None:
         return []
     pair = reference.pair(source, gpu, batch, model, mode)
     found = {**_key(row, "published_speedup", f"published {gpu}"), "published_source": source,

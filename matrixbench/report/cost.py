@@ -21,6 +21,7 @@ from typing import List, Optional, Tuple
 from matrixbench.prices import Price, price_for
 from matrixbench.report import arithmetic, stats
 from matrixbench.report.cells import is_ok
+from matrixbench.report.modes import compiled
 
 SECONDS_PER_HOUR = arithmetic.SECONDS_PER_HOUR
 NEVER = arithmetic.NEVER
@@ -158,7 +159,7 @@ class CompilePayback:
 
 def payback(eager_row, compiled_row) -> Optional[CompilePayback]:
     """Break-even with a cold and a warm compile cache, for a compiled cell whose eager ran."""
-    if not (is_ok(eager_row) and is_ok(compiled_row)) or compiled_row["cell.mode"] == "eager":
+    if not (is_ok(eager_row) and is_ok(compiled_row)) or not compiled(compiled_row["cell.mode"]):
         return None
     first_calls = [value for value in compiled_row.get("process_first_call_s") or () if value is not None]
     if not first_calls:
@@ -171,7 +172,7 @@ def paybacks(cells) -> List[CompilePayback]:
     """Every compiled cell's payback against its eager cell, in report order."""
     found = []
     for row in ordered_rows(cells):
-        eager = cells.get(row["device_name"], row["image"], row["cell.batch_size"], row["row_key"], "eager")
+        eager = cells.speedup_baseline(row)
         result = payback(eager, row) if eager is not None else None
         if result is not None:
             found.append(result)

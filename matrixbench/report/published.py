@@ -14,6 +14,7 @@ import pandas as pd
 
 from matrixbench import resources
 from matrixbench.report import arithmetic
+from matrixbench.report.modes import SPEEDUP_BASELINE
 
 COLUMNS = ("table", "torch", "gpu", "batch_size", "model_label", "model", "mode", "status", "latency_ms", "note")
 GPUS = ("A100", "V100", "T4")
@@ -110,7 +111,8 @@ def _parse_row(cells, section, heading, line_number):
         raise SeedFormatError(f"line {line_number}: unknown model row {label!r}; add it to MODEL_NAMES")
     common = {"table": table, "torch": torch, "gpu": heading["gpu"], "model_label": label,
               "batch_size": 1 if batch == "Unbatched" else int(batch), "model": MODEL_NAMES[label]}
-    return [_number(common, "eager", eager, line_number), _number(common, compiled_mode, compiled, line_number)]
+    return [_number(common, SPEEDUP_BASELINE, eager, line_number),
+            _number(common, compiled_mode, compiled, line_number)]
 
 
 def _expect(cells, count, line_number):
@@ -213,7 +215,7 @@ class PublishedReference:
         compiled = self.number(source, gpu, batch, model, mode)
         if compiled is None:
             return None
-        eager = self._by_key.get((compiled["table"], gpu, batch, model, "eager"))
+        eager = self._by_key.get((compiled["table"], gpu, batch, model, SPEEDUP_BASELINE))
         return (eager, compiled) if eager is not None else None
 
     def speedup(self, source, gpu, batch, model, mode):

@@ -12,6 +12,7 @@ import numpy as np
 from matrixbench.placement import format_cpulist
 from matrixbench.report import arithmetic, stats, verdicts
 from matrixbench.report.cells import STATUS_TEXT, CellIndex, is_ok, row_label
+from matrixbench.report.modes import MODE_CHANGE_BASELINE, SPEEDUP_BASELINE, compiled, has_mode_change
 from matrixbench.report.published import GPUS, TABLE_TITLES, PublishedReference, source_title
 from runner.core import PER_CALL, STATUSES
 
@@ -252,14 +253,14 @@ def _per_device_table(cells, notes, device, batch, image):
     rows = []
     for row_key in cells.values("row", **where):
         found = [cells.get(device, image, batch, row_key, mode) for mode in modes]
-        eager = cells.get(device, image, batch, row_key, "eager")
+        eager = cells.get(device, image, batch, row_key, SPEEDUP_BASELINE)
         rows.append([label(row_label(_first(found)))] + [_mode_cell(eager, row, notes) for row in found])
     title = f"{device} · batch size {batch} · {cells.image_labels[image]}"
     return drop_empty_columns(Table(title, ["Task/Model"] + modes, rows))
 
 
 def _mode_cell(eager, row, notes):
-    if row is None or row["cell.mode"] == "eager" or not is_ok(row):
+    if row is None or not compiled(row["cell.mode"]) or not is_ok(row):
         return latency(row, notes)
     if not is_ok(eager):
         cell = latency(row, notes)
@@ -375,8 +376,8 @@ def compile_mode_tables(cells, notes):
     tables = []
     for device in cells.values("device"):
         for image in cells.values("image", device=device):
-            modes = [m for m in cells.values("mode", device=device, image=image) if m not in ("eager", "default")]
-            if modes and cells.select(device=device, image=image, mode="default"):
+            modes = [m for m in cells.values("mode", device=device, image=image) if has_mode_change(m)]
+            if modes and cells.select(device=device, image=image, mode=MODE_CHANGE_BASELINE):
                 tables.append(_compile_mode_table(cells, notes, device, image, modes))
     return tables
 
@@ -385,13 +386,13 @@ def _compile_mode_table(cells, notes, device, image, modes):
     rows = []
     for row_key in cells.values("row", device=device, image=image):
         for batch in cells.values("batch", device=device, image=image, row=row_key):
-            default = cells.get(device, image, batch, row_key, "default")
+            default = cells.get(device, image, batch, row_key, MODE_CHANGE_BASELINE)
             others = [cells.get(device, image, batch, row_key, mode) for mode in modes]
             if default is None or all(other is None for other in others):
                 continue
             rows.append([label(row_label(default)), label(batch), latency(default, notes)]
                         + [_versus_default(default, other, notes) for other in others])
-    header = ["Task/Model", "Batch size", "default"] + modes
+    header = ["Task/Model", "Batch size", MODE_CHANGE_BASELINE] + modes
     return drop_empty_columns(Table(f"{device} · {cells.image_labels[image]}", header, rows))
 
 
@@ -471,12 +472,12 @@ def _deviation(row, number):
 def _ratio_table(cells, notes, reference, rows, _gpu, source):
     body = []
     for row in rows:
-        if row["cell.mode"] == "eager":
+        if not compiled(row["cell.mode"]):
             continue
         batch, model = row["cell.batch_size"], row["cell.model"]
         published = [_published_ratio(reference, notes, source, gpu, batch, model, row["cell.mode"]) for gpu in GPUS]
         if any(cell.kind != "missing" for cell in published):
-            eager = cells.get(row["device_name"], row["image"], batch, row["row_key"], "eager")
+            eager = cells.speedup_baseline(row)
             body.append(_labels(row) + [_measured_speedup(eager, row, notes)] + published)
     header = ["Task/Model", "Batch size", "Mode", "measured speed-up"] + [f"{gpu} (published)" for gpu in GPUS]
     return drop_empty_columns(Table("", header, body))
@@ -529,14 +530,14 @@ def _summary_row(cells, device, image, mode, common):
     selected = cells.select(device=device, image=image, mode=mode)
     ok = [row for row in selected if is_ok(row)]
     counts = [Cell(str(sum(row["status"] == status for row in selected))) for status in SUMMARY_STATUSES]
-    compiled = mode != "eager"
-    geomeans = [_geomean_cell(speedups(cells, ok)), _common_geomean_cell(cells, ok, common)] if compiled \
+    is_compiled = compiled(mode)
+    geomeans = [_geomean_cell(speedups(cells, ok)), _common_geomean_cell(cells, ok, common)] if is_compiled \
         else [missing("baseline"), missing()]
     return ([label(device), label(cells.image_labels[image]), label(mode)] + geomeans
             + counts + [Cell(str(sum(bool(row["timing.noisy"]) or bool(row["between_noisy"]) for row in ok))),
                         _median_between_cv(ok)]
             + [Cell(str(sum(row["accuracy.status"] in ACCURACY_FAILURES for row in ok))), _flagged_cell(ok)]
-            + ([_median_compile(ok), _median_warm_compile(ok), _graph_breaks(ok)] if compiled
+            + ([_median_compile(ok), _median_warm_compile(ok), _graph_breaks(ok)] if is_compiled
                else [missing(), missing(), missing()]))
 
 
@@ -560,7 +561,7 @@ def speedups(cells, rows):
     (a wrong output has no speed-up worth quoting) and whose eager cell ran."""
     found = {}
     for row in rows:
-        eager = cells.get(row["device_name"], row["image"], row["cell.batch_size"], row["row_key"], "eager")
+        eager = cells.speedup_baseline(row)
         if is_ok(row) and is_ok(eager) and row["accuracy.status"] not in ACCURACY_FAILURES:
             found[(row["cell.batch_size"], row["row_key"])] = verdicts.judge_speedup(eager, row).ratio
     return found

@@ -125,8 +125,8 @@ def build_on_node(images: Sequence[Any], options: Any = None, where: str = "this
                           emit=lambda name, line: lines.append(f"[{name}] {line}"))
             except BuildError as exc:
                 raise BuildError(f"{exc}\nBuild it on {where} with `matrixbench build --images {image.name}` and "
-                                 "the --ca-bundle / --index-url / --base-image its network needs (or give them "
-                                 "to `matrixbench run`): the run then finds it up to date") from None
+                                 "the --ca-bundle / --index-url / --base-image its network needs (or set ca_bundle, "
+                                 "index_url, base_image in matrix.yaml): the run then finds it up to date") from None
     return lines[-20:]
 
 
