@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from matrixbench.environments import create_backend
-from matrixbench.environments.base import RunRequest
+from matrixbench.environments.base import ImageRef, Paths, RunRequest, Work
 from matrixbench.environments.environment import runtime_secrets
 from matrixbench.errors import MatrixError
 from matrixbench.launch import launch
@@ -33,29 +33,32 @@ def build_models(matrix, backend="docker", environ=None):
     environ = os.environ if environ is None else environ
     with tempfile.TemporaryDirectory(prefix="matrixbench-build-check-") as folder:
         requests = _requests(matrix, backend.name, environ, Path(folder))
-        backend.prepare([matrix.images[request.image_name] for request in requests
-                         if request.image_name in matrix.images])
+        backend.prepare([matrix.images[request.image.name] for request in requests
+                         if request.image.name in matrix.images])
         return [_check(backend, request) for request in requests]
 
 
 def _requests(matrix, backend_name, environ, folder):
     """One check per image (the local backend: one, in this interpreter, whatever the images pin)."""
-    cells, settings = _one_cell_per_model(matrix), runner_settings(matrix, "cpu")
+    work = Work(_one_cell_per_model(matrix), runner_settings(matrix, "cpu"), check=True)
     secrets = runtime_secrets(environ)
-    common = dict(cells=cells, settings=settings, hf_cache_dir=hf_cache_home(), check=True)
     if backend_name == "local":
-        return [RunRequest(image_name=LOCAL_IMAGE, out_dir=folder / LOCAL_IMAGE, env=secrets, **common)]
-    return [RunRequest(image_name=name, out_dir=folder / name, env={**image.env, **secrets}, torch=image.torch,
-                       image_hash=image.content_hash(), **common)
+        return [_request(ImageRef(LOCAL_IMAGE), work, folder, secrets)]
+    return [_request(ImageRef(name, torch=image.torch, content_hash=image.content_hash()), work, folder,
+                     {**image.env, **secrets})
             for name, image in matrix.images.items()]
+
+
+def _request(image, work, folder, env):
+    return RunRequest(image, work, Paths(folder / image.name, hf_cache_dir=hf_cache_home()), env=env)
 
 
 def _check(backend, request):
     outcome = launch(backend, request)
     if not outcome.complete:
-        raise MatrixError(f"validate --build: image {request.image_name!r}: the runner could not check the "
+        raise MatrixError(f"validate --build: image {request.image.name!r}: the runner could not check the "
                           f"models (exit code {outcome.exit_code}):\n{outcome.log_tail}")
-    return {**json.loads((request.out_dir / CHECK_FILENAME).read_text()), "image_name": request.image_name}
+    return {**json.loads((request.paths.out_dir / CHECK_FILENAME).read_text()), "image_name": request.image.name}
 
 
 def describe_build(checks):

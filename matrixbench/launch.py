@@ -53,7 +53,7 @@ class Outcome:
         """What an incomplete runner left: "image 'x': the runner exited with code 139 before every
         cell had a record (1 of 2 do; ...)" and its log tail."""
         total = len(request.repeats())
-        return (f"image {request.image_name!r}: the runner exited with code {self.exit_code} before every cell "
+        return (f"image {request.image.name!r}: the runner exited with code {self.exit_code} before every cell "
                 f"had a record ({total - len(self.missing)} of {total} do; finished records are kept, rerun "
                 f"to resume)\n--- last lines of its log ({Path(request.work_dir()) / LOG_FILENAME}) ---\n"
                 + self.log_tail)
@@ -64,9 +64,9 @@ def launch(environment: Any, request: Any, on_record: Optional[OnRecord] = None,
     """Run ``request`` in ``environment`` (blocking), ``on_record(cell, record)`` called as each record
     appears; the Outcome, judged by ``judge``. KeyboardInterrupt passes through after the
     environment stopped its runner (finished records stay)."""
-    Path(request.out_dir).mkdir(parents=True, exist_ok=True)
-    repeats = [] if request.check else request.repeats()
-    with RecordWatcher(request.out_dir, repeats, on_record or (lambda cell, record: None), on_tick=on_tick):
+    Path(request.paths.out_dir).mkdir(parents=True, exist_ok=True)
+    repeats = [] if request.work.check else request.repeats()
+    with RecordWatcher(request.paths.out_dir, repeats, on_record or (lambda cell, record: None), on_tick=on_tick):
         exit_code = environment.run(request)
     return judge(request, exit_code)
 
@@ -74,11 +74,12 @@ def launch(environment: Any, request: Any, on_record: Optional[OnRecord] = None,
 def judge(request: Any, exit_code: int) -> Outcome:
     """The one judgement of a runner's end: complete when every repeat has its record (a check: when it
     exited 0 with its answer), whatever the exit code; else incomplete, with what is missing."""
-    if request.check:
-        done = exit_code == 0 and (Path(request.out_dir) / CHECK_FILENAME).is_file()
+    if request.work.check:
+        done = exit_code == 0 and (Path(request.paths.out_dir) / CHECK_FILENAME).is_file()
         missing: Tuple[Repeat, ...] = ()
     else:
-        missing = tuple(r for r in request.repeats() if not record_path(request.out_dir, r.cell, r.index).exists())
+        out_dir = request.paths.out_dir
+        missing = tuple(r for r in request.repeats() if not record_path(out_dir, r.cell, r.index).exists())
         done = not missing
     if done:
         return Outcome(LaunchStatus.COMPLETE, exit_code)

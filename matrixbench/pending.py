@@ -20,13 +20,13 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from matrixbench.errors import ResumeConflictError
 from matrixbench.layout import image_dir
-from matrixbench.matrix import cells_by_image
+from matrixbench.matrix import Matrix, cells_by_image
 from runner.cells_file import schedule_pairs
-from runner.core import Repeat
+from runner.core import Cell, Repeat
 from runner.schema import NewerRecordError, RecordError, needs_run, read_record, record_path
 
 
@@ -37,48 +37,49 @@ class ImageWork:
 
     image_name: str
     out_dir: Path
-    cells: list
-    pending: list
+    cells: List[Cell]
+    pending: List[Repeat]
     recorded_failures: int = 0   # repeats skipped because recorded, whose record is a failure
-    unreadable: tuple = ()       # (record path, why) of pending repeats whose record is corrupt
-    repeats: tuple = ()          # every repeat of every cell, in run order; () = each cell once
+    unreadable: Tuple[Tuple[Path, str], ...] = ()   # (record path, why) of pending repeats whose record is corrupt
+    repeats: Tuple[Repeat, ...] = ()              # every repeat of every cell, in run order; () = each cell once
     order_seed: Optional[int] = None
     gpu_type: Optional[str] = None   # the GPU type it runs on (the gpu_types axis); None: no axis
 
     @property
-    def label(self):
+    def label(self) -> str:
         """The image's name, led by its GPU type where the run has that axis: "A100/stable"."""
         return self.image_name if self.gpu_type is None else f"{self.gpu_type}/{self.image_name}"
 
     @property
-    def all(self):
+    def all(self) -> List[Repeat]:
         return list(self.repeats) or [Repeat(cell) for cell in self.cells]
 
     @property
-    def done(self):
+    def done(self) -> int:
         return len(self.all) - len(self.pending)
 
-    def schedule(self):
+    def schedule(self) -> Tuple[List[Cell], List[List[int]]]:
         """The pending repeats as the cells file says them: (cells, [cell index, repeat] pairs)."""
         return schedule_pairs(self.pending)
 
 
-def new_order_seed():
+def new_order_seed() -> int:
     """A fresh seed for the order of one invocation of a run."""
     return random.SystemRandom().randrange(2**31)
 
 
-def first_repeats(matrix):
+def first_repeats(matrix: Matrix) -> int:
     """The processes every cell gets before any is judged: repeats, or repeats_min with repeats auto
     (matrixbench.executors.adaptive adds the rest)."""
-    return matrix.repeats_min if matrix.repeats == "auto" else matrix.repeats
+    return matrix.repeats_min if matrix.repeats == "auto" else int(matrix.repeats)
 
 
-def pending_work(matrix, run_path, *, force=False, retry_failed=False, order_seed=0):
+def pending_work(matrix: Matrix, run_path: Path, *, force: bool = False, retry_failed: bool = False,
+                 order_seed: int = 0) -> List[ImageWork]:
     """One ImageWork per image of ``matrix``, in the matrix's image order; with a GPU-type axis,
     one per GPU type and image (types in the matrix's order), each in its own folder."""
     return [
-        _plan_image(name, cells, image_dir(run_path, name, gpu_type), force, retry_failed,
+        _image_work(name, cells, image_dir(run_path, name, gpu_type), force, retry_failed,
                     interleaved(cells, first_repeats(matrix), order_seed), order_seed, gpu_type)
         for gpu_type in (matrix.gpu_types or (None,))
         for name, cells in cells_by_image(matrix).items()
@@ -93,7 +94,7 @@ def round_order(items: Sequence[Any], index: int) -> List[Any]:
     return list(items) if index % 2 == 0 else list(reversed(items))
 
 
-def interleaved(cells, repeats, seed):
+def interleaved(cells: Sequence[Cell], repeats: int, seed: Optional[int]) -> List[Repeat]:
     """Every repeat of every cell in run order: repeat by repeat; within one, each model's modes
     (cells equal but for the mode) in an order shuffled once by ``random.Random(seed)`` and
     counterbalanced from repeat to repeat (``round_order``: reversed on odd repeats), so
@@ -106,15 +107,16 @@ def interleaved(cells, repeats, seed):
             for cell in round_order(group, index)]
 
 
-def _mode_groups(cells):
-    groups = {}
+def _mode_groups(cells: Sequence[Cell]) -> List[List[Cell]]:
+    groups: Dict[Tuple[Tuple[str, Any], ...], List[Cell]] = {}
     for cell in cells:
         key = tuple((name, value) for name, value in cell.to_dict().items() if name != "mode")
         groups.setdefault(key, []).append(cell)
     return [list(group) for group in groups.values()]
 
 
-def _plan_image(name, cells, out_dir, force, retry_failed, repeats, order_seed, gpu_type=None):
+def _image_work(name: str, cells: List[Cell], out_dir: Path, force: bool, retry_failed: bool, repeats: List[Repeat],
+                order_seed: int, gpu_type: Optional[str] = None) -> ImageWork:
     """One image's work; linear in its repeats (one look at each record)."""
     pending = [r for r in repeats if _needs_run(out_dir, r, force, retry_failed)]
     pending_ids = {r.id for r in pending}
@@ -124,7 +126,7 @@ def _plan_image(name, cells, out_dir, force, retry_failed, repeats, order_seed, 
                      repeats=tuple(repeats), order_seed=order_seed, gpu_type=gpu_type)
 
 
-def _needs_run(out_dir, repeat, force, retry_failed):
+def _needs_run(out_dir: Path, repeat: Repeat, force: bool, retry_failed: bool) -> bool:
     """runner.schema.needs_run; a record of a newer matrixbench refuses the run, naming the file."""
     try:
         return needs_run(out_dir, repeat.cell, force, retry_failed, repeat=repeat.index)
@@ -132,7 +134,7 @@ def _needs_run(out_dir, repeat, force, retry_failed):
         raise ResumeConflictError(str(exc)) from None
 
 
-def _unreadable(out_dir, repeats):
+def _unreadable(out_dir: Path, repeats: Sequence[Repeat]) -> Iterator[Tuple[Path, str]]:
     for repeat in repeats:
         path = record_path(out_dir, repeat.cell, repeat.index)
         if os.path.lexists(path):
@@ -142,18 +144,18 @@ def _unreadable(out_dir, repeats):
                 yield path, str(exc)
 
 
-def unreadable_lines(plan):
+def unreadable_lines(work: ImageWork) -> List[str]:
     """What a rerun says of each corrupt record it replaces."""
-    return [f"{path}: unreadable record, its cell reruns and replaces it ({why})" for path, why in plan.unreadable]
+    return [f"{path}: unreadable record, its cell reruns and replaces it ({why})" for path, why in work.unreadable]
 
 
-def _recorded_status(out_dir, repeat):
+def _recorded_status(out_dir: Path, repeat: Repeat) -> Optional[str]:
     try:
-        return read_record(record_path(out_dir, repeat.cell, repeat.index))["status"]
+        return str(read_record(record_path(out_dir, repeat.cell, repeat.index))["status"])
     except RecordError:
         return None
 
 
-def recorded_failures_line(count):
+def recorded_failures_line(count: int) -> str:
     """What a rerun says of the failures it skips."""
     return f"{count} recorded cells are failures; --retry-failed reruns them"

@@ -20,13 +20,13 @@ MAX_SHOWN = 8
 WHERE_NOT_WHAT = ("config_path",)
 
 
-def check_resume(plans, matrix, device, previous_manifest, run_path):
+def check_resume(works, matrix, device, previous_manifest, run_path):
     """Raise ResumeConflictError when a record this run would skip was measured differently."""
     differences = Counter()
-    for plan in plans:
-        for record, cell in _skipped(plan):
+    for work in works:
+        for record, cell in _skipped(work):
             differences.update(record_differences(record, cell, matrix, device))
-        differences.update(_image_change(plan, matrix, previous_manifest))
+        differences.update(_image_change(work, matrix, previous_manifest))
     if differences:
         raise ResumeConflictError(_message(differences, run_path))
 
@@ -48,18 +48,18 @@ def record_differences(record, cell, matrix, device):
     return found
 
 
-def _skipped(plan):
-    pending = {repeat.id for repeat in plan.pending}
-    for repeat in plan.all:
+def _skipped(work):
+    pending = {repeat.id for repeat in work.pending}
+    for repeat in work.all:
         if repeat.id not in pending:
-            yield read_record(record_path(plan.out_dir, repeat.cell, repeat.index)), repeat.cell
+            yield read_record(record_path(work.out_dir, repeat.cell, repeat.index)), repeat.cell
 
 
-def _image_change(plan, matrix, previous_manifest):
-    recorded = ((previous_manifest or {}).get("image_hashes") or {}).get(plan.image_name)
-    asked = matrix.images[plan.image_name].content_hash()
-    if plan.done and recorded is not None and recorded != asked:
-        return Counter({(f"image {plan.image_name} (content hash)", recorded, asked): plan.done})
+def _image_change(work, matrix, previous_manifest):
+    recorded = ((previous_manifest or {}).get("image_hashes") or {}).get(work.image_name)
+    asked = matrix.images[work.image_name].content_hash()
+    if work.done and recorded is not None and recorded != asked:
+        return Counter({(f"image {work.image_name} (content hash)", recorded, asked): work.done})
     return Counter()
 
 

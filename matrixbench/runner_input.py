@@ -1,4 +1,5 @@
-"""The runner's input file (``python -m runner --cells FILE``), written from a RunRequest.
+"""The runner's input file (``python -m runner --cells FILE``), written from a RunRequest
+(``matrixbench.environments.base``, a layer above: typed ``Any`` here).
 
 The backend that runs an image writes it once, into the image's output folder as ``cells.json``
 (the docker backend with the image's id and the cells' in-container paths), so the folder says
@@ -6,30 +7,35 @@ what was asked of the runner last time, next to the records it wrote. Its ``sche
 (runner.schema.CELLS_SCHEMA_VERSION, schema CELLS_SCHEMA) is checked by the runner.
 """
 from pathlib import Path
+from typing import Any, Dict, Optional, Sequence, Union
 
 from matrixbench.layout import CELLS_FILENAME
 from matrixbench.redact import redact_data
+from runner.core import Cell
 from runner.schema import CELLS_SCHEMA_VERSION, write_json_atomic
 
 
-def runner_input(request, image_id=None):
-    """The runner's cells document: settings, image name and id, the cells, and the run order
-    (``repeats``: [cell index, repeat index] pairs) with the seed it was shuffled with."""
-    document = {
+def runner_input(request: Any, image_id: Optional[str] = None,
+                 cells: Optional[Sequence[Cell]] = None) -> Dict[str, Any]:
+    """The runner's cells document: settings, image name and id, the cells (``cells``: as the runner
+    sees them, in the request's order, e.g. at a container's mounts; default the request's), and the
+    run order (``repeats``: [cell index, repeat index] pairs) with the seed it was shuffled with."""
+    document: Dict[str, Any] = {
         "schema_version": CELLS_SCHEMA_VERSION,
-        "settings": dict(request.settings),
-        "image_name": request.image_name,
+        "settings": dict(request.work.settings),
+        "image_name": request.image.name,
         "image_id": image_id,
-        "cells": [cell.to_dict() for cell in request.cells],
+        "cells": [cell.to_dict() for cell in (request.work.cells if cells is None else cells)],
     }
-    if request.order_seed is not None:
-        document["order_seed"] = request.order_seed
-    if request.schedule:
-        document["repeats"] = [[cell, repeat] for cell, repeat in request.schedule]
+    if request.work.order_seed is not None:
+        document["order_seed"] = request.work.order_seed
+    if request.work.schedule:
+        document["repeats"] = [[cell, repeat] for cell, repeat in request.work.schedule]
     return document
 
 
-def write_cells_file(request, image_id=None, path=None):
-    """Write the runner's input atomically (sorted keys); return its path."""
-    path = Path(path) if path is not None else Path(request.out_dir) / CELLS_FILENAME
-    return write_json_atomic(path, redact_data(runner_input(request, image_id)))
+def write_cells_file(request: Any, image_id: Optional[str] = None, path: Optional[Union[str, Path]] = None,
+                     cells: Optional[Sequence[Cell]] = None) -> Path:
+    """Write the runner's input (``runner_input``) atomically (sorted keys); return its path."""
+    path = Path(path) if path is not None else Path(request.paths.out_dir) / CELLS_FILENAME
+    return write_json_atomic(path, redact_data(runner_input(request, image_id, cells)))

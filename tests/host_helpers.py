@@ -103,7 +103,7 @@ class RecordingBackend(Backend):
             if repeat.cell.model not in self.skip:
                 record = make_record(repeat.cell, self.statuses.get(repeat.cell.model, "ok"))
                 record.repeat = repeat.index
-                write_record(request.out_dir, record)
+                write_record(request.paths.out_dir, record)
         return self.exit_code
 
 

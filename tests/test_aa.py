@@ -42,7 +42,7 @@ def test_an_aa_run_interleaves_the_twin_in_the_originals_build_and_run_json_name
     matrix = aa_matrix(load_matrix(write_matrix(tmp_path), Overrides(repeats=2, models=["vit"], batch_sizes=[1])),
                        "latest")
     run_matrix(matrix, local_run_options(tmp_path, order_seed=3))
-    turns = [(request.image_name, request.built_as, request.repeats()[0].index) for request in backend.requests]
+    turns = [(request.image.name, request.image.built_as, request.repeats()[0].index) for request in backend.requests]
     assert turns == [("latest", "latest", 0), ("latest-aa", "latest", 0),
                      ("latest-aa", "latest", 1), ("latest", "latest", 1)]
     run_path = tmp_path / "results" / "r1"

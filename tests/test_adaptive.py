@@ -78,7 +78,7 @@ class MeanBackend(RecordingBackend):
             cell = repeat.cell
             record = make_record(cell, self.statuses.get(cell.model, "ok"), mean_ms=2.5 if cell.model == "vit" else 7.5)
             record.repeat, record.duration_s = repeat.index, self.duration_s
-            write_record(request.out_dir, record)
+            write_record(request.paths.out_dir, record)
             if self.clock is not None:
                 self.clock[0] += self.duration_s
         return 0
@@ -221,11 +221,11 @@ class NoisyBackend(RecordingBackend):
     def run(self, request):
         for repeat in request.repeats():
             cell = repeat.cell
-            truth = (0.8 if cell.model == "vit" and request.image_name == "latest" else 1.0) * (
+            truth = (0.8 if cell.model == "vit" and request.image.name == "latest" else 1.0) * (
                 5.0 if cell.mode == "default" else 10.0)
             record = make_record(cell, mean_ms=truth * (1 + self.rng.gauss(0, self.cv)))
             record.repeat = repeat.index
-            write_record(request.out_dir, record)
+            write_record(request.paths.out_dir, record)
         return 0
 
 

@@ -82,7 +82,7 @@ def test_run_backend_auto_runs_what_the_policy_chose_and_records_its_note(tmp_pa
     result = CliRunner().invoke(main, ["run", "--matrix", str(write_matrix(tmp_path, data)), "--backend", "auto",
                                        "--device", "cpu", "--results", str(tmp_path / "results"), "--note", "mine"])
     assert result.exit_code == 0, result.output
-    assert {request.image_name for request in backend.requests} == {"latest"}
+    assert {request.image.name for request in backend.requests} == {"latest"}
     note = read_manifest(tmp_path / "results" / "default")["note"]
     assert note.startswith("mine --backend auto ran the local backend") and auto.NO_DOCKER in note
     assert "--backend auto ran the local backend" in result.output
@@ -139,6 +139,6 @@ def test_make_matrix_on_a_gpu_host_without_docker_builds_venvs(tmp_path, monkeyp
                                        "--results", str(tmp_path / "results")])
     assert result.exit_code == 0, result.output
     assert built == [list(data["images"])]
-    assert backend.requests and all(request.gpus for request in backend.requests)
+    assert backend.requests and all(request.placement.gpus for request in backend.requests)
     note = read_manifest(tmp_path / "results" / "default")["note"]
     assert note.startswith(f"--backend auto ran {auto.HOW['venv']}") and auto.NO_DOCKER in note

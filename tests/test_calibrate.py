@@ -74,25 +74,27 @@ def test_each_slot_runs_alone_then_all_at_once_round_by_round_apart_from_the_mat
                                                            batch_sizes=[1], calibration_models=["vit"],
                                                            exclusive_timing=True))
     summary = run_matrix(matrix, local_run_options(tmp_path))
-    calibration_runs = [(r, now) for r, _thread, now in backend.started if r.calibration is not None]
+    calibration_runs = [(r, now) for r, _thread, now in backend.started if r.placement.calibration is not None]
     # two rounds, each: slot 0 alone, slot 1 alone, then both at once
-    seen = [(r.schedule[0][1], r.calibration["phase"], r.slot.index) for r, _ in calibration_runs]
+    seen = [(r.work.schedule[0][1], r.placement.calibration["phase"], r.placement.slot.index)
+            for r, _ in calibration_runs]
     for index in (0, 1):
         this_round = seen[4 * index:4 * index + 4]
         assert this_round[:2] == [(index, "alone", 0), (index, "alone", 1)]
         assert sorted(this_round[2:]) == [(index, "loaded", 0), (index, "loaded", 1)]   # at once: any order
     for request, now in calibration_runs:
-        alone = request.calibration["phase"] == "alone"
-        assert request.busy_units == (1 if alone else 2) and request.calibration["slots"] == 2
+        alone = request.placement.calibration["phase"] == "alone"
+        assert request.placement.busy_units == (1 if alone else 2) and request.placement.calibration["slots"] == 2
         assert now == 1 or not alone                                  # alone: nothing else ran
-        assert request.out_dir == tmp_path / "results" / "r1" / "stable" / "calibration" / \
-            request.calibration["phase"] / f"slot-{request.slot.index}"
-        assert request.cache_dir == tmp_path / "cache" / "stable" / "calibration" / f"slot-{request.slot.index}"
-        assert [c.mode for c in request.cells] == ["eager", "default"] and request.image_name == "stable"
-        assert json.loads(request.slot_env()[CALIBRATION_ENV]) == request.calibration
+        assert request.paths.out_dir == tmp_path / "results" / "r1" / "stable" / "calibration" / \
+            request.placement.calibration["phase"] / f"slot-{request.placement.slot.index}"
+        slot = request.placement.slot.index
+        assert request.paths.cache_dir == tmp_path / "cache" / "stable" / "calibration" / f"slot-{slot}"
+        assert [c.mode for c in request.work.cells] == ["eager", "default"] and request.image.name == "stable"
+        assert json.loads(request.placement.slot_env()[CALIBRATION_ENV]) == request.placement.calibration
         # a timing board of its own, never exclusive (--exclusive-timing is for the matrix's cells)
-        assert request.timing_board is not None and request.exclusive_timing is False
-    assert max(now for r, now in calibration_runs if r.calibration["phase"] == "loaded") == 2
+        assert request.placement.timing_board is not None and request.placement.exclusive_timing is False
+    assert max(now for r, now in calibration_runs if r.placement.calibration["phase"] == "loaded") == 2
     # the matrix ran every one of its own cells, though the calibration has records of the same cells
     assert summary.statuses() == {"ok": 8}
     image_dir = tmp_path / "results" / "r1" / "stable"
@@ -109,20 +111,61 @@ def test_a_round_missing_one_record_reruns_whole(tmp_path, monkeypatch):
     base_dir = tmp_path / "image"
     cells = calibrate.calibration_cells(matrix)
     assert calibrate.pending_rounds(base_dir, cells, SLOTS, 2) == [0, 1]
-    from matrixbench.environments.base import RunRequest
-    base = RunRequest("stable", [], {"iterations": 5}, base_dir, cache_dir=None)
-    calibrate.run_calibration(matrix, base, SLOTS, backend, note=lambda text: None)
+    calibrate.run_calibration(_run(tmp_path, matrix, backend), _base(base_dir), SLOTS)
     assert calibrate.pending_rounds(base_dir, cells, SLOTS, 2) == []
-    assert all(request.cache_dir is None for request in backend.requests)        # --cold stays cold
+    assert all(request.paths.cache_dir is None for request in backend.requests)        # --cold stays cold
     (calibrate.out_dir(base_dir, "loaded", SLOTS[1]) / "resnet_bs1_default_float32.r1.json").unlink()
     assert calibrate.pending_rounds(base_dir, cells, SLOTS, 2) == [1]
     assert calibrate.pending_rounds(base_dir, cells, SLOTS, 2, force=True) == [0, 1]
 
 
 def test_one_slot_has_nothing_to_calibrate(tmp_path):
-    notes = []
-    done = calibrate.run_calibration(load_matrix(write_matrix(tmp_path)), None, SLOTS[:1], None, notes.append)
-    assert done == {"rounds": [], "missing": []} and "nothing to calibrate" in notes[0]
+    run = _run(tmp_path, load_matrix(write_matrix(tmp_path)), RecordingBackend())
+    done = calibrate.run_calibration(run, _base(tmp_path / "image"), SLOTS[:1])
+    assert done == {"rounds": [], "missing": []} and "nothing to calibrate" in run.progress.notes[0]
+
+
+def test_the_phases_are_units_of_the_slots_scheduler_pinned_to_their_slots(tmp_path, monkeypatch):
+    """No loop or threads of the calibration's own: every runner starts from ``scheduler.run_on_slots``,
+    per round each slot's alone unit by itself, then one loaded unit per slot in one call."""
+    from matrixbench.executors import scheduler
+
+    calls, real = [], scheduler.run_on_slots
+
+    def recording(slots, units, run_unit, stop_all):
+        calls.append([(unit.name, unit.slot, unit.parts[0][0].index) for unit in units])
+        return real(slots, units, run_unit, stop_all)
+
+    monkeypatch.setattr(calibrate, "run_on_slots", recording)
+    backend = RecordingBackend()
+    matrix = load_matrix(write_matrix(tmp_path), Overrides(calibrate=True, repeats=2, models=["vit"]))
+    done = calibrate.run_calibration(_run(tmp_path, matrix, backend), _base(tmp_path / "image"), SLOTS)
+    assert done["rounds"] == [0, 1] and done["missing"] == []
+    assert calls == [call for index in (0, 1) for call in (
+        [("calibration alone bs=1", 0, index)], [("calibration alone bs=1", 1, index)],
+        [("calibration loaded bs=1", 0, index), ("calibration loaded bs=1", 1, index)])]
+    assert len(backend.requests) == 2 * 4    # every runner of it went through those calls
+
+
+def test_a_pinned_unit_runs_only_on_its_slot():
+    from matrixbench.executors.scheduler import Unit, run_on_slots
+
+    units = [Unit("a", 1, [], 0.0, slot=1), Unit("b", 1, [], 0.0, slot=0), Unit("c", 1, [], 0.0, slot=1)]
+    ran = []
+    run_on_slots(SLOTS, units, lambda slot, unit, busy: ran.append((slot.index, unit.model)), lambda: None)
+    assert sorted(ran) == [(0, "b"), (1, "a"), (1, "c")]
+
+
+def _base(out_dir):
+    from matrixbench.environments.base import ImageRef, Paths, RunRequest, Work
+    return RunRequest(ImageRef("stable"), Work([], {"iterations": 5}), Paths(out_dir))
+
+
+def _run(tmp_path, matrix, backend):
+    """A Run of ``matrix`` with no image work of its own (the calibration's base request is given)."""
+    from host_helpers import Notes
+    from matrixbench.executors.base import Run
+    return Run(matrix, local_run_options(tmp_path), backend, tmp_path / "results" / "r1", False, {}, [], Notes())
 
 
 # ---- the report's table, from synthetic records -------------------------------------------------

@@ -71,7 +71,7 @@ def test_run_uses_the_chosen_backend_and_prints_a_summary(matrix_file, monkeypat
     result = invoke("run", "--matrix", matrix_file, "--backend", "local", "--images", "stable",
                     "--run", "r1", "--note", "because")
     assert result.exit_code == 0, result.output
-    assert [r.image_name for r in backend.requests] == ["stable"]
+    assert [r.image.name for r in backend.requests] == ["stable"]
     assert "stable: 8 ok; 0 skipped" in result.stdout
     assert "8/8" in result.stderr  # progress
     assert (matrix_file.parent / "results" / "r1" / "run.json").exists()

@@ -125,7 +125,7 @@ def test_run_json_records_where_each_process_ran(tmp_path, monkeypatch):
     run_matrix(matrix, local_run_options(tmp_path, order_seed=5))
     order = read_manifest(tmp_path / "results" / "r1")["order"]
     assert order["scheme"].startswith("counterbalanced")
-    ran = [(request.image_name, repeat) for request in backend.requests for repeat in request.repeats()]
+    ran = [(request.image.name, repeat) for request in backend.requests for repeat in request.repeats()]
     assert len(order["positions"]) == len(ran) == 8
     for image, repeat in ran:
         place = order["positions"][f"{image}/{repeat.id}"]

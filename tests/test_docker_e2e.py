@@ -218,7 +218,7 @@ def test_a_killed_host_leaves_a_container_the_next_run_stops_and_resumes_after(c
 
 
 def test_a_user_without_a_passwd_entry_in_the_image_runs_cells_and_owns_the_records(client, built, tmp_path):
-    from matrixbench.environments.base import RunRequest
+    from matrixbench.environments.base import ImageRef, Paths, RunRequest, Work
     from matrixbench.environments.docker import DockerBackend
     from matrixbench.matrix import expand_cells, runner_settings
 
@@ -231,8 +231,8 @@ def test_a_user_without_a_passwd_entry_in_the_image_runs_cells_and_owns_the_reco
     for folder in (out_dir, cache_dir):
         folder.mkdir(parents=True)
         folder.chmod(0o777)
-    request = RunRequest(image_name="e2e-latest", cells=cells, settings=runner_settings(matrix, "cpu"),
-                         out_dir=out_dir, cache_dir=cache_dir, env={"HF_HUB_OFFLINE": "1"})
+    request = RunRequest(ImageRef("e2e-latest"), Work(cells, runner_settings(matrix, "cpu")),
+                         Paths(out_dir, cache_dir=cache_dir), env={"HF_HUB_OFFLINE": "1"})
     assert DockerBackend(client=client, user="12345:12345").run(request) == 0
     (record_file,) = [path for path in out_dir.glob("*.json") if path.name != "cells.json"]
     assert read_record(record_file)["status"] == "ok"

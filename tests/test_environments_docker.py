@@ -11,7 +11,7 @@ from host_helpers import Notes, make_record, write_matrix
 from matrixbench import docker_client, owner
 from matrixbench import environments as backends
 from matrixbench.environments import docker as docker_backend
-from matrixbench.environments.base import RunRequest
+from matrixbench.environments.base import ImageRef, Paths, Placement, RunRequest, Work
 from matrixbench.environments.docker import DockerBackend
 from matrixbench.errors import RunError
 from matrixbench.launch import LaunchStatus, launch
@@ -34,18 +34,18 @@ def sdk():
     return fake
 
 
-def request_for(tmp_path, **overrides):
-    fields = dict(image_name="stable", cells=CELLS, settings=SETTINGS,
-                  out_dir=tmp_path / "results" / "run1" / "stable",
-                  cache_dir=tmp_path / "cache" / "stable", hf_cache_dir=tmp_path / "hf",
-                  env={"HF_TOKEN": "hf_abcdefgh"})
-    fields.update(overrides)
-    return RunRequest(**fields)
+def request_for(tmp_path, image_name="stable", cells=CELLS, out_dir=None, cache_dir="cache", gpus=False, gpu_ids=(),
+                torch=None, image_hash=None):
+    """An unplaced request (``.placed(...)`` puts it in a slot, as the slots executor does)."""
+    paths = Paths(out_dir or tmp_path / "results" / "run1" / "stable", hf_cache_dir=tmp_path / "hf",
+                  cache_dir=cache_dir and tmp_path / cache_dir / "stable")
+    return RunRequest(ImageRef(image_name, torch=torch, content_hash=image_hash), Work(cells, SETTINGS), paths,
+                      Placement(gpus=gpus, gpu_ids=gpu_ids), env={"HF_TOKEN": "hf_abcdefgh"})
 
 
 def write_records(request, cells):
     for cell in cells:
-        path = record_path(request.out_dir, cell)
+        path = record_path(request.paths.out_dir, cell)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("{}")
 
@@ -64,9 +64,9 @@ def test_runs_the_runner_with_mounts_env_user_and_labels(sdk, tmp_path):
     assert container.command == ["--cells", "/results/cells.json", "--out", "/results"]
     binds = {spec["bind"]: (host, spec["mode"]) for host, spec in kwargs["volumes"].items()}
     assert binds == {
-        "/results": (str(request.out_dir.resolve()), "rw"),
-        "/compile-cache": (str(request.cache_dir.resolve()), "rw"),
-        "/hf-home": (str(request.hf_cache_dir.resolve()), "rw"),
+        "/results": (str(request.paths.out_dir.resolve()), "rw"),
+        "/compile-cache": (str(request.paths.cache_dir.resolve()), "rw"),
+        "/hf-home": (str(request.paths.hf_cache_dir.resolve()), "rw"),
     }
     env = kwargs["environment"]
     assert env["TORCHINDUCTOR_CACHE_DIR"] == "/compile-cache/inductor"
@@ -75,12 +75,12 @@ def test_runs_the_runner_with_mounts_env_user_and_labels(sdk, tmp_path):
     assert "PATH" not in env  # an allow-list, not the host's environment
     assert kwargs["user"] == f"{os.getuid()}:{os.getgid()}"
     assert kwargs["labels"] == {"matrixbench": "1", "matrixbench.run_id": "run1",
-                                "matrixbench.run_dir": str(request.out_dir.parent.resolve()),
+                                "matrixbench.run_dir": str(request.paths.out_dir.parent.resolve()),
                                 "matrixbench.image": "stable", "matrixbench.torch": "2.0.1",
                                 **owner.this_process().labels()}
     assert owner.Owner.from_labels(kwargs["labels"]) == owner.this_process()
     assert kwargs["device_requests"] is None
-    cells_file = json.loads((request.out_dir / "cells.json").read_text())
+    cells_file = json.loads((request.paths.out_dir / "cells.json").read_text())
     assert cells_file == {"schema_version": 2, "settings": SETTINGS, "image_name": "stable",
                           "image_id": "sha256:stable", "cells": [c.to_dict() for c in CELLS]}
     assert container.calls[-1] == "remove" and not sdk.started_live
@@ -136,7 +136,7 @@ def test_ctrl_c_stops_and_removes_the_container_and_keeps_records(sdk, tmp_path)
         backend(sdk).run(request)
     (container,) = sdk.started
     assert container.calls == ["stop", "remove"]
-    assert record_path(request.out_dir, CELLS[0]).exists()
+    assert record_path(request.paths.out_dir, CELLS[0]).exists()
 
 
 def test_the_log_goes_to_runner_log_and_on_log_with_secrets_hidden(sdk, tmp_path):
@@ -145,7 +145,7 @@ def test_the_log_goes_to_runner_log_and_on_log_with_secrets_hidden(sdk, tmp_path
     sdk.next_container = {"log": b"HF_TOKEN=hf_abcdefgh\ncell vit ok\n"}
     backend(sdk, on_log=lambda *args: lines.append(args)).run(request)
     assert lines == [("stable", "HF_TOKEN=***"), ("stable", "cell vit ok")]
-    assert (request.out_dir / "runner.log").read_text() == "HF_TOKEN=***\ncell vit ok\n"
+    assert (request.paths.out_dir / "runner.log").read_text() == "HF_TOKEN=***\ncell vit ok\n"
 
 
 def test_gpus_available_asks_a_container_once_per_run(sdk):
@@ -217,7 +217,7 @@ def test_a_users_own_model_is_mounted_read_only_and_its_path_rewritten(sdk, tmp_
     backend(sdk).run(request)
     binds = {spec["bind"]: (host, spec["mode"]) for host, spec in sdk.started[0].kwargs["volumes"].items()}
     assert binds["/models/swin"] == (str(mine.resolve()), "ro")
-    cells = json.loads((request.out_dir / "cells.json").read_text())["cells"]
+    cells = json.loads((request.paths.out_dir / "cells.json").read_text())["cells"]
     assert [c["config_path"] for c in cells] == ["/models/swin/config.json"] * 2
 
 
@@ -226,7 +226,7 @@ def test_a_slot_pins_the_container_to_its_cores_numa_node_and_one_gpu(sdk, tmp_p
     from runner.records import PLACEMENT_ENV
 
     slot = Slot(1, (32, 33, 34, 35), gpu_index=5, gpu_uuid="GPU-5f3c2a1e", numa_node=1)
-    request = request_for(tmp_path, gpus=True, gpu_ids=("0", "5"), slot=slot, slots=8, busy_units=3)
+    request = request_for(tmp_path, gpus=True, gpu_ids=("0", "5")).placed(slot, slots=8, busy_units=3)
     backend(sdk).run(request)
     kwargs = sdk.started[-1].kwargs
     assert (kwargs["cpuset_cpus"], kwargs["cpuset_mems"]) == ("32-35", "1")
@@ -236,8 +236,8 @@ def test_a_slot_pins_the_container_to_its_cores_numa_node_and_one_gpu(sdk, tmp_p
     env = kwargs["environment"]
     assert env["OMP_NUM_THREADS"] == env["TORCHINDUCTOR_COMPILE_THREADS"] == "4"
     assert json.loads(env[PLACEMENT_ENV])["busy_units"] == 3
-    assert (request.out_dir / "slot-1" / "cells.json").exists()
-    assert (request.out_dir / "slot-1" / "runner.log").exists()
+    assert (request.paths.out_dir / "slot-1" / "cells.json").exists()
+    assert (request.paths.out_dir / "slot-1" / "runner.log").exists()
 
 
 def test_outside_slots_no_cpuset_is_asked(sdk, tmp_path):
@@ -250,8 +250,8 @@ def test_a_calibration_runner_is_labelled_with_its_run(sdk, tmp_path):
     from matrixbench.placement import Slot
 
     out_dir = calibrate.out_dir(tmp_path / "results" / "run1" / "stable", "loaded", Slot(1, (1,)))
-    backend(sdk).run(request_for(tmp_path, out_dir=out_dir, slot=Slot(1, (1,)), slots=2, busy_units=2,
-                                 calibration={"phase": "loaded", "slots": 2}))
+    backend(sdk).run(request_for(tmp_path, out_dir=out_dir).placed(Slot(1, (1,)), slots=2, busy_units=2,
+                                                                   calibration={"phase": "loaded", "slots": 2}))
     assert sdk.started[0].kwargs["labels"]["matrixbench.run_id"] == "run1"
     assert sdk.started[0].kwargs["labels"]["matrixbench.run_dir"] == str((tmp_path / "results" / "run1").resolve())
 

@@ -12,7 +12,7 @@ import pytest
 import runner
 from host_helpers import write_matrix, write_stand_in
 from matrixbench.environments import backend_names, create_backend
-from matrixbench.environments.base import RunRequest
+from matrixbench.environments.base import ImageRef, Paths, Placement, RunRequest, Work
 from matrixbench.environments.local import LocalBackend, _running, _stop, descendants, runner_env
 from matrixbench.errors import RunError
 from matrixbench.matrix import Overrides, expand_cells, load_matrix
@@ -33,11 +33,10 @@ def test_registry_names_and_rejects_unknown_backends():
 
 # --- environment ---------------------------------------------------------------------------
 
-def _request(tmp_path, cells=(), **changes):
-    values = dict(image_name="stable", cells=list(cells), settings={"iterations": 2}, out_dir=tmp_path / "out",
-                  cache_dir=tmp_path / "cache", hf_cache_dir=tmp_path / "hf", gpus=False, env={})
-    values.update(changes)
-    return RunRequest(**values)
+def _request(tmp_path, cells=(), settings=None, cache_dir="cache", gpus=False, env=None, torch=None):
+    paths = Paths(tmp_path / "out", cache_dir=cache_dir and tmp_path / cache_dir, hf_cache_dir=tmp_path / "hf")
+    return RunRequest(ImageRef("stable", torch=torch), Work(list(cells), settings or {"iterations": 2}), paths,
+                      Placement(gpus=gpus), env=env or {})
 
 
 def test_runner_env_is_an_allow_list_plus_the_request(tmp_path):
@@ -79,32 +78,32 @@ def cells(tmp_path):
 
 def test_local_backend_runs_the_runner_with_a_cells_file_and_logs(tmp_path, stand_in, cells):
     request = _request(tmp_path, cells, settings={"iterations": 2, "device": "cpu"})
-    request.out_dir.mkdir()
+    request.paths.out_dir.mkdir()
     assert LocalBackend(python=str(stand_in)).run(request) == 0
-    seen = json.loads((request.out_dir / "seen.json").read_text())
-    cells_file = request.out_dir / "cells.json"
-    assert seen["argv"] == ["-m", "runner", "--cells", str(cells_file), "--out", str(request.out_dir)]
+    seen = json.loads((request.paths.out_dir / "seen.json").read_text())
+    cells_file = request.paths.out_dir / "cells.json"
+    assert seen["argv"] == ["-m", "runner", "--cells", str(cells_file), "--out", str(request.paths.out_dir)]
     assert seen["doc"] == {"schema_version": 2, "settings": {"iterations": 2, "device": "cpu"}, "image_name": "stable",
                            "image_id": None, "cells": [c.to_dict() for c in cells]}
     assert seen["env"]["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "cache" / "inductor")
     assert seen["env"]["TRITON_CACHE_DIR"] == str(tmp_path / "cache" / "triton")
-    assert [read_record(record_path(request.out_dir, c))["status"] for c in cells] == ["ok", "ok"]
-    assert "a log line" in (request.out_dir / "runner.log").read_text()
+    assert [read_record(record_path(request.paths.out_dir, c))["status"] for c in cells] == ["ok", "ok"]
+    assert "a log line" in (request.paths.out_dir / "runner.log").read_text()
 
 
 def test_cold_runs_set_no_compile_cache_so_each_cell_compiles_in_its_own(tmp_path, stand_in, cells, monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "users-cache"))
     request = _request(tmp_path, cells, cache_dir=None)
-    request.out_dir.mkdir()
+    request.paths.out_dir.mkdir()
     LocalBackend(python=str(stand_in)).run(request)
-    env = json.loads((request.out_dir / "seen.json").read_text())["env"]
+    env = json.loads((request.paths.out_dir / "seen.json").read_text())["env"]
     assert "TORCHINDUCTOR_CACHE_DIR" not in env and "TRITON_CACHE_DIR" not in env
 
 
 def test_ctrl_c_stops_the_runner_and_keeps_finished_records(tmp_path, stand_in, cells, sigint_raises):
     request = _request(tmp_path, cells, env={"STAND_IN_DELAY": "30"})
-    request.out_dir.mkdir()
-    first = record_path(request.out_dir, cells[0])
+    request.paths.out_dir.mkdir()
+    first = record_path(request.paths.out_dir, cells[0])
     timer = threading.Thread(target=_interrupt_when_exists, args=(first,), daemon=True)
     timer.start()
     started = time.monotonic()
@@ -112,7 +111,7 @@ def test_ctrl_c_stops_the_runner_and_keeps_finished_records(tmp_path, stand_in, 
         LocalBackend(python=str(stand_in)).run(request)
     assert time.monotonic() - started < 10
     time.sleep(2)  # the stopped runner must not write the second record
-    assert first.exists() and not record_path(request.out_dir, cells[1]).exists()
+    assert first.exists() and not record_path(request.paths.out_dir, cells[1]).exists()
 
 
 def _interrupt_when_exists(path):

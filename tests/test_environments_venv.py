@@ -9,7 +9,7 @@ import pytest
 import runner
 from host_helpers import write_matrix, write_stand_in
 from matrixbench.environments import create_backend
-from matrixbench.environments.base import RunRequest
+from matrixbench.environments.base import ImageRef, Paths, Placement, RunRequest, Work
 from matrixbench.environments.venv import VenvBackend
 from matrixbench.errors import RunError
 from matrixbench.matrix import Overrides, expand_cells, load_matrix
@@ -33,14 +33,13 @@ def venv_root(tmp_path, matrix):
     return root
 
 
-def request_for(tmp_path, matrix, **changes):
-    values = dict(image_name="stable", cells=expand_cells(matrix), settings={"device": "cpu"},
-                  out_dir=tmp_path / "out", cache_dir=tmp_path / "compile" / "stable",
-                  hf_cache_dir=tmp_path / "hf", gpus=False, env={"HF_TOKEN": "hf_secret"},
-                  torch=matrix.images["stable"].torch)
-    values.update(changes)
-    request = RunRequest(**values)
-    request.out_dir.mkdir(parents=True)
+def request_for(tmp_path, matrix, torch=None, gpus=False, out_dir=None, cache_dir="compile"):
+    paths = Paths(out_dir or tmp_path / "out", hf_cache_dir=tmp_path / "hf",
+                  cache_dir=cache_dir and tmp_path / cache_dir / "stable")
+    request = RunRequest(ImageRef("stable", torch=torch or matrix.images["stable"].torch),
+                         Work(expand_cells(matrix), {"device": "cpu"}), paths, Placement(gpus=gpus),
+                         env={"HF_TOKEN": "hf_secret"})
+    request.paths.out_dir.mkdir(parents=True)
     return request
 
 
@@ -48,7 +47,7 @@ def run_stand_in(backend, matrix, request):
     lines = []
     backend.prepare([matrix.images["stable"]], emit=lambda name, line: lines.append((name, line)))
     assert backend.run(request) == 0
-    return json.loads((request.out_dir / "seen.json").read_text()), lines
+    return json.loads((request.paths.out_dir / "seen.json").read_text()), lines
 
 
 def test_the_venv_runs_the_containers_argv_and_cells_file_with_the_hash_as_image_id(tmp_path, matrix, venv_root):
@@ -56,11 +55,12 @@ def test_the_venv_runs_the_containers_argv_and_cells_file_with_the_hash_as_image
     seen, lines = run_stand_in(VenvBackend(root=venv_root), matrix, request)
     plan = plan_venv(matrix.images["stable"], root=venv_root)
     assert lines == [("stable", f"using {plan.path} (torch 2.0.1+cu117, CUDA 11.7 (sm_86))")]
-    assert seen["argv"] == ["-m", "runner", "--cells", str(request.out_dir / "cells.json"),
-                            "--out", str(request.out_dir)]
+    assert seen["argv"] == ["-m", "runner", "--cells", str(request.paths.out_dir / "cells.json"),
+                            "--out", str(request.paths.out_dir)]
     assert seen["doc"]["image_id"] == matrix.images["stable"].content_hash()
-    assert seen["doc"]["image_name"] == "stable" and seen["doc"]["cells"] == [cell.to_dict() for cell in request.cells]
-    assert all(read_record(record_path(request.out_dir, cell))["status"] == "ok" for cell in request.cells)
+    assert seen["doc"]["image_name"] == "stable"
+    assert seen["doc"]["cells"] == [cell.to_dict() for cell in request.work.cells]
+    assert all(read_record(record_path(request.paths.out_dir, cell))["status"] == "ok" for cell in request.work.cells)
 
 
 def test_the_environment_is_the_allow_list_with_the_venv_first_and_no_host_pythonpath(

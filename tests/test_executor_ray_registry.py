@@ -98,14 +98,14 @@ def test_a_failed_push_or_pull_names_the_registry_and_what_to_check():
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"backend": "local", "registry": "127.0.0.1:5000"}, "--registry: only with --executor ray"),
+    ({"backend": "local", "registry": "127.0.0.1:5000"}, "registry: only with --executor ray"),
     ({"executor": "ray", "backend": "local", "registry": "127.0.0.1:5000"},
      "images go through a registry only to docker nodes"),
     ({"backend": "local", "build_options": BuildOptions(index_url="https://mirror.example/simple")},
-     "--ca-bundle/--index-url/--extra-index-url/--base-image: only with --executor ray"),
+     "ca_bundle/index_url/extra_index_urls/base_image: only with --executor ray"),
     ({"executor": "ray", "registry": "127.0.0.1:5000", "build_options": BuildOptions(base_image="m/python:3.10")},
-     "--ca-bundle, --index-url, --extra-index-url, --base-image: for the image builds on docker nodes without "
-     "--registry"),
+     "ca_bundle, index_url, extra_index_urls, base_image: for the image builds on docker nodes without "
+     "a registry"),
 ])
 def test_registry_and_node_build_options_are_refused_where_unused(tmp_path, options, message):
     matrix = load_matrix(write_matrix(tmp_path, dict(small_matrix_data())))

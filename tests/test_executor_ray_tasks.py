@@ -113,7 +113,7 @@ def test_the_driver_writes_each_gpu_types_records_in_its_folder_and_ships_no_sec
     assert [image.image_name for image in summary.images] == ["A100/latest", "T4/latest"]
     assert all(FAKE_TOKEN.encode() not in task for task in cluster.tasks)      # never in a task's arguments
     assert all(request.env.get("HF_TOKEN") == FAKE_TOKEN for request in cluster.inner.requests)   # on the node
-    assert {request.node["gpu_type"] for request in cluster.inner.requests} == {"A100", "T4"}
+    assert {request.placement.node["gpu_type"] for request in cluster.inner.requests} == {"A100", "T4"}
     assert FAKE_TOKEN not in (run_path / "run.json").read_text()
 
 
@@ -123,7 +123,7 @@ def test_a_units_task_runs_its_images_in_turn_repeat_by_repeat(tmp_path, cluster
                                                                  repeats=2))
     run_matrix(matrix, RunOptions(results_root=tmp_path / "results", executor="ray", device="cpu"))
     (task,) = [pickle.loads(shipped) for shipped in cluster.tasks]
-    assert [(r.image_name, [x.index for x in r.repeats()]) for r in task.requests] == [
+    assert [(r.image.name, [x.index for x in r.repeats()]) for r in task.requests] == [
         ("stable", [0]), ("latest", [0]), ("latest", [1]), ("stable", [1])]   # counterbalanced (ABBA)
     folder = tmp_path / "results" / "default" / "A100"
     assert sorted(p.name for p in folder.glob("*/vit_*.json")) == ["vit_bs1_eager_float32.json",
@@ -141,14 +141,15 @@ def test_a_lost_unit_is_crashed_records_naming_its_node_and_valid_against_the_sc
 
 
 def test_lost_records_say_crashed_and_name_the_node(tmp_path):
-    from matrixbench.environments.base import RunRequest
+    from matrixbench.environments.base import ImageRef, Paths, RunRequest, Work
     from matrixbench.executors.ray.tasks import lost_records
     from matrixbench.matrix import expand_cells, runner_settings
     from runner.core import Repeat
 
     matrix = _matrix(tmp_path)
     cell = expand_cells(matrix)[0]
-    request = RunRequest("latest", [cell], runner_settings(matrix, "cpu"), tmp_path, image_hash="abc")
+    request = RunRequest(ImageRef("latest", content_hash="abc"), Work([cell], runner_settings(matrix, "cpu")),
+                         Paths(tmp_path))
     node = {"node_id": "f" * 56, "node_ip": "10.0.0.2", "gpu_type": "T4", "ray_gpu_ids": ["0"]}
     (record,) = lost_records(request, [Repeat(cell, 1)], Status.CRASHED, "node 10.0.0.2 died", node)
     data = record.to_dict()
@@ -180,14 +181,14 @@ def test_the_host_package_imports_ray_only_when_the_ray_backend_connects():
 
 
 def test_a_retried_task_skips_what_the_driver_already_holds_and_runs_on_its_gpu(tmp_path):
-    from matrixbench.environments.base import RunRequest
+    from matrixbench.environments.base import ImageRef, Paths, Placement, RunRequest, Work
     from matrixbench.executors.ray.tasks import UnitTask
     from matrixbench.matrix import expand_cells, runner_settings
 
     matrix = load_matrix(write_matrix(tmp_path), Overrides(models=["vit"], batch_sizes=[1], gpu_types=["A100"]))
     eager, default = expand_cells(matrix)
-    request = RunRequest("latest", [eager, default], runner_settings(matrix, "cuda"), tmp_path, gpus=True,
-                         env={"HF_TOKEN": FAKE_TOKEN, "A": "b"})
+    request = RunRequest(ImageRef("latest"), Work([eager, default], runner_settings(matrix, "cuda")), Paths(tmp_path),
+                         Placement(gpus=True), env={"HF_TOKEN": FAKE_TOKEN, "A": "b"})
     task = UnitTask("A100 vit bs=1", "A100", (shippable(request),), "local")
     assert task.requests[0].env == {"A": "b"} and FAKE_TOKEN.encode() not in pickle.dumps(task)
     inner, emitted = RecordingBackend(), []
@@ -196,7 +197,8 @@ def test_a_retried_task_skips_what_the_driver_already_holds_and_runs_on_its_gpu(
                            lambda image, data: emitted.append(data["cell_id"]), backend=inner, environ={})
     (ran,) = inner.requests
     assert [r.cell for r in ran.repeats()] == [default]   # the eager record reached the driver before the retry
-    assert (ran.gpu_ids, ran.slot.cores, ran.node["node_ip"]) == (("1",), (1,), "10.0.0.1")
+    placed = ran.placement
+    assert (placed.gpu_ids, placed.slot.cores, placed.node["node_ip"]) == (("1",), (1,), "10.0.0.1")
     assert "HF_TOKEN" not in ran.env   # none on this node's environment: none passed on
     assert emitted == [default.id] == [data["cell_id"] for _, data in result.records]
 

@@ -250,8 +250,8 @@ class RefusingBackend(RecordingBackend):
     """A runner that refuses its cells file, as argparse does: its message in runner.log, exit 2."""
 
     def run(self, request):
-        request.out_dir.mkdir(parents=True, exist_ok=True)
-        (request.out_dir / "runner.log").write_text(
+        request.paths.out_dir.mkdir(parents=True, exist_ok=True)
+        (request.paths.out_dir / "runner.log").write_text(
             "usage: python -m runner ...\npython -m runner: error: --cells cells.json: settings.timeout_s "
             "must be a number > 0, got nan\n")
         return 2

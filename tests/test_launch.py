@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from host_helpers import make_record
-from matrixbench.environments.base import RunRequest
+from matrixbench.environments.base import ImageRef, Paths, RunRequest, Work
 from matrixbench.executors.threads import run_in_thread, run_threads
 from matrixbench.launch import LaunchStatus, judge, launch
 from matrixbench.layout import LOG_FILENAME
@@ -18,9 +18,9 @@ CELL = Cell(model="vit", model_id=None, config_path=None, task="image-classifica
 CELLS = [CELL, dataclasses.replace(CELL, mode="default")]
 
 
-def request_for(tmp_path, **fields):
-    return RunRequest(image_name="stable", cells=CELLS, settings={}, out_dir=tmp_path / "stable",
-                      env={"HF_TOKEN": "hf_secretvalue"}, **fields)
+def request_for(tmp_path, check=False):
+    return RunRequest(ImageRef("stable"), Work(CELLS, {}, check=check), Paths(tmp_path / "stable"),
+                      env={"HF_TOKEN": "hf_secretvalue"})
 
 
 class Environment:
@@ -33,7 +33,7 @@ class Environment:
         request.work_dir().mkdir(parents=True, exist_ok=True)
         (request.work_dir() / LOG_FILENAME).write_text("loading\nSegmentation fault, token hf_secretvalue\n")
         for repeat in request.repeats()[:self.writes]:
-            write_record(request.out_dir, make_record(repeat.cell))
+            write_record(request.paths.out_dir, make_record(repeat.cell))
         return self.exit_code
 
 
@@ -55,9 +55,9 @@ def test_a_runner_that_dies_is_incomplete_with_what_it_left_and_its_log_redacted
 
 def test_a_check_is_complete_only_with_exit_0_and_its_answer(tmp_path):
     request = request_for(tmp_path, check=True)
-    request.out_dir.mkdir(parents=True)
+    request.paths.out_dir.mkdir(parents=True)
     assert judge(request, 0).status is LaunchStatus.INCOMPLETE
-    (request.out_dir / CHECK_FILENAME).write_text("{}")
+    (request.paths.out_dir / CHECK_FILENAME).write_text("{}")
     assert judge(request, 0).complete and not judge(request, 1).complete
 
 

@@ -74,7 +74,7 @@ def test_images_take_turns_repeat_by_repeat_counterbalanced(tmp_path, monkeypatc
     backend = use_backend(monkeypatch, RecordingBackend())
     matrix = load_matrix(write_matrix(tmp_path), Overrides(repeats=2, models=["vit"], batch_sizes=[1]))
     summary = run_matrix(matrix, _options(tmp_path, order_seed=5))
-    order = [(request.image_name, sorted({r.index for r in request.repeats()})) for request in backend.requests]
+    order = [(request.image.name, sorted({r.index for r in request.repeats()})) for request in backend.requests]
     assert order == [("stable", [0]), ("latest", [0]), ("latest", [1]), ("stable", [1])]
     assert summary.statuses() == {"ok": 8} and [image.ran for image in summary.images] == [4, 4]
 
@@ -99,7 +99,7 @@ def test_an_interrupted_run_resumes_repeat_by_repeat(matrix, tmp_path, monkeypat
     backend = use_backend(monkeypatch, RecordingBackend())
     summary = run_matrix(matrix, _options(tmp_path))
     assert {r.index for r in backend.requests[0].repeats()} == {2}
-    assert sorted(backend.requests[0].cells, key=str) == sorted(expand_cells(matrix), key=str)
+    assert sorted(backend.requests[0].work.cells, key=str) == sorted(expand_cells(matrix), key=str)
     assert (summary.images[0].ran, summary.images[0].skipped) == (8, 16)
 
 

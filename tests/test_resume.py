@@ -47,7 +47,7 @@ def test_force_or_a_new_run_name_measures_afresh(matrix, tmp_path, monkeypatch):
     changed = load_matrix(matrix.path, Overrides(iterations=50))
     run(changed, tmp_path, force=True)
     run(changed, tmp_path, run_name="r2")
-    assert sum(len(request.cells) for request in backend.requests) == 16 * 3
+    assert sum(len(request.work.cells) for request in backend.requests) == 16 * 3
 
 
 def test_a_changed_image_or_cell_definition_is_refused(matrix, tmp_path, monkeypatch):

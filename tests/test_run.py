@@ -198,7 +198,7 @@ def test_run_records_every_cell_per_image_and_writes_the_manifest(matrix, tmp_pa
     for image in ("stable", "latest"):
         assert sorted(p.name for p in (run_path / image).glob("*_*.json")) == sorted(
             record_path(run_path / image, c).name for c in cells)
-    assert [r.image_name for r in backend.requests] == ["stable", "latest"]
+    assert [r.image.name for r in backend.requests] == ["stable", "latest"]
     written = json.loads((run_path / "stable" / "cells.json").read_text())["cells"]
     assert sorted(json.dumps(c, sort_keys=True) for c in written) == sorted(
         json.dumps(c.to_dict(), sort_keys=True) for c in cells)
@@ -215,12 +215,12 @@ def test_run_requests_carry_settings_caches_and_gpus(matrix, tmp_path, monkeypat
     backend = use_backend(monkeypatch, RecordingBackend())
     run_matrix(matrix, _options(tmp_path, device="cpu"))
     request = backend.requests[0]
-    assert request.settings["device"] == "cpu" and request.settings["iterations"] == 5
-    assert request.cache_dir == tmp_path / "cache" / "stable"
-    assert request.hf_cache_dir == tmp_path / "hf"
-    assert request.gpus is False
+    assert request.work.settings["device"] == "cpu" and request.work.settings["iterations"] == 5
+    assert request.paths.cache_dir == tmp_path / "cache" / "stable"
+    assert request.paths.hf_cache_dir == tmp_path / "hf"
+    assert request.placement.gpus is False
     run_matrix(matrix, _options(tmp_path, run_name="r2", cold=True))
-    assert backend.requests[-1].cache_dir is None
+    assert backend.requests[-1].paths.cache_dir is None
 
 
 def test_a_rerun_skips_recorded_cells_and_retries_failed_ones(matrix, tmp_path, monkeypatch):
@@ -231,10 +231,10 @@ def test_a_rerun_skips_recorded_cells_and_retries_failed_ones(matrix, tmp_path, 
     run_matrix(matrix, _options(tmp_path), progress=progress)
     assert backend.requests == [] and ("start", 0, 16) in progress.events
     run_matrix(matrix, _options(tmp_path, retry_failed=True))
-    assert {c.model for r in backend.requests for c in r.cells} == {"vit"}
-    assert sum(len(r.cells) for r in backend.requests) == 8
+    assert {c.model for r in backend.requests for c in r.work.cells} == {"vit"}
+    assert sum(len(r.work.cells) for r in backend.requests) == 8
     run_matrix(matrix, _options(tmp_path, force=True))
-    assert sum(len(r.cells) for r in backend.requests) == 8 + 16
+    assert sum(len(r.work.cells) for r in backend.requests) == 8 + 16
 
 
 def test_ctrl_c_keeps_finished_records_and_a_rerun_finishes_the_rest(matrix, tmp_path, monkeypatch):
@@ -248,7 +248,7 @@ def test_ctrl_c_keeps_finished_records_and_a_rerun_finishes_the_rest(matrix, tmp
     assert read_manifest(run_path)["status"] == "interrupted"
     backend = use_backend(monkeypatch, RecordingBackend())
     run_matrix(matrix, _options(tmp_path))
-    assert [len(r.cells) for r in backend.requests] == [8 - 3, 8]
+    assert [len(r.work.cells) for r in backend.requests] == [8 - 3, 8]
     manifest = read_manifest(run_path)
     assert manifest["status"] == "finished" and manifest["history"][0]["status"] == "interrupted"
 
@@ -272,10 +272,10 @@ def test_auto_device_uses_gpus_when_the_backend_has_them(matrix, tmp_path, monke
     backend = use_backend(monkeypatch, RecordingBackend(gpus=True))
     progress = RecordingProgress()
     run_matrix(matrix, _options(tmp_path), progress=progress)
-    assert all(r.gpus for r in backend.requests) and ("note", "device: cuda") in progress.events
-    assert all(r.settings["device"] == "cuda" for r in backend.requests)   # never a silent CPU run
+    assert all(r.placement.gpus for r in backend.requests) and ("note", "device: cuda") in progress.events
+    assert all(r.work.settings["device"] == "cuda" for r in backend.requests)   # never a silent CPU run
     run_matrix(matrix, _options(tmp_path, run_name="cpu", device="cpu"))
-    assert backend.requests[-1].gpus is False
+    assert backend.requests[-1].placement.gpus is False
 
 
 def test_auto_device_never_runs_a_gpu_host_on_the_cpu(matrix, tmp_path, monkeypatch):
@@ -288,7 +288,7 @@ def test_auto_device_never_runs_a_gpu_host_on_the_cpu(matrix, tmp_path, monkeypa
         run_matrix(matrix, _options(tmp_path))
     assert backend.requests == []
     run_matrix(matrix, _options(tmp_path, run_name="cpu", device="cpu"))   # asked for: runs
-    assert backend.requests and backend.requests[-1].gpus is False
+    assert backend.requests and backend.requests[-1].placement.gpus is False
 
 
 def test_auto_device_falls_back_to_cpu_and_says_so(matrix, tmp_path, monkeypatch):
@@ -296,7 +296,7 @@ def test_auto_device_falls_back_to_cpu_and_says_so(matrix, tmp_path, monkeypatch
     progress = RecordingProgress()
     run_matrix(matrix, _options(tmp_path), progress=progress)
     assert any(e[0] == "note" and "device: cpu (no NVIDIA GPU" in e[1] for e in progress.events)
-    assert backend.requests[-1].settings["device"] == "auto"
+    assert backend.requests[-1].work.settings["device"] == "auto"
 
 
 def test_hf_token_reaches_the_runner_only_at_run_time_and_is_never_written(matrix, tmp_path, monkeypatch):

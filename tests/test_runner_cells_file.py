@@ -84,17 +84,16 @@ def test_a_cells_file_of_an_unknown_version_is_refused(tmp_path, version):
 
 
 def test_the_hosts_cells_file_is_what_cells_schema_says_and_the_runner_reads_it(tmp_path):
-    from matrixbench.environments.base import RunRequest
+    from matrixbench.environments.base import ImageRef, Paths, RunRequest, Work
     from matrixbench.runner_input import write_cells_file
     from runner.core import Cell
     from runner.schema import CELLS_SCHEMA
     from runner.settings import DEFAULT_SETTINGS as settings
 
-    request = RunRequest(image_name="stable", cells=[Cell.from_dict(cell())], settings=dict(settings),
-                         out_dir=tmp_path)
+    request = RunRequest(ImageRef("stable"), Work([Cell.from_dict(cell())], dict(settings)), Paths(tmp_path))
     path = write_cells_file(request, "sha256:abc")
     jsonschema.validate(json.loads(path.read_text()), CELLS_SCHEMA)
-    assert load_cells_file(path).cells == request.cells
+    assert load_cells_file(path).cells == request.work.cells
 
 
 def test_load_plan_reads_the_host_format(tmp_path):

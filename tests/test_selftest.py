@@ -142,7 +142,7 @@ def test_the_command_runs_the_cpu_part_here(tmp_path):
     from matrixbench.cli import main
 
     result = CliRunner().invoke(main, ["selftest", "--results", str(tmp_path), "--run", "cpu", "--device", "cpu"])
-    assert result.exit_code in (0, 8), result.output   # the machine's load may stretch the busy wait
+    assert result.exit_code in (0, 10), result.output   # load may stretch the busy wait: a failed check (10)
     written = json.loads((tmp_path / "cpu" / "selftest.json").read_text())
     assert written["device"] == "cpu" and len(written["skipped"]) == len(GPU_CHECKS)
 

@@ -16,7 +16,7 @@ from host_helpers import (
     use_backend,
     write_matrix,
 )
-from matrixbench.environments.base import RunRequest
+from matrixbench.environments import base as requests
 from matrixbench.environments.local import runner_env
 from matrixbench.executors.scheduler import MODEL_S, make_units, run_on_slots
 from matrixbench.matrix import Overrides, load_matrix
@@ -83,19 +83,20 @@ def test_two_slots_run_each_model_in_every_image_on_one_slot_at_once(tmp_path, m
     assert {slot for slot, line in progress.seen if " bs=" in line} == {0, 1}   # each slot's cell shown
     assert progress.state.slots_text() == "slot 0: idle; slot 1: idle"
     assert backend.most == 2                                   # the two slots ran at once
-    units = [(request, thread, {(cell.model, cell.batch_size) for cell in request.cells})
+    units = [(request, thread, {(cell.model, cell.batch_size) for cell in request.work.cells})
              for request, thread, _running in backend.started]
     assert all(len(unit) == 1 for _, _, unit in units)               # one model at one batch size
     slot_of = {}
     for _request, thread, unit in units:
         slot_of.setdefault(min(unit), set()).add(thread)
     assert all(len(threads) == 1 for threads in slot_of.values())   # a unit never changes slot
-    assert sorted((request.image_name, min(unit)) for request, _, unit in units) == sorted(
+    assert sorted((request.image.name, min(unit)) for request, _, unit in units) == sorted(
         (image, (model, bs)) for image in ("stable", "latest") for model in ("vit", "detr-resnet-101") for bs in (1, 4))
-    cores = sorted({tuple(r.slot.cores) for r in backend.requests})
+    cores = sorted({tuple(r.placement.slot.cores) for r in backend.requests})
     assert len(cores) == 2 and not set(cores[0]) & set(cores[1])
-    assert all(r.work_dir().name == f"slot-{r.slot.index}" for r in backend.requests)
-    assert all(r.cache_dir == tmp_path / "cache" / r.image_name / f"slot-{r.slot.index}" for r in backend.requests)
+    assert all(r.work_dir().name == f"slot-{r.placement.slot.index}" for r in backend.requests)
+    assert all(r.paths.cache_dir == tmp_path / "cache" / r.image.name / f"slot-{r.placement.slot.index}"
+               for r in backend.requests)
 
 
 class Work:
@@ -174,10 +175,16 @@ def test_the_first_error_stops_new_units_and_is_raised():
     assert ran == ["u1"]
 
 
+def _unplaced(out_dir, gpus=False):
+    return requests.RunRequest(requests.ImageRef("latest"), requests.Work([], {}), requests.Paths(out_dir),
+                               requests.Placement(gpus=gpus))
+
+
 def test_local_runner_env_of_a_slot_sets_threads_gpu_and_placement(tmp_path):
     slot = Slot(1, (4, 5, 6), gpu_index=3, gpu_uuid="GPU-3f3c", numa_node=0)
-    request = RunRequest("latest", [], {}, tmp_path, gpus=True, slot=slot, slots=2, busy_units=2,
-                         timing_board=tmp_path / "run" / ".timing-board", exclusive_timing=True)
+    request = _unplaced(tmp_path, gpus=True).placed(slot, slots=2, busy_units=2,
+                                                    timing_board=tmp_path / "run" / ".timing-board",
+                                                    exclusive_timing=True)
     env = runner_env({}, request, {})
     assert (env["OMP_NUM_THREADS"], env["TORCHINDUCTOR_COMPILE_THREADS"]) == ("3", "3")
     assert env["CUDA_VISIBLE_DEVICES"] == "GPU-3f3c"
@@ -192,10 +199,10 @@ def test_docker_mounts_the_timing_board_and_names_its_mount(tmp_path):
     from matrixbench.environments.docker import TIMING_BOARD_MOUNT, container_env, mounts
 
     board = tmp_path / "run" / ".timing-board"
-    request = RunRequest("latest", [], {}, tmp_path / "run" / "latest", slot=Slot(0, (0,)), timing_board=board)
+    request = _unplaced(tmp_path / "run" / "latest").placed(Slot(0, (0,)), slots=1, busy_units=1, timing_board=board)
     assert mounts(request)[board.resolve()] == (TIMING_BOARD_MOUNT, "rw")
     assert from_env(container_env(request)) == Board(TIMING_BOARD_MOUNT, 0, exclusive=False)
-    unplaced = RunRequest("latest", [], {}, tmp_path / "run" / "latest")
+    unplaced = _unplaced(tmp_path / "run" / "latest")
     assert BOARD_ENV not in container_env(unplaced) and TIMING_BOARD_MOUNT not in str(mounts(unplaced))
 
 
@@ -265,13 +272,13 @@ def test_gpu_slots_refuse_a_busy_gpu_and_keep_each_model_on_one_gpu(tmp_path, mo
     run_matrix(matrix, local_run_options(tmp_path, device="auto", gpu="0,4", allow_busy_gpus=True, run_name="r2"))
     gpu_of = {}
     for request in backend.requests:
-        unit = (request.cells[0].model, request.cells[0].batch_size)
-        gpu_of.setdefault(unit, set()).add(request.slot.gpu_uuid)
-        assert all((cell.model, cell.batch_size) == unit for cell in request.cells)
+        unit = (request.work.cells[0].model, request.work.cells[0].batch_size)
+        gpu_of.setdefault(unit, set()).add(request.placement.slot.gpu_uuid)
+        assert all((cell.model, cell.batch_size) == unit for cell in request.work.cells)
     assert all(len(uuids) == 1 for uuids in gpu_of.values())      # every image of a cell: one GPU
     assert set().union(*gpu_of.values()) <= {"GPU-0f3c2a1e-7b6d-4e5f-8a9b-0c1d2e3f4a50",
                                              "GPU-4f3c2a1e-7b6d-4e5f-8a9b-0c1d2e3f4a54"}
-    assert {r.image_name for r in backend.requests} == {"stable", "latest"}
+    assert {r.image.name for r in backend.requests} == {"stable", "latest"}
 
 
 def test_exclusive_timing_without_slots_says_it_changes_nothing(tmp_path, monkeypatch):
@@ -280,4 +287,4 @@ def test_exclusive_timing_without_slots_says_it_changes_nothing(tmp_path, monkey
     run_matrix(load_matrix(write_matrix(tmp_path), Overrides(exclusive_timing=True)), local_run_options(tmp_path),
                progress=progress)
     assert any("no slots" in note for note in progress.notes)
-    assert all(request.timing_board is None for request in backend.requests)
+    assert all(request.placement.timing_board is None for request in backend.requests)

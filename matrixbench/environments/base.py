@@ -1,10 +1,21 @@
-"""The one small interface every backend shares (docker, local, later others)."""
+"""The one small interface every environment shares (docker, venv, local), and what it is asked: a
+``RunRequest`` of four typed parts.
+
+- ``ImageRef``: which image's runner (its name, torch pin, content hash, the build it runs in);
+- ``Work``: what the runner is asked (cells, settings, run order, or ``--check``);
+- ``Paths``: where its records, compile caches and HF cache are (host paths);
+- ``Placement``: where it runs (GPUs, slot, its neighbours, timing board, calibration phase, Ray node).
+
+``executors.base.Run.request`` makes the image, work and paths once per image, unplaced (the run's
+GPUs only); an executor narrows it to some repeats (``for_repeats``) and places it (``placed``); a Ray
+task moves its folders onto its node (``relocated``). Nothing else changes a request.
+"""
 import dataclasses
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from matrixbench.layout import slot_dir
 from matrixbench.placement import Slot
@@ -15,36 +26,35 @@ from runner.timing_board import BOARD_ENV, Board
 
 
 @dataclass(frozen=True)
-class RunRequest:
-    """What a backend needs to run one image's pending cells.
+class ImageRef:
+    """The image a runner runs in: its matrix name, torch requirement (e.g. "torch==2.0.1") and
+    content hash (``Image.content_hash()``: a built image must carry it); ``build_of``: an A/A twin's
+    original (matrixbench.aa), whose build it runs in."""
 
-    ``cells`` are the cells to run (runner.core.Cell); ``settings`` are
-    the runner settings (iterations, warmup, timeout_s, device, accuracy_tolerance,
-    cv_threshold). ``schedule`` is the run order, [cell index, repeat index] pairs, one process
-    each (empty: each cell once, as repeat 0). Records land in ``out_dir`` as ``<cell_id>.json``
-    (repeat 0) and ``<cell_id>.r<k>.json``.
-    """
-
-    image_name: str
-    cells: List[Cell]
-    settings: Dict[str, Any]
-    out_dir: Path
-    cache_dir: Optional[Path] = None      # compile caches (Inductor/Triton); None = cold
-    hf_cache_dir: Optional[Path] = None   # the host's HF cache, shared by all images
-    gpus: bool = False                    # ask for all GPUs (--gpus all)
-    # run-time only env, e.g. HF_TOKEN: kept out of repr() so it is never printed
-    env: Dict[str, str] = field(default_factory=dict, repr=False)
-    torch: Optional[str] = None           # the image entry's torch requirement, e.g. "torch==2.0.1"
-    image_hash: Optional[str] = None      # the image entry's content_hash(): a built image must carry it
-    gpu_ids: Tuple[str, ...] = ()         # the GPUs to use (indices or UUIDs); () = all
-    schedule: Tuple[Tuple[int, int], ...] = ()   # (cell index, repeat index) in run order; () = each cell once
-    order_seed: Optional[int] = None      # the seed the order was shuffled with (recorded)
-    build_of: Optional[str] = None        # an A/A twin's original (matrixbench.aa): its build runs this one
+    name: str
+    torch: Optional[str] = None
+    content_hash: Optional[str] = None
+    build_of: Optional[str] = None
 
     @property
     def built_as(self) -> str:
         """The image name the build (Docker tag, venv) goes by: the twin's original, else its own."""
-        return self.build_of or self.image_name
+        return self.build_of or self.name
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one runner is asked: ``cells`` (runner.core.Cell) with the runner ``settings``
+    (iterations, warmup, timeout_s, device, ...), run in ``schedule`` order ([cell index, repeat index]
+    pairs, one process each; empty: each cell once, as repeat 0), shuffled with ``order_seed``.
+    ``check``: run nothing; the runner builds each cell's model on the meta device (``--check``) and
+    writes its answer to <out_dir>/check.json (runner.schema.CHECK_FILENAME), no records."""
+
+    cells: List[Cell]
+    settings: Dict[str, Any]
+    schedule: Tuple[Tuple[int, int], ...] = ()
+    order_seed: Optional[int] = None
+    check: bool = False
 
     def repeats(self) -> List[Repeat]:
         """The processes to run, in order."""
@@ -52,30 +62,49 @@ class RunRequest:
             return [Repeat(cell) for cell in self.cells]
         return [Repeat(self.cells[cell], repeat) for cell, repeat in self.schedule]
 
-    def for_repeats(self, repeats: Sequence[Repeat]) -> "RunRequest":
-        """This request narrowed to ``repeats`` (a unit's, a round's), in their order."""
+    def for_repeats(self, repeats: Sequence[Repeat]) -> "Work":
+        """This work narrowed to ``repeats`` (a unit's, a round's), in their order."""
         cells, schedule = schedule_pairs(list(repeats))
         return dataclasses.replace(self, cells=cells, schedule=tuple((int(c), int(r)) for c, r in schedule))
-
-    slot: Optional[Slot] = None           # the slot it runs in (its GPU and cores); None: unplaced
-    slots: int = 1                        # slots of the run
-    busy_units: int = 1                   # slots running a unit when this one started (itself too)
-    timing_board: Optional[Path] = None   # the run's timing board folder (runner.timing_board), host path
-    exclusive_timing: bool = False        # slots time one at a time (--exclusive-timing)
-    calibration: Optional[Dict[str, Any]] = None   # {phase, slots}: cells of the interference calibration
-    node: Dict[str, Any] = field(default_factory=dict)   # a Ray task's node (executors/ray/tasks.py), for placement
-    # run nothing: the runner builds each cell's model on the meta device (``--check``) and
-    # writes its answer to <out_dir>/check.json (runner.schema.CHECK_FILENAME); no records
-    check: bool = False
 
     def mode_argv(self) -> List[str]:
         """What the runner's argv gets after ``--cells FILE --out DIR``: ``--check`` or nothing."""
         return ["--check"] if self.check else []
 
-    def work_dir(self) -> Path:
-        """Where the runner's input file and log go: ``out_dir``, or its ``slot-<i>`` folder in a
-        slot (slots may run models of one image at once)."""
-        return Path(self.out_dir) if self.slot is None else slot_dir(self.out_dir, self.slot.index)
+
+@dataclass(frozen=True)
+class Paths:
+    """A runner's host folders: ``out_dir`` gets the records (``<cell_id>.json`` for repeat 0,
+    ``<cell_id>.r<k>.json``); ``cache_dir`` the compile caches (Inductor/Triton; None: cold);
+    ``hf_cache_dir`` the host's HF cache, shared by all images."""
+
+    out_dir: Path
+    cache_dir: Optional[Path] = None
+    hf_cache_dir: Optional[Path] = None
+
+    def in_slot(self, index: int) -> "Paths":
+        """One compile cache per slot: two slots never compile into one folder at once."""
+        cache = slot_dir(self.cache_dir, index) if self.cache_dir is not None else None
+        return dataclasses.replace(self, cache_dir=cache)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a runner runs: ``gpus`` (ask for GPUs at all), ``gpu_ids`` (which; () = all); in a slot
+    (its GPU and cores; None: unplaced) of ``slots``, ``busy_units`` of them running a unit when it
+    started (itself too), sharing the ``timing_board`` folder (runner.timing_board, host path), timing
+    one at a time with ``exclusive_timing``; ``calibration`` ({phase, slots}) for the interference
+    calibration's cells; ``node``: a Ray task's node facts (executors/ray/tasks.py)."""
+
+    gpus: bool = False
+    gpu_ids: Tuple[str, ...] = ()
+    slot: Optional[Slot] = None
+    slots: int = 1
+    busy_units: int = 1
+    timing_board: Optional[Path] = None
+    exclusive_timing: bool = False
+    calibration: Optional[Dict[str, Any]] = None
+    node: Dict[str, Any] = field(default_factory=dict)
 
     def slot_env(self, board_dir: Optional[str] = None) -> Dict[str, str]:
         """The slot's environment: threads = its core count, the placement (and calibration phase)
@@ -93,6 +122,50 @@ class RunRequest:
             board = Board(board_dir or str(self.timing_board), self.slot.index, self.exclusive_timing)
             env[BOARD_ENV] = board.to_env()
         return env
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What an environment needs to run one image's runner: the image, the work, the folders, the
+    placement, and ``env``: the image's variables and run-time secrets (e.g. HF_TOKEN), kept out of
+    repr() so it is never printed."""
+
+    image: ImageRef
+    work: Work
+    paths: Paths
+    placement: Placement = field(default_factory=Placement)
+    env: Dict[str, str] = field(default_factory=dict, repr=False)
+
+    def repeats(self) -> List[Repeat]:
+        """The processes to run, in order."""
+        return self.work.repeats()
+
+    def for_repeats(self, repeats: Sequence[Repeat]) -> "RunRequest":
+        """This request narrowed to ``repeats`` (a unit's, a round's), in their order."""
+        return dataclasses.replace(self, work=self.work.for_repeats(repeats))
+
+    def placed(self, slot: Slot, *, slots: int, busy_units: int, timing_board: Optional[Path] = None,
+               exclusive_timing: bool = False, calibration: Optional[Dict[str, Any]] = None,
+               node: Optional[Mapping[str, Any]] = None, gpu_ids: Optional[Tuple[str, ...]] = None) -> "RunRequest":
+        """This request in ``slot`` (an executor's call, the only one that places a request): its
+        neighbours, timing board, calibration phase and Ray node as given, its GPUs as asked unless
+        ``gpu_ids`` (a Ray task's), and a compile cache of the slot's own (``Paths.in_slot``)."""
+        placement = Placement(gpus=self.placement.gpus,
+                              gpu_ids=self.placement.gpu_ids if gpu_ids is None else gpu_ids, slot=slot,
+                              slots=slots, busy_units=busy_units, timing_board=timing_board,
+                              exclusive_timing=exclusive_timing, calibration=calibration, node=dict(node or {}))
+        return dataclasses.replace(self, placement=placement, paths=self.paths.in_slot(slot.index))
+
+    def relocated(self, paths: Paths, env: Mapping[str, str]) -> "RunRequest":
+        """This request with other folders and run-time env: a Ray task carries it without the driver's
+        folders and secrets and moves it onto its node's; the calibration moves it into its own folders."""
+        return dataclasses.replace(self, paths=paths, env=dict(env))
+
+    def work_dir(self) -> Path:
+        """Where the runner's input file and log go: ``out_dir``, or its ``slot-<i>`` folder in a
+        slot (slots may run models of one image at once)."""
+        slot = self.placement.slot
+        return Path(self.paths.out_dir) if slot is None else slot_dir(self.paths.out_dir, slot.index)
 
 
 class Backend(ABC):
@@ -124,7 +197,7 @@ class Backend(ABC):
         """Run ``request``; block until the runner exits; return its exit code. Slots call it
         from several threads at once.
 
-        Must leave finished records in ``request.out_dir`` even when interrupted
+        Must leave finished records in ``request.paths.out_dir`` even when interrupted
         (KeyboardInterrupt stops and removes whatever the backend started).
         """
 

@@ -13,9 +13,11 @@ import os
 import re
 import uuid
 from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from matrixbench import build_facts, docker_client
-from matrixbench.environments.base import Backend
+from matrixbench.docker_client import Container, DockerClient, ImageInfo
+from matrixbench.environments.base import Backend, RunRequest
 from matrixbench.environments.environment import compile_cache_env, redact, secret_values
 from matrixbench.errors import RunError
 from matrixbench.images import image_tag
@@ -23,6 +25,7 @@ from matrixbench.layout import CALIBRATION_RUN_DEPTH, CELLS_FILENAME, LOG_FILENA
 from matrixbench.owner import Owner, this_process
 from matrixbench.runner_input import write_cells_file
 from matrixbench.versions import torch_label
+from runner.core import Cell
 
 RESULTS_MOUNT = "/results"
 HF_MOUNT = "/hf-home"
@@ -37,7 +40,8 @@ class DockerBackend(Backend):
     name = "docker"
     builds_images = True
 
-    def __init__(self, *, client=None, run_id=None, on_log=None, user=None):
+    def __init__(self, *, client: Optional[DockerClient] = None, run_id: Optional[str] = None,
+                 on_log: Optional[Callable[[str, str], None]] = None, user: Optional[str] = None) -> None:
         """``client``: a docker_client.DockerClient (connects on first use when None).
         ``run_id`` labels the containers (default: the name of out_dir's parent, results/<run>).
         ``on_log(image_name, line)`` also gets the container's log lines (they always go to
@@ -46,42 +50,43 @@ class DockerBackend(Backend):
         self._run_id = run_id
         self._on_log = on_log
         self._user = user or f"{os.getuid()}:{os.getgid()}"
-        self._gpus = None   # nvidia-smi -L lines from a throwaway container, once per run
-        self._running = set()   # containers being followed (slots: several threads)
+        self._gpus: Optional[List[str]] = None   # nvidia-smi -L lines from a throwaway container, once per run
+        self._running: Set[Container] = set()   # containers being followed (slots: several threads)
 
-    def describe(self):
+    def describe(self) -> str:
         return f"docker backend: one container per image ({image_tag('<image>')}, built by `matrixbench build`)"
 
-    def gpus_available(self):
+    def gpus_available(self) -> bool:
         """Whether a throwaway container that asks for GPUs sees any (asked once per run)."""
         return bool(self.container_gpus())
 
-    def container_gpus(self):
+    def container_gpus(self) -> List[str]:
         """``nvidia-smi -L`` lines seen from a container of a built matrixbench image; [] when
         Docker cannot give GPUs or no image is built yet (nothing to run then anyway)."""
         if self._gpus is None:
             client = self._connected()
             images = sorted(client.find_images({docker_client.LABEL_MARK: None}))
-            self._gpus = client.gpu_probe(images[0]) if images else []
+            self._gpus = list(client.gpu_probe(images[0])) if images else []
         return self._gpus
 
-    def build_facts(self, image):
+    def build_facts(self, image: Any) -> Optional[build_facts.BuildFacts]:
         info = self._connected().inspect_image(image_tag(image.name))
         return build_facts.from_labels(info.labels) if info is not None else None
 
-    def run(self, request):
+    def run(self, request: RunRequest) -> int:
         client = self._connected()
         image = self._image(client, request)   # GPUs: checked once, by run.py, before any image runs
-        models = model_mounts(request.cells)
-        request = dataclasses.replace(request, cells=[in_container(cell, models) for cell in request.cells])
+        models = model_mounts(request.work.cells)
         request.work_dir().mkdir(parents=True, exist_ok=True)
-        cells_file = write_cells_file(request, image.id, path=request.work_dir() / CELLS_FILENAME)
-        slot = request.slot
+        cells_file = write_cells_file(request, image.id, path=request.work_dir() / CELLS_FILENAME,
+                                      cells=[in_container(cell, models) for cell in request.work.cells])
+        slot = request.placement.slot
+        argv = runner_argv(cells_file.relative_to(request.paths.out_dir)) + request.work.mode_argv()
         container = client.start_container(
-            image_tag(request.built_as), runner_argv(cells_file.relative_to(request.out_dir)) + request.mode_argv(),
+            image_tag(request.image.built_as), argv,
             user=self._user, env=container_env(request), mounts={**mounts(request), **models},
-            labels=self._labels(request, image), gpus=request.gpus,
-            gpu_ids=(slot.gpu_uuid,) if slot is not None and slot.gpu_uuid else request.gpu_ids,
+            labels=self._labels(request, image), gpus=request.placement.gpus,
+            gpu_ids=(slot.gpu_uuid,) if slot is not None and slot.gpu_uuid else request.placement.gpu_ids,
             name=self._container_name(request),
             cpuset_cpus=slot.cpuset if slot is not None else None,
             cpuset_mems=str(slot.numa_node) if slot is not None and slot.numa_node is not None else None,
@@ -92,41 +97,41 @@ class DockerBackend(Backend):
         finally:
             self._running.discard(container)
 
-    def stop_all(self):
+    def stop_all(self) -> None:
         for container in list(self._running):
             container.stop(timeout=5)
 
-    def stop_leftovers(self, run_path):
+    def stop_leftovers(self, run_path: Path) -> List[str]:
         """Stop and remove the containers of ``run_path`` whose owning host process is gone (a
         killed run's); a container whose owner lives, or ran on another host, is left alone."""
         selector = {docker_client.LABEL_MARK: None, docker_client.LABEL_RUN_DIR: str(Path(run_path).resolve())}
         here = this_process()
         return [_stop_leftover(container, here) for container in self._connected().find_containers(selector)]
 
-    def _connected(self):
+    def _connected(self) -> DockerClient:
         if self._client is None:
             self._client = docker_client.connect()
         return self._client
 
-    def _image(self, client, request):
-        tag = image_tag(request.built_as)
-        image = client.inspect_image(tag)
+    def _image(self, client: DockerClient, request: RunRequest) -> ImageInfo:
+        tag = image_tag(request.image.built_as)
+        image: Optional[ImageInfo] = client.inspect_image(tag)
         if image is None:
             raise RunError(
-                f"image {request.image_name!r}: Docker has no {tag}; build it first with "
-                f"`matrixbench build --images {request.image_name}`"
+                f"image {request.image.name!r}: Docker has no {tag}; build it first with "
+                f"`matrixbench build --images {request.image.name}`"
             )
         built_torch = image.labels.get(docker_client.LABEL_TORCH)
-        if request.torch and built_torch and built_torch != torch_label(request.torch):
+        if request.image.torch and built_torch and built_torch != torch_label(request.image.torch):
             raise RunError(
-                f"image {request.image_name!r}: {tag} was built with torch {built_torch}, but the "
-                f"matrix asks for {request.torch}; rebuild it with "
-                f"`matrixbench build --images {request.image_name}`"
+                f"image {request.image.name!r}: {tag} was built with torch {built_torch}, but the "
+                f"matrix asks for {request.image.torch}; rebuild it with "
+                f"`matrixbench build --images {request.image.name}`"
             )
         _refuse_stale(image, tag, request)
         return image
 
-    def _follow(self, container, request):
+    def _follow(self, container: Container, request: RunRequest) -> int:
         """Stream logs until the container exits; stop and remove it whatever happens."""
         hide = secret_values(request.env)
         try:
@@ -136,8 +141,8 @@ class DockerBackend(Backend):
                     log.write(line + "\n")
                     log.flush()
                     if self._on_log:
-                        self._on_log(request.image_name, line)
-            exit_code = container.wait()
+                        self._on_log(request.image.name, line)
+            exit_code: int = container.wait()
         except KeyboardInterrupt:
             container.stop(timeout=5)
             raise
@@ -145,82 +150,83 @@ class DockerBackend(Backend):
             container.remove()
         return exit_code
 
-    def _labels(self, request, image):
+    def _labels(self, request: RunRequest, image: ImageInfo) -> Dict[str, str]:
         return {
             docker_client.LABEL_MARK: "1",
             docker_client.LABEL_RUN_ID: self._run_id_for(request),
             docker_client.LABEL_RUN_DIR: str(run_folder_of(request)),
-            docker_client.LABEL_IMAGE: request.image_name,
+            docker_client.LABEL_IMAGE: request.image.name,
             docker_client.LABEL_TORCH: image.labels.get(docker_client.LABEL_TORCH, "unknown"),
             **this_process().labels(),
         }
 
-    def _run_id_for(self, request):
+    def _run_id_for(self, request: RunRequest) -> str:
         """The run's name (its folder's, unless run_id was given)."""
         return self._run_id or run_folder_of(request).name
 
-    def _container_name(self, request):
-        raw = f"matrixbench-{self._run_id_for(request)}-{request.image_name}-{uuid.uuid4().hex[:6]}"
+    def _container_name(self, request: RunRequest) -> str:
+        raw = f"matrixbench-{self._run_id_for(request)}-{request.image.name}-{uuid.uuid4().hex[:6]}"
         return re.sub(r"[^A-Za-z0-9_.-]", "-", raw)
 
 
-def run_folder_of(request):
+def run_folder_of(request: RunRequest) -> Path:
     """The run folder: out_dir is results/<run>/<image> (a calibration's, more folders down)."""
-    up = CALIBRATION_RUN_DEPTH - 1 if request.calibration else 0
-    return Path(request.out_dir).resolve().parents[up]
+    up = CALIBRATION_RUN_DEPTH - 1 if request.placement.calibration else 0
+    return Path(request.paths.out_dir).resolve().parents[up]
 
 
-def _stop_leftover(container, here):
+def _stop_leftover(container: Container, here: Owner) -> str:
     """Stop and remove one container of the run folder unless its owner may still run; say which."""
     owner = Owner.from_labels(container.labels)
     image = container.labels.get(docker_client.LABEL_IMAGE, "?")
     name = f"container {container.id[:12]} (image {image})"
-    alive = owner.alive(here) if owner is not None else None
+    if owner is None:
+        return f"left {name} of this run folder alone: it names no owner; `matrixbench clean` removes it"
+    alive = owner.alive(here)
     if alive is False:
         container.stop(timeout=5)
         container.remove()
         return f"stopped {name}: left running by a killed run ({owner.describe()}, gone)"
-    why = (f"its owner {owner.describe()} still runs" if alive else
-           f"its owner {owner.describe()} ran on another host" if owner is not None else "it names no owner")
+    why = f"its owner {owner.describe()} still runs" if alive else f"its owner {owner.describe()} ran on another host"
     return f"left {name} of this run folder alone: {why}; `matrixbench clean` removes it"
 
 
-def _refuse_stale(image, tag, request):
+def _refuse_stale(image: ImageInfo, tag: str, request: RunRequest) -> None:
     """An image built from another definition of its matrix entry (or before images carried
     the label) is stale: its records would be labelled with what it does not hold."""
     built = image.labels.get(docker_client.LABEL_CONTENT_HASH)
-    if request.image_hash and built != request.image_hash:
+    if request.image.content_hash and built != request.image.content_hash:
         raise RunError(
-            f"image {request.image_name!r}: {tag} was built from another definition of the image "
-            f"(content hash {built or 'none'}, the matrix's is {request.image_hash}); rebuild it with "
-            f"`matrixbench build --images {request.image_name}`"
+            f"image {request.image.name!r}: {tag} was built from another definition of the image "
+            f"(content hash {built or 'none'}, the matrix's is {request.image.content_hash}); rebuild it with "
+            f"`matrixbench build --images {request.image.name}`"
         )
 
 
-def runner_argv(cells_file=CELLS_FILENAME):
+def runner_argv(cells_file: Union[str, Path] = CELLS_FILENAME) -> List[str]:
     """The argv after the image's ENTRYPOINT (python -m runner); ``cells_file`` relative to out_dir."""
     return ["--cells", f"{RESULTS_MOUNT}/{Path(cells_file).as_posix()}", "--out", RESULTS_MOUNT]
 
 
-def mounts(request):
+def mounts(request: RunRequest) -> Dict[Path, Tuple[str, str]]:
     """Host folder -> (container folder, mode); host folders are made here so Docker does
     not create them as root."""
-    table = {Path(request.out_dir): (RESULTS_MOUNT, "rw")}
-    if request.hf_cache_dir is not None:
-        table[Path(request.hf_cache_dir)] = (HF_MOUNT, "rw")
-    if request.cache_dir is not None:
-        table[Path(request.cache_dir)] = (COMPILE_CACHE_MOUNT, "rw")
-    if request.timing_board is not None:
-        table[Path(request.timing_board)] = (TIMING_BOARD_MOUNT, "rw")
+    table = {Path(request.paths.out_dir): (RESULTS_MOUNT, "rw")}
+    if request.paths.hf_cache_dir is not None:
+        table[Path(request.paths.hf_cache_dir)] = (HF_MOUNT, "rw")
+    if request.paths.cache_dir is not None:
+        table[Path(request.paths.cache_dir)] = (COMPILE_CACHE_MOUNT, "rw")
+    if request.placement.timing_board is not None:
+        table[Path(request.placement.timing_board)] = (TIMING_BOARD_MOUNT, "rw")
     for host in table:
         host.mkdir(parents=True, exist_ok=True)
     return {host.resolve(): target for host, target in table.items()}
 
 
-def model_mounts(cells):
+def model_mounts(cells: Sequence[Cell]) -> Dict[Path, Tuple[str, str]]:
     """The folder of each model given by a local config or checkpoint -> (/models/<model>, "ro"):
     the container sees the user's own models read-only, at a path of its own."""
-    table = {}
+    table: Dict[Path, Tuple[str, str]] = {}
     for cell in cells:
         folder = _model_folder(cell)
         if folder is not None and folder not in table:
@@ -228,19 +234,19 @@ def model_mounts(cells):
     return table
 
 
-def in_container(cell, models):
+def in_container(cell: Cell, models: Mapping[Path, Tuple[str, str]]) -> Cell:
     """The cell as the container sees it: a local config_path rewritten to its mount."""
     folder = _model_folder(cell)
-    if folder is None:
+    if folder is None or not cell.config_path:
         return cell
     return dataclasses.replace(cell, config_path=f"{models[folder][0]}/{Path(cell.config_path).name}")
 
 
-def _model_folder(cell):
+def _model_folder(cell: Cell) -> Optional[Path]:
     return Path(cell.config_path).resolve().parent if cell.config_path else None
 
 
-def container_env(request):
+def container_env(request: RunRequest) -> Dict[str, str]:
     """The container's whole environment: an allow-list, never a copy of os.environ.
 
     HOME and USER are set because the host uid may have no passwd entry in the image
@@ -248,10 +254,10 @@ def container_env(request):
     set: the runner compiles each cell in a scratch folder of its own.
     """
     env = {"HOME": "/tmp", "USER": "matrixbench"}
-    env.update(compile_cache_env(COMPILE_CACHE_MOUNT if request.cache_dir is not None else None))
-    if request.hf_cache_dir is not None:
+    env.update(compile_cache_env(COMPILE_CACHE_MOUNT if request.paths.cache_dir is not None else None))
+    if request.paths.hf_cache_dir is not None:
         env["HF_HOME"] = HF_MOUNT
-    env.update(request.slot_env(board_dir=TIMING_BOARD_MOUNT))
+    env.update(request.placement.slot_env(board_dir=TIMING_BOARD_MOUNT))
     env.update(request.env)
     return env
 

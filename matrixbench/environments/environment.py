@@ -79,16 +79,16 @@ def runner_env(environ: Mapping[str, str], request: Any, cache_env: Mapping[str,
         env.pop("PYTHONPATH", None)
         env["PATH"] = os.pathsep.join(filter(None, [str(Path(venv) / "bin"), env.get("PATH")]))
         env["VIRTUAL_ENV"] = str(venv)
-    if request.hf_cache_dir is not None:
-        env["HF_HOME"] = str(request.hf_cache_dir)
-    if not request.gpus:
+    if request.paths.hf_cache_dir is not None:
+        env["HF_HOME"] = str(request.paths.hf_cache_dir)
+    if not request.placement.gpus:
         env["CUDA_VISIBLE_DEVICES"] = ""
-    elif request.slot is not None and request.slot.gpu_uuid:
-        env["CUDA_VISIBLE_DEVICES"] = request.slot.gpu_uuid
-    elif request.gpu_ids:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(request.gpu_ids)
+    elif request.placement.slot is not None and request.placement.slot.gpu_uuid:
+        env["CUDA_VISIBLE_DEVICES"] = request.placement.slot.gpu_uuid
+    elif request.placement.gpu_ids:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(request.placement.gpu_ids)
     env.update(cache_env)
-    env.update(request.slot_env())
+    env.update(request.placement.slot_env())
     env.update(request.env)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(runner_path or runner_parent()), env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"

@@ -11,12 +11,14 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
-from matrixbench.environments.base import Backend
+from matrixbench.environments.base import Backend, RunRequest
 from matrixbench.environments.environment import compile_cache_env, runner_env
 from matrixbench.errors import RunError
 from matrixbench.gpu import host_gpus
 from matrixbench.layout import CELLS_FILENAME, LOG_FILENAME
+from matrixbench.placement import Slot
 from matrixbench.run_folder import held_lock_fds
 from matrixbench.runner_input import write_cells_file
 from matrixbench.versions import pinned_version, same_release
@@ -29,23 +31,23 @@ SIGNAL_CHECK_S = 0.5
 class LocalBackend(Backend):
     name = "local"
 
-    def __init__(self, python=None):
+    def __init__(self, python: Optional[str] = None) -> None:
         self.python = python or sys.executable
 
-    def describe(self):
+    def describe(self) -> str:
         return (f"local backend: this interpreter ({self.python}, torch {_installed_torch()}); "
                 "the images' torch pins are not installed")
 
-    def gpus_available(self):
+    def gpus_available(self) -> bool:
         return bool(host_gpus())
 
-    def run(self, request):
+    def run(self, request: RunRequest) -> int:
         if self.python == sys.executable:
             check_torch_pin(request, _installed_torch())
-        env = runner_env(os.environ, request, compile_cache_env(request.cache_dir))
+        env = runner_env(os.environ, request, compile_cache_env(request.paths.cache_dir))
         return launch_runner(self.python, request, env)
 
-    def stop_all(self):
+    def stop_all(self) -> None:
         stop_running()
 
 
@@ -53,7 +55,8 @@ class LocalBackend(Backend):
 _RUNNING: "set[subprocess.Popen[bytes]]" = set()
 
 
-def launch_runner(python, request, env, image_id=None):
+def launch_runner(python: Union[str, Path], request: RunRequest, env: Dict[str, str],
+                  image_id: Optional[str] = None) -> int:
     """``python -m runner --cells <work_dir>/cells.json --out <out_dir>``, as the container's
     entrypoint runs it, logging to <work_dir>/runner.log (work_dir: out_dir, or its slot-<i>
     folder in a slot, whose cores it is pinned to); return its exit code.
@@ -63,12 +66,12 @@ def launch_runner(python, request, env, image_id=None):
     while it lives."""
     request.work_dir().mkdir(parents=True, exist_ok=True)
     cells_file = write_cells_file(request, image_id, path=request.work_dir() / CELLS_FILENAME)
-    argv = [str(python), "-m", "runner", "--cells", str(cells_file), "--out", str(request.out_dir),
-            *request.mode_argv()]
+    argv = [str(python), "-m", "runner", "--cells", str(cells_file), "--out", str(request.paths.out_dir),
+            *request.work.mode_argv()]
     with open(request.work_dir() / LOG_FILENAME, "ab") as log:
         process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True,
-                                   pass_fds=held_lock_fds(), preexec_fn=child_setup(request.slot))
+                                   pass_fds=held_lock_fds(), preexec_fn=child_setup(request.placement.slot))
         _RUNNING.add(process)
         try:
             return _wait(process)
@@ -76,43 +79,43 @@ def launch_runner(python, request, env, image_id=None):
             _RUNNING.discard(process)
 
 
-def stop_running():
+def stop_running() -> None:
     """Stop every runner launch_runner started that still runs (Ctrl-C with slots)."""
     for process in list(_RUNNING):
         _stop(process)
 
 
-def child_setup(slot):
+def child_setup(slot: Optional[Slot]) -> Callable[[], None]:
     """The child's pre-exec step: die with this process; run on the slot's cores only (if any)."""
     host, cores = os.getpid(), set(slot.cores) if slot is not None else None
 
-    def setup():
+    def setup() -> None:
         die_with_parent(signal.SIGTERM, host)
         if cores is not None:
             os.sched_setaffinity(0, cores)
     return setup
 
 
-def _installed_torch():
+def _installed_torch() -> str:
     try:
         return metadata.version("torch")
     except metadata.PackageNotFoundError:
         return "not installed"
 
 
-def check_torch_pin(request, installed):
+def check_torch_pin(request: RunRequest, installed: str) -> None:
     """Refuse to record this interpreter's torch under an image that pins another one: the
     report would compare images that ran the same torch."""
-    pinned = pinned_version(request.torch) if request.torch else None
+    pinned = pinned_version(request.image.torch) if request.image.torch else None
     if pinned is not None and not same_release(installed, pinned):
         raise RunError(
-            f"image {request.image_name!r} pins {request.torch}, but --backend local runs this "
+            f"image {request.image.name!r} pins {request.image.torch}, but --backend local runs this "
             f"interpreter's torch {installed}: run only images that pin torch {installed} "
             f"(--images NAME), or use --backend docker"
         )
 
 
-def _wait(process):
+def _wait(process: "subprocess.Popen[bytes]") -> int:
     """The runner's exit code; waits in steps, so a stop signal another thread took (SIGTERM,
     SIGHUP) reaches this thread's handler within a step."""
     try:
@@ -126,7 +129,7 @@ def _wait(process):
         raise
 
 
-def _stop(process):
+def _stop(process: "subprocess.Popen[bytes]") -> None:
     """Stop the runner and everything below it, cell processes in sessions of their own included.
 
     SIGTERM first (the runner may record the interrupted cell), SIGKILL after the grace period
@@ -142,7 +145,7 @@ def _stop(process):
     process.wait()
 
 
-def _signal_all(pids, sig):
+def _signal_all(pids: Sequence[int], sig: int) -> None:
     for pid in pids:
         try:
             if os.getpgid(pid) == pid:
@@ -153,16 +156,17 @@ def _signal_all(pids, sig):
             pass
 
 
-def descendants(pid):
+def descendants(pid: int) -> List[int]:
     """Every process below ``pid``, from /proc (Linux); [] where there is no /proc."""
-    children = {}
+    children: Dict[int, List[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(parent, []).append(int(stat.parent.name))
-    found, todo = [], [pid]
+    found: List[int] = []
+    todo = [pid]
     while todo:
         below = children.get(todo.pop(), [])
         found += below
@@ -170,7 +174,7 @@ def descendants(pid):
     return found
 
 
-def _running(pid):
+def _running(pid: int) -> bool:
     """Alive and not a zombie (in a container, PID 1 may never reap orphans)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

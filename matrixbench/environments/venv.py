@@ -49,13 +49,13 @@ class VenvBackend(Backend):
         return venv.facts if venv is not None else None
 
     def run(self, request: RunRequest) -> int:
-        venv = self._venvs.get(request.built_as)
+        venv = self._venvs.get(request.image.built_as)
         if venv is None:
-            raise RunError(f"image {request.image_name!r}: no venv prepared for it (VenvBackend.prepare)")
-        if request.torch and not torch_matches(request.torch, venv.torch):
-            raise RunError(f"image {request.image_name!r}: the venv {venv.path} has torch {venv.torch}, "
-                           f"but the matrix asks for {request.torch}")
-        env = runner_env(os.environ, request, compile_cache_env(request.cache_dir), venv=venv.path,
+            raise RunError(f"image {request.image.name!r}: no venv prepared for it (VenvBackend.prepare)")
+        if request.image.torch and not torch_matches(request.image.torch, venv.torch):
+            raise RunError(f"image {request.image.name!r}: the venv {venv.path} has torch {venv.torch}, "
+                           f"but the matrix asks for {request.image.torch}")
+        env = runner_env(os.environ, request, compile_cache_env(request.paths.cache_dir), venv=venv.path,
                          runner_path=link_runner(venv.path))
         return int(launch_runner(venv.python_bin, request, env, image_id=venv.image_id))
 

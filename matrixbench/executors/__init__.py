@@ -86,8 +86,8 @@ SCOPES = (
     Scope("--gpu", ONE_MACHINE, lambda matrix, options: options.gpu is not None),
     Scope("--allow-busy-gpus", ONE_MACHINE, lambda matrix, options: options.allow_busy_gpus),
     Scope("--ray-address", (RAY,), lambda matrix, options: options.ray_address is not None),
-    Scope("--registry", (RAY,), lambda matrix, options: options.registry is not None),
-    Scope("--ca-bundle/--index-url/--extra-index-url/--base-image", (RAY,),
+    Scope("registry", (RAY,), lambda matrix, options: options.registry is not None),
+    Scope("ca_bundle/index_url/extra_index_urls/base_image", (RAY,),
           lambda matrix, options: options.build_options is not None),
 )
 WHY_NOT = {
@@ -115,8 +115,8 @@ def check_options(matrix: Any, options: Any) -> None:
 def _check_ray_options(options: Any) -> None:
     """What the ray executor's own options need of --backend (the nodes')."""
     if options.registry and options.backend != "docker":
-        raise RunError(f"--registry {options.registry}: images go through a registry only to docker nodes "
-                       f"(this is --backend {options.backend}); drop --registry")
+        raise RunError(f"registry {options.registry}: images go through a registry only to docker nodes "
+                       f"(this is --backend {options.backend}); drop the registry setting")
     if options.build_options and (options.registry or options.backend != "docker"):
-        raise RunError("--ca-bundle, --index-url, --extra-index-url, --base-image: for the image builds on "
-                       "docker nodes without --registry; drop them")
+        raise RunError("ca_bundle, index_url, extra_index_urls, base_image: for the image builds on "
+                       "docker nodes without a registry; drop them")

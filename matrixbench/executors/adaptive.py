@@ -81,23 +81,23 @@ class Comparison:
         return f"{image_b}/{cell_b.id} vs {image_a}/{cell_a.id}"
 
 
-def comparisons(plans: Sequence[ImageWork]) -> List[Comparison]:
-    """The comparisons among ``plans``' cells, as the report makes them (report.comparisons):
+def comparisons(works: Sequence[ImageWork]) -> List[Comparison]:
+    """The comparisons among ``works``' cells, as the report makes them (report.comparisons):
     each cell against the same cell in the previous image of its GPU type (matrix order), each
     compiled cell against its image's eager cell and, for other compiled modes, its default cell."""
     found: List[Comparison] = []
     previous: Dict[Optional[str], ImageWork] = {}
-    for plan in plans:
-        before = previous.get(plan.gpu_type)
+    for work in works:
+        before = previous.get(work.gpu_type)
         if before is not None:
-            found += [Comparison("image_change", (before.label, cell), (plan.label, cell))
-                      for cell in plan.cells if cell in before.cells]
-        previous[plan.gpu_type] = plan
-        for cell in plan.cells:
+            found += [Comparison("image_change", (before.label, cell), (work.label, cell))
+                      for cell in work.cells if cell in before.cells]
+        previous[work.gpu_type] = work
+        for cell in work.cells:
             for kind, mode in (("speedup", EAGER), ("mode_change", DEFAULT_MODE)):
                 sibling = dataclasses.replace(cell, mode=mode)
-                if cell.mode != EAGER and cell.mode != mode and sibling in plan.cells:
-                    found.append(Comparison(kind, (plan.label, sibling), (plan.label, cell)))
+                if cell.mode != EAGER and cell.mode != mode and sibling in work.cells:
+                    found.append(Comparison(kind, (work.label, sibling), (work.label, cell)))
     return found
 
 
@@ -113,12 +113,12 @@ class Processes:
         return min(index for index in range(len(self.taken) + 1) if index not in self.taken)
 
 
-def recorded(plan: ImageWork, cell: Cell, maximum: int, since: Optional[float] = None) -> Processes:
-    """What the records of ``cell`` in ``plan``'s folder say, repeats 0 .. maximum - 1; with ``since``
+def recorded(work: ImageWork, cell: Cell, maximum: int, since: Optional[float] = None) -> Processes:
+    """What the records of ``cell`` in ``work``'s folder say, repeats 0 .. maximum - 1; with ``since``
     (a time.time()) only those written since (a --force run: older records are to be replaced)."""
     found = Processes()
     for index in range(maximum):
-        path = record_path(plan.out_dir, cell, index)
+        path = record_path(work.out_dir, cell, index)
         if not path.exists() or (since is not None and path.stat().st_mtime < since):
             continue
         found.taken.add(index)
@@ -184,20 +184,20 @@ class Outcome:
         return "\n".join(lines)
 
 
-def bill(policy: Policy, plans: Sequence[ImageWork], parallel: int = 1,
+def bill(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
          estimates: Optional[Estimates] = None) -> str:
     """The run's estimated wall time before it starts: its pending processes (``Estimates``: earlier
     records of each cell, else the scheduler's model) over ``parallel`` runners; with repeats auto
     the minimum (repeats_min a cell) and the maximum (every cell to repeats_max)."""
     estimate = estimates or Estimates()
-    first = sum(estimate(plan, repeat) for plan in plans for repeat in plan.pending)
+    first = sum(estimate(work, repeat) for work in works for repeat in work.pending)
     runners = f"{parallel} runner(s) at once" if parallel > 1 else "one runner at a time"
     budget = f"; --budget {policy.budget_s / 60:g} min stops admitting processes past it" if policy.budget_s else ""
     if not policy.adaptive:
-        return (f"estimated duration: {format_duration(first / parallel)} for {sum(len(p.pending) for p in plans)} "
+        return (f"estimated duration: {format_duration(first / parallel)} for {sum(len(p.pending) for p in works)} "
                 f"process(es), {runners} (earlier records, else the scheduler's model){budget}")
-    extra = sum(estimate(plan, Repeat(cell, 0)) * (policy.maximum - policy.minimum)
-                for plan in plans for cell in plan.cells)
+    extra = sum(estimate(work, Repeat(cell, 0)) * (policy.maximum - policy.minimum)
+                for work in works for cell in work.cells)
     return (f"estimated duration: {format_duration(first / parallel)} at the minimum ({policy.minimum} processes a "
             f"cell), up to {format_duration((first + extra) / parallel)} if every comparison stays undecided "
             f"({policy.maximum} a cell), {runners} (earlier records, else the scheduler's model){budget}")
@@ -261,26 +261,26 @@ class Budget:
 
 
 class Waves:
-    """The run's waves of processes: iterate for each wave's ImageWork list (only plans with
+    """The run's waves of processes: iterate for each wave's ImageWork list (only works with
     pending repeats); ``outcome`` says what was left in doubt once iteration ends."""
 
-    def __init__(self, policy: Policy, plans: Sequence[ImageWork], budget: Budget,
+    def __init__(self, policy: Policy, works: Sequence[ImageWork], budget: Budget,
                  judge: Optional[Judge] = None, estimates: Optional[Callable[[ImageWork, Repeat], float]] = None,
                  read: Optional[Callable[[ImageWork, Cell, int], Processes]] = None, since: Optional[float] = None):
         """``judge``: stats.judge unless given; ``estimates``: seconds of a process with no earlier one
         of its cell in this run (default ``Estimates``); ``read``: a side's processes (default
         ``recorded``, from its records, those written ``since`` with --force; benchmarks/bench_adaptive_repeats.py
         simulates them)."""
-        self.policy, self.plans, self.budget = policy, list(plans), budget
+        self.policy, self.works, self.budget = policy, list(works), budget
         self._judge = judge
         self._estimates = estimates or Estimates()
-        self._read = read or (lambda plan, cell, maximum: recorded(plan, cell, maximum, since))
+        self._read = read or (lambda work, cell, maximum: recorded(work, cell, maximum, since))
         self.outcome = Outcome(policy)
 
     def __iter__(self) -> Iterator[List[ImageWork]]:
-        """The first wave has every plan (those with nothing pending too: the summary counts what
-        they skip); later ones only plans with something to run."""
-        wave = self._admitted([(plan, list(plan.pending)) for plan in self.plans], keep_empty=True)
+        """The first wave has every image's work (those with nothing pending too: the summary counts what
+        they skip); later ones only works with something to run."""
+        wave = self._admitted([(work, list(work.pending)) for work in self.works], keep_empty=True)
         while wave:
             self.outcome.waves += 1
             yield wave
@@ -298,37 +298,37 @@ class Waves:
             for side in pair:
                 if len(sides[side].taken) == fewest < self.policy.maximum:
                     wanted[side] = sides[side].next_index()
-        by_label = {plan.label: plan for plan in self.plans}
+        by_label = {work.label: work for work in self.works}
         parts = []
-        for plan in self.plans:
-            chosen = {(cell, index) for (label, cell), index in wanted.items() if label == plan.label}
+        for work in self.works:
+            chosen = {(cell, index) for (label, cell), index in wanted.items() if label == work.label}
             if chosen:
                 top = max(index for _, index in chosen) + 1
-                order = [r for r in interleaved(plan.cells, top, plan.order_seed) if (r.cell, r.index) in chosen]
-                parts.append((by_label[plan.label], order))
+                order = [r for r in interleaved(work.cells, top, work.order_seed) if (r.cell, r.index) in chosen]
+                parts.append((by_label[work.label], order))
         wave = self._admitted(parts)
-        self.outcome.added += sum(len(plan.pending) for plan in wave)
+        self.outcome.added += sum(len(work.pending) for work in wave)
         return wave
 
     def _admitted(self, parts: List[Tuple[ImageWork, List[Repeat]]], keep_empty=False) -> List[ImageWork]:
         """``parts`` narrowed to what the budget admits, repeat index by repeat index (run order)."""
-        queue = sorted(((repeat.index, number, plan, repeat) for number, (plan, repeats) in enumerate(parts)
+        queue = sorted(((repeat.index, number, work, repeat) for number, (work, repeats) in enumerate(parts)
                         for repeat in repeats), key=lambda item: (item[0], item[1]))
-        fits = self.budget.admit([self._estimate(plan, repeat) for _, _, plan, repeat in queue]
+        fits = self.budget.admit([self._estimate(work, repeat) for _, _, work, repeat in queue]
                                  if self.budget.budget_s is not None else [0.0] * len(queue))
         self.outcome.held_back = len(queue) - fits     # the last wave's: what the budget kept from running
-        admitted = {(plan.label, repeat) for _, _, plan, repeat in queue[:fits]}
+        admitted = {(work.label, repeat) for _, _, work, repeat in queue[:fits]}
         wave = []
-        for plan, repeats in parts:
-            pending = [repeat for repeat in repeats if (plan.label, repeat) in admitted]
+        for work, repeats in parts:
+            pending = [repeat for repeat in repeats if (work.label, repeat) in admitted]
             if pending or keep_empty:
-                known = [repeat for repeat in pending if repeat not in plan.repeats]
-                wave.append(dataclasses.replace(plan, pending=pending, repeats=tuple(plan.repeats) + tuple(known)))
+                known = [repeat for repeat in pending if repeat not in work.repeats]
+                wave.append(dataclasses.replace(work, pending=pending, repeats=tuple(work.repeats) + tuple(known)))
         return wave
 
-    def _estimate(self, plan: ImageWork, repeat: Repeat) -> float:
-        durations = self._read(plan, repeat.cell, self.policy.maximum).durations
-        return mean(durations) if durations else self._estimates(plan, repeat)
+    def _estimate(self, work: ImageWork, repeat: Repeat) -> float:
+        durations = self._read(work, repeat.cell, self.policy.maximum).durations
+        return mean(durations) if durations else self._estimates(work, repeat)
 
     def _judge_all(self, final: bool):
         """The undecided comparisons more processes could decide (``promising``), with their sides'
@@ -336,11 +336,11 @@ class Waves:
         judge = self._judge or default_judge()
         sides: Dict[Side, Processes] = {}
         doubts, decided = [], 0
-        for comparison in comparisons(self.plans):
+        for comparison in comparisons(self.works):
             for side in (comparison.baseline, comparison.candidate):
                 if side not in sides:
-                    plan = next(p for p in self.plans if p.label == side[0])
-                    sides[side] = self._read(plan, side[1], self.policy.maximum)
+                    work = next(p for p in self.works if p.label == side[0])
+                    sides[side] = self._read(work, side[1], self.policy.maximum)
             baseline, candidate = sides[comparison.baseline], sides[comparison.candidate]
             if not baseline.means or not candidate.means:
                 continue      # a side that failed every process: its records say why, more would not help

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Counter, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from matrixbench.environments.base import Backend, RunRequest
+from matrixbench.environments.base import Backend, ImageRef, Paths, Placement, RunRequest, Work
 from matrixbench.environments.environment import runtime_secrets
 from matrixbench.launch import Outcome, launch
 from matrixbench.layout import LOG_FILENAME
@@ -124,27 +124,27 @@ class Run:
             self.progress.image_started(work.label, len(work.pending), work.done)
 
     def request(self, work: Any) -> RunRequest:
-        """What ``work``'s image's runner is asked: its pending repeats, settings, caches, GPUs and env."""
+        """What ``work``'s image's runner is asked: its pending repeats, settings, caches, the run's GPUs
+        and env; unplaced (an executor places it: ``RunRequest.placed``)."""
         image, options = self.matrix.images[work.image_name], self.options
         cells, schedule = work.schedule()
         return RunRequest(
-            image_name=work.image_name,
-            cells=cells,
-            schedule=tuple(tuple(pair) for pair in schedule),
-            order_seed=work.order_seed,
+            image=ImageRef(work.image_name, torch=image.torch, content_hash=image.content_hash(),
+                           build_of=image.build_of),
             # auto on a host whose environment gives GPUs becomes cuda: the runner then fails with
             # the reason if torch cannot use them, instead of measuring on the CPU.
-            settings=runner_settings(self.matrix, "cuda" if self.gpus else options.device),
-            out_dir=work.out_dir,
-            cache_dir=None if options.cold else Path(options.cache_root or compile_cache_root()) / work.image_name,
-            hf_cache_dir=options.hf_cache_dir or hf_cache_home(),
-            gpus=self.gpus,
+            work=Work(cells, runner_settings(self.matrix, "cuda" if self.gpus else options.device),
+                      schedule=tuple((int(cell), int(repeat)) for cell, repeat in schedule),
+                      order_seed=work.order_seed),
+            paths=Paths(work.out_dir, cache_dir=None if options.cold else self.cache_root() / work.image_name,
+                        hf_cache_dir=options.hf_cache_dir or hf_cache_home()),
+            placement=Placement(gpus=self.gpus, gpu_ids=gpu_choice(options.gpu, self.environ) if self.gpus else ()),
             env={**image.env, **runtime_secrets(self.environ)},
-            torch=image.torch,
-            image_hash=image.content_hash(),
-            build_of=image.build_of,
-            gpu_ids=gpu_choice(options.gpu, self.environ) if self.gpus else (),
         )
+
+    def cache_root(self) -> Path:
+        """Where the images' compile caches go (--cache-dir, else the default root)."""
+        return Path(self.options.cache_root or compile_cache_root())
 
     def record_arrived(self, work: Any, cell: Any, record: Any) -> None:
         """Count one record of ``work``'s image and show it."""
@@ -161,9 +161,10 @@ class Run:
             result.exit_code = exit_code if exit_code or result.exit_code is None else result.exit_code
             result.missing += list(missing)
 
-    def launch(self, work: Any, request: RunRequest, slot: Optional[int] = None) -> Outcome:
-        """One runner for ``request`` (some repeats of ``work``'s image; in slot ``slot``, if any), counted;
-        the progress shows a slot's current cell: the first whose record has not appeared."""
+    def launch(self, work: Any, request: RunRequest, slot: Optional[int] = None, counted: bool = True) -> Outcome:
+        """One runner for ``request`` (some repeats of ``work``'s image; in slot ``slot``, if any), counted
+        (unless not ``counted``: the calibration's cells are not the matrix's); the progress shows a slot's
+        current cell: the first whose record has not appeared."""
         waiting: List[Repeat] = list(request.repeats())
 
         def show_slot(cell: Any) -> None:
@@ -171,13 +172,15 @@ class Run:
                 self.progress.slot_running(slot, work.label, cell)
 
         def on_record(cell: Any, record: Any) -> None:
-            self.record_arrived(work, cell, record)
+            if counted:
+                self.record_arrived(work, cell, record)
             waiting[:] = [r for r in waiting if (r.cell, r.index) != (cell, record.repeat)]
             show_slot(waiting[0].cell if waiting else None)
 
         show_slot(waiting[0].cell if waiting else None)
         outcome = launch(self.environment, request, on_record, on_tick=self.progress.tick)
-        self.missed(work, outcome.exit_code, [repeat.id for repeat in outcome.missing])
+        if counted:
+            self.missed(work, outcome.exit_code, [repeat.id for repeat in outcome.missing])
         if not outcome.complete:
             self.progress.note(outcome.describe(request))   # the run carries on (launch: one policy)
         return outcome

@@ -4,7 +4,9 @@ running every slot at once slows a cell, instead of assuming it does not.
 A small fixed set of cells (``calibration_models``, default resnet: ResNet-50, or its tiny variant
 with ``size: tiny``; batch size 1; eager and default) runs in the run's first image, round by round
 (one round per repeat): first on each slot alone (one slot busy), one slot after another, then on
-every slot at once (all slots busy). Every record says its phase (``calibration: {phase, slots}``)
+every slot at once (all slots busy). Each phase on each slot is an ordinary unit of the slots'
+scheduler (``executors.scheduler``), pinned to its slot, launched and judged as every unit is
+(``Run.launch``). Every record says its phase (``calibration: {phase, slots}``)
 and its slot (``placement``); the report's calibration table divides loaded by alone per cell.
 
 Records land apart from the matrix's, so resuming the matrix never mistakes one for the other:
@@ -12,24 +14,22 @@ Records land apart from the matrix's, so resuming the matrix never mistakes one 
 that folder's ``slot-<i>``). A round missing any record reruns whole (a loaded phase is only loaded
 when every slot runs it); ``--force`` reruns every round. The compile caches are the calibration's
 own (``<cache>/<image>/calibration/slot-<i>``), so the matrix's compile times are not warmed by it.
-Its runners share a timing board (runner.timing_board; the base request's), never exclusive: each
+Its runners share a timing board of their own (runner.timing_board; ``board``), never exclusive: each
 record's ``placement.busy_slots`` says how many other slots were timing beside it.
 """
-import dataclasses
-import functools
-import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
-from matrixbench.environments.base import Backend, RunRequest
+from matrixbench.environments.base import Paths, RunRequest
 from matrixbench.errors import MatrixError
-from matrixbench.executors.threads import run_threads
-from matrixbench.launch import Outcome, launch
-from matrixbench.layout import CALIBRATION_DIRNAME, CALIBRATION_RUN_DEPTH, calibration_dir, slot_dir
+from matrixbench.executors.base import Run
+from matrixbench.executors.scheduler import Unit, run_on_slots
+from matrixbench.layout import CALIBRATION_DIRNAME, CALIBRATION_RUN_DEPTH, calibration_dir
 from matrixbench.matrix import Matrix, Model, make_cell
 from matrixbench.pending import first_repeats
 from matrixbench.placement import Slot
-from runner.core import Cell, Mode
+from runner.core import Cell, Mode, Repeat
 from runner.registry import SEED_MODELS
 from runner.schema import needs_run, record_path
 
@@ -71,50 +71,68 @@ def pending_rounds(image_dir: Union[str, Path], cells: Sequence[Cell], slots: Se
                    for phase in PHASES for slot in slots for cell in cells)]
 
 
-def phase_request(base: RunRequest, cells: Sequence[Cell], index: int, phase: str, slot: Slot,
-                  slots: int) -> RunRequest:
-    """``base`` (the image's RunRequest) narrowed to one round of one phase on one slot."""
-    cache = slot_dir(base.cache_dir / FOLDER, slot.index) if base.cache_dir is not None else None
-    return dataclasses.replace(
-        base, cells=list(cells), schedule=tuple((cell, index) for cell in range(len(cells))),
-        out_dir=out_dir(base.out_dir, phase, slot), slot=slot, slots=slots,
-        busy_units=1 if phase == "alone" else slots, cache_dir=cache, exclusive_timing=False,
+def phase_request(base: RunRequest, repeats: Sequence[Repeat], phase: str, slot: Slot, slots: int,
+                  board: Optional[Path] = None) -> RunRequest:
+    """``base`` (the image's RunRequest) narrowed to one round's ``repeats`` of one phase on one slot, in
+    the calibration's folders, on the calibration's timing board ``board`` (never exclusive)."""
+    paths = Paths(out_dir(base.paths.out_dir, phase, slot), hf_cache_dir=base.paths.hf_cache_dir,
+                  cache_dir=None if base.paths.cache_dir is None else base.paths.cache_dir / FOLDER)
+    return base.for_repeats(repeats).relocated(paths, base.env).placed(
+        slot, slots=slots, busy_units=1 if phase == "alone" else slots, timing_board=board,
         calibration={"phase": phase, "slots": slots})
 
 
-def run_calibration(matrix: Matrix, base: Optional[RunRequest], slots: Sequence[Slot], backend: Backend,
-                    note: Callable[[str], None] = print, force: bool = False) -> Dict[str, Any]:
-    """Run the calibration's pending rounds through ``backend`` on ``slots`` (base: the first image's
-    RunRequest). Runners that end without every record are noted, not raised: the matrix still runs.
-    Returns what ran: {"rounds": [...], "missing": [record paths]}."""
-    if len(slots) < 2 or base is None:   # (base None: a run without slots asks only for this note)
-        note("--calibrate: one slot, nothing runs beside it, nothing to calibrate (use --slots N, N >= 2)")
+@dataclass(frozen=True)
+class Phase:
+    """One round of one calibration phase in one image: a calibration unit's part (``scheduler.Unit.parts``:
+    its "work"), named for the progress display."""
+
+    label: str        # "stable calibration"
+    name: str         # "alone" or "loaded"
+    index: int        # the round (repeat index)
+
+
+def phase_unit(phase: Phase, cells: Sequence[Cell], slot: Slot) -> Unit:
+    """One round of one phase on one slot, as a unit of the slots' scheduler pinned to that slot."""
+    return Unit(f"calibration {phase.name}", BATCH_SIZE, [(phase, [Repeat(cell, phase.index) for cell in cells])],
+                0.0, slot=slot.index)
+
+
+def say_nothing_to_calibrate(note: Callable[[str], None]) -> None:
+    note("--calibrate: one slot, nothing runs beside it, nothing to calibrate (use --slots N, N >= 2)")
+
+
+def run_calibration(run: Run, base: RunRequest, slots: Sequence[Slot], board: Optional[Path] = None) -> Dict[str, Any]:
+    """Run the calibration's pending rounds of ``base`` (the first image's RunRequest) on ``slots``, as units
+    of the slots' scheduler (``scheduler.run_on_slots``): per round, each slot's "alone" unit by itself, one
+    after another, then one "loaded" unit per slot at once; each runner through ``run.launch`` (not counted
+    among the matrix's cells), on the timing board ``board``. Runners that end without every record are
+    noted, not raised: the matrix still runs. Returns what ran: {"rounds": [...], "missing": [record paths]}."""
+    matrix, note = run.matrix, run.progress.note
+    if len(slots) < 2:
+        say_nothing_to_calibrate(note)
         return {"rounds": [], "missing": []}
     cells = calibration_cells(matrix)
-    rounds = pending_rounds(base.out_dir, cells, slots, first_repeats(matrix), force)
-    note(f"calibration: {len(rounds)} of {first_repeats(matrix)} round(s) to run in {base.image_name}: "
+    rounds = pending_rounds(base.paths.out_dir, cells, slots, first_repeats(matrix), run.options.force)
+    note(f"calibration: {len(rounds)} of {first_repeats(matrix)} round(s) to run in {base.image.name}: "
          f"{', '.join(f'{c.model} {c.mode}' for c in cells)}, on each of {len(slots)} slots alone, then on all at once")
     missing: List[str] = []
+
+    def run_unit(slot: Slot, unit: Unit, busy: int) -> None:
+        for phase, repeats in unit.parts:
+            request = phase_request(base, repeats, phase.name, slot, len(slots), board)
+            outcome = run.launch(phase, request, slot.index, counted=False)
+            missing.extend(str(record_path(request.paths.out_dir, r.cell, r.index)) for r in outcome.missing)
+        run.progress.slot_running(slot.index)          # idle until its next unit
+
+    label = f"{base.image.name} calibration"
     for index in rounds:
         for slot in slots:
-            missing += _run_phase(backend, [phase_request(base, cells, index, "alone", slot, len(slots))])
-        missing += _run_phase(backend, [phase_request(base, cells, index, "loaded", slot, len(slots))
-                                        for slot in slots])
+            run_on_slots(slots, [phase_unit(Phase(label, "alone", index), cells, slot)], run_unit,
+                         run.environment.stop_all)
+        run_on_slots(slots, [phase_unit(Phase(label, "loaded", index), cells, slot) for slot in slots], run_unit,
+                     run.environment.stop_all)
         note(f"calibration: round {index + 1} of {first_repeats(matrix)} done")
     if missing:
         note(f"calibration: {len(missing)} record(s) missing (see the runner.log beside them): {', '.join(missing)}")
     return {"rounds": rounds, "missing": missing}
-
-
-def _run_phase(backend: Backend, requests: Sequence[RunRequest]) -> List[str]:
-    """Run ``requests`` at once (one thread each); the record paths they left missing."""
-    outcomes: Dict[int, Outcome] = {}
-
-    def work(index: int, stopping: threading.Event) -> None:
-        outcomes[index] = launch(backend, requests[index])
-
-    run_threads([functools.partial(work, index) for index in range(len(requests))], backend.stop_all,
-                [f"calibration-slot-{request.slot.index if request.slot else index}"
-                 for index, request in enumerate(requests)])
-    return [str(record_path(request.out_dir, r.cell, r.index))
-            for index, request in enumerate(requests) for r in outcomes[index].missing]

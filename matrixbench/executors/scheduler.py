@@ -18,11 +18,13 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from matrixbench.executors.threads import run_threads
 from matrixbench.pending import round_order
+from matrixbench.placement import Slot
 from matrixbench.versions import same_release
+from runner.core import Repeat
 from runner.schema import RecordError, read_record
 
 # Seconds a cell takes when no earlier record says: compiled modes compile, eager does not.
@@ -31,6 +33,7 @@ MODEL_S = {"eager": 10.0, "default": 60.0, "reduce-overhead": 75.0, "max-autotun
 
 
 UnitKey = Tuple[str, int]   # (model, batch size)
+RunUnit = Callable[[Slot, "Unit", int], None]   # run_unit(slot, unit, busy units)
 
 
 @dataclass
@@ -40,8 +43,9 @@ class Unit:
 
     model: str
     batch_size: int
-    parts: List[Tuple[Any, list]]
+    parts: List[Tuple[Any, List[Repeat]]]
     estimate_s: float
+    slot: Optional[int] = None   # pinned: only the slot of this index runs it (a calibration phase's unit)
 
     @property
     def key(self) -> UnitKey:
@@ -56,40 +60,40 @@ class Unit:
     def cells(self) -> int:
         return sum(len(cells) for _, cells in self.parts)
 
-    def rounds(self) -> List[Tuple[Any, list]]:
+    def rounds(self) -> List[Tuple[Any, List[Repeat]]]:
         """The unit's runners, in order: its parts round by round (``rounds``)."""
         return rounds(self.parts)
 
 
-def rounds(parts: Sequence[Tuple[Any, list]]) -> List[Tuple[Any, list]]:
+def rounds(parts: Sequence[Tuple[Any, List[Repeat]]]) -> List[Tuple[Any, List[Repeat]]]:
     """``[(image work, repeats), ...]`` as they run: repeat index by repeat index, each image in turn
     within one, counterbalanced (``round_order``: repeat 0 in images A, B, C, repeat 1 in C, B, A,
     ...), so a load that drifts linearly during a run cancels out of every image pair's difference
     instead of favouring the image that always went first. With one repeat per cell this is
     ``parts`` itself."""
     indices = sorted({repeat.index for _, repeats in parts for repeat in repeats})
-    return [(plan, chosen) for index in indices for plan, repeats in round_order(parts, index)
+    return [(work, chosen) for index in indices for work, repeats in round_order(parts, index)
             if (chosen := [repeat for repeat in repeats if repeat.index == index])]
 
 
-def positions(parts: Sequence[Tuple[Any, list]]) -> Dict[str, Dict[str, int]]:
-    """Where each repeat of ``parts`` (one unit's, or a sequential run's plans) runs, for run.json:
+def positions(parts: Sequence[Tuple[Any, List[Repeat]]]) -> Dict[str, Dict[str, int]]:
+    """Where each repeat of ``parts`` (one unit's, or a sequential run's works) runs, for run.json:
     ``"<image label>/<record stem>" -> {"round": repeat index, "image": its image's place in that
     round (0 first), "mode": its place among its model's modes in its runner (0 first)}``."""
     placed: Dict[str, Dict[str, int]] = {}
     seen: Dict[int, int] = {}
-    for plan, chosen in rounds(parts):
+    for work, chosen in rounds(parts):
         index = chosen[0].index
         image_position = seen[index] = seen.get(index, -1) + 1
         groups: Dict[Tuple[Any, ...], int] = {}
         for repeat in chosen:
             group = tuple((name, value) for name, value in repeat.cell.to_dict().items() if name != "mode")
             groups[group] = groups.get(group, -1) + 1
-            placed[f"{plan.label}/{repeat.id}"] = {"round": index, "image": image_position, "mode": groups[group]}
+            placed[f"{work.label}/{repeat.id}"] = {"round": index, "image": image_position, "mode": groups[group]}
     return placed
 
 
-def unit_key(repeat) -> UnitKey:
+def unit_key(repeat: Repeat) -> UnitKey:
     """The unit a repeat belongs to: its cell's model and batch size."""
     return (repeat.cell.model, repeat.cell.batch_size)
 
@@ -132,18 +136,18 @@ class Estimates:
         self._torch_of = dict(torch_of or {})
         self._previous: Dict[Path, List[Path]] = {}
 
-    def __call__(self, plan, repeat) -> float:
-        out_dir = Path(plan.out_dir)
+    def __call__(self, work: Any, repeat: Repeat) -> float:
+        out_dir = Path(work.out_dir)
         duration = record_duration(out_dir / f"{repeat.id}.json")
         if duration is None:
-            duration = self.previous_duration(plan, repeat)
+            duration = self.previous_duration(work, repeat)
         return duration if duration is not None else MODEL_S.get(repeat.cell.mode, max(MODEL_S.values()))
 
-    def previous_duration(self, plan, repeat) -> Optional[float]:
-        out_dir = Path(plan.out_dir)
+    def previous_duration(self, work: Any, repeat: Repeat) -> Optional[float]:
+        out_dir = Path(work.out_dir)
         if out_dir not in self._previous:
             self._previous[out_dir] = previous_image_dirs(out_dir)
-        torch = self._torch_of.get(plan.image_name)
+        torch = self._torch_of.get(work.image_name)
         for folder in self._previous[out_dir]:
             for stem in dict.fromkeys((repeat.id, repeat.cell.id)):
                 duration = record_duration(folder / f"{stem}.json", torch)
@@ -152,36 +156,37 @@ class Estimates:
         return None
 
 
-def make_units(plans, torch_of: Optional[Mapping[str, Optional[str]]] = None) -> List[Unit]:
-    """The pending repeats of ``plans`` (ImageWork, one per image, in matrix order) as one unit
+def make_units(works: Sequence[Any], torch_of: Optional[Mapping[str, Optional[str]]] = None) -> List[Unit]:
+    """The pending repeats of ``works`` (ImageWork, one per image, in matrix order) as one unit
     per model and batch size, longest first (ties by model, then batch size); ``torch_of``: the
     torch version each image pins (image name -> "2.0.1"), to match earlier runs' records."""
     estimate = Estimates(torch_of)
-    by_key: Dict[UnitKey, Dict[int, Tuple[Any, list]]] = {}
-    for plan in plans:
-        for repeat in plan.pending:
+    by_key: Dict[UnitKey, Dict[int, Tuple[Any, List[Repeat]]]] = {}
+    for work in works:
+        for repeat in work.pending:
             parts = by_key.setdefault(unit_key(repeat), {})
-            parts.setdefault(id(plan), (plan, []))[1].append(repeat)
+            parts.setdefault(id(work), (work, []))[1].append(repeat)
     units = [Unit(model, batch_size, list(parts.values()),
-                  sum(estimate(plan, repeat) for plan, repeats in parts.values() for repeat in repeats))
+                  sum(estimate(work, repeat) for work, repeats in parts.values() for repeat in repeats))
              for (model, batch_size), parts in by_key.items()]
     return sorted(units, key=lambda unit: (-unit.estimate_s, unit.key))
 
 
-def run_on_slots(slots: Sequence, units: Sequence[Unit], run_unit: Callable, stop_all: Callable) -> None:
-    """Run ``units`` on ``slots``: ``run_unit(slot, unit, busy_units)`` in one thread per slot.
+def run_on_slots(slots: Sequence[Slot], units: Sequence[Unit], run_unit: RunUnit, stop_all: Callable[[], None]) -> None:
+    """Run ``units`` on ``slots``: ``run_unit(slot, unit, busy_units)`` in one thread per slot, each taking
+    the next unit it may run (a pinned unit waits for its slot) until none is left for it.
 
     The first error stops new units from starting (running ones finish) and is raised once every
     thread is done; Ctrl-C also calls ``stop_all()`` to stop the runners already started.
     """
     queue, lock, busy = deque(units), threading.Lock(), [0]
 
-    def work(slot, stopping):
+    def take_units(slot: Slot, stopping: threading.Event) -> None:
         while True:
             with lock:
-                if stopping.is_set() or not queue:
+                unit = None if stopping.is_set() else _take(queue, slot.index)
+                if unit is None:
                     return
-                unit = queue.popleft()
                 busy[0] += 1
                 now_busy = busy[0]
             try:
@@ -190,21 +195,32 @@ def run_on_slots(slots: Sequence, units: Sequence[Unit], run_unit: Callable, sto
                 with lock:
                     busy[0] -= 1
 
-    run_threads([functools.partial(work, slot) for slot in slots], stop_all, [f"slot-{slot.index}" for slot in slots])
+    run_threads([functools.partial(take_units, slot) for slot in slots], stop_all,
+                [f"slot-{slot.index}" for slot in slots])
+
+
+def _take(queue: Deque[Unit], slot_index: int) -> Optional[Unit]:
+    """The first unit of ``queue`` the slot ``slot_index`` may run (unpinned, or pinned to it: ``Unit.slot``),
+    taken off it; None when none is left for it."""
+    for position, unit in enumerate(queue):
+        if getattr(unit, "slot", None) in (None, slot_index):
+            del queue[position]
+            return unit
+    return None
 
 
 class Serialized:
     """A progress display called from several slot threads: one call at a time."""
 
-    def __init__(self, inner):
+    def __init__(self, inner: Any) -> None:
         self._inner, self._lock = inner, threading.RLock()
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._inner, name)
         if not callable(attribute):
             return attribute
 
-        def call(*args, **kwargs):
+        def call(*args: Any, **kwargs: Any) -> Any:
             with self._lock:
                 return attribute(*args, **kwargs)
         return call

@@ -2,14 +2,14 @@
 (``scheduler.rounds``: repeat 0 in every image, then repeat 1, ...; one runner per image when each
 cell runs once)."""
 from matrixbench.executors.base import Executor, Run
-from matrixbench.executors.calibration import run_calibration
+from matrixbench.executors.calibration import say_nothing_to_calibrate
 from matrixbench.executors.scheduler import rounds
 
 
 class SequentialExecutor(Executor):
     def run(self, run: Run) -> None:
         if run.matrix.calibrate and run.works:
-            run_calibration(run.matrix, None, (), run.environment, run.progress.note)   # says why nothing runs
+            say_nothing_to_calibrate(run.progress.note)
         if run.matrix.exclusive_timing:
             run.progress.note("exclusive_timing: this run has no slots (one runner at a time), so every "
                               "cell is timed alone anyway")

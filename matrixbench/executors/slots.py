@@ -1,18 +1,17 @@
 """Runners at once, one per slot (a GPU and its share of the host's cores: ``matrixbench.placement``):
 the pending repeats as units (``scheduler.make_units``: one model at one batch size in every image),
 taken from one queue by one thread per slot (``executors.threads``); with ``--calibrate``, the slots'
-interference calibration first (``executors.calibration``). The runners share the run's timing board
+interference calibration first (``executors.calibration``: its phases are units of the same scheduler,
+each pinned to its slot). The runners share the run's timing board
 (runner.timing_board), removed after."""
-import dataclasses
 import shutil
 from typing import Any, Optional
 
 from matrixbench import run_folder
 from matrixbench.executors.base import Executor, Run, gpu_choice
 from matrixbench.executors.calibration import run_calibration
-from matrixbench.executors.scheduler import Serialized, make_units, run_on_slots
-from matrixbench.layout import slot_dir
-from matrixbench.placement import AUTO, NoHostGpusError, SlotPlan, check_gpus_free, plan_slots
+from matrixbench.executors.scheduler import Serialized, Unit, make_units, run_on_slots
+from matrixbench.placement import AUTO, NoHostGpusError, Slot, SlotPlan, check_gpus_free, plan_slots
 
 
 class SlotsExecutor(Executor):
@@ -20,21 +19,18 @@ class SlotsExecutor(Executor):
         self.slot_plan = slot_plan
 
     def run(self, run: Run) -> None:
-        if run.matrix.calibrate and run.works:
-            self._calibrate(run)
         progress, slots = Serialized(run.progress), self.slot_plan.slots
         run.progress = progress
+        if run.matrix.calibrate and run.works:
+            self._calibrate(run)
         run.start()
         board = run_folder.make_timing_board(run.path)
 
-        def run_unit(slot: Any, unit: Any, busy: int) -> None:
+        def run_unit(slot: Slot, unit: Unit, busy: int) -> None:
             for work, repeats in unit.rounds():
-                request = run.request(work)
-                # one compile cache per image and slot: two slots never compile into one folder at once
-                cache_dir = slot_dir(request.cache_dir, slot.index) if request.cache_dir is not None else None
-                request = dataclasses.replace(request.for_repeats(repeats), slot=slot, slots=len(slots),
-                                              busy_units=busy, cache_dir=cache_dir, timing_board=board,
-                                              exclusive_timing=run.matrix.exclusive_timing)
+                request = run.request(work).for_repeats(repeats).placed(
+                    slot, slots=len(slots), busy_units=busy, timing_board=board,
+                    exclusive_timing=run.matrix.exclusive_timing)
                 run.launch(work, request, slot.index)
             progress.slot_running(slot.index)          # idle until its next unit
 
@@ -49,9 +45,7 @@ class SlotsExecutor(Executor):
         own (never exclusive), so its records say how many other slots timed."""
         board = run_folder.make_timing_board(run.path)
         try:
-            request = dataclasses.replace(run.request(run.works[0]), timing_board=board)
-            run_calibration(run.matrix, request, self.slot_plan.slots, run.environment, run.progress.note,
-                            run.options.force)
+            run_calibration(run, run.request(run.works[0]), self.slot_plan.slots, board)
         finally:
             shutil.rmtree(board, ignore_errors=True)
 

@@ -1,9 +1,9 @@
 """The one thread runner: works in threads of their own, one stop signal, errors and Ctrl-C handed to the
 calling thread.
 
-Slots (one thread per slot, taking units from a queue), a calibration phase (one thread per slot, at
-once) and a Ray task on its node (one thread, so that Ray's cancel, a KeyboardInterrupt in the main
-thread, arrives between short joins) all run through ``run_threads``.
+Slots (one thread per slot, taking units from a queue: the matrix's and the calibration's) and a Ray
+task on its node (one thread, so that Ray's cancel, a KeyboardInterrupt in the main thread, arrives
+between short joins) run through ``run_threads``.
 """
 import threading
 from typing import Any, Callable, List, Sequence

@@ -15,12 +15,12 @@ cancels what is outstanding and keeps every record that arrived.
 import logging
 import os
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from matrixbench.environments.base import Backend
+from matrixbench.environments.base import Backend, RunRequest
 from matrixbench.environments.environment import runtime_secrets
 from matrixbench.errors import BuildError, RunError
-from matrixbench.executors.base import Executor
+from matrixbench.executors.base import Executor, Run
 from matrixbench.executors.ray import tasks as cluster
 from matrixbench.executors.scheduler import make_units
 from matrixbench.gpu import host_gpus
@@ -31,9 +31,10 @@ MAX_RETRIES = 2
 LOST_CHECK_S = 2.0
 CANCEL_GRACE_S = 20.0
 NAMESPACE = "matrixbench"
+Note = Callable[[str], None]
 
 
-def _ray():
+def _ray() -> Any:
     try:
         import ray
     except ImportError as exc:
@@ -46,41 +47,41 @@ class Board:
     """An actor on the driver's node: where each task started, and each record as its node wrote it;
     it hands the run-time secrets (HF_TOKEN) to each task as the task starts (``secrets``)."""
 
-    def __init__(self, secrets=None):
+    def __init__(self, secrets: Optional[Dict[str, str]] = None) -> None:
         self._secrets: Dict[str, str] = dict(secrets or {})
-        self._events: List[tuple] = []
-        self._done: Dict[str, set] = {}
-        self._running: Dict[str, set] = {}
+        self._events: List[Tuple[str, str, Any]] = []
+        self._done: Dict[str, Set[Tuple[str, str]]] = {}
+        self._running: Dict[str, Set[str]] = {}
 
-    def started(self, unit, node):
+    def started(self, unit: str, node: Dict[str, Any]) -> int:
         """A task started; returns how many units now run on its node (this one included)."""
         running = self._running.setdefault(node["node_id"], set())
         running.add(unit)
         self._events.append(("started", unit, node))
         return len(running)
 
-    def finished(self, unit, node):
+    def finished(self, unit: str, node: Dict[str, Any]) -> None:
         self._running.get(node["node_id"], set()).discard(unit)
 
-    def record(self, unit, image, data):
+    def record(self, unit: str, image: str, data: Dict[str, Any]) -> None:
         self._done.setdefault(unit, set()).add((image, repeat_stem(data["cell_id"], data.get("repeat") or 0)))
         self._events.append(("record", unit, (image, data)))
 
-    def recorded(self, unit):
+    def recorded(self, unit: str) -> List[Tuple[str, str]]:
         """(image, repeat id) pairs some attempt of ``unit`` recorded: a retry skips them."""
         return sorted(self._done.get(unit, ()))
 
-    def drain(self):
+    def drain(self) -> List[Tuple[str, str, Any]]:
         events, self._events = self._events, []
         return events
 
-    def secrets(self):
+    def secrets(self) -> Dict[str, str]:
         """The driver's run-time secrets: fetched by each task at run time, so they are never in a task's
         arguments or its runtime environment (which Ray's runtime_env agent writes to its log)."""
         return dict(self._secrets)
 
 
-def node_task(task, board):
+def node_task(task: cluster.UnitTask, board: Any) -> Dict[str, Any]:
     """One unit on the node Ray chose: run it, streaming records to ``board``; return them all."""
     ray = _ray()
     node_id = ray.get_runtime_context().get_node_id()
@@ -91,7 +92,7 @@ def node_task(task, board):
     node.update(node_gpus=node_gpus, busy=ray.get(board.started.remote(task.name, node)))
     done = ray.get(board.recorded.remote(task.name))
     environ = {**os.environ, **ray.get(board.secrets.remote())}
-    slot = cluster.node_slot(gpu_ids, node_gpus, any(request.gpus for request in task.requests),
+    slot = cluster.node_slot(gpu_ids, node_gpus, any(request.placement.gpus for request in task.requests),
                              node_uuids=[gpu.uuid for gpu in host_gpus()])
     try:
         result = cluster.run_unit_here(task, node, slot, done,
@@ -102,7 +103,7 @@ def node_task(task, board):
     return {"node": cluster.placement_of(node), "records": result.records, "logs": result.logs}
 
 
-def build_on_node(images, options=None, where="this node"):
+def build_on_node(images: Sequence[Any], options: Any = None, where: str = "this node") -> List[str]:
     """Have the matrix images on this node's Docker: an image already built from its matrix entry (its
     content-hash label) is kept, any other is built as `matrixbench build` does, with the user's build
     options (``images.BuildOptions``, None: the matrix's own); the log's last lines."""
@@ -110,7 +111,7 @@ def build_on_node(images, options=None, where="this node"):
     from matrixbench.images import BuildOptions, build_spec, image_tag, is_current, run_build
 
     client, lines = docker_client.connect(), []
-    stale = []
+    stale: List[Any] = []
     for image in images:
         if is_current(client, image):
             lines.append(f"[{image.name}] {image_tag(image.name)} is up to date on {where} "
@@ -129,12 +130,12 @@ def build_on_node(images, options=None, where="this node"):
     return lines[-20:]
 
 
-def pull_on_node(images, registry):
+def pull_on_node(images: Sequence[Any], registry: str) -> List[str]:
     """Pull the matrix images from ``registry`` into this node's Docker, checked (executors/ray/registry.py)."""
     from matrixbench import docker_client
     from matrixbench.executors.ray import registry as through
 
-    return through.fetch(docker_client.connect(), images, registry)
+    return list(through.fetch(docker_client.connect(), images, registry))
 
 
 class RayBackend(Backend):
@@ -142,8 +143,8 @@ class RayBackend(Backend):
 
     name = "ray"
 
-    def __init__(self, address=None, node_backend=cluster.DEFAULT_NODE_BACKEND, max_retries=MAX_RETRIES,
-                 registry=None, build_options=None):
+    def __init__(self, address: Optional[str] = None, node_backend: str = cluster.DEFAULT_NODE_BACKEND,
+                 max_retries: int = MAX_RETRIES, registry: Optional[str] = None, build_options: Any = None) -> None:
         if node_backend not in cluster.NODE_BACKENDS:
             raise RunError(f"--executor ray --backend {node_backend}: a node runs --backend "
                            f"{' or '.join(cluster.NODE_BACKENDS)}")
@@ -153,11 +154,11 @@ class RayBackend(Backend):
         self.build_options = build_options   # images.BuildOptions for builds on the nodes, or None
         self.max_retries = max_retries
 
-    def describe(self):
+    def describe(self) -> str:
         return (f"ray backend: one task per unit on the Ray cluster at {self.address or 'auto'}, each running "
                 f"the {self.node_backend} backend on its node, on the GPU Ray assigned")
 
-    def _connect(self):
+    def _connect(self) -> Any:
         ray = _ray()
         if not ray.is_initialized():
             try:
@@ -174,25 +175,26 @@ class RayBackend(Backend):
                                "without RAY_AUTH_MODE=token and its RAY_AUTH_TOKEN (docs/cluster.md)") from exc
         return ray
 
-    def gpus_available(self):
-        return self._connect().cluster_resources().get("GPU", 0) > 0
+    def gpus_available(self) -> bool:
+        return bool(self._connect().cluster_resources().get("GPU", 0) > 0)
 
-    def check_gpu_types(self, gpu_types):
+    def check_gpu_types(self, gpu_types: Tuple[str, ...]) -> None:
         cluster.check_gpu_types(gpu_types, self._connect().cluster_resources(), self.address or "")
 
-    def prepare(self, images, emit=None):
+    def prepare(self, images: List[Any], emit: Optional[Callable[[str, str], None]] = None) -> None:
         """With docker on the nodes: have the images on every GPU node, as a Ray task each: found current
         or built there, or (``registry``) pushed once from here and pulled there. The docker backend then
         checks each image's content hash on its node before running."""
         if self.node_backend != "docker" or not images:
             return
-        emit = emit or (lambda name, text: None)
+        say = emit or (lambda name, text: None)
         ray = self._connect()
+        args: Callable[[Dict[str, Any]], Tuple[Any, ...]]
         if self.registry:
             from matrixbench import docker_client
             from matrixbench.executors.ray import registry
 
-            registry.publish(docker_client.connect(), images, self.registry, emit)
+            registry.publish(docker_client.connect(), images, self.registry, say)
             work, args = ray.remote(pull_on_node), lambda node: (list(images), self.registry)
         else:
             work, args = ray.remote(build_on_node), lambda node: (
@@ -207,17 +209,17 @@ class RayBackend(Backend):
                 raise BuildError(f"having the images on node {node['NodeManagerAddress']} failed: "
                                  f"{_cause(exc)}") from None
             for line in lines:
-                emit(node["NodeManagerAddress"], line)
+                say(node["NodeManagerAddress"], line)
 
-    def run(self, request):
+    def run(self, request: RunRequest) -> int:
         raise RunError("the ray backend runs a run's units on the cluster (run_units), not one image's request")
 
-    def run_units(self, run: cluster.ClusterRun, secrets: Dict[str, str], note=print):
+    def run_units(self, run: cluster.ClusterRun, secrets: Dict[str, str], note: Note = print) -> None:
         """Submit every task of ``run``; follow them until each has returned, failed or been given up."""
         ray = self._connect()
         board = self._board(ray, secrets)
         remote = ray.remote(node_task)
-        refs = {}
+        refs: Dict[Any, int] = {}
         for index, task in enumerate(run.tasks):
             options = dict(cluster.task_resources(task.gpu_type, run.gpus), max_retries=self.max_retries,
                            retry_exceptions=False)
@@ -229,16 +231,16 @@ class RayBackend(Backend):
             self._cancel(ray, refs, board, run, note)
             raise
 
-    def close(self):
+    def close(self) -> None:
         ray = _ray()
         if ray.is_initialized():
             ray.shutdown()
 
-    def _board(self, ray, secrets):
+    def _board(self, ray: Any, secrets: Dict[str, str]) -> Any:
         here = ray.get_runtime_context().get_node_id()
         return ray.remote(Board).options(num_cpus=0, scheduling_strategy=_on(here)).remote(secrets)
 
-    def _follow(self, ray, refs, board, run, note):
+    def _follow(self, ray: Any, refs: Dict[Any, int], board: Any, run: cluster.ClusterRun, note: Note) -> None:
         checked = time.monotonic()
         while refs:
             ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=POLL_S)
@@ -250,7 +252,7 @@ class RayBackend(Backend):
                 _give_up_lost_types(ray, refs, run, note)
         _drain(ray, board, run, note)
 
-    def _cancel(self, ray, refs, board, run, note):
+    def _cancel(self, ray: Any, refs: Dict[Any, int], board: Any, run: cluster.ClusterRun, note: Note) -> None:
         """Ctrl-C: interrupt running tasks (their runners stop), drop pending ones, keep what arrived."""
         note(f"interrupted: cancelling {len(refs)} outstanding unit(s); records that arrived are kept")
         for ref in refs:
@@ -263,7 +265,7 @@ class RayBackend(Backend):
             ray.cancel(ref, force=True)
 
 
-def _drain(ray, board, run, note):
+def _drain(ray: Any, board: Any, run: cluster.ClusterRun, note: Note) -> None:
     for kind, unit, payload in ray.get(board.drain.remote()):
         index = run.index_of(unit)
         if kind == "started":
@@ -273,7 +275,7 @@ def _drain(ray, board, run, note):
             run.record(index, *payload)
 
 
-def _finish(ray, ref, index, run, lost=True):
+def _finish(ray: Any, ref: Any, index: int, run: cluster.ClusterRun, lost: bool = True) -> None:
     """A task that ended: write what it returned, or (``lost``) records for what it could not run."""
     try:
         value = ray.get(ref)
@@ -295,7 +297,7 @@ def _finish(ray, ref, index, run, lost=True):
     run.logs(index, value["node"], value["logs"])
 
 
-def _give_up_lost_types(ray, refs, run, note):
+def _give_up_lost_types(ray: Any, refs: Dict[Any, int], run: cluster.ClusterRun, note: Note) -> None:
     """Tasks whose GPU type no live node has any more: Ray would keep them pending forever."""
     have = set(cluster.cluster_gpu_types(ray.cluster_resources()))
     for ref, index in list(refs.items()):
@@ -311,7 +313,7 @@ def _give_up_lost_types(ray, refs, run, note):
                                             "the unit elsewhere")
 
 
-def _on(node_id):
+def _on(node_id: str) -> Any:
     """Ray's scheduling strategy "on this node, nowhere else"."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -328,12 +330,13 @@ class RayExecutor(Executor):
     node, ``--backend`` (docker or local) runs the runner. Its ``environment`` is the driver's side of
     the cluster (RayBackend: GPUs, images on the nodes, GPU types, the connection)."""
 
-    def __init__(self, environment):
+    def __init__(self, environment: RayBackend) -> None:
         self.environment = environment   # the RayBackend run_matrix made (executors.create_environment)
 
-    def run(self, run):
+    def run(self, run: Run) -> None:
         run.start()
-        tasks, parts = [], []
+        tasks: List[cluster.UnitTask] = []
+        parts: List[Dict[str, cluster.UnitPart]] = []
         torch_of = {name: image.torch_version for name, image in run.matrix.images.items()}
         for gpu_type in run.matrix.gpu_types or (None,):
             for unit in make_units([work for work in run.works if work.gpu_type == gpu_type], torch_of):

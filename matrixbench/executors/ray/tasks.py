@@ -8,14 +8,13 @@ when the task fetches it from the driver's Board actor as it starts) and minus t
 on its node it runs them one after another through the node's backend (local or docker), in a
 scratch folder, pinned to the GPU ids Ray assigned, and hands back every record it finds there.
 """
-import dataclasses
 import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from matrixbench.environments.base import RunRequest
+from matrixbench.environments.base import Paths, RunRequest
 from matrixbench.environments.environment import RUNTIME_SECRETS, redact, runtime_secrets
 from matrixbench.errors import RunError
 from matrixbench.executors.threads import run_in_thread
@@ -84,8 +83,8 @@ def shippable(request: RunRequest) -> RunRequest:
     """A request as a task carries it: without run-time secrets (the task fetches them from the
     driver's Board actor as it starts) and without the driver's folders (the node has its own)."""
     env = {key: value for key, value in request.env.items() if key not in RUNTIME_SECRETS}
-    return dataclasses.replace(request, env=env, out_dir=Path(request.image_name), hf_cache_dir=None,
-                               cache_dir=None if request.cache_dir is None else Path(request.image_name))
+    name = Path(request.image.name)
+    return request.relocated(Paths(name, cache_dir=None if request.paths.cache_dir is None else name), env)
 
 
 @dataclass
@@ -116,15 +115,12 @@ def on_node(request: RunRequest, repeats: Sequence[Repeat], scratch: Path, node:
     """The request as it runs on this node: its repeats, a scratch results folder, this node's caches,
     the GPUs Ray assigned, the placement, and the run-time secrets from this node's environment."""
     request = request.for_repeats(list(repeats))
-    gpu_ids = tuple(str(i) for i in node.get("ray_gpu_ids", ())) if request.gpus else ()
-    cache = None
-    if request.cache_dir is not None:
-        cache = cache_home() / "compile" / request.image_name / f"gpu-{slot.index}"
-    secrets = runtime_secrets(environ)
-    return dataclasses.replace(request, out_dir=scratch / request.image_name, cache_dir=cache,
-                               hf_cache_dir=hf_cache_home(), gpu_ids=gpu_ids, slot=slot,
-                               slots=int(node.get("node_gpus") or 1), busy_units=int(node.get("busy") or 1),
-                               node=placement_of(node), env={**request.env, **secrets})
+    gpu_ids = tuple(str(i) for i in node.get("ray_gpu_ids", ())) if request.placement.gpus else ()
+    cache = None if request.paths.cache_dir is None else cache_home() / "compile" / request.image.name
+    here = request.relocated(Paths(scratch / request.image.name, cache_dir=cache, hf_cache_dir=hf_cache_home()),
+                             {**request.env, **runtime_secrets(environ)})
+    return here.placed(slot, slots=int(node.get("node_gpus") or 1), busy_units=int(node.get("busy") or 1),
+                       node=placement_of(node), gpu_ids=gpu_ids)
 
 
 def placement_of(node: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -144,20 +140,20 @@ def run_unit_here(task: UnitTask, node: Dict[str, Any], slot: Slot, done: Sequen
     result, skip = NodeRun(), set(map(tuple, done))
     with tempfile.TemporaryDirectory(prefix="matrixbench-ray-") as scratch:
         for shipped in task.requests:
-            repeats = [r for r in shipped.repeats() if (shipped.image_name, r.id) not in skip]
+            repeats = [r for r in shipped.repeats() if (shipped.image.name, r.id) not in skip]
             if repeats:
                 request = on_node(shipped, repeats, Path(scratch), node, slot, environ)
                 _run_request(backend, request, repeats, result, emit)
-                result.logs[request.image_name] = _log_tail(request, environ)
+                result.logs[request.image.name] = _log_tail(request, environ)
     return result
 
 
 def _run_request(backend: Any, request: RunRequest, repeats: Sequence[Repeat], result: NodeRun,
                  emit: Callable[[str, Dict[str, Any]], None]) -> None:
     def on_record(cell: Any, record: Any) -> None:
-        data = read_record(record_path(request.out_dir, cell, record.repeat))
-        result.records.append((request.image_name, data))
-        emit(request.image_name, data)
+        data = read_record(record_path(request.paths.out_dir, cell, record.repeat))
+        result.records.append((request.image.name, data))
+        emit(request.image.name, data)
 
     interruptible(lambda: launch(backend, request, on_record), backend.stop_all)
 
@@ -183,13 +179,13 @@ def lost_records(request: RunRequest, repeats: Sequence[Repeat], status: Status,
     """Records for a unit's repeats that no node recorded (its task failed or its node died), made by the
     runner's own builder: ``status`` (crashed, or error when the task itself raised), the reason naming
     the node, the placement the node had."""
-    environment = fallback_environment(request.image_name, request.image_hash)
+    environment = fallback_environment(request.image.name, request.image.content_hash)
     environment.update(hostname=(node or {}).get("node_ip") or "unknown", platform="unknown", cpu_model=None)
     placement = placement_of(node)
     made = []
     for repeat in repeats:
-        record = new_record({"cell": repeat.cell, "repeat": repeat.index, "settings": request.settings,
-                             "device": "cuda" if request.gpus else "cpu", "environment": environment,
+        record = new_record({"cell": repeat.cell, "repeat": repeat.index, "settings": request.work.settings,
+                             "device": "cuda" if request.placement.gpus else "cpu", "environment": environment,
                              "precision": dict(NO_PRECISION), "started_at": utc_now()})
         record.placement = {"slot": 0, "cores": [], "affinity": None, **placement} if node else None
         record.duration_s = 0.0   # not measured: no node said when it started or stopped
@@ -211,7 +207,7 @@ def describe_node(node: Optional[Dict[str, Any]]) -> str:
 class UnitPart:
     """One image's share of a unit, as the driver knows it: where its records go, its request, its repeats."""
 
-    plan: Any                      # matrixbench.pending.ImageWork
+    work: Any                      # matrixbench.pending.ImageWork
     request: RunRequest            # the driver's request for these repeats (secrets and paths included)
     repeats: List[Repeat]
 
@@ -219,7 +215,7 @@ class UnitPart:
 class ClusterRun:
     """The driver's side of a cluster run: the tasks, where each record goes, what is still missing.
 
-    ``on_record(plan, cell, record)`` is called once per record written (progress and counts).
+    ``on_record(work, cell, record)`` is called once per record written (progress and counts).
     """
 
     def __init__(self, tasks: Sequence[UnitTask], parts: Sequence[Dict[str, UnitPart]], gpus: bool,
@@ -243,33 +239,33 @@ class ClusterRun:
         """Write a record a node sent (once: streamed, then returned again)."""
         part = self.parts[index][image]
         stem = repeat_stem(data["cell_id"], data.get("repeat") or 0)
-        key = (part.plan.label, stem)
+        key = (part.work.label, stem)
         if key in self._written:
             return
         self._written.add(key)
-        path = write_json_atomic(Path(part.plan.out_dir) / f"{stem}.json", data)
+        path = write_json_atomic(Path(part.work.out_dir) / f"{stem}.json", data)
         record = Record.from_dict(read_record(path))
-        self._on_record(part.plan, record.cell, record)
+        self._on_record(part.work, record.cell, record)
 
     def lost(self, index: int, status: Status, reason: str) -> None:
         """Records for the unit's repeats that arrived from no node."""
         node = self.node_of(index)
         for part in self.parts[index].values():
-            missing = [r for r in part.repeats if (part.plan.label, r.id) not in self._written]
+            missing = [r for r in part.repeats if (part.work.label, r.id) not in self._written]
             for record in lost_records(part.request, missing, status, reason, node):
-                path = write_record(part.plan.out_dir, record)
-                self._written.add((part.plan.label, Repeat(record.cell, record.repeat).id))
-                self._on_record(part.plan, record.cell, Record.from_dict(read_record(path)))
+                path = write_record(part.work.out_dir, record)
+                self._written.add((part.work.label, Repeat(record.cell, record.repeat).id))
+                self._on_record(part.work, record.cell, Record.from_dict(read_record(path)))
 
     def logs(self, index: int, node: Dict[str, Any], logs: Dict[str, str]) -> None:
         """Append each image's runner log from the node to the image's runner.log on the driver."""
         for image, text in logs.items():
-            out_dir = Path(self.parts[index][image].plan.out_dir)
+            out_dir = Path(self.parts[index][image].work.out_dir)
             out_dir.mkdir(parents=True, exist_ok=True)
             with open(out_dir / LOG_FILENAME, "a") as log:
                 log.write(f"--- {self.tasks[index].name} on {describe_node(node)} ---\n{text}\n")
 
-    def missing(self, plan: Any) -> List[str]:
-        """The plan's pending repeats with no record written by this run (Ctrl-C leaves some)."""
-        pending = [p for parts in self.parts for p in parts.values() if p.plan is plan]
-        return [r.id for part in pending for r in part.repeats if (plan.label, r.id) not in self._written]
+    def missing(self, work: Any) -> List[str]:
+        """The work's pending repeats with no record written by this run (Ctrl-C leaves some)."""
+        pending = [p for parts in self.parts for p in parts.values() if p.work is work]
+        return [r.id for part in pending for r in part.repeats if (work.label, r.id) not in self._written]
