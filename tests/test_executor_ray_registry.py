@@ -88,7 +88,7 @@ def test_a_failed_push_or_pull_names_the_registry_and_what_to_check():
     driver, node = _driver_and_node()
     driver.push_chunks = [{"error": "Get \"https://10.0.0.5:5000/v2/\": http: server gave HTTP response "
                                     "to HTTPS client"}]
-    with pytest.raises(registry.RegistryError, match="--registry 10.0.0.5:5000: pushing 10.0.0.5:5000/matrixbench:"
+    with pytest.raises(registry.RegistryError, match="registry 10.0.0.5:5000: pushing 10.0.0.5:5000/matrixbench:"
                                                      "registry-test failed: .*HTTPS client; .*insecure-registries"):
         registry.publish(docker_client.DockerClient(driver), [TEST_IMAGE], "10.0.0.5:5000", lambda *_: None)
     node.pull_error = docker_errors.APIError("manifest unknown")

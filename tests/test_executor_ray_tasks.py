@@ -258,7 +258,7 @@ def test_gpu_choices_are_refused_under_ray_naming_them(tmp_path, cluster, change
 
 
 @pytest.mark.parametrize("changes, named", [({"ray_address": "10.0.0.1:6379"}, "--ray-address"),
-                                            ({"registry": "10.0.0.1:5000"}, "--registry")])
+                                            ({"registry": "10.0.0.1:5000"}, "registry")])
 def test_cluster_options_are_refused_without_ray(tmp_path, changes, named):
     data = small_matrix_data()
     options = RunOptions(results_root=tmp_path / "results", backend="local", device="cpu", **changes)

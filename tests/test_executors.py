@@ -19,8 +19,8 @@ SETTERS = {   # how a run gives each scoped option
     "--gpu": ({}, {"gpu": "0"}),
     "--allow-busy-gpus": ({}, {"allow_busy_gpus": True}),
     "--ray-address": ({}, {"ray_address": "10.0.0.1:6379"}),
-    "--registry": ({}, {"registry": "10.0.0.1:5000"}),
-    "--ca-bundle/--index-url/--extra-index-url/--base-image": ({}, {"build_options": BuildOptions(index_url="u")}),
+    "registry": ({}, {"registry": "10.0.0.1:5000"}),
+    "ca_bundle/index_url/extra_index_urls/base_image": ({}, {"build_options": BuildOptions(index_url="u")}),
 }
 
 

@@ -1,4 +1,4 @@
-"""Images through a registry (issue 16: ``matrixbench run --executor ray --registry HOST:PORT``).
+"""Images through a registry (issue 16: ``matrixbench run --executor ray --set registry=HOST:PORT``).
 
 The driver pushes each image the run needs once, as built on its own machine (``publish``); on every
 GPU node a task pulls it and names it as a local build would be named (``fetch``), so the node's
@@ -32,14 +32,14 @@ def publish(client: Any, images: Sequence[Any], registry: str, emit: Callable[[s
         tag = image_tag(image.name)
         if not is_current(client, image):
             raise RegistryError(
-                f"--registry {registry}: this machine's Docker has no {tag} built from the matrix entry "
+                f"registry {registry}: this machine's Docker has no {tag} built from the matrix entry "
                 f"{image.name!r} and this version's runner; run `matrixbench build --images {image.name}` "
                 "here first, then the run pushes it")
         target = reference(registry, image.name)
         client.tag_image(tag, target)
         why = client.push_image(target, lambda line, name=image.name: emit(name, line))
         if why:
-            raise RegistryError(f"--registry {registry}: pushing {target} failed: {why}; {REACH_HINT}")
+            raise RegistryError(f"registry {registry}: pushing {target} failed: {why}; {REACH_HINT}")
         emit(image.name, f"pushed {target} (content hash {image.content_hash()})")
 
 
@@ -51,12 +51,12 @@ def fetch(client: Any, images: Sequence[Any], registry: str) -> List[str]:
         source, tag = reference(registry, image.name), image_tag(image.name)
         why = client.pull_image(source)
         if why:
-            raise RegistryError(f"--registry {registry}: pulling {source} on this node failed: {why}; "
+            raise RegistryError(f"registry {registry}: pulling {source} on this node failed: {why}; "
                                 f"{REACH_HINT}")
         labels = client.inspect_image(source).labels
         if not built_from(labels, image):
             raise RegistryError(
-                f"--registry {registry}: {source} is not the matrix's image {image.name!r}: content hash "
+                f"registry {registry}: {source} is not the matrix's image {image.name!r}: content hash "
                 f"{labels.get(docker_client.LABEL_CONTENT_HASH) or 'none'} and runner "
                 f"{labels.get(docker_client.LABEL_RUNNER_HASH) or 'none'}, the matrix's are "
                 f"{image.content_hash()} and {runner_hash()}; rerun the driver, which pushes its current build")
