@@ -484,18 +484,20 @@ _hide(run, RUN_RARE)
 
 def _builds_of_run(build, backend, executor, sets):
     """The build settings (matrix.BuildSettings) this run uses: (registry, images.BuildOptions or None).
-    --backend auto builds here; --executor ray's docker nodes pull from the registry, else build. A build
-    setting given with --set that the run would not use is refused (nothing given is silently ignored)."""
+    --backend auto builds here, --backend venv builds a venv it finds missing (no base image: that is
+    Docker's); --executor ray's docker nodes pull from the registry, else build. A build setting given
+    with --set that the run would not use is refused (nothing given is silently ignored)."""
     docker_nodes = executor == RAY and backend == "docker"
     pulls = docker_nodes and bool(build.registry)
-    builds = (backend == AUTO and executor != RAY) or (docker_nodes and not pulls)
-    used = {*(build.image_options() if builds else ()), *(("registry",) if pulls else ())}
+    builds = (backend in (AUTO, "venv") and executor != RAY) or (docker_nodes and not pulls)
+    options = [name for name in build.image_options() if backend != "venv" or name != "base_image"]
+    used = {*(options if builds else ()), *(("registry",) if pulls else ())}
     unused = [name for name in sets if name in BUILD_NAMES and name not in used]
     if unused:
         raise click.UsageError(
-            f"--set {', '.join(unused)}: a build setting this run does not use (run builds only with --backend auto, "
-            "and under --executor ray --backend docker, whose nodes build or pull from `registry`); give it to "
-            "`matrixbench build`, or drop it")
+            f"--set {', '.join(unused)}: a build setting this run does not use (run builds with --backend auto, "
+            "--backend venv (a missing venv; no base_image) and under --executor ray --backend docker, whose "
+            "nodes build or pull from `registry`); give it to `matrixbench build`, or drop it")
     return (build.registry if pulls else None), (BuildOptions.of(build) if builds else None)
 
 

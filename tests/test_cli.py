@@ -344,13 +344,27 @@ def test_a_ray_run_takes_the_registry_or_the_node_builds_settings_from_the_matri
     assert (options.build_options and options.build_options.index_url) == index_url
 
 
+def test_run_backend_venv_takes_the_matrix_build_settings_for_a_venv_it_builds(tmp_path, monkeypatch):
+    import matrixbench.cli as cli
+    from matrixbench.executors import create_environment
+
+    given = []
+    monkeypatch.setattr(cli, "run_matrix", lambda matrix, options, progress: given.append(options) or Summary())
+    path = _with_build_settings(tmp_path, index_url="https://mirror/simple")
+    result = invoke("run", "--matrix", path, "--backend", "venv", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    options, = given
+    assert options.build_options.index_url == "https://mirror/simple"
+    assert create_environment(options)._build_options is options.build_options
+
+
 class Summary:
     def describe(self):
         return "done"
 
 
 @pytest.mark.parametrize("args", [["--backend", "local"], ["--backend", "local", "--executor", "ray"],
-                                  ["--backend", "docker"]])
+                                  ["--backend", "docker"], ["--backend", "venv"]])
 def test_run_refuses_a_build_setting_given_with_set_that_it_would_not_use(tmp_path, args):
     result = invoke("run", "--matrix", write_matrix(tmp_path), "--device", "cpu", "--results", tmp_path / "results",
                     "--set", "base_image=mirror/python:3.10", *args)

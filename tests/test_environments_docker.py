@@ -304,7 +304,7 @@ def test_a_run_stops_what_a_killed_run_of_its_folder_left_running(sdk, tmp_path,
             docker_client.LABEL_CONTENT_HASH: image.content_hash()}, f"sha256:{name}")
     killed = _leftover(sdk, tmp_path, monkeypatch, dataclasses.replace(owner.this_process(), boot_id="gone"))
     sdk.next_container = {"on_wait": _fake_runner}
-    monkeypatch.setitem(backends.FACTORIES, "docker", lambda: backend(sdk))
+    monkeypatch.setitem(backends.FACTORIES, "docker", lambda build_options=None: backend(sdk))
     progress = Notes()
     run_matrix(matrix, RunOptions(run_name="run1", results_root=tmp_path / "results", backend="docker",
                                   device="cpu", cache_root=tmp_path / "cache", hf_cache_dir=tmp_path / "hf"),

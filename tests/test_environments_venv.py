@@ -105,3 +105,24 @@ def test_run_without_prepare_and_a_torch_mismatch_are_errors(tmp_path, matrix, v
 
 def test_the_registry_makes_it():
     assert isinstance(create_backend("venv"), VenvBackend)
+
+
+def test_a_missing_venv_is_built_with_the_matrixs_build_settings(tmp_path, matrix, monkeypatch):
+    """run --backend venv builds a venv it finds missing with the matrix's index and CA bundle (build settings),
+    as `matrixbench build --backend venv` would; the bundle is a file while the build runs."""
+    import matrixbench.environments.venv as venv_module
+    from matrixbench.images import BuildOptions
+
+    seen = []
+
+    def fake_ensure(plan, emit, finder=None):
+        bundle = plan.build.ca_bundle
+        seen.append((plan.build.buildargs["INDEX_URL"], Path(bundle).read_bytes() if bundle else None))
+        return "the venv"
+
+    monkeypatch.setattr(venv_module, "ensure_venv", fake_ensure)
+    options = BuildOptions(ca_bundle_pem=b"PEM", index_url="https://mirror.example/simple")
+    create_backend("venv", build_options=options).prepare([matrix.images["stable"]])
+    VenvBackend(root=tmp_path / "venvs").prepare([matrix.images["stable"]])
+    assert seen[0] == ("https://mirror.example/simple", b"PEM")
+    assert seen[1][0] != "https://mirror.example/simple" and seen[1][1] is None

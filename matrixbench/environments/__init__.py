@@ -6,19 +6,19 @@ environment built from its pins) or local (this interpreter). Each has ``prepare
 ``create_backend(name)`` rejects unknown names with the list of valid ones. The docker
 environment is imported only when asked for, so the local one works without the docker SDK.
 """
-from typing import Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 from matrixbench.environments.base import Backend
 from matrixbench.errors import RunError
 
 
-def _local() -> Backend:
+def _local(build_options: Optional[Any] = None) -> Backend:
     from matrixbench.environments.local import LocalBackend
 
     return LocalBackend()
 
 
-def _docker() -> Backend:
+def _docker(build_options: Optional[Any] = None) -> Backend:
     try:
         from matrixbench.environments.docker import DockerBackend
     except ImportError as exc:
@@ -26,21 +26,23 @@ def _docker() -> Backend:
     return DockerBackend()
 
 
-def _venv() -> Backend:
+def _venv(build_options: Optional[Any] = None) -> Backend:
     from matrixbench.environments.venv import VenvBackend
 
-    return VenvBackend()
+    return VenvBackend(build_options=build_options)
 
 
-FACTORIES: Dict[str, Callable[[], Backend]] = {"docker": _docker, "local": _local, "venv": _venv}
+FACTORIES: Dict[str, Callable[..., Backend]] = {"docker": _docker, "local": _local, "venv": _venv}
 
 
 def backend_names() -> List[str]:
     return sorted(FACTORIES)
 
 
-def create_backend(name: str) -> Backend:
-    """The environment called ``name`` (docker, local, venv); everything a run needs comes in its RunRequest."""
+def create_backend(name: str, build_options: Optional[Any] = None) -> Backend:
+    """The environment called ``name`` (docker, local, venv); everything a run needs comes in its RunRequest.
+    ``build_options`` (images.BuildOptions, the matrix's build settings): how the venv environment builds a venv
+    that ``prepare`` finds missing (Docker images are built by ``matrixbench build`` alone)."""
     if name not in FACTORIES:
         raise RunError(f"unknown backend {name!r}; valid: {', '.join(backend_names())}")
-    return FACTORIES[name]()
+    return FACTORIES[name](build_options)

@@ -17,7 +17,7 @@ from matrixbench.environments.environment import compile_cache_env, runner_env
 from matrixbench.environments.local import launch_runner, stop_running
 from matrixbench.errors import RunError
 from matrixbench.gpu import host_gpus
-from matrixbench.images import print_progress
+from matrixbench.images import BuildOptions, print_progress
 from matrixbench.venvs import ensure_venv, link_runner, plan_venv, torch_matches, venvs_root
 
 
@@ -25,11 +25,13 @@ class VenvBackend(Backend):
     name = "venv"
     builds_images = True
 
-    def __init__(self, *, root: Optional[Path] = None, finder: Any = None) -> None:
+    def __init__(self, *, root: Optional[Path] = None, finder: Any = None, build_options: Any = None) -> None:
         """``root``: where the venvs live (default venvs.venvs_root()); ``finder``: the
-        interpreter search's seams (interpreters.Finder)."""
+        interpreter search's seams (interpreters.Finder); ``build_options`` (images.BuildOptions, the
+        matrix's build settings): the index and CA bundle a venv that is missing is built with."""
         self._root = root
         self._finder = finder
+        self._build_options = build_options
         self._venvs: Dict[str, Any] = {}
 
     def describe(self) -> str:
@@ -40,9 +42,11 @@ class VenvBackend(Backend):
         return bool(host_gpus())
 
     def prepare(self, images: List[Any], emit: Optional[Callable[[str, str], None]] = None) -> None:
-        for image in images:
-            plan = plan_venv(image, root=self._root)
-            self._venvs[image.name] = ensure_venv(plan, emit=emit or print_progress, finder=self._finder)
+        with (self._build_options or BuildOptions()).spec_options() as given:
+            for image in images:
+                plan = plan_venv(image, root=self._root, ca_bundle=given["ca_bundle"], index_url=given["index_url"],
+                                 extra_index_urls=given["extra_index_urls"])
+                self._venvs[image.name] = ensure_venv(plan, emit=emit or print_progress, finder=self._finder)
 
     def build_facts(self, image: Any) -> Optional[Any]:
         venv = self._venvs.get(image.name)

@@ -27,7 +27,7 @@ def create_environment(options: Any) -> Any:
     """What starts the runners: ``--backend``'s environment; under --executor ray, the cluster's driver
     side, whose nodes each run ``--backend`` (docker or local)."""
     if options.executor != RAY:
-        return create_backend(options.backend)
+        return create_backend(options.backend, build_options=options.build_options)
     return _ray_module().RayBackend(options.ray_address, node_backend=options.backend, registry=options.registry,
                                     build_options=options.build_options)
 
@@ -87,8 +87,8 @@ SCOPES = (
     Scope("--allow-busy-gpus", ONE_MACHINE, lambda matrix, options: options.allow_busy_gpus),
     Scope("--ray-address", (RAY,), lambda matrix, options: options.ray_address is not None),
     Scope("registry", (RAY,), lambda matrix, options: options.registry is not None),
-    Scope("ca_bundle/index_url/extra_index_urls/base_image", (RAY,),
-          lambda matrix, options: options.build_options is not None),
+    Scope("ca_bundle/index_url/extra_index_urls/base_image", (RAY,),   # (and --backend venv, whose run builds)
+          lambda matrix, options: options.build_options is not None and options.backend != "venv"),
 )
 WHY_NOT = {
     RAY: "not with --executor ray, which places each unit on one GPU Ray assigns, with that GPU's share of its "
