@@ -97,8 +97,9 @@ def describe_os_error(exc):
     if exc.errno == errno.EROFS:
         return f"{path}: read-only file system; choose a writable folder (--results / --out), or remount it read-write"
     if exc.errno in (errno.EACCES, errno.EPERM):
-        return (f"{path}: permission denied for this user (uid {os.getuid()}); give it write access or choose "
-                "another folder (--results / --out)")
+        return (f"{path}: permission denied for this user (uid {os.getuid()}); give it write access (a folder, a "
+                "file written) or read and execute access (an interpreter run), or choose another folder "
+                "(--results / --out)")
     if exc.errno == errno.ENAMETOOLONG:
         return f"{str(path)[:120]}...: file name too long; choose a shorter --run / --out / --results"
     if exc.errno == errno.ELOOP:

@@ -131,7 +131,10 @@ def unfinished_runs(results_dirs):
     for folder in map(Path, results_dirs):
         for path in sorted(folder.rglob(MANIFEST_FILENAME)):
             status = (read_manifest(path.parent) or {}).get("status")
-            if status not in FINISHED_STATUSES:
+            if status is None:
+                lines.append(f"{path.parent}: run.json records no status (an older matrixbench, or written by hand), "
+                             "so whether the run finished is not known; the report covers the records it has")
+            elif status not in FINISHED_STATUSES:
                 lines.append(f"{path.parent}: the run is {status} (run.json), not finished; the report covers the "
                              "records it has: rerun the same `matrixbench run` to finish it")
     return lines
