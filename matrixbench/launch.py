@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, List, Literal, Optional, Sequence, Tuple, Union
 
-from matrixbench.environments.environment import redact, secret_values
 from matrixbench.layout import LOG_FILENAME
+from matrixbench.redact import redact_text, secrets
 from runner.core import Cell, Repeat
 from runner.schema import CHECK_FILENAME, RecordError, load_record, record_path
 
@@ -92,7 +92,7 @@ def log_tail(request: Any, lines: int = LOG_TAIL_LINES) -> str:
         text = (Path(request.work_dir()) / LOG_FILENAME).read_text(errors="replace")
     except OSError:
         return ""
-    return redact("\n".join(text.strip().splitlines()[-lines:]), secret_values(request.env))
+    return redact_text("\n".join(text.strip().splitlines()[-lines:]), secrets(request.env))
 
 
 # --- watching for records ------------------------------------------------------------------------

@@ -18,11 +18,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, 
 from matrixbench import build_facts, docker_client
 from matrixbench.docker_client import Container, DockerClient, ImageInfo
 from matrixbench.environments.base import Backend, RunRequest
-from matrixbench.environments.environment import compile_cache_env, redact, secret_values
+from matrixbench.environments.environment import compile_cache_env
 from matrixbench.errors import RunError
 from matrixbench.images import image_tag
 from matrixbench.layout import CALIBRATION_RUN_DEPTH, CELLS_FILENAME, LOG_FILENAME
 from matrixbench.owner import Owner, this_process
+from matrixbench.redact import redact_text, secrets
 from matrixbench.runner_input import write_cells_file
 from matrixbench.versions import torch_label
 from runner.core import Cell
@@ -133,11 +134,11 @@ class DockerBackend(Backend):
 
     def _follow(self, container: Container, request: RunRequest) -> int:
         """Stream logs until the container exits; stop and remove it whatever happens."""
-        hide = secret_values(request.env)
+        hide = secrets(request.env)
         try:
             with open(request.work_dir() / LOG_FILENAME, "a") as log:
                 for line in container.log_lines():
-                    line = redact(line, hide)
+                    line = redact_text(line, hide)
                     log.write(line + "\n")
                     log.flush()
                     if self._on_log:

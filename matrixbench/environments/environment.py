@@ -1,18 +1,17 @@
 """The runner's environment, shared by the environments: compile-cache variables (all of them), the
-host allow-list (those whose runner is a host process: local and venv), the run-time secrets and
-their redaction: the one home of all three.
+host allow-list (those whose runner is a host process: local and venv) and the run-time secrets: the
+one home of each (their redaction is matrixbench.redact's).
 
 The runner never gets a copy of ``os.environ``: only ENV_ALLOWED, the ENV_ALLOWED_PREFIXES
 families, the image's ``env`` and the run-time secrets (RUNTIME_SECRETS: HF_TOKEN) reach it. A secret's
-value never reaches a log line, an error message or a record: ``redact`` replaces it by ``***``.
+value never reaches a log line, an error message or a record: ``redact.redact_text`` replaces it by ``***``.
 """
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
 from matrixbench import resources
 from matrixbench.errors import RunError
-from matrixbench.redact import redact_text, secrets
 
 # Passed through from the caller's environment; nothing else is.
 ENV_ALLOWED = (
@@ -31,16 +30,6 @@ RUNTIME_SECRETS = ("HF_TOKEN",)
 def runtime_secrets(environ: Mapping[str, str]) -> Dict[str, str]:
     """The run-time secrets ``environ`` holds (HF_TOKEN), for the runner's environment."""
     return {key: environ[key] for key in RUNTIME_SECRETS if environ.get(key)}
-
-
-def secret_values(env: Mapping[str, str]) -> List[str]:
-    """Values that must never reach a log or an error message (HF_TOKEN and the like): matrixbench.redact's rule."""
-    return secrets(env)
-
-
-def redact(text: str, values: Iterable[str]) -> str:
-    """``text`` with each secret value, and every URL's credentials, replaced by ``***`` (matrixbench.redact)."""
-    return redact_text(text, values)
 
 
 def runner_parent() -> Path:

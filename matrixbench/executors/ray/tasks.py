@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from matrixbench.environments.base import Paths, RunRequest
-from matrixbench.environments.environment import RUNTIME_SECRETS, redact, runtime_secrets
+from matrixbench.environments.environment import RUNTIME_SECRETS, runtime_secrets
 from matrixbench.errors import RunError
 from matrixbench.executors.threads import run_in_thread
 from matrixbench.launch import launch
 from matrixbench.layout import LOG_FILENAME
 from matrixbench.paths import cache_home, hf_cache_home
 from matrixbench.placement import Slot, split_evenly, usable_cores
+from matrixbench.redact import redact_text
 from runner.core import Record, Repeat, Status, repeat_stem
 from runner.machine import fallback_environment
 from runner.records import NO_PRECISION, fail, new_record, utc_now
@@ -171,7 +172,7 @@ def _log_tail(request: RunRequest, environ: Dict[str, str]) -> str:
         text = (request.work_dir() / LOG_FILENAME).read_text(errors="replace")[-LOG_TAIL_CHARS:]
     except OSError:
         return ""
-    return redact(text, runtime_secrets(environ).values())
+    return redact_text(text, runtime_secrets(environ).values())
 
 
 def lost_records(request: RunRequest, repeats: Sequence[Repeat], status: Status, reason: str,
