@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from matrixbench import run_folder
 from matrixbench.cuda_builds import refuse_builds
@@ -47,7 +47,7 @@ class RunOptions:
     cache_root: Optional[Path] = None     # None: paths.compile_cache_root()
     hf_cache_dir: Optional[Path] = None   # None: paths.hf_cache_home()
     note: Optional[str] = None
-    command: tuple = ()
+    command: Tuple[str, ...] = ()
     gpu: Optional[str] = None             # --gpu: indices or UUIDs, comma-separated; None: CUDA_VISIBLE_DEVICES
     allow_busy_gpus: bool = False         # slots: run even where another process uses a slot's GPU
     order_seed: Optional[int] = None      # the seed of the run order; None: a fresh one (recorded in run.json)
@@ -57,7 +57,8 @@ class RunOptions:
     budget_min: Optional[float] = None    # --budget: wall minutes of the run; past it no process starts
 
 
-def run_matrix(matrix, options, progress=None, environ=None):
+def run_matrix(matrix: Any, options: RunOptions, progress: Any = None,
+               environ: Optional[Mapping[str, str]] = None) -> RunSummary:
     """Run every pending cell of ``matrix``; return a RunSummary.
 
     The run folder is locked for the whole run (a second run on it is refused). Raises
@@ -83,7 +84,7 @@ def run_matrix(matrix, options, progress=None, environ=None):
     return summary
 
 
-def _take_over(lock, run_path, progress, environment):
+def _take_over(lock: run_folder.RunLock, run_path: Path, progress: Any, environment: Any) -> None:
     """Say so when a killed run left its lock behind; stop what it left running (its containers),
     then remove its scratch folders."""
     for line in environment.stop_leftovers(run_path):
@@ -96,7 +97,8 @@ def _take_over(lock, run_path, progress, environment):
         progress.note(f"removed {removed} scratch folder(s) a killed run left in {run_path}")
 
 
-def _run_with(environment, matrix, options, run_path, progress, environ):
+def _run_with(environment: Any, matrix: Any, options: RunOptions, run_path: Path, progress: Any,
+              environ: Mapping[str, str]) -> RunSummary:
     policy = adaptive.policy_of(matrix, options.budget_min)
     started = time.time()       # --force with repeats auto: only records written from here on count
     budget = adaptive.Budget(policy.budget_s)   # from here: the run's wall time counts
@@ -115,7 +117,7 @@ def _run_with(environment, matrix, options, run_path, progress, environ):
         builds = dict.fromkeys(matrix.images[w.image_name].build_of or w.image_name for w in works if w.pending)
         environment.prepare([matrix.images[name] for name in builds],   # an A/A twin runs in its original's build
                             emit=lambda name, line: progress.note(f"[{name}] {line}"))
-        if gpus and environment.builds_images and options.executor != "ray":   # before any cell runs
+        if gpus and environment.builds_images:   # before any cell runs (a Ray driver builds nothing here)
             refuse_builds({name: matrix.images[name] for name in builds}, environment.build_facts, progress.note)
         progress.start(sum(len(w.pending) for w in works), sum(w.done for w in works))
         _note_recorded(works, progress)
@@ -143,7 +145,7 @@ def _run_with(environment, matrix, options, run_path, progress, environ):
     return run.summary
 
 
-def _note_recorded(works, progress):
+def _note_recorded(works: List[Any], progress: Any) -> None:
     """What the records already there say: failures that stay, corrupt ones that get replaced."""
     recorded_failures = sum(w.recorded_failures for w in works)
     if recorded_failures:
@@ -153,7 +155,7 @@ def _note_recorded(works, progress):
             progress.note(line)
 
 
-def check_device(matrix, options):
+def check_device(matrix: Any, options: RunOptions) -> None:
     """What a dry run checks of the device: ``--device cuda`` needs a GPU the environment can give.
     (Its value is one of runner.settings' declared choices: the CLI's option derives from them.)"""
     check_gpu_types(matrix, options.executor)
@@ -193,7 +195,7 @@ def check_host_gpus_unused(environment: Any) -> None:
             "--device cpu to time on the CPU on purpose")
 
 
-def _cell_counts(summary: RunSummary):
+def _cell_counts(summary: RunSummary) -> Dict[str, Any]:
     return {
         "ran": sum(image.ran for image in summary.images),
         "skipped": sum(image.skipped for image in summary.images),
