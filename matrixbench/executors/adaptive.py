@@ -23,7 +23,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from statistics import mean
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from matrixbench.executors.scheduler import Estimates
 from matrixbench.pending import ImageWork, interleaved
@@ -60,7 +60,7 @@ class Policy:
                 f"comparison is undecided at margin {self.margin_pct:g}%{budget}")
 
 
-def policy_of(matrix, budget_minutes: Optional[float] = None) -> Policy:
+def policy_of(matrix: Any, budget_minutes: Optional[float] = None) -> Policy:
     """The matrix's repeats as a Policy (``repeats: auto`` -> repeats_min .. repeats_max)."""
     budget_s = None if budget_minutes is None else float(budget_minutes) * 60.0
     if matrix.repeats == AUTO:
@@ -107,7 +107,7 @@ class Processes:
 
     means: List[float] = field(default_factory=list)
     durations: List[float] = field(default_factory=list)
-    taken: set = field(default_factory=set)
+    taken: Set[int] = field(default_factory=set)
 
     def next_index(self) -> int:
         return min(index for index in range(len(self.taken) + 1) if index not in self.taken)
@@ -203,7 +203,7 @@ def bill(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
             f"({policy.maximum} a cell), {runners} (earlier records, else the scheduler's model){budget}")
 
 
-def promising(judgement, policy: Policy, spread: Optional[float]) -> bool:
+def promising(judgement: Any, policy: Policy, spread: Optional[float]) -> bool:
     """Whether more processes, up to the maximum a side, could plausibly decide ``judgement``: the
     interval ``policy.maximum`` processes a side would give (half-width t x sqrt(2 x spread^2 /
     maximum), ``spread`` the run's pooled standard deviation of log process means, steadier than
@@ -221,7 +221,7 @@ def promising(judgement, policy: Policy, spread: Optional[float]) -> bool:
     return estimate > projected or estimate + projected < math.log(1.0 + policy.margin_pct / 100.0)
 
 
-def pooled_spread(sides) -> Optional[float]:
+def pooled_spread(sides: Iterable[Processes]) -> Optional[float]:
     """The pooled standard deviation of log process means over ``sides`` (Processes) with 2 or more."""
     squares, df = 0.0, 0
     for side in sides:
@@ -310,7 +310,7 @@ class Waves:
         self.outcome.added += sum(len(work.pending) for work in wave)
         return wave
 
-    def _admitted(self, parts: List[Tuple[ImageWork, List[Repeat]]], keep_empty=False) -> List[ImageWork]:
+    def _admitted(self, parts: List[Tuple[ImageWork, List[Repeat]]], keep_empty: bool = False) -> List[ImageWork]:
         """``parts`` narrowed to what the budget admits, repeat index by repeat index (run order)."""
         queue = sorted(((repeat.index, number, work, repeat) for number, (work, repeats) in enumerate(parts)
                         for repeat in repeats), key=lambda item: (item[0], item[1]))
@@ -330,7 +330,7 @@ class Waves:
         durations = self._read(work, repeat.cell, self.policy.maximum).durations
         return mean(durations) if durations else self._estimates(work, repeat)
 
-    def _judge_all(self, final: bool):
+    def _judge_all(self, final: bool) -> List[Tuple[Comparison, Any, Dict[Side, Processes]]]:
         """The undecided comparisons more processes could decide (``promising``), with their sides'
         processes; with ``final`` the outcome's decided count and every undecided one (``_doubt``)."""
         judge = self._judge or default_judge()
