@@ -31,7 +31,7 @@ from matrixbench.prices import parse_price_option
 from matrixbench.progress import make_progress
 from matrixbench.redact import redact_urls
 from matrixbench.report_formats import REPORT_FORMATS
-from matrixbench.run import DEFAULT_RUN, RunOptions, check_device, run_matrix
+from matrixbench.run import DEFAULT_RUN, RunOptions, check_dry_run, run_matrix
 from matrixbench.settings import BUILD_FLAGS, BUILD_SETTINGS, BY_NAME, MATRIX_SETTINGS, OVERRIDES
 from matrixbench.signals import exit_code, signal_name, stop_signals
 
@@ -472,7 +472,7 @@ def run(matrix_path, run_name, results_root, backend, executor, ray_address, dev
         build_options=build_options,
     )
     if dry_run:
-        check_device(matrix, dataclasses.replace(run_options, backend="local") if backend == AUTO else run_options)
+        check_dry_run(matrix, dataclasses.replace(run_options, backend="local") if backend == AUTO else run_options)
         click.echo(describe_plan(matrix, run_dir(results_root, run_name), force, retry_failed, budget_min))
         return
     summary = run_matrix(matrix, run_options, progress=make_progress())

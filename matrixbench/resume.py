@@ -43,7 +43,7 @@ def record_differences(record, cell, matrix, device):
             asked = effective_warmup(asked)
         if asked is not None and settings.get(name) != asked:
             found.append((name, settings.get(name), asked))
-    if record.get("device") != device:
+    if device is not None and record.get("device") != device:   # None: not known (a dry run on --device auto)
         found.append(("device", record.get("device"), device))
     return found
 

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from matrixbench import run_folder
 from matrixbench.cuda_builds import refuse_builds
 from matrixbench.errors import RunError
-from matrixbench.executors import adaptive, check_gpu_types, check_options, create_environment, create_executor
+from matrixbench.executors import adaptive, check_options, create_environment, create_executor
 from matrixbench.executors.base import Run, RunSummary
 from matrixbench.executors.scheduler import positions
 from matrixbench.gpu import GpusUnreachableError, host_gpus
@@ -155,12 +155,18 @@ def _note_recorded(works: List[Any], progress: Any) -> None:
             progress.note(line)
 
 
-def check_device(matrix: Any, options: RunOptions) -> None:
-    """What a dry run checks of the device: ``--device cuda`` needs a GPU the environment can give.
-    (Its value is one of runner.settings' declared choices: the CLI's option derives from them.)"""
-    check_gpu_types(matrix, options.executor)
-    if options.device == "cuda":
-        _resolve_gpus(create_environment(options), options.device, NullProgress())
+def check_dry_run(matrix: Any, options: RunOptions) -> None:
+    """What a dry run refuses, the way the real run refuses it before anything runs: options the executor
+    would ignore (``check_options``), ``--device cuda`` without a GPU the environment can give, and records
+    this run would skip that were measured differently (``check_resume``; the device compared only when
+    --device names it: finding out what auto gets would start the backend). Writes nothing."""
+    check_options(matrix, options)
+    device = None if options.device == "auto" else options.device
+    if device == "cuda":
+        _resolve_gpus(create_environment(options), device, NullProgress())
+    run_path = run_dir(options.results_root, options.run_name)
+    works = pending_work(matrix, run_path, force=options.force, retry_failed=options.retry_failed)
+    check_resume(works, matrix, device, read_manifest(run_path), run_path)
 
 
 def _resolve_gpus(environment: Any, device: str, progress: Any) -> bool:

@@ -84,6 +84,29 @@ def test_run_dry_run_after_a_run_has_nothing_left(matrix_file, monkeypatch):
     assert "stable: 0 to run, 8 done" in result.stdout
 
 
+@pytest.mark.parametrize("args, words", [
+    (["--iterations", "50"], ["measured differently", "iterations: recorded 5, this run asks 50"]),
+    (["--device", "cuda"], ["--device cuda", "no NVIDIA GPU"]),
+])
+def test_a_dry_run_refuses_a_resume_as_the_real_run_does(matrix_file, monkeypatch, args, words):
+    use_backend(monkeypatch, RecordingBackend())
+    assert invoke("run", "--matrix", matrix_file, "--backend", "local", "--device", "cpu").exit_code == 0
+    dry = invoke("run", "--matrix", matrix_file, "--backend", "local", "--dry-run", *args)
+    real = invoke("run", "--matrix", matrix_file, "--backend", "local", *args)
+    assert dry.exit_code == real.exit_code != 0
+    assert real.stderr.endswith(dry.stderr) and dry.stderr.startswith("error: ") and dry.stdout == ""
+    assert all(word in dry.stderr for word in words)
+
+
+def test_a_dry_run_refuses_options_the_executor_would_ignore_as_the_real_run_does(matrix_file, monkeypatch):
+    use_backend(monkeypatch, RecordingBackend())
+    args = ("run", "--matrix", matrix_file, "--backend", "local", "--executor", "ray", "--slots", "2")
+    dry, real = invoke(*args, "--dry-run"), invoke(*args)
+    assert dry.exit_code == real.exit_code != 0
+    assert dry.stderr == real.stderr and "--slots / slots: not with --executor ray" in dry.stderr
+    assert not (matrix_file.parent / "results").exists()
+
+
 def test_cuda_without_a_gpu_exits_5(matrix_file, monkeypatch):
     use_backend(monkeypatch, RecordingBackend(gpus=False))
     result = invoke("run", "--matrix", matrix_file, "--backend", "local", "--device", "cuda")
