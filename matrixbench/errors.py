@@ -17,6 +17,11 @@ class MatrixError(MatrixbenchError):
     exit_code = 2
 
 
+class OptionConflictError(MatrixError):
+    """Options (flags or matrix settings) that contradict each other or the chosen executor: one would be
+    silently ignored (``--executor ray --slots 2``, ``--gpu-types`` without ray). A usage error: exit 2."""
+
+
 class DockerUnavailableError(MatrixbenchError):
     """No Docker daemon answers."""
 

@@ -98,11 +98,11 @@ def test_a_dry_run_refuses_a_resume_as_the_real_run_does(matrix_file, monkeypatc
     assert all(word in dry.stderr for word in words)
 
 
-def test_a_dry_run_refuses_options_the_executor_would_ignore_as_the_real_run_does(matrix_file, monkeypatch):
+def test_a_dry_run_refuses_options_the_executor_would_ignore_as_the_real_run_does_exit_2(matrix_file, monkeypatch):
     use_backend(monkeypatch, RecordingBackend())
     args = ("run", "--matrix", matrix_file, "--backend", "local", "--executor", "ray", "--slots", "2")
     dry, real = invoke(*args, "--dry-run"), invoke(*args)
-    assert dry.exit_code == real.exit_code != 0
+    assert dry.exit_code == real.exit_code == 2   # a usage error (errors.OptionConflictError)
     assert dry.stderr == real.stderr and "--slots / slots: not with --executor ray" in dry.stderr
     assert not (matrix_file.parent / "results").exists()
 

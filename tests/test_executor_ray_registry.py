@@ -20,7 +20,7 @@ from docker import errors as docker_errors
 from docker_fakes import FakeImage, FakeSDK
 from host_helpers import small_matrix_data, write_matrix
 from matrixbench import docker_client
-from matrixbench.errors import DockerUnavailableError, RunError
+from matrixbench.errors import DockerUnavailableError, OptionConflictError
 from matrixbench.executors import create_environment
 from matrixbench.executors.ray import registry
 from matrixbench.images import BuildOptions, image_tag, runner_hash
@@ -109,7 +109,7 @@ def test_a_failed_push_or_pull_names_the_registry_and_what_to_check():
 ])
 def test_registry_and_node_build_options_are_refused_where_unused(tmp_path, options, message):
     matrix = load_matrix(write_matrix(tmp_path, dict(small_matrix_data())))
-    with pytest.raises(RunError, match=message):
+    with pytest.raises(OptionConflictError, match=message):
         run_matrix(matrix, RunOptions(results_root=tmp_path / "results", device="cpu", **options))
     assert not (tmp_path / "results").exists()
 

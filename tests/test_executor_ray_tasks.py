@@ -10,7 +10,7 @@ import pytest
 
 from host_helpers import RecordingBackend, small_matrix_data, write_matrix
 from matrixbench.environments.base import Backend
-from matrixbench.errors import RunError
+from matrixbench.errors import OptionConflictError, RunError
 from matrixbench.executors.ray import executor as ray_executor
 from matrixbench.executors.ray.tasks import (
     UnknownGpuTypeError,
@@ -245,7 +245,7 @@ def test_the_node_runs_the_runs_own_backend_no_second_axis():
 def test_slot_settings_are_refused_under_ray_naming_them(tmp_path, cluster, changes, named):
     data = dict(small_matrix_data(), gpu_types=["A100"], **changes)
     matrix = load_matrix(write_matrix(tmp_path, data))
-    with pytest.raises(RunError, match=f"{named}.*not with --executor ray"):
+    with pytest.raises(OptionConflictError, match=f"{named}.*not with --executor ray"):
         run_matrix(matrix, RunOptions(results_root=tmp_path / "results", executor="ray", device="cpu"))
     assert cluster.tasks == [] and not (tmp_path / "results").exists()
 
@@ -253,7 +253,7 @@ def test_slot_settings_are_refused_under_ray_naming_them(tmp_path, cluster, chan
 @pytest.mark.parametrize("changes, named", [({"gpu": "0"}, "--gpu"), ({"allow_busy_gpus": True}, "--allow-busy-gpus")])
 def test_gpu_choices_are_refused_under_ray_naming_them(tmp_path, cluster, changes, named):
     options = RunOptions(results_root=tmp_path / "results", executor="ray", device="cpu", **changes)
-    with pytest.raises(RunError, match=f"{named}.*not with --executor ray"):
+    with pytest.raises(OptionConflictError, match=f"{named}.*not with --executor ray"):
         run_matrix(_matrix(tmp_path), options)
 
 
@@ -262,7 +262,7 @@ def test_gpu_choices_are_refused_under_ray_naming_them(tmp_path, cluster, change
 def test_cluster_options_are_refused_without_ray(tmp_path, changes, named):
     data = small_matrix_data()
     options = RunOptions(results_root=tmp_path / "results", backend="local", device="cpu", **changes)
-    with pytest.raises(RunError, match=f"{named}: only with --executor ray"):
+    with pytest.raises(OptionConflictError, match=f"{named}: only with --executor ray"):
         run_matrix(load_matrix(write_matrix(tmp_path, data)), options)
     assert not (tmp_path / "results").exists()
 

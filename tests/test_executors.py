@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from host_helpers import small_matrix_data, write_matrix
-from matrixbench.errors import RunError
+from matrixbench.errors import OptionConflictError
 from matrixbench.executors import SCOPES, check_options, create_executor
 from matrixbench.executors.sequential import SequentialExecutor
 from matrixbench.images import BuildOptions
@@ -38,13 +38,13 @@ def test_an_option_is_refused_exactly_where_its_executor_ignores_it(tmp_path, sc
     if executor in scope.executors:
         check_options(matrix, options)
         return
-    with pytest.raises(RunError, match=scope.flag.split(" ")[0]) as refused:
+    with pytest.raises(OptionConflictError, match=scope.flag.split(" ")[0]) as refused:
         check_options(matrix, options)
     assert ("not with --executor ray" if executor == "ray" else "only with --executor ray") in str(refused.value)
 
 
 def test_an_unknown_executor_names_the_valid_ones(tmp_path):
-    with pytest.raises(RunError, match="--executor 'gpu': valid are sequential, slots, ray"):
+    with pytest.raises(OptionConflictError, match="--executor 'gpu': valid are sequential, slots, ray"):
         check_options(load_matrix(write_matrix(tmp_path)), RunOptions(executor="gpu"))
 
 

@@ -4,7 +4,7 @@ from click.testing import CliRunner
 
 from host_helpers import RecordingBackend, make_record, small_matrix_data, use_backend, write_matrix
 from matrixbench.cli import main
-from matrixbench.errors import MatrixError, RunError
+from matrixbench.errors import MatrixError, OptionConflictError
 from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.pending import pending_work
 from matrixbench.report.records import run_folder_of
@@ -49,16 +49,17 @@ def test_each_gpu_type_gets_its_own_image_folders_and_resume(tmp_path):
 def test_other_backends_refuse_the_axis_naming_the_ray_backend(tmp_path, monkeypatch):
     use_backend(monkeypatch, RecordingBackend())
     matrix = load_matrix(write_matrix(tmp_path), Overrides(gpu_types=["A100"]))
-    with pytest.raises(RunError, match="only --executor ray places work on GPU types"):
+    with pytest.raises(OptionConflictError, match="only --executor ray places work on GPU types"):
         run_matrix(matrix, RunOptions(results_root=tmp_path / "results", backend="local"))
     assert not (tmp_path / "results").exists()
 
 
-def test_the_cli_takes_gpu_types_and_refuses_them_without_ray(tmp_path):
+@pytest.mark.parametrize("dry_run", [["--dry-run"], []])
+def test_the_cli_takes_gpu_types_and_refuses_them_without_ray_a_usage_error(tmp_path, dry_run):
     path = write_matrix(tmp_path)
     result = CliRunner().invoke(main, ["run", "--matrix", str(path), "--gpu-types", "A100,T4", "--backend", "local",
-                                       "--device", "cpu", "--dry-run", "--results", str(tmp_path / "r")])
-    assert result.exit_code == 5 and "gpu_types A100,T4: only --executor ray" in result.output
+                                       "--device", "cpu", *dry_run, "--results", str(tmp_path / "r")])
+    assert result.exit_code == 2 and "gpu_types A100,T4: only --executor ray" in result.output
 
 
 def test_the_report_finds_the_run_folder_above_the_gpu_type(tmp_path):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from matrixbench.environments import create_backend
-from matrixbench.errors import RunError
+from matrixbench.errors import OptionConflictError
 from matrixbench.placement import AUTO
 
 EXECUTORS = ("sequential", "slots", "ray")
@@ -63,9 +63,10 @@ def create_executor(environment: Any, options: Any, **context: Any) -> Any:
 def check_gpu_types(matrix: Any, executor: Optional[str]) -> None:
     """The GPU-type axis needs an executor that places work on GPU types: only the ray executor does."""
     if matrix.gpu_types and executor != RAY:
-        raise RunError(f"gpu_types {','.join(matrix.gpu_types)}: only --executor ray places work on GPU types "
-                       f"(this is --executor {executor or 'sequential/slots'}); drop --gpu-types / gpu_types, "
-                       "or run on a Ray cluster with --executor ray --ray-address HOST:PORT")
+        raise OptionConflictError(
+            f"gpu_types {','.join(matrix.gpu_types)}: only --executor ray places work on GPU types (this is "
+            f"--executor {executor or 'sequential/slots'}); drop --gpu-types / gpu_types, or run on a Ray cluster "
+            "with --executor ray --ray-address HOST:PORT")
 
 
 @dataclass(frozen=True)
@@ -100,14 +101,15 @@ def check_options(matrix: Any, options: Any) -> None:
     """Refuse what the chosen executor would ignore (derived from SCOPES): the slot options under --executor
     ray (Ray gives each task one GPU and that GPU's share of its node's cores), the cluster options without it."""
     if options.executor not in (None, *EXECUTORS):
-        raise RunError(f"--executor {options.executor!r}: valid are {', '.join(EXECUTORS)}")
+        raise OptionConflictError(f"--executor {options.executor!r}: valid are {', '.join(EXECUTORS)}")
     check_gpu_types(matrix, options.executor)
     ignored = [scope for scope in SCOPES if scope.given(matrix, options) and options.executor not in scope.executors]
     if ignored and options.executor in WHY_NOT:
-        raise RunError(f"{', '.join(scope.flag for scope in ignored)}: {WHY_NOT[options.executor]}")
+        raise OptionConflictError(f"{', '.join(scope.flag for scope in ignored)}: {WHY_NOT[options.executor]}")
     if ignored:
-        raise RunError(f"{', '.join(scope.flag for scope in ignored)}: only with --executor ray (this is "
-                       f"--executor {options.executor or 'sequential/slots'}); drop them, or add --executor ray")
+        raise OptionConflictError(f"{', '.join(scope.flag for scope in ignored)}: only with --executor ray (this is "
+                                  f"--executor {options.executor or 'sequential/slots'}); drop them, or add "
+                                  "--executor ray")
     if options.executor == RAY:
         _check_ray_options(options)
 
@@ -115,8 +117,8 @@ def check_options(matrix: Any, options: Any) -> None:
 def _check_ray_options(options: Any) -> None:
     """What the ray executor's own options need of --backend (the nodes')."""
     if options.registry and options.backend != "docker":
-        raise RunError(f"registry {options.registry}: images go through a registry only to docker nodes "
-                       f"(this is --backend {options.backend}); drop the registry setting")
+        raise OptionConflictError(f"registry {options.registry}: images go through a registry only to docker nodes "
+                                  f"(this is --backend {options.backend}); drop the registry setting")
     if options.build_options and (options.registry or options.backend != "docker"):
-        raise RunError("ca_bundle, index_url, extra_index_urls, base_image: for the image builds on "
-                       "docker nodes without a registry; drop them")
+        raise OptionConflictError("ca_bundle, index_url, extra_index_urls, base_image: for the image builds on "
+                                  "docker nodes without a registry; drop them")
