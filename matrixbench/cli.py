@@ -245,9 +245,15 @@ def doctor(matrix_path, backend, measure, run_name, results_root, python):
     container, which backend runs, each image's CUDA build against the driver and GPUs, other GPU
     processes, persistence and clocks, disk, HF cache. Every failure comes with its fix; exit code 7
     when a check fails."""
-    from matrixbench.doctor import diagnose, report
+    from matrixbench.doctor import DoctorError, diagnose, report
 
-    click.echo(report(diagnose(load_matrix(matrix_path), backend=backend)))
+    try:
+        click.echo(report(diagnose(load_matrix(matrix_path), backend=backend)))
+    except DoctorError as exc:
+        if not measure:
+            raise
+        raise DoctorError(f"{exc}\nselftest not run: fix the failures above first (or run `matrixbench "
+                          "selftest`)") from None
     if measure:
         from matrixbench.selftest import run_selftest
 

@@ -160,6 +160,23 @@ def test_doctor_measure_runs_the_selftest_after_the_checklist(tmp_path, monkeypa
     assert (tmp_path / "m" / "selftest.json").is_file()
 
 
+def test_doctor_measure_says_the_selftest_did_not_run_when_a_check_failed(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from matrixbench import doctor
+    from matrixbench.cli import main
+
+    monkeypatch.setattr(doctor, "diagnose", lambda matrix, backend: [doctor.Check("docker", "fail", "no daemon")])
+    result = CliRunner().invoke(main, ["doctor", "--measure", "--results", str(tmp_path), "--run", "m",
+                                       "--python", fake_python(tmp_path, True)])
+    assert result.exit_code == 7 and "[FAIL] docker" in result.stderr, result.output
+    assert result.stderr.rstrip().endswith(
+        "selftest not run: fix the failures above first (or run `matrixbench selftest`)")
+    assert "selftest on" not in result.output and not (tmp_path / "m").exists()
+    plain = CliRunner().invoke(main, ["doctor"])   # without --measure: no word of the selftest
+    assert plain.exit_code == 7 and "selftest" not in plain.output
+
+
 def test_an_interpreter_without_torch_is_skipped_not_failed(tmp_path):
     from matrixbench.selftest import run_selftest as host_selftest
 
