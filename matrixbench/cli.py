@@ -4,9 +4,12 @@ Each command parses its options, calls one library function, and turns a Matrixb
 a message on stderr and its exit code (2 matrix/usage, 3 Docker, 4 build, 5 run, 6 report;
 9 filesystem (disk full, read-only, permission); 128 + the signal when stopped: 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
 """
+import contextlib
 import dataclasses
+import errno
 import functools
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -19,7 +22,7 @@ from matrixbench.aa import default_run_name as aa_run_name
 from matrixbench.cuda_builds import refuse_on_this_host
 from matrixbench.environments import auto, backend_names
 from matrixbench.environments.auto import AUTO
-from matrixbench.errors import FILESYSTEM_EXIT_CODE, MatrixbenchError, describe_os_error
+from matrixbench.errors import FILESYSTEM_EXIT_CODE, FolderError, MatrixbenchError, describe_os_error
 from matrixbench.executors import EXECUTORS, RAY
 from matrixbench.executors.adaptive import bill, policy_of
 from matrixbench.images import BuildOptions
@@ -165,6 +168,23 @@ def handles_errors(command):
     return wrapper
 
 
+@contextlib.contextmanager
+def names_folder(flag, folder):
+    """An OSError on ``folder``, in it or on the way to it becomes a FolderError naming ``flag`` (the option
+    that chose the folder) and, unless the message names a way out already, to choose another."""
+    try:
+        yield
+    except OSError as exc:
+        if not isinstance(exc.filename, str):
+            raise
+        failed, chosen = Path(os.path.abspath(exc.filename)), Path(os.path.abspath(folder))
+        if not (failed == chosen or chosen in failed.parents or failed in chosen.parents):
+            raise
+        text = describe_os_error(exc)
+        way_out = "" if exc.errno == errno.ENOSPC or flag in text else f"; choose another {flag}"
+        raise FolderError(f"{flag}: {text}{way_out}") from None
+
+
 def _library(module, name, command):
     """A function of a module that may be missing from this checkout."""
     try:
@@ -230,7 +250,8 @@ def selftest(run_name, results_root, python, device):
     timing with and without per-iteration events (on the CPU, its CPU part). Exit code 10 when a check fails."""
     from matrixbench.selftest import run_selftest
 
-    run_selftest(run_dir(results_root, run_name), device=device, python=python, emit=click.echo)
+    with names_folder("--results", results_root):
+        run_selftest(run_dir(results_root, run_name), device=device, python=python, emit=click.echo)
 
 
 @main.command()
@@ -257,7 +278,8 @@ def doctor(matrix_path, backend, measure, run_name, results_root, python):
     if measure:
         from matrixbench.selftest import run_selftest
 
-        run_selftest(run_dir(results_root, run_name), python=python, emit=click.echo)
+        with names_folder("--results", results_root):
+            run_selftest(run_dir(results_root, run_name), python=python, emit=click.echo)
 
 
 def describe_matrix(matrix):
@@ -544,7 +566,9 @@ def report(results_dirs, out_dir, formats, prices, margin_pct):
     build_report = _library("matrixbench.report", "build_report", "report")
     dirs = list(results_dirs) or [Path("results") / DEFAULT_RUN]
     given = [parse_price_option(text) for text in prices]
-    for path in build_report(dirs, out_dir, formats or list(REPORT_FORMATS), given, margin_pct=margin_pct):
+    with names_folder("--out", out_dir):
+        paths = build_report(dirs, out_dir, formats or list(REPORT_FORMATS), given, margin_pct=margin_pct)
+    for path in paths:
         click.echo(str(path))
     for line in unfinished_runs(dirs):
         click.echo(f"warning: {line}", err=True)

@@ -83,7 +83,14 @@ FILESYSTEM_EXIT_CODE = 9   # an OSError no other error covers: disk full, read-o
 
 
 class ResultsFolderUnwritableError(ResultsFolderError):
-    """The results folder is on a read-only file system, or this user may not write it: the filesystem's refusal."""
+    """The results folder is on a read-only file system, this user may not write it, or its file system takes
+    no new folder (under /proc): the filesystem's refusal."""
+
+    exit_code = FILESYSTEM_EXIT_CODE
+
+
+class FolderError(MatrixbenchError):
+    """An OSError on the folder an option chose (``report --out``, ``selftest --results``), named with the option."""
 
     exit_code = FILESYSTEM_EXIT_CODE
 

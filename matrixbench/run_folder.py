@@ -36,8 +36,12 @@ def prepare(run_path):
     except OSError as exc:   # a read-only file system, a symlink loop, a name too long
         if exc.errno == errno.EROFS:
             raise ResultsFolderUnwritableError(_cannot_write(run_path)) from None
-        raise ResultsFolderError(f"--results: cannot make {run_path} ({exc.strerror}); choose another "
-                                 "--results or --run") from None
+        if exc.errno in (errno.ELOOP, errno.ENAMETOOLONG):   # the path given is the problem: a usage error
+            raise ResultsFolderError(f"--results: cannot make {run_path} ({exc.strerror}); choose another "
+                                     "--results or --run") from None
+        raise ResultsFolderUnwritableError(   # the filesystem refuses (a folder under /proc): exit 9
+            f"--results: cannot make {run_path} ({exc.strerror}): the file system there takes no new folder; "
+            "choose another --results") from None
     if not os.access(run_path, os.W_OK | os.X_OK) or _read_only(run_path):
         raise ResultsFolderUnwritableError(_cannot_write(run_path))
     return run_path
@@ -63,9 +67,20 @@ def _cannot_write(run_path):
     if _read_only(existing):
         return (f"--results: {existing} is on a read-only file system; the run needs to write {run_path} (its "
                 "records stay as they are). Choose another --results, or remount it read-write")
+    chown = (f", or give this user write access (e.g. `sudo chown -R {os.getuid()} {existing}`)"
+             if _chown_helps(existing) else "")
     return (f"--results: cannot write to {existing} (permission denied for this user, uid {os.getuid()}); the run "
-            f"needs to write {run_path} (its records stay as they are). Choose another --results, or give this "
-            f"user write access (e.g. `sudo chown -R {os.getuid()} {existing}`)")
+            f"needs to write {run_path} (its records stay as they are). Choose another --results{chown}")
+
+
+SYSTEM_FOLDERS = (Path("/proc"), Path("/sys"))   # the kernel's: no owner change makes them writable
+
+
+def _chown_helps(folder):
+    """Whether giving this user the folder could help: not for root (who owns everything it may own already),
+    nor for a folder of the kernel's."""
+    folder = Path(os.path.abspath(folder))
+    return os.getuid() != 0 and not any(folder == top or top in folder.parents for top in SYSTEM_FOLDERS)
 
 
 # --- one writer per run --------------------------------------------------------------------

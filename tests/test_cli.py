@@ -11,7 +11,7 @@ from click.testing import CliRunner
 import matrixbench
 from host_helpers import RecordingBackend, small_matrix_data, use_backend, write_matrix
 from matrixbench.cli import main
-from matrixbench.errors import BuildError, DockerUnavailableError
+from matrixbench.errors import BuildError, DockerUnavailableError, FolderError
 from matrixbench.settings import BY_NAME
 
 
@@ -105,6 +105,30 @@ def test_a_dry_run_refuses_options_the_executor_would_ignore_as_the_real_run_doe
     assert dry.exit_code == real.exit_code == 2   # a usage error (errors.OptionConflictError)
     assert dry.stderr == real.stderr and "--slots / slots: not with --executor ray" in dry.stderr
     assert not (matrix_file.parent / "results").exists()
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["report", "--out", "/proc/matrixbench-x", "--format", "md"], "--out"),
+    (["selftest", "--device", "cpu", "--results", "/proc/matrixbench-x"], "--results"),
+])
+def test_a_folder_the_file_system_refuses_exits_9_naming_the_option(matrix_file, monkeypatch, args, flag):
+    use_backend(monkeypatch, RecordingBackend())
+    assert invoke("run", "--matrix", matrix_file, "--backend", "local", "--images", "stable").exit_code == 0
+    result = invoke(*args[:1], *(["results/default"] if args[0] == "report" else []), *args[1:])
+    assert result.exit_code == 9, result.output
+    assert result.stderr == (f"error: {flag}: /proc/matrixbench-x: No such file or directory; "
+                             f"choose another {flag}\n")
+
+
+def test_an_os_error_in_the_folder_an_option_chose_names_it_one_elsewhere_is_left_as_it_is(tmp_path):
+    from matrixbench.cli import names_folder
+
+    with pytest.raises(FileNotFoundError):
+        with names_folder("--out", tmp_path / "report"):
+            open(tmp_path / "elsewhere" / "x")
+    with pytest.raises(FolderError, match=r"^--out: .*/report/a/x: No such file or directory; choose another --out$"):
+        with names_folder("--out", tmp_path / "report"):
+            open(tmp_path / "report" / "a" / "x", "w")
 
 
 def test_cuda_without_a_gpu_exits_5(matrix_file, monkeypatch):

@@ -168,3 +168,46 @@ def test_a_lock_a_dead_hosts_runner_still_holds_refuses_naming_the_runner(tmp_pa
     lock = RunLock(tmp_path).acquire()
     assert lock.stale["command"] == ["matrixbench", "run"]
     lock.release()
+
+
+# --- a folder the file system refuses -------------------------------------------------------
+
+def test_a_results_folder_the_file_system_refuses_exits_9_naming_the_option_and_the_folder(tmp_path):
+    from matrixbench.errors import FILESYSTEM_EXIT_CODE, ResultsFolderUnwritableError
+    from matrixbench.run_folder import prepare
+
+    with pytest.raises(ResultsFolderUnwritableError) as refused:   # /proc takes no new folder (ENOENT)
+        prepare(Path("/proc/matrixbench-x/default"))
+    assert refused.value.exit_code == FILESYSTEM_EXIT_CODE == 9
+    assert str(refused.value).startswith("--results: cannot make /proc/matrixbench-x/default")
+    assert "choose another --results" in str(refused.value)
+
+
+@pytest.mark.parametrize("uid, folder, chown", [
+    (1000, "home/results", True),       # a user's folder: giving it to the user helps
+    (0, "home/results", False),         # root: chown changes nothing
+    (1000, "/sys/kernel/mb", False),    # the kernel's folders: no owner change makes them writable
+    (1000, "/proc/mb", False),
+])
+def test_chown_is_advised_only_where_it_could_help(tmp_path, monkeypatch, uid, folder, chown):
+    from matrixbench import run_folder
+
+    path = Path(folder) if folder.startswith("/") else tmp_path / folder
+    monkeypatch.setattr(run_folder.os, "getuid", lambda: uid)
+    monkeypatch.setattr(run_folder, "_read_only", lambda path: False)   # the EACCES branch, wherever it is
+    message = run_folder._cannot_write(path / "default")
+    assert "permission denied for this user" in message and "Choose another --results" in message
+    assert ("sudo chown -R" in message) is chown, message
+
+
+def test_a_system_folder_refused_is_told_to_choose_another_not_to_chown(tmp_path, monkeypatch):
+    """As root (EPERM, or EROFS where /sys is mounted read-only) and as any other user (EACCES) alike."""
+    from click.testing import CliRunner
+
+    from matrixbench.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["run", "--matrix", str(write_matrix(tmp_path)), "--backend", "local",
+                                       "--device", "cpu", "--results", "/sys/kernel/matrixbench-x"])
+    assert result.exit_code == 9, result.output
+    assert "--results" in result.stderr and "/sys/kernel" in result.stderr and "chown" not in result.stderr
