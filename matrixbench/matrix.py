@@ -215,6 +215,7 @@ def load_matrix(path: Path | str, overrides: Optional[Overrides] = None,
     flags = {name: _flag_of(name, overrides) for name in given}
     _check_finite(data, path, flags)
     matrix_errors.validate(data, MATRIX_SCHEMA, text, path, flags=flags)
+    _check_repeats_range(data, text, path, flags)
     _check_index_urls(data, path, flags)
     matrix = _build(data, path, weights=overrides.weights)
     _check_tiny(matrix, overrides)
@@ -292,6 +293,19 @@ def _build(data: JSON, path: Path, weights: Optional[str] = None) -> Matrix:
         path=path,
         **values,
     )
+
+
+def _check_repeats_range(data: JSON, text: str, path: Path, flags: Mapping[str, str]) -> None:
+    """repeats_min <= repeats_max (JSON Schema bounds each alone): MatrixError naming repeats_max where it was
+    given (its line, or its flag), else repeats_min, and the fix."""
+    low, high = ({**DEFAULTS, **data}[name] for name in ("repeats_min", "repeats_max"))
+    if low <= high:
+        return
+    key = "repeats_max" if "repeats_max" in data else "repeats_min"
+    where = matrix_errors.where_key(text, path, key, flags)  # type: ignore[no-untyped-call]
+    raise MatrixError(f"{where} {data[key]} leaves repeats_min {low} > repeats_max {high}: with repeats auto a "
+                      f"cell starts with repeats_min processes and gets at most repeats_max; raise repeats_max to "
+                      f"{low} or more, or lower repeats_min to {high} or less")
 
 
 def _check_index_urls(data: JSON, path: Path, flags: Mapping[str, str]) -> None:

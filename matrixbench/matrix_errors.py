@@ -29,11 +29,11 @@ def validate(data: Any, schema: Mapping[str, Any], text: str, path: Path,
     if not errors:
         return
     from_flags = [error for error in errors if _flag_of(error, flags)]
-    if from_flags:
-        raise MatrixError("invalid option:\n" + "\n".join(
-            f"  {describe(error, _flag_of(error, flags))}" for error in from_flags))
+    if from_flags:   # one line per problem: jsonschema reports each missing key of one mapping on its own
+        raise MatrixError("invalid option:\n" + "\n".join(dict.fromkeys(
+            f"  {describe(error, _flag_of(error, flags))}" for error in from_flags)))
     root = _compose(text)
-    located = sorted((_location(root, error), describe(error)) for error in errors)
+    located = sorted({(_location(root, error), describe(error)) for error in errors})
     lines = [f"  {path}:{line}:{column}: {message}" for (line, column), message in located]
     more = len(lines) - MAX_SHOWN
     shown = lines[:MAX_SHOWN] + ([f"  ... and {more} more"] if more > 0 else [])
@@ -126,10 +126,31 @@ def _any_of(where, error):
     if _hint(error):
         return f"{where} {_hint(error)}"
     ranged = [sub for sub in error.context or () if sub.validator in ("minimum", "exclusiveMinimum", "maximum")]
+    forms = [_form(schema) for schema in error.validator_value]
+    if not ranged and all(forms):
+        return f"{where} must be {' or '.join(forms)}, got {_shown(error.instance)}"
     if not ranged:
         return f"{where} matches none of the allowed forms"
     words = [repr(sub.validator_value) for sub in error.context if sub.validator == "const"]
     return _RULES[ranged[0].validator](where, ranged[0]) + (f", or {' or '.join(words)}" if words else "")
+
+
+def _form(schema):
+    """One alternative of an anyOf in words ("'auto'", "an integer >= 1 and <= 1,000"); None when it has no
+    simple wording."""
+    if "const" in schema:
+        return repr(schema["const"])
+    if "enum" in schema:
+        return f"one of [{', '.join(map(str, schema['enum']))}]"
+    if set(schema) - {"type", "minimum", "exclusiveMinimum", "maximum"} or "type" not in schema:
+        return None
+    kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+    text = " or ".join(_TYPE_NAMES.get(kind, kind) for kind in kinds)
+    if "minimum" in schema or "exclusiveMinimum" in schema:
+        text += f" > {schema['exclusiveMinimum']}" if "exclusiveMinimum" in schema else f" >= {schema['minimum']}"
+    if "maximum" in schema:
+        text += f" and <= {schema['maximum']:,}"
+    return text
 
 
 def _default(where, error):
@@ -156,6 +177,14 @@ _RULES = {
 
 
 # --- where in the file ---------------------------------------------------------------------
+
+def where_key(text, path, key, flags):
+    """How a message names top-level ``key``: the flag that gave it, else ``file:line:col: key`` of its value."""
+    if key in flags:
+        return flags[key]
+    node = _child(_compose(text), key)
+    return f"{path}:{node.start_mark.line + 1}:{node.start_mark.column + 1}: {key}" if node else f"{path}: {key}"
+
 
 def _compose(text):
     try:

@@ -137,6 +137,51 @@ def test_all_errors_are_listed_at_once(tmp_path):
     assert "modes[0]" in str(caught.value) and "iterations" in str(caught.value)
 
 
+def test_a_problem_jsonschema_reports_once_per_missing_key_is_listed_once(tmp_path):
+    path = tmp_path / "matrix.yaml"
+    path.write_text("images: {}\nmodels: {}\n")
+    with pytest.raises(MatrixError) as caught:
+        load_matrix(path)
+    lines = str(caught.value).splitlines()[1:]
+    assert [line for line in lines if "missing required key(s)" in line] == [
+        f"  {path}:1:1: top level: missing required key(s) batch_sizes, modes"]
+    assert len(lines) == 3 and "images must not be empty" in lines[1] and "models must not be empty" in lines[2]
+
+
+@pytest.mark.parametrize("overrides, where", [
+    (Overrides(sets={"repeats_min": 5, "repeats_max": 2}), "--set repeats_max 2"),
+    (Overrides(repeats_max=2, repeats_min=5), "--repeats-max 2"),
+    (Overrides(sets={"repeats_min": 12}), "--set repeats_min 12"),   # repeats_max left at its default 10
+])
+def test_repeats_min_above_repeats_max_is_refused_naming_the_flag_and_the_fix(tmp_path, overrides, where):
+    with pytest.raises(MatrixError) as caught:
+        load_matrix(write_matrix(tmp_path), overrides)
+    assert str(caught.value).startswith(f"{where} leaves repeats_min")
+    assert "raise repeats_max to" in str(caught.value) and "or lower repeats_min to" in str(caught.value)
+
+
+def test_repeats_min_above_repeats_max_in_the_file_names_repeats_maxs_line(tmp_path):
+    data = dict(small_matrix_data(), repeats="auto", repeats_min=5, repeats_max=2)
+    path = write_matrix(tmp_path, data)
+    line = next(n for n, row in enumerate(path.read_text().splitlines(), 1) if row.startswith("repeats_max:"))
+    with pytest.raises(MatrixError, match=rf"^{path}:{line}:14: repeats_max 2 leaves repeats_min 5 > repeats_max 2: "
+                                          r".*raise repeats_max to 5 or more, or lower repeats_min to 2 or less$"):
+        load_matrix(path)
+    data.update(repeats_min=2)
+    assert load_matrix(write_matrix(tmp_path, data)).repeats_max == 2   # equal is fine: a fixed count
+
+
+@pytest.mark.parametrize("key, allowed", [("repeats", "'auto' or an integer >= 1 and <= 1,000"),
+                                          ("slots", "'auto' or an integer >= 1")])
+def test_a_value_of_no_allowed_form_is_told_the_forms(tmp_path, key, allowed):
+    with pytest.raises(MatrixError) as caught:
+        load_matrix(write_matrix(tmp_path), Overrides(sets={key: "abc"}))
+    assert f"--set {key} must be {allowed}" in str(caught.value) and "got 'abc'" in str(caught.value)
+    data = dict(small_matrix_data(), **{key: "abc"})
+    with pytest.raises(MatrixError, match=rf"matrix.yaml:\d+:\d+: {key} must be {allowed}"):
+        load_matrix(write_matrix(tmp_path, data))
+
+
 def test_bad_yaml_gives_line_and_column(tmp_path):
     path = tmp_path / "matrix.yaml"
     path.write_text("images:\n  stable: {torch: torch\nmodes: [eager]\n")
