@@ -10,7 +10,7 @@ import pytest
 
 from host_helpers import RecordingBackend, small_matrix_data, write_matrix
 from matrixbench.environments.base import Backend
-from matrixbench.errors import OptionConflictError, RunError
+from matrixbench.errors import OptionConflictError
 from matrixbench.executors.ray import executor as ray_executor
 from matrixbench.executors.ray.tasks import (
     UnknownGpuTypeError,
@@ -235,7 +235,8 @@ def test_the_node_runs_the_runs_own_backend_no_second_axis():
     assert inspect.signature(UnitTask).parameters["node_backend"].default is inspect.Parameter.empty
     help_text = CliRunner().invoke(main, ["run", "--help"], terminal_width=200).output
     assert "--node-backend" not in help_text and "--executor" in help_text
-    with pytest.raises(RunError, match="--executor ray --backend venv: a node runs --backend docker or local"):
+    with pytest.raises(OptionConflictError, match="--executor ray --backend venv: a node runs --backend docker or "
+                                                  "local"):
         RayBackend(node_backend="venv")
 
 

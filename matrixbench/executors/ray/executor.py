@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from matrixbench.environments.base import Backend, RunRequest
 from matrixbench.environments.environment import runtime_secrets
-from matrixbench.errors import BuildError, RunError
+from matrixbench.errors import BuildError, OptionConflictError, RunError
 from matrixbench.executors.base import Executor, Run
 from matrixbench.executors.ray import tasks as cluster
 from matrixbench.executors.scheduler import make_units
@@ -146,7 +146,7 @@ class RayBackend(Backend):
     def __init__(self, address: Optional[str] = None, node_backend: str = cluster.DEFAULT_NODE_BACKEND,
                  max_retries: int = MAX_RETRIES, registry: Optional[str] = None, build_options: Any = None) -> None:
         if node_backend not in cluster.NODE_BACKENDS:
-            raise RunError(f"--executor ray --backend {node_backend}: a node runs --backend "
+            raise OptionConflictError(f"--executor ray --backend {node_backend}: a node runs --backend "
                            f"{' or '.join(cluster.NODE_BACKENDS)}")
         self.address = address
         self.node_backend = node_backend
