@@ -109,7 +109,7 @@ def image_problems(name, image, gpus, driver_cuda, facts=None, cpu=False) -> Lis
     if not gpus:
         return []
     problems = _problems(name, build, gpus, driver_cuda, cpu)
-    other = _not_as_asked(image, build)
+    other = not_as_asked(image, build)
     return [dataclasses.replace(p, fix=f"{p.fix}; {other}") for p in problems] if other else problems
 
 
@@ -133,7 +133,7 @@ def _problems(name, build, gpus, driver_cuda, cpu):
     return problems
 
 
-def _not_as_asked(image, build):
+def not_as_asked(image, build):
     """When the build holds another CUDA build than its entry asks for: why, and how to pin it."""
     asked = image_cuda(image)
     if not build.recorded or asked == build.cuda:

@@ -18,6 +18,7 @@ from matrixbench.cuda_builds import (
     image_problems,
     known_build,
     mode_problems,
+    not_as_asked,
     recorded_facts,
 )
 from matrixbench.errors import MatrixbenchError
@@ -137,10 +138,15 @@ def check_image(name, image, gpus, driver_cuda, client, modes=(), facts=None):
     if client is not None and not built:
         problems.append(("warn", f"not built ({image_tag(name)})", f"`matrixbench build --images {name}`"))
     known = known_build(image, facts)
+    other = not_as_asked(image, known)
+    if other and not any(other in p[2] for p in problems):   # (a GPU problem's fix already says it)
+        problems.append(("warn", f"{known.torch} is another build than the entry asks for",
+                         other.removeprefix("note: ")))
     build = f"CUDA {known.cuda}" if known.cuda else "a CPU build"
     if not problems:
-        where = "built, runs on these GPUs" if built else "runs on these GPUs (Docker is down: not checked "\
-                "whether it is built; the venv backend builds it)"
+        runs = "runs on these GPUs" if gpus else "no GPU here to check it against"
+        where = (f"built, {runs}" if built else f"{runs} (not checked whether it is built: Docker "
+                 "was not asked; the venv backend builds its venv)" if client is None else runs)
         return Check(f"image {name}", "ok", f"{known.torch}, {build} ({known.source}): {where}")
     worst = "fail" if any(p[0] == "fail" for p in problems) else "warn"
     return Check(f"image {name}", worst, "; ".join(p[1] for p in problems), "; ".join(p[2] for p in problems))
