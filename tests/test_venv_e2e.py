@@ -84,7 +84,9 @@ def test_each_venv_runs_its_cells_with_its_own_torch_and_the_report_compares_the
 def test_a_second_build_reuses_the_venvs_and_other_pins_get_other_folders(matrix, built):
     lines = []
     build_venvs(matrix, None, on_progress=lambda name, line: lines.append((name, line)))
-    assert lines == [(name, f"using {built[name].path} (torch {built[name].torch})") for name in matrix.images]
+    venvs = {name: read_marker(plan_venv(matrix.images[name], root=built[name].path.parent)) for name in matrix.images}
+    assert all(venv.facts is not None for venv in venvs.values())   # each build recorded what its torch is
+    assert lines == [(name, f"using {built[name].path} ({venvs[name].facts.describe()})") for name in matrix.images]
     stable = matrix.images["venv-stable"]
     repinned = plan_venv(stable.__class__(**{**vars(stable), "extra_pins": ("numpy<1.26",)}))
     assert repinned.path != built["venv-stable"].path
