@@ -313,3 +313,14 @@ def test_a_throttled_flag_footnote_gives_the_violation_times():
     evidence = _throttle_evidence({"timing.violations.power_ms": 12.5, "timing.violations.thermal_ms": 0.0})
     assert evidence == " (clocks held down during the loop: power limit 12.5 ms)"
     assert _throttle_evidence({}) == ""
+
+
+def test_a_price_that_matches_no_device_gets_a_note_naming_the_devices(tmp_path):
+    prices = [Price("A100", 1.29, FROM_COMMAND_LINE), Price("CPU", 0.5, FROM_COMMAND_LINE)]
+    build_report([FIXTURES / "cpu-run"], tmp_path, ["md", "html"], prices)
+    markdown = (tmp_path / "report.md").read_text()
+    note = ("--price A100=1.29 prices nothing: no record's device matches A100 "
+            "(the devices here: CPU (SYNTHETIC CPU)).")
+    assert f"> **Note:** {note}" in markdown and markdown.count("prices nothing") == 1   # CPU=0.5 matches
+    assert note.replace("'", "&#39;") in (tmp_path / "report.html").read_text()
+    assert "| $/M images |" in markdown      # the CPU price prices the CPU cells

@@ -79,7 +79,8 @@ def test_every_process_is_a_line_of_results_csv(built):
 def test_each_cell_lists_its_process_means_and_their_cv(built):
     row = built[0].query("kind == 'cell' and image == 'old' and model == 'vit'").iloc[0]
     assert [float(mean) for mean in row["process_means"].split(";")] == pytest.approx([10.0, 12.0, 14.0])
-    assert row["candidate_ms"] == pytest.approx(12.0) and row["processes"] == 3
+    # the cell's ms: the geometric mean of its process means (stats.cell_estimate), not their mean 12
+    assert row["candidate_ms"] == pytest.approx(scipy_stats.gmean([10.0, 12.0, 14.0])) and row["processes"] == 3
     assert row["between_cv"] == pytest.approx(np.std([10.0, 12.0, 14.0], ddof=1) / 12.0)
 
 
@@ -115,7 +116,7 @@ def test_one_process_per_cell_is_shown_but_not_tested(built):
 
 def test_between_process_noise_is_flagged_apart_from_within_process_noise(built):
     markdown = built[1]
-    assert "12.000¶" in markdown          # vit: CV of 10/12/14 = 0.167 > 0.05
+    assert "11.888¶" in markdown          # vit (geometric mean of 10/12/14): CV 0.167 > 0.05
     assert "10.000¶" not in markdown      # resnet: CV 0.01
     assert "¶ noisy between processes" in markdown and "† noisy within a process" in markdown
     summary = next(line for line in markdown.splitlines() if line.startswith("| CPU (hand-made) | old"))

@@ -216,9 +216,17 @@ def test_report_margin_pct_rejudges_a_comparison_of_known_interval_and_says_whic
         assert row["verdict"] == verdict and row["margin_pct"] == pytest.approx(margin)
         assert frame.query(faster).iloc[0]["verdict"] == "faster"
         was = "the default ±3%" if recorded is None else "±0.1% recorded by the runs"
-        assert f"equivalence margin ±{margin:g}% given to `matrixbench report --margin-pct`, in place of {was}" \
+        assert f"equivalence margin ±{margin:g}% given to \"matrixbench report --margin-pct\", in place of {was}" \
             in markdown and f"no change within ±{margin:g}%" in markdown
 
 
 def test_without_margin_pct_the_report_names_no_override(built):
     assert "--margin-pct" not in built[1]
+
+
+def test_the_margin_note_in_html_has_no_markdown_backticks(tmp_path):
+    _write_run(tmp_path / "run", twins=False)
+    build_report([tmp_path / "run"], tmp_path / "out", ["html"], margin_pct=10)
+    html = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    note = next(line for line in html.splitlines() if "equivalence margin ±10%" in line)
+    assert "`" not in note and "given to &#34;matrixbench report --margin-pct&#34;" in note

@@ -12,6 +12,7 @@ from matrixbench.report import charts, records, render, shares, verdicts
 from matrixbench.report.calibration import calibration_tables, phase_pairs
 from matrixbench.report.cells import CellIndex
 from matrixbench.report.comparisons import calibration_comparisons, comparisons, write_comparisons
+from matrixbench.report.cost import unmatched_price_notes
 from matrixbench.report.cost_charts import write_cost_charts
 from matrixbench.report.cost_tables import write_costs
 from matrixbench.report.document import assemble, image_sources
@@ -39,13 +40,14 @@ def build_report(results_dirs, out_dir, formats=REPORT_FORMATS, prices=(), margi
     cells = CellIndex(frame, records.image_order(manifests), records.aa_twins(manifests),
                       margin_pct or runs_margin, shares.plan_of(manifests))
     sources = image_sources(cells, records.published_overrides(manifests))
-    prices = merged_prices(manifests, prices)
+    given_prices, prices = prices, merged_prices(manifests, prices)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     if "md" in formats or "html" in formats:
         notes = records.run_notes(manifests) + [f"Left out, not a readable record: {error}" for error in unreadable]
         notes += selftest_notes(results_dirs) + margin_notes(margin_pct, runs_margin)
+        notes += unmatched_price_notes(given_prices, cells)
         written += _write_documents(cells, sources, notes, out_dir, formats, calibration_tables(calibration), prices)
     if "csv" in formats:
         written += records.write_merged(pd.concat([frame, calibration], ignore_index=True), out_dir, cells.images())
@@ -60,7 +62,7 @@ def margin_notes(given, runs):
     if given is None:
         return []
     recorded = f"±{runs:g}% recorded by the runs" if runs is not None else f"the default ±{verdicts.MARGIN_PCT:g}%"
-    return [f"Verdicts are made at the equivalence margin ±{given:g}% given to `matrixbench report --margin-pct`, "
+    return [f"Verdicts are made at the equivalence margin ±{given:g}% given to \"matrixbench report --margin-pct\", "
             f"in place of {recorded}."]
 
 

@@ -1,7 +1,8 @@
 """The interference calibration's table (matrixbench.executors.calibration): per cell, loaded / alone.
 
 A calibration cell ran on each slot alone (one slot busy), then on every slot at once; each slot's
-each round is one process. Its row: the mean over every sample of every process per phase,
+each round is one process. Its row: per phase, the cell's ms (stats.cell_estimate: the geometric
+mean of its processes' mean ms),
 loaded / alone judged like every comparison (verdicts.judge_cells: Welch's t on the phases' log
 process means; above 1, slower beside the other slots) with its 95% interval and verdict, tested
 when both phases have stats.MIN_PROCESSES processes or more.

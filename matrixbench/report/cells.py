@@ -4,12 +4,15 @@ Tables and charts both read results through ``CellIndex``, so they agree on whic
 exist, in which order devices, images, models and modes come, and how a model is labelled.
 """
 
-import numpy as np
+import math
+
 from scipy.stats import variation
 
+from matrixbench.errors import ReportError
 from matrixbench.report.modes import SPEEDUP_BASELINE
 from matrixbench.report.published import MODEL_NAMES
 from matrixbench.report.records import plain_value
+from matrixbench.report.stats import cell_estimate
 from matrixbench.settings import BY_NAME
 from matrixbench.versions import public, release
 from runner.core import MODES, TASKS
@@ -120,8 +123,9 @@ def _image_ranks(rows, manifest_order):
 def combine_repeats(records, key):
     """One row per cell from its processes' records (repeats), in first-seen order.
 
-    A cell's row is its last ok process's, with ``timing.mean_ms`` the mean over every sample of
-    every ok process (the published statistic) and, added to every row: ``processes`` (ok ones),
+    A cell's row is its last ok process's, with ``timing.mean_ms`` the cell's one central estimate
+    (stats.cell_estimate: the geometric mean of its ok processes' mean ms, what every comparison
+    judges; one process: its mean) and, added to every row: ``processes`` (ok ones),
     ``process_placements`` (every process's PLACEMENT_COLUMNS, ok or not), ``gpu_uuids`` (the GPUs the
     ok processes ran on, each once, sorted: the runner's ``environment.gpu_uuid``, else the slot's;
     empty on the CPU),
@@ -151,13 +155,22 @@ def _combined(group):
            "process_first_call_s": [process["timing.first_call_s"] for process in sorted(ok, key=_repeat)]}
     if len(ok) > 1:
         between_cv = float(variation(means, ddof=1))
-        row.update({"timing.mean_ms": float(np.mean(np.concatenate(samples))),
+        row.update({"timing.mean_ms": cell_estimate(require_positive(row)),
                     "timing.samples_ms": [value for values in samples for value in values],
                     "timing.noisy": any(bool(process["timing.noisy"]) for process in ok),
                     "timing.flags": _all_flags(ok),
                     "accuracy.status": _worst_accuracy(ok), "between_cv": between_cv,
                     "between_noisy": between_cv > BETWEEN_CV_THRESHOLD})
     return row
+
+
+def require_positive(row):
+    """The combined row's process means, each a positive number of ms; else a ReportError naming its record."""
+    means = row["process_means"]
+    if not all(isinstance(mean, (int, float)) and math.isfinite(mean) and mean > 0 for mean in means):
+        raise ReportError(f"{row['source']}: timing.mean_ms must be a positive number of ms, got "
+                          f"{means!r} over the cell's processes; fix or remove the record")
+    return means
 
 
 def process_costs(group, ok):

@@ -13,9 +13,10 @@ verdict (report.verdicts: Welch's t on the two sides' log process means, stats.j
 
 Kinds:
 
-- ``cell``: one cell's own statistics across its processes (repeats): candidate_ms = the mean over
-  all samples of all processes, ``processes``, ``process_means`` (";"-separated, in repeat order)
-  and ``between_cv`` (the CV of those means; empty with one process).
+- ``cell``: one cell's own statistics across its processes (repeats): candidate_ms = the cell's ms
+  (stats.cell_estimate: the geometric mean of its process means; one process: its mean),
+  ``processes``, ``process_means`` (";"-separated, in repeat order) and ``between_cv`` (the CV of
+  those means; empty with one process).
 - ``speedup``: a compiled cell against its image's eager cell; estimate_ratio = eager / compiled (the
   speed-up, its interval inverted from compiled judged against eager), percent = % faster;
   verdict "faster": the compiled cell runs faster than eager.

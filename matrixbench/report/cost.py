@@ -2,7 +2,8 @@
 after which a compile pays for itself, and the run's own bill. Numbers only; report.cost_tables
 lays them out.
 
-- images/s = batch size x 1000 / mean ms (the cell's mean over every process's samples).
+- images/s = batch size x 1000 / the cell's ms (stats.cell_estimate: the geometric mean of its
+  processes' mean ms).
 - J/image = loop energy / (timed calls x batch size), summed over the processes whose record has
   the energy (schema v3, runner.energy); None (with the record's reason) where none has.
 - $/million images = price per hour / 3600 x (mean ms / 1000 / batch size) x 10^6; only where the
@@ -75,6 +76,15 @@ def cell_cost(row, prices) -> Optional[CellCost]:
     price = price_for(row["device_name"], prices)
     dollars = usd_per_million_images(price.usd_per_hour, mean_ms, batch) if price else None
     return CellCost(row, images_per_second(batch, mean_ms), cell_energy(row), price, dollars)
+
+
+def unmatched_price_notes(given, cells) -> List[str]:
+    """A note per ``--price`` whose GPU type names none of the records' devices (it prices nothing,
+    so no dollar column shows it), naming the devices there are."""
+    devices = cells.values("device")
+    return [f"--price {price.gpu_type}={price.usd_per_hour:g} prices nothing: no record's device matches "
+            f"{price.gpu_type} (the devices here: {'; '.join(devices) or 'none'})."
+            for price in given if not any(price_for(device, {price.gpu_type: price}) for device in devices)]
 
 
 def ordered_rows(cells):

@@ -38,6 +38,9 @@ _WARM_COMPILE = (
     f"\"{tables.WARM_COMPILE_COLUMN}\": the first call of each cell's second and later processes (repeats), which "
     "compile reading the cache the first process filled, median over those processes; beside the compile time it "
     "shows what the warm cache saves. With --cold every process compiles into an empty folder, so both are cold.")
+_CELL_MS = "per cell, the geometric mean of the processes' mean ms; with one process, its mean"
+
+
 def legends_for(margin_pct=verdicts.MARGIN_PCT):
     """Every section's legend, the verdicts' at the report's equivalence margin (in %)."""
     significant = _verdict_legend(margin_pct)
@@ -47,19 +50,19 @@ def legends_for(margin_pct=verdicts.MARGIN_PCT):
             f"{significant} The smallest change a comparison could have detected is in comparisons.csv "
             "(detectable_pct)."),
         "summary": (
-            "Per device, image and mode. Speed-up: eager ms / compiled ms (per cell, of the geometric means of its "
-            "processes' mean ms; with one process, its mean), as a geometric mean over the models and batch "
-            "sizes where both ran and the compiled output passed the accuracy check (the number of cells in brackets). "
+            f"Per device, image and mode. Speed-up: eager ms / compiled ms ({_CELL_MS}), as a geometric mean "
+            "over the models and batch sizes where both ran and the compiled output passed the accuracy check "
+            "(the number of cells in brackets). "
             "When images cover different cells, the geo-mean over common cells takes only the cells every image of the "
             "device has. Accuracy failures: compiled outputs further from eager than the tolerance, or NaN."),
         "per_device": (
-            "Mean latency in ms. In compiled columns, in brackets, the speed-up over eager: eager ms / compiled ms - 1 "
-            "(geometric means of the processes' mean ms). "
+            f"Latency in ms: {_CELL_MS}. In compiled columns, in brackets, the speed-up over eager: "
+            "eager ms / compiled ms - 1. "
             f"{tables.NOISY_MARK} noisy within a process: its samples' coefficient of variation above the run's "
             "threshold. "
             f"{tables.BETWEEN_NOISY_MARK} noisy between processes: the coefficient of variation of the cell's "
             f"per-process means above {BETWEEN_CV_THRESHOLD:g} (the report's between_cv_threshold; cells with 2 or "
-            "more repeats; the mean is over all their samples). The speed-up carries its verdict's mark: "
+            "more repeats). The speed-up carries its verdict's mark: "
             f"{verdicts.STAR} faster (or slower) than eager, {verdicts.NO_CHANGE_MARK} no change within "
             f"±{margin_pct:g}%, {verdicts.UNDECIDED_MARK} undecided (see the verdicts legend). "
             f"{tables.ACCURACY_MARK} accuracy check failed (compiled output off from eager, or NaN). "
@@ -69,12 +72,12 @@ def legends_for(margin_pct=verdicts.MARGIN_PCT):
             f"{tables.EAGER_FAILED_MARK} no speed-up: this row's eager cell did not run (its status is in the eager "
             f"column). {tables.NO_DATA} no record for this cell. {_FAILED}"),
         "image_pairs": (
-            "Mean latency in ms of the same cell in two images, in matrix order. Change: later / earlier - 1 "
-            f"(geometric means of the process means); negative is faster. {significant} {tables.NO_DATA} not "
+            f"Latency in ms ({_CELL_MS}) of the same cell in two images, in matrix order. Change: "
+            f"later / earlier - 1; negative is faster. {significant} {tables.NO_DATA} not "
             "comparable: a side did not run. A/A tables compare one image run twice under two names (run --aa): "
             "every star there is a false alarm."),
         "compile_modes": (
-            "Mean latency in ms; in brackets, the change against default (negative is faster). "
+            f"Latency in ms ({_CELL_MS}); in brackets, the change against default (negative is faster). "
             f"{significant} {tables.NO_DATA} no record for this cell."),
         "published": (
             "Each image is compared with the page's source for its torch version: 2.0.x with the main tables "
@@ -87,8 +90,8 @@ def legends_for(margin_pct=verdicts.MARGIN_PCT):
         "calibration": (
             "The slots' interference (matrixbench run --calibrate): each cell ran on every slot alone (one slot "
             "busy), then on every slot at once (all busy), once per repeat; each slot's each round is one process. "
-            "alone / loaded: the mean latency in ms over every sample of every process. loaded / alone: loaded ms / "
-            "alone ms; above 1, a cell runs slower while the other slots run. "
+            f"alone / loaded: the latency in ms, {_CELL_MS}. loaded / alone: loaded ms / alone ms; above 1, a "
+            "cell runs slower while the other slots run. "
             f"Judged like every comparison (the verdicts legend): {verdicts.STAR} its "
             f"{round(stats.CONFIDENCE * 100)}% interval excludes 1; tested only when both "
             f"phases have {stats.MIN_PROCESSES} or more processes. Other slots timing: per loaded process, the most "

@@ -153,6 +153,16 @@ def _positive(values):
 
 
 
+def cell_estimate(process_means) -> float:
+    """A cell's one central latency (ms): the geometric mean of its processes' mean ms (with one
+    process, that process's mean, exactly). Every table, chart, comparisons.csv column and cost shows
+    this, so ms and the judged ratio (judge: a ratio of these geometric means) always agree."""
+    means = _positive(process_means)
+    if means.size == 1:
+        return float(means[0])
+    return float(np.exp(np.mean(np.log(means))))
+
+
 def geometric_mean(values):
     """Geometric mean of positive numbers; None for an empty list."""
     values = [value for value in values if value and value > 0]

@@ -6,12 +6,11 @@ its eager cell with the ratio and its interval inverted, so its verdict reads th
 ("faster": the compiled cell runs faster). The margin is the setting matrixbench.settings declares
 (``margin_pct``); a report uses its runs' (cells.CellIndex.margin_pct, on every row).
 """
-import math
 from dataclasses import replace
 from functools import lru_cache
 
-from matrixbench.errors import ReportError
 from matrixbench.report import arithmetic, stats
+from matrixbench.report.cells import require_positive
 from matrixbench.settings import BY_NAME
 
 MARGIN_PCT = float(BY_NAME["margin_pct"].default)
@@ -29,11 +28,7 @@ def judge_cells(baseline, candidate, margin_pct=None) -> stats.Judgement:
     positive number is a ReportError naming its record."""
     if margin_pct is None:
         margin_pct = candidate.get("margin_pct") or MARGIN_PCT
-    for row in (baseline, candidate):
-        if not all(_positive(mean) for mean in row["process_means"]):
-            raise ReportError(f"{row['source']}: timing.mean_ms must be a positive number of ms, got "
-                              f"{row['process_means']!r} over the cell's processes; fix or remove the record")
-    judgement = _judge(tuple(baseline["process_means"]), tuple(candidate["process_means"]), margin_pct)
+    judgement = _judge(tuple(require_positive(baseline)), tuple(require_positive(candidate)), margin_pct)
     if judgement.decided and throttled(baseline, candidate):
         return replace(judgement, verdict=stats.UNDECIDED)
     return judgement
@@ -43,10 +38,6 @@ def throttled(*rows):
     """Did a side throttle (runner.gpu_state/runner.energy's flag)? Then its latency is not the GPU's
     full speed, and a comparison with it is never decided (never starred): at most undecided."""
     return any("throttled" in (row.get("timing.flags") or ()) for row in rows)
-
-
-def _positive(value):
-    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
 @lru_cache(maxsize=4096)
