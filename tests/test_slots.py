@@ -163,6 +163,22 @@ def test_estimates_take_the_newest_earlier_run_of_the_same_cell_image_and_torch(
     assert units[0].estimate_s == 800.0
 
 
+def test_a_repeat_added_to_a_run_is_estimated_from_the_runs_nearest_earlier_repeat_of_its_cell(tmp_path):
+    """More repeats for a run (--repeats 5 after 3): each new process is expected to take what this run's
+    latest repeat of the cell took (a warm compile), not the generic model nor the cold repeat 0."""
+    from runner.core import Repeat
+
+    this = tmp_path / "results" / "this" / "latest"
+    a = repeat_of("a", "default")
+    for index, duration in ((0, 30.0), (1, 4.0)):
+        record = make_record(a.cell)
+        record.duration_s, record.repeat = duration, index
+        this.mkdir(parents=True, exist_ok=True)
+        write_record(this, record)
+    units = make_units([Work(this, [Repeat(a.cell, 2), Repeat(a.cell, 3)])])
+    assert units[0].estimate_s == 8.0 != 2 * MODEL_S["default"]
+
+
 def test_the_first_error_stops_new_units_and_is_raised():
     ran = []
 

@@ -126,8 +126,9 @@ def previous_image_dirs(out_dir: Path) -> List[Path]:
 
 
 class Estimates:
-    """Seconds a pending repeat is expected to take, for ordering units: the duration of its
-    earlier record in this run (a forced or failed rerun), else of the newest earlier run's record
+    """Seconds a pending repeat is expected to take, for ordering units and the bill: the duration of its
+    earlier record in this run (a forced or failed rerun), else of this run's nearest earlier repeat of the
+    same cell (a repeat added to a run: its compile is warm as theirs was), else of the newest earlier run's record
     of the same cell in the same image (matched by file name: cell id and repeat, else the cell's
     repeat 0; and by torch release when the image pins one, ``torch_of[image]``), else ``MODEL_S``
     by mode."""
@@ -139,6 +140,10 @@ class Estimates:
     def __call__(self, work: Any, repeat: Repeat) -> float:
         out_dir = Path(work.out_dir)
         duration = record_duration(out_dir / f"{repeat.id}.json")
+        for index in range(repeat.index - 1, -1, -1):
+            if duration is not None:
+                break
+            duration = record_duration(out_dir / f"{Repeat(repeat.cell, index).id}.json")
         if duration is None:
             duration = self.previous_duration(work, repeat)
         return duration if duration is not None else MODEL_S.get(repeat.cell.mode, max(MODEL_S.values()))
