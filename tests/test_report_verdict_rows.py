@@ -8,6 +8,7 @@ the report must print "1 of 4". The expected intervals come from scipy's Welch t
 of the planted means, not from the report's code.
 """
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -21,6 +22,7 @@ from runner.cells_file import cells_file_from_dict
 from runner.core import Status
 from runner.timing import summarize
 
+FIXTURES = Path(__file__).parent / "fixtures"
 TORCH = {"base": "2.0.1", "base-aa": "2.0.1", "new": "2.1.0"}
 # (image, model, mode) -> the mean of each process
 MEANS = {
@@ -230,3 +232,19 @@ def test_the_margin_note_in_html_has_no_markdown_backticks(tmp_path):
     html = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     note = next(line for line in html.splitlines() if "equivalence margin ±10%" in line)
     assert "`" not in note and "given to &#34;matrixbench report --margin-pct&#34;" in note
+
+
+def test_html_legends_show_code_spans_as_code_never_as_backticks_and_stay_escaped():
+    from matrixbench.report.render import code_spans
+
+    assert str(code_spans("matrix.yaml `prices:` or `report --price` <b>")) == (
+        "matrix.yaml <code>prices:</code> or <code>report --price</code> &lt;b&gt;")
+    assert str(code_spans("`<script>`")) == "<code>&lt;script&gt;</code>"
+
+
+def test_no_legend_of_a_gpu_report_in_html_shows_a_backtick(tmp_path):
+    build_report([FIXTURES / "gpu-run"], tmp_path / "out", ["html"])
+    html = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    legends = [line for line in html.splitlines() if line.startswith('<p class="legend">')]
+    assert len(legends) >= 5 and not any("`" in line for line in legends)
+    assert any("<code>" in line for line in legends)

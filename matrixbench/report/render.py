@@ -1,9 +1,11 @@
 """Render a Report with the Jinja templates in templates/: Markdown, and self-contained HTML."""
 import base64
 import html
+import re
 from pathlib import Path
 
 import jinja2
+import markupsafe
 
 from matrixbench import resources
 from matrixbench.errors import ReportError
@@ -32,7 +34,7 @@ def _environment(autoescape):
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(resources.templates_dir()), undefined=jinja2.StrictUndefined,
         autoescape=autoescape, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    environment.filters.update(md_cell=md_cell, md_escape=md_escape)
+    environment.filters.update(md_cell=md_cell, md_escape=md_escape, code_spans=code_spans)
     environment.globals.update(aligns=aligns)
     return environment
 
@@ -46,6 +48,13 @@ def md_escape(text):
     model types, error messages are user text): ``& < >`` as entities, as the HTML report escapes."""
     text = html.escape(str(text), quote=False)
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def code_spans(text):
+    """HTML of a legend: the text escaped, its Markdown code spans (`x`) as <code>x</code>, as the
+    Markdown report shows them."""
+    escaped = html.escape(str(text), quote=False)
+    return markupsafe.Markup(re.sub(r"`([^`\n]+)`", r"<code>\1</code>", escaped))
 
 
 def md_cell(cell):
