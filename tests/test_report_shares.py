@@ -135,22 +135,57 @@ def test_no_planted_transformers_effect_reads_no_transformers_share_in_19_of_20_
     assert verdicts.count("no transformers share (±3%)") >= 19, verdicts
 
 
-def test_with_one_corner_refused_the_split_takes_the_two_steps_through_the_other_and_says_why(tmp_path):
+TORCH_FIRST = (bridge_name("latest", "stable"), REFUSED,
+               "torch 2.0.1 → 2.13.0 (transformers 4.43.4)", "transformers 4.43.4 → 5.23.0 (torch 2.13.0)")
+TRANSFORMERS_FIRST = (bridge_name("stable", "latest"),
+                      {"name": bridge_name("latest", "stable"), "torch_of": "latest", "transformers_of": "stable",
+                       "reason": "a made-up refusal, to take the other path"},
+                      "torch 2.0.1 → 2.13.0 (transformers 5.23.0)", "transformers 4.43.4 → 5.23.0 (torch 2.0.1)")
+
+
+@pytest.mark.parametrize("bridge, refused, torch_label, transformers_label", [TORCH_FIRST, TRANSFORMERS_FIRST],
+                         ids=["torch first", "transformers first"])
+def test_with_one_corner_refused_the_split_takes_the_two_steps_through_the_other_and_says_why(
+        tmp_path, bridge, refused, torch_label, transformers_label):
     rng = np.random.default_rng(3)
     hits = {shares.TORCH: 0, shares.TRANSFORMERS: 0}
-    images = ("stable", "latest", bridge_name("latest", "stable"))
     for trial in range(10):
-        run = _write_run(tmp_path / str(trial), _effects(rng, 0.8, 1.1), rng, images, refused=[REFUSED])
+        run = _write_run(tmp_path / str(trial), _effects(rng, 0.8, 1.1), rng, ("stable", "latest", bridge),
+                         refused=[refused])
         _, found = _splits(run)
         for result in found:
-            assert result.path == f"via {bridge_name('latest', 'stable')}"
+            assert result.path == f"via {bridge}"
             assert result.share(shares.INTERACTION) is None
-            assert result.note == f"{REFUSED['name']} cannot exist: {REFUSED['reason']}"
+            assert result.note == f"{refused['name']} cannot exist: {refused['reason']}"
             hits[shares.TORCH] += _covers(result.share(shares.TORCH), 0.8)
             hits[shares.TRANSFORMERS] += _covers(result.share(shares.TRANSFORMERS), 1.1)
-            assert result.share(shares.TORCH).label == "torch 2.0.1 → 2.13.0 (transformers 4.43.4)"
-            assert result.share(shares.TRANSFORMERS).label == "transformers 4.43.4 → 5.23.0 (torch 2.13.0)"
+            assert result.share(shares.TORCH).label == torch_label
+            assert result.share(shares.TRANSFORMERS).label == transformers_label
     assert all(count >= 34 for count in hits.values()), hits   # of 40: a 95% coverage falls below 34 under 1.5%
+
+
+def test_at_no_change_of_either_factor_few_shares_are_starred(tmp_path):
+    """Known truth: torch, transformers and their interaction change nothing; a share starred (its 95% interval
+    excludes no change) is a false alarm, 5% of them by design."""
+    rng = np.random.default_rng(21)
+    verdicts = [share.verdict for trial in range(30)
+                for result in _splits(_write_run(tmp_path / str(trial), _effects(rng, 1.0, 1.0), rng))[1]
+                for share in result.shares]
+    assert len(verdicts) == 30 * 4 * 3
+    # 360 shares, 5% expected (18); above 30 has a binomial chance under 0.5%
+    assert sum(verdict in stats.STARRED for verdict in verdicts) <= 30, verdicts
+
+
+def test_a_throttled_cell_in_a_split_decides_no_share(tmp_path):
+    """As for any comparison (verdicts.judge_cells): a side that throttled is not the GPU's full speed."""
+    rng = np.random.default_rng(5)
+    run = _write_run(tmp_path, _effects(rng, 0.5, 1.5), rng)
+    for path in (run / "stable").glob("*.json"):
+        data = json.loads(path.read_text())
+        data["timing"]["flags"] = ["throttled"]
+        path.write_text(json.dumps(data))
+    _, found = _splits(run)
+    assert found and all(share.verdict == stats.UNDECIDED for result in found for share in result.shares)
 
 
 def test_the_summary_says_how_much_of_the_geomean_change_each_factor_explains(tmp_path):

@@ -24,6 +24,7 @@ import numpy as np
 
 from matrixbench.report import arithmetic, stats
 from matrixbench.report.cells import is_ok
+from matrixbench.report.verdicts import throttled
 from matrixbench.versions import public
 
 TORCH, TRANSFORMERS, INTERACTION = "torch", "transformers", "interaction"
@@ -170,6 +171,8 @@ def _contrast(rows, weights, margin_pct):
         return arithmetic.percent(math.exp(estimate)), None, None, stats.UNTESTED, estimate
     estimate, low, high, _ = stats.contrast(groups, weights)
     verdict = stats.verdict(math.exp(low), math.exp(high), margin_pct)
+    if verdict in stats.DECIDED and throttled(*rows):   # as verdicts.judge_cells: a throttled side decides nothing
+        verdict = stats.UNDECIDED
     return (arithmetic.percent(math.exp(estimate)), arithmetic.percent(math.exp(low)),
             arithmetic.percent(math.exp(high)), verdict, estimate)
 
