@@ -481,7 +481,7 @@ def run(matrix_path, run_name, results_root, backend, executor, ray_address, dev
     registry, build_options = _builds_of_run(matrix.build, backend, executor, options.get("settings") or {})
     if backend == AUTO and executor == RAY:
         raise click.UsageError("--backend auto: not with --executor ray; give the nodes' --backend (docker or local)")
-    if backend in (AUTO, "venv") and executor != "ray":
+    if backend in (AUTO, "venv") and executor != RAY and device != "cpu":   # (--device cpu gives no GPU)
         refuse_on_this_host(matrix, list(matrix.images), backend=backend)   # before anything is built here
     if backend == AUTO and not dry_run:
         choice = auto.resolve(matrix, build_options, _echo_build_line)

@@ -64,7 +64,7 @@ READ = "read from the build"
 def image_cuda(image) -> Optional[str]:
     """The CUDA version of an image's torch build ("12.8"); None for a CPU (or ROCm) build."""
     url = (image.index_url or "").rstrip("/")
-    match = re.search(r"/cu(\d+)(\d)$", url)
+    match = re.search(r"/cu(\d+)(\d)(?:/|$)", url)   # .../whl/cu128, or a mirror's .../cu121/simple
     if match:
         return f"{match.group(1)}.{match.group(2)}"
     if CPU_BUILD.search(url) or (image.torch_version or "").endswith("+cpu"):

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 
 import torch
 
+from runner.records import is_out_of_memory
 from runner.tolerance import CRITERION, fp64_multiplier
 
 MAX_OUTPUTS = 64        # per-tensor rows kept in a record
@@ -88,7 +89,7 @@ def fp64_reference(model, inputs, device):
                 inputs64 = {name: _as_fp64(value, where) for name, value in inputs.items()}
                 return [t.detach().to("cpu", torch.float64) for t in flatten(model64(**inputs64))]
         except Exception as exc:   # a model that cannot run in float64 keeps the plain tolerance
-            if where == "cpu" or "out of memory" not in str(exc).lower():
+            if where == "cpu" or not is_out_of_memory(exc):
                 return None
         finally:
             model64 = inputs64 = None

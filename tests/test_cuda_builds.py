@@ -45,6 +45,8 @@ def test_image_cuda_from_the_index_url_or_pypi():
     assert pypi_cuda("2.0.1") == "11.7" and pypi_cuda("2.8.0") == "12.8"
     cpu = load_matrix(ROOT / "matrix-cpu-smoke.yaml").images["latest"]
     assert image_cuda(cpu) is None
+    mirror = dataclasses.replace(MATRIX.images["latest"], index_url="https://mirror.example/whl/cu121/simple/")
+    assert image_cuda(mirror) == "12.1"   # a mirror's index path goes on after the build
 
 
 @pytest.mark.parametrize("driver", sorted(DRIVERS))
@@ -157,3 +159,17 @@ def test_doctor_on_a_host_without_gpus_claims_no_gpu_and_warns_of_a_build_other_
                                       facts=BuildFacts("2.0.1+cu117", "11.7", ("sm_80",)))
     assert other.status == "warn" and "another build than the entry asks for" in other.detail
     assert "torch==2.0.1+cpu" in other.fix and not other.fix.startswith("note:")
+
+
+def test_a_cpu_run_on_a_gpu_host_is_not_refused_for_a_build_this_driver_cannot_run(monkeypatch, tmp_path):
+    """--device cpu hands the runner no GPU: a CUDA 13.0 build on driver 550 runs there on the CPU."""
+    monkeypatch.setattr(gpu_module, "run_command", nvidia_smi("H100", "550"))
+    monkeypatch.setattr("matrixbench.cuda_builds.run_command", nvidia_smi("H100", "550"))
+    path = tmp_path / "matrix.yaml"
+    path.write_text((ROOT / "matrix.yaml").read_text().replace(
+        "    index_url: https://download.pytorch.org/whl/cu128\n", ""))
+    base = ["run", "--backend", "venv", "--matrix", str(path), "--results", str(tmp_path / "r"), "--dry-run"]
+    refused = CliRunner().invoke(main, base)
+    assert refused.exit_code == 2 and "CUDA 13.0 build" in refused.output
+    on_cpu = CliRunner().invoke(main, [*base, "--device", "cpu"])
+    assert "CUDA 13.0 build" not in on_cpu.output and on_cpu.exit_code == 0, on_cpu.output

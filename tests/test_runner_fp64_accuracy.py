@@ -123,3 +123,32 @@ def test_no_tf32_allowance_on_gpus_without_tf32(gpu, capability, tf32):
     expected = TF32_TOLERANCE if tf32 else DEFAULT_TOLERANCES["float32"]
     assert default_tolerance("float32", "cuda", precision) == expected
     assert with_tf32_availability(FLAGS, "cpu")["tf32_available"] is False
+
+
+class _NoRoomOnTheGpu(torch.nn.Module):
+    """A model whose move to the GPU fails as cuBLAS does when the reference will not fit (a fake torch.cuda
+    failure: no GPU here); on the CPU it runs."""
+
+    def __init__(self, error):
+        super().__init__()
+        self.linear, self.error = torch.nn.Linear(3, 2), error
+
+    def to(self, *args, **kwargs):
+        if kwargs.get("device") == "cuda":
+            raise RuntimeError(self.error)
+        return super().to(*args, **kwargs)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+@pytest.mark.parametrize("error", ["CUDA out of memory. Tried to allocate 2.00 GiB",
+                                   "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)"])
+def test_a_reference_that_does_not_fit_on_the_gpu_runs_on_the_cpu(error):
+    model, inputs = _NoRoomOnTheGpu(error), {"x": torch.ones(1, 3)}
+    (reference,) = accuracy.fp64_reference(model, inputs, "cuda")
+    assert reference.dtype == torch.float64 and torch.allclose(reference, model.linear.double()(inputs["x"].double()))
+
+
+def test_a_reference_that_fails_on_the_gpu_for_another_reason_is_none():
+    assert accuracy.fp64_reference(_NoRoomOnTheGpu("an illegal memory access"), {"x": torch.ones(1, 3)}, "cuda") is None

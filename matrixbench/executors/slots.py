@@ -19,8 +19,9 @@ class SlotsExecutor(Executor):
         self.slot_plan = slot_plan
 
     def run(self, run: Run) -> None:
-        progress, slots = Serialized(run.progress), self.slot_plan.slots
-        run.progress = progress
+        if not isinstance(run.progress, Serialized):   # once: later waves of repeats auto come back here
+            run.progress = Serialized(run.progress)
+        progress, slots = run.progress, self.slot_plan.slots
         if run.matrix.calibrate and run.works:
             self._calibrate(run)
         run.start()
