@@ -47,7 +47,7 @@ HOST_SETTINGS: Tuple[Setting, ...] = (
     Setting("margin_pct", "Equivalence margin m, in %: a comparison whose 95% interval of candidate / baseline "
             "lies inside [1/(1+m), 1+m] is \"no change\" (docs/verdicts.md). The report uses the run's (run.json's "
             "matrix), else this default; repeats auto adds processes until each comparison is decided at it.",
-            "number", default=3.0, minimum=0, exclusive_minimum=True, maximum=100, flag="--margin"),
+            "number", default=3.0, minimum=0, exclusive_minimum=True, maximum=100, flag="--margin-pct"),
     Setting("between_cv_threshold", "The report's between-process flag (¶): the coefficient of variation of a "
             "cell's per-process means above which the cell is marked noisy between processes.",
             "number", default=0.05, minimum=0, exclusive_minimum=True, maximum=10, matrix=False),
