@@ -83,8 +83,9 @@ def _measure(job, record, marks):
     record.timing["windows"] = {"compile": compile_window, "timed": marks.pop("timed_window")}
     if compiled:
         record.dynamo = dynamo_stats(before, after_first_call, counters_snapshot())
-        record.accuracy = accuracy.compare(reference, loop.output, settings["accuracy_tolerance"],
-                                           fp64=lambda: accuracy.fp64_reference(built.model, built.inputs, device))
+        with timing_board.preparing(board):   # the float64 reference runs on the GPU: never beside a timed loop
+            record.accuracy = accuracy.compare(reference, loop.output, settings["accuracy_tolerance"],
+                                               fp64=lambda: accuracy.fp64_reference(built.model, built.inputs, device))
     else:
         record.accuracy = accuracy.skipped()
 
