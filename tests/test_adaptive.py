@@ -281,8 +281,8 @@ def test_run_prints_the_bill_before_any_process_starts(tmp_path, monkeypatch):
     run_matrix(_matrix(tmp_path, models=["vit"]), local_run_options(tmp_path, order_seed=1, budget_min=60), notes)
     bill = [note for note in backend.notes_then if note.startswith("estimated duration")]
     assert bill == ["estimated duration: 7m00s at the minimum (3 processes a cell), up to 14m00s if every comparison "
-                    "stays undecided (6 a cell), one runner at a time (earlier records, else the scheduler's model); "
-                    "--budget 60 min stops admitting processes past it"]
+                    "stays undecided (6 a cell), one runner at a time (earlier records, else this machine's pace, "
+                    "else the scheduler's model); --budget 60 min stops admitting processes past it"]
 
 
 def test_a_forced_auto_run_judges_only_what_it_measured_itself(tmp_path, monkeypatch):

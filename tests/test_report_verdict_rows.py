@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from matplotlib.container import ErrorbarContainer
 from scipy import stats as scipy_stats
 
 from host_helpers import synthetic_record
@@ -160,13 +159,16 @@ def test_image_change_interval_is_welchs_on_the_log_process_means(built):
 
 
 def test_the_speedup_chart_draws_each_interval_and_marks_the_undecided_bar(built):
+    """Ratios on a log axis (×): each bar's 95% interval (comparisons.csv's ratio_low..ratio_high) is a
+    horizontal line at its bar, clipped at the frame, an arrow where it reaches past it."""
     frame, _, figures = built
     axes = figures["cpu-hand-made_bs1_speedup.png"].axes[0]
-    bars = [container for container in axes.containers if isinstance(container, ErrorbarContainer)]
-    spans = sorted((segment[:, 0].min(), segment[:, 0].max())
-                   for container in bars for segment in container.lines[2][0].get_segments())
+    assert axes.get_xscale() == "log"
+    low, high = axes.get_xlim()
+    spans = sorted((min(line.get_xdata()), max(line.get_xdata())) for line in axes.lines
+                   if len(line.get_xdata()) == 2 and line.get_ydata()[0] == line.get_ydata()[1])
     speedups = frame.query("kind == 'speedup'")
-    expected = sorted(zip(speedups["low_pct"], speedups["high_pct"]))
+    expected = sorted((max(a, low), min(b, high)) for a, b in zip(speedups["ratio_low"], speedups["ratio_high"]))
     assert np.asarray(spans) == pytest.approx(np.asarray(expected))
     names = axes.get_legend_handles_labels()[1]
     assert sum(name.startswith("undecided") for name in names) == 1

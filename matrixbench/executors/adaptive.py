@@ -184,23 +184,40 @@ class Outcome:
         return "\n".join(lines)
 
 
-def bill(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
-         estimates: Optional[Estimates] = None) -> str:
-    """The run's estimated wall time before it starts: its pending processes (``Estimates``: earlier
-    records of each cell, else the scheduler's model) over ``parallel`` runners; with repeats auto
-    the minimum (repeats_min a cell) and the maximum (every cell to repeats_max)."""
+def bill_seconds(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
+                 estimates: Optional[Estimates] = None, runners: int = 0) -> Tuple[float, float]:
+    """The run's estimated wall seconds, (at the minimum, at the maximum): its pending processes
+    (``Estimates``) plus ``runners`` runner starts at what a start costs here (``Estimates.runner_start_s``,
+    0 where the records show none), over ``parallel`` runners."""
     estimate = estimates or Estimates()
-    first = sum(estimate(work, repeat) for work in works for repeat in work.pending)
-    runners = f"{parallel} runner(s) at once" if parallel > 1 else "one runner at a time"
+    starts = (estimate.runner_start_s(works) or 0.0) * runners
+    first = starts + sum(estimate(work, repeat) for work in works for repeat in work.pending)
+    extra = 0.0
+    if policy.adaptive:
+        extra = sum(estimate(work, Repeat(cell, 0)) * (policy.maximum - policy.minimum)
+                    for work in works for cell in work.cells)
+    return first / parallel, (first + extra) / parallel
+
+
+def bill(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
+         estimates: Optional[Estimates] = None, runners: int = 0) -> str:
+    """The run's estimated wall time before it starts (``bill_seconds``): its pending processes
+    (earlier records of each cell, else this machine's pace, else the scheduler's model) and
+    ``runners`` runner starts over ``parallel`` runners; with repeats auto the minimum (repeats_min a
+    cell) and the maximum (every cell to repeats_max)."""
+    estimate = estimates or Estimates()
+    low, high = bill_seconds(policy, works, parallel, estimate, runners)
+    start = estimate.runner_start_s(works) if runners else None
+    runners_text = f"{parallel} runner(s) at once" if parallel > 1 else "one runner at a time"
+    source = "(earlier records, else this machine's pace, else the scheduler's model"
+    source += f"; {runners} runner start(s) at {start:.0f} s as measured here)" if start else ")"
     budget = f"; --budget {policy.budget_s / 60:g} min stops admitting processes past it" if policy.budget_s else ""
     if not policy.adaptive:
-        return (f"estimated duration: {format_duration(first / parallel)} for {sum(len(p.pending) for p in works)} "
-                f"process(es), {runners} (earlier records, else the scheduler's model){budget}")
-    extra = sum(estimate(work, Repeat(cell, 0)) * (policy.maximum - policy.minimum)
-                for work in works for cell in work.cells)
-    return (f"estimated duration: {format_duration(first / parallel)} at the minimum ({policy.minimum} processes a "
-            f"cell), up to {format_duration((first + extra) / parallel)} if every comparison stays undecided "
-            f"({policy.maximum} a cell), {runners} (earlier records, else the scheduler's model){budget}")
+        return (f"estimated duration: {format_duration(low)} for {sum(len(p.pending) for p in works)} "
+                f"process(es), {runners_text} {source}{budget}")
+    return (f"estimated duration: {format_duration(low)} at the minimum ({policy.minimum} processes a "
+            f"cell), up to {format_duration(high)} if every comparison stays undecided "
+            f"({policy.maximum} a cell), {runners_text} {source}{budget}")
 
 
 def promising(judgement: Any, policy: Policy, spread: Optional[float]) -> bool:

@@ -1,5 +1,6 @@
 """Everything one report shows, assembled in reading order (so footnotes number in order)."""
 from dataclasses import dataclass, field
+from typing import Optional
 
 from matrixbench.report import cost_tables, share_tables, stats, tables, verdicts
 from matrixbench.report.cells import BETWEEN_CV_THRESHOLD
@@ -54,7 +55,10 @@ def legends_for(margin_pct=verdicts.MARGIN_PCT):
             "over the models and batch sizes where both ran and the compiled output passed the accuracy check "
             "(the number of cells in brackets). "
             "When images cover different cells, the geo-mean over common cells takes only the cells every image of the "
-            "device has. Accuracy failures: compiled outputs further from eager than the tolerance, or NaN."),
+            "device has. Cells ran: the cells that ran of those recorded (the others' statuses in brackets). "
+            "Accuracy failures: compiled outputs further from eager than the tolerance, or NaN. The table after it "
+            "has the rest: each status's count, noise, warm compile, graph breaks, image-pair rows that mix "
+            "something."),
         "per_device": (
             f"Latency in ms: {_CELL_MS}. In compiled columns, in brackets, the speed-up over eager: "
             "eager ms / compiled ms - 1. "
@@ -125,6 +129,7 @@ class Report:
     cost_charts: list = field(default_factory=list)   # its charts (report.cost_charts)
     prices: list = field(default_factory=list)        # the prices used, as sentences
     attribution: list = field(default_factory=list)   # per mixed pair: how much of its change each factor explains
+    summary_details: Optional[Table] = None           # the summary's other columns (tables.summary_details_table)
 
 
 def image_sources(cells, overrides=None):
@@ -143,10 +148,11 @@ def assemble(cells, published, notes, charts, sources=None, calibration=(), pric
     sources = image_sources(cells) if sources is None else sources
     footnotes = tables.Footnotes()
     legends = legends_for(cells.margin_pct)
-    summary = tables.summary_table(cells)
+    summary, details = tables.summary_table(cells), tables.summary_details_table(cells)
     derived = comparison_rows(cells, published, sources)
     legends["summary"] += "".join(f" {text}" for column, text in (
-        (tables.COMPILE_COLUMN, _COMPILE), (tables.WARM_COMPILE_COLUMN, _WARM_COMPILE)) if column in summary.header)
+        (tables.COMPILE_COLUMN, _COMPILE), (tables.WARM_COMPILE_COLUMN, _WARM_COMPILE))
+        if column in summary.header + details.header)
     flags = tables.flags_in(cells)
     if flags:
         legends["per_device"] += " " + tables.flag_legend(flags)
@@ -177,4 +183,5 @@ def assemble(cells, published, notes, charts, sources=None, calibration=(), pric
         cost_charts=list(cost_charts),
         prices=[price.describe() for price in prices.values()],
         attribution=share_tables.summary_tables(cells),
+        summary_details=details,
     )
