@@ -34,6 +34,8 @@ from matrixbench.report import arithmetic
 
 CONFIDENCE = 0.95
 MIN_PROCESSES = 2
+POWER = 0.80             # detectable_pct: the change starred this often
+HSU_BELOW = 5            # unequal sides, the smaller with fewer processes than this: Hsu's df (n_small - 1)
 
 VERDICTS = ("faster", "slower", "no change", "undecided", "not tested")
 FASTER, SLOWER, NO_CHANGE, UNDECIDED, UNTESTED = VERDICTS
@@ -51,8 +53,9 @@ class Judgement:
     verdict: str                      # one of VERDICTS
     baseline_processes: int
     candidate_processes: int
-    detectable_pct: Optional[float]   # the smallest change (in %) this comparison could have detected
+    detectable_pct: Optional[float]   # the change (in %) this comparison would star 80% of the time (POWER)
     margin_pct: Optional[float] = None  # the equivalence margin the verdict was made at
+    p_value: Optional[float] = None   # two-sided, of no change (for benjamini_hochberg); None when not tested
 
     @property
     def decided(self) -> bool:
@@ -67,9 +70,11 @@ class Judgement:
 def judge(baseline_means, candidate_means, *, margin_pct, confidence=CONFIDENCE) -> Judgement:
     """Judge candidate against baseline, each a list of per-process means (ms, > 0).
 
-    The ratio is exp(mean log candidate - mean log baseline); with MIN_PROCESSES or more a side,
-    its interval is Welch's (``contrast``) and ``detectable_pct`` the interval's half-width as a
-    change: an observed change at least that large would have been starred.
+    The ratio is exp(mean log candidate - mean log baseline): a ratio of **geometric** means of
+    process means, not of mean latencies (the two differ by about -(s_c^2 - s_b^2) / 2 for log
+    spreads s; -4.2% at CVs of 2% vs 30%). With MIN_PROCESSES or more a side its interval is Welch's
+    (``contrast``; Hsu's conservative df for small unequal sides) and ``detectable_pct`` the true
+    change this comparison would star with probability POWER (80%) at its measured spread.
     """
     baseline, candidate = _positive(baseline_means), _positive(candidate_means)
     counts = (len(baseline), len(candidate))
@@ -78,7 +83,7 @@ def judge(baseline_means, candidate_means, *, margin_pct, confidence=CONFIDENCE)
         return Judgement(ratio, None, None, UNTESTED, *counts, None, margin_pct)
     found = judge_many(baseline[None, :], candidate[None, :], margin_pct=margin_pct, confidence=confidence)
     return Judgement(float(found.ratio[0]), float(found.low[0]), float(found.high[0]), str(found.verdict[0]),
-                     *counts, float(found.detectable_pct[0]), margin_pct)
+                     *counts, float(found.detectable_pct[0]), margin_pct, float(found.p_value[0]))
 
 
 @dataclass(frozen=True)
@@ -90,15 +95,21 @@ class Judgements:
     high: np.ndarray
     verdict: np.ndarray
     detectable_pct: np.ndarray
+    p_value: np.ndarray
 
 
 def judge_many(baseline, candidate, *, margin_pct, confidence=CONFIDENCE) -> Judgements:
     """judge() of many comparisons at once (what judge runs, one row): ``baseline`` and
     ``candidate`` are arrays (comparisons, processes) of process means, MIN_PROCESSES or more."""
-    estimate, low, high, _ = contrast_many([np.log(baseline), np.log(candidate)], [-1.0, 1.0], confidence)
+    estimate, low, high, df = contrast_many([np.log(baseline), np.log(candidate)], [-1.0, 1.0], confidence)
     bounds = (np.exp(low), np.exp(high))
-    return Judgements(np.exp(estimate), *bounds, verdicts(*bounds, margin_pct),
-                      arithmetic.percent(np.exp(high - estimate)))
+    critical = scipy_stats.t.ppf(0.5 + confidence / 2.0, df)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        error = (high - estimate) / critical                  # the standard error of the log ratio
+        p_value = np.where(error > 0.0, 2.0 * scipy_stats.t.sf(np.abs(estimate) / error, df),
+                           np.where(estimate == 0.0, 1.0, 0.0))
+    detectable = arithmetic.percent(np.exp((critical + scipy_stats.t.ppf(POWER, df)) * error))
+    return Judgements(np.exp(estimate), *bounds, verdicts(*bounds, margin_pct), detectable, p_value)
 
 
 def verdict(low, high, margin_pct) -> str:
@@ -133,7 +144,8 @@ def contrast(groups: Sequence[Sequence[float]], weights: Sequence[float],
 
 def contrast_many(log_groups, weights, confidence=CONFIDENCE):
     """contrast() of many at once on logs: each group an array (contrasts, processes) of log process
-    means; returns arrays (estimate, low, high, df)."""
+    means; returns arrays (estimate, low, high, df). Groups of unequal sizes, the smallest under
+    HSU_BELOW processes: df at most n_small - 1 (Hsu), as Welch's alone stars too often there."""
     used = [(float(weight), np.asarray(logs, dtype=float)) for logs, weight in zip(log_groups, weights) if weight]
     estimate = sum(weight * logs.mean(axis=1) for weight, logs in used)
     terms = [weight ** 2 * logs.var(axis=1, ddof=1) / logs.shape[1] for weight, logs in used]
@@ -141,6 +153,11 @@ def contrast_many(log_groups, weights, confidence=CONFIDENCE):
     with np.errstate(divide="ignore", invalid="ignore"):   # zero spread everywhere: df infinite
         df = variance ** 2 / sum(term ** 2 / (logs.shape[1] - 1) for term, (_, logs) in zip(terms, used))
     df = np.where(variance > 0.0, df, np.inf)
+    sizes = [logs.shape[1] for _, logs in used]
+    if len(set(sizes)) > 1 and min(sizes) < HSU_BELOW:
+        # Welch's df is anti-conservative when a small side meets a larger one (at 2 vs 10 processes
+        # 10% false stars, 3 vs 10 6.6%): Hsu's df, n_small - 1, holds the level (<= 4.8% there)
+        df = np.minimum(df, min(sizes) - 1)
     half = scipy_stats.t.ppf(0.5 + confidence / 2.0, df) * np.sqrt(variance)
     return estimate, estimate - half, estimate + half, df
 
@@ -169,3 +186,23 @@ def geometric_mean(values):
     if not values:
         return None
     return float(np.exp(np.mean(np.log(values))))
+
+
+def benjamini_hochberg(p_values, q=1.0 - CONFIDENCE):
+    """Which of ``p_values`` (None: not tested, never a discovery) are discoveries at false-discovery
+    rate ``q`` (Benjamini-Hochberg step-up): the k smallest, k the largest with p_(k) <= k q / m,
+    m the number tested. A list of bools in the input's order."""
+    tested = [(value, index) for index, value in enumerate(p_values) if value is not None and math.isfinite(value)]
+    count = len(tested)
+    found = [False] * len(p_values)
+    ranked = sorted(tested)
+    cut = max((rank for rank, (value, _) in enumerate(ranked, 1) if value <= rank * q / count), default=0)
+    for value, index in ranked[:cut]:
+        found[index] = True
+    return found
+
+
+def chance_stars(tested, alpha=1.0 - CONFIDENCE):
+    """If nothing had changed: the expected number of starred comparisons among ``tested`` ones and the
+    chance of at least one (each at level alpha, as if independent)."""
+    return alpha * tested, 1.0 - (1.0 - alpha) ** tested if tested else 0.0
