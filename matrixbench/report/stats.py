@@ -206,3 +206,83 @@ def chance_stars(tested, alpha=1.0 - CONFIDENCE):
     """If nothing had changed: the expected number of starred comparisons among ``tested`` ones and the
     chance of at least one (each at level alpha, as if independent)."""
     return alpha * tested, 1.0 - (1.0 - alpha) ** tested if tested else 0.0
+
+
+# --- per-process estimates that a few host stalls cannot drag (issue 34) --------------------------------
+
+PROCESS_ESTIMATES = ("mean", "median", "trimmed", "block_median")
+TRIM = 0.10              # trimmed: the mean of the middle 80% of a process's calls
+BLOCK = 25               # block_median: the median of the means of consecutive blocks of this many calls
+
+
+def process_estimate(samples_ms: Sequence[float], how: str = "trimmed") -> float:
+    """One process's latency (ms) from its calls: ``mean`` (the seed's, the published comparison's),
+    ``median``, ``trimmed`` (the mean of the middle 1 - 2 TRIM) or ``block_median`` (the median of
+    BLOCK-call block means). benchmarks/bench_host_verdicts.py chose among them under the host
+    simulator fitted to the H100 records (docs/verdicts.md says why)."""
+    values = np.sort(_positive(samples_ms))
+    if how == "mean":
+        return float(values.mean())
+    if how == "median":
+        return float(np.median(values))
+    if how == "trimmed":
+        cut = int(TRIM * values.size)
+        return float(values[cut:values.size - cut].mean())
+    if how == "block_median":
+        original = _positive(samples_ms)
+        blocks = max(1, original.size // BLOCK)
+        return float(np.median([part.mean() for part in np.array_split(original, blocks)]))
+    raise ValueError(f"unknown process estimate {how!r}: one of {', '.join(PROCESS_ESTIMATES)}")
+
+
+# --- paired speed-ups: eager and compiled blocks measured in one process --------------------------------
+
+PAIRED_DRAWS = ("sum_ratio", "median_log_ratio")
+
+
+def paired_draw(blocks: Sequence[Tuple[float, float]], how: str = "median_log_ratio") -> float:
+    """One process's speed-up eager / compiled from its (eager_ms, compiled_ms) block pairs, measured
+    alternately in that process so the host's state at the time is in both halves of a pair:
+    ``median_log_ratio`` (exp of the median of the pairs' log ratios: a stall in one block moves one
+    pair) or ``sum_ratio`` (all eager ms / all compiled ms)."""
+    eager = _positive([pair[0] for pair in blocks])
+    compiled = _positive([pair[1] for pair in blocks])
+    if how == "sum_ratio":
+        return float(eager.sum() / compiled.sum())
+    if how == "median_log_ratio":
+        return float(np.exp(np.median(np.log(eager) - np.log(compiled))))
+    raise ValueError(f"unknown paired draw {how!r}: one of {', '.join(PAIRED_DRAWS)}")
+
+
+def judge_paired(processes: Sequence[Sequence[Tuple[float, float]]], *, margin_pct: float,
+                 confidence: float = CONFIDENCE, how: str = "median_log_ratio") -> Judgement:
+    """The speed-up eager / compiled from paired blocks, pooled across processes with each process one
+    draw (``paired_draw``): the geometric mean of the draws with Student's t interval on their logs
+    (n - 1 df). As verdicts.judge_speedup reads: ratio, low and high are speed-ups, "faster" means the
+    compiled side is faster. ``processes``: one list of (eager_ms, compiled_ms) per process (the
+    runner's record field, e.g. ``paired_blocks``); processes without pairs are left out. Fewer than
+    MIN_PROCESSES: "not tested"."""
+    draws = [paired_draw(blocks, how) for blocks in processes if blocks]
+    count = len(draws)
+    if count < MIN_PROCESSES:
+        ratio = float(np.exp(np.mean(np.log(draws)))) if draws else float("nan")
+        return Judgement(ratio, None, None, UNTESTED, count, count, None, margin_pct)
+    # compiled / eager = 1 / draw: the verdict rules read a candidate (compiled) against a baseline (eager)
+    logs = -np.log(np.asarray(draws))[None, :]
+    estimate, low, high, df = contrast_many([logs], [1.0], confidence)
+    verdict = str(verdicts(np.exp(low), np.exp(high), margin_pct)[0])
+    critical = float(scipy_stats.t.ppf(0.5 + confidence / 2.0, df[0]))
+    error = float(high[0] - estimate[0]) / critical
+    p_value = float(2.0 * scipy_stats.t.sf(abs(float(estimate[0])) / error, df[0])) if error > 0 else \
+        (1.0 if estimate[0] == 0 else 0.0)
+    detectable = arithmetic.percent(math.exp((critical + float(scipy_stats.t.ppf(POWER, df[0]))) * error))
+    return Judgement(float(np.exp(-estimate[0])), float(np.exp(-high[0])), float(np.exp(-low[0])), verdict,
+                     count, count, float(detectable), margin_pct, p_value)
+
+
+def judge_paired_change(baseline, candidate, *, margin_pct: float, confidence: float = CONFIDENCE,
+                        how: str = "median_log_ratio") -> Judgement:
+    """A speed-up's change between two images (candidate / baseline speed-up) from each side's paired
+    blocks (as judge_paired takes them): ``judge`` on the per-process paired draws."""
+    return judge([paired_draw(b, how) for b in baseline if b], [paired_draw(b, how) for b in candidate if b],
+                 margin_pct=margin_pct, confidence=confidence)
