@@ -6,7 +6,7 @@ from matrixbench.report.cells import BETWEEN_CV_THRESHOLD
 from matrixbench.report.comparisons import comparisons as comparison_rows
 from matrixbench.report.published import DATASET_NOTES, source_for
 from matrixbench.report.tables import Table
-from matrixbench.report.verdict_summary import aa_line, verdict_table
+from matrixbench.report.verdict_summary import aa_line, multiplicity_line, verdict_table
 from matrixbench.versions import release
 
 _FAILED = "Cells that did not run show their status (OOM, ERR, TIMEOUT, CRASH); the footnote gives the reason."
@@ -47,8 +47,8 @@ def legends_for(margin_pct=verdicts.MARGIN_PCT):
     return {
         "verdicts": (
             "Every comparison of two cells gets a verdict (comparisons.csv has each one's interval): "
-            f"{significant} The smallest change a comparison could have detected is in comparisons.csv "
-            "(detectable_pct)."),
+            f"{significant} The true change a comparison would star 80% of the time is in comparisons.csv "
+            "(detectable_pct); the ratio is of geometric means of process latencies, not of mean latencies."),
         "summary": (
             f"Per device, image and mode. Speed-up: eager ms / compiled ms ({_CELL_MS}), as a geometric mean "
             "over the models and batch sizes where both ran and the compiled output passed the accuracy check "
@@ -163,7 +163,7 @@ def assemble(cells, published, notes, charts, sources=None, calibration=(), pric
         notes=list(notes),
         summary=summary,
         verdicts=verdict_table(derived, cells.margin_pct),
-        verdict_lines=[line for line in [aa_line(derived)] if line],
+        verdict_lines=[line for line in [multiplicity_line(derived), aa_line(derived)] if line],
         per_device=tables.per_device_tables(cells, footnotes),
         image_pairs=tables.image_pair_tables(cells, footnotes, share_tables.split_rows),
         compile_modes=tables.compile_mode_tables(cells, footnotes),
