@@ -267,11 +267,13 @@ def test_the_final_stopping_rule_looks_at_the_width_alone():
 def test_a_comparison_that_the_maximum_could_not_decide_gets_no_more_processes(tmp_path, monkeypatch):
     """No change with 8% noise between processes: at 10 processes a side the interval would still
     be about +-7.5%, wider than the 3% margin and than the change: futile, it stays near the
-    minimum (a noisy estimate may look like a change for a wave) instead of going to 10."""
+    minimum (a noisy estimate may look like a change for a few waves) instead of going to 10."""
     use_backend(monkeypatch, NoisyBackend(cv=0.08))
     run_matrix(_matrix(tmp_path, margin_pct=3.0, repeats_max=10, models=["detr-resnet-101"]),
                local_run_options(tmp_path, order_seed=1))
-    assert max(len(indices) for indices in _processes(tmp_path / "results" / "r1").values()) <= 4
+    # (under the spending rule a noisy estimate that looks like a change keeps its processes coming
+    # until the strict interim level or futility says otherwise: a 95% star no longer stops it)
+    assert max(len(indices) for indices in _processes(tmp_path / "results" / "r1").values()) < 10
     undecided = read_manifest(tmp_path / "results" / "r1")["repeats"]["undecided"]
     assert {doubt["kind"] for doubt in undecided} == {"image_change"}
     assert {doubt["why"] for doubt in undecided} == {"futile"}
