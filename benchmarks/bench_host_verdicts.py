@@ -13,7 +13,6 @@ Every rate is a share of simulated comparisons of known truth; no record, no tor
 """
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -26,13 +25,16 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import hostsim  # noqa: E402
 from machine import contention, describe, lscpu  # noqa: E402
 
+import hostsim  # noqa: E402
 from matrixbench.executors import adaptive  # noqa: E402
 from matrixbench.report import stats  # noqa: E402
 
 MARGIN = 3.0
+POLICIES = (("fixed 3", "old", 3, 3), ("fixed 5", "old", 5, 5), ("fixed 10", "old", 10, 10),
+            ("auto old (stop at first verdict)", "old", 3, 10), ("auto final", adaptive.FINAL, 3, 10),
+            ("auto spending", adaptive.SPENDING, 3, 10))
 STARS = ("faster", "slower")
 
 
@@ -116,15 +118,12 @@ def stopping(means, policy, rule):
 
 def stopping_rules(model, trials, rng):
     """False stars and coverage at no change, power at +-10%, processes a side; per rule."""
-    policy = adaptive.Policy(3, 10, MARGIN)
     rows = {}
     for change in (0.0, 0.10, -0.10):
         sets = []
         for _ in range(trials):
             sets.append(model(rng, 10, change))
-        for name, rule, low, high in (("fixed 3", "old", 3, 3), ("fixed 5", "old", 5, 5), ("fixed 10", "old", 10, 10),
-                                      ("auto old (stop at first verdict)", "old", 3, 10),
-                                      ("auto final", adaptive.FINAL, 3, 10), ("auto spending", adaptive.SPENDING, 3, 10)):
+        for name, rule, low, high in POLICIES:
             pol = adaptive.Policy(low, high, MARGIN)
             used, stars, right, covered = 0, 0, 0, 0
             for pair in sets:

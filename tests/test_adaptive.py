@@ -254,7 +254,8 @@ def _around(ratio, half):
 def test_the_final_stopping_rule_looks_at_the_width_alone():
     policy = adaptive.Policy(3, 10, 3.0)
     for half in (0.02, 0.04, 0.5):
-        answers = {adaptive.goes_on(_around(ratio, half), policy, 3, adaptive.FINAL) for ratio in (0.5, 0.97, 1.0, 1.03, 2.0)}
+        answers = {adaptive.goes_on(_around(ratio, half), policy, 3, adaptive.FINAL)
+                   for ratio in (0.5, 0.97, 1.0, 1.03, 2.0)}
         assert len(answers) == 1, half                      # the same answer whatever the estimate
     assert not adaptive.goes_on(_around(1.0, 0.02), policy, 3, adaptive.FINAL)      # narrow enough to say "no change"
     assert adaptive.goes_on(_around(1.0, 0.04), policy, 3, adaptive.FINAL)          # 10 a side would get it under 3%

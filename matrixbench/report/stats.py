@@ -197,7 +197,7 @@ def benjamini_hochberg(p_values, q=1.0 - CONFIDENCE):
     found = [False] * len(p_values)
     ranked = sorted(tested)
     cut = max((rank for rank, (value, _) in enumerate(ranked, 1) if value <= rank * q / count), default=0)
-    for value, index in ranked[:cut]:
+    for _, index in ranked[:cut]:
         found[index] = True
     return found
 
