@@ -115,7 +115,8 @@ def comparisons(works: Sequence[ImageWork]) -> List[Comparison]:
 
 @dataclass
 class Processes:
-    """A side's recorded processes: its ok process means, durations and the repeat indices taken."""
+    """A side's recorded processes: its ok process estimates (``judged_estimate``), durations and the
+    repeat indices taken."""
 
     means: List[float] = field(default_factory=list)
     durations: List[float] = field(default_factory=list)
@@ -140,10 +141,17 @@ def recorded(work: ImageWork, cell: Cell, maximum: int, since: Optional[float] =
             continue
         timing = record.get("timing") or {}
         if record.get("status") == "ok" and timing.get("mean_ms"):
-            found.means.append(float(timing["mean_ms"]))
+            found.means.append(judged_estimate(timing))
         if record.get("duration_s"):
             found.durations.append(float(record["duration_s"]))
     return found
+
+
+def judged_estimate(timing: Dict[str, Any]) -> float:
+    """What the report judges of one process (stats.judged_estimate: the trimmed mean of its samples_ms,
+    else its mean_ms), so the waves decide on what the report will."""
+    from matrixbench.report.stats import judged_estimate as estimate  # numpy, only when a record is read
+    return estimate(timing.get("samples_ms") or [], float(timing["mean_ms"]))
 
 
 @dataclass

@@ -213,6 +213,8 @@ def chance_stars(tested, alpha=1.0 - CONFIDENCE):
 PROCESS_ESTIMATES = ("mean", "median", "trimmed", "block_median")
 TRIM = 0.10              # trimmed: the mean of the middle 80% of a process's calls
 BLOCK = 25               # block_median: the median of the means of consecutive blocks of this many calls
+JUDGED_ESTIMATE = "trimmed"   # what verdicts judge per process (docs/verdicts.md: why)
+MIN_SAMPLES = 20         # fewer samples than this: a process is judged on its mean
 
 
 def process_estimate(samples_ms: Sequence[float], how: str = "trimmed") -> float:
@@ -233,6 +235,19 @@ def process_estimate(samples_ms: Sequence[float], how: str = "trimmed") -> float
         blocks = max(1, original.size // BLOCK)
         return float(np.median([part.mean() for part in np.array_split(original, blocks)]))
     raise ValueError(f"unknown process estimate {how!r}: one of {', '.join(PROCESS_ESTIMATES)}")
+
+
+def judged_estimate(samples_ms, mean_ms: float, how: Optional[str] = None) -> float:
+    """What a verdict judges of one process: ``how`` (default JUDGED_ESTIMATE) of its samples, its
+    ``mean_ms`` with fewer than MIN_SAMPLES samples or samples that are not positive numbers. The
+    report (verdicts.judged_estimates) and the waves of repeats auto (adaptive.recorded) both ask here."""
+    how = how or JUDGED_ESTIMATE
+    if how == "mean" or not samples_ms or len(samples_ms) < MIN_SAMPLES:
+        return float(mean_ms)
+    try:
+        return process_estimate(samples_ms, how)
+    except ValueError:
+        return float(mean_ms)
 
 
 # --- paired speed-ups: eager and compiled blocks measured in one process --------------------------------

@@ -20,11 +20,9 @@ NO_CHANGE_MARK = "≈"
 MARKS = {stats.FASTER: STAR, stats.SLOWER: STAR, stats.UNDECIDED: UNDECIDED_MARK, stats.NO_CHANGE: NO_CHANGE_MARK,
          stats.UNTESTED: ""}
 NOT_TESTED_TEXT = "not tested: one process per cell"
-# What a verdict judges per process (issue 34): the trimmed mean of its calls (stats.process_estimate),
+# What a verdict judges per process (issue 34): stats.JUDGED_ESTIMATE of its calls (the trimmed mean),
 # which a few host stalls cannot drag; the cell's ms (tables, charts, the published comparison) stay the
-# seed's process means. A process with fewer than MIN_SAMPLES samples is judged on its mean.
-JUDGED_ESTIMATE = "trimmed"
-MIN_SAMPLES = 20
+# seed's process means. A process with fewer than stats.MIN_SAMPLES samples is judged on its mean.
 
 
 def judge_cells(baseline, candidate, margin_pct=None) -> stats.Judgement:
@@ -39,15 +37,14 @@ def judge_cells(baseline, candidate, margin_pct=None) -> stats.Judgement:
     return judgement
 
 
-def judged_estimates(row, how=JUDGED_ESTIMATE):
-    """A combined cell row's per-process estimates the verdict judges: ``how`` (stats.process_estimate)
-    of each ok process's samples (``process_samples``), its mean where it has fewer than MIN_SAMPLES."""
+def judged_estimates(row, how=None):
+    """A combined cell row's per-process estimates the verdict judges: stats.judged_estimate of each
+    ok process (its ``process_samples``, its mean)."""
     means = require_positive(row)
     samples = row.get("process_samples") or []
-    if how == "mean" or len(samples) != len(means):
+    if len(samples) != len(means):
         return list(means)
-    return [stats.process_estimate(values, how) if len(values) >= MIN_SAMPLES else mean
-            for values, mean in zip(samples, means)]
+    return [stats.judged_estimate(values, mean, how) for values, mean in zip(samples, means)]
 
 
 def throttled(*rows):
