@@ -198,3 +198,41 @@ def test_judge_paired_reads_one_draw_per_process():
     expected = scipy_stats.ttest_1samp(np.log([2.2, 2.0]), 0.0).confidence_interval(0.95)
     assert (judged.low, judged.high) == pytest.approx((math.exp(expected.low), math.exp(expected.high)))
     assert stats.judge_paired([[(4.0, 2.0)]], margin_pct=3.0).verdict == "not tested"
+
+
+# --- 6. drift and shared machine states: pairing by round -------------------------------------------
+
+def _rounds(rng, trials, rounds, drift_sd, noise=0.02, change=0.0):
+    """(baseline, candidate) estimates by round with a machine state each round shares (log-SD drift_sd)."""
+    state = rng.normal(0.0, drift_sd, (trials, rounds))
+    base = 10.0 * np.exp(state + rng.normal(0.0, noise, (trials, rounds)))
+    cand = 10.0 * (1 + change) * np.exp(state + rng.normal(0.0, noise, (trials, rounds)))
+    return base, cand
+
+
+def test_pairing_by_round_cancels_a_shared_machine_state():
+    """A 5% state shared by each round's two sides, 1% process noise, 5 rounds: paired by round, no
+    change is starred at most 5% and called "no change" far more often than unpaired (Welch)."""
+    rng = np.random.default_rng(11)
+    trials = 1000            # standard error of a 5% share: 0.7%
+    base, cand = _rounds(rng, trials, 5, 0.05, noise=0.01)
+    paired = [stats.judge_by_round(b, c, margin_pct=3.0).verdict for b, c in zip(base, cand)]
+    unpaired = stats.judge_many(base, cand, margin_pct=3.0).verdict
+    assert np.mean(np.isin(paired, STARS)) <= 0.05
+    assert np.mean(np.asarray(paired) == "no change") > np.mean(unpaired == "no change") + 0.3
+    assert stats.judge_by_round([10.0, None], [11.0, 12.0], margin_pct=3.0).verdict == "not tested"
+
+
+def test_the_report_can_say_when_a_runs_cells_moved_together():
+    rng = np.random.default_rng(12)
+    moved = alarms = 0
+    for _ in range(300):
+        cells = np.exp(rng.normal(0.0, 0.3, (20, 1)))              # 20 cells of different latencies
+        step = np.exp(np.array([0.0, 0.0, 0.05]))                     # round 2 runs 5% slower for every cell
+        noisy = lambda: np.exp(rng.normal(0.0, 0.03, (20, 3)))       # noqa: E731
+        found = stats.round_effects((cells * step * noisy()).tolist())
+        still = stats.round_effects((cells * noisy()).tolist())
+        moved += found.moved
+        alarms += still.moved
+    assert moved / 300 >= 0.9 and alarms / 300 <= 0.03
+    assert "moved together by round" in found.describe() and "round 2: +" in found.describe()

@@ -313,3 +313,72 @@ def simulated_false_star_rate(baseline_processes: int, candidate_processes: int,
              for count in (baseline_processes, candidate_processes)]
     found = judge_many(*sides, margin_pct=3.0)
     return float(np.mean(np.isin(found.verdict, STARRED)))
+
+
+# --- drift and machine states: pairing by round (issue 34) ----------------------------------------------
+
+def judge_by_round(baseline_by_round, candidate_by_round, *, margin_pct: float,
+                   confidence: float = CONFIDENCE) -> Judgement:
+    """candidate / baseline from processes paired by round: ``baseline_by_round[r]`` and
+    ``candidate_by_round[r]`` are the two sides' process estimates (ms) of round r (run.json's
+    ``order.positions``: each round's A and B ran under the same machine state), None where a side has no
+    process that round. Each complete round gives one log difference, so a state the round shared
+    (drift, a warm-up, a step) cancels; Student's t on them (rounds - 1 df). Fewer than MIN_PROCESSES
+    complete rounds: "not tested"."""
+    pairs = [(b, c) for b, c in zip(baseline_by_round, candidate_by_round) if b is not None and c is not None]
+    differences = np.asarray([math.log(float(c)) - math.log(float(b)) for b, c in pairs])
+    count = len(pairs)
+    if count < MIN_PROCESSES:
+        ratio = float(np.exp(differences.mean())) if count else float("nan")
+        return Judgement(ratio, None, None, UNTESTED, count, count, None, margin_pct)
+    estimate, low, high, df = contrast_many([differences[None, :]], [1.0], confidence)
+    critical = float(scipy_stats.t.ppf(0.5 + confidence / 2.0, df[0]))
+    error = float(high[0] - estimate[0]) / critical
+    p_value = float(2.0 * scipy_stats.t.sf(abs(float(estimate[0])) / error, df[0])) if error > 0 else \
+        (1.0 if estimate[0] == 0 else 0.0)
+    detectable = arithmetic.percent(math.exp((critical + float(scipy_stats.t.ppf(POWER, df[0]))) * error))
+    return Judgement(float(np.exp(estimate[0])), float(np.exp(low[0])), float(np.exp(high[0])),
+                     str(verdicts(np.exp(low), np.exp(high), margin_pct)[0]), count, count, float(detectable),
+                     margin_pct, p_value)
+
+
+@dataclass(frozen=True)
+class RoundEffects:
+    """Did a run's cells move together by round? ``effects``: each round's shared change (a ratio to the
+    run's typical level, the median over cells), ``p_value``: two-way analysis of variance (cells x
+    rounds, one process per cell and round) of the round effect; ``moved``: p_value < ``alpha``."""
+
+    effects: Tuple[float, ...]
+    p_value: float
+    moved: bool
+
+    def describe(self) -> str:
+        shifts = ", ".join(f"round {index}: {arithmetic.percent(value):+.1f}%"
+                           for index, value in enumerate(self.effects))
+        if not self.moved:
+            return f"The run's cells did not move together by round (p = {self.p_value:.2f}; {shifts})."
+        return (f"The run's cells moved together by round (p = {self.p_value:.2g}; {shifts}): the machine's state "
+                f"changed between rounds; comparisons paired by round cancel it, unpaired ones carry it as noise.")
+
+
+def round_effects(by_cell, alpha: float = 0.01) -> Optional[RoundEffects]:
+    """``by_cell``: per cell a list of its process estimates (ms) by round (the same rounds for every
+    cell; a cell missing a round is left out). None with fewer than 3 complete cells or 2 rounds."""
+    rows = [row for row in by_cell if row and all(value is not None and value > 0 for value in row)]
+    if not rows:
+        return None
+    rounds = min(len(row) for row in rows)
+    table = np.log(np.asarray([[float(value) for value in row[:rounds]] for row in rows]))
+    cells = table.shape[0]
+    if cells < 3 or rounds < 2:
+        return None
+    centred = table - table.mean(axis=1, keepdims=True)
+    column = centred.mean(axis=0)
+    residual = centred - column[None, :]
+    between = cells * float(np.sum(column ** 2)) / (rounds - 1)
+    error_df = (cells - 1) * (rounds - 1)
+    within = float(np.sum(residual ** 2)) / error_df
+    statistic = between / within if within > 0 else (math.inf if between > 0 else 0.0)
+    p_value = float(scipy_stats.f.sf(statistic, rounds - 1, error_df)) if math.isfinite(statistic) else 0.0
+    effects = tuple(float(np.exp(np.median(centred[:, index]))) for index in range(rounds))
+    return RoundEffects(effects, p_value, p_value < alpha)
