@@ -106,6 +106,12 @@ def test_the_false_alarm_line_counts_starred_aa_comparisons(built):
     assert list(zip(starred["model"], starred["mode"])) == [("resnet", "default")]
     assert re.search(r"On this machine, 1 of 4 no-change \(A/A\) comparisons were starred " + AA_RATE + r"\.", markdown)
     assert "| CPU (hand-made) | A/A: one image under two names | 0 | 1 |" in markdown    # the verdicts table
+    # issue 34: what chance alone would star among the other tested rows, and the FDR view beside it
+    tested = frame[(frame["kind"] != "aa_change") & frame["verdict"].isin(["faster", "slower", "no change",
+                                                                           "undecided"])]
+    assert re.search(rf"\d+ of {len(tested)} tested comparisons are starred; if nothing had changed, chance alone "
+                     rf"would star about {0.05 * len(tested):.1f} of them", markdown)
+    assert "false-discovery rate (Benjamini-Hochberg" in markdown
 
 
 def test_aa_twins_stay_out_of_the_image_chain_and_get_their_own_tables(built):

@@ -3,9 +3,11 @@
 A process is the unit of replication. Samples inside one process are not independent draws of
 what a rerun would give (its memory layout, clocks, the machine's load that minute and the chosen
 kernels are fixed for all of them), so every comparison (image against image, mode against mode,
-compiled against eager) is judged from each side's **per-process means** only: the difference of
-the mean log process means, Welch's t interval with Welch-Satterthwaite degrees of freedom,
-exponentiated into a ratio candidate / baseline (a ratio of geometric means) with its interval.
+compiled against eager) is judged from one number per process only (``judged_estimate``: the trimmed
+mean of its calls, which a few host stalls cannot drag; issue 34): the difference of the mean log
+process estimates, Welch's t interval with Welch-Satterthwaite degrees of freedom (Hsu's n_small - 1
+for small unequal sides), exponentiated into a ratio candidate / baseline (a ratio of geometric
+means, not of mean latencies) with its interval.
 At 2-5 processes a side this holds its level; the percentile bootstrap it replaces did not (at
 repeats 2 it starred one no-change comparison in three). Samples within a process serve the
 within-process CV flag only (``timing.noisy``, the runner's).
