@@ -3,47 +3,102 @@
 Real components are built once per session and shared (tests/real_builds.py): ``real_builds`` (each Docker
 image and venv by content), ``docker_test_client`` (the daemon, with the test base images), ``docker_e2e_images``
 (tests/data/docker-matrix.yaml's two images), ``venv_e2e_builds`` (tests/data/venv-matrix.yaml's two venvs) and
-``registry_address`` (a real registry on the host's loopback).
+``registry_address`` (a real registry on the host's loopback). A test file asks for these instead of building
+its own, so no test depends on another file having run first.
 
-Scheduling (``make test``: ``-n N --dist loadgroup``): every test that uses a real component gets an
-``xdist_group`` by the first of its markers in GROUPS, so a group runs on one worker, in order, sharing that
-worker's session fixtures, and two groups never fight over the Docker daemon or a venv build; the other tests
-(pure Python) go one by one to whichever worker is free. The heavy groups come first in the collection order
-(the order loadgroup hands them out), the longest first. Without xdist the same order applies.
+Scheduling (``make test``: ``-n N --dist loadgroup``): every test that uses a real component belongs to a group,
+by the first of its markers in GROUPS; a group runs on one worker, in order, sharing that worker's session
+fixtures, so two groups' tests never fight over one component (and tests/real_builds.py's lock keeps the docker
+and venv groups' builds apart). The other tests (pure Python) go one by one to whichever worker is free. The
+groups come first in the collection order, the longest first, and the scheduler hands them out in that order.
+Without xdist the same order applies.
+
+pytest-xdist 3.8's own loadgroup reads ``xdist_group`` markers by rewriting ``item._nodeid``, which pytest 9 no
+longer reads (the groups silently fall apart), so this conftest brings its own: the workers write {node id:
+group} to the file $MATRIXBENCH_TEST_GROUPS names (the controller sets it before it starts them), and
+``pytest_xdist_make_scheduler`` returns xdist's scope scheduler with the groups as its scopes.
 """
+import json
+import os
+import shutil
 import signal
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from real_builds import BASE_IMAGES, BUILD_LOGS, DOCKER_MATRIX, VENV_MATRIX, Builds
 
-# marker -> xdist group, longest first (the fresh-machine times in docs/test-suite-time.md). The ray cluster
-# test with docker nodes is marked both and runs in the docker group.
+# marker -> group, longest first (the fresh-machine times in docs/test-suite-time.md). The ray cluster test
+# with docker nodes is marked both and runs in the docker group.
 GROUPS = (("docker", "docker"), ("venv", "venv"), ("ray", "ray"), ("wheel", "wheel"), ("browser", "browser"))
 GROUP_ORDER = {group: rank for rank, (_, group) in enumerate(GROUPS)}
+GROUPS_FILE = "MATRIXBENCH_TEST_GROUPS"
+
+
+def _is_worker(config):
+    return hasattr(config, "workerinput")
 
 
 def pytest_configure(config):
-    # xdist registers it when installed; registered here too so --strict-markers holds with -p no:xdist
-    config.addinivalue_line("markers", "xdist_group(name): run on one pytest-xdist worker with its group")
+    if getattr(config.option, "dist", "no") == "loadgroup" and not _is_worker(config):
+        folder = tempfile.mkdtemp(prefix="matrixbench-test-groups-")
+        config.stash[_FOLDER] = folder
+        os.environ[GROUPS_FILE] = str(Path(folder) / "groups.json")   # the workers, started after this, inherit it
+
+
+_FOLDER = pytest.StashKey[str]()
+
+
+def pytest_unconfigure(config):
+    folder = config.stash.get(_FOLDER, None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(GROUPS_FILE, None)
 
 
 def group_of(item):
+    """The group of a test that uses a real component (GROUPS), else None."""
     for marker, group in GROUPS:
         if item.get_closest_marker(marker) is not None:
             return group
     return None
 
 
-@pytest.hookimpl(tryfirst=True)   # before xdist's own hook, which reads the xdist_group markers
 def pytest_collection_modifyitems(config, items):
-    ranked = []
+    ranked, groups = [], {}
     for index, item in enumerate(items):
         group = group_of(item)
         if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+            groups[item.nodeid] = group
         ranked.append((GROUP_ORDER.get(group, len(GROUP_ORDER)), index, item))
     items[:] = [item for _, _, item in sorted(ranked, key=lambda entry: entry[:2])]
+    if _is_worker(config) and os.environ.get(GROUPS_FILE):
+        path = Path(os.environ[GROUPS_FILE])
+        staged = path.with_name(f"{path.name}.{os.getpid()}")
+        staged.write_text(json.dumps(groups))
+        os.replace(staged, path)        # every worker writes the same map; the scheduler reads it once
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadgroup: xdist's scope scheduler, a group (GROUPS) being one scope and every other test its own,
+    handed out in collection order (the longest group first)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        groups = None
+
+        def _split_scope(self, nodeid):
+            if self.groups is None:
+                path = os.environ.get(GROUPS_FILE)
+                self.groups = json.loads(Path(path).read_text()) if path and Path(path).is_file() else {}
+            return self.groups.get(nodeid, nodeid)
+
+    config.option.loadscopereorder = False    # keep the collection order: the longest group first
+    return GroupScheduling(config, log)
 
 
 @pytest.fixture
