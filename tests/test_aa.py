@@ -100,11 +100,11 @@ def test_aa_end_to_end_with_the_local_backend(tmp_path):
 
 
 @pytest.mark.venv
-def test_aa_end_to_end_with_the_venv_backend_reuses_the_one_venv(tmp_path):
+def test_aa_end_to_end_with_the_venv_backend_reuses_the_one_venv(tmp_path, venv_e2e_builds):
+    """venv-latest's venv comes from the session's build (tests/conftest.py), whichever test file asked first."""
     matrix_path = REPO / "tests" / "data" / "venv-matrix.yaml"
     venv = plan_venv(load_matrix(matrix_path).images["venv-latest"])
-    if not venv.path.is_dir():
-        pytest.skip(f"no venv of venv-latest at {venv.path}: tests/test_venv_e2e.py builds it")
+    assert venv_e2e_builds["venv-latest"] is not None and venv_e2e_builds["venv-latest"].path == venv.path
     before = sorted(path.name for path in venvs_root().iterdir())
     code, output = _cli("run", "--matrix", str(matrix_path), "--aa", "venv-latest", *AA_ARGS, "--backend", "venv",
                         "--cache-dir", str(tmp_path / "cache"), cwd=tmp_path)
