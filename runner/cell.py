@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from runner import accuracy, cudagraphs, energy, faults, gpu_state, memory, records, timing_board
+from runner import accuracy, cudagraphs, energy, faults, gpu_state, host, memory, records, timing_board
 from runner.archcheck import bf16_problem, triton_problem
 from runner.compile import compile_model, counters_snapshot, dynamo_stats, reset
 from runner.core import Mode, Status
@@ -71,9 +71,12 @@ def _measure(job, record, marks):
             after_first_call = counters_snapshot()
             preparing.close()
             with timing_board.timing(board) as seen:
+                watch = host.Watch()
+                watch.speed_before = host.speed_reference()   # the host's speed, before the warm-up re-warms the GPU
                 warmup_s, warmup_calls = warm_up(step, settings["warmup"], min_warmup_s(device), device)
                 syncs = count_host_syncs(step, device)
-                loop, state, counted = _timed_loop(step, settings["iterations"], device, job, graphs, marks, seen)
+                loop, state, counted = _timed_loop(step, settings["iterations"], device, job, graphs, marks, seen,
+                                                   watch)
     timing_board.annotate(record.placement, board, seen)
     record.memory = memory.peak(device)
     record.timing = _timing(loop, settings, device, cell.mode, graphs, state,
@@ -81,6 +84,7 @@ def _measure(job, record, marks):
                           warmup_calls=warmup_calls, host_syncs_per_call=syncs), counted,
                      graphs_per_call=after_first_call["graphs"] - before["graphs"] if compiled else None)
     record.timing["windows"] = {"compile": compile_window, "timed": marks.pop("timed_window")}
+    record.timing["host"] = host_record(watch, loop, device)
     if compiled:
         record.dynamo = dynamo_stats(before, after_first_call, counters_snapshot())
         with timing_board.preparing(board):   # the float64 reference runs on the GPU: never beside a timed loop
@@ -90,11 +94,22 @@ def _measure(job, record, marks):
         record.accuracy = accuracy.skipped()
 
 
-def _timed_loop(step, iterations, device, job, graphs, marks, seen=None):
+def host_record(watch, loop, device):
+    """The record's ``timing.host`` (runner.host): launch-bound share, stalls, steal, context switches,
+    speed reference before and after; ``marks`` lists what stands out."""
+    block = watch.block(loop.samples_ms, loop.launch_ms, device)
+    block["marks"] = host.flags(block)
+    return block
+
+
+def _timed_loop(step, iterations, device, job, graphs, marks, seen=None, watch=None):
     """The timed iterations, with the GPU's state read just before and just after them, the
     energy and violation counters (runner.energy) read immediately around them, and (``seen``,
-    runner.timing_board) the other slots timing then: (loop, gpu_state, counters' blocks)."""
+    runner.timing_board) the other slots timing then: (loop, gpu_state, counters' blocks).
+    ``watch`` (runner.host.Watch) takes the host's counters immediately around the loop and the
+    speed reference after it."""
     seen = seen or timing_board.Seen()
+    watch = watch or host.Watch()
     monitor = gpu_state.open_monitor(device, visible_uuid=(job["environment"] or {}).get("gpu_uuid"))
     start = monitor.sample() if monitor else None
     counters = energy.open_counters(device, getattr(monitor, "nvml", None), getattr(monitor, "handle", None),
@@ -103,11 +118,14 @@ def _timed_loop(step, iterations, device, job, graphs, marks, seen=None):
         graphs.timed()
     seen.look()
     marks["first_timed_iteration"] = clock()
+    watch.start = host.snapshot()
     counters.start()
     timed_from = time.time()
     loop = time_iterations(step, iterations, device)
     marks["timed_window"] = [timed_from, time.time()]
     counted = counters.stop()
+    watch.end = host.snapshot()
+    watch.speed_after = host.speed_reference()
     seen.look()
     end = monitor.sample() if monitor else None
     return loop, gpu_state.summarize(start, end), counted

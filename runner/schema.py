@@ -298,6 +298,29 @@ RECORD_SCHEMA = {
             # (counted_ms: what NVML's reference stamps cover); null on CPU
             "violations": _obj({"power_ms": _NUM, "thermal_ms": _NUM, "counted_ms": _NUM, "reason": _STR},
                                nullable=True),
+            # schema v4, optional (runner.host): what the host did to the loop; null/absent where unknown
+            "host": _obj({
+                "launch_median_ms": _NUM,     # CPU-side time of a call (clock around it, no sync); CPU: the call
+                "launch_mean_ms": _NUM,
+                "launch_bound_share": _NUM,   # min(1, median launch / median event time): 1 = the GPU waited for the host
+                "launch_bound": _BOOL,        # share >= runner.host.LAUNCH_BOUND_SHARE
+                "launch_samples_ms": {"type": ["array", "null"], "items": {"type": "number"}},   # per call (GPU)
+                "stall_k": _NUM,              # a stall: a call beyond stall_k x the median
+                "stalls": _INT,
+                "stall_share": _NUM,          # share of the loop's time the stalls took
+                "stall_calls_share": _NUM,    # share of the calls that stalled
+                "stall_laden": _BOOL,         # stall_share > runner.host.STALL_LADEN_SHARE
+                "steal_share": _NUM,          # /proc/stat steal ticks / all ticks over the loop (all CPUs)
+                "host_steal": _BOOL,          # steal_share > runner.host.STEAL_SHARE
+                "involuntary_ctx_switches": _INT,   # getrusage over the loop (this process)
+                "voluntary_ctx_switches": _INT,
+                "cpu_share": _NUM,            # process CPU time / loop wall time
+                "loop_s": _NUM,
+                "speed_ref_ms": _obj({"before": _NUM, "after": _NUM}, nullable=True),   # fixed CPU workload
+                "speed_change": _NUM,         # after / before - 1
+                "speed_moved": _BOOL,         # |speed_change| > runner.host.SPEED_MOVED
+                "marks": {"type": "array", "items": {"type": "string"}},
+            }, required=[], nullable=True),
             # no_cudagraphs, partial_cudagraphs, cudagraph_recaptured, throttled (edge readings or violation
             # time), timer_mismatch
             "flags": {"type": "array", "items": {"type": "string"}},

@@ -1,7 +1,8 @@
 """Per-iteration timing and the statistics a record keeps.
 
 GPU: a pair of CUDA events around each iteration, one synchronize at the end (no sync
-per iteration, so the GPU queue stays full as in real inference). CPU: perf_counter
+per iteration, so the GPU queue stays full as in real inference), and the host's clock
+around the call inside them (``launch_ms``: two clock reads, see runner.host). CPU: perf_counter
 around each iteration. Both return raw samples in milliseconds; ``summarize`` turns
 them into the record's ``timing`` statistics. (torch.utils.benchmark.Timer times blocks
 of calls with a sync per block, so it gives no per-iteration samples: not used here.)
@@ -17,7 +18,7 @@ before its timer starts), so peak memory holds one output, not two.
 import math
 import statistics
 import time
-from typing import Any, List, NamedTuple
+from typing import Any, List, NamedTuple, Optional
 
 # A wall mean further than this from the timer's mean (relative, plus an allowance per call
 # for the event records and the Python loop around the step) flags the cell.
@@ -29,6 +30,9 @@ class TimedLoop(NamedTuple):
     samples_ms: List[float]
     output: Any             # the last call's output
     loop_wall_ms: float     # the whole loop, wall clock, synchronized before and after
+    # GPU: the CPU-side time of each call (the clock around the call, no synchronize: how long the
+    # host took to launch it); None on the CPU, where the sample is that time (runner.host)
+    launch_ms: Optional[List[float]] = None
 
 
 def time_iterations(step, iterations, device, cuda=None, clock=time.perf_counter):
@@ -55,18 +59,21 @@ def _time_cpu(step, iterations, clock):
 def _time_cuda(step, iterations, cuda, clock):
     starts = [cuda.Event(enable_timing=True) for _ in range(iterations)]
     ends = [cuda.Event(enable_timing=True) for _ in range(iterations)]
+    launches = [0.0] * iterations
     output = None
     cuda.synchronize()
     loop_start = clock()
-    for start, end in zip(starts, ends):
+    for i in range(iterations):
         output = None  # frees the previous output outside the timed region
-        start.record()
+        starts[i].record()
+        launched = clock()
         output = step()
-        end.record()
+        launches[i] = clock() - launched
+        ends[i].record()
     cuda.synchronize()
     loop_wall = clock() - loop_start
     samples = [start.elapsed_time(end) for start, end in zip(starts, ends)]
-    return TimedLoop(samples, output, loop_wall * 1000.0)
+    return TimedLoop(samples, output, loop_wall * 1000.0, [s * 1000.0 for s in launches])
 
 
 def _torch_cuda():
