@@ -94,6 +94,8 @@ def _setting_option(setting):
     """The override option of one declared setting (runner.settings). Click only parses the
     value; load_matrix checks it, with the file's values, against the one schema."""
     names = (setting.flag, *FLAG_ALIASES.get(setting.name, ()), setting.name)
+    if setting.kind == "boolean" and setting.default is True:   # on by default: --no-<flag> turns it off
+        return click.option(f"{setting.flag}/--no-{setting.flag[2:]}", setting.name, default=None, help=setting.help)
     if setting.kind == "boolean":   # a flag: given is True, left out leaves the matrix's value
         return click.option(*names, is_flag=True, default=None, help=setting.help)
     convert = _auto_or(_CLICK_TYPES[setting.kind]) if setting.auto else _CLICK_TYPES[setting.kind]
@@ -371,7 +373,8 @@ def _echo_banner(text):
 # the help (they are rare on `run`: matrix.yaml or --set KEY=VALUE give the settings among them).
 RUN_GROUPS = {
     "selection": ("matrix_path", "images", "models", "batch_sizes", "modes", "dtypes", "aa_image", "settings"),
-    "measurement": ("repeats", "budget_min", "iterations", "device", "cold"),
+    "measurement": ("repeats", "budget_min", "iterations", "device", "cold", "paired", "min_time_s", "target_stdrel",
+                    "max_time_s"),
     "resume and paths": ("run_name", "results_root", "force", "retry_failed", "note", "dry_run"),
     "placement": ("executor", "slots", "gpu", "calibrate", "ray_address"),
     "environment": ("backend",),

@@ -11,7 +11,8 @@ medians of 3-9 ms, and two processes of one cell differed by 25-70 %. So each re
   they took (``stall_share``); ``stall_laden`` when that share passes STALL_LADEN_SHARE.
 - ``steal_share``: the hypervisor's steal over the loop, all CPUs, from ``/proc/stat`` (ticks stolen /
   all ticks); ``involuntary_ctx_switches`` / ``voluntary_ctx_switches``: this process's, from
-  ``getrusage`` over the loop; ``cpu_share``: the process's CPU time / the loop's wall time.
+  ``getrusage`` over the loop; ``cpu_share``: the process's CPU time / the loop's wall time;
+  ``gc_collections``: Python's garbage collections over the loop, per generation.
 - ``speed_ref_ms``: a fixed CPU workload (``speed_reference``, tens of ms: the median of a few pure-Python
   rounds) just before and just after the timed loop, so that two processes can be compared for the host
   they ran on; ``speed_change`` = after / before - 1.
@@ -23,7 +24,6 @@ fields are None (unknown: never guessed).
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -80,6 +80,12 @@ def _rusage() -> Optional[List[float]]:
     return [usage.ru_nivcsw, usage.ru_nvcsw, usage.ru_utime + usage.ru_stime]
 
 
+def _gc_collections() -> List[int]:
+    import gc
+
+    return [generation["collections"] for generation in gc.get_stats()]
+
+
 @dataclass
 class Snapshot:
     """The counters at one edge of the loop."""
@@ -87,12 +93,13 @@ class Snapshot:
     wall: float
     steal: Optional[List[int]]
     usage: Optional[List[float]]
+    gc: Optional[List[int]] = None
 
 
 def snapshot(clock: Callable[[], float] = time.perf_counter,
              read: Callable[[], Optional[List[int]]] = read_steal,
              usage: Callable[[], Optional[List[float]]] = _rusage) -> Snapshot:
-    return Snapshot(clock(), read(), usage())
+    return Snapshot(clock(), read(), usage(), _gc_collections())
 
 
 class Watch:
@@ -169,7 +176,9 @@ def host_block(samples_ms: Sequence[float], launch_ms: Optional[Sequence[float]]
         vol = int(end.usage[1] - start.usage[1])
         cpu_share = (end.usage[2] - start.usage[2]) / wall if wall else None
     change = speed_after / speed_before - 1.0 if speed_before and speed_after else None
-    block.update(steal_share=steal, involuntary_ctx_switches=invol, voluntary_ctx_switches=vol, cpu_share=cpu_share,
+    collections = [b - a for a, b in zip(start.gc, end.gc)] if start and end and start.gc and end.gc else None
+    block.update(gc_collections=collections, steal_share=steal, involuntary_ctx_switches=invol,
+                 voluntary_ctx_switches=vol, cpu_share=cpu_share,
                  loop_s=wall, speed_ref_ms={"before": speed_before, "after": speed_after}, speed_change=change,
                  host_steal=None if steal is None else steal > STEAL_SHARE,
                  speed_moved=None if change is None else abs(change) > SPEED_MOVED)
@@ -178,7 +187,8 @@ def host_block(samples_ms: Sequence[float], launch_ms: Optional[Sequence[float]]
 
 HOST_FIELDS = ("launch_median_ms", "launch_mean_ms", "launch_bound_share", "launch_bound", "stall_k", "stalls",
                "stall_share", "stall_calls_share", "stall_laden", "steal_share", "involuntary_ctx_switches",
-               "voluntary_ctx_switches", "cpu_share", "loop_s", "speed_ref_ms", "speed_change", "host_steal",
+               "voluntary_ctx_switches", "gc_collections", "cpu_share", "loop_s", "speed_ref_ms", "speed_change",
+               "host_steal",
                "speed_moved")
 
 

@@ -126,3 +126,96 @@ def test_read_steal_parses_proc_stat(tmp_path):
 def test_speed_reference_is_tens_of_ms_at_most():
     times = iter(range(100))
     assert host.speed_reference(rounds=3, clock=lambda: next(times) / 1000.0) == pytest.approx(1.0)
+
+
+# --- issue 32 items 2 and 4: paired blocks, the loop's minimum duration and noise stop -------------------------
+
+def test_paired_blocks_alternate_and_keep_per_block_times():
+    from runner.cell import PAIRED_BLOCKS, paired_blocks
+    from runner.timing import TimedLoop
+
+    order = []
+
+    def fake_loop(step, calls, device):
+        order.append(step())
+        per_call = 4.0 if order[-1] == "eager" else 2.0
+        return TimedLoop.of([per_call] * calls, None, per_call * calls, [per_call] * calls)
+
+    paired = paired_blocks(lambda: "eager", lambda: "compiled", 300, "cpu", 0, time_loop=fake_loop)
+    assert paired["blocks"] == PAIRED_BLOCKS and paired["block_calls"] == 300 // PAIRED_BLOCKS
+    assert [p["first"] for p in paired["pairs"][:2]] == ["eager", "compiled"]
+    assert order[:4] == ["eager", "compiled", "compiled", "eager"]
+    assert paired["speedup_median"] == 2.0
+    assert all(p["eager_ms"] == 4.0 and p["compiled_ms"] == 2.0 for p in paired["pairs"])
+
+
+def test_paired_blocks_on_a_fake_gpu_give_launch_and_event_times():
+    from runner.cell import paired_blocks
+
+    cuda = FakeCuda()
+    eager = cuda.step_for([4.0] * 10_000, [2.0] * 10_000)          # launch-bound: 4 ms of launches, 2 of work
+    compiled = cuda.step_for([0.05] * 10_000, [0.6] * 10_000)      # a CUDA graph: the host is out of the loop
+
+    def loop(step, calls, device):
+        return time_iterations(step, calls, device, cuda=cuda, clock=cuda.clock)
+
+    paired = paired_blocks(eager, compiled, 100, "cpu", 0, time_loop=lambda s, c, d: loop(s, c, "cuda"))
+    pair = paired["pairs"][0]
+    assert pair["eager_ms"] == pytest.approx(4.0) and pair["compiled_ms"] == pytest.approx(0.6, rel=0.1)
+    assert pair["eager_launch_ms"] == pytest.approx(4.0) and pair["compiled_launch_ms"] == pytest.approx(0.05)
+
+
+def test_min_time_extends_the_loop_and_keeps_the_first_n():
+    from runner.timing import extend_loop, extended_block
+
+    cuda = FakeCuda()
+    step = cuda.step_for([0.05] * 100_000, [0.6] * 100_000)   # the H100's 0.6 ms reduce-overhead ResNet
+    first = time_iterations(step, 300, "cuda", cuda=cuda, clock=cuda.clock)
+    assert first.loop_wall_ms < 200                           # 0.18 s: too short for NVML's energy counter
+
+    def loop(s, calls, device):
+        return time_iterations(s, calls, device, cuda=cuda, clock=cuda.clock)
+
+    extra, reason = extend_loop(step, first, "cuda", min_time_s=2.5, time_loop=loop)
+    block = extended_block(first, extra, reason, None, 2.5)
+    assert reason == "min_time" and block["loop_s"] >= 2.5 and block["n"] > 4000
+    assert block["extra_calls"] == block["n"] - 300 and len(block["extra_samples_ms"]) == block["extra_calls"]
+    from runner import energy
+
+    power = 300.0   # any: the stated error is 2 x UPDATE_INTERVAL_S of power, the counter's step aside
+    error = energy.NVML_STEP_J + 2 * energy.UPDATE_INTERVAL_S * power
+    assert error / (power * block["loop_s"]) < energy.UNCERTAIN_RATIO
+    assert error / (power * first.loop_wall_ms / 1000.0) > energy.UNCERTAIN_RATIO   # the seed's loop alone: not
+
+
+def test_noise_criterion_stops_a_quiet_loop_early_and_a_noisy_one_at_the_cap():
+    from runner.timing import TimedLoop, extend_loop
+
+    rng = random.Random(3)
+    fitted = _resnet_fit()
+
+    def fake(noisy):
+        def loop(step, calls, device):
+            samples, _ = simulate(fitted, calls, rng, stall_rate=0.05 if noisy else 0.0)
+            if not noisy:
+                samples = [4.0 + 0.001 * rng.random() for _ in samples]
+            return TimedLoop.of(samples, None, sum(samples))
+        return loop
+
+    for noisy, expect in ((False, "iterations"), (True, "max_time")):
+        first = fake(noisy)(None, 300, "cpu")
+        extra, reason = extend_loop(None, first, "cpu", 0.0, 0.001, 3.0, time_loop=fake(noisy))
+        assert reason == expect
+        assert (extra is None) == (not noisy)
+
+
+def test_min_time_auto_needs_an_energy_counter():
+    from runner import energy
+    from runner.cell import loop_min_time_s
+
+    class Counters:
+        has_energy = True
+
+    assert loop_min_time_s("auto", Counters()) == energy.ENERGY_MIN_S >= 2.0
+    assert loop_min_time_s("auto", object()) == 0.0
+    assert loop_min_time_s(1.5, Counters()) == 1.5
