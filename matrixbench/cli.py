@@ -24,7 +24,7 @@ from matrixbench.environments import auto, backend_names
 from matrixbench.environments.auto import AUTO
 from matrixbench.errors import FILESYSTEM_EXIT_CODE, FolderError, MatrixbenchError, describe_os_error
 from matrixbench.executors import EXECUTORS, RAY
-from matrixbench.executors.adaptive import bill, policy_of
+from matrixbench.executors.adaptive import bill, bill_settings, policy_of
 from matrixbench.images import BuildOptions
 from matrixbench.layout import run_dir
 from matrixbench.manifest import unfinished_runs
@@ -547,7 +547,7 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None):
         lines += [f"  {r.cell.model} {r.cell.mode} bs={r.cell.batch_size} {r.cell.dtype}"
                   + (f" repeat {r.index + 1}" if first_repeats(matrix) > 1 else "") for r in plan.pending]
     parallel = matrix.slots if isinstance(matrix.slots, int) else 1
-    return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel)])
+    return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel, settings=bill_settings(matrix))])
 
 
 @main.command()

@@ -110,7 +110,8 @@ def _run_with(environment: Any, matrix: Any, options: RunOptions, run_path: Path
                               backend=environment.name, device=options.device, gpus=gpus,
                               note=options.note, command=options.command, order_seed=seed)
     progress.note(environment.describe())
-    progress.note(adaptive.bill(policy, works, parallel=matrix.slots if isinstance(matrix.slots, int) else 1))
+    progress.note(adaptive.bill(policy, works, parallel=matrix.slots if isinstance(matrix.slots, int) else 1,
+                                settings=adaptive.bill_settings(matrix)))
     run = Run(matrix, options, environment, run_path, gpus, environ, works, progress)
     status, stopped_by = "failed", None
     try:

@@ -300,7 +300,8 @@ RECORD_SCHEMA = {
                 "wrapped": _BOOL,           # the counter wrapped once during the loop
                 "reason": _STR,             # why energy_j is null
                 "calls": _INT,              # schema v4: calls the counter covered (timing.extended.n); absent: n
-            }, nullable=True),
+            }, required=["source", "energy_j", "loop_s", "average_power_w", "max_error_j", "uncertain", "wrapped",
+                         "reason"], nullable=True),
             # schema v3, optional: NVML's power and thermal violation times over the loop, in ms
             # (counted_ms: what NVML's reference stamps cover); null on CPU
             "violations": _obj({"power_ms": _NUM, "thermal_ms": _NUM, "counted_ms": _NUM, "reason": _STR},

@@ -70,21 +70,22 @@ def _time_cpu(step, iterations, clock):
 def _time_cuda(step, iterations, cuda, clock):
     starts = [cuda.Event(enable_timing=True) for _ in range(iterations)]
     ends = [cuda.Event(enable_timing=True) for _ in range(iterations)]
-    launches = [0.0] * iterations
+    launches = [0.0] * iterations   # the host's clock around each call: two reads and a store a call
     output = None
     cuda.synchronize()
     loop_start = clock()
-    for i in range(iterations):
+    for start, end, i in zip(starts, ends, range(iterations)):
         output = None  # frees the previous output outside the timed region
-        starts[i].record()
+        start.record()
         launched = clock()
         output = step()
         launches[i] = clock() - launched
-        ends[i].record()
+        end.record()
     cuda.synchronize()
     loop_wall = clock() - loop_start
     samples = [start.elapsed_time(end) for start, end in zip(starts, ends)]
-    return TimedLoop.of(samples, output, loop_wall * 1000.0, [s * 1000.0 for s in launches])
+    launches = [launch * 1000.0 for launch in launches]
+    return TimedLoop.of(samples, output, loop_wall * 1000.0, launches)
 
 
 def _torch_cuda():

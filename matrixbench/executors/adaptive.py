@@ -23,7 +23,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from statistics import mean
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from matrixbench.executors.scheduler import Estimates
 from matrixbench.pending import ImageWork, interleaved
@@ -184,12 +184,18 @@ class Outcome:
         return "\n".join(lines)
 
 
+def bill_settings(matrix: Any) -> Dict[str, Any]:
+    """The runner settings the bill depends on (issue 32): paired blocks, the loop's minimum duration."""
+    return {"paired": getattr(matrix, "paired", True), "min_time_s": getattr(matrix, "min_time_s", "auto")}
+
+
 def bill(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
-         estimates: Optional[Estimates] = None) -> str:
+         estimates: Optional[Estimates] = None, settings: Optional[Mapping[str, Any]] = None) -> str:
     """The run's estimated wall time before it starts: its pending processes (``Estimates``: earlier
     records of each cell, else the scheduler's model) over ``parallel`` runners; with repeats auto
-    the minimum (repeats_min a cell) and the maximum (every cell to repeats_max)."""
-    estimate = estimates or Estimates()
+    the minimum (repeats_min a cell) and the maximum (every cell to repeats_max). ``settings``: the run's
+    runner settings, so that the paired blocks and the loop's minimum duration are in the bill (issue 32)."""
+    estimate = estimates or Estimates(settings=settings)
     first = sum(estimate(work, repeat) for work in works for repeat in work.pending)
     runners = f"{parallel} runner(s) at once" if parallel > 1 else "one runner at a time"
     budget = f"; --budget {policy.budget_s / 60:g} min stops admitting processes past it" if policy.budget_s else ""

@@ -177,9 +177,16 @@ def process_costs(group, ok):
     """What report.cost needs per process: every process's wall time (``process_duration_s``, ok
     or not: the bill) and each ok one's loop energy (``process_energy``: the record's
     ``timing.energy.*`` fields, None where the record predates them)."""
-    energy = [{key: row.get(f"timing.energy.{key}") for key in ENERGY_FIELDS} | {"n": row.get("timing.n")}
-              for row in sorted(ok, key=_repeat)]
+    energy = [{key: row.get(f"timing.energy.{key}") for key in ENERGY_FIELDS}
+              | {"n": _counted_calls(row)} for row in sorted(ok, key=_repeat)]
     return {"process_duration_s": [row.get("duration_s") for row in group], "process_energy": energy}
+
+
+def _counted_calls(row):
+    """The calls the loop's energy covers: ``timing.energy.calls`` (schema v4: the loop may run past its first n
+    calls, to a minimum duration), else ``timing.n``."""
+    calls = row.get("timing.energy.calls")
+    return int(calls) if isinstance(calls, (int, float)) and calls == calls and calls > 0 else row.get("timing.n")
 
 
 def gpu_uuids(rows):

@@ -1,0 +1,54 @@
+"""Issue 32's costs in the bill (matrixbench.executors.scheduler.settings_delta_s) and energy per image over the
+extended loop (matrixbench.report.cells), on the H100 records."""
+import pytest
+
+from matrixbench.executors.scheduler import MODEL_S, Estimates, settings_delta_s
+from runner.energy import ENERGY_MIN_S
+from runner.schema import read_record
+from tests.host_sim import RECORDS
+
+
+def _record(name):
+    return read_record(RECORDS / name)
+
+
+def test_paired_blocks_and_the_energy_minimum_are_in_the_bill():
+    record = _record("resnet_bs1_reduce-overhead_float32.json")    # 300 calls in 0.18 s, NVML energy
+    loop_s = record["timing"]["loop_wall_ms"] / 1000.0
+    paired = 2 * loop_s + record["timing"]["warmup_s"]
+    minimum = ENERGY_MIN_S - loop_s
+    assert settings_delta_s(record, {"paired": True, "min_time_s": "auto"}) == pytest.approx(paired + minimum)
+    assert settings_delta_s(record, {"paired": False, "min_time_s": "auto"}) == pytest.approx(minimum)
+    assert settings_delta_s(record, {"paired": False, "min_time_s": 0}) == 0.0
+
+
+def test_eager_cells_pay_no_paired_blocks():
+    record = _record("detr-resnet-101_bs1_eager_float32.json")      # 12.3 s loop: past the energy minimum
+    assert settings_delta_s(record, {"paired": True, "min_time_s": "auto"}) == 0.0
+
+
+def test_a_record_with_paired_blocks_costs_less_under_no_paired():
+    record = _record("resnet_bs1_default_float32.json")
+    record["timing"]["paired"] = {"duration_s": 3.0}
+    assert settings_delta_s(record, {"paired": False, "min_time_s": 0}) == -3.0
+
+
+def test_the_model_estimate_adds_an_eager_loop_for_paired_compiled_cells(tmp_path):
+    from runner.core import Cell, Repeat
+
+    class Work:
+        out_dir = tmp_path / "run" / "image"
+        image_name = "image"
+
+    cell = Cell(model="resnet", task="image-classification", weights="random", size="tiny", batch_size=1,
+                mode="default", fullgraph=False, dtype="float32")
+    assert Estimates(settings={"paired": True})(Work(), Repeat(cell)) == MODEL_S["default"] + MODEL_S["eager"]
+    assert Estimates(settings={"paired": False})(Work(), Repeat(cell)) == MODEL_S["default"]
+
+
+def test_energy_per_image_counts_the_calls_the_counter_covered():
+    from matrixbench.report.cells import _counted_calls
+
+    assert _counted_calls({"timing.energy.calls": 4200, "timing.n": 300}) == 4200
+    assert _counted_calls({"timing.energy.calls": None, "timing.n": 300}) == 300
+    assert _counted_calls({"timing.energy.calls": float("nan"), "timing.n": 300}) == 300
