@@ -52,3 +52,36 @@ def test_energy_per_image_counts_the_calls_the_counter_covered():
     assert _counted_calls({"timing.energy.calls": 4200, "timing.n": 300}) == 4200
     assert _counted_calls({"timing.energy.calls": None, "timing.n": 300}) == 300
     assert _counted_calls({"timing.energy.calls": float("nan"), "timing.n": 300}) == 300
+
+
+def _flat(record, prefix=""):
+    out = {}
+    for key, value in record.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def test_report_notes_mark_launch_bound_cells_stall_laden_processes_and_a_moved_host():
+    from matrixbench.report import host_notes
+
+    # the H100's two ResNet eager processes (v3: launch unknown, stalls from samples_ms) ...
+    old = [host_notes.process_host(_flat(_record(name))) for name in
+           ("resnet_bs1_eager_float32.json", "resnet_bs1_eager_float32.r1.json")]
+    assert [p["stall_laden"] for p in old] == [False, True] and old[0]["launch_bound"] is None
+    # ... and v4 processes: launch-bound, on a host whose speed reference moved 30% between them
+    new = [{"launch_bound_share": 1.0, "launch_bound": True, "stall_laden": False, "stall_share": 0.0,
+            "speed_before": before, "speed_after": before, "speed_moved": False, "steal_share": 0.0}
+           for before in (10.0, 13.0)]
+    graphs = [dict(new[0], launch_bound_share=0.1, launch_bound=False, speed_before=10.0)] * 2
+    rows = [{"image": "h100", "cell.model": "resnet", "cell.batch_size": 1, "cell.mode": "eager", "process_host": new},
+            {"image": "h100", "cell.model": "resnet", "cell.batch_size": 1, "cell.mode": "reduce-overhead",
+             "process_host": graphs},
+            {"image": "old", "cell.model": "resnet", "cell.batch_size": 1, "cell.mode": "eager", "process_host": old}]
+    text = "\n".join(host_notes.lines(rows))
+    assert "Launch-bound" in text and "h100: resnet bs1 eager (100%)" in text and "reduce-overhead (" not in text
+    assert "Stall-laden processes" in text and "old: resnet bs1 eager (1 of 2)" in text
+    assert "The host moved" in text and host_notes.host_moved(new) is True and host_notes.host_moved(graphs) is False
+    assert host_notes.host_moved(old) is None

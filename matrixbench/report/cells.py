@@ -9,6 +9,7 @@ import math
 from scipy.stats import variation
 
 from matrixbench.errors import ReportError
+from matrixbench.report import host_notes
 from matrixbench.report.modes import SPEEDUP_BASELINE
 from matrixbench.report.published import MODEL_NAMES
 from matrixbench.report.records import plain_value
@@ -144,7 +145,8 @@ def combine_repeats(records, key):
 def _combined(group):
     ok = [row for row in group if is_ok(row)]
     where = {"process_placements": [{column: row.get(column) for column in PLACEMENT_COLUMNS} for row in group],
-             "gpu_uuids": gpu_uuids(ok or group), **process_costs(group, ok)}
+             "gpu_uuids": gpu_uuids(ok or group), **process_costs(group, ok),
+             "process_host": [host_notes.process_host(row) for row in sorted(ok, key=_repeat)]}
     if not ok:
         return {**group[-1], **where, "processes": 0, "failed_processes": len(group), "process_means": [],
                 "process_samples": [], "process_first_call_s": [], "between_cv": None, "between_noisy": False}
