@@ -85,3 +85,33 @@ def test_report_notes_mark_launch_bound_cells_stall_laden_processes_and_a_moved_
     assert "Stall-laden processes" in text and "old: resnet bs1 eager (1 of 2)" in text
     assert "The host moved" in text and host_notes.host_moved(new) is True and host_notes.host_moved(graphs) is False
     assert host_notes.host_moved(old) is None
+
+
+def test_no_paired_and_the_loop_settings_flow_from_the_host_to_the_runner(tmp_path):
+    """run --no-paired --min-time 3 --target-stdrel 0.01: the matrix, the cells file the host writes (v3), the
+    settings the runner reads from it."""
+    from pathlib import Path
+
+    from matrixbench.matrix import Overrides, load_matrix, runner_settings
+    from runner.cells_file import validate_settings
+    from runner.schema import CELLS_SCHEMA_VERSION
+
+    root = Path(__file__).resolve().parents[1]
+    matrix = load_matrix(root / "matrix-cpu-smoke.yaml",
+                         Overrides(paired=False, min_time_s=3.0, target_stdrel=0.01))
+    settings = runner_settings(matrix, "cpu")
+    assert settings["paired"] is False and settings["min_time_s"] == 3.0 and settings["target_stdrel"] == 0.01
+    assert validate_settings(settings)["paired"] is False
+    assert CELLS_SCHEMA_VERSION == 3
+    default = runner_settings(load_matrix(root / "matrix-cpu-smoke.yaml"), "cpu")
+    assert default["paired"] is True and default["min_time_s"] == "auto" and default["target_stdrel"] is None
+
+
+def test_the_runner_cli_takes_no_paired_and_auto():
+    from runner.cli import build_parser, cells_file_from_args
+
+    args = build_parser().parse_args(["--out", "x", "--models", "resnet", "--size", "tiny", "--no-paired",
+                                      "--min-time-s", "auto", "--target-stdrel", "0.02"])
+    settings = cells_file_from_args(args).settings
+    assert settings["paired"] is False and settings["min_time_s"] == "auto" and settings["target_stdrel"] == 0.02
+    assert cells_file_from_args(build_parser().parse_args(["--out", "x", "--models", "resnet"])).settings["paired"]
