@@ -260,7 +260,9 @@ def selftest(run_name, results_root, python, device):
 @matrix_option
 @click.option("--backend", type=click.Choice(["auto", "docker", "venv", "local"]), default="auto", show_default=True,
               help="The backend to check for: Docker's checks fail only for docker; auto falls back to venvs.")
-@click.option("--measure", is_flag=True, help="Then run `matrixbench selftest` (the measuring apparatus).")
+@click.option("--measure", is_flag=True, help="Then measure this host's noise (about 20 s: steal, preemptions, the "
+              "jitter of a CPU loop; what change a comparison can resolve here) and run `matrixbench selftest` "
+              "(the measuring apparatus).")
 @selftest_options
 @handles_errors
 def doctor(matrix_path, backend, measure, run_name, results_root, python):
@@ -278,8 +280,10 @@ def doctor(matrix_path, backend, measure, run_name, results_root, python):
         raise DoctorError(f"{exc}\nselftest not run: fix the failures above first (or run `matrixbench "
                           "selftest`)") from None
     if measure:
+        from matrixbench.host_noise import measure as measure_host_noise
         from matrixbench.selftest import run_selftest
 
+        click.echo("\n".join(measure_host_noise().lines()))
         with names_folder("--results", results_root):
             run_selftest(run_dir(results_root, run_name), python=python, emit=click.echo)
 

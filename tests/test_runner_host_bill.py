@@ -115,3 +115,30 @@ def test_the_runner_cli_takes_no_paired_and_auto():
     settings = cells_file_from_args(args).settings
     assert settings["paired"] is False and settings["min_time_s"] == "auto" and settings["target_stdrel"] == 0.02
     assert cells_file_from_args(build_parser().parse_args(["--out", "x", "--models", "resnet"])).settings["paired"]
+
+
+def test_host_noise_says_what_a_comparison_resolves_and_warns_on_a_noisy_host():
+    from matrixbench import host_noise
+    from runner.host import Snapshot
+
+    def run(block_levels):
+        now = [0.0]
+        levels = iter(block_levels)
+        state = {"level": next(levels), "left": 0}
+
+        def clock():
+            return now[0]
+
+        def work():
+            now[0] += state["level"] / 1000.0
+            if now[0] >= state.get("until", 0.0):
+                state["until"] = now[0] + 1.0
+                state["level"] = next(levels, state["level"])
+        snaps = iter([Snapshot(0.0, [0, 1000], [0, 0, 0.0]), Snapshot(20.0, [50, 2000], [40, 0, 20.0])])
+        return host_noise.measure(seconds=10.0, blocks=10, work=work, clock=clock, snap=lambda: next(snaps))
+
+    quiet = run([5.0] * 12)
+    noisy = run([5.0, 7.0, 4.0, 6.5, 5.0, 8.0, 4.5, 6.0, 5.5, 7.5, 5.0, 5.0])
+    assert quiet.block_cv < 1e-9 and quiet.resolvable_pct < 1e-6 and quiet.steal_share == 0.05
+    assert noisy.resolvable_pct > host_noise.UNDECIDED_PCT
+    assert any("undecided" in line for line in noisy.lines()) and not any("undecided" in line for line in quiet.lines())
