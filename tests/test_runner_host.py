@@ -219,3 +219,43 @@ def test_min_time_auto_needs_an_energy_counter():
     assert loop_min_time_s("auto", Counters()) == energy.ENERGY_MIN_S >= 2.0
     assert loop_min_time_s("auto", object()) == 0.0
     assert loop_min_time_s(1.5, Counters()) == 1.5
+
+
+def test_the_cells_timed_loop_on_a_fake_gpu_with_an_energy_counter(monkeypatch):
+    """runner.cell's GPU path end to end on fakes built from the evidence: a 0.6 ms CUDA-graph step (the H100's
+    ResNet reduce-overhead), an NVML energy counter open, so min_time_s auto extends the 300 calls to
+    energy.ENERGY_MIN_S; the energy covers every call; the host block reads the launch times."""
+    from runner import cell as cell_module
+    from runner import energy
+    from runner import timing as timing_module
+
+    cuda = FakeCuda()
+    step = cuda.step_for([0.05] * 100_000, [0.6] * 100_000)
+
+    class FakeNvmlEnergy:
+        source, unit_j = "nvml_total_energy", energy.NVML_STEP_J
+
+        def read(self):
+            return [int(cuda.gpu * 300_000)]    # 300 W on the fake GPU clock, in mJ
+
+        def ranges(self):
+            return [energy.NVML_ENERGY_RANGE_MJ]
+
+    monkeypatch.setattr(cell_module.gpu_state, "open_monitor", lambda device, visible_uuid=None: None)
+    monkeypatch.setattr(cell_module.energy, "open_counters", lambda *a, **k: energy.LoopCounters(
+        FakeNvmlEnergy(), None, violations_reason="fake", clock=cuda.clock))
+    monkeypatch.setattr(cell_module, "time_iterations",
+                        lambda s, n, device: time_iterations(s, n, "cuda", cuda=cuda, clock=cuda.clock))
+    monkeypatch.setattr(cell_module, "extend_loop", lambda *a, **k: timing_module.extend_loop(
+        *a, **k, time_loop=lambda s, n, d: time_iterations(s, n, "cuda", cuda=cuda, clock=cuda.clock)))
+    marks = {}
+    job = {"environment": {}, "settings": {"min_time_s": "auto", "target_stdrel": None, "max_time_s": 10.0}}
+    watch = host.Watch(speed=lambda: 5.0)
+    loop, state, counted = cell_module._timed_loop(step, 300, "cuda", job, None, marks, None, watch)
+    extended = marks["extended"]
+    assert len(loop.samples_ms) == 300 and extended["stop"] == "min_time"
+    assert extended["loop_s"] >= energy.ENERGY_MIN_S and counted["energy"]["calls"] == extended["n"] > 4000
+    assert counted["energy"]["uncertain"] is False
+    block = cell_module.host_record(watch, loop, "cuda", extended["extra_samples_ms"], marks["extra_launch_ms"])
+    assert block["launch_bound"] is False and block["launch_bound_share"] < 0.2
+    assert len(block["launch_samples_ms"]) == extended["n"] and block["marks"] == []
