@@ -114,7 +114,9 @@ def paired_blocks(eager_step, compiled_step, iterations, device, warmup, time_lo
     """Eager and compiled alternately in short blocks in this process, after the cell's own timed loop: the
     record's ``timing.paired``. Each block's time is the mean per call of its per-call timer (events on the GPU);
     ``eager_launch_ms`` / ``compiled_launch_ms`` the median CPU-side launch time (GPU; null on the CPU).
-    ``speedup_median``: the median over pairs of eager / compiled (the verdict's statistics are the host's).
+    ``eager_median_ms`` / ``compiled_median_ms``: the block's median call (a preemption inside a short block moves
+    its mean, not its median). ``speedup_median``: the median over pairs of eager / compiled block means;
+    ``speedup_median_of_medians`` of block medians (the verdict's statistics are the host's).
     The eager model is warmed first (``warmup`` calls, and on the GPU MIN_WARMUP_S)."""
     now = now or clock
     started = now()
@@ -128,12 +130,15 @@ def paired_blocks(eager_step, compiled_step, iterations, device, warmup, time_lo
         for side in order:
             block = time_loop(sides[side], calls, device)
             pair[f"{side}_ms"] = statistics.fmean(block.samples_ms)
+            pair[f"{side}_median_ms"] = statistics.median(block.samples_ms)
             pair[f"{side}_launch_ms"] = statistics.median(block.launch_ms) if block.launch_ms else None
             block = None
         pairs.append(pair)
     ratios = [p["eager_ms"] / p["compiled_ms"] for p in pairs if p["compiled_ms"] > 0]
+    robust = [p["eager_median_ms"] / p["compiled_median_ms"] for p in pairs if p["compiled_median_ms"] > 0]
     return {"blocks": PAIRED_BLOCKS, "block_calls": calls, "pairs": pairs,
             "speedup_median": statistics.median(ratios) if ratios else None,
+            "speedup_median_of_medians": statistics.median(robust) if robust else None,
             "eager_warmup_calls": warmup_calls, "eager_warmup_s": warmup_s, "duration_s": now() - started}
 
 

@@ -145,7 +145,7 @@ def test_paired_blocks_alternate_and_keep_per_block_times():
     assert paired["blocks"] == PAIRED_BLOCKS and paired["block_calls"] == 300 // PAIRED_BLOCKS
     assert [p["first"] for p in paired["pairs"][:2]] == ["eager", "compiled"]
     assert order[:4] == ["eager", "compiled", "compiled", "eager"]
-    assert paired["speedup_median"] == 2.0
+    assert paired["speedup_median"] == 2.0 == paired["speedup_median_of_medians"]
     assert all(p["eager_ms"] == 4.0 and p["compiled_ms"] == 2.0 for p in paired["pairs"])
 
 
