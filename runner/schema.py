@@ -323,7 +323,8 @@ RECORD_SCHEMA = {
                     "compiled_ms": {"type": "number"}, "eager_median_ms": _NUM, "compiled_median_ms": _NUM,
                     "eager_launch_ms": _NUM, "compiled_launch_ms": _NUM},
                     required=["first", "eager_ms", "compiled_ms"])},
-                "speedup_median": _NUM, "speedup_median_of_medians": _NUM, "eager_warmup_calls": _INT, "eager_warmup_s": _NUM, "duration_s": _NUM,
+                "speedup_median": _NUM, "speedup_median_of_medians": _NUM, "eager_warmup_calls": _INT,
+                "eager_warmup_s": _NUM, "duration_s": _NUM,
             }, required=["blocks", "block_calls", "pairs"], nullable=True),
             # schema v4, optional (runner.host): what the host did to the loop; null/absent where unknown
             "host": _obj({
