@@ -107,7 +107,11 @@ def summarize(out, load=None):
             "involuntary_ctx_switches": host["involuntary_ctx_switches"], "cpu_share": host["cpu_share"],
             "steal_share": host["steal_share"], "speed_change": host["speed_change"], "marks": host["marks"],
             "paired_speedup_median": paired["speedup_median"] if paired else None,
+            "paired_speedup_median_of_medians": paired.get("speedup_median_of_medians") if paired else None,
             "paired_ratios": [p["eager_ms"] / p["compiled_ms"] for p in paired["pairs"]] if paired else None,
+            "paired_ratios_of_medians": [p["eager_median_ms"] / p["compiled_median_ms"] for p in paired["pairs"]
+                                         if p.get("compiled_median_ms")] if paired else None,
+            "unpaired_median_ms": timing["median_ms"],
         })
     return rows
 
@@ -116,6 +120,12 @@ def unpaired_ratios(rows):
     """eager mean / default mean of the n-th eager and n-th default process."""
     eager = [r["mean_ms"] for r in rows if r["mode"] == "eager"]
     default = [r["mean_ms"] for r in rows if r["mode"] == "default"]
+    return [e / d for e, d in zip(eager, default)]
+
+
+def unpaired_median_ratios(rows):
+    eager = [r["median_ms"] for r in rows if r["mode"] == "eager"]
+    default = [r["median_ms"] for r in rows if r["mode"] == "default"]
     return [e / d for e, d in zip(eager, default)]
 
 
@@ -149,6 +159,8 @@ def main():
               "iterations": args.iterations, "quiet": quiet, "loaded": loaded,
               "load_switches": load.switches, "load_pid": load.process.pid,
               "unpaired_eager_over_default": {"quiet": unpaired_ratios(quiet), "loaded": unpaired_ratios(loaded)},
+              "unpaired_median_eager_over_default": {"quiet": unpaired_median_ratios(quiet),
+                                                     "loaded": unpaired_median_ratios(loaded)},
               "machine": {"lscpu": lscpu(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
                           "contention": contention()},
               "measured_at": utc_now()}
@@ -183,13 +195,22 @@ def write(report, out, describe, describe_contention):
     unpaired = report["unpaired_eager_over_default"]
     paired = {name: [r["paired_speedup_median"] for r in report[name] if r["paired_speedup_median"]]
               for name in ("quiet", "loaded")}
+    robust = {name: [r["paired_speedup_median_of_medians"] for r in report[name]
+                     if r.get("paired_speedup_median_of_medians")] for name in ("quiet", "loaded")}
+    medians = {name: unpaired_median_ratios(report[name]) for name in ("quiet", "loaded")}
     lines += ["", "Eager / default:",
               f"- unpaired (the n-th eager process's mean over the n-th default process's): quiet "
               f"{', '.join(f'{x:.3f}' for x in unpaired['quiet'])}; loaded "
               f"{', '.join(f'{x:.3f}' for x in unpaired['loaded'])}",
-              f"- paired (median of each default process's block pairs): quiet "
+              f"- unpaired medians (the same, with each process's median call): quiet "
+              f"{', '.join(f'{x:.3f}' for x in medians['quiet'])}; loaded "
+              f"{', '.join(f'{x:.3f}' for x in medians['loaded'])}",
+              f"- paired (median over each default process's block pairs of the block means): quiet "
               f"{', '.join(f'{x:.3f}' for x in paired['quiet'])}; loaded "
-              f"{', '.join(f'{x:.3f}' for x in paired['loaded'])}"]
+              f"{', '.join(f'{x:.3f}' for x in paired['loaded'])}",
+              f"- paired, block medians (median over the pairs of the blocks' median calls): quiet "
+              f"{', '.join(f'{x:.3f}' for x in robust['quiet'])}; loaded "
+              f"{', '.join(f'{x:.3f}' for x in robust['loaded'])}"]
     (out / "host_load.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
