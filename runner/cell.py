@@ -173,6 +173,10 @@ def _timed_loop(step, iterations, device, job, graphs, marks, seen=None, watch=N
     counters.start()
     timed_from = time.time()
     loop = time_iterations(step, iterations, device)
+    if min_time > loop.loop_wall_ms / 1000.0 or settings.get("target_stdrel") is not None:
+        # more calls may follow: no output of the first N stays alive through them (under reduce-overhead the
+        # next CUDA-graph replays reuse its memory); the accuracy check takes the last call's output
+        loop = TimedLoop.of(loop.samples_ms, None, loop.loop_wall_ms, loop.launch_ms)
     extra, reason = extend_loop(step, loop, device, min_time, settings.get("target_stdrel"),
                                 settings.get("max_time_s", 10.0))
     marks["timed_window"] = [timed_from, time.time()]
@@ -187,6 +191,8 @@ def _timed_loop(step, iterations, device, job, graphs, marks, seen=None, watch=N
     if extra is not None:   # the last output is the extension's (CUDA-graph outputs are overwritten by later calls)
         loop = TimedLoop.of(loop.samples_ms, extra.output, loop.loop_wall_ms, loop.launch_ms)
         marks["extra_launch_ms"] = extra.launch_ms
+    elif loop.output is None:   # dropped for an extension that the noise criterion did not need: one more call
+        loop = TimedLoop.of(loop.samples_ms, step(), loop.loop_wall_ms, loop.launch_ms)
     return loop, gpu_state.summarize(start, end), counted
 
 

@@ -259,3 +259,10 @@ def test_the_cells_timed_loop_on_a_fake_gpu_with_an_energy_counter(monkeypatch):
     block = cell_module.host_record(watch, loop, "cuda", extended["extra_samples_ms"], marks["extra_launch_ms"])
     assert block["launch_bound"] is False and block["launch_bound_share"] < 0.2
     assert len(block["launch_samples_ms"]) == extended["n"] and block["marks"] == []
+    assert loop.output is None   # the fake step returns None: the extension's last output
+    # a noise criterion met at once: no call past the first N, and still an output for the accuracy check
+    outputs = iter(range(10_000))
+    marks = {}
+    job["settings"] = {"min_time_s": 0, "target_stdrel": 1.0, "max_time_s": 10.0}
+    loop, _, _ = cell_module._timed_loop(lambda: step() or next(outputs), 300, "cuda", job, None, marks, None, watch)
+    assert marks["extended"]["stop"] == "iterations" and marks["extended"]["n"] == 300 and loop.output == 300
