@@ -377,15 +377,14 @@ def _echo_banner(text):
 # the help (they are rare on `run`: matrix.yaml or --set KEY=VALUE give the settings among them).
 RUN_GROUPS = {
     "selection": ("matrix_path", "images", "models", "batch_sizes", "modes", "dtypes", "aa_image", "settings"),
-    "measurement": ("repeats", "budget_min", "iterations", "device", "cold", "paired", "min_time_s", "target_stdrel",
-                    "max_time_s"),
+    "measurement": ("repeats", "budget_min", "iterations", "device", "cold"),
     "resume and paths": ("run_name", "results_root", "force", "retry_failed", "note", "dry_run"),
     "placement": ("executor", "slots", "gpu", "calibrate", "ray_address"),
     "environment": ("backend",),
 }
 RUN_RARE = ("weights", "size", "attention", "warmup", "timeout_s", "calibration_models", "exclusive_timing",
             "gpu_types", "repeats_min", "repeats_max", "margin_pct", "allow_busy_gpus", "cache_root", "hf_cache_dir",
-            "attribution")
+            "attribution", "paired", "min_time_s", "target_stdrel", "max_time_s")
 
 
 # Options of `run` (by parameter name) that contradict each other: one would be silently ignored.

@@ -150,10 +150,8 @@ def test_the_command_runs_the_cpu_part_here(tmp_path):
 def test_doctor_measure_runs_the_selftest_after_the_checklist(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    from matrixbench import doctor
+    from matrixbench import doctor, host_noise
     from matrixbench.cli import main
-
-    from matrixbench import host_noise
 
     monkeypatch.setattr(doctor, "diagnose", lambda matrix, backend: [doctor.Check("driver and GPUs", "ok", "fine")])
     real = host_noise.measure
