@@ -24,7 +24,7 @@ from matrixbench.environments import auto, backend_names
 from matrixbench.environments.auto import AUTO
 from matrixbench.errors import FILESYSTEM_EXIT_CODE, FolderError, MatrixbenchError, describe_os_error
 from matrixbench.executors import EXECUTORS, RAY
-from matrixbench.executors.adaptive import bill, policy_of
+from matrixbench.executors.adaptive import bill, bill_settings, policy_of
 from matrixbench.executors.scheduler import run_order, takes_units
 from matrixbench.gpu import host_gpus
 from matrixbench.images import BuildOptions
@@ -96,6 +96,8 @@ def _setting_option(setting):
     """The override option of one declared setting (runner.settings). Click only parses the
     value; load_matrix checks it, with the file's values, against the one schema."""
     names = (setting.flag, *FLAG_ALIASES.get(setting.name, ()), setting.name)
+    if setting.kind == "boolean" and setting.default is True:   # on by default: --no-<flag> turns it off
+        return click.option(f"{setting.flag}/--no-{setting.flag[2:]}", setting.name, default=None, help=setting.help)
     if setting.kind == "boolean":   # a flag: given is True, left out leaves the matrix's value
         return click.option(*names, is_flag=True, default=None, help=setting.help)
     convert = _auto_or(_CLICK_TYPES[setting.kind]) if setting.auto else _CLICK_TYPES[setting.kind]
@@ -260,7 +262,9 @@ def selftest(run_name, results_root, python, device):
 @matrix_option
 @click.option("--backend", type=click.Choice(["auto", "docker", "venv", "local"]), default="auto", show_default=True,
               help="The backend to check for: Docker's checks fail only for docker; auto falls back to venvs.")
-@click.option("--measure", is_flag=True, help="Then run `matrixbench selftest` (the measuring apparatus).")
+@click.option("--measure", is_flag=True, help="Then measure this host's noise (about 20 s: steal, preemptions, the "
+              "jitter of a CPU loop; what change a comparison can resolve here) and run `matrixbench selftest` "
+              "(the measuring apparatus).")
 @selftest_options
 @handles_errors
 def doctor(matrix_path, backend, measure, run_name, results_root, python):
@@ -278,8 +282,10 @@ def doctor(matrix_path, backend, measure, run_name, results_root, python):
         raise DoctorError(f"{exc}\nselftest not run: fix the failures above first (or run `matrixbench "
                           "selftest`)") from None
     if measure:
+        from matrixbench.host_noise import measure as measure_host_noise
         from matrixbench.selftest import run_selftest
 
+        click.echo("\n".join(measure_host_noise().lines()))
         with names_folder("--results", results_root):
             run_selftest(run_dir(results_root, run_name), python=python, emit=click.echo)
 
@@ -380,7 +386,7 @@ RUN_GROUPS = {
 }
 RUN_RARE = ("weights", "size", "attention", "warmup", "timeout_s", "calibration_models", "exclusive_timing",
             "gpu_types", "repeats_min", "repeats_max", "margin_pct", "allow_busy_gpus", "cache_root", "hf_cache_dir",
-            "attribution")
+            "attribution", "paired", "min_time_s", "target_stdrel", "max_time_s")
 
 
 # Options of `run` (by parameter name) that contradict each other: one would be silently ignored.
@@ -561,7 +567,7 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
                   for number, (work, chosen) in enumerate(order, 1) for r in chosen]
     parallel = matrix.slots if isinstance(matrix.slots, int) else 1
     return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel,
-                                   runners=len(order))])
+                                   runners=len(order), settings=bill_settings(matrix))])
 
 
 @main.command()

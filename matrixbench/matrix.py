@@ -117,6 +117,10 @@ class Matrix:
     timeout_s: float = _default("timeout_s")
     accuracy_tolerance: Optional[float] = _default("accuracy_tolerance")  # None: the dtype's default
     cv_threshold: float = _default("cv_threshold")
+    paired: bool = _default("paired")                   # eager and compiled paired in one process (issue 32)
+    min_time_s: Union[str, float] = _default("min_time_s")   # the timed loop's minimum duration, or "auto"
+    target_stdrel: Optional[float] = _default("target_stdrel")   # noise criterion (None: fixed count)
+    max_time_s: float = _default("max_time_s")         # the cap under target_stdrel
     slots: Union[str, int] = _default("slots")     # "auto" or a count (matrixbench.placement)
     calibrate: bool = _default("calibrate")         # measure the slots' interference first (executors/calibration.py)
     calibration_models: Tuple[str, ...] = _default("calibration_models")
@@ -176,6 +180,10 @@ class Overrides:
     calibrate: Optional[bool] = None
     calibration_models: Optional[Sequence[str]] = None
     exclusive_timing: Optional[bool] = None
+    paired: Optional[bool] = None
+    min_time_s: Optional[Union[str, float]] = None
+    target_stdrel: Optional[float] = None
+    max_time_s: Optional[float] = None
     gpu_types: Optional[Sequence[str]] = None
     sets: Mapping[str, Any] = field(default_factory=dict)   # --set KEY=VALUE: any matrix setting
     attribution: Optional[bool] = None

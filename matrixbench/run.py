@@ -113,7 +113,7 @@ def _run_with(environment: Any, matrix: Any, options: RunOptions, run_path: Path
     torch_of = {name: image.torch_version for name, image in matrix.images.items()}
     order = run_order(works, takes_units(options.executor, matrix.slots, gpus), torch_of)
     progress.note(adaptive.bill(policy, works, parallel=matrix.slots if isinstance(matrix.slots, int) else 1,
-                                runners=len(order)))
+                                runners=len(order), settings=adaptive.bill_settings(matrix)))
     run = Run(matrix, options, environment, run_path, gpus, environ, works, progress)
     status, stopped_by = "failed", None
     try:

@@ -17,18 +17,19 @@ no_cudagraphs, cudagraph_recaptured, throttled, timer_mismatch. In a slot run th
 them hold the board shared.
 """
 import contextlib
+import statistics
 import time
 
 import torch
 
-from runner import accuracy, cudagraphs, energy, faults, gpu_state, memory, records, timing_board
+from runner import accuracy, cudagraphs, energy, faults, gpu_state, host, memory, records, timing_board
 from runner.archcheck import bf16_problem, triton_problem
 from runner.compile import compile_model, counters_snapshot, dynamo_stats, reset
 from runner.core import Mode, Status
 from runner.precision import apply_precision
 from runner.syncs import count_host_syncs, timing_regime
+from runner.timing import TimedLoop, extend_loop, extended_block, self_check, summarize, synchronize, time_iterations
 from runner.timing import flags as timing_flags
-from runner.timing import self_check, summarize, synchronize, time_iterations
 
 clock = records.clock
 CUDAGRAPH_MODES = cudagraphs.CUDAGRAPH_MODES   # each call starts a cudagraph-trees step
@@ -71,9 +72,12 @@ def _measure(job, record, marks):
             after_first_call = counters_snapshot()
             preparing.close()
             with timing_board.timing(board) as seen:
+                watch = host.Watch()
+                watch.speed_before = host.speed_reference()   # the host's speed, before the warm-up re-warms the GPU
                 warmup_s, warmup_calls = warm_up(step, settings["warmup"], min_warmup_s(device), device)
                 syncs = count_host_syncs(step, device)
-                loop, state, counted = _timed_loop(step, settings["iterations"], device, job, graphs, marks, seen)
+                loop, state, counted = _timed_loop(step, settings["iterations"], device, job, graphs, marks, seen,
+                                                   watch)
     timing_board.annotate(record.placement, board, seen)
     record.memory = memory.peak(device)
     record.timing = _timing(loop, settings, device, cell.mode, graphs, state,
@@ -81,20 +85,80 @@ def _measure(job, record, marks):
                           warmup_calls=warmup_calls, host_syncs_per_call=syncs), counted,
                      graphs_per_call=after_first_call["graphs"] - before["graphs"] if compiled else None)
     record.timing["windows"] = {"compile": compile_window, "timed": marks.pop("timed_window")}
+    extended = marks.pop("extended")
+    record.timing["extended"] = extended
+    record.timing["host"] = host_record(watch, loop, device, extended["extra_samples_ms"],
+                                        marks.pop("extra_launch_ms", None))
     if compiled:
         record.dynamo = dynamo_stats(before, after_first_call, counters_snapshot())
         with timing_board.preparing(board):   # the float64 reference runs on the GPU: never beside a timed loop
             record.accuracy = accuracy.compare(reference, loop.output, settings["accuracy_tolerance"],
                                                fp64=lambda: accuracy.fp64_reference(built.model, built.inputs, device))
+        loop = None   # the last output (CUDA-graph memory under reduce-overhead) is no longer needed
+        if settings.get("paired", True):
+            # the eager module, still there under the compiled one
+            eager_step = _step(built.model, built.inputs, Mode.EAGER.value, device)
+            with timing_board.timing(board):
+                record.timing["paired"] = paired_blocks(eager_step, step, settings["iterations"], device,
+                                                        settings["warmup"])
     else:
         record.accuracy = accuracy.skipped()
 
 
-def _timed_loop(step, iterations, device, job, graphs, marks, seen=None):
+# Paired blocks (issue 32 item 2): PAIRED_BLOCKS block pairs of iterations // PAIRED_BLOCKS calls a side, the
+# order alternating (eager first, then compiled first) so that a drift falls on both sides alike.
+PAIRED_BLOCKS = 10
+
+
+def paired_blocks(eager_step, compiled_step, iterations, device, warmup, time_loop=time_iterations, now=None):
+    """Eager and compiled alternately in short blocks in this process, after the cell's own timed loop: the
+    record's ``timing.paired``. Each block's time is the mean per call of its per-call timer (events on the GPU);
+    ``eager_launch_ms`` / ``compiled_launch_ms`` the median CPU-side launch time (GPU; null on the CPU).
+    ``eager_median_ms`` / ``compiled_median_ms``: the block's median call (a preemption inside a short block moves
+    its mean, not its median). ``speedup_median``: the median over pairs of eager / compiled block means;
+    ``speedup_median_of_medians`` of block medians (the verdict's statistics are the host's).
+    The eager model is warmed first (``warmup`` calls, and on the GPU MIN_WARMUP_S)."""
+    now = now or clock
+    started = now()
+    calls = max(1, iterations // PAIRED_BLOCKS)
+    warmup_s, warmup_calls = warm_up(eager_step, warmup, min_warmup_s(device), device)
+    sides = {"eager": eager_step, "compiled": compiled_step}
+    pairs = []
+    for index in range(PAIRED_BLOCKS):
+        order = ("eager", "compiled") if index % 2 == 0 else ("compiled", "eager")
+        pair = {"first": order[0]}
+        for side in order:
+            block = time_loop(sides[side], calls, device)
+            pair[f"{side}_ms"] = statistics.fmean(block.samples_ms)
+            pair[f"{side}_median_ms"] = statistics.median(block.samples_ms)
+            pair[f"{side}_launch_ms"] = statistics.median(block.launch_ms) if block.launch_ms else None
+            block = None
+        pairs.append(pair)
+    ratios = [p["eager_ms"] / p["compiled_ms"] for p in pairs if p["compiled_ms"] > 0]
+    robust = [p["eager_median_ms"] / p["compiled_median_ms"] for p in pairs if p["compiled_median_ms"] > 0]
+    return {"blocks": PAIRED_BLOCKS, "block_calls": calls, "pairs": pairs,
+            "speedup_median": statistics.median(ratios) if ratios else None,
+            "speedup_median_of_medians": statistics.median(robust) if robust else None,
+            "eager_warmup_calls": warmup_calls, "eager_warmup_s": warmup_s, "duration_s": now() - started}
+
+
+def host_record(watch, loop, device, extra_samples=(), extra_launch=None):
+    """The record's ``timing.host`` (runner.host) over every call of the loop: launch-bound share, stalls,
+    steal, context switches, speed reference before and after; ``marks`` lists what stands out."""
+    launches = list(loop.launch_ms) + list(extra_launch or []) if loop.launch_ms is not None else None
+    block = watch.block(list(loop.samples_ms) + list(extra_samples), launches, device)
+    block["marks"] = host.flags(block)
+    return block
+
+
+def _timed_loop(step, iterations, device, job, graphs, marks, seen=None, watch=None):
     """The timed iterations, with the GPU's state read just before and just after them, the
     energy and violation counters (runner.energy) read immediately around them, and (``seen``,
-    runner.timing_board) the other slots timing then: (loop, gpu_state, counters' blocks)."""
+    runner.timing_board) the other slots timing then: (loop, gpu_state, counters' blocks).
+    ``watch`` (runner.host.Watch) takes the host's counters immediately around the loop and the
+    speed reference after it."""
     seen = seen or timing_board.Seen()
+    watch = watch or host.Watch()
     monitor = gpu_state.open_monitor(device, visible_uuid=(job["environment"] or {}).get("gpu_uuid"))
     start = monitor.sample() if monitor else None
     counters = energy.open_counters(device, getattr(monitor, "nvml", None), getattr(monitor, "handle", None),
@@ -103,14 +167,41 @@ def _timed_loop(step, iterations, device, job, graphs, marks, seen=None):
         graphs.timed()
     seen.look()
     marks["first_timed_iteration"] = clock()
+    settings = job.get("settings") or {}
+    min_time = loop_min_time_s(settings.get("min_time_s", "auto"), counters)
+    watch.start = host.snapshot()
     counters.start()
     timed_from = time.time()
     loop = time_iterations(step, iterations, device)
+    if min_time > loop.loop_wall_ms / 1000.0 or settings.get("target_stdrel") is not None:
+        # more calls may follow: no output of the first N stays alive through them (under reduce-overhead the
+        # next CUDA-graph replays reuse its memory); the accuracy check takes the last call's output
+        loop = TimedLoop.of(loop.samples_ms, None, loop.loop_wall_ms, loop.launch_ms)
+    extra, reason = extend_loop(step, loop, device, min_time, settings.get("target_stdrel"),
+                                settings.get("max_time_s", 10.0))
     marks["timed_window"] = [timed_from, time.time()]
     counted = counters.stop()
+    watch.end = host.snapshot()
+    watch.speed_after = host.speed_reference()
     seen.look()
     end = monitor.sample() if monitor else None
+    if isinstance(counted.get("energy"), dict):
+        counted["energy"]["calls"] = len(loop.samples_ms) + (len(extra.samples_ms) if extra else 0)
+    marks["extended"] = extended_block(loop, extra, reason, settings.get("target_stdrel"), min_time)
+    if extra is not None:   # the last output is the extension's (CUDA-graph outputs are overwritten by later calls)
+        loop = TimedLoop.of(loop.samples_ms, extra.output, loop.loop_wall_ms, loop.launch_ms)
+        marks["extra_launch_ms"] = extra.launch_ms
+    elif loop.output is None:   # dropped for an extension that the noise criterion did not need: one more call
+        loop = TimedLoop.of(loop.samples_ms, step(), loop.loop_wall_ms, loop.launch_ms)
     return loop, gpu_state.summarize(start, end), counted
+
+
+def loop_min_time_s(setting, counters):
+    """The timed loop's minimum duration: the setting, or for "auto" energy.ENERGY_MIN_S where an energy
+    counter is open (so that its figure's stated error stays under 10%), else 0."""
+    if setting == "auto":
+        return energy.ENERGY_MIN_S if getattr(counters, "has_energy", False) else 0.0
+    return float(setting or 0.0)
 
 
 def _timing(loop, settings, device, mode, graphs, state, phases, counted=None, graphs_per_call=None):

@@ -74,6 +74,14 @@ def _add_settings(group):
     """One flag per runner setting, from its declaration (runner.settings)."""
     types = {"integer": int, "number": float, "string": str}
     for setting in RUNNER_SETTINGS:
+        if setting.kind == "boolean":   # on by default: --no-<name> turns it off
+            group.add_argument("--no-" + setting.name.replace("_", "-"), dest=setting.name, action="store_false",
+                               default=None, help=setting.help)
+            continue
+        if setting.auto:
+            group.add_argument(_flag(setting.name), type=_auto_or(types[setting.kind]),
+                               help=f"{setting.help} (default: {setting.default})")
+            continue
         default = "by dtype" if setting.default is None else setting.default
         group.add_argument(_flag(setting.name), type=types[setting.kind], choices=setting.choices,
                            help=f"{setting.help} (default: {default})")
@@ -168,6 +176,12 @@ def _seed_models():
 
 def _flag(name):
     return "--" + name.replace("_", "-")
+
+
+def _auto_or(convert):
+    def parse(text):
+        return "auto" if text == "auto" else convert(text)
+    return parse
 
 
 def _names(text):

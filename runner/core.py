@@ -17,8 +17,12 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 # 3 (optional fields, absent in older records: ``timing.energy`` and ``timing.violations`` (runner.energy),
 # and issue 22's ``timing.regime``, ``timing.windows``, ``timing.cudagraphs.graphs_per_call``, the accuracy
 # outputs' float64 judgement, ``precision.tf32_available``, ``environment.gpu_capability``).
-SCHEMA_VERSION = 3
-SUPPORTED_VERSIONS: Tuple[int, ...] = (1, 2, 3)
+# 4 (issue 32, optional, absent in older records: ``timing.host`` (runner.host: launch times beside
+# event times, stalls, steal, context switches, speed reference), ``timing.paired`` (eager and compiled
+# blocks in one process), ``timing.extended`` (calls beyond the first N: minimum duration, noise stop);
+# the settings ``paired``, ``min_time_s``, ``max_time_s``, ``target_stdrel``).
+SCHEMA_VERSION = 4
+SUPPORTED_VERSIONS: Tuple[int, ...] = (1, 2, 3, 4)
 
 DTYPES = ("float32", "float16", "bfloat16")
 WEIGHTS = ("random", "pretrained")
@@ -201,7 +205,7 @@ class Record:
 
 
 def upgrade_record(data: Mapping[str, Any]) -> JSON:
-    """A record of any supported version as the current version (a new dict; v3 is returned as is).
+    """A record of any supported version as the current version (a new dict; v4 is returned as is).
 
     v1 -> v2: the cell's ``fault`` (a test hook, always null in real runs) is dropped,
     ``timing.compile_s`` is ``timing.first_call_s`` (it always was the first call, eager too),
@@ -209,6 +213,8 @@ def upgrade_record(data: Mapping[str, Any]) -> JSON:
     v2 -> v3: nothing changes; v3 adds the optional ``timing.energy`` and ``timing.violations``
     (runner.energy), which an older record lacks: the report shows them as absent, not as zero.
     Issue 22's v3 fields (timing.regime, timing.windows, ...) are optional too, absent in older records.
+    v3 -> v4: nothing changes; v4's ``timing.host``, ``timing.paired`` and ``timing.extended`` are optional
+    (runner.host.host_view reads the host fields of any record, unknown ones as None).
     """
     record = dict(data)
     if record.get("schema_version") == 1:
@@ -217,6 +223,6 @@ def upgrade_record(data: Mapping[str, Any]) -> JSON:
             record["timing"] = {("first_call_s" if k == "compile_s" else k): v for k, v in record["timing"].items()}
         record["schema_version"] = 2
         record.setdefault("repeat", 0)
-    if record.get("schema_version") == 2:
+    if record.get("schema_version") in (2, 3):
         record["schema_version"] = SCHEMA_VERSION
     return record

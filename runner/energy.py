@@ -210,8 +210,19 @@ def throttled(violations: Optional[JSON]) -> bool:
     return any((violations.get(key) or 0) > 0 for key in ("power_ms", "thermal_ms"))
 
 
+# The shortest loop whose energy figure's stated error (max_error_j: 2 x UPDATE_INTERVAL_S of power, the
+# counter's step aside) stays under UNCERTAIN_RATIO: 2 s; the timed loop's automatic minimum duration
+# (settings.min_time_s "auto") adds a quarter for the counter's step and the edges.
+ENERGY_MIN_S = 1.25 * 2 * UPDATE_INTERVAL_S / UNCERTAIN_RATIO
+
+
 class LoopCounters:
     """Reads the counters just before (``start``) and just after (``stop``) the timed loop."""
+
+    @property
+    def has_energy(self) -> bool:
+        """An energy counter is open (its figure wants a loop of at least ENERGY_MIN_S)."""
+        return self._energy is not None
 
     def __init__(self, energy: Optional[Counter], violations: Optional[Violations] = None,
                  energy_reason: Optional[str] = None, violations_reason: Optional[str] = None,

@@ -53,8 +53,13 @@ CHECK_FILENAME = "check.json"
 # The runner's input file (cells.json), written by the host once per image: its own version.
 # History: 1; 2 (optional ``repeats``, the run order as [cell index, repeat index] pairs, and
 # ``order_seed``): a runner of version 1 refuses a version 2 file and asks for a rebuild.
-CELLS_SCHEMA_VERSION = 2
-SUPPORTED_CELLS_VERSIONS = (1, 2)
+# 3 (issue 32: the settings ``paired``, ``min_time_s``, ``target_stdrel``, ``max_time_s``): a runner of
+# version 2 refuses it (unknown settings) and asks for a rebuild.
+CELLS_SCHEMA_VERSION = 3
+SUPPORTED_CELLS_VERSIONS = (1, 2, 3)
+
+# Settings a record of schema v3 or older lacks: not required in a record's settings block.
+V4_SETTINGS = ("paired", "min_time_s", "target_stdrel", "max_time_s")
 
 
 # A record holds every timed sample: 64 MiB is millions of iterations; a larger file is not a record.
@@ -244,7 +249,8 @@ RECORD_SCHEMA = {
         # The device actually used: "cuda" or "cpu" (device="auto" picks cuda when available).
         "device": {"enum": list(USED_DEVICES)},
         # The runner settings as they applied to this cell (runner.records.record_settings).
-        "settings": _obj(_record_settings_schema()),
+        "settings": _obj(_record_settings_schema(),
+                         required=[name for name in _record_settings_schema() if name not in V4_SETTINGS]),
         # null unless the cell got as far as timing. All latencies in milliseconds.
         "timing": _obj({
             "load_s": _NUM,          # build model + inputs, move to device
@@ -293,11 +299,58 @@ RECORD_SCHEMA = {
                 "uncertain": _BOOL,         # max_error_j above 10% of energy_j
                 "wrapped": _BOOL,           # the counter wrapped once during the loop
                 "reason": _STR,             # why energy_j is null
-            }, nullable=True),
+                "calls": _INT,              # schema v4: calls the counter covered (timing.extended.n); absent: n
+            }, required=["source", "energy_j", "loop_s", "average_power_w", "max_error_j", "uncertain", "wrapped",
+                         "reason"], nullable=True),
             # schema v3, optional: NVML's power and thermal violation times over the loop, in ms
             # (counted_ms: what NVML's reference stamps cover); null on CPU
             "violations": _obj({"power_ms": _NUM, "thermal_ms": _NUM, "counted_ms": _NUM, "reason": _STR},
                                nullable=True),
+            # schema v4, optional (runner.timing.extended_block): every call of the loop, the first n (the
+            # statistics above, the seed's published mean) and those past them (min_time_s, target_stdrel)
+            "extended": _obj({
+                "n": {"type": "integer"}, "extra_calls": {"type": "integer"}, "mean_ms": _NUM, "median_ms": _NUM,
+                "loop_s": _NUM, "stop": {"enum": ["iterations", "min_time", "stdrel", "max_time"]},
+                "min_time_s": _NUM, "target_stdrel": _NUM, "stdrel": _NUM,
+                "extra_samples_ms": {"type": "array", "items": {"type": "number"}},
+            }, required=["n", "stop"], nullable=True),
+            # schema v4, optional (runner.cell.paired_blocks): eager and compiled alternately in short blocks
+            # in the same process after the timed loop; null for eager cells and with --no-paired
+            "paired": _obj({
+                "blocks": {"type": "integer"}, "block_calls": {"type": "integer"},
+                "pairs": {"type": "array", "items": _obj({
+                    "first": {"enum": ["eager", "compiled"]}, "eager_ms": {"type": "number"},
+                    "compiled_ms": {"type": "number"}, "eager_median_ms": _NUM, "compiled_median_ms": _NUM,
+                    "eager_launch_ms": _NUM, "compiled_launch_ms": _NUM},
+                    required=["first", "eager_ms", "compiled_ms"])},
+                "speedup_median": _NUM, "speedup_median_of_medians": _NUM, "eager_warmup_calls": _INT,
+                "eager_warmup_s": _NUM, "duration_s": _NUM,
+            }, required=["blocks", "block_calls", "pairs"], nullable=True),
+            # schema v4, optional (runner.host): what the host did to the loop; null/absent where unknown
+            "host": _obj({
+                "launch_median_ms": _NUM,     # CPU-side time of a call (clock around it, no sync); CPU: the call
+                "launch_mean_ms": _NUM,
+                # min(1, median launch / median event time): 1 = the GPU waited for the host
+                "launch_bound_share": _NUM,
+                "launch_bound": _BOOL,        # share >= runner.host.LAUNCH_BOUND_SHARE
+                "launch_samples_ms": {"type": ["array", "null"], "items": {"type": "number"}},   # per call (GPU)
+                "stall_k": _NUM,              # a stall: a call beyond stall_k x the median
+                "stalls": _INT,
+                "stall_share": _NUM,          # share of the loop's time the stalls took
+                "stall_calls_share": _NUM,    # share of the calls that stalled
+                "stall_laden": _BOOL,         # stall_share > runner.host.STALL_LADEN_SHARE
+                "steal_share": _NUM,          # /proc/stat steal ticks / all ticks over the loop (all CPUs)
+                "host_steal": _BOOL,          # steal_share > runner.host.STEAL_SHARE
+                "involuntary_ctx_switches": _INT,   # getrusage over the loop (this process)
+                "voluntary_ctx_switches": _INT,
+                "gc_collections": {"type": ["array", "null"], "items": {"type": "integer"}},   # per generation
+                "cpu_share": _NUM,            # process CPU time / loop wall time
+                "loop_s": _NUM,
+                "speed_ref_ms": _obj({"before": _NUM, "after": _NUM}, nullable=True),   # fixed CPU workload
+                "speed_change": _NUM,         # after / before - 1
+                "speed_moved": _BOOL,         # |speed_change| > runner.host.SPEED_MOVED
+                "marks": {"type": "array", "items": {"type": "string"}},
+            }, required=[], nullable=True),
             # no_cudagraphs, partial_cudagraphs, cudagraph_recaptured, throttled (edge readings or violation
             # time), timer_mismatch
             "flags": {"type": "array", "items": {"type": "string"}},

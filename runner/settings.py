@@ -138,6 +138,24 @@ SETTINGS: Tuple[Setting, ...] = (
             "number", default=None, minimum=0, nullable=True, runner=True),
     Setting("cv_threshold", "stdev/mean above which a cell's timing is flagged noisy.",
             "number", default=0.1, minimum=0, exclusive_minimum=True, runner=True),
+    # issue 32 (record schema v4, cells file v3)
+    Setting("paired", "After a compiled cell's timed loop, time the eager model and the compiled one alternately "
+            "in short blocks in the same process (timing.paired: both sides see the same host); costs about one "
+            "more eager loop per compiled process. --no-paired turns it off.",
+            "boolean", default=True, flag="--paired", runner=True),
+    Setting("min_time_s", "Minimum duration of the timed loop in seconds: calls go on past --iterations until it "
+            "has lasted this long (as NVBench's --min-time); the published mean stays that of the first "
+            "--iterations calls. auto: long enough for the energy counter's stated error to fall under 10% "
+            "on a GPU (runner.energy), 0 on the CPU.",
+            "number", default="auto", minimum=0, maximum=3600, auto=True, flag="--min-time", runner=True),
+    Setting("target_stdrel", "Noise criterion: after the first --iterations calls (and --min-time), stop once the "
+            "relative standard error of the mean is below this (as NVBench's --stdrel), else go on up to "
+            "max_time_s; null: no noise criterion.",
+            "number", default=None, minimum=0, exclusive_minimum=True, maximum=1, nullable=True,
+            flag="--target-stdrel", runner=True),
+    Setting("max_time_s", "Cap of the timed loop's duration in seconds under --target-stdrel.",
+            "number", default=10.0, minimum=0, exclusive_minimum=True, maximum=3600, flag="--max-time",
+            runner=True),
 )
 BY_NAME: Dict[str, Setting] = {setting.name: setting for setting in SETTINGS}
 RUNNER_SETTINGS: Tuple[Setting, ...] = tuple(s for s in SETTINGS if s.runner)

@@ -33,6 +33,20 @@ def _preload_models():
 _preload_models()
 
 
+def _freeze_preloaded_heap():
+    """Move everything the preload made (torch, transformers, the models' modules: ~380k objects, twice a
+    bare ``import torch``'s heap) into the permanent generation, so a cell's full gc collections never
+    traverse it: in the cells forked from here a full collection costs what it costs in a bare process
+    (benchmarks/results/runner_process.md, issue 30 item 2), and the pages stay shared (no copy-on-write)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
+_freeze_preloaded_heap()
+
+
 def run_job(job, channel):
     """A cell's process: run the cell, write its record, report the phase marks."""
     _own_process_group()

@@ -65,15 +65,32 @@ def test_a_v1_record_is_converted_on_read(tmp_path):
     assert load_record(path) == make_record(CELL)
 
 
-def test_a_v2_fixture_record_loads_as_v3_without_the_new_fields():
+def test_a_v2_fixture_record_loads_as_current_without_the_new_fields():
     """A record written before schema v3 (the committed CPU fixture run): it reads, validates, and
-    has no energy or violation block (absent, never zero)."""
+    has no energy or violation block (absent, never zero), nor v4's host, paired or extended blocks."""
     path = Path(__file__).parent / "fixtures" / "cpu-run" / "local" / "resnet-tiny_bs1_eager_float32.json"
     assert json.loads(path.read_text())["schema_version"] == 2
     data = read_record(path)
-    assert data["schema_version"] == SCHEMA_VERSION == 3
+    assert data["schema_version"] == SCHEMA_VERSION == 4
     assert "energy" not in data["timing"] and "violations" not in data["timing"]
+    assert not {"host", "paired", "extended"} & set(data["timing"])
     jsonschema.validate(data, RECORD_SCHEMA)
+
+
+def test_the_h100_v3_records_load_as_v4_and_validate():
+    """The first real GPU's records (schema v3, tests/data/gpu-evidence): they read as v4, validate (the v4
+    settings paired, min_time_s, ... not required), and their host fields are unknown, not guessed."""
+    from runner.host import host_view
+
+    folder = Path(__file__).parent / "data" / "gpu-evidence" / "h100-2026-11-26" / "run-acc" / "acc" / "latest"
+    paths = sorted(folder.glob("*.json"))
+    assert len(paths) == 11
+    for path in paths:
+        assert json.loads(path.read_text())["schema_version"] == 3
+        data = read_record(path)
+        jsonschema.validate(data, RECORD_SCHEMA)
+        view = host_view(data)
+        assert view["launch_bound_share"] is None and view["steal_share"] is None and view["stalls"] is not None
 
 
 def test_upgrading_leaves_the_input_alone():

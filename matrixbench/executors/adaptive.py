@@ -23,7 +23,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from statistics import mean
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from matrixbench.executors.scheduler import Estimates
 from matrixbench.pending import ImageWork, interleaved
@@ -204,12 +204,18 @@ class Outcome:
         return "\n".join(lines)
 
 
+def bill_settings(matrix: Any) -> Dict[str, Any]:
+    """The runner settings the bill depends on (issue 32): paired blocks, the loop's minimum duration."""
+    return {"paired": getattr(matrix, "paired", True), "min_time_s": getattr(matrix, "min_time_s", "auto")}
+
+
 def bill_seconds(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
-                 estimates: Optional[Estimates] = None, runners: int = 0) -> Tuple[float, float]:
+                 estimates: Optional[Estimates] = None, runners: int = 0,
+                 settings: Optional[Mapping[str, Any]] = None) -> Tuple[float, float]:
     """The run's estimated wall seconds, (at the minimum, at the maximum): its pending processes
     (``Estimates``) plus ``runners`` runner starts at what a start costs here (``Estimates.runner_start_s``,
     0 where the records show none), over ``parallel`` runners."""
-    estimate = estimates or Estimates()
+    estimate = estimates or Estimates(settings=settings)
     starts = (estimate.runner_start_s(works) or 0.0) * runners
     first = starts + sum(estimate(work, repeat) for work in works for repeat in work.pending)
     extra = 0.0
@@ -220,12 +226,14 @@ def bill_seconds(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
 
 
 def bill(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
-         estimates: Optional[Estimates] = None, runners: int = 0) -> str:
+         estimates: Optional[Estimates] = None, runners: int = 0,
+         settings: Optional[Mapping[str, Any]] = None) -> str:
     """The run's estimated wall time before it starts (``bill_seconds``): its pending processes
     (earlier records of each cell, else this machine's pace, else the scheduler's model) and
     ``runners`` runner starts over ``parallel`` runners; with repeats auto the minimum (repeats_min a
-    cell) and the maximum (every cell to repeats_max)."""
-    estimate = estimates or Estimates()
+    cell) and the maximum (every cell to repeats_max). ``settings``: the run's runner settings, so that the
+    paired blocks and the loop's minimum duration are in the bill (issue 32)."""
+    estimate = estimates or Estimates(settings=settings)
     low, high = bill_seconds(policy, works, parallel, estimate, runners)
     start = estimate.runner_start_s(works) if runners else None
     runners_text = f"{parallel} runner(s) at once" if parallel > 1 else "one runner at a time"

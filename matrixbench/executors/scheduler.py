@@ -27,6 +27,7 @@ from matrixbench.pending import round_order
 from matrixbench.placement import Slot
 from matrixbench.versions import same_release
 from runner.core import Repeat
+from runner.energy import ENERGY_MIN_S
 from runner.schema import RecordError, read_record
 
 # Seconds a cell takes when no earlier record says: compiled modes compile, eager does not.
@@ -100,9 +101,12 @@ def unit_key(repeat: Repeat) -> UnitKey:
     return (repeat.cell.model, repeat.cell.batch_size)
 
 
-def record_duration(path: Path, torch: Optional[str] = None) -> Optional[float]:
+def record_duration(path: Path, torch: Optional[str] = None,
+                    settings: Optional[Mapping[str, Any]] = None) -> Optional[float]:
     """The ``duration_s`` of the record at ``path``; None when it is missing, unreadable, or (with
-    ``torch``, a version) it ran another torch release."""
+    ``torch``, a version) it ran another torch release. With ``settings`` (the run's runner settings) the
+    duration is what the record's process would take under them (``settings_delta_s``: paired blocks,
+    the loop's minimum duration)."""
     try:
         record = read_record(path) if path.exists() else None
     except (RecordError, OSError, ValueError):
@@ -112,7 +116,30 @@ def record_duration(path: Path, torch: Optional[str] = None) -> Optional[float]:
     ran = (record.get("environment") or {}).get("torch")
     if torch is not None and not (ran and same_release(str(ran), torch)):
         return None
-    return float(record["duration_s"])
+    return float(record["duration_s"]) + (settings_delta_s(record, settings) if settings else 0.0)
+
+
+def settings_delta_s(record: Mapping[str, Any], settings: Mapping[str, Any]) -> float:
+    """Seconds a process like ``record``'s takes more (or less) under ``settings`` than it took: issue 32's
+    paired blocks (about one more eager loop and its warm-up per compiled process; a record that has them
+    under --no-paired costs their duration less) and the timed loop's minimum duration (``min_time_s``;
+    "auto": energy.ENERGY_MIN_S where the record's loop had an energy counter)."""
+    timing = record.get("timing") or {}
+    if not timing:
+        return 0.0
+    delta = 0.0
+    loop_s = float((timing.get("extended") or {}).get("loop_s") or (timing.get("loop_wall_ms") or 0.0) / 1000.0)
+    compiled = (record.get("cell") or {}).get("mode") not in (None, "eager")
+    paired = timing.get("paired")
+    if compiled and settings.get("paired", True) and not paired:
+        delta += 2.0 * loop_s + float(timing.get("warmup_s") or 0.0)
+    elif paired and not settings.get("paired", True):
+        delta -= float(paired.get("duration_s") or 0.0)
+    wanted = settings.get("min_time_s", "auto")
+    if wanted == "auto":
+        wanted = ENERGY_MIN_S if (timing.get("energy") or {}).get("source") else 0.0
+    delta += max(0.0, float(wanted or 0.0) - loop_s)
+    return delta
 
 
 def previous_image_dirs(out_dir: Path) -> List[Path]:
@@ -141,23 +168,29 @@ class Estimates:
     interpreter, imports, the cache), from the gaps between one runner's last record and the next
     runner's first in this run's folders; None where the records show none."""
 
-    def __init__(self, torch_of: Optional[Mapping[str, Optional[str]]] = None):
+    def __init__(self, torch_of: Optional[Mapping[str, Optional[str]]] = None,
+                 settings: Optional[Mapping[str, Any]] = None):
         self._torch_of = dict(torch_of or {})
+        self._settings = dict(settings) if settings else None   # the run's: paired, min_time_s (the bill)
         self._previous: Dict[Path, List[Path]] = {}
         self._here: Dict[Path, List[Tuple[float, float, str]]] = {}
 
     def __call__(self, work: Any, repeat: Repeat) -> float:
         out_dir = Path(work.out_dir)
-        duration = record_duration(out_dir / f"{repeat.id}.json")
+        duration = record_duration(out_dir / f"{repeat.id}.json", settings=self._settings)
         for index in range(repeat.index - 1, -1, -1):
             if duration is not None:
                 break
-            duration = record_duration(out_dir / f"{Repeat(repeat.cell, index).id}.json")
+            duration = record_duration(out_dir / f"{Repeat(repeat.cell, index).id}.json", settings=self._settings)
         if duration is None:
             duration = self.previous_duration(work, repeat)
         if duration is None:
             duration = self.pace_here(work, repeat.cell.mode)
-        return duration if duration is not None else MODEL_S.get(repeat.cell.mode, max(MODEL_S.values()))
+        if duration is not None:
+            return duration
+        paired = MODEL_S["eager"] if self._settings and self._settings.get("paired", True) and \
+            repeat.cell.mode != "eager" else 0.0
+        return MODEL_S.get(repeat.cell.mode, max(MODEL_S.values())) + paired
 
     def _records_here(self, out_dir: Path) -> List[Tuple[float, float, str]]:
         """(started at, duration, mode) of every readable record in ``out_dir``, by start."""
@@ -197,7 +230,7 @@ class Estimates:
         torch = self._torch_of.get(work.image_name)
         for folder in self._previous[out_dir]:
             for stem in dict.fromkeys((repeat.id, repeat.cell.id)):
-                duration = record_duration(folder / f"{stem}.json", torch)
+                duration = record_duration(folder / f"{stem}.json", torch, self._settings)
                 if duration is not None:
                     return duration
         return None

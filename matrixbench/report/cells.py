@@ -9,6 +9,7 @@ import math
 from scipy.stats import variation
 
 from matrixbench.errors import ReportError
+from matrixbench.report import host_notes
 from matrixbench.report.modes import SPEEDUP_BASELINE
 from matrixbench.report.published import MODEL_NAMES
 from matrixbench.report.records import plain_value
@@ -144,7 +145,8 @@ def combine_repeats(records, key):
 def _combined(group):
     ok = [row for row in group if is_ok(row)]
     where = {"process_placements": [{column: row.get(column) for column in PLACEMENT_COLUMNS} for row in group],
-             "gpu_uuids": gpu_uuids(ok or group), **process_costs(group, ok)}
+             "gpu_uuids": gpu_uuids(ok or group), **process_costs(group, ok),
+             "process_host": [host_notes.process_host(row) for row in sorted(ok, key=_repeat)]}
     if not ok:
         return {**group[-1], **where, "processes": 0, "failed_processes": len(group), "process_means": [],
                 "process_samples": [], "process_first_call_s": [], "between_cv": None, "between_noisy": False}
@@ -177,9 +179,16 @@ def process_costs(group, ok):
     """What report.cost needs per process: every process's wall time (``process_duration_s``, ok
     or not: the bill) and each ok one's loop energy (``process_energy``: the record's
     ``timing.energy.*`` fields, None where the record predates them)."""
-    energy = [{key: row.get(f"timing.energy.{key}") for key in ENERGY_FIELDS} | {"n": row.get("timing.n")}
-              for row in sorted(ok, key=_repeat)]
+    energy = [{key: row.get(f"timing.energy.{key}") for key in ENERGY_FIELDS}
+              | {"n": _counted_calls(row)} for row in sorted(ok, key=_repeat)]
     return {"process_duration_s": [row.get("duration_s") for row in group], "process_energy": energy}
+
+
+def _counted_calls(row):
+    """The calls the loop's energy covers: ``timing.energy.calls`` (schema v4: the loop may run past its first n
+    calls, to a minimum duration), else ``timing.n``."""
+    calls = row.get("timing.energy.calls")
+    return int(calls) if isinstance(calls, (int, float)) and calls == calls and calls > 0 else row.get("timing.n")
 
 
 def gpu_uuids(rows):

@@ -2,7 +2,7 @@
 from dataclasses import dataclass, field
 from typing import Optional
 
-from matrixbench.report import cost_tables, share_tables, stats, tables, verdicts
+from matrixbench.report import cost_tables, host_notes, share_tables, stats, tables, verdicts
 from matrixbench.report.cells import BETWEEN_CV_THRESHOLD
 from matrixbench.report.comparisons import comparisons as comparison_rows
 from matrixbench.report.published import DATASET_NOTES, source_for
@@ -168,7 +168,7 @@ def assemble(cells, published, notes, charts, sources=None, calibration=(), pric
     return Report(
         runs=sorted({row["run"] for row in cells.rows}),
         record_count=len(cells.rows),
-        notes=list(notes),
+        notes=list(notes) + host_notes.lines(cells.rows),
         summary=summary,
         verdicts=verdict_table(derived, cells.margin_pct),
         verdict_lines=[line for line in [multiplicity_line(derived), aa_line(derived)] if line],

@@ -215,7 +215,7 @@ def chance_stars(tested, alpha=1.0 - CONFIDENCE):
 PROCESS_ESTIMATES = ("mean", "median", "trimmed", "block_median")
 TRIM = 0.10              # trimmed: the mean of the middle 80% of a process's calls
 BLOCK = 25               # block_median: the median of the means of consecutive blocks of this many calls
-JUDGED_ESTIMATE = "trimmed"   # what verdicts judge per process (docs/verdicts.md: why)
+JUDGED_ESTIMATE = "mean"   # what verdicts judge per process: the mean, so that ms and % agree (docs/verdicts.md: why)
 MIN_SAMPLES = 20         # fewer samples than this: a process is judged on its mean
 
 

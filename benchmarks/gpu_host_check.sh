@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Issue 32 on a GPU, one short command: python -m runner on ResNet-50 eager and reduce-overhead at batch 1
+# (the launch-bound and the CUDA-graph case) with timing.host, timing.paired, timing.extended; the records
+# and a summary land in $OUT (or ./gpu-host-check). Needs torch and transformers only (the runner's stdlib).
+set -u
+OUT=${OUT:-./gpu-host-check}
+mkdir -p "$OUT/records"
+PY=${PYTHON:-python3}
+$PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name(0))"
+PYTHONPATH=$PWD timeout "${RUNNER_TIMEOUT:-300}" $PY -m runner --out "$OUT/records" --models resnet \
+    --modes eager,reduce-overhead --iterations 300 --warmup 10 --device cuda 2>&1 | tail -n 20
+PYTHONPATH=$PWD $PY - "$OUT" <<'PY'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+summary = []
+for path in sorted((out / "records").glob("*.json")):
+    record = json.loads(path.read_text())
+    if "cell" not in record:
+        continue
+    timing = record.get("timing") or {}
+    host = {k: v for k, v in (timing.get("host") or {}).items() if k != "launch_samples_ms"}
+    extended = {k: v for k, v in (timing.get("extended") or {}).items() if k != "extra_samples_ms"}
+    paired = timing.get("paired")
+    row = {"record": path.name, "status": record["status"], "error": record.get("error"),
+           "mean_ms": timing.get("mean_ms"), "median_ms": timing.get("median_ms"), "host": host,
+           "extended": extended, "energy": timing.get("energy"), "flags": timing.get("flags"),
+           "paired": paired and {k: v for k, v in paired.items() if k != "pairs"},
+           "pairs": paired and paired["pairs"]}
+    summary.append(row)
+    print(json.dumps(row, indent=1, default=str)[:3000])
+(out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+PY
