@@ -25,7 +25,8 @@ from matrixbench.matrix_schema import DEFAULTS, MATRIX_SCHEMA
 from matrixbench.redact import redact_urls
 from matrixbench.settings import BUILD_SETTINGS, BY_NAME, OVERRIDES, RUNNER_SETTINGS
 from matrixbench.versions import pinned_version
-from runner.core import Cell, Mode
+from runner import axes
+from runner.core import Cell
 from runner.files import describe_kind, read_bounded_text
 from runner.registry import shipped_spec
 
@@ -476,14 +477,8 @@ def _unique(values: Sequence[Any]) -> List[Any]:
 # --- cells ---------------------------------------------------------------------------------
 
 def expand_cells(matrix: Matrix) -> List[Cell]:
-    """The cells every image runs: model x dtype x batch size x mode."""
-    return [
-        make_cell(matrix, model, dtype, batch_size, mode)
-        for model in matrix.models.values()
-        for dtype in matrix.dtypes
-        for batch_size in matrix.batch_sizes
-        for mode in matrix.modes
-    ]
+    """The cells every image runs: model x dtype x batch size x mode (runner.axes.cross_product)."""
+    return axes.cross_product([_model_axes(model) for model in matrix.models.values()], _axis_values(matrix))
 
 
 def cells_by_image(matrix: Matrix) -> Dict[str, List[Cell]]:
@@ -492,20 +487,20 @@ def cells_by_image(matrix: Matrix) -> Dict[str, List[Cell]]:
 
 
 def make_cell(matrix: Matrix, model: Model, dtype: str, batch_size: int, mode: str) -> Cell:
-    """One cell of ``model`` in the matrix's size, fullgraph and attention."""
-    return Cell(
-        model=model.name,
-        model_id=model.model_id,
-        config_path=model.config_path,
-        task=model.task,
-        weights=model.weights,
-        size=matrix.size,
-        batch_size=batch_size,
-        mode=mode,
-        fullgraph=matrix.fullgraph and Mode(mode).compiled,
-        dtype=dtype,
-        attention=matrix.attention,
-    )
+    """One cell of ``model`` in the matrix's matrix-wide axes (size, fullgraph, attention, ...)."""
+    single = {axis.name: value for axis in axes.AXES if not axis.many and axis.source != "models"
+              for value in [_axis_values(matrix)[axis.source]]}
+    return axes.make_cell({**single, **_model_axes(model), "dtype": dtype, "batch_size": batch_size, "mode": mode})
+
+
+def _model_axes(model: Model) -> JSON:
+    return {"model": model.name, "model_id": model.model_id, "config_path": model.config_path, "task": model.task,
+            "weights": model.weights}
+
+
+def _axis_values(matrix: Matrix) -> JSON:
+    """The matrix's value (or list) of every axis not given by the model entry, by its key."""
+    return {axis.source: getattr(matrix, axis.source) for axis in axes.AXES if axis.source != "models"}
 
 
 def runner_settings(matrix: Matrix, device: str) -> JSON:

@@ -12,8 +12,9 @@ CUDA_MATMUL_ALLOW_TF32 = False
 CUDNN_ALLOW_TF32 = True
 
 
-def apply_precision():
-    """Set the flags (touches no GPU) and return what torch reports back."""
+def apply_precision(cell=None):
+    """Set the flags ``cell`` (a runner.core.Cell; None: the probe's, the defaults) runs under (touches no
+    GPU) and return what torch reports back."""
     torch.set_float32_matmul_precision(FLOAT32_MATMUL_PRECISION)
     torch.backends.cuda.matmul.allow_tf32 = CUDA_MATMUL_ALLOW_TF32
     torch.backends.cudnn.allow_tf32 = CUDNN_ALLOW_TF32

@@ -11,10 +11,11 @@ from scipy.stats import variation
 from matrixbench.errors import ReportError
 from matrixbench.report.modes import SPEEDUP_BASELINE
 from matrixbench.report.published import MODEL_NAMES
-from matrixbench.report.records import plain_value
+from matrixbench.report.records import cell_fields, plain_value
 from matrixbench.report.stats import cell_estimate
 from matrixbench.settings import BY_NAME
 from matrixbench.versions import public, release
+from runner import axes
 from runner.core import MODES, TASKS
 
 FIELDS = {"device": "device_name", "image": "image", "batch": "cell.batch_size", "row": "row_key",
@@ -219,11 +220,11 @@ def image_labels(rows):
 
 
 def row_label(row):
-    """The seed's Task/Model label, e.g. "Image Classification/ViT", plus size/dtype when not default."""
+    """The seed's Task/Model label, e.g. "Image Classification/ViT", plus the row axes' words (runner.axes:
+    size, dtype, ... when not the default)."""
     model = row["cell.model"]
     base = SEED_LABELS.get(model) or f"{TASK_TITLES.get(row['cell.task'], row['cell.task'])}/{model}"
-    extras = [word for word in ("tiny" if row["cell.size"] == "tiny" else None,
-                                None if row["cell.dtype"] == "float32" else row["cell.dtype"]) if word]
+    extras = axes.row_words(cell_fields(row))
     return f"{base} ({', '.join(extras)})" if extras else base
 
 
