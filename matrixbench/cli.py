@@ -37,6 +37,7 @@ from matrixbench.report_formats import REPORT_FORMATS
 from matrixbench.run import DEFAULT_RUN, RunOptions, check_dry_run, run_matrix
 from matrixbench.settings import BUILD_FLAGS, BUILD_SETTINGS, BY_NAME, MATRIX_SETTINGS, OVERRIDES
 from matrixbench.signals import exit_code, signal_name, stop_signals
+from runner import axes
 
 DEFAULT_MATRIX = "matrix.yaml"
 BUILD_BACKENDS = ("docker", "venv")
@@ -378,7 +379,7 @@ RUN_GROUPS = {
 }
 RUN_RARE = ("weights", "size", "attention", "warmup", "timeout_s", "calibration_models", "exclusive_timing",
             "gpu_types", "repeats_min", "repeats_max", "margin_pct", "allow_busy_gpus", "cache_root", "hf_cache_dir",
-            "attribution")
+            "attribution", *(axis.name for axis in axes.setting_axes()))   # the axes' own flags (runner.axes)
 
 
 # Options of `run` (by parameter name) that contradict each other: one would be silently ignored.
