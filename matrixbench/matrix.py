@@ -109,6 +109,7 @@ class Matrix:
     size: str = _default("size")
     fullgraph: bool = _default("fullgraph")
     attention: str = _default("attention")
+    tf32: bool = _default("tf32")                  # the tf32 axis (runner.axes): TF32 matmuls for every cell
     repeats: Union[str, int] = _default("repeats")   # a count, or "auto" (matrixbench.executors.adaptive)
     repeats_min: int = _default("repeats_min")
     repeats_max: int = _default("repeats_max")
@@ -135,6 +136,8 @@ class Matrix:
         """Plain data (for run.json and hashing); ``path`` left out."""
         data = dataclasses.asdict(self)
         del data["path"]
+        if not data["tf32"]:
+            del data["tf32"]        # off, a matrix is (and hashes) as before the tf32 axis existed
         if not data["gpu_types"]:
             del data["gpu_types"]   # without the axis, a matrix is (and hashes) as before it existed
         if not data["prices"]:
@@ -173,6 +176,7 @@ class Overrides:
     size: Optional[str] = None
     weights: Optional[str] = None
     attention: Optional[str] = None
+    tf32: Optional[bool] = None
     slots: Optional[Union[str, int]] = None
     calibrate: Optional[bool] = None
     calibration_models: Optional[Sequence[str]] = None

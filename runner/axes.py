@@ -142,6 +142,12 @@ AXES: Tuple[Axis, ...] = (      # in the record schema's order, which is also th
     Axis("dtype", ROW, "string", required=True, choices=DTYPES, source="dtypes", published="float32",
          word=lambda v: "" if v == "float32" else str(v), id_part=lambda v: f"_{v}"),
     Axis("attention", CONTEXT, "string", default=None, choices=ATTENTION, nullable=True, source="attention"),
+    Axis("tf32", ROW, "boolean", default=False, source="tf32", published=False, omit_default=True,
+         word=lambda v: "tf32" if v else "", id_part=lambda v: "_tf32" if v else "",
+         setting_help="TF32 matmuls and convolutions for float32 on GPUs that have them (float32 matmul precision "
+                      "high, cuda.matmul.allow_tf32 and cudnn.allow_tf32); off: the seed's flags (precision highest, "
+                      "no TF32 matmuls). The report names its rows \"tf32\"; only cells without it compare with the "
+                      "published tables."),
 )
 BY_NAME: Dict[str, Axis] = {axis.name: axis for axis in AXES}
 # The order a matrix's lists multiply in (after the models): model x dtype x batch size x mode.

@@ -102,6 +102,7 @@ class Cell:
     model_id: Optional[str] = None
     config_path: Optional[str] = None
     attention: Optional[str] = None   # None: not recorded (cells before it existed ran transformers' choice)
+    tf32: bool = False                # TF32 matmuls (runner.precision); absent from a cell's JSON when off
 
     @property
     def id(self) -> str:
