@@ -96,9 +96,10 @@ def comparisons(groups: Iterable[Sequence[ImageCells]], roles: Optional[Roles] =
 
 def _in_group(images: List[ImageCells], roles: Roles) -> List[Comparison]:
     by_name = {image.name: image for image in images}
+    ids = {image.name: {cell.id: cell for cell in image.cells} for image in images}
     found: List[Comparison] = []
     for image in images:
-        present = {cell.id: cell for cell in image.cells}
+        present = ids[image.name]
         for cell in image.cells:
             for kind, wanted in ((SPEEDUP, axes.speedup_baseline(cell)),
                                  (MODE_CHANGE, axes.mode_change_baseline(cell))):
@@ -107,23 +108,23 @@ def _in_group(images: List[ImageCells], roles: Roles) -> List[Comparison]:
                     found.append(Comparison(kind, (image.label, baseline), (image.label, cell)))
     chain = [by_name[name] for name in roles.chain(by_name)]
     for before, after in zip(chain, chain[1:]):
-        found += _pairs(IMAGE_CHANGE, before, after)
+        found += _pairs(IMAGE_CHANGE, before, after, ids)
         for corner in ((after.name, before.name), (before.name, after.name)):
             bridge = by_name.get(roles.bridges.get(corner, ""))
             if bridge is not None:
-                found += _pairs(BRIDGE_STEP, before, bridge) + _pairs(BRIDGE_STEP, bridge, after)
+                found += _pairs(BRIDGE_STEP, before, bridge, ids) + _pairs(BRIDGE_STEP, bridge, after, ids)
     for image in images:
         original = by_name.get(roles.twins.get(image.name, ""))
         if original is not None:
-            found += _pairs(AA_CHANGE, original, image)
+            found += _pairs(AA_CHANGE, original, image, ids)
     return found
 
 
-def _pairs(kind: str, before: ImageCells, after: ImageCells) -> List[Comparison]:
+def _pairs(kind: str, before: ImageCells, after: ImageCells, ids: Mapping[str, Mapping[str, Cell]]) -> List[Comparison]:
     """Each cell of ``after`` against the same cell (by id) of ``before``."""
-    earlier = {cell.id: cell for cell in before.cells}
-    return [Comparison(kind, (before.label, earlier[cell.id]), (after.label, cell))
-            for cell in after.cells if cell.id in earlier]
+    earlier = ids[before.name]
+    return [Comparison(kind, (before.label, earlier[key]), (after.label, cell))
+            for key, cell in ids[after.name].items() if key in earlier]
 
 
 class Baselines:

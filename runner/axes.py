@@ -154,6 +154,8 @@ BY_NAME: Dict[str, Axis] = {axis.name: axis for axis in AXES}
 PRODUCT_ORDER = ("dtype", "batch_size", "mode")
 
 CellLike = Union[Cell, Mapping[str, Any]]
+_ID_AXES = tuple(axis for axis in AXES if axis.id_part is not _blank)      # the axes that name a cell
+_ID_PARTS = tuple((axis.name, axis.id_part) for axis in _ID_AXES)
 
 
 def _value(cell: CellLike, axis: Axis) -> Any:
@@ -166,7 +168,9 @@ def _value(cell: CellLike, axis: Axis) -> Any:
 
 def cell_id(cell: CellLike) -> str:
     """The stable name of a cell: its record's file stem and its key for resume."""
-    return "".join(axis.id_part(_value(cell, axis)) for axis in AXES)
+    if isinstance(cell, Cell):
+        return "".join([part(getattr(cell, name)) for name, part in _ID_PARTS])
+    return "".join([axis.id_part(_value(cell, axis)) for axis in _ID_AXES])
 
 
 def words(cell: CellLike, roles: Sequence[str]) -> List[Tuple[Axis, str]]:
