@@ -535,6 +535,12 @@ BUILD_NAMES = tuple(setting.name for setting in BUILD_SETTINGS)
 
 
 
+def _more_words(cell):
+    """The row and column axes' words a dry run's line does not show already (runner.axes: " fullgraph", " tf32")."""
+    shown = ("model", "size", "mode", "dtype")
+    return "".join(f" {word}" for axis, word in axes.words(cell, (axes.ROW, axes.COLUMN)) if axis.name not in shown)
+
+
 def describe_plan(matrix, run_path, force, retry_failed, budget_min=None):
     lines = attribution.describe(matrix, len(expand_cells(matrix)))
     plans = pending_work(matrix, run_path, force=force, retry_failed=retry_failed)
@@ -542,7 +548,7 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None):
         failed = f" ({recorded_failures_line(plan.recorded_failures)})" if plan.recorded_failures else ""
         lines.append(f"{plan.label}: {len(plan.pending)} to run, {plan.done} done{failed} -> {plan.out_dir}")
         lines += [f"  {line}" for line in unreadable_lines(plan)]
-        lines += [f"  {r.cell.model} {r.cell.mode} bs={r.cell.batch_size} {r.cell.dtype}"
+        lines += [f"  {r.cell.model} {r.cell.mode} bs={r.cell.batch_size} {r.cell.dtype}{_more_words(r.cell)}"
                   + (f" repeat {r.index + 1}" if first_repeats(matrix) > 1 else "") for r in plan.pending]
     parallel = matrix.slots if isinstance(matrix.slots, int) else 1
     return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel)])
