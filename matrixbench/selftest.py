@@ -50,7 +50,12 @@ def run_selftest(run_path, device="auto", python=None, emit=print):
     result = json.loads(out.read_text(encoding="utf-8"))
     if not result["passed"]:
         failed = [c["name"] for c in result["checks"] if c["status"] == "fail"]
-        raise SelftestError(f"selftest failed ({', '.join(failed) or 'no check ran'}); the numbers are in {out}")
+        raise SelftestError(f"selftest failed ({', '.join(failed) or 'no check ran'}): the measuring apparatus is "
+                            f"wrong here, and each failed check above says what that means and what to do; the "
+                            f"numbers are in {out}")
+    if result.get("warnings"):
+        emit(f"selftest: passed with {len(result['warnings'])} warning(s): the timer is sound; the timings taken "
+             "now will be noisier (see above)")
     return result
 
 

@@ -4,7 +4,15 @@ The values are torch 2.0.1's defaults, the seed benchmark's settings: full-preci
 float32 matmuls (no TF32), cuDNN convolutions allowed to use TF32. Newer torch versions
 keep the same defaults, but setting them explicitly keeps images comparable. A cell with ``tf32`` on
 (runner.axes) runs TF32 matmuls instead.
+
+Inductor warns at every compile on a TF32-capable GPU that TF32 is available but not enabled
+(torch._inductor.compile_fx); with these flags that is by choice, so ``apply_precision`` silences
+exactly that warning (``TF32_NOTICE``) in the runner's process, and the report says in one line
+that TF32 was off. Other warnings (fuse_attention's, which names a pattern it skips) stay.
 """
+import re
+import warnings
+
 import torch
 
 TF32_MIN_CAPABILITY = (8, 0)   # Ampere: V100 (7.0) and T4 (7.5) have no TF32
@@ -12,11 +20,21 @@ FLOAT32_MATMUL_PRECISION = "highest"
 CUDA_MATMUL_ALLOW_TF32 = False
 CUDNN_ALLOW_TF32 = True
 TF32_MATMUL_PRECISION = "high"   # the tf32 axis on (runner.axes): TF32 matmuls and convolutions
+# The start of Inductor's warning (compile_fx._warn_tf32_disabled), as a warnings filter's message regex.
+TF32_NOTICE = re.escape("TensorFloat32 tensor cores for float32 matrix multiplication available but not enabled. "
+                        "Consider setting")
+
+
+def silence_tf32_notice():
+    """Ignore Inductor's "TF32 available but not enabled" warning, and no other."""
+    warnings.filterwarnings("ignore", message=TF32_NOTICE, category=UserWarning)
 
 
 def apply_precision(cell=None):
     """Set the flags ``cell`` (a runner.core.Cell; None: the probe's, the defaults) runs under (touches no
-    GPU) and return what torch reports back. A cell of the ``tf32`` axis (runner.axes) runs TF32 matmuls."""
+    GPU), silence the warning the seed's flags cause (``silence_tf32_notice``) and return what torch
+    reports back. A cell of the ``tf32`` axis (runner.axes) runs TF32 matmuls."""
+    silence_tf32_notice()
     tf32 = bool(getattr(cell, "tf32", False))
     torch.set_float32_matmul_precision(TF32_MATMUL_PRECISION if tf32 else FLOAT32_MATMUL_PRECISION)
     torch.backends.cuda.matmul.allow_tf32 = tf32 or CUDA_MATMUL_ALLOW_TF32

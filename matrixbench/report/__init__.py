@@ -16,6 +16,7 @@ from matrixbench.report.cost import unmatched_price_notes
 from matrixbench.report.cost_charts import write_cost_charts
 from matrixbench.report.cost_tables import write_costs
 from matrixbench.report.document import assemble, image_sources
+from matrixbench.report.precision_notes import precision_notes
 from matrixbench.report.published import load_published
 from matrixbench.report.selftest_notes import selftest_notes
 from matrixbench.report_formats import REPORT_FORMATS
@@ -46,7 +47,7 @@ def build_report(results_dirs, out_dir, formats=REPORT_FORMATS, prices=(), margi
     written = []
     if "md" in formats or "html" in formats:
         notes = records.run_notes(manifests) + [f"Left out, not a readable record: {error}" for error in unreadable]
-        notes += selftest_notes(results_dirs) + margin_notes(margin_pct, runs_margin)
+        notes += selftest_notes(results_dirs) + precision_notes(frame) + margin_notes(margin_pct, runs_margin)
         notes += unmatched_price_notes(given_prices, cells)
         written += _write_documents(cells, sources, notes, out_dir, formats, calibration_tables(calibration), prices)
     if "csv" in formats:

@@ -13,14 +13,14 @@ import jsonschema
 import pandas as pd
 
 from matrixbench.errors import ReportError
-from matrixbench.layout import CALIBRATION_RUN_DEPTH, CELLS_FILENAME, MANIFEST_FILENAME
+from matrixbench.layout import CALIBRATION_RUN_DEPTH, CELLS_FILENAME, MANIFEST_FILENAME, SELFTEST_FILENAME
 from matrixbench.manifest import read_manifest
 from matrixbench.report.overlap import flag_compile_overlaps
 from matrixbench.report.published import match_gpu
 from runner import axes
 from runner.schema import RECORD_SCHEMA, RecordError, read_record
 
-NOT_RECORDS = (CELLS_FILENAME, MANIFEST_FILENAME)
+NOT_RECORDS = (CELLS_FILENAME, MANIFEST_FILENAME, SELFTEST_FILENAME)   # selftest.json: the selftest notes read it
 # Columns computed here, ahead of the record's own flattened (dotted) keys.
 DERIVED_COLUMNS = ("run", "image", "device_name", "published_gpu", "row_key", "mode_label", "repeat", "source")
 LIST_COLUMNS = ("timing.samples_ms", "dynamo.break_reasons")
@@ -59,7 +59,8 @@ COLUMNS = list(DERIVED_COLUMNS) + [column for column in record_columns() if colu
 
 def find_record_files(results_dirs):
     """Record files under the given folders (searched recursively), sorted: every ``*.json``
-    but the manifests (cells.json, run.json). A results folder holds nothing else."""
+    but the manifests (cells.json, run.json) and the selftest's result (selftest.json). A results folder
+    holds nothing else."""
     paths = []
     for folder in map(Path, results_dirs):
         if not folder.is_dir():
