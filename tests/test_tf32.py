@@ -95,3 +95,18 @@ def test_tf32_cells_compare_with_tf32_cells():
     found = comparisons([[ImageCells("stable", "stable", cells)]])
     assert found and all(c.baseline[1].tf32 == c.candidate[1].tf32 for c in found)
     assert len(found) == 6   # per tf32 value: 2 speed-ups, 1 mode change
+
+
+def test_the_reports_tf32_line_names_the_tf32_rows():
+    import pandas as pd
+
+    from matrixbench.report.precision_notes import precision_notes
+
+    def frame(*tf32s):
+        return pd.DataFrame([{"precision.float32_matmul_precision": "high" if on else "highest",
+                              "precision.tf32_available": True, "precision.cudnn_allow_tf32": True,
+                              "cell.tf32": on or None} for on in tf32s])
+
+    assert "in the rows named tf32" in precision_notes(frame(False, True))[0]
+    assert "TF32 was on for float32 matmuls in every record" in precision_notes(frame(True))[0]
+    assert "TF32 was off" in precision_notes(frame(False, False))[0]
