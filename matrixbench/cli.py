@@ -39,6 +39,7 @@ from matrixbench.report_formats import REPORT_FORMATS
 from matrixbench.run import DEFAULT_RUN, RunOptions, check_dry_run, run_matrix
 from matrixbench.settings import BUILD_FLAGS, BUILD_SETTINGS, BY_NAME, MATRIX_SETTINGS, OVERRIDES
 from matrixbench.signals import exit_code, signal_name, stop_signals
+from runner import axes
 
 DEFAULT_MATRIX = "matrix.yaml"
 BUILD_BACKENDS = ("docker", "venv")
@@ -386,7 +387,8 @@ RUN_GROUPS = {
 }
 RUN_RARE = ("weights", "size", "attention", "warmup", "timeout_s", "calibration_models", "exclusive_timing",
             "gpu_types", "repeats_min", "repeats_max", "margin_pct", "allow_busy_gpus", "cache_root", "hf_cache_dir",
-            "attribution", "paired", "min_time_s", "target_stdrel", "max_time_s")
+            "attribution", "paired", "min_time_s", "target_stdrel", "max_time_s",
+            *(axis.name for axis in axes.setting_axes()))   # the axes' own flags (runner.axes)
 
 
 # Options of `run` (by parameter name) that contradict each other: one would be silently ignored.
@@ -543,6 +545,12 @@ BUILD_NAMES = tuple(setting.name for setting in BUILD_SETTINGS)
 
 
 
+def _more_words(cell):
+    """The row and column axes' words a dry run's line does not show already (runner.axes: " fullgraph", " tf32")."""
+    shown = ("model", "size", "mode", "dtype")
+    return "".join(f" {word}" for axis, word in axes.words(cell, (axes.ROW, axes.COLUMN)) if axis.name not in shown)
+
+
 def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, executor=None, device="auto"):
     """What `run --dry-run` prints: each image's count, the processes in the order the run takes them
     (``scheduler.run_order``, the executors' own order) and the bill."""
@@ -563,7 +571,7 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
                      "shuffles:")
         repeats = first_repeats(matrix) > 1
         lines += [f"  [runner {number}] {work.label}: {r.cell.model} {r.cell.mode} bs={r.cell.batch_size} "
-                  f"{r.cell.dtype}" + (f" repeat {r.index + 1}" if repeats else "")
+                  f"{r.cell.dtype}{_more_words(r.cell)}" + (f" repeat {r.index + 1}" if repeats else "")
                   for number, (work, chosen) in enumerate(order, 1) for r in chosen]
     parallel = matrix.slots if isinstance(matrix.slots, int) else 1
     return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel,

@@ -25,7 +25,8 @@ from matrixbench.matrix_schema import DEFAULTS, MATRIX_SCHEMA
 from matrixbench.redact import redact_urls
 from matrixbench.settings import BUILD_SETTINGS, BY_NAME, OVERRIDES, RUNNER_SETTINGS
 from matrixbench.versions import pinned_version
-from runner.core import Cell, Mode
+from runner import axes
+from runner.core import Cell
 from runner.files import describe_kind, read_bounded_text
 from runner.registry import shipped_spec
 
@@ -108,6 +109,7 @@ class Matrix:
     size: str = _default("size")
     fullgraph: bool = _default("fullgraph")
     attention: str = _default("attention")
+    tf32: bool = _default("tf32")                  # the tf32 axis (runner.axes): TF32 matmuls for every cell
     repeats: Union[str, int] = _default("repeats")   # a count, or "auto" (matrixbench.executors.adaptive)
     repeats_min: int = _default("repeats_min")
     repeats_max: int = _default("repeats_max")
@@ -138,6 +140,8 @@ class Matrix:
         """Plain data (for run.json and hashing); ``path`` left out."""
         data = dataclasses.asdict(self)
         del data["path"]
+        if not data["tf32"]:
+            del data["tf32"]        # off, a matrix is (and hashes) as before the tf32 axis existed
         if not data["gpu_types"]:
             del data["gpu_types"]   # without the axis, a matrix is (and hashes) as before it existed
         if not data["prices"]:
@@ -176,6 +180,7 @@ class Overrides:
     size: Optional[str] = None
     weights: Optional[str] = None
     attention: Optional[str] = None
+    tf32: Optional[bool] = None
     slots: Optional[Union[str, int]] = None
     calibrate: Optional[bool] = None
     calibration_models: Optional[Sequence[str]] = None
@@ -484,14 +489,8 @@ def _unique(values: Sequence[Any]) -> List[Any]:
 # --- cells ---------------------------------------------------------------------------------
 
 def expand_cells(matrix: Matrix) -> List[Cell]:
-    """The cells every image runs: model x dtype x batch size x mode."""
-    return [
-        make_cell(matrix, model, dtype, batch_size, mode)
-        for model in matrix.models.values()
-        for dtype in matrix.dtypes
-        for batch_size in matrix.batch_sizes
-        for mode in matrix.modes
-    ]
+    """The cells every image runs: model x dtype x batch size x mode (runner.axes.cross_product)."""
+    return axes.cross_product([_model_axes(model) for model in matrix.models.values()], _axis_values(matrix))
 
 
 def cells_by_image(matrix: Matrix) -> Dict[str, List[Cell]]:
@@ -500,20 +499,20 @@ def cells_by_image(matrix: Matrix) -> Dict[str, List[Cell]]:
 
 
 def make_cell(matrix: Matrix, model: Model, dtype: str, batch_size: int, mode: str) -> Cell:
-    """One cell of ``model`` in the matrix's size, fullgraph and attention."""
-    return Cell(
-        model=model.name,
-        model_id=model.model_id,
-        config_path=model.config_path,
-        task=model.task,
-        weights=model.weights,
-        size=matrix.size,
-        batch_size=batch_size,
-        mode=mode,
-        fullgraph=matrix.fullgraph and Mode(mode).compiled,
-        dtype=dtype,
-        attention=matrix.attention,
-    )
+    """One cell of ``model`` in the matrix's matrix-wide axes (size, fullgraph, attention, ...)."""
+    single = {axis.name: value for axis in axes.AXES if not axis.many and axis.source != "models"
+              for value in [_axis_values(matrix)[axis.source]]}
+    return axes.make_cell({**single, **_model_axes(model), "dtype": dtype, "batch_size": batch_size, "mode": mode})
+
+
+def _model_axes(model: Model) -> JSON:
+    return {"model": model.name, "model_id": model.model_id, "config_path": model.config_path, "task": model.task,
+            "weights": model.weights}
+
+
+def _axis_values(matrix: Matrix) -> JSON:
+    """The matrix's value (or list) of every axis not given by the model entry, by its key."""
+    return {axis.source: getattr(matrix, axis.source) for axis in axes.AXES if axis.source != "models"}
 
 
 def runner_settings(matrix: Matrix, device: str) -> JSON:

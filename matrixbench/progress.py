@@ -16,6 +16,7 @@ import sys
 import time
 from collections import Counter
 
+from runner import axes
 from runner.core import Mode, Status
 
 
@@ -41,9 +42,10 @@ def eta_seconds(elapsed, done, total):
 
 
 def cell_label(image_name, cell):
-    """"stable resnet default bs=4" (dtype added when not float32)."""
-    dtype = "" if cell.dtype == "float32" else f" {cell.dtype}"
-    return f"{image_name} {cell.model} {cell.mode} bs={cell.batch_size}{dtype}"
+    """"stable resnet default bs=4", plus the row axes' words past the model and size (runner.axes:
+    the dtype when not float32, ...)."""
+    extras = "".join(f" {word}" for axis, word in axes.words(cell, (axes.ROW,)) if axis.name not in ("model", "size"))
+    return f"{image_name} {cell.model} {cell.mode} bs={cell.batch_size}{extras}"
 
 
 def record_summary(record):

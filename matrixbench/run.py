@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from matrixbench import run_folder
+from matrixbench.comparisons import roles_of
 from matrixbench.cuda_builds import refuse_builds
 from matrixbench.errors import RunError
 from matrixbench.executors import adaptive, check_options, create_environment, create_executor
@@ -128,7 +129,8 @@ def _run_with(environment: Any, matrix: Any, options: RunOptions, run_path: Path
                                    note=progress.note)
         slot_plan = getattr(executor, "slot_plan", None)
         budget.parallel = len(slot_plan.slots) if slot_plan else 1
-        waves = adaptive.Waves(policy, works, budget, since=started if options.force else None)
+        waves = adaptive.Waves(policy, works, budget, since=started if options.force else None,
+                               roles=roles_of(matrix))
         run.summary.repeats = waves.outcome
         for wave in waves:      # repeats auto: more waves while comparisons are undecided (executors.adaptive)
             if waves.outcome.waves > 1:

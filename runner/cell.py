@@ -41,7 +41,8 @@ def run_cell(job, marks=None):
     marks = {} if marks is None else marks
     record = records.new_record(job)
     try:
-        record.precision = dict(apply_precision(), tf32_available=(job.get("precision") or {}).get("tf32_available"))
+        available = (job.get("precision") or {}).get("tf32_available")
+        record.precision = dict(apply_precision(job["cell"]), tf32_available=available)
         reset()
         with torch.no_grad():
             _measure(job, record, marks)

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from runner.core import ATTENTION, DTYPES, MODES, SIZES, TASKS, WEIGHTS, Cell, Repeat
+from runner import axes
+from runner.core import Cell, Repeat
 from runner.schema import CELL_SCHEMA, SUPPORTED_CELLS_VERSIONS
 from runner.settings import BY_NAME, DEFAULT_SETTINGS
 
@@ -150,19 +151,10 @@ def validate_cell(cell: Any, where: str = "cell") -> Cell:
 
 
 def _check_fields(cell: Mapping[str, Any], where: str) -> None:
-    if not isinstance(cell["model"], str) or not cell["model"]:
-        raise CellsFileError(f"{where}: 'model' must be a non-empty string")
-    for key, choices in (("task", TASKS), ("weights", WEIGHTS), ("size", SIZES),
-                         ("mode", MODES), ("dtype", DTYPES), ("attention", (*ATTENTION, None))):
-        if cell.get(key) not in choices:
-            raise CellsFileError(f"{where}: '{key}' must be one of {list(choices)}, got {cell[key]!r}")
-    problem = BY_NAME["batch_sizes"].problem_of_item(cell["batch_size"])
-    if problem:
-        raise CellsFileError(f"{where}: 'batch_size' {problem}")
-    if not isinstance(cell["fullgraph"], bool):
-        raise CellsFileError(f"{where}: 'fullgraph' must be true or false, got {cell['fullgraph']!r}")
-    for key in ("model_id", "config_path"):
-        _optional_str(cell, key, where)
+    """Each axis's value against its declaration (runner.axes)."""
+    found = axes.problem(cell)
+    if found:
+        raise CellsFileError(f"{where}: '{found[0]}' {found[1]}")
 
 
 def _optional_str(obj: Mapping[str, Any], key: str, where: str) -> Optional[str]:

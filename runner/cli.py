@@ -14,10 +14,10 @@ its record); 1 when a record cannot be written (a full disk: the line says which
 usage (argparse's code) and for a record of a newer schema version it must not overwrite.
 """
 import argparse
-import itertools
 import signal
 import sys
 
+from runner import axes
 from runner.cells_file import CellsFile, CellsFileError, load_cells_file, validate_cell, validate_settings
 from runner.core import ATTENTION, DTYPES, MODES, SIZES, TASKS, WEIGHTS
 from runner.driver import run_cells_file
@@ -29,7 +29,8 @@ SHORTHAND_DEFAULTS = {name: list(BY_NAME[name].default) if BY_NAME[name].many el
                       for name in ("modes", "batch_sizes", "dtypes", "size", "weights")}
 RESUME_FLAGS = ("force", "retry_failed")   # the shorthand's own resume: the host decides for --cells
 SHORTHAND_FLAGS = ("models", "modes", "batch_sizes", "dtypes", "size", "weights", "fullgraph", "attention",
-                   "model_id", "config_path", "task", "image_name", "image_id")
+                   "model_id", "config_path", "task", "image_name", "image_id",
+                   *(axis.name for axis in axes.setting_axes()))
 
 
 def build_parser():
@@ -66,6 +67,11 @@ def _add_shorthand(group):
     group.add_argument("--model-id", help="hub id, for a model that is not shipped (needs --task)")
     group.add_argument("--config-path", help="local config.json, for a model that is not shipped (needs --task)")
     group.add_argument("--task", choices=TASKS, help="the task of a model given by --model-id or --config-path")
+    for axis in axes.setting_axes():   # the axes that declare their setting (runner.axes)
+        if axis.kind == "boolean":
+            group.add_argument(_flag(axis.name), action="store_true", default=None, help=axis.setting_help)
+        else:
+            group.add_argument(_flag(axis.name), choices=axis.choices, help=axis.setting_help)
     group.add_argument("--image-name", help="image name to record in the environment")
     group.add_argument("--image-id", help="image id to record in the environment")
 
@@ -138,14 +144,18 @@ def cells_file_from_args(args):
 
 
 def shorthand_cells(args):
-    """Every combination of the shorthand's lists, as cells."""
+    """Every combination of the shorthand's lists, as cells (runner.axes.cross_product)."""
     given = {name: getattr(args, name) for name in SHORTHAND_DEFAULTS if getattr(args, name) is not None}
     lists = dict(SHORTHAND_DEFAULTS, **given)
-    product = itertools.product(expand_models(args.models), lists["batch_sizes"], lists["modes"], lists["dtypes"])
-    return [dict(_model_fields(name, args), batch_size=batch_size, mode=mode, dtype=dtype,
-                 size=lists["size"], weights=lists["weights"], fullgraph=args.fullgraph,
-                 attention=args.attention or BY_NAME["attention"].default)
-            for name, batch_size, mode, dtype in product]
+    values = dict(lists, fullgraph=args.fullgraph, attention=args.attention or BY_NAME["attention"].default,
+                  **{axis.source: _axis_flag(args, axis) for axis in axes.setting_axes()})
+    models = [dict(_model_fields(name, args), weights=lists["weights"]) for name in expand_models(args.models)]
+    return [cell.to_dict() for cell in axes.cross_product(models, values)]
+
+
+def _axis_flag(args, axis):
+    value = getattr(args, axis.name)
+    return axis.default if value is None else value
 
 
 def expand_models(names):

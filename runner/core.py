@@ -84,16 +84,16 @@ MODES = tuple(mode.value for mode in Mode)
 
 
 def cell_id(cell: Union["Cell", Mapping[str, Any]]) -> str:
-    """The stable name of a cell: its record's file stem and its key for resume."""
-    data: Mapping[str, Any] = cell.__dict__ if isinstance(cell, Cell) else cell
-    name = data["model"] + ("-tiny" if data.get("size") == "tiny" else "")
-    fullgraph = "_fullgraph" if data.get("fullgraph") else ""
-    return f"{name}_bs{data['batch_size']}_{data['mode']}{fullgraph}_{data['dtype']}"
+    """The stable name of a cell: its record's file stem and its key for resume (runner.axes)."""
+    from runner import axes  # axes imports this module: the axes' declaration names the cell
+
+    return axes.cell_id(cell)
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One point of the matrix: a model at one batch size, mode and dtype (CELL_SCHEMA)."""
+    """One point of the matrix: a model at one batch size, mode and dtype (CELL_SCHEMA); each field an
+    axis of runner.axes, which declares its role and default."""
 
     model: str
     task: str
@@ -106,22 +106,23 @@ class Cell:
     model_id: Optional[str] = None
     config_path: Optional[str] = None
     attention: Optional[str] = None   # None: not recorded (cells before it existed ran transformers' choice)
+    tf32: bool = False                # TF32 matmuls (runner.precision); absent from a cell's JSON when off
 
     @property
     def id(self) -> str:
         return cell_id(self)
 
     def to_dict(self) -> JSON:
-        """Its fields as a dict (all plain values: a shallow copy, much faster than ``asdict``)."""
-        return {name: getattr(self, name) for name in _CELL_FIELDS}
+        """Its fields as a dict (all plain values: a shallow copy, much faster than ``asdict``), but an
+        axis declared ``omit_default`` at its default (runner.axes.to_dict)."""
+        from runner import axes
+
+        return axes.to_dict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Cell":
         """A cell from its JSON form (unchecked: ``runner.cells_file.validate_cell`` checks)."""
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
-
-
-_CELL_FIELDS = tuple(f.name for f in fields(Cell))
 
 
 def repeat_stem(cell_id_: str, repeat: int = 0) -> str:

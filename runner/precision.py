@@ -2,7 +2,8 @@
 
 The values are torch 2.0.1's defaults, the seed benchmark's settings: full-precision
 float32 matmuls (no TF32), cuDNN convolutions allowed to use TF32. Newer torch versions
-keep the same defaults, but setting them explicitly keeps images comparable.
+keep the same defaults, but setting them explicitly keeps images comparable. A cell with ``tf32`` on
+(runner.axes) runs TF32 matmuls instead.
 
 Inductor warns at every compile on a TF32-capable GPU that TF32 is available but not enabled
 (torch._inductor.compile_fx); with these flags that is by choice, so ``apply_precision`` silences
@@ -18,6 +19,7 @@ TF32_MIN_CAPABILITY = (8, 0)   # Ampere: V100 (7.0) and T4 (7.5) have no TF32
 FLOAT32_MATMUL_PRECISION = "highest"
 CUDA_MATMUL_ALLOW_TF32 = False
 CUDNN_ALLOW_TF32 = True
+TF32_MATMUL_PRECISION = "high"   # the tf32 axis on (runner.axes): TF32 matmuls and convolutions
 # The start of Inductor's warning (compile_fx._warn_tf32_disabled), as a warnings filter's message regex.
 TF32_NOTICE = re.escape("TensorFloat32 tensor cores for float32 matrix multiplication available but not enabled. "
                         "Consider setting")
@@ -28,13 +30,15 @@ def silence_tf32_notice():
     warnings.filterwarnings("ignore", message=TF32_NOTICE, category=UserWarning)
 
 
-def apply_precision():
-    """Set the flags (touches no GPU), silence the warning they cause (``silence_tf32_notice``) and
-    return what torch reports back."""
+def apply_precision(cell=None):
+    """Set the flags ``cell`` (a runner.core.Cell; None: the probe's, the defaults) runs under (touches no
+    GPU), silence the warning the seed's flags cause (``silence_tf32_notice``) and return what torch
+    reports back. A cell of the ``tf32`` axis (runner.axes) runs TF32 matmuls."""
     silence_tf32_notice()
-    torch.set_float32_matmul_precision(FLOAT32_MATMUL_PRECISION)
-    torch.backends.cuda.matmul.allow_tf32 = CUDA_MATMUL_ALLOW_TF32
-    torch.backends.cudnn.allow_tf32 = CUDNN_ALLOW_TF32
+    tf32 = bool(getattr(cell, "tf32", False))
+    torch.set_float32_matmul_precision(TF32_MATMUL_PRECISION if tf32 else FLOAT32_MATMUL_PRECISION)
+    torch.backends.cuda.matmul.allow_tf32 = tf32 or CUDA_MATMUL_ALLOW_TF32
+    torch.backends.cudnn.allow_tf32 = tf32 or CUDNN_ALLOW_TF32
     return read_precision()
 
 

@@ -18,19 +18,14 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
+from runner import axes
 from runner.core import (
     ACCURACY_STATUSES,
-    ATTENTION,
-    DTYPES,
-    MODES,
     REGIMES,
     SCHEMA_VERSION,
-    SIZES,
     STATUSES,
     SUPPORTED_VERSIONS,
-    TASKS,
     USED_DEVICES,
-    WEIGHTS,
     Cell,
     Record,
     cell_id,
@@ -38,7 +33,7 @@ from runner.core import (
     upgrade_record,
 )
 from runner.files import MIB, Room, read_bounded_text, write_atomic
-from runner.settings import BY_NAME, RUNNER_SETTINGS
+from runner.settings import RUNNER_SETTINGS
 
 JSON = Dict[str, Any]
 CellLike = Union[Cell, Mapping[str, Any]]
@@ -212,22 +207,8 @@ _TIMING_REQUIRED = ["load_s", "first_call_s", "warmup_s", "timer", "n", "mean_ms
 _ENVIRONMENT_REQUIRED = ["python", "torch", "torch_git", "transformers", "cuda", "cudnn", "gpu_name", "gpu_count",
                          "driver", "cpu_model", "threads", "platform", "hostname", "image_name", "image_id"]
 
-CELL_SCHEMA = _obj(
-    {
-        "model": {"type": "string", "minLength": 1},
-        "model_id": _STR,
-        "config_path": _STR,
-        "task": {"enum": list(TASKS)},
-        "weights": {"enum": list(WEIGHTS)},
-        "size": {"enum": list(SIZES)},
-        "batch_size": BY_NAME["batch_sizes"].item_schema(),
-        "mode": {"enum": list(MODES)},
-        "fullgraph": {"type": "boolean"},
-        "dtype": {"enum": list(DTYPES)},
-        "attention": {"enum": [*ATTENTION, None]},
-    },
-    required=["model", "task", "weights", "size", "batch_size", "mode", "fullgraph", "dtype"],
-)
+# A cell: each axis of runner.axes, declared there once.
+CELL_SCHEMA = axes.cell_schema()
 
 RECORD_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
+from runner import axes
 from runner.core import ATTENTION, DEVICES, DTYPES, MODES, SIZES, WEIGHTS
 
 JSON = Dict[str, Any]
@@ -113,7 +114,8 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("size", "Model size: full, or tiny (a few-layer variant, for CPU tests).",
             "string", default="full", choices=SIZES, flag="--size"),
     Setting("batch_sizes", "Batch sizes, comma-separated (e.g. 1,4).",
-            "integer", default=(1,), minimum=1, maximum=4096, many=True, required=True, flag="--batch-sizes"),
+            "integer", default=(1,), minimum=axes.BY_NAME["batch_size"].minimum,
+            maximum=axes.BY_NAME["batch_size"].maximum, many=True, required=True, flag="--batch-sizes"),
     Setting("modes", f"Modes, comma-separated, from {', '.join(MODES)}.",
             "string", default=("eager", "default"), choices=MODES, many=True, required=True, flag="--modes"),
     Setting("fullgraph", "torch.compile(fullgraph=True) for the compiled modes.",
@@ -124,6 +126,9 @@ SETTINGS: Tuple[Setting, ...] = (
             "string", default="eager", choices=ATTENTION, flag="--attention"),
     Setting("dtypes", f"Dtypes, comma-separated, from {', '.join(DTYPES)}.",
             "string", default=("float32",), choices=DTYPES, many=True, flag="--dtypes"),
+    # the axes that declare their matrix-wide setting in runner.axes (one value for every cell)
+    *(Setting(axis.name, axis.setting_help or "", axis.kind, default=axis.default, choices=axis.choices,
+              flag="--" + axis.name.replace("_", "-")) for axis in axes.setting_axes()),
     Setting("iterations", "Timed iterations per cell.",
             "integer", default=300, minimum=1, maximum=1_000_000, flag="--iterations", runner=True),
     Setting("warmup", "Warm-up iterations per cell, after the first call (at least 3 run).",

@@ -17,8 +17,8 @@ LAYERS = (
     ("matrixbench.environments",),
 )
 # What of the runner the host may import: stdlib-only modules of the host <-> runner contract.
-RUNNER_CONTRACT = {"runner", "runner.core", "runner.schema", "runner.settings", "runner.cells_file", "runner.records",
-                   "runner.registry", "runner.timing_board", "runner.machine", "runner.archcheck",
+RUNNER_CONTRACT = {"runner", "runner.axes", "runner.core", "runner.schema", "runner.settings", "runner.cells_file",
+                   "runner.records", "runner.registry", "runner.timing_board", "runner.machine", "runner.archcheck",
                    "runner.files", "runner.lifetime"}
 WALLS = {  # third-party package -> where it may be imported
     "click": ("matrixbench.cli",),

@@ -4,17 +4,24 @@ from pathlib import Path
 import pytest
 
 import matrixbench.report
-from matrixbench.report.modes import BASELINE_OF, compiled, has_mode_change, mode_of
-from runner.core import Mode
+from matrixbench.report.modes import BASELINE_OF, compiled, mode_of
+from runner import axes
+from runner.core import Cell, Mode
 
 
 @pytest.mark.parametrize("mode", list(Mode))
 def test_each_mode_is_compared_with_the_baseline_its_kind_names(mode):
-    for label in (mode.value, f"{mode.value} fullgraph"):
+    for fullgraph in (False, True):
+        label = mode.value + (" fullgraph" if fullgraph else "")
         assert mode_of(label) is mode and compiled(label) == mode.compiled
-        assert has_mode_change(label) == (mode.compiled and label != BASELINE_OF["mode_change"])
-    assert not compiled(BASELINE_OF["speedup"]) and not has_mode_change(BASELINE_OF["mode_change"])
-    assert has_mode_change("default fullgraph")   # the default mode with fullgraph is judged against default
+        cell = Cell("vit", "image-classification", "random", "full", 1, mode.value, fullgraph, "float32")
+        speedup, change = axes.speedup_baseline(cell), axes.mode_change_baseline(cell)
+        assert (speedup is not None) == mode.compiled and (change is not None) == (mode.compiled and mode is not
+                                                                                   Mode.DEFAULT)
+        assert speedup is None or (speedup.mode, speedup.fullgraph) == (BASELINE_OF["speedup"], False)
+        # a mode change keeps fullgraph: "max-autotune fullgraph" against "default fullgraph"
+        assert change is None or (change.mode, change.fullgraph) == (BASELINE_OF["mode_change"], fullgraph)
+    assert not compiled(BASELINE_OF["speedup"])
 
 
 def test_no_report_module_but_the_published_data_names_a_mode_by_its_string():

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from statistics import mean
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
+from matrixbench.comparisons import Comparison, ImageCells, Roles, Side
+from matrixbench.comparisons import comparisons as listed
 from matrixbench.executors.scheduler import Estimates
 from matrixbench.pending import ImageWork, interleaved
 from matrixbench.progress import format_duration
@@ -32,7 +34,6 @@ from runner.core import Cell, Repeat
 from runner.schema import RecordError, read_record, record_path
 
 AUTO = "auto"
-EAGER, DEFAULT_MODE = "eager", "default"
 # The stopping rule (issue 34): "spending" stops a comparison early only on a star at the strict
 # interim level INTERIM_ALPHA (a Pocock-style constant boundary over the looks, the report's 95% at the
 # end), on "no change", or as futile (``promising``); "final" decides only at the end, the waves
@@ -44,8 +45,6 @@ EAGER, DEFAULT_MODE = "eager", "default"
 FINAL, SPENDING = "final", "spending"
 STOPPING_RULES = (FINAL, SPENDING)
 INTERIM_ALPHA = 0.001
-
-Side = Tuple[str, Cell]             # (image label, cell)
 Judge = Callable[..., Any]          # stats.judge(baseline_means, candidate_means, *, margin_pct) -> Judgement
 
 
@@ -80,37 +79,13 @@ def policy_of(matrix: Any, budget_minutes: Optional[float] = None) -> Policy:
     return Policy(matrix.repeats, matrix.repeats, matrix.margin_pct, budget_s)
 
 
-@dataclass(frozen=True)
-class Comparison:
-    """One comparison the report makes, as two sides (image label, cell)."""
-
-    kind: str          # "image_change", "speedup" or "mode_change"
-    baseline: Side
-    candidate: Side
-
-    def describe(self) -> str:
-        (image_a, cell_a), (image_b, cell_b) = self.baseline, self.candidate
-        return f"{image_b}/{cell_b.id} vs {image_a}/{cell_a.id}"
-
-
-def comparisons(works: Sequence[ImageWork]) -> List[Comparison]:
-    """The comparisons among ``works``' cells, as the report makes them (report.comparisons):
-    each cell against the same cell in the previous image of its GPU type (matrix order), each
-    compiled cell against its image's eager cell and, for other compiled modes, its default cell."""
-    found: List[Comparison] = []
-    previous: Dict[Optional[str], ImageWork] = {}
+def comparisons(works: Sequence[ImageWork], roles: Optional[Roles] = None) -> List[Comparison]:
+    """The comparisons among ``works``' cells: matrixbench.comparisons' one list, the report's, with the
+    images of each GPU type as one group (in matrix order) and ``roles`` the matrix's A/A twins and bridges."""
+    groups: Dict[Optional[str], List[ImageCells]] = {}
     for work in works:
-        before = previous.get(work.gpu_type)
-        if before is not None:
-            found += [Comparison("image_change", (before.label, cell), (work.label, cell))
-                      for cell in work.cells if cell in before.cells]
-        previous[work.gpu_type] = work
-        for cell in work.cells:
-            for kind, mode in (("speedup", EAGER), ("mode_change", DEFAULT_MODE)):
-                sibling = dataclasses.replace(cell, mode=mode)
-                if cell.mode != EAGER and cell.mode != mode and sibling in work.cells:
-                    found.append(Comparison(kind, (work.label, sibling), (work.label, cell)))
-    return found
+        groups.setdefault(work.gpu_type, []).append(ImageCells(work.label, work.image_name, work.cells))
+    return listed(groups.values(), roles)
 
 
 @dataclass
@@ -356,12 +331,14 @@ class Waves:
 
     def __init__(self, policy: Policy, works: Sequence[ImageWork], budget: Budget,
                  judge: Optional[Judge] = None, estimates: Optional[Callable[[ImageWork, Repeat], float]] = None,
-                 read: Optional[Callable[[ImageWork, Cell, int], Processes]] = None, since: Optional[float] = None):
+                 read: Optional[Callable[[ImageWork, Cell, int], Processes]] = None, since: Optional[float] = None,
+                 roles: Optional[Roles] = None):
         """``judge``: stats.judge unless given; ``estimates``: seconds of a process with no earlier one
         of its cell in this run (default ``Estimates``); ``read``: a side's processes (default
         ``recorded``, from its records, those written ``since`` with --force; benchmarks/bench_adaptive_repeats.py
-        simulates them)."""
+        simulates them); ``roles``: the matrix's A/A twins and bridges (matrixbench.comparisons.roles_of)."""
         self.policy, self.works, self.budget = policy, list(works), budget
+        self.roles = roles or Roles()
         self._judge = judge
         self._estimates = estimates or Estimates()
         self._read = read or (lambda work, cell, maximum: recorded(work, cell, maximum, since))
@@ -429,7 +406,7 @@ class Waves:
         doubts: List[Tuple[Comparison, Any, Dict[Side, Processes]]] = []
         going: List[Tuple[Comparison, Any, Dict[Side, Processes]]] = []
         decided = 0
-        for comparison in comparisons(self.works):
+        for comparison in comparisons(self.works, self.roles):
             for side in (comparison.baseline, comparison.candidate):
                 if side not in sides:
                     work = next(p for p in self.works if p.label == side[0])

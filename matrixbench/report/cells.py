@@ -8,14 +8,16 @@ import math
 
 from scipy.stats import variation
 
+from matrixbench.comparisons import SPEEDUP, Baselines, ImageCells, Roles
+from matrixbench.comparisons import comparisons as listed
 from matrixbench.errors import ReportError
 from matrixbench.report import host_notes
-from matrixbench.report.modes import SPEEDUP_BASELINE
 from matrixbench.report.published import MODEL_NAMES
-from matrixbench.report.records import plain_value
+from matrixbench.report.records import cell_fields, plain_value
 from matrixbench.report.stats import cell_estimate
 from matrixbench.settings import BY_NAME
 from matrixbench.versions import public, release
+from runner import axes
 from runner.core import MODES, TASKS
 
 FIELDS = {"device": "device_name", "image": "image", "batch": "cell.batch_size", "row": "row_key",
@@ -51,6 +53,27 @@ class CellIndex:
             row["image_label"] = self.image_labels[row["image"]]
             row["margin_pct"] = self.margin_pct
         self._by_key = {self.key(row): row for row in self.rows}
+        self._list_comparisons()
+
+    def _list_comparisons(self):
+        """matrixbench.comparisons' one list, per device (its images in report order): what every view
+        judges, as the planner of repeats auto does."""
+        self._cell_ids = {id(row): cell_of(row).id for row in self.rows}
+        self._by_id = {(row["device_name"], row["image"], self._cell_ids[id(row)]): row for row in self.rows}
+        roles = Roles(self.aa_twins, self.attribution.bridges if self.attribution else {})
+        self.comparisons, self._baselines = {}, {}
+        for device in self.values("device"):
+            images = [ImageCells(image, image, [cell_of(row) for row in self.select(device=device, image=image)])
+                      for image in self.values("image", device=device)]
+            self.comparisons[device] = listed([images], roles)
+            self._baselines[device] = Baselines(self.comparisons[device])
+
+    def baseline(self, row, kind):
+        """The row ``row`` is judged against in a ``kind`` comparison (matrixbench.comparisons.SINGLE
+        kinds); None when the list has no such comparison."""
+        device = row["device_name"]
+        found = self._baselines[device].of(kind, row["image"], self._cell_ids[id(row)])
+        return None if found is None else self._by_id[(device, found[0], found[1].id)]
 
     def images(self):
         """Every image, in report (matrix) order."""
@@ -81,8 +104,8 @@ class CellIndex:
         return self._by_key.get((device, image, batch, row, mode))
 
     def speedup_baseline(self, row):
-        """The cell ``row``'s speed-up is measured against: the same cell in SPEEDUP_BASELINE (None: absent)."""
-        return self.get(row["device_name"], row["image"], row["cell.batch_size"], row["row_key"], SPEEDUP_BASELINE)
+        """The eager cell ``row``'s speed-up is measured against (None: no speed-up)."""
+        return self.baseline(row, SPEEDUP)
 
     def select(self, **where):
         """Rows whose fields (device, image, batch, row, mode) equal the given values."""
@@ -228,12 +251,17 @@ def image_labels(rows):
 
 
 def row_label(row):
-    """The seed's Task/Model label, e.g. "Image Classification/ViT", plus size/dtype when not default."""
+    """The seed's Task/Model label, e.g. "Image Classification/ViT", plus the row axes' words (runner.axes:
+    size, dtype, ... when not the default)."""
     model = row["cell.model"]
     base = SEED_LABELS.get(model) or f"{TASK_TITLES.get(row['cell.task'], row['cell.task'])}/{model}"
-    extras = [word for word in ("tiny" if row["cell.size"] == "tiny" else None,
-                                None if row["cell.dtype"] == "float32" else row["cell.dtype"]) if word]
+    extras = axes.row_words(cell_fields(row))
     return f"{base} ({', '.join(extras)})" if extras else base
+
+
+def cell_of(row):
+    """A row's Cell (runner.axes: absent axes at their default)."""
+    return axes.make_cell({name: value for name, value in cell_fields(row).items() if value is not None})
 
 
 def is_ok(row):

@@ -29,7 +29,7 @@ from matplotlib.transforms import offset_copy  # noqa: E402
 
 from matrixbench.report import arithmetic, stats, verdicts  # noqa: E402
 from matrixbench.report.cells import STATUS_TEXT, is_ok, mode_rank, row_label  # noqa: E402
-from matrixbench.report.modes import BASELINE_OF, MODE_CHANGE_BASELINE, SPEEDUP_BASELINE, compiled, has_mode_change
+from matrixbench.report.modes import BASELINE_OF, compiled
 from matrixbench.report.published import GPUS, PublishedReference, source_title  # noqa: E402
 from matrixbench.report.records import slug  # noqa: E402
 from matrixbench.report.tables import marks_of  # noqa: E402
@@ -114,13 +114,9 @@ class _Plot:
                 if any(self._judgement(self._get(image, row_key, mode), kind) is not None for row_key in self.row_keys)]
 
     def _baseline(self, row, kind):
-        """The cell ``row`` is judged against in a ``kind`` bar (None: no such comparison)."""
-        if kind == "speedup" and compiled(row["cell.mode"]):
-            return self._get(row["image"], row["row_key"], SPEEDUP_BASELINE)
-        if kind == "mode_change" and has_mode_change(row["cell.mode"]):
-            return self._get(row["image"], row["row_key"], MODE_CHANGE_BASELINE)
-        previous = self.cells.previous_image(self.device, row["image"]) if kind == "image_change" else None
-        return self._get(previous, row["row_key"], row["mode_label"]) if previous else None
+        """The cell ``row`` is judged against in a ``kind`` bar: the list's (matrixbench.comparisons;
+        None: no such comparison)."""
+        return self.cells.baseline(row, kind)
 
     def _judgement(self, row, kind):
         """The judgement comparisons.csv holds for ``row``'s ``kind`` bar; None when either side did not run."""

@@ -44,9 +44,10 @@ functions the tables use.
 import csv
 from pathlib import Path
 
+from matrixbench.comparisons import AA_CHANGE, IMAGE_CHANGE, MODE_CHANGE, SPEEDUP
 from matrixbench.report import arithmetic, share_tables, verdicts
 from matrixbench.report.cells import is_ok, row_label
-from matrixbench.report.modes import MODE_CHANGE_BASELINE, SPEEDUP_BASELINE, compiled, has_mode_change
+from matrixbench.report.modes import compiled
 from matrixbench.report.published import GPUS, PublishedReference
 from matrixbench.versions import public
 
@@ -59,15 +60,15 @@ COLUMNS = ("kind", "device", "image", "torch", "batch_size", "model", "task_mode
 
 
 def comparisons(cells, published, sources):
-    """Every derived number, as dicts with COLUMNS, in report order."""
+    """Every derived number, as dicts with COLUMNS, in report order; the comparisons of two cells are
+    those of the one list (matrixbench.comparisons, ``cells.baseline``)."""
     reference = PublishedReference(published)
     rows = []
     for device in cells.values("device"):
         for image in cells.values("image", device=device):
-            previous = cells.previous_image(device, image)
             for row in _in_order(cells, device, image):
                 rows += _cell(row) + _speedup(cells, row) + _mode_change(cells, row)
-                rows += _image_change(cells, row, previous) + _aa_change(cells, row)
+                rows += _image_change(cells, row) + _aa_change(cells, row)
                 rows += _published(cells, reference, row, sources[image])
     return rows
 
@@ -106,11 +107,6 @@ def _key(row, kind, against):
             "accuracy": row["accuracy.status"]}
 
 
-def _sibling(cells, row, image=None, mode=None):
-    return cells.get(row["device_name"], image or row["image"], row["cell.batch_size"], row["row_key"],
-                     mode or row["mode_label"])
-
-
 def _cell(row):
     if not is_ok(row):
         return []
@@ -120,10 +116,10 @@ def _cell(row):
 
 
 def _speedup(cells, row):
-    eager = cells.speedup_baseline(row)
-    if not compiled(row["cell.mode"]) or not (is_ok(row) and is_ok(eager)):
+    eager = cells.baseline(row, SPEEDUP)
+    if not (is_ok(row) and is_ok(eager)):
         return []
-    return [{**_key(row, "speedup", SPEEDUP_BASELINE), "baseline_ms": eager["timing.mean_ms"],
+    return [{**_key(row, "speedup", eager["mode_label"]), "baseline_ms": eager["timing.mean_ms"],
              "candidate_ms": row["timing.mean_ms"], **judged(verdicts.judge_speedup(eager, row))}]
 
 
@@ -146,24 +142,21 @@ def _change(kind, against, baseline, row):
 
 
 def _aa_change(cells, row):
-    original = cells.aa_twins.get(row["image"])
-    if original is None:
-        return []
-    return _change("aa_change", original, _sibling(cells, row, image=original), row)
+    original = cells.baseline(row, AA_CHANGE)
+    return [] if original is None else _change("aa_change", original["image"], original, row)
 
 
 def _mode_change(cells, row):
-    if not has_mode_change(row["cell.mode"]):
-        return []
-    return _change("mode_change", MODE_CHANGE_BASELINE, _sibling(cells, row, mode=MODE_CHANGE_BASELINE), row)
+    default = cells.baseline(row, MODE_CHANGE)
+    return [] if default is None else _change("mode_change", default["mode_label"], default, row)
 
 
-def _image_change(cells, row, previous):
-    if previous is None:
+def _image_change(cells, row):
+    baseline = cells.baseline(row, IMAGE_CHANGE)
+    if baseline is None:
         return []
-    baseline = _sibling(cells, row, image=previous)
-    shares = share_tables.comparison_rows(cells, baseline, row, _key) if baseline is not None else []
-    return _change("image_change", previous, baseline, row) + shares
+    shares = share_tables.comparison_rows(cells, baseline, row, _key)
+    return _change("image_change", baseline["image"], baseline, row) + shares
 
 
 def _published(cells, reference, row, source):

@@ -111,6 +111,24 @@ LEGENDS = legends_for()
 
 
 @dataclass
+class Section:
+    """One section of the report between the summary and the environment: a title, its legend, a line
+    before its tables (``intro``), its tables and its charts. Each template renders every section in one
+    loop; a section with nothing to show is left out unless ``always``."""
+
+    title: str
+    legend: str = ""
+    tables: list = field(default_factory=list)
+    charts: list = field(default_factory=list)
+    intro: str = ""
+    always: bool = False
+
+    @property
+    def shown(self):
+        return self.always or bool(self.tables or self.charts)
+
+
+@dataclass
 class Report:
     runs: list
     record_count: int
@@ -132,6 +150,23 @@ class Report:
     prices: list = field(default_factory=list)        # the prices used, as sentences
     attribution: list = field(default_factory=list)   # per mixed pair: how much of its change each factor explains
     summary_details: Optional[Table] = None           # the summary's other columns (tables.summary_details_table)
+
+    @property
+    def sections(self):
+        """The sections in report order (a new table is one producer and one entry here)."""
+        legends = self.legends
+        prices = f"Prices (yours, not matrixbench's): {'; '.join(self.prices)}." if self.prices else ""
+        return [
+            Section("Charts", charts=self.charts),
+            Section("Latency per device and batch size", legends["per_device"], self.per_device, always=True),
+            Section("Image against image", legends["image_pairs"], self.image_pairs),
+            Section("Whose change is it?", legends.get("attribution", ""), self.attribution),
+            Section("Compile modes against default", legends["compile_modes"], self.compile_modes),
+            Section("Measured against published", legends["published"], self.published),
+            Section("What it costs", legends["costs"], self.costs, self.cost_charts if self.costs else [],
+                    intro=prices),
+            Section("Interference calibration", legends["calibration"], self.calibration),
+        ]
 
 
 def image_sources(cells, overrides=None):

@@ -1,8 +1,10 @@
 """Which mode is whose baseline in the report, stated once with ``runner.core.Mode``.
 
 A speed-up is a compiled mode's cell against the same cell in eager (``SPEEDUP_BASELINE``); a mode change
-is another compiled mode against torch.compile's default mode (``MODE_CHANGE_BASELINE``). The report's
-mode labels add " fullgraph" to the mode (``records``: ``mode_label``); these functions take either.
+is another compiled mode against torch.compile's default mode (``MODE_CHANGE_BASELINE``) with the same
+fullgraph: which cell is whose baseline is runner.axes' decision, and which comparisons exist the one list's
+(matrixbench.comparisons). The report's mode labels add " fullgraph" to the mode (``records``: ``mode_label``);
+these functions take either.
 """
 from runner.core import Mode
 
@@ -19,8 +21,3 @@ def mode_of(label: str) -> Mode:
 def compiled(label: str) -> bool:
     """Run through torch.compile: a mode with a speed-up over SPEEDUP_BASELINE."""
     return mode_of(label).compiled
-
-
-def has_mode_change(label: str) -> bool:
-    """A compiled mode judged against MODE_CHANGE_BASELINE: every compiled mode but that baseline itself."""
-    return compiled(label) and label != MODE_CHANGE_BASELINE

@@ -4,6 +4,7 @@ comparability; on a GPU that has TF32 (compute capability 8.0+), the reader is t
 MATMUL = "precision.float32_matmul_precision"
 AVAILABLE = "precision.tf32_available"
 CUDNN = "precision.cudnn_allow_tf32"
+TF32_CELL = "cell.tf32"           # the tf32 axis (runner.axes): a cell that asked for TF32 matmuls
 
 
 def precision_notes(frame):
@@ -17,6 +18,15 @@ def precision_notes(frame):
     cudnn = sorted(gpu[CUDNN].dropna().astype(bool).unique()) if CUDNN in gpu else []
     convolutions = {(True,): "cuDNN convolutions were allowed TF32", (False,): "cuDNN convolutions were not"}.get(
         tuple(cudnn), "cuDNN's TF32 flag differed between records")
+    tf32 = gpu[TF32_CELL].fillna(False).astype(bool) if TF32_CELL in gpu else None
+    if tf32 is not None and tf32.any():   # the tf32 axis (runner.axes): its rows say so
+        off = sorted(gpu[~tf32][MATMUL].dropna().astype(str).unique())
+        on = sorted(gpu[tf32][MATMUL].dropna().astype(str).unique())
+        if off in ([], ["highest"]) and on == ["high"]:
+            where = "in every record" if not off else "in the rows named tf32 (the tf32 axis), off in the others"
+            return [f"TF32 was on for float32 matmuls {where} (float32_matmul_precision \"high\"; the seed's is "
+                    f"\"highest\", TF32 off; {convolutions}): a tf32 row's float32 timings are not full-precision "
+                    "ones, and only rows without tf32 are compared with the published tables."]
     if matmul == ["highest"]:
         return [f"TF32 was off for float32 matmuls (float32_matmul_precision \"highest\", the seed's flags, in every "
                 f"record on a GPU that has TF32; {convolutions}): float32 timings here are full-precision ones, "

@@ -15,6 +15,7 @@ import pandas as pd
 from matrixbench import resources
 from matrixbench.report import arithmetic
 from matrixbench.report.modes import SPEEDUP_BASELINE
+from runner import axes
 
 COLUMNS = ("table", "torch", "gpu", "batch_size", "model_label", "model", "mode", "status", "latency_ms", "note")
 GPUS = ("A100", "V100", "T4")
@@ -198,9 +199,11 @@ class PublishedReference:
         self._models = {r["model"] for r in self._by_key.values()}
 
     def comparable(self, row, source):
-        """Full-size float32 models the page benchmarked, in a mode the source publishes."""
-        return (row["cell.size"] == "full" and row["cell.dtype"] == "float32" and not row["cell.fullgraph"]
-                and row["cell.model"] in self._models and row["cell.mode"] in SOURCE_TABLES[source])
+        """Cells like the page's (runner.axes.published: full size, float32, no fullgraph, ...) of models it
+        benchmarked, in a mode the source publishes."""
+        cell = {axis.name: row.get(f"cell.{axis.name}") for axis in axes.AXES}
+        return (axes.published(cell) and row["cell.model"] in self._models
+                and row["cell.mode"] in SOURCE_TABLES[source])
 
     def number(self, source, gpu, batch, model, mode):
         """The published row (a dict with table, status, latency_ms, note) for a cell, or None."""

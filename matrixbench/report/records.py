@@ -17,6 +17,7 @@ from matrixbench.layout import CALIBRATION_RUN_DEPTH, CELLS_FILENAME, MANIFEST_F
 from matrixbench.manifest import read_manifest
 from matrixbench.report.overlap import flag_compile_overlaps
 from matrixbench.report.published import match_gpu
+from runner import axes
 from runner.schema import RECORD_SCHEMA, RecordError, read_record
 
 NOT_RECORDS = (CELLS_FILENAME, MANIFEST_FILENAME, SELFTEST_FILENAME)   # selftest.json: the selftest notes read it
@@ -116,7 +117,7 @@ def _derived(row, path):
         "device_name": device_name(row),
         "published_gpu": match_gpu(gpu),
         "row_key": _row_key(row),
-        "mode_label": row["cell.mode"] + (" fullgraph" if row["cell.fullgraph"] else ""),
+        "mode_label": axes.mode_label(cell_fields(row)),
         "source": str(path),
     }
 
@@ -143,10 +144,13 @@ def device_name(row):
 
 
 def _row_key(row):
-    """A table row: the model and the cell fields other than batch size and mode."""
-    size = "-tiny" if row["cell.size"] == "tiny" else ""
-    dtype = "" if row["cell.dtype"] == "float32" else f" {row['cell.dtype']}"
-    return f"{row['cell.model']}{size}{dtype}"
+    """A table row: the model and the row axes other than batch size (runner.axes.row_key)."""
+    return axes.row_key(cell_fields(row))
+
+
+def cell_fields(row):
+    """A table row's cell as {axis: value} (the flattened ``cell.*`` columns; absent axes: None)."""
+    return {axis.name: row.get(f"cell.{axis.name}") for axis in axes.AXES}
 
 
 def merge(rows):

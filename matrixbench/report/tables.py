@@ -9,10 +9,11 @@ from typing import Optional
 
 import numpy as np
 
+from matrixbench.comparisons import AA_CHANGE, IMAGE_CHANGE, MODE_CHANGE, SPEEDUP
 from matrixbench.placement import format_cpulist
 from matrixbench.report import arithmetic, stats, verdicts
-from matrixbench.report.cells import STATUS_TEXT, CellIndex, is_ok, row_label
-from matrixbench.report.modes import MODE_CHANGE_BASELINE, SPEEDUP_BASELINE, compiled, has_mode_change
+from matrixbench.report.cells import STATUS_TEXT, CellIndex, is_ok, mode_rank, row_label
+from matrixbench.report.modes import MODE_CHANGE_BASELINE, compiled
 from matrixbench.report.published import GPUS, TABLE_TITLES, PublishedReference, source_title
 from runner.core import PER_CALL, STATUSES
 
@@ -256,13 +257,14 @@ def _per_device_table(cells, notes, device, batch, image):
     rows = []
     for row_key in cells.values("row", **where):
         found = [cells.get(device, image, batch, row_key, mode) for mode in modes]
-        eager = cells.get(device, image, batch, row_key, SPEEDUP_BASELINE)
-        rows.append([label(row_label(_first(found)))] + [_mode_cell(eager, row, notes) for row in found])
+        rows.append([label(row_label(_first(found)))]
+                    + [_mode_cell(row and cells.baseline(row, SPEEDUP), row, notes) for row in found])
     title = f"{device} · batch size {batch} · {cells.image_labels[image]}"
     return drop_empty_columns(Table(title, ["Task/Model"] + modes, rows))
 
 
 def _mode_cell(eager, row, notes):
+    """A row's latency, with its speed-up over ``eager`` (its baseline in the list; None: none)."""
     if row is None or not compiled(row["cell.mode"]) or not is_ok(row):
         return latency(row, notes)
     if not is_ok(eager):
@@ -294,23 +296,26 @@ def image_pair_tables(cells, notes, rows_under=_no_rows):
 
 
 def image_pairs(cells):
-    """(device, batch size, earlier image, later image) of each image-against-image table: images
-    in matrix order, A/A twins left out of that chain, then each twin after its original."""
+    """(device, batch size, earlier image, later image) of each image-against-image table: the image
+    changes of the list (matrixbench.comparisons: images in matrix order, A/A twins and bridges left out
+    of that chain), then each A/A twin after its original."""
     for device in cells.values("device"):
+        listed = cells.comparisons[device]
         for batch in cells.values("batch", device=device):
-            present = cells.values("image", device=device, batch=batch)
-            images = [image for image in present if image not in cells.aa_twins and image not in cells.bridges]
-            yield from ((device, batch, before, after) for before, after in zip(images, images[1:]))
-            yield from ((device, batch, cells.aa_twins[twin], twin) for twin in present
-                        if twin in cells.aa_twins and cells.aa_twins[twin] in present)
+            for kind in (IMAGE_CHANGE, AA_CHANGE):
+                pairs = [(c.baseline[0], c.candidate[0]) for c in listed
+                         if c.kind == kind and c.candidate[1].batch_size == batch]
+                yield from ((device, batch, before, after) for before, after in dict.fromkeys(pairs))
 
 
 def pair_cells(cells, device, batch, before, after):
-    """(earlier, later) rows of the cells both images have, in table order."""
+    """(earlier, later) rows of the list's comparisons of ``after`` against ``before``, in table order."""
+    kind = AA_CHANGE if cells.aa_twins.get(after) == before else IMAGE_CHANGE
     for row_key in cells.values("row", device=device, batch=batch):
         for mode in cells.values("mode", device=device, batch=batch, row=row_key):
-            old, new = (cells.get(device, image, batch, row_key, mode) for image in (before, after))
-            if old is not None and new is not None:
+            new = cells.get(device, after, batch, row_key, mode)
+            old = new and cells.baseline(new, kind)
+            if old is not None and new is not None and old["image"] == before:
                 yield old, new
 
 
@@ -376,27 +381,34 @@ def mixed_rows(cells, test=mixes):
 # ---- 3. default vs the other compile modes ----------------------------------------------
 
 def compile_mode_tables(cells, notes):
+    """Per device and image, each mode-change baseline (``default``, ``default fullgraph``: the list's,
+    matrixbench.comparisons) against the modes judged against it."""
     tables = []
     for device in cells.values("device"):
         for image in cells.values("image", device=device):
-            modes = [m for m in cells.values("mode", device=device, image=image) if has_mode_change(m)]
-            if modes and cells.select(device=device, image=image, mode=MODE_CHANGE_BASELINE):
-                tables.append(_compile_mode_table(cells, notes, device, image, modes))
+            rows = [row for row in cells.select(device=device, image=image) if cells.baseline(row, MODE_CHANGE)]
+            defaults = {cells.baseline(row, MODE_CHANGE)["mode_label"]: None for row in rows}
+            for default in sorted(defaults, key=mode_rank):
+                modes = [mode for mode in cells.values("mode", device=device, image=image)
+                         if any(row["mode_label"] == mode and cells.baseline(row, MODE_CHANGE)["mode_label"] == default
+                                for row in rows)]
+                tables.append(_compile_mode_table(cells, notes, device, image, default, modes))
     return tables
 
 
-def _compile_mode_table(cells, notes, device, image, modes):
+def _compile_mode_table(cells, notes, device, image, default_mode, modes):
     rows = []
     for row_key in cells.values("row", device=device, image=image):
         for batch in cells.values("batch", device=device, image=image, row=row_key):
-            default = cells.get(device, image, batch, row_key, MODE_CHANGE_BASELINE)
             others = [cells.get(device, image, batch, row_key, mode) for mode in modes]
-            if default is None or all(other is None for other in others):
+            default = next((cells.baseline(other, MODE_CHANGE) for other in others if other is not None), None)
+            if default is None:
                 continue
             rows.append([label(row_label(default)), label(batch), latency(default, notes)]
                         + [_versus_default(default, other, notes) for other in others])
-    header = ["Task/Model", "Batch size", MODE_CHANGE_BASELINE] + modes
-    return drop_empty_columns(Table(f"{device} · {cells.image_labels[image]}", header, rows))
+    header = ["Task/Model", "Batch size", default_mode] + modes
+    against = "" if default_mode == MODE_CHANGE_BASELINE else f" · against {default_mode}"
+    return drop_empty_columns(Table(f"{device} · {cells.image_labels[image]}{against}", header, rows))
 
 
 def _versus_default(default, other, notes):
