@@ -224,6 +224,8 @@ def row_label(row):
     base = SEED_LABELS.get(model) or f"{TASK_TITLES.get(row['cell.task'], row['cell.task'])}/{model}"
     extras = [word for word in ("tiny" if row["cell.size"] == "tiny" else None,
                                 None if row["cell.dtype"] == "float32" else row["cell.dtype"]) if word]
+    if row.get("settings_label"):   # two runs measured the cell with other settings (records.merge)
+        extras.append(row["settings_label"])
     return f"{base} ({', '.join(extras)})" if extras else base
 
 
