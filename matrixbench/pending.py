@@ -27,7 +27,8 @@ from matrixbench.layout import image_dir
 from matrixbench.matrix import Matrix, cells_by_image
 from runner.cells_file import schedule_pairs
 from runner.core import Cell, Repeat
-from runner.schema import NewerRecordError, RecordError, needs_run, read_record, record_path
+from matrixbench.results_files import NewerUnvouched, read_record
+from runner.schema import NewerRecordError, RecordError, needs_run, record_path
 
 
 @dataclass(frozen=True)
@@ -127,11 +128,18 @@ def _image_work(name: str, cells: List[Cell], out_dir: Path, force: bool, retry_
 
 
 def _needs_run(out_dir: Path, repeat: Repeat, force: bool, retry_failed: bool) -> bool:
-    """runner.schema.needs_run; a record of a newer matrixbench refuses the run, naming the file."""
+    """runner.schema.needs_run; a record of a newer matrixbench refuses the run, naming the file. A record
+    matrixbench.results_files cannot vouch for (a NaN or negative value, a wrong type) is rerun and
+    replaced, as an unreadable one is: it is never the cell's measurement."""
     try:
-        return needs_run(out_dir, repeat.cell, force, retry_failed, repeat=repeat.index)
-    except NewerRecordError as exc:
+        if needs_run(out_dir, repeat.cell, force, retry_failed, repeat=repeat.index):
+            return True
+        read_record(record_path(out_dir, repeat.cell, repeat.index))
+        return False
+    except (NewerRecordError, NewerUnvouched) as exc:
         raise ResumeConflictError(str(exc)) from None
+    except RecordError:
+        return True
 
 
 def _unreadable(out_dir: Path, repeats: Sequence[Repeat]) -> Iterator[Tuple[Path, str]]:

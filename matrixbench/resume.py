@@ -11,7 +11,8 @@ from collections import Counter
 
 from matrixbench.errors import ResumeConflictError
 from runner.records import effective_warmup
-from runner.schema import read_record, record_path
+from matrixbench.results_files import read_record
+from runner.schema import record_path
 
 MEASUREMENT_SETTINGS = ("iterations", "warmup", "accuracy_tolerance")
 MAX_SHOWN = 8

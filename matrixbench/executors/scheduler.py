@@ -13,6 +13,7 @@ else the newest earlier run under the same results root, else ``MODEL_S`` by mod
 a thread that takes the next unit when its last one is done. ``make_units`` and ``Unit`` are the
 reusable part (a cluster task runs one Unit too).
 """
+import os
 import functools
 import threading
 from collections import deque
@@ -25,7 +26,8 @@ from matrixbench.pending import round_order
 from matrixbench.placement import Slot
 from matrixbench.versions import same_release
 from runner.core import Repeat
-from runner.schema import RecordError, read_record
+from matrixbench.results_files import Unvouched, read_record, warn
+from runner.schema import RecordError
 
 # Seconds a cell takes when no earlier record says: compiled modes compile, eager does not.
 # A coarse model, used only to order the units; durations of earlier records take precedence.
@@ -102,7 +104,10 @@ def record_duration(path: Path, torch: Optional[str] = None) -> Optional[float]:
     """The ``duration_s`` of the record at ``path``; None when it is missing, unreadable, or (with
     ``torch``, a version) it ran another torch release."""
     try:
-        record = read_record(path) if path.exists() else None
+        record = read_record(path) if os.path.lexists(path) else None
+    except Unvouched as exc:   # another run's hand-edited or corrupt record: said once, never estimated from
+        warn(exc, "not used for the time estimate")
+        record = None
     except (RecordError, OSError, ValueError):
         record = None
     if not record or not record.get("duration_s"):
