@@ -253,7 +253,29 @@ def read_record(path: PathLike, root: Optional[PathLike] = None) -> Dict[str, An
         raise Unvouched(path, f"not a complete record ({type(exc).__name__}: {exc})") from None
     check(record, _RECORD, path, f"the record does not match schema v{record.get('schema_version')}")
     check(record, _RECORD_LIMITS, path, "a value no measurement has")
+    _check_numbers(record, path)
     return record
+
+
+MAX_MAGNITUDE = 2 ** 53          # the largest integer a float holds exactly: no count, byte size or time is larger
+NON_FINITE_ALLOWED = ("accuracy",)   # a NaN output is what accuracy.status "nan" reports
+
+
+def _check_numbers(value: Any, path: PathLike, where: tuple = ()) -> None:
+    """Every number of a record finite (but under NON_FINITE_ALLOWED) and at most MAX_MAGNITUDE."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_numbers(item, path, where + (key,))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_numbers(item, path, where + (index,))
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        field = ".".join(map(str, where))
+        if isinstance(value, float) and not math.isfinite(value):
+            if where[:1] not in [(name,) for name in NON_FINITE_ALLOWED]:
+                raise Unvouched(path, f"field {field}: {value!r} is not a finite number; a value no measurement has")
+        elif abs(value) > MAX_MAGNITUDE:
+            raise Unvouched(path, f"field {field}: {value!r} is over {MAX_MAGNITUDE:.0e}; a value no measurement has")
 
 
 def read_manifest_file(path: PathLike, root: Optional[PathLike] = None) -> Dict[str, Any]:
