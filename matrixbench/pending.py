@@ -25,9 +25,9 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 from matrixbench.errors import ResumeConflictError
 from matrixbench.layout import image_dir
 from matrixbench.matrix import Matrix, cells_by_image
+from matrixbench.results_files import NewerUnvouched, read_record
 from runner.cells_file import schedule_pairs
 from runner.core import Cell, Repeat
-from matrixbench.results_files import NewerUnvouched, read_record
 from runner.schema import NewerRecordError, RecordError, needs_run, record_path
 
 

@@ -32,18 +32,9 @@ from typing import Any, Dict, Iterator, Optional, Set, Union
 import jsonschema
 from jsonschema import validators
 
+from runner.core import SCHEMA_VERSION, STATUSES, SUPPORTED_VERSIONS, upgrade_record
 from runner.files import MIB, describe_kind
-from runner.schema import (
-    CELLS_SCHEMA,
-    MAX_RECORD_BYTES,
-    RECORD_SCHEMA,
-    SCHEMA_VERSION,
-    STATUSES,
-    SUPPORTED_VERSIONS,
-    NewerRecordError,
-    RecordError,
-    upgrade_record,
-)
+from runner.schema import CELLS_SCHEMA, MAX_RECORD_BYTES, RECORD_SCHEMA, NewerRecordError, RecordError
 
 PathLike = Union[str, Path]
 MAX_BYTES = {"record": MAX_RECORD_BYTES, "run.json": 64 * MIB, "cells.json": 64 * MIB, "selftest.json": 1 * MIB}

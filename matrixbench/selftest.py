@@ -60,7 +60,8 @@ def run_selftest(run_path, device="auto", python=None, emit=print):
             emit(line)
         tail = "\n".join(done.stderr.strip().splitlines()[-10:])
         if not os.path.lexists(fresh):
-            _failed(out, identity, done.returncode, f"the selftest process wrote no result (exit code {done.returncode})")
+            _failed(out, identity, done.returncode,
+                    f"the selftest process wrote no result (exit code {done.returncode})")
             raise SelftestError(f"selftest: {argv[0]} wrote no result (exit code {done.returncode}):\n{tail}")
         try:
             result = read_selftest(fresh)

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from host_helpers import RecordingBackend, make_record, small_matrix_data, use_backend
 from matrixbench import results_files
 from matrixbench.cli import main
-from matrixbench.errors import ManifestError, ReportError
+from matrixbench.errors import ManifestError
 from matrixbench.matrix import expand_cells, load_matrix
 from matrixbench.report import records
 from matrixbench.report.cells import CellIndex
@@ -347,7 +347,8 @@ def test_secret_values_are_hidden_from_run_json_and_the_console(tmp_path, monkey
 
 
 @pytest.mark.parametrize("text, shown", [
-    ("pip install --index-url https://user:it's@host/simple torch", "pip install --index-url https://***@host/simple torch"),
+    ("pip install --index-url https://user:it's@host/simple torch",
+     "pip install --index-url https://***@host/simple torch"),
     ("'https://user:pw@host/simple'", "'https://***@host/simple'"),
     ("https://host/f?access_token=abcd&sig=zzzz&plain=1", "https://host/f?access_token=***&sig=***&plain=1"),
     ("PATH=/usr/bin COMPASS=north", "PATH=/usr/bin COMPASS=north"),

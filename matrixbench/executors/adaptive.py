@@ -28,8 +28,8 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 from matrixbench.executors.scheduler import Estimates
 from matrixbench.pending import ImageWork, interleaved
 from matrixbench.progress import format_duration
-from runner.core import Cell, Repeat
 from matrixbench.results_files import Unvouched, read_record, warn
+from runner.core import Cell, Repeat
 from runner.schema import RecordError, record_path
 
 AUTO = "auto"

@@ -13,8 +13,8 @@ else the newest earlier run under the same results root, else ``MODEL_S`` by mod
 a thread that takes the next unit when its last one is done. ``make_units`` and ``Unit`` are the
 reusable part (a cluster task runs one Unit too).
 """
-import os
 import functools
+import os
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -24,9 +24,9 @@ from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence
 from matrixbench.executors.threads import run_threads
 from matrixbench.pending import round_order
 from matrixbench.placement import Slot
+from matrixbench.results_files import Unvouched, read_record, warn
 from matrixbench.versions import same_release
 from runner.core import Repeat
-from matrixbench.results_files import Unvouched, read_record, warn
 from runner.schema import RecordError
 
 # Seconds a cell takes when no earlier record says: compiled modes compile, eager does not.
