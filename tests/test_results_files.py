@@ -505,3 +505,43 @@ def test_a_hand_edited_run_json_is_exit_8_naming_the_file_in_report_and_run(tmp_
     result = CliRunner().invoke(main, ["report", str(run), "--out", str(tmp_path / "out"), "--format", "csv"])
     assert result.exit_code == 8 and "Traceback" not in result.output, result.output
     assert f"{run / 'run.json'}: field " in result.output
+
+
+# --- smaller items --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("budget", ["nan", "inf", "-inf", "1e400", "0", "soon"])
+def test_a_budget_that_is_no_finite_positive_number_is_refused(tmp_path, monkeypatch, budget):
+    _small(tmp_path, monkeypatch)
+    result = CliRunner().invoke(main, ["run", "--matrix", "m.yaml", "--backend", "local", "--images", "stable",
+                                       "--budget", budget, "--dry-run"])
+    assert result.exit_code == 2 and "--budget" in result.output and "Traceback" not in result.output, result.output
+    assert not (tmp_path / "results" / "default" / "run.json").exists()
+
+
+@pytest.mark.parametrize("text", ["AUTO", "Auto", " auto"])
+def test_repeats_auto_in_any_case_is_auto(tmp_path, monkeypatch, text):
+    _small(tmp_path, monkeypatch)
+    result = CliRunner().invoke(main, ["run", "--matrix", "m.yaml", "--backend", "local", "--images", "stable",
+                                       "--repeats", text, "--dry-run"])
+    assert result.exit_code == 0 and "invalid literal" not in result.output, result.output
+
+
+def test_repeats_neither_integer_nor_auto_is_one_line():
+    result = CliRunner().invoke(main, ["validate", "--repeats", "many"])
+    assert result.exit_code == 2 and "'many' is neither an integer nor 'auto'" in result.output
+    assert "invalid literal" not in result.output
+
+
+def test_a_runner_traceback_reaches_the_console_as_one_line_and_the_logs_path(tmp_path):
+    from types import SimpleNamespace
+
+    from matrixbench.launch import LaunchStatus, Outcome
+
+    tail = ("Traceback (most recent call last):\n  File \"runner/core.py\", line 1, in <module>\n    boom()\n"
+            "RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    request = SimpleNamespace(repeats=lambda: [1, 2], image=SimpleNamespace(name="latest"),
+                              work_dir=lambda: tmp_path / "latest")
+    line = Outcome(LaunchStatus.INCOMPLETE, 139, (1,), tail).describe(request)
+    assert "\n" not in line and "Traceback" not in line and "File " not in line
+    assert "its last log line: RuntimeError: CUDA error: an illegal memory access" in line
+    assert f"its log: {tmp_path / 'latest' / 'runner.log'}" in line
