@@ -242,10 +242,27 @@ def read_record(path: PathLike, root: Optional[PathLike] = None) -> Dict[str, An
         record = upgrade_record(record)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise Unvouched(path, f"not a complete record ({type(exc).__name__}: {exc})") from None
-    check(record, _RECORD, path, f"the record does not match schema v{record.get('schema_version')}")
-    check(record, _RECORD_LIMITS, path, "a value no measurement has")
-    _check_numbers(record, path)
+    shallow = _without_samples(record, path)   # thousands of samples: checked in one loop, not item by item
+    check(shallow, _RECORD, path, f"the record does not match schema v{record.get('schema_version')}")
+    check(shallow, _RECORD_LIMITS, path, "a value no measurement has")
+    _check_numbers(shallow, path)
     return record
+
+
+def _without_samples(record: Dict[str, Any], path: PathLike) -> Dict[str, Any]:
+    """The record with ``timing.samples_ms`` checked here (a list of finite numbers in _MS's range) and
+    left out of the copy the schemas check."""
+    timing = record.get("timing")
+    if not isinstance(timing, dict) or not isinstance(timing.get("samples_ms"), list):
+        return record
+    for index, value in enumerate(timing["samples_ms"]):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise Unvouched(path, f"field timing.samples_ms.{index}: {_short(repr(value), 60)} is not of type "
+                                  "'number'; the record does not match its schema")
+        if not math.isfinite(value) or not 0 <= value <= _MS["maximum"]:
+            raise Unvouched(path, f"field timing.samples_ms.{index}: {value!r} is not a finite number of ms "
+                                  f"from 0 to {_MS['maximum']:g}; a value no measurement has")
+    return {**record, "timing": {**timing, "samples_ms": []}}
 
 
 MAX_MAGNITUDE = 2 ** 53          # the largest integer a float holds exactly: no count, byte size or time is larger
