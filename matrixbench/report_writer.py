@@ -26,7 +26,7 @@ import shutil
 from pathlib import Path
 from typing import Iterator, List, Optional, Tuple
 
-from matrixbench.errors import FolderError
+from matrixbench.errors import FolderError, describe_os_error
 
 REPORT_ENTRIES = frozenset({"report.md", "report.html", "charts", "results.csv", "results.jsonl",
                             "comparisons.csv", "costs.csv", "bill.csv"})
@@ -71,29 +71,42 @@ class Staged:
 def staged_report(out_dir: Path, flag: str = "--out") -> Iterator[Staged]:
     """A Staged report: written in the block, published after it; on any failure discarded, the old
     report left as it was, and an OSError a FolderError naming the path, its file system and free space."""
+    final = Path(os.path.abspath(out_dir))
     try:
-        stage = Staged(Path(out_dir))
+        stage = Staged(final)
     except OSError as exc:
-        raise FolderError(f"{flag}: {describe_failure(exc, Path(out_dir))}") from None
+        raise FolderError(f"{flag}: {describe_failure(exc, final, None, flag)}") from None
     try:
         yield stage
         stage.publish()
     except OSError as exc:
         stage.discard()
-        raise FolderError(f"{flag}: {describe_failure(exc, stage.out_dir)}") from None
+        raise FolderError(f"{flag}: {describe_failure(exc, final, stage.folder, flag)}") from None
     except BaseException:
         stage.discard()
         raise
 
 
-def describe_failure(exc: OSError, out_dir: Path) -> str:
-    """The failed path, why, its file system (mount point and type) and the free space there, and that
-    the previous report in ``out_dir`` is untouched."""
+def describe_failure(exc: OSError, out_dir: Path, stage: Optional[Path] = None, flag: str = "--out") -> str:
+    """The failed path (a file of the report being written named as it would be in ``out_dir``), why, its
+    file system (mount point and type) and the free space there, and what became of the report."""
     path = Path(exc.filename) if isinstance(exc.filename, str) else out_dir
+    if stage is not None and (path == stage or stage in path.parents):
+        path = out_dir / path.relative_to(stage)
+    elif path.name.startswith(stage_prefix(out_dir)):
+        path = out_dir
     mount, kind, free = file_system(path)
     space = f"{free:,} bytes free" if free is not None else "free space unknown"
-    return (f"{path}: {exc.strerror or exc} (file system {mount}, {kind}, {space}); the report was not "
-            f"written and {out_dir} holds the previous report, if any, as it was")
+    kept = (f"{out_dir} holds the previous report as it was" if os.path.lexists(out_dir)
+            else "nothing was written")
+    where = f"file system {mount}, {kind}, {space}"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"{path}: {exc.strerror or exc} ({where}); make room or choose another {flag}: the report was not " \
+               f"written, {kept}"
+    named = OSError(exc.errno, exc.strerror or str(exc), str(path))
+    text = describe_os_error(named)
+    way_out = "" if "choose" in text.lower() else f"; choose another {flag}"
+    return f"{text}{way_out} ({where}; the report was not written, {kept})"
 
 
 def file_system(path: Path) -> Tuple[str, str, Optional[int]]:

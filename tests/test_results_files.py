@@ -310,8 +310,8 @@ def test_a_failure_while_writing_leaves_the_old_report_and_names_path_file_syste
     result = CliRunner().invoke(main, ["report", str(run), "--out", str(out)])
     assert result.exit_code == 9, result.output
     line = result.output
-    assert "costs.csv: No space left on device (file system " in line and "bytes free" in line
-    assert f"{out} holds the previous report" in line
+    assert f"{out / 'costs.csv'}: No space left on device (file system " in line and "bytes free" in line
+    assert f"{out} holds the previous report as it was" in line
     assert _snapshot(out) == before
 
 
