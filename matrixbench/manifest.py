@@ -12,7 +12,7 @@ from pathlib import Path
 
 from matrixbench.errors import ManifestError
 from matrixbench.layout import MANIFEST_FILENAME, manifest_path
-from matrixbench.redact import redact_data
+from matrixbench.redact import redact_data, remember, secrets
 from matrixbench.results_files import Unvouched, check_manifest, read_manifest_file
 from runner.schema import write_json_atomic
 
@@ -28,6 +28,8 @@ def now_iso():
 
 def start_manifest(run_path, *, run_name, matrix, backend, device, gpus, note, command, order_seed=None):
     """Write run.json with status "running"; return the manifest dict."""
+    for image in matrix.images.values():   # an image's env secrets are hidden by value too (in --note, ...)
+        remember(secrets(getattr(image, "env", None) or {}))
     previous = read_manifest(run_path)
     manifest = {
         "schema_version": MANIFEST_VERSION,

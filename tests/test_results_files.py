@@ -545,3 +545,18 @@ def test_a_runner_traceback_reaches_the_console_as_one_line_and_the_logs_path(tm
     assert "\n" not in line and "Traceback" not in line and "File " not in line
     assert "its last log line: RuntimeError: CUDA error: an illegal memory access" in line
     assert f"its log: {tmp_path / 'latest' / 'runner.log'}" in line
+
+
+def test_an_images_env_secret_typed_into_the_note_is_hidden(tmp_path, monkeypatch):
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    data = small_matrix_data()
+    data["images"]["stable"]["env"] = {"INDEX_PASSWORD": "s3cr3t-of-the-image"}
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    use_backend(monkeypatch, RecordingBackend(gpus=False))
+    result = CliRunner().invoke(main, ["run", "--matrix", "m.yaml", "--backend", "local", "--images", "stable",
+                                       "--note", "tried s3cr3t-of-the-image"])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "results" / "default" / "run.json").read_text()
+    assert "s3cr3t-of-the-image" not in text and json.loads(text)["note"] == "tried ***"
