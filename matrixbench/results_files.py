@@ -37,7 +37,8 @@ from runner.files import MIB, describe_kind
 from runner.schema import CELLS_SCHEMA, MAX_RECORD_BYTES, RECORD_SCHEMA, NewerRecordError, RecordError
 
 PathLike = Union[str, Path]
-MAX_BYTES = {"record": MAX_RECORD_BYTES, "run.json": 64 * MIB, "cells.json": 64 * MIB, "selftest.json": 1 * MIB}
+MAX_BYTES = {"record": MAX_RECORD_BYTES, "run.json": 64 * MIB, "cells.json": 64 * MIB, "selftest.json": 1 * MIB,
+             "run.lock": 1 * MIB}
 
 
 class Unvouched(RecordError):
