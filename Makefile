@@ -1,5 +1,7 @@
 # make test    create .venv if needed, install, lint, run every test (Docker/browser/GPU ones skip
-#              themselves where those are absent)
+#              themselves where those are absent), TEST_WORKERS pytest-xdist workers, the 25 slowest shown
+# make test-quick  the edit loop (under 5 minutes): unit, report and runner tests on tiny models; no Docker,
+#              venv builds, Ray cluster, browser, wheel or torch.compile tests (make test runs those)
 # make lint    ruff (style, imports, bugbear, complexity) and mypy (strict on the typed core)
 # make matrix  build, run and report the default matrix, or the CPU smoke matrix without a GPU,
 #              in Docker, else in venvs, else with the local backend (run --backend auto); a banner says
@@ -7,7 +9,7 @@
 #              Overrides: make matrix HAS_GPU=no HAS_DOCKER=no TRY_VENV=no (force the fallbacks),
 #              RUN_OPTS='--cold --models vit --set index_url=https://mirror/simple' (build settings:
 #              index_url, extra_index_urls, base_image, ca_bundle in matrix.yaml or --set; docs/cli.md)
-.PHONY: test lint matrix help
+.PHONY: test test-quick lint matrix help
 
 PYTHON ?= python3.11
 VENV := .venv
@@ -16,7 +18,7 @@ MB := $(VENV)/bin/matrixbench
 STAMP := $(VENV)/.installed
 
 help:
-	@sed -n '1,9p' Makefile
+	@sed -n '1,11p' Makefile
 
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
@@ -28,8 +30,17 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# Workers: the docker and venv groups each hold one worker for most of the run, mostly waiting on
+# containers and pip, so two more than those run the pure-Python tests (tests/conftest.py: the groups).
+TEST_WORKERS ?= 4
+PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadgroup
+QUICK_TESTS := not (docker or venv or ray or browser or wheel or gpu or slow)
+
 test: lint
-	HF_HUB_OFFLINE=1 $(VPY) -m pytest
+	HF_HUB_OFFLINE=1 $(VPY) -m pytest $(PYTEST_XDIST) --durations=25
+
+test-quick: $(STAMP)
+	HF_HUB_OFFLINE=1 $(VPY) -m pytest $(PYTEST_XDIST) -m "$(QUICK_TESTS)" --durations=10
 
 # --- make matrix: what to run, and why ---------------------------------------------------
 # The matrix follows the GPU (nvidia-smi); which backend runs it is `run --backend auto`'s policy

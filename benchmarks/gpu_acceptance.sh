@@ -7,7 +7,8 @@
 #      reduce-overhead with the local backend, REPEATS (default 2) processes a cell, and the report,
 #   3. the harness-vs-plain-loop benchmark on the GPU (resnet eager: the launch-bound cell),
 # with the machine (nvidia-smi, load) written beside them under RESULTS. Each step runs under `timeout`
-# with what is left of the budget; a step cut short is listed in RESULTS/not-reached.txt, and the run's
+# with what is left of the budget; a step that failed or was cut short is listed in RESULTS/steps-not-ok.txt,
+# one the budget left no time for in RESULTS/not-reached.txt, and the run's
 # SIGTERM keeps every finished record. What this slot does not reach: detr-resnet-101 and the other seed
 # models (MODELS=... in a longer slot), batch sizes above 1, max-autotune.
 #
@@ -39,7 +40,8 @@ run() {
   share=$(left)
   if [ "$share" -le 10 ]; then echo "not reached (budget spent): $*" >> "$RESULTS/not-reached.txt"; return 0; fi
   timeout -s TERM -k 20 "$share" "$@" || {
-    rc=$?; echo "exit $rc after $(( $(date +%s) - started )) s: $*" >> "$RESULTS/not-reached.txt"; }
+    rc=$?; what=failed; [ $rc = 124 ] && what="cut short by the budget"
+    echo "$what (exit $rc) after $(( $(date +%s) - started )) s: $*" >> "$RESULTS/steps-not-ok.txt"; }
 }
 
 gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || true)
@@ -60,7 +62,7 @@ print(torch.__version__.split("+")[0], transformers.__version__, "%d.%d" % sys.v
 set -- $versions
 torch=$1 transformers=$2 python=$3
 mkdir -p "$RESULTS"
-: > "$RESULTS/not-reached.txt"
+: > "$RESULTS/not-reached.txt"; : > "$RESULTS/steps-not-ok.txt"
 site="${TMPDIR:-/tmp}/matrixbench-site"
 export PYTHONPATH="$PWD:$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 mb="$PYTHON -m matrixbench.cli"
@@ -99,5 +101,5 @@ run "$PYTHON" benchmarks/bench_harness_vs_plain.py --device cuda --models resnet
   --iterations "$ITERATIONS" --rounds 5 --budget-s 60 --out "$RESULTS"
 [ $dry = yes ] && exit 0
 uptime >> "$RESULTS/machine.txt"
-echo "gpu_acceptance.sh: done in $(( $(date +%s) - started )) s; not reached: $(wc -l < "$RESULTS/not-reached.txt") step(s)"
+echo "gpu_acceptance.sh: done in $(( $(date +%s) - started )) s; not reached: $(wc -l < "$RESULTS/not-reached.txt"), failed or cut short: $(wc -l < "$RESULTS/steps-not-ok.txt")"
 if [ -n "${TAR:-}" ]; then tar -czf "$TAR" -C "$(dirname "$RESULTS")" "$(basename "$RESULTS")"; fi

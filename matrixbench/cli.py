@@ -26,6 +26,8 @@ from matrixbench.environments.auto import AUTO
 from matrixbench.errors import FILESYSTEM_EXIT_CODE, FolderError, MatrixbenchError, describe_os_error
 from matrixbench.executors import EXECUTORS, RAY
 from matrixbench.executors.adaptive import bill, policy_of
+from matrixbench.executors.scheduler import run_order, takes_units
+from matrixbench.gpu import host_gpus
 from matrixbench.images import BuildOptions
 from matrixbench.layout import run_dir
 from matrixbench.manifest import unfinished_runs
@@ -523,7 +525,8 @@ def run(matrix_path, run_name, results_root, backend, executor, ray_address, dev
     )
     if dry_run:
         check_dry_run(matrix, dataclasses.replace(run_options, backend="local") if backend == AUTO else run_options)
-        click.echo(describe_plan(matrix, run_dir(results_root, run_name), force, retry_failed, budget_min))
+        click.echo(describe_plan(matrix, run_dir(results_root, run_name), force, retry_failed, budget_min,
+                                 executor=executor, device=device))
         return
     summary = run_matrix(matrix, run_options, progress=make_progress())
     click.echo(summary.describe())
@@ -556,17 +559,31 @@ BUILD_NAMES = tuple(setting.name for setting in BUILD_SETTINGS)
 
 
 
-def describe_plan(matrix, run_path, force, retry_failed, budget_min=None):
+def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, executor=None, device="auto"):
+    """What `run --dry-run` prints: each image's count, the processes in the order the run takes them
+    (``scheduler.run_order``, the executors' own order) and the bill."""
     lines = attribution.describe(matrix, len(expand_cells(matrix)))
     plans = pending_work(matrix, run_path, force=force, retry_failed=retry_failed)
     for plan in plans:
         failed = f" ({recorded_failures_line(plan.recorded_failures)})" if plan.recorded_failures else ""
         lines.append(f"{plan.label}: {len(plan.pending)} to run, {plan.done} done{failed} -> {plan.out_dir}")
         lines += [f"  {line}" for line in unreadable_lines(plan)]
-        lines += [f"  {r.cell.model} {r.cell.mode} bs={r.cell.batch_size} {r.cell.dtype}"
-                  + (f" repeat {r.index + 1}" if first_repeats(matrix) > 1 else "") for r in plan.pending]
+    gpus = device == "cuda" or (device == "auto" and bool(host_gpus()))
+    units = takes_units(executor, matrix.slots, gpus)
+    torch_of = {name: image.torch_version for name, image in matrix.images.items()}
+    order = run_order(plans, units, torch_of)
+    if order:
+        how = ("model by model (one model and batch size at a time, longest first; images in turn, round by "
+               "round)" if units else "image by image, round by round, one runner at a time")
+        lines.append(f"in the order the run takes them, {how}; each runner's modes in an order the run's seed "
+                     "shuffles:")
+        repeats = first_repeats(matrix) > 1
+        lines += [f"  [runner {number}] {work.label}: {r.cell.model} {r.cell.mode} bs={r.cell.batch_size} "
+                  f"{r.cell.dtype}" + (f" repeat {r.index + 1}" if repeats else "")
+                  for number, (work, chosen) in enumerate(order, 1) for r in chosen]
     parallel = matrix.slots if isinstance(matrix.slots, int) else 1
-    return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel)])
+    return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel,
+                                   runners=len(order))])
 
 
 @main.command()

@@ -21,7 +21,7 @@ from matrixbench.cuda_builds import refuse_builds
 from matrixbench.errors import RunError
 from matrixbench.executors import adaptive, check_options, create_environment, create_executor
 from matrixbench.executors.base import Run, RunSummary
-from matrixbench.executors.scheduler import positions
+from matrixbench.executors.scheduler import positions, run_order, takes_units
 from matrixbench.gpu import GpusUnreachableError, host_gpus
 from matrixbench.images import BuildOptions
 from matrixbench.layout import run_dir
@@ -110,7 +110,10 @@ def _run_with(environment: Any, matrix: Any, options: RunOptions, run_path: Path
                               backend=environment.name, device=options.device, gpus=gpus,
                               note=options.note, command=options.command, order_seed=seed)
     progress.note(environment.describe())
-    progress.note(adaptive.bill(policy, works, parallel=matrix.slots if isinstance(matrix.slots, int) else 1))
+    torch_of = {name: image.torch_version for name, image in matrix.images.items()}
+    order = run_order(works, takes_units(options.executor, matrix.slots, gpus), torch_of)
+    progress.note(adaptive.bill(policy, works, parallel=matrix.slots if isinstance(matrix.slots, int) else 1,
+                                runners=len(order)))
     run = Run(matrix, options, environment, run_path, gpus, environ, works, progress)
     status, stopped_by = "failed", None
     try:

@@ -78,7 +78,12 @@ def run_selftest(run_path, device="auto", python=None, emit=print):
     write_json_atomic(out, result)
     if not result["passed"]:
         failed = [c["name"] for c in result["checks"] if c["status"] == "fail"]
-        raise SelftestError(f"selftest failed ({', '.join(failed) or 'no check ran'}); the numbers are in {out}")
+        raise SelftestError(f"selftest failed ({', '.join(failed) or 'no check ran'}): the measuring apparatus is "
+                            f"wrong here, and each failed check above says what that means and what to do; the "
+                            f"numbers are in {out}")
+    if result.get("warnings"):
+        emit(f"selftest: passed with {len(result['warnings'])} warning(s): the timer is sound; the timings taken "
+             "now will be noisier (see above)")
     return result
 
 

@@ -1,7 +1,104 @@
-"""Shared fixtures."""
+"""Shared fixtures, and how the suite is scheduled under pytest-xdist (issue 35).
+
+Real components are built once per session and shared (tests/real_builds.py): ``real_builds`` (each Docker
+image and venv by content), ``docker_test_client`` (the daemon, with the test base images), ``docker_e2e_images``
+(tests/data/docker-matrix.yaml's two images), ``venv_e2e_builds`` (tests/data/venv-matrix.yaml's two venvs) and
+``registry_address`` (a real registry on the host's loopback). A test file asks for these instead of building
+its own, so no test depends on another file having run first.
+
+Scheduling (``make test``: ``-n N --dist loadgroup``): every test that uses a real component belongs to a group,
+by the first of its markers in GROUPS; a group runs on one worker, in order, sharing that worker's session
+fixtures, so two groups' tests never fight over one component (and tests/real_builds.py's lock keeps the docker
+and venv groups' builds apart). The other tests (pure Python) go one by one to whichever worker is free. The
+groups come first in the collection order, the longest first, and the scheduler hands them out in that order.
+Without xdist the same order applies.
+
+pytest-xdist 3.8's own loadgroup reads ``xdist_group`` markers by rewriting ``item._nodeid``, which pytest 9 no
+longer reads (the groups silently fall apart), so this conftest brings its own: the workers write {node id:
+group} to the file $MATRIXBENCH_TEST_GROUPS names (the controller sets it before it starts them), and
+``pytest_xdist_make_scheduler`` returns xdist's scope scheduler with the groups as its scopes.
+"""
+import json
+import os
+import shutil
 import signal
+import tempfile
+from pathlib import Path
 
 import pytest
+
+from real_builds import BASE_IMAGES, BUILD_LOGS, DOCKER_MATRIX, VENV_MATRIX, Builds
+
+# marker -> group, longest first (the fresh-machine times in docs/test-suite-time.md). The ray cluster test
+# with docker nodes is marked both and runs in the docker group.
+GROUPS = (("docker", "docker"), ("venv", "venv"), ("ray", "ray"), ("wheel", "wheel"), ("browser", "browser"))
+GROUP_ORDER = {group: rank for rank, (_, group) in enumerate(GROUPS)}
+GROUPS_FILE = "MATRIXBENCH_TEST_GROUPS"
+
+
+def _is_worker(config):
+    return hasattr(config, "workerinput")
+
+
+def pytest_configure(config):
+    if getattr(config.option, "dist", "no") == "loadgroup" and not _is_worker(config):
+        folder = tempfile.mkdtemp(prefix="matrixbench-test-groups-")
+        config.stash[_FOLDER] = folder
+        os.environ[GROUPS_FILE] = str(Path(folder) / "groups.json")   # the workers, started after this, inherit it
+
+
+_FOLDER = pytest.StashKey[str]()
+
+
+def pytest_unconfigure(config):
+    folder = config.stash.get(_FOLDER, None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(GROUPS_FILE, None)
+
+
+def group_of(item):
+    """The group of a test that uses a real component (GROUPS), else None."""
+    for marker, group in GROUPS:
+        if item.get_closest_marker(marker) is not None:
+            return group
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    ranked, groups = [], {}
+    for index, item in enumerate(items):
+        group = group_of(item)
+        if group is not None:
+            groups[item.nodeid] = group
+        ranked.append((GROUP_ORDER.get(group, len(GROUP_ORDER)), index, item))
+    items[:] = [item for _, _, item in sorted(ranked, key=lambda entry: entry[:2])]
+    if _is_worker(config) and os.environ.get(GROUPS_FILE):
+        path = Path(os.environ[GROUPS_FILE])
+        staged = path.with_name(f"{path.name}.{os.getpid()}")
+        staged.write_text(json.dumps(groups))
+        os.replace(staged, path)        # every worker writes the same map; the scheduler reads it once
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadgroup: xdist's scope scheduler, a group (GROUPS) being one scope and every other test its own,
+    handed out in collection order (the longest group first)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        groups = None
+
+        def _split_scope(self, nodeid):
+            if self.groups is None:
+                path = os.environ.get(GROUPS_FILE)
+                self.groups = json.loads(Path(path).read_text()) if path and Path(path).is_file() else {}
+            return self.groups.get(nodeid, nodeid)
+
+    config.option.loadscopereorder = False    # keep the collection order: the longest group first
+    return GroupScheduling(config, log)
 
 
 @pytest.fixture
@@ -12,3 +109,80 @@ def sigint_raises():
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, previous)
+
+
+# --- real components, built once per session ---------------------------------------------------
+
+@pytest.fixture(scope="session")
+def real_builds():
+    """This session's builds of real Docker images and venvs, by content (tests/real_builds.py)."""
+    return Builds()
+
+
+@pytest.fixture(scope="session")
+def docker_test_client():
+    """matrixbench's Docker client; skips, saying why, without a daemon or the test base images."""
+    from matrixbench import docker_client
+    from matrixbench.errors import DockerUnavailableError
+
+    try:
+        client = docker_client.connect()
+    except DockerUnavailableError as exc:
+        pytest.skip(f"no Docker daemon: {exc}")
+    missing = [base for base in BASE_IMAGES if client.inspect_image(base) is None]
+    if missing:
+        pytest.skip(f"base image(s) {', '.join(missing)} missing: run .ci/make-base-images")
+    return client
+
+
+@pytest.fixture(scope="session")
+def docker_e2e_images(docker_test_client, real_builds):
+    """tests/data/docker-matrix.yaml's two images (torch 2.0.1 and 2.13), built once; their tags."""
+    from matrixbench.matrix import load_matrix
+
+    return real_builds.images(load_matrix(DOCKER_MATRIX), BUILD_LOGS / "docker-e2e-build.log")
+
+
+@pytest.fixture(scope="session")
+def venv_e2e_builds(real_builds):
+    """tests/data/venv-matrix.yaml's two venvs (torch 2.0.1 and 2.13), built once; {image: marker}. Skips,
+    saying so, without the Pythons they name."""
+    from venv_helpers import venv_matrix
+
+    return real_builds.venvs(venv_matrix(VENV_MATRIX), BUILD_LOGS / "venv-e2e-build.log")
+
+
+@pytest.fixture(scope="session")
+def registry_address(tmp_path_factory):
+    """HOST:PORT of a real registry (Debian's docker-registry) on a free loopback port, for the session."""
+    import shutil
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    binary = shutil.which("docker-registry")
+    if binary is None:
+        pytest.skip("needs Debian's docker-registry (apt-get install docker-registry; .ci/run installs it)")
+    folder = tmp_path_factory.mktemp("registry")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = folder / "config.yml"
+    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {folder / 'storage'}\n"
+                      f"http:\n  addr: 127.0.0.1:{port}\n")
+    process = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    address = f"127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"http://{address}/v2/", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        process.kill()
+        pytest.fail(f"docker-registry did not answer on {address}")
+    yield address
+    process.terminate()
+    process.wait(timeout=30)
+    shutil.rmtree(folder, ignore_errors=True)   # the pushed layers

@@ -4,14 +4,15 @@ docker``, the CLI's default): the docker-backed variant of tests/ray_cluster_scr
 Run by tests/test_executor_ray_docker.py as root inside ``unshare --net --pid --fork --kill-child
 --mount-proc``, after the test built the real-Docker test images outside the namespace:
 
-    python ray_docker_cluster_script.py WORK_DIR MATRIX OUT_JSON REGISTRY
+    python ray_docker_cluster_script.py WORK_DIR MATRIX OUT_JSON REGISTRY REGISTRY_MATRIX
 
 Ray binds only to the namespace's loopback; the nodes reach the host's Docker daemon through its unix
 socket, and the containers run in the daemon's own namespaces (the runner needs no network). Head:
 2 fake A100s on 127.0.0.1, second node: 1 fake T4 on 127.0.0.2. The driver runs one tiny model at
 batch 1, eager, in both images, on both GPU types: two units, each running both images on its node.
-Then the same run again under another name with ``--set registry=REGISTRY`` (a registry the test started on
-the host's loopback, where the Docker daemon pushes and pulls). It writes what it saw to OUT_JSON.
+Then a run of REGISTRY_MATRIX (one small image, tests/data/docker-registry-matrix.yaml) under another name with
+``--set registry=REGISTRY`` (a registry the test started on the host's loopback, where the Docker daemon pushes
+and pulls): its outcome, or why it did not finish, under "registry". It writes what it saw to OUT_JSON.
 """
 import json
 import shutil
@@ -43,7 +44,24 @@ def matrixbench_containers():
     return [name for name in done.stdout.split() if name]
 
 
-def main(work, matrix, out_json, registry):
+def registry_run(matrix, work, env, registry):
+    """The run through the registry: {code, s, log, records}, or {failure, s, log} when it did not finish (a
+    timeout reads as one, with the log so far)."""
+    t0, pulled, log_path = time.monotonic(), work / "registry", work / "registry.log"
+    step = {}
+    try:
+        step["code"] = driver(matrix, pulled, env, log_path, run=f"{RUN}-registry",
+                              extra=("--set", f"registry={registry}"))
+        step["records"] = {str(p.relative_to(pulled)): json.loads(p.read_text())
+                           for p in pulled.rglob("*.json") if p.name not in ("run.json", "cells.json")}
+    except Exception as exc:   # noqa: BLE001 -- reported in the result for the test's message
+        step["failure"] = f"{type(exc).__name__}: {exc}"
+    step["s"] = time.monotonic() - t0
+    step["log"] = log_path.read_text() if log_path.exists() else ""
+    return step
+
+
+def main(work, matrix, out_json, registry, registry_matrix):
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     work, started = Path(work), time.monotonic()
     temp = tempfile.mkdtemp(prefix="mbrdk", dir="/tmp")   # short: Ray's socket paths must fit 107 bytes
@@ -61,14 +79,7 @@ def main(work, matrix, out_json, registry):
                              for p in results.rglob("*.json") if p.name not in ("run.json", "cells.json")}
         result["driver_log"] = (work / "driver.log").read_text()
         result["containers_after"] = matrixbench_containers()
-        t0 = time.monotonic()
-        pulled = work / "registry"
-        result["registry"] = {"code": driver(matrix, pulled, env, work / "registry.log", run=f"{RUN}-registry",
-                                             extra=("--set", f"registry={registry}"))}
-        result["registry"].update(
-            s=time.monotonic() - t0, log=(work / "registry.log").read_text(),
-            records={str(p.relative_to(pulled)): json.loads(p.read_text())
-                     for p in pulled.rglob("*.json") if p.name not in ("run.json", "cells.json")})
+        result["registry"] = registry_run(registry_matrix, work, env, registry)
     except Exception as exc:   # noqa: BLE001 -- reported in the result for the test's message
         result["failure"] = f"{type(exc).__name__}: {exc}"
         log = work / "driver.log"
@@ -82,4 +93,4 @@ def main(work, matrix, out_json, registry):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])

@@ -101,3 +101,15 @@ def test_the_adaptive_repeats_benchmark_scores_claims_against_the_planted_truth(
     assert [by_name[f"fixed {n}"]["processes_per_side"] for n in (3, 5, 10)] == [3, 5, 10]
     assert 2 <= by_name["auto 2-6"]["processes_per_side"] <= 6
     assert (tmp_path / "adaptive_repeats.md").read_text().startswith("# repeats auto vs fixed repeats")
+
+
+def test_the_adaptive_repeats_benchmark_on_the_matrix_shape_charges_wrong_claims(tmp_path):
+    """Issue 34: 3 modes x 2 images per model, every comparison a run makes (9 per model)."""
+    import bench_adaptive_repeats as bench
+
+    bench.main(["--shape", "matrix", "--trials", "6", "--batch", "2", "--auto", "3-6", "--out", str(tmp_path)])
+    result = json.loads((tmp_path / "adaptive_repeats_matrix.json").read_text())
+    assert result["comparisons"] == 2 * 9
+    for row in result["policies"]:
+        assert row["net"] == pytest.approx(row["correct"] - row["wrong_claim"])
+    assert (tmp_path / "adaptive_repeats_matrix.md").read_text().startswith("# repeats auto vs fixed repeats on the")

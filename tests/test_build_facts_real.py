@@ -12,9 +12,9 @@ from matrixbench import build_facts, docker_client, gpu, venvs
 from matrixbench.build_facts import BuildFacts
 from matrixbench.cli import main
 from matrixbench.cuda_builds import known_build, pypi_cuda
-from matrixbench.errors import DockerUnavailableError
 from matrixbench.images import build_images, image_tag
 from matrixbench.matrix import load_matrix
+from real_builds import CA_BUNDLE, build_lock
 from venv_helpers import venv_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,14 +23,12 @@ CU117_ARCHES = ("sm_37", "sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86")  
 
 
 @pytest.mark.venv
-def test_a_real_cpu_venv_says_cpu_and_a_gpu_run_refuses_it_before_any_cell(tmp_path, monkeypatch):
+def test_a_real_cpu_venv_says_cpu_and_a_gpu_run_refuses_it_before_any_cell(tmp_path, monkeypatch, venv_e2e_builds):
+    """venv-latest as matrixbench's own build made it (once per session, shared with the other venv tests)."""
     matrix = venv_matrix(VENV_MATRIX)
     image = matrix.images["venv-latest"]    # no index_url: inferred as PyPI's CUDA 13.0 wheel, built from the CPU one
-    root = tmp_path / "venvs"
-    monkeypatch.setattr(venvs, "venvs_root", lambda environ=None: root)
-    with open(tmp_path / "build.log", "w") as log:
-        venvs.build_venvs(matrix, ["venv-latest"], on_progress=lambda name, line: print(line, file=log, flush=True))
     venv = venvs.read_marker(venvs.plan_venv(image))
+    assert venv == venv_e2e_builds["venv-latest"]
     assert venv.torch.endswith("+cpu") and venv.facts == BuildFacts(venv.torch, "cpu", ())
     assert known_build(image).cuda == "13.0"   # what the inference alone would have said
 
@@ -50,27 +48,19 @@ def test_a_real_cpu_venv_says_cpu_and_a_gpu_run_refuses_it_before_any_cell(tmp_p
         assert [path.name for path in results.rglob("*.json")] == ["run.json"]   # no cell ran
 
 
-@pytest.fixture
-def docker():
-    try:
-        client = docker_client.connect()
-    except DockerUnavailableError as exc:
-        pytest.skip(f"no Docker daemon: {exc}")
-    base = "matrixbench-test-base:bookworm-py310"
-    if client.inspect_image(base) is None:
-        pytest.skip(f"base image {base} missing: run .ci/make-base-images")
-    return client
-
-
 @pytest.mark.docker
-def test_a_real_docker_build_is_labelled_with_its_torchs_cuda_and_arch_list(docker):
-    """PyPI's torch 2.0.1 in the docker e2e test's image (its layers cached), under a name of this test."""
+def test_a_real_docker_build_is_labelled_with_its_torchs_cuda_and_arch_list(docker_test_client, docker_e2e_images):
+    """PyPI's torch 2.0.1 in the docker e2e test's image (its layers cached: built after it, with the same CA
+    bundle), under a name of this test."""
+    docker = docker_test_client
     matrix = load_matrix(ROOT / "tests" / "data" / "docker-matrix.yaml")
     image = dataclasses.replace(matrix.images["e2e-stable"], name="facts-e2e-stable")
     matrix = dataclasses.replace(matrix, images={image.name: image})
     tag = image_tag(image.name)
     try:
-        build_images(matrix, None, on_progress=lambda name, line: None)
+        with build_lock():
+            build_images(matrix, None, ca_bundle=CA_BUNDLE if CA_BUNDLE.is_file() else None,
+                         on_progress=lambda name, line: None)
         labels = docker.inspect_image(tag).labels
         facts = build_facts.from_labels(labels)
         assert facts == BuildFacts(facts.torch, "11.7", CU117_ARCHES) and facts.torch.startswith("2.0.1")

@@ -17,8 +17,7 @@ import jsonschema
 import pytest
 
 from matrixbench import docker_client
-from matrixbench.errors import DockerUnavailableError
-from matrixbench.images import build_images, image_tag
+from matrixbench.images import image_tag
 from matrixbench.matrix import load_matrix
 from runner.schema import RECORD_SCHEMA, read_record
 
@@ -27,37 +26,19 @@ pytestmark = pytest.mark.docker
 REPO = Path(__file__).resolve().parents[1]
 MATRIX_PATH = REPO / "tests" / "data" / "docker-matrix.yaml"
 TORCH = {"e2e-stable": "2.0.1", "e2e-latest": "2.13.0"}
-CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")  # PyPI is reachable from builds only with it here
-BUILD_LOG = REPO / ".ci" / "cache" / "docker-e2e-build.log"
 
 
 @pytest.fixture(scope="module")
-def client():
-    try:
-        client = docker_client.connect()
-    except DockerUnavailableError as exc:
-        pytest.skip(f"no Docker daemon: {exc}")
-    matrix = load_matrix(MATRIX_PATH)
-    missing = [image.base_image for image in matrix.images.values()
-               if client.inspect_image(image.base_image) is None]
-    if missing:
-        pytest.skip(f"base image(s) {', '.join(missing)} missing: run .ci/make-base-images")
-    return client
+def client(docker_test_client):
+    """The Docker client (tests/conftest.py: skips without a daemon or the base images)."""
+    return docker_test_client
 
 
 @pytest.fixture(scope="module")
-def built(client):
-    """Both images, built (or found in Docker's cache) through matrixbench's own build."""
-    BUILD_LOG.parent.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    with open(BUILD_LOG, "w") as log:
-        tags = build_images(
-            load_matrix(MATRIX_PATH), None,
-            ca_bundle=CA_BUNDLE if CA_BUNDLE.is_file() else None,
-            on_progress=lambda name, line: print(f"[{name}] {line}", file=log, flush=True),
-        )
-    print(f"\nbuilt {', '.join(tags)} in {time.monotonic() - started:.0f} s (log: {BUILD_LOG})")
-    return tags
+def built(docker_e2e_images):
+    """Both images, built once per session (or found in Docker's cache) through matrixbench's own build
+    (tests/conftest.py's docker_e2e_images, shared with every test file that runs them)."""
+    return docker_e2e_images
 
 
 HF_TOKEN = "hf_e2eNeverPrintThis"

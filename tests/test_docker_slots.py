@@ -12,11 +12,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from matrixbench.images import build_images
 from matrixbench.matrix import load_matrix
+from real_builds import BUILD_LOGS
 from runner import timing_board
 from runner.schema import RECORD_SCHEMA
-from test_docker_e2e import BUILD_LOG, CA_BUNDLE, client, containers_of, finish, matrixbench, records  # noqa: F401
+from test_docker_e2e import containers_of, finish, matrixbench, records
 
 pytestmark = pytest.mark.docker
 
@@ -25,19 +25,20 @@ IMAGES = ("slots-e2e-stable", "slots-e2e-latest")
 
 
 @pytest.fixture(scope="module")
-def slots_built(client):  # noqa: F811 -- the e2e module's fixture
+def client(docker_test_client):
+    return docker_test_client
+
+
+@pytest.fixture(scope="module")
+def slots_built(client, docker_e2e_images, real_builds):
+    """The slots images, built once per session; after the e2e images, whose layers they reuse."""
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs 2 usable cores for two slots of one core")
-    started = time.monotonic()
-    with open(BUILD_LOG.with_name("docker-slots-build.log"), "w") as log:
-        tags = build_images(load_matrix(SLOTS_MATRIX), None, ca_bundle=CA_BUNDLE if CA_BUNDLE.is_file() else None,
-                            on_progress=lambda name, line: print(f"[{name}] {line}", file=log, flush=True))
-    print(f"\nbuilt {', '.join(tags)} in {time.monotonic() - started:.0f} s")
-    return tags
+    return real_builds.images(load_matrix(SLOTS_MATRIX), BUILD_LOGS / "docker-slots-build.log")
 
 
 @pytest.mark.parametrize("exclusive", [False, True], ids=["concurrent", "exclusive-timing"])
-def test_two_one_core_slots_pin_each_container_to_its_core_in_both_images(client, slots_built, tmp_path,  # noqa: F811
+def test_two_one_core_slots_pin_each_container_to_its_core_in_both_images(client, slots_built, tmp_path,
                                                                           exclusive):
     run_id = "slots-e2e-exclusive" if exclusive else "slots-e2e"
     args = ["--run", run_id, "--slots", "2", "--cache-dir", str(tmp_path / "compile")]

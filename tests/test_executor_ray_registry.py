@@ -7,12 +7,8 @@ The refusals use the faked SDK; the round trip uses a real Docker daemon and a r
 removed here, pulled back through the node's code path. Skips, saying why, without either.
 """
 import io
-import shutil
 import socket
-import subprocess
 import tarfile
-import time
-import urllib.request
 
 import pytest
 from docker import errors as docker_errors
@@ -133,33 +129,7 @@ def sdk():
     return docker.from_env()
 
 
-@pytest.fixture(scope="module")
-def registry_address(tmp_path_factory):
-    binary = shutil.which("docker-registry")
-    if binary is None:
-        pytest.skip("needs Debian's docker-registry (apt-get install docker-registry; .ci/run installs it)")
-    folder = tmp_path_factory.mktemp("registry")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    config = folder / "config.yml"
-    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {folder / 'storage'}\n"
-                      f"http:\n  addr: 127.0.0.1:{port}\n")
-    process = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    address = f"127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(f"http://{address}/v2/", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.1)
-    else:
-        process.kill()
-        pytest.fail(f"docker-registry did not answer on {address}")
-    yield address
-    process.terminate()
-    process.wait(timeout=30)
-    shutil.rmtree(folder, ignore_errors=True)   # the pushed layers: gigabytes for the torch images
+# registry_address: tests/conftest.py (a real registry on a free loopback port, for the session)
 
 
 @pytest.fixture

@@ -16,8 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_acceptance.sh"
 
 
-def dry_run(tmp_path, names):
-    """The script with an nvidia-smi listing ``names`` (None: no nvidia-smi at all)."""
+def dry_run(tmp_path, names, **environ):
+    """The script with an nvidia-smi listing ``names`` (None: no nvidia-smi at all); its results in
+    tmp_path/out (RESULTS), ``environ`` added (MODELS, REPEATS, ...)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     if names is not None:
@@ -25,27 +26,41 @@ def dry_run(tmp_path, names):
         smi.write_text("#!/bin/sh\n" + "".join(f"echo '{name}'\n" for name in names))
         smi.chmod(0o755)
     path = os.pathsep.join([str(bin_dir), "/usr/bin", "/bin"])
-    env = dict(os.environ, PATH=path, PYTHON=sys.executable, OUT=str(tmp_path / "out"))
+    env = dict(os.environ, PATH=path, PYTHON=sys.executable, RESULTS=str(tmp_path / "out"), **environ)
     return subprocess.run(["sh", str(SCRIPT), "--dry-run"], env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_one_gpu_gets_selftest_the_seed_models_and_the_harness_benchmark(tmp_path):
+def test_one_gpu_gets_the_wheels_selftest_the_seed_models_the_report_and_the_harness_benchmark(tmp_path):
     done = dry_run(tmp_path, [GPUS["H100"].name])
     assert done.returncode == 0, done.stderr
     commands = [line for line in done.stdout.splitlines() if line.startswith("+ ")]
-    assert "--system-site-packages" in commands[0] and "--no-index --find-links .whl" in commands[1]
-    assert "matrixbench.cli selftest" in commands[2] and "--device cuda" in commands[2]
-    assert "matrixbench.cli run" in commands[3] and "--backend local --device cuda" in commands[3]
-    assert "matrixbench.cli report" in commands[4]
-    assert "bench_harness_vs_plain.py --device cuda" in commands[5]
+    assert len(commands) == 5, commands
+    # the missing pure-Python dependencies, unpacked from .whl onto PYTHONPATH (no venv, no build backend)
+    assert "-m pip install" in commands[0] and "--no-index --no-deps" in commands[0]
+    assert "--target" in commands[0] and commands[0].endswith(".whl/*.whl")
+    assert "matrixbench.cli selftest" in commands[1] and "--device cuda" in commands[1]
+    assert "matrixbench.cli run" in commands[2] and "--backend local --device cuda" in commands[2]
+    assert "--models resnet,vit" in commands[2]
+    assert "matrixbench.cli report" in commands[3]
+    assert "bench_harness_vs_plain.py --device cuda" in commands[4]
     matrix = load_matrix(tmp_path / "out" / "acceptance.yaml")
     assert set(matrix.models) == set(load_matrix(ROOT / "matrix.yaml").models) <= set(SEED_MODELS)
+    assert {"resnet", "vit"} <= set(matrix.models)   # --models picks them from the seed models
     assert matrix.size == "full"
     assert matrix.batch_sizes == (1,) and matrix.modes == ("eager", "default", "reduce-overhead")
-    assert matrix.repeats == 3 and list(matrix.images) == ["latest"]
+    assert matrix.repeats == 2 and list(matrix.images) == ["latest"]
     import torch
 
     assert matrix.images["latest"].torch_version == torch.__version__.split("+")[0]   # what --backend local runs
+    assert not (tmp_path / "out" / "not-reached.txt").read_text()   # a dry run reaches nothing and lists nothing
+
+
+def test_models_and_repeats_come_from_the_environment(tmp_path):
+    done = dry_run(tmp_path, [GPUS["H100"].name], MODELS="detr-resnet-101", REPEATS="3")
+    assert done.returncode == 0, done.stderr
+    run = next(line for line in done.stdout.splitlines() if "matrixbench.cli run" in line)
+    assert "--models detr-resnet-101" in run
+    assert load_matrix(tmp_path / "out" / "acceptance.yaml").repeats == 3
 
 
 @pytest.mark.parametrize("names", [None, [], [GPUS["A100"].name] * 2])

@@ -65,7 +65,7 @@ def test_the_speedup_chart_marks_the_flagged_cell_at_its_speedup(drawn):
     speedup = figures[CHART.format("speedup")]
     eager = _mean("stable", "vit_bs1_eager_float32.json")
     [(x, _)] = _labelled(speedup, "no_cudagraphs")
-    assert x == pytest.approx((eager / record["timing"]["mean_ms"] - 1) * 100)
+    assert x == pytest.approx(eager / record["timing"]["mean_ms"])   # a ratio (×) on the log axis
     assert "noisy within a process" not in _legend_texts(speedup)   # the noisy cell is an eager one
 
 

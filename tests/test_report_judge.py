@@ -12,7 +12,7 @@ from scipy import stats as scipy_stats
 from matrixbench.report import stats
 
 BASELINE = [10.0, 10.4, 9.8, 10.1]
-CANDIDATE = [9.0, 9.3, 8.8]
+CANDIDATE = [9.0, 9.3, 8.8, 9.1]
 
 
 def test_interval_is_welchs_on_the_logs_as_scipy_computes_it():
@@ -23,8 +23,24 @@ def test_interval_is_welchs_on_the_logs_as_scipy_computes_it():
     geometric = scipy_stats.gmean(CANDIDATE) / scipy_stats.gmean(BASELINE)
     assert judged.ratio == pytest.approx(geometric, rel=1e-12)
     assert judged.verdict == "faster" and judged.decided and judged.starred
-    assert (judged.baseline_processes, judged.candidate_processes) == (4, 3)
-    assert judged.detectable_pct == pytest.approx((math.exp((high - low) / 2) - 1) * 100, rel=1e-9)
+    assert (judged.baseline_processes, judged.candidate_processes) == (4, 4)
+    # detectable_pct: the change starred with 80% power, (t_0.975 + t_0.80) standard errors (issue 34)
+    df = welch.df
+    error = (high - low) / 2 / scipy_stats.t.ppf(0.975, df)
+    power = (math.exp((scipy_stats.t.ppf(0.975, df) + scipy_stats.t.ppf(0.80, df)) * error) - 1) * 100
+    assert judged.detectable_pct == pytest.approx(power, rel=1e-9)
+    assert judged.p_value == pytest.approx(welch.pvalue, rel=1e-9)
+
+
+def test_small_unequal_sides_take_hsus_degrees_of_freedom():
+    """4 against 3 processes: df = 3 - 1 (Hsu), not Welch-Satterthwaite's (anti-conservative there)."""
+    candidate = CANDIDATE[:3]
+    judged = stats.judge(BASELINE, candidate, margin_pct=2.0)
+    logs_b, logs_c = np.log(BASELINE), np.log(candidate)
+    error = math.sqrt(logs_b.var(ddof=1) / 4 + logs_c.var(ddof=1) / 3)
+    estimate = logs_c.mean() - logs_b.mean()
+    half = scipy_stats.t.ppf(0.975, 2) * error
+    assert (judged.low, judged.high) == pytest.approx((math.exp(estimate - half), math.exp(estimate + half)), rel=1e-9)
 
 
 def test_slower_is_the_mirror_of_faster():

@@ -131,7 +131,7 @@ def test_a_row_whose_sides_used_different_attention_warns(report):
     table = report.image_pairs[0]
     assert _cell(table, "Image Classification/ViT", "Warning", "eager").text == f"{MIXES_ATTENTION} (eager → sdpa)"
     assert _cell(table, "Image Classification/ResNet", "Warning", "eager").kind == "missing"
-    summary = report.summary
+    summary = report.summary_details   # the summary's detail table holds the image-pair counts
     mixed = {(row[1].text, row[2].text): row[-1].text for row in summary.rows}
     assert summary.header[-1] == "image-pair rows mixing transformers/attention"
     assert mixed[("new (torch 2.1.0)", "eager")] == "1" and mixed[("old (torch 2.0.1)", "eager")] == "—"
@@ -142,7 +142,7 @@ def test_a_row_whose_sides_ran_different_transformers_warns(tmp_path):
     report = _report(_write_run(tmp_path, transformers_new="5.23.0"))
     warning = _cell(report.image_pairs[0], "Image Classification/ResNet", "Warning", "default").text
     assert warning == f"{MIXES_TRANSFORMERS} (4.43.4 → 5.23.0)"
-    assert {row[-1].text for row in report.summary.rows if row[1].text.startswith("new")} == {"2"}
+    assert {row[-1].text for row in report.summary_details.rows if row[1].text.startswith("new")} == {"2"}
 
 
 def test_the_environment_shows_the_gpu_uuid_and_the_attention_per_image(report):

@@ -99,7 +99,7 @@ def test_a_row_whose_sides_ran_on_different_gpus_warns(gpu_report):
 
 
 def test_the_summary_counts_the_rows_on_different_gpus(gpu_report):
-    summary = gpu_report.summary
+    summary = gpu_report.summary_details   # the summary's detail table holds the image-pair counts
     counts = {(row[1].text, row[2].text): row[summary.header.index("image-pair rows on different GPUs")].text
               for row in summary.rows}
     assert counts[("new (torch 2.1.0)", "eager")] == "1" and counts[("new (torch 2.1.0)", "default")] == "1"
@@ -120,7 +120,7 @@ def test_cpu_records_have_no_uuid_and_no_gpu_warning(tmp_path):
     report = _report(_write_run(tmp_path, device="cpu"))
     assert not any("Warning" in table.header for table in report.image_pairs)
     assert MIXES_GPUS not in report.legends["image_pairs"]
-    assert "image-pair rows on different GPUs" not in report.summary.header
+    assert "image-pair rows on different GPUs" not in report.summary_details.header
     assert _column(report.environment, "Cores")["new (torch 2.1.0)"] == "0-3, 4-7"
     assert "Slot GPU UUID" not in report.environment.header
 

@@ -8,12 +8,12 @@ the report must print "1 of 4". The expected intervals come from scipy's Welch t
 of the planted means, not from the report's code.
 """
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from matplotlib.container import ErrorbarContainer
 from scipy import stats as scipy_stats
 
 from host_helpers import synthetic_record
@@ -22,6 +22,7 @@ from runner.cells_file import cells_file_from_dict
 from runner.core import Status
 from runner.timing import summarize
 
+AA_RATE = r"\(a simulator of known truth stars [\d.]+% of them at \d+ vs \d+ processes; nominal 5%\)"
 FIXTURES = Path(__file__).parent / "fixtures"
 TORCH = {"base": "2.0.1", "base-aa": "2.0.1", "new": "2.1.0"}
 # (image, model, mode) -> the mean of each process
@@ -102,8 +103,14 @@ def test_the_false_alarm_line_counts_starred_aa_comparisons(built):
     assert len(aa) == 4 and set(aa["image"]) == {"base-aa"} and set(aa["against"]) == {"base"}
     starred = aa[aa["verdict"].isin(["faster", "slower"])]
     assert list(zip(starred["model"], starred["mode"])) == [("resnet", "default")]
-    assert "On this machine, 1 of 4 no-change (A/A) comparisons were starred (nominal 5%)." in markdown
+    assert re.search(r"On this machine, 1 of 4 no-change \(A/A\) comparisons were starred " + AA_RATE + r"\.", markdown)
     assert "| CPU (hand-made) | A/A: one image under two names | 0 | 1 |" in markdown    # the verdicts table
+    # issue 34: what chance alone would star among the other tested rows, and the FDR view beside it
+    tested = frame[(frame["kind"] != "aa_change") & frame["verdict"].isin(["faster", "slower", "no change",
+                                                                           "undecided"])]
+    assert re.search(rf"\d+ of {len(tested)} tested comparisons are starred; if nothing had changed, chance alone "
+                     rf"would star about {0.05 * len(tested):.1f} of them", markdown)
+    assert "false-discovery rate (Benjamini-Hochberg" in markdown
 
 
 def test_aa_twins_stay_out_of_the_image_chain_and_get_their_own_tables(built):
@@ -160,13 +167,16 @@ def test_image_change_interval_is_welchs_on_the_log_process_means(built):
 
 
 def test_the_speedup_chart_draws_each_interval_and_marks_the_undecided_bar(built):
+    """Ratios on a log axis (×): each bar's 95% interval (comparisons.csv's ratio_low..ratio_high) is a
+    horizontal line at its bar, clipped at the frame, an arrow where it reaches past it."""
     frame, _, figures = built
     axes = figures["cpu-hand-made_bs1_speedup.png"].axes[0]
-    bars = [container for container in axes.containers if isinstance(container, ErrorbarContainer)]
-    spans = sorted((segment[:, 0].min(), segment[:, 0].max())
-                   for container in bars for segment in container.lines[2][0].get_segments())
+    assert axes.get_xscale() == "log"
+    low, high = axes.get_xlim()
+    spans = sorted((min(line.get_xdata()), max(line.get_xdata())) for line in axes.lines
+                   if len(line.get_xdata()) == 2 and line.get_ydata()[0] == line.get_ydata()[1])
     speedups = frame.query("kind == 'speedup'")
-    expected = sorted(zip(speedups["low_pct"], speedups["high_pct"]))
+    expected = sorted((max(a, low), min(b, high)) for a, b in zip(speedups["ratio_low"], speedups["ratio_high"]))
     assert np.asarray(spans) == pytest.approx(np.asarray(expected))
     names = axes.get_legend_handles_labels()[1]
     assert sum(name.startswith("undecided") for name in names) == 1

@@ -127,4 +127,5 @@ def test_the_report_says_what_was_expected(monkeypatch):
            "timing.cudagraphs.warmup_captures": 2, "timing.cudagraphs.warmup_replays": 2,
            "timing.cudagraphs.timed_captures": 0, "timing.cudagraphs.timed_replays": 100}
     note = tables._flag_note(row)
-    assert "◐ partial_cudagraphs" in note and "timed loop 0/100 of 3 graph(s) x 50 calls" in note
+    assert f"{tables.FLAGS['partial_cudagraphs'][0]} partial_cudagraphs" in note
+    assert "timed loop 0/100 of 3 graph(s) x 50 calls" in note

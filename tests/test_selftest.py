@@ -4,7 +4,7 @@ import pytest
 
 from runner import selftest
 from runner.selftest import GPU_CHECKS, MATMUL_N, Apparatus, run_selftest
-from selftest_fakes import FakeCuda, FakeNvml
+from selftest_fakes import FakeCpuMachine, FakeCuda, FakeNvml
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -38,7 +38,8 @@ def test_events_that_under_measure_fail_the_sleep_and_wall_clock_checks():
 
 
 def test_a_gpu_running_slower_than_nvml_says_fails_the_sleep_check():
-    checks = by_name(run_selftest(gpu(FakeCuda(true_mhz=1500.0))))   # NVML still reports 1980 MHz
+    cuda = FakeCuda(true_mhz=1500.0)
+    checks = by_name(run_selftest(gpu(cuda, nvml=FakeNvml(cuda, reported_mhz=1980.0))))   # NVML says 1980 MHz
     assert checks["sleep kernel"]["status"] == "fail"
 
 
@@ -81,26 +82,22 @@ def test_an_unknown_gpu_skips_the_peak_check():
 
 
 def test_the_cpu_part_on_a_fake_clock_passes_and_names_what_it_skipped():
-    now = [0.0]
-
-    def clock():
-        now[0] += 1e-5   # each reading of the clock takes 10 us
-        return now[0]
-    result = run_selftest(Apparatus("cpu", clock=clock))
+    machine = FakeCpuMachine()   # each reading of a clock takes 10 us of this thread's CPU time, no load
+    result = run_selftest(Apparatus("cpu", clock=machine.timer, cpu_clock=machine.cpu,
+                                    reference_clock=machine.reference))
     checks = by_name(result)
     assert result["passed"] and checks["CPU known-duration step"]["status"] == "pass"
     assert {line.split(":")[0] for line in result["skipped"]} == set(GPU_CHECKS)
 
 
 def test_the_cpu_part_runs_for_real_and_writes_its_result(tmp_path):
-    """Real clock, real loop: the machine's load may stretch the busy wait, so only the shape of the
-    result is asserted, never its timing."""
+    """Real clocks, real loop: a loaded machine is a warning, not a failure, so it passes."""
     out = tmp_path / "selftest.json"
     code = selftest.main(["--out", str(out), "--device", "cpu"])
     import json
 
     result = json.loads(out.read_text())
-    assert code == (0 if result["passed"] else 1)
+    assert code == 0 and result["passed"]
     assert result["device"] == "cpu" and len(result["skipped"]) == len(GPU_CHECKS)
     assert all(check["numbers"] for check in result["checks"] if check["status"] != "skipped")
 
@@ -144,7 +141,7 @@ def test_the_command_runs_the_cpu_part_here(tmp_path):
     from matrixbench.cli import main
 
     result = CliRunner().invoke(main, ["selftest", "--results", str(tmp_path), "--run", "cpu", "--device", "cpu"])
-    assert result.exit_code in (0, 10), result.output   # load may stretch the busy wait: a failed check (10)
+    assert result.exit_code == 0, result.output   # load may stretch the busy wait: a warning, not a failure
     written = json.loads((tmp_path / "cpu" / "selftest.json").read_text())
     assert written["device"] == "cpu" and len(written["skipped"]) == len(GPU_CHECKS)
 

@@ -9,12 +9,14 @@ to keep 8 slots busy to the end
 1.04-1.21x with model x batch-size units), and no comparison the report makes crosses batch sizes.
 
 Units go longest first (``Estimates``: the duration of the cell's earlier record, in this run or
-else the newest earlier run under the same results root, else ``MODEL_S`` by mode); each slot is
+else the newest earlier run under the same results root, else this run's pace on this machine (the
+mean duration of its records of the same mode), else ``MODEL_S`` by mode); each slot is
 a thread that takes the next unit when its last one is done. ``make_units`` and ``Unit`` are the
 reusable part (a cluster task runs one Unit too).
 """
 import functools
 import os
+import statistics
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -135,12 +137,19 @@ class Estimates:
     earlier record in this run (a forced or failed rerun), else of this run's nearest earlier repeat of the
     same cell (a repeat added to a run: its compile is warm as theirs was), else of the newest earlier run's record
     of the same cell in the same image (matched by file name: cell id and repeat, else the cell's
-    repeat 0; and by torch release when the image pins one, ``torch_of[image]``), else ``MODEL_S``
-    by mode."""
+    repeat 0; and by torch release when the image pins one, ``torch_of[image]``), else this machine's
+    pace: the mean duration of the records of the same mode already in this image's folder (other
+    models, measured here; issue 30: the model below billed an H100 run 2.2x too high), else
+    ``MODEL_S`` by mode.
+
+    ``runner_start_s``: what starting a runner costs here, beside its processes' durations (the
+    interpreter, imports, the cache), from the gaps between one runner's last record and the next
+    runner's first in this run's folders; None where the records show none."""
 
     def __init__(self, torch_of: Optional[Mapping[str, Optional[str]]] = None):
         self._torch_of = dict(torch_of or {})
         self._previous: Dict[Path, List[Path]] = {}
+        self._here: Dict[Path, List[Tuple[float, float, str]]] = {}
 
     def __call__(self, work: Any, repeat: Repeat) -> float:
         out_dir = Path(work.out_dir)
@@ -151,7 +160,43 @@ class Estimates:
             duration = record_duration(out_dir / f"{Repeat(repeat.cell, index).id}.json")
         if duration is None:
             duration = self.previous_duration(work, repeat)
+        if duration is None:
+            duration = self.pace_here(work, repeat.cell.mode)
         return duration if duration is not None else MODEL_S.get(repeat.cell.mode, max(MODEL_S.values()))
+
+    def _records_here(self, out_dir: Path) -> List[Tuple[float, float, str]]:
+        """(started at, duration, mode) of every readable record in ``out_dir``, by start."""
+        if out_dir not in self._here:
+            found = []
+            for path in sorted(out_dir.glob("*.json")) if out_dir.is_dir() else ():
+                try:
+                    record = read_record(path)
+                except Unvouched as exc:   # a NaN, negative or text duration: never this machine's pace
+                    warn(exc, "not used for the time estimate")
+                    continue
+                except (RecordError, OSError, ValueError):
+                    continue
+                start, duration = _started_s(record.get("started_at")), record.get("duration_s")
+                mode = (record.get("cell") or {}).get("mode")
+                if duration and mode:
+                    found.append((start if start is not None else float("nan"), float(duration), str(mode)))
+            self._here[out_dir] = sorted(found, key=lambda item: item[0])
+        return self._here[out_dir]
+
+    def pace_here(self, work: Any, mode: str) -> Optional[float]:
+        """The mean duration of this image folder's records of ``mode`` (measured on this machine)."""
+        durations = [duration for _, duration, recorded in self._records_here(Path(work.out_dir)) if recorded == mode]
+        return statistics.fmean(durations) if durations else None
+
+    def runner_start_s(self, works: Sequence[Any]) -> Optional[float]:
+        """The median gap (RUNNER_GAP_S to RUNNER_GAP_MAX_S) between a record's end and the next record's
+        start in ``works``' folders: a runner starting; None where there is none."""
+        gaps = []
+        for out_dir in dict.fromkeys(Path(work.out_dir) for work in works):
+            timed = [(start, duration) for start, duration, _ in self._records_here(out_dir) if start == start]
+            gaps += [following[0] - (start + duration) for (start, duration), following in zip(timed, timed[1:])]
+        gaps = [gap for gap in gaps if RUNNER_GAP_S <= gap <= RUNNER_GAP_MAX_S]
+        return statistics.median(gaps) if gaps else None
 
     def previous_duration(self, work: Any, repeat: Repeat) -> Optional[float]:
         out_dir = Path(work.out_dir)
@@ -164,6 +209,43 @@ class Estimates:
                 if duration is not None:
                     return duration
         return None
+
+
+# A gap between two records of a folder longer than this is a runner starting (started_at has whole
+# seconds: within one runner the next record starts within a second of the last one's end); longer
+# than the maximum, another invocation.
+RUNNER_GAP_S = 2.0
+RUNNER_GAP_MAX_S = 300.0
+
+
+def _started_s(value: Any) -> Optional[float]:
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(str(value)).timestamp() if value else None
+    except ValueError:
+        return None
+
+
+def takes_units(executor: Optional[str], slots: Any, gpus: bool) -> bool:
+    """Whether a run takes its work as units (``make_units``: model by model, longest first; the slots and
+    ray executors) or image by image, round by round (the sequential executor): as
+    ``matrixbench.executors.create_executor`` chooses (no --executor: slots where the run has them,
+    ``slots`` auto giving them only to a GPU run)."""
+    if executor in ("sequential", "slots", "ray"):
+        return executor != "sequential"
+    return slots != "auto" or gpus
+
+
+def run_order(works: Sequence[Any], units: bool,
+              torch_of: Optional[Mapping[str, Optional[str]]] = None) -> List[Tuple[Any, List[Repeat]]]:
+    """The runners of ``works``' pending repeats in the order the run starts them, as
+    ``[(image work, repeats), ...]``: by units (``make_units``, then each unit's ``rounds``; with several
+    slots, the order they are taken from the queue) or, one runner at a time, ``rounds`` across the images.
+    The executors run this order and ``run --dry-run`` prints it."""
+    if units:
+        return [part for unit in make_units(works, torch_of) for part in unit.rounds()]
+    return rounds([(work, work.pending) for work in works if work.pending])
 
 
 def make_units(works: Sequence[Any], torch_of: Optional[Mapping[str, Optional[str]]] = None) -> List[Unit]:

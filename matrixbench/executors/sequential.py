@@ -3,7 +3,7 @@
 cell runs once)."""
 from matrixbench.executors.base import Executor, Run
 from matrixbench.executors.calibration import say_nothing_to_calibrate
-from matrixbench.executors.scheduler import rounds
+from matrixbench.executors.scheduler import run_order
 
 
 class SequentialExecutor(Executor):
@@ -14,5 +14,5 @@ class SequentialExecutor(Executor):
             run.progress.note("exclusive_timing: this run has no slots (one runner at a time), so every "
                               "cell is timed alone anyway")
         run.start()
-        for work, repeats in rounds([(work, work.pending) for work in run.works if work.pending]):
+        for work, repeats in run_order(run.works, units=False):
             run.launch(work, run.request(work).for_repeats(repeats))

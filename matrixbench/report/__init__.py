@@ -17,6 +17,7 @@ from matrixbench.report.cost import unmatched_price_notes
 from matrixbench.report.cost_charts import write_cost_charts
 from matrixbench.report.cost_tables import write_costs
 from matrixbench.report.document import assemble, image_sources
+from matrixbench.report.precision_notes import precision_notes
 from matrixbench.report.published import load_published
 from matrixbench.report.selftest_notes import selftest_notes
 from matrixbench.report_formats import REPORT_FORMATS
@@ -62,7 +63,7 @@ def _write_all(out_dir, formats, frame, calibration, cells, sources, prices, giv
         notes = records.run_notes(manifests) + [f"Left out, not a readable record: {error}" for error in unreadable]
         notes += merging + selftests + [f"Left out, not a readable selftest result: {line}"
                                         for line in selftest_problems]
-        notes += margin_notes(margin_pct, runs_margin)
+        notes += precision_notes(frame) + margin_notes(margin_pct, runs_margin)
         notes += unmatched_price_notes(given_prices, cells)
         written += _write_documents(cells, sources, notes, out_dir, formats, calibration_tables(calibration), prices)
     if "csv" in formats:

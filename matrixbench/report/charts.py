@@ -1,14 +1,18 @@
 """Charts like the seed page's, and some it lacks.
 
-Per device and batch size: latency bars and % faster than eager per model (every image and
-mode); with two or more images, the same mode of each image side by side per model (the
-torch-version question) and each cell's % change against the previous image; with a compiled
-mode other than default, each such cell's % change against the default mode. Per device:
+Per device and batch size: latency bars and the speed-up over eager per model (every image and
+mode), as a ratio (eager ms / compiled ms, ×) on a log axis: ×2 and ×0.5 lie equally far from ×1,
+and the frame is set by the bars, so an interval that reaches past it (two processes a side give
+wide ones) ends in an arrow at the frame's edge instead of stretching the frame and flattening
+every bar (issue 30: an H100 report's axis ran to 7000%); with two or more images, the same mode of
+each image side by side per model (the torch-version question) and each cell's % change against the
+previous image; with a compiled mode other than default, each such cell's % change against the
+default mode. Per device:
 measured against published, one point per cell, with the y=x line (ms against ms on one of the
 page's GPUs, else speed-ups against each of its GPUs).
 A cell that did not run is labelled inside the plot (OOM, ERR, ...), and so is a compiled cell
 whose eager cell did not run ("no eager"). A flagged cell (noisy, accuracy failed, a timing flag:
-no_cudagraphs, throttled, ...) gets the tables' marks (†, ∅, ▼, ...) as markers beside its bar's
+no_cudagraphs, throttled, ...) gets the tables' marks (†, Ø, ▼, ...) as markers beside its bar's
 end or its point, each mark with a legend entry. Speed-up and change bars carry their 95% interval
 as an error bar (report.verdicts.judge_speedup / judge_cells: the judgements comparisons.csv
 holds; none with one process per cell) and an undecided one a "?" beside its bar.
@@ -20,6 +24,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 from matplotlib.transforms import offset_copy  # noqa: E402
 
 from matrixbench.report import arithmetic, stats, verdicts  # noqa: E402
@@ -33,7 +38,10 @@ CHART_DIR = "charts"
 BAR_HEIGHT = 0.8
 HATCHES = ("", "//", "..", "xx", "\\\\", "++")   # one per image; colour is per mode
 MARKERS = ("o", "s", "^", "D", "v", "P")         # one per mode in scatter plots
-SPEEDUP_AXIS = "% faster than eager (eager ms / compiled ms − 1)"
+SPEEDUP_AXIS = "speed-up over eager (eager ms / compiled ms, ×; log scale)"
+RATIO_FRAME = 1.6       # the speed-up frame reaches this factor past the bars (and ×1) on either side
+ARROW_SIZE = 40         # an interval's end past the frame: an arrow marker's area (points^2)
+PAST_FRAME = "interval reaches past the frame"
 CHANGE_AXIS = "% change (ms / {} ms − 1; negative is faster)"
 JUDGED = ("speedup", "image_change", "mode_change")   # the kinds of bar with a judgement (an interval, a verdict)
 LATENCY_AXIS = "mean latency (ms)"
@@ -90,7 +98,7 @@ class _Plot:
     def draw_all(self, folder):
         charts = [self.draw(folder, "duration", f"{self.heading}: latency (ms)")]
         if self.judged_series("speedup"):
-            charts.append(self.draw(folder, "speedup", f"{self.heading}: % faster than eager"))
+            charts.append(self.draw(folder, "speedup", f"{self.heading}: speed-up over eager (×)"))
         if len(self.images) > 1:
             charts.append(self.draw_images(folder, f"{self.heading}: each mode, image against image (ms)"))
         if self.judged_series("image_change"):
@@ -134,12 +142,15 @@ class _Plot:
         labels, drawn = [], []
         for index, (image, mode) in enumerate(series):
             labels += self._bars(axes, index, len(series), image, mode, kind, drawn)
-        _mark_flagged(axes, drawn)
+        origin = 1.0 if kind == "speedup" else 0.0
+        if kind == "speedup":
+            _ratio_frame(axes, [(x, y, self._judgement(row, kind)) for x, y, row in drawn], bool(labels))
+        _mark_flagged(axes, drawn, origin)
         if kind in JUDGED:
             _mark_undecided(axes, [(x, y) for x, y, row in drawn if self._undecided(row, kind)], self.cells.margin_pct,
-                            "speed-up" if kind == "speedup" else "change")
-        self._decorate(axes, title, _axis_text(kind))
-        _place_labels(axes, labels)
+                            "speed-up" if kind == "speedup" else "change", origin)
+        self._decorate(axes, title, _axis_text(kind), origin)
+        _place_labels(axes, labels, origin)
         return _save(figure, folder, f"{self.name}_{kind}.png", title)
 
     def _bars(self, axes, index, count, image, mode, kind, drawn):
@@ -159,10 +170,12 @@ class _Plot:
                 errors[1].append(above)
             elif row is not None:
                 labels.append((position + offset, f"{self._why_no_bar(row, kind)}: {image} {mode}"))
-        axes.barh(positions, values, height=BAR_HEIGHT / count, label=f"{self.cells.image_labels[image]} {mode}",
+        ratio = kind == "speedup"   # bars from ×1 to the ratio; its intervals are drawn by _ratio_frame
+        axes.barh(positions, [value - 1.0 for value in values] if ratio else values, left=1.0 if ratio else None,
+                  height=BAR_HEIGHT / count, label=f"{self.cells.image_labels[image]} {mode}",
                   color=f"C{self.modes.index(mode)}", edgecolor="white",
                   hatch=HATCHES[self.images.index(image) % len(HATCHES)],
-                  xerr=errors if kind in JUDGED and values else None, error_kw=ERROR_STYLE)
+                  xerr=errors if kind in JUDGED and values and not ratio else None, error_kw=ERROR_STYLE)
         return labels
 
     def _error(self, row, value, kind):
@@ -188,13 +201,15 @@ class _Plot:
         if kind == "duration":
             return row["timing.mean_ms"] if is_ok(row) else None
         found = self._judgement(row, kind)
-        return None if found is None else verdicts.percent(found)
+        if found is None:
+            return None
+        return found.ratio if kind == "speedup" else verdicts.percent(found)
 
-    def _decorate(self, axes, title, axis_text):
+    def _decorate(self, axes, title, axis_text, origin=0.0):
         axes.set_yticks(range(len(self.row_keys)), self._row_labels())
         axes.invert_yaxis()
         axes.set_xlabel(axis_text)
-        axes.axvline(0, color="black", linewidth=0.6)
+        axes.axvline(origin, color="black", linewidth=0.6)
         axes.set_title(title)
         axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         axes.grid(axis="x", alpha=0.3)
@@ -241,13 +256,45 @@ class _Plot:
         return labels
 
 
-def _mark_flagged(axes, points):
+def _ratio_frame(axes, bars, room_for_labels=False):
+    """The speed-up chart's log axis: the frame spans the bars (x, y, judgement) and ×1, RATIO_FRAME
+    past them; each bar's 95% interval as an error bar, clipped at the frame, with an arrow at the
+    edge where it reaches past it (one legend entry)."""
+    axes.set_xscale("log")
+    values = [x for x, _, _ in bars] + [1.0]
+    low, high = min(values) / RATIO_FRAME, max(values) * RATIO_FRAME * (2.0 if room_for_labels else 1.0)
+    axes.set_xlim(low, high)
+    axes.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"×{value:g}"))
+    axes.xaxis.set_minor_formatter(NullFormatter())
+    past = {"<": [], ">": []}
+    for _, y, found in bars:
+        if found is None or found.low is None:
+            continue
+        start, end = max(found.low, low), min(found.high, high)
+        axes.plot([start, end], [y, y], color=ERROR_STYLE["ecolor"], linewidth=ERROR_STYLE["elinewidth"], zorder=2.5)
+        for value, clipped, side in ((found.low, start, "<"), (found.high, end, ">")):
+            if value == clipped:
+                axes.plot([value], [y], marker="|", markersize=2 * ERROR_STYLE["capsize"],
+                          color=ERROR_STYLE["ecolor"], zorder=2.5)
+            else:
+                past[side].append((clipped, y))
+    labelled = False
+    for side, points in past.items():
+        if points:
+            axes.scatter([x for x, _ in points], [y for _, y in points], s=ARROW_SIZE, marker=side,
+                         color=ERROR_STYLE["ecolor"], zorder=3, clip_on=False, gid=PAST_FRAME,
+                         label="_nolegend_" if labelled else PAST_FRAME)
+            labelled = True
+
+
+def _mark_flagged(axes, points, origin=0.0):
     """The tables' marks of each (x, y, row) that has any, as markers to the right of x (to the
-    left for a negative bar), one after another; one legend entry per mark."""
+    left for a bar below ``origin``), one after another; one legend entry per mark."""
     placed = {}
     for x, y, row in points:
         for index, mark in enumerate(marks_of(row)):
-            placed.setdefault((mark, index, x < 0), []).append((x, y))
+            placed.setdefault((mark, index, x < origin), []).append((x, y))
     labelled = set()
     for (mark, index, negative), found in placed.items():
         shift = offset_copy(axes.transData, fig=axes.figure, units="points",
@@ -266,12 +313,12 @@ def _axis_text(kind):
     return CHANGE_AXIS.format("previous image's" if kind == "image_change" else "default mode's")
 
 
-def _mark_undecided(axes, points, margin_pct, what):
-    """A "?" beside each undecided bar (right of its end, left for a negative one); ``what`` names
+def _mark_undecided(axes, points, margin_pct, what, origin=0.0):
+    """A "?" beside each undecided bar (right of its end, left for one below ``origin``); ``what`` names
     the bar's quantity in the legend ("speed-up", "change")."""
     label = f"undecided: the interval holds no {what} and reaches past ±{margin_pct:g}%"
     for negative in (False, True):
-        found = [(x, y) for x, y in points if (x < 0) == negative]
+        found = [(x, y) for x, y in points if (x < origin) == negative]
         if not found:
             continue
         shift = offset_copy(axes.transData, fig=axes.figure, units="points", x=(-1 if negative else 1) * MARK_STEP * 4,
@@ -290,10 +337,15 @@ def _legend_entries(axes_list):
     return list(entries.values()), list(entries)
 
 
-def _place_labels(axes, labels):
+def _place_labels(axes, labels, origin=0.0):
     """Failure labels inside the plot area, beside the bars' zero on the missing bar: to its right,
-    or to its left where the bars are mostly negative (a change chart: faster)."""
+    or to its left where the bars are mostly negative (a change chart: faster). On the speed-up's log
+    axis (``origin`` ×1, its frame already widened by _ratio_frame) just right of ×1."""
     if not labels:
+        return
+    if origin:
+        for position, text in labels:
+            axes.text(origin * 1.02, position, text, **FAILURE_STYLE)
         return
     low, high = axes.get_xlim()
     low, high = min(low, 0.0), max(high, 0.0)

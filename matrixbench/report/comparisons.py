@@ -54,7 +54,7 @@ FILENAME = "comparisons.csv"
 COLUMNS = ("kind", "device", "image", "torch", "batch_size", "model", "task_model", "mode", "against",
            "baseline_ms", "candidate_ms", "estimate_ratio", "ratio_low", "ratio_high", "percent", "low_pct",
            "high_pct", "verdict", "baseline_processes", "candidate_processes", "detectable_pct", "margin_pct",
-           "processes", "process_means", "between_cv", "accuracy",
+           "p_value", "processes", "process_means", "between_cv", "accuracy",
            "published_source", "published_gpu", "published_table", "published_ratio", "published_note")
 
 
@@ -135,7 +135,7 @@ def judged(judgement):
             "percent": pct(judgement.ratio), "low_pct": pct(judgement.low), "high_pct": pct(judgement.high),
             "verdict": judgement.verdict, "baseline_processes": judgement.baseline_processes,
             "candidate_processes": judgement.candidate_processes, "detectable_pct": judgement.detectable_pct,
-            "margin_pct": judgement.margin_pct}
+            "margin_pct": judgement.margin_pct, "p_value": judgement.p_value}
 
 
 def _change(kind, against, baseline, row):

@@ -1,12 +1,13 @@
 """Everything one report shows, assembled in reading order (so footnotes number in order)."""
 from dataclasses import dataclass, field
+from typing import Optional
 
 from matrixbench.report import cost_tables, share_tables, stats, tables, verdicts
 from matrixbench.report.cells import BETWEEN_CV_THRESHOLD
 from matrixbench.report.comparisons import comparisons as comparison_rows
 from matrixbench.report.published import DATASET_NOTES, source_for
 from matrixbench.report.tables import Table
-from matrixbench.report.verdict_summary import aa_line, verdict_table
+from matrixbench.report.verdict_summary import aa_line, multiplicity_line, verdict_table
 from matrixbench.versions import release
 
 _FAILED = "Cells that did not run show their status (OOM, ERR, TIMEOUT, CRASH); the footnote gives the reason."
@@ -16,7 +17,7 @@ def _verdict_legend(margin_pct):
         f"{verdicts.NO_CHANGE_MARK} no change within ±{margin_pct:g}%: the whole interval lies inside "
         f"[1/(1+m), 1+m] for the margin m = {margin_pct:g}%, so any real change is smaller than that. "
         f"{verdicts.UNDECIDED_MARK} undecided: the interval holds no change but reaches past the margin; more "
-        f"processes (repeats) would decide. The interval: Welch's t on the two cells' log per-process means "
+        f"processes (repeats) would decide. The interval: Welch's t on the two cells' log per-process estimates "
         f"(each process, a repeat, is one independent draw; samples within one process are not), as a ratio of "
         f"geometric means. Tested only when both cells ran in {stats.MIN_PROCESSES} or more processes; otherwise "
         f"the change is shown and marked \"{verdicts.NOT_TESTED_TEXT}\". See docs/verdicts.md.")
@@ -47,14 +48,19 @@ def legends_for(margin_pct=verdicts.MARGIN_PCT):
     return {
         "verdicts": (
             "Every comparison of two cells gets a verdict (comparisons.csv has each one's interval): "
-            f"{significant} The smallest change a comparison could have detected is in comparisons.csv "
-            "(detectable_pct)."),
+            f"{significant} The true change a comparison would star 80% of the time is in comparisons.csv "
+            "(detectable_pct). Verdicts and their % judge each process by the trimmed mean of its calls (the middle "
+            "80%, which a few host stalls cannot drag) and compare geometric means of those, not mean latencies; "
+            "the ms shown are the processes' plain means."),
         "summary": (
             f"Per device, image and mode. Speed-up: eager ms / compiled ms ({_CELL_MS}), as a geometric mean "
             "over the models and batch sizes where both ran and the compiled output passed the accuracy check "
             "(the number of cells in brackets). "
             "When images cover different cells, the geo-mean over common cells takes only the cells every image of the "
-            "device has. Accuracy failures: compiled outputs further from eager than the tolerance, or NaN."),
+            "device has. Cells ran: the cells that ran of those recorded (the others' statuses in brackets). "
+            "Accuracy failures: compiled outputs further from eager than the tolerance, or NaN. The table after it "
+            "has the rest: each status's count, noise, warm compile, graph breaks, image-pair rows that mix "
+            "something."),
         "per_device": (
             f"Latency in ms: {_CELL_MS}. In compiled columns, in brackets, the speed-up over eager: "
             "eager ms / compiled ms - 1. "
@@ -125,6 +131,7 @@ class Report:
     cost_charts: list = field(default_factory=list)   # its charts (report.cost_charts)
     prices: list = field(default_factory=list)        # the prices used, as sentences
     attribution: list = field(default_factory=list)   # per mixed pair: how much of its change each factor explains
+    summary_details: Optional[Table] = None           # the summary's other columns (tables.summary_details_table)
 
 
 def image_sources(cells, overrides=None):
@@ -143,10 +150,11 @@ def assemble(cells, published, notes, charts, sources=None, calibration=(), pric
     sources = image_sources(cells) if sources is None else sources
     footnotes = tables.Footnotes()
     legends = legends_for(cells.margin_pct)
-    summary = tables.summary_table(cells)
+    summary, details = tables.summary_table(cells), tables.summary_details_table(cells)
     derived = comparison_rows(cells, published, sources)
     legends["summary"] += "".join(f" {text}" for column, text in (
-        (tables.COMPILE_COLUMN, _COMPILE), (tables.WARM_COMPILE_COLUMN, _WARM_COMPILE)) if column in summary.header)
+        (tables.COMPILE_COLUMN, _COMPILE), (tables.WARM_COMPILE_COLUMN, _WARM_COMPILE))
+        if column in summary.header + details.header)
     flags = tables.flags_in(cells)
     if flags:
         legends["per_device"] += " " + tables.flag_legend(flags)
@@ -163,7 +171,7 @@ def assemble(cells, published, notes, charts, sources=None, calibration=(), pric
         notes=list(notes),
         summary=summary,
         verdicts=verdict_table(derived, cells.margin_pct),
-        verdict_lines=[line for line in [aa_line(derived)] if line],
+        verdict_lines=[line for line in [multiplicity_line(derived), aa_line(derived)] if line],
         per_device=tables.per_device_tables(cells, footnotes),
         image_pairs=tables.image_pair_tables(cells, footnotes, share_tables.split_rows),
         compile_modes=tables.compile_mode_tables(cells, footnotes),
@@ -177,4 +185,5 @@ def assemble(cells, published, notes, charts, sources=None, calibration=(), pric
         cost_charts=list(cost_charts),
         prices=[price.describe() for price in prices.values()],
         attribution=share_tables.summary_tables(cells),
+        summary_details=details,
     )

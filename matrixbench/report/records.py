@@ -25,7 +25,7 @@ from matrixbench.results_files import NewerUnvouched, Unvouched, read_record
 from matrixbench.resume import MEASUREMENT_SETTINGS
 from runner.schema import RECORD_SCHEMA
 
-NOT_RECORDS = (CELLS_FILENAME, MANIFEST_FILENAME, SELFTEST_FILENAME)
+NOT_RECORDS = (CELLS_FILENAME, MANIFEST_FILENAME, SELFTEST_FILENAME)   # selftest.json: the selftest notes read it
 # Columns computed here, ahead of the record's own flattened (dotted) keys. ``run_id``, ``machine`` and
 # ``process`` are a measurement's identity (docs/contract.md); ``settings_label`` tells apart rows of one
 # cell measured with other settings by two runs.
@@ -66,7 +66,8 @@ COLUMNS = list(DERIVED_COLUMNS) + [column for column in record_columns() if colu
 
 def find_record_files(results_dirs):
     """Record files under the given folders (searched recursively), sorted: every ``*.json``
-    but the manifests (cells.json, run.json). A results folder holds nothing else."""
+    but the manifests (cells.json, run.json) and the selftest's result (selftest.json). A results folder
+    holds nothing else."""
     paths = []
     for folder in map(Path, results_dirs):
         if not folder.is_dir():

@@ -22,19 +22,22 @@ ACCURACY_MARK = "‡"
 EAGER_FAILED_MARK = "◊"
 PUBLISHED_NOTE_MARK = "§"
 SIGNIFICANT_MARK = verdicts.STAR
-PER_CALL_MARK = "⧖"
+PER_CALL_MARK = "↕"   # the host and the GPU wait for each other inside a call
 NO_DATA = "—"
+# Every mark is a glyph DejaVu Sans (matplotlib's and most Linux desktops' default) and Liberation Sans
+# (Arial's metric twin) both have, so no browser or chart draws it as an empty box (issue 30: ⧖ did);
+# tests/test_report_marks.py checks each against the fonts.
 ACCURACY_FAILURES = ("fail", "nan")
 # timing.flags the runner sets (runner.cudagraphs, runner.gpu_state, runner.timing): mark, meaning.
 FLAGS = {
-    "no_cudagraphs": ("∅", "measured without CUDA graphs: the timed loop replayed no CUDA graph, so this "
+    "no_cudagraphs": ("Ø", "measured without CUDA graphs: the timed loop replayed no CUDA graph, so this "
                            "reduce-overhead/max-autotune number is a default-mode number"),
-    "partial_cudagraphs": ("◐", "the timed loop replayed fewer CUDA graphs than graphs x calls: some compiled "
+    "partial_cudagraphs": ("½", "the timed loop replayed fewer CUDA graphs than graphs x calls: some compiled "
                                 "graphs ran without CUDA graphs (skipped), so this is partly a default-mode number"),
-    "compile_overlap": ("⇄", "the timed loop overlapped another slot's compile on this host, which steals CPU "
+    "compile_overlap": ("↔", "the timed loop overlapped another slot's compile on this host, which steals CPU "
                              "from launch-bound loops: rerun with --exclusive-timing (slots compile together and "
                              "time one at a time)"),
-    "cudagraph_recaptured": ("↻", "a CUDA graph was captured inside the timed loop (re-recording): the "
+    "cudagraph_recaptured": ("∆", "a CUDA graph was captured inside the timed loop (re-recording): the "
                                   "latency includes capture work"),
     "throttled": ("▼", "the GPU throttled during the timed loop (power cap, thermal or hardware slowdown): "
                        "the latency is not the GPU's full speed, and a comparison with it is at most undecided, "
@@ -509,7 +512,34 @@ def _measured_speedup(eager, row, notes):
 SUMMARY_STATUSES = STATUSES
 
 
+CELLS_COLUMN = "cells ran"
+MIXING_COLUMN = "image-pair rows mixing transformers/attention"
+GPU_MIXING_COLUMN = "image-pair rows on different GPUs"
+# What a reader needs first (issue 30: the one summary of 17 columns needed a scrollbar): the speed-ups,
+# how many cells ran, what is wrong with them, the compile time; the rest in the detail table below it.
+SUMMARY_FRONT = ("Device", "Image", "Mode", "geo-mean speed-up", "geo-mean over common cells", CELLS_COLUMN,
+                 "accuracy failures", "flagged", COMPILE_COLUMN)
+
+
 def summary_table(cells):
+    """The summary's front table (SUMMARY_FRONT): per device, image and mode."""
+    return _summary_part(cells, lambda column: column in SUMMARY_FRONT, "Summary")
+
+
+def summary_details_table(cells):
+    """The summary's other columns (each status's count, noise, warm compile, graph breaks, the
+    image-pair rows that mix something), beside the same Device, Image and Mode."""
+    return _summary_part(cells, lambda column: column in SUMMARY_FRONT[:3] or column not in SUMMARY_FRONT,
+                         "Summary, in detail")
+
+
+def _summary_part(cells, keep, title):
+    header, rows = _summary_columns(cells)
+    chosen = [index for index, column in enumerate(header) if keep(column)]
+    return drop_empty_columns(Table(title, [header[i] for i in chosen], [[row[i] for i in chosen] for row in rows]))
+
+
+def _summary_columns(cells):
     rows = []
     counted = (mixed_rows(cells), mixed_rows(cells, gpu_mismatch))
     for device in cells.values("device"):
@@ -519,11 +549,21 @@ def summary_table(cells):
                 counts = [found.get((device, image, mode)) for found in counted]
                 rows.append(_summary_row(cells, device, image, mode, common.get(mode))
                             + [missing() if count is None else Cell(str(count)) for count in counts])
-    header = ["Device", "Image", "Mode", "geo-mean speed-up", "geo-mean over common cells", *SUMMARY_STATUSES,
-              "noisy", "between-process CV (median)", "accuracy failures", "flagged", COMPILE_COLUMN,
-              WARM_COMPILE_COLUMN, "graph breaks",
-              "image-pair rows mixing transformers/attention", "image-pair rows on different GPUs"]
-    return drop_empty_columns(Table("Summary", header, rows))
+    header = ["Device", "Image", "Mode", "geo-mean speed-up", "geo-mean over common cells", CELLS_COLUMN,
+              *SUMMARY_STATUSES, "noisy", "between-process CV (median)", "accuracy failures", "flagged",
+              COMPILE_COLUMN, WARM_COMPILE_COLUMN, "graph breaks", MIXING_COLUMN, GPU_MIXING_COLUMN]
+    return header, rows
+
+
+def _cells_ran(selected):
+    """"5 of 6 (oom 1)": the cells that ran (status ok) of those recorded, and what the others were."""
+    others = {}
+    for row in selected:
+        if row["status"] != "ok":
+            others[row["status"]] = others.get(row["status"], 0) + 1
+    ran = sum(row["status"] == "ok" for row in selected)
+    detail = ", ".join(f"{STATUS_TEXT.get(status, status)} {count}" for status, count in others.items())
+    return Cell(f"{ran} of {len(selected)}" + (f" ({detail})" if detail else ""))
 
 
 def _summary_row(cells, device, image, mode, common):
@@ -533,7 +573,7 @@ def _summary_row(cells, device, image, mode, common):
     is_compiled = compiled(mode)
     geomeans = [_geomean_cell(speedups(cells, ok)), _common_geomean_cell(cells, ok, common)] if is_compiled \
         else [missing("baseline"), missing()]
-    return ([label(device), label(cells.image_labels[image]), label(mode)] + geomeans
+    return ([label(device), label(cells.image_labels[image]), label(mode)] + geomeans + [_cells_ran(selected)]
             + counts + [Cell(str(sum(bool(row["timing.noisy"]) or bool(row["between_noisy"]) for row in ok))),
                         _median_between_cv(ok)]
             + [Cell(str(sum(row["accuracy.status"] in ACCURACY_FAILURES for row in ok))), _flagged_cell(ok)]
@@ -542,7 +582,7 @@ def _summary_row(cells, device, image, mode, common):
 
 
 def _flagged_cell(ok_rows):
-    """How many cells carry a timing flag, and which (e.g. "2 (∅ 1, ▼ 1)"); a dash where no record
+    """How many cells carry a timing flag, and which (e.g. "2 (Ø 1, ▼ 1)"); a dash where no record
     has flags (records before schema v2)."""
     if all(row.get("timing.flags") is None for row in ok_rows):
         return missing()

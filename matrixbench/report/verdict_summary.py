@@ -1,4 +1,6 @@
-"""The summary's verdict counts and the A/A false-alarm line, from comparisons.csv's rows."""
+"""The summary's verdict counts, the A/A false-alarm line and the multiplicity line, from comparisons.csv's rows."""
+from collections import Counter
+
 from matrixbench.report import stats
 from matrixbench.report.tables import Cell, Table, drop_empty_columns, label
 
@@ -23,15 +25,47 @@ def verdict_table(rows, margin_pct):
 
 
 def aa_line(rows):
-    """"On this machine, N of M no-change (A/A) comparisons were starred (nominal 5%).", or None
-    without A/A rows; M counts the tested ones."""
-    found = [row["verdict"] for row in rows if row["kind"] == "aa_change"]
+    """"On this machine, N of M no-change (A/A) comparisons were starred (a simulator of known truth
+    stars X% at B vs C processes; nominal 5%).", or None without A/A rows; M counts the tested ones,
+    B vs C the process counts most of them had (stats.simulated_false_star_rate measures X)."""
+    found = [row for row in rows if row["kind"] == "aa_change"]
     if not found:
         return None
-    tested = [verdict for verdict in found if verdict != stats.UNTESTED]
-    starred = sum(verdict in stats.STARRED for verdict in tested)
+    tested = [row for row in found if row["verdict"] != stats.UNTESTED]
+    starred = sum(row["verdict"] in stats.STARRED for row in tested)
     nominal = round((1.0 - stats.CONFIDENCE) * 100)
     untested = len(found) - len(tested)
     extra = f" ({untested} more not tested: one process per cell)" if untested else ""
+    measured = f"nominal {nominal}%"
+    counts = Counter((row.get("baseline_processes"), row.get("candidate_processes")) for row in tested)
+    if counts:
+        (baseline, candidate), _ = counts.most_common(1)[0]
+        if isinstance(baseline, int) and isinstance(candidate, int) and min(baseline, candidate) >= stats.MIN_PROCESSES:
+            rate = stats.simulated_false_star_rate(baseline, candidate)
+            measured = (f"a simulator of known truth stars {rate:.1%} of them at {baseline} vs {candidate} "
+                        f"processes; nominal {nominal}%")
     return (f"On this machine, {starred} of {len(tested)} no-change (A/A) comparisons were starred "
-            f"(nominal {nominal}%){extra}.")
+            f"({measured}){extra}.")
+
+
+def multiplicity_line(rows):
+    """How many of the report's stars chance alone would give, and the Benjamini-Hochberg view: "N of
+    M tested comparisons are starred; if nothing had changed, chance alone would star about E (at
+    least one in P% of such reports). At a 5% false-discovery rate (Benjamini-Hochberg) D of them
+    stand.", or None without tested rows. A/A rows are left out (their line is aa_line's)."""
+    tested = [row for row in rows if row.get("kind") in KIND_TITLES and row["kind"] != "aa_change"
+              and row.get("verdict") and row["verdict"] != stats.UNTESTED]
+    if not tested:
+        return None
+    starred = sum(row["verdict"] in stats.STARRED for row in tested)
+    expected, any_star = stats.chance_stars(len(tested))
+    line = (f"{starred} of {len(tested)} tested comparisons are starred; if nothing had changed, chance alone "
+            f"would star about {expected:.1f} of them (at least one in {any_star:.0%} of such reports).")
+    p_values = [row.get("p_value") for row in tested]
+    if all(isinstance(value, float) for value in p_values):
+        found = stats.benjamini_hochberg(p_values)
+        kept = sum(keep and row["verdict"] in stats.STARRED for keep, row in zip(found, tested))
+        q = round((1.0 - stats.CONFIDENCE) * 100)
+        line += (f" At a {q}% false-discovery rate (Benjamini-Hochberg over these {len(tested)}), {kept} of the "
+                 f"{starred} stars stand.")
+    return line

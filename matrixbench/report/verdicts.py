@@ -20,6 +20,9 @@ NO_CHANGE_MARK = "≈"
 MARKS = {stats.FASTER: STAR, stats.SLOWER: STAR, stats.UNDECIDED: UNDECIDED_MARK, stats.NO_CHANGE: NO_CHANGE_MARK,
          stats.UNTESTED: ""}
 NOT_TESTED_TEXT = "not tested: one process per cell"
+# What a verdict judges per process (issue 34): stats.JUDGED_ESTIMATE of its calls (the trimmed mean),
+# which a few host stalls cannot drag; the cell's ms (tables, charts, the published comparison) stay the
+# seed's process means. A process with fewer than stats.MIN_SAMPLES samples is judged on its mean.
 
 
 def judge_cells(baseline, candidate, margin_pct=None) -> stats.Judgement:
@@ -28,10 +31,20 @@ def judge_cells(baseline, candidate, margin_pct=None) -> stats.Judgement:
     positive number is a ReportError naming its record."""
     if margin_pct is None:
         margin_pct = candidate.get("margin_pct") or MARGIN_PCT
-    judgement = _judge(tuple(require_positive(baseline)), tuple(require_positive(candidate)), margin_pct)
+    judgement = _judge(tuple(judged_estimates(baseline)), tuple(judged_estimates(candidate)), margin_pct)
     if judgement.decided and throttled(baseline, candidate):
         return replace(judgement, verdict=stats.UNDECIDED)
     return judgement
+
+
+def judged_estimates(row, how=None):
+    """A combined cell row's per-process estimates the verdict judges: stats.judged_estimate of each
+    ok process (its ``process_samples``, its mean)."""
+    means = require_positive(row)
+    samples = row.get("process_samples") or []
+    if len(samples) != len(means):
+        return list(means)
+    return [stats.judged_estimate(values, mean, how) for values, mean in zip(samples, means)]
 
 
 def throttled(*rows):
