@@ -128,9 +128,12 @@ FINISHED_STATUSES = ("finished", "failed")   # a run that ended on its own; any 
 def unfinished_runs(results_dirs):
     """One line per run folder under ``results_dirs`` whose run.json says it did not finish (still
     running, interrupted, killed, incomplete): its report covers only the records it has."""
-    lines = []
+    lines, seen = [], set()
     for folder in map(Path, results_dirs):
         for path in sorted(folder.rglob(MANIFEST_FILENAME)):
+            if os.path.realpath(path) in seen:   # a folder given twice: said once
+                continue
+            seen.add(os.path.realpath(path))
             status = (read_manifest(path.parent) or {}).get("status")
             if status is None:
                 lines.append(f"{path.parent}: run.json records no status (an older matrixbench, or written by hand), "

@@ -561,3 +561,13 @@ def test_an_images_env_secret_typed_into_the_note_is_hidden(tmp_path, monkeypatc
     assert result.exit_code == 0, result.output
     text = (tmp_path / "results" / "default" / "run.json").read_text()
     assert "s3cr3t-of-the-image" not in text and json.loads(text)["note"] == "tried ***"
+
+
+def test_a_folder_given_twice_is_read_once_with_its_selftest_and_status_said_once(tmp_path):
+    run = copy_run(tmp_path / "r" / "acc")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["report", str(run), str(run), "--out", str(out), "--format", "md,csv"])
+    assert result.exit_code == 0, result.output
+    assert len((out / "results.csv").read_text().splitlines()) == len(list((REAL / "latest").glob("*.json"))) + 1
+    assert (out / "report.md").read_text().count("Selftest of the measuring apparatus") == 1
+    assert result.output.count("the run is interrupted") == 1

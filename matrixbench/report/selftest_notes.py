@@ -1,4 +1,5 @@
 """The selftest's results (``matrixbench selftest``, in each run folder) as notes of the report."""
+import os
 from pathlib import Path
 
 from matrixbench.layout import SELFTEST_FILENAME as RESULT_FILE
@@ -10,9 +11,12 @@ def selftest_notes(results_dirs):
     RESULT_FILE), read by matrixbench.results_files (a FIFO or a link to /dev/zero is refused, not
     read): where it ran, pass or fail, and each check's line with its numbers; one problem line per
     file that reader cannot vouch for."""
-    notes, problems = [], []
+    notes, problems, seen = [], [], set()
     for folder in map(Path, results_dirs):
         for path in sorted(folder.rglob(RESULT_FILE)):
+            if os.path.realpath(path) in seen:   # a folder given twice: its selftest once
+                continue
+            seen.add(os.path.realpath(path))
             try:
                 result = read_selftest(path, folder)
             except Unvouched as exc:
