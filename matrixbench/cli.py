@@ -9,6 +9,7 @@ import dataclasses
 import errno
 import functools
 import importlib
+import math
 import os
 import sys
 from pathlib import Path
@@ -86,11 +87,32 @@ _CLICK_TYPES = {"integer": int, "number": float, "string": str}
 
 
 def _auto_or(convert):
-    """A click type for a setting that also takes "auto"."""
+    """A click type for a setting that also takes "auto" (in any case: AUTO, Auto)."""
     def parse(text):
-        return text if text == "auto" else convert(text)
+        if isinstance(text, str) and text.strip().lower() == "auto":
+            return "auto"
+        try:
+            return convert(text)
+        except ValueError:
+            kind = "an integer" if convert is int else "a number"
+            raise click.BadParameter(f"{text!r} is neither {kind} nor 'auto'") from None
     parse.__name__ = f"auto or {convert.__name__}"
     return parse
+
+
+class FinitePositive(click.ParamType):
+    """A number above 0 that is finite: "nan", "inf" and "1e400" are refused (click.FloatRange takes them)."""
+
+    name = "finite number > 0"
+
+    def convert(self, value, param, ctx):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number) or number <= 0:
+            self.fail(f"{value!r} is not a finite number above 0", param, ctx)
+        return number
 
 
 def _setting_option(setting):
@@ -478,7 +500,7 @@ def _hide(command, names):
                    "counts how many no-change comparisons were starred on this machine (docs/verdicts.md, Repeats). "
                    "Narrow the cells with --models/--batch-sizes/--modes; the run is aa-IMAGE unless --run names "
                    "another.")
-@click.option("--budget", "budget_min", type=click.FloatRange(min=0, min_open=True), metavar="MINUTES",
+@click.option("--budget", "budget_min", type=FinitePositive(), metavar="MINUTES",
               help="Wall minutes of the run: no process starts that would end past it (estimated from earlier "
                    "records); with --repeats auto, comparisons it leaves undecided say so.")
 @click.option("--dry-run", is_flag=True, help="Print the cells that would run and the estimated duration, and run "

@@ -50,13 +50,27 @@ class Outcome:
         return self.status is LaunchStatus.COMPLETE
 
     def describe(self, request: Any) -> str:
-        """What an incomplete runner left: "image 'x': the runner exited with code 139 before every
-        cell had a record (1 of 2 do; ...)" and its log tail."""
+        """What an incomplete runner left, on one line: "image 'x': the runner exited with code 139 before
+        every cell had a record (1 of 2 do; ...); its last log line: ...; its log: PATH". A traceback in the
+        log stays there: the console gets its last line (the exception) and the log's path."""
         total = len(request.repeats())
+        last = last_line(self.log_tail)
+        said = f"; its last log line: {last}" if last else ""
         return (f"image {request.image.name!r}: the runner exited with code {self.exit_code} before every cell "
                 f"had a record ({total - len(self.missing)} of {total} do; finished records are kept, rerun "
-                f"to resume)\n--- last lines of its log ({Path(request.work_dir()) / LOG_FILENAME}) ---\n"
-                + self.log_tail)
+                f"to resume){said}; its log: {Path(request.work_dir()) / LOG_FILENAME}")
+
+
+MAX_LINE_CHARS = 300
+
+
+def last_line(text: str) -> str:
+    """The last non-empty line of a log (a traceback's: the exception), at most MAX_LINE_CHARS long."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[-1]
+    return line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + "..."
 
 
 def launch(environment: Any, request: Any, on_record: Optional[OnRecord] = None,

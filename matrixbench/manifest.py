@@ -6,20 +6,18 @@ killed (still "running" when the next one took the lock) is marked "killed" ther
 says why the run is what it is (``make matrix`` writes its fallback reason there) and the
 report shows it.
 """
-import json
 import os
 from datetime import datetime, timezone
 from pathlib import Path
 
 from matrixbench.errors import ManifestError
 from matrixbench.layout import MANIFEST_FILENAME, manifest_path
-from matrixbench.redact import redact_data
-from runner.files import MIB, read_bounded_text
+from matrixbench.redact import redact_data, remember, secrets
+from matrixbench.results_files import Unvouched, check_manifest, read_manifest_file
 from runner.schema import write_json_atomic
 
 MANIFEST_VERSION = 1
 SUPPORTED_MANIFEST_VERSIONS = (1,)
-MAX_MANIFEST_BYTES = 64 * MIB   # the matrix and every earlier invocation: a few KB each
 ORDER_SCHEME = ("counterbalanced: images take turns repeat by repeat, in matrix order on even repeats and "
                 "reversed on odd ones; each model's modes likewise (order_seed's order, reversed on odd repeats)")
 
@@ -30,6 +28,8 @@ def now_iso():
 
 def start_manifest(run_path, *, run_name, matrix, backend, device, gpus, note, command, order_seed=None):
     """Write run.json with status "running"; return the manifest dict."""
+    for image in matrix.images.values():   # an image's env secrets are hidden by value too (in --note, ...)
+        remember(secrets(getattr(image, "env", None) or {}))
     previous = read_manifest(run_path)
     manifest = {
         "schema_version": MANIFEST_VERSION,
@@ -101,18 +101,19 @@ def read_manifest(run_path):
     if not os.path.lexists(path):
         return None
     try:
-        manifest = json.loads(read_bounded_text(path, MAX_MANIFEST_BYTES))
-    except (OSError, ValueError, RecursionError) as exc:
-        raise ManifestError(f"{path}: run manifest is not readable JSON ({exc}); move it aside or use another "
-                            "--run name") from None
-    version = manifest.get("schema_version") if isinstance(manifest, dict) else None
-    if version not in SUPPORTED_MANIFEST_VERSIONS:
-        raise ManifestError(f"{path}: run manifest schema_version {version!r} is not supported; this matrixbench "
-                            f"reads versions {list(SUPPORTED_MANIFEST_VERSIONS)}. Upgrade matrixbench or rerun.")
-    history = manifest.get("history", [])
-    if not isinstance(history, list) or not all(isinstance(entry, dict) for entry in history):
-        raise ManifestError(f"{path}: run manifest 'history' must be a list of objects, got "
-                            f"{type(history).__name__}; fix it by hand, or move run.json aside (the records stay)")
+        manifest = read_manifest_file(path)
+    except Unvouched as exc:
+        raise ManifestError(f"{exc.line()}; move it aside or use another --run name") from None
+    version = manifest.get("schema_version")
+    if version not in SUPPORTED_MANIFEST_VERSIONS or isinstance(version, bool):
+        shown = repr(version) if len(repr(version)) <= 60 else repr(version)[:60] + "..."
+        raise ManifestError(f"{path}: run manifest schema_version {shown} is not supported; this "
+                            f"matrixbench reads versions {list(SUPPORTED_MANIFEST_VERSIONS)}. Upgrade matrixbench or "
+                            "rerun.")
+    try:
+        check_manifest(manifest, path)
+    except Unvouched as exc:
+        raise ManifestError(f"{exc.line()}; fix it by hand, or move run.json aside (the records stay)") from None
     return manifest
 
 
@@ -127,9 +128,12 @@ FINISHED_STATUSES = ("finished", "failed")   # a run that ended on its own; any 
 def unfinished_runs(results_dirs):
     """One line per run folder under ``results_dirs`` whose run.json says it did not finish (still
     running, interrupted, killed, incomplete): its report covers only the records it has."""
-    lines = []
+    lines, seen = [], set()
     for folder in map(Path, results_dirs):
         for path in sorted(folder.rglob(MANIFEST_FILENAME)):
+            if os.path.realpath(path) in seen:   # a folder given twice: said once
+                continue
+            seen.add(os.path.realpath(path))
             status = (read_manifest(path.parent) or {}).get("status")
             if status is None:
                 lines.append(f"{path.parent}: run.json records no status (an older matrixbench, or written by hand), "

@@ -25,9 +25,10 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 from matrixbench.errors import ResumeConflictError
 from matrixbench.layout import image_dir
 from matrixbench.matrix import Matrix, cells_by_image
+from matrixbench.results_files import read_record
 from runner.cells_file import schedule_pairs
 from runner.core import Cell, Repeat
-from runner.schema import NewerRecordError, RecordError, needs_run, read_record, record_path
+from runner.schema import NewerRecordError, RecordError, needs_run, record_path
 
 
 @dataclass(frozen=True)
@@ -118,9 +119,12 @@ def _mode_groups(cells: Sequence[Cell]) -> List[List[Cell]]:
 def _image_work(name: str, cells: List[Cell], out_dir: Path, force: bool, retry_failed: bool, repeats: List[Repeat],
                 order_seed: int, gpu_type: Optional[str] = None) -> ImageWork:
     """One image's work; linear in its repeats (one look at each record)."""
-    pending = [r for r in repeats if _needs_run(out_dir, r, force, retry_failed)]
-    pending_ids = {r.id for r in pending}
-    failures = sum(_recorded_status(out_dir, r) != "ok" for r in repeats if r.id not in pending_ids)
+    needed = {r.id for r in repeats if _needs_run(out_dir, r, force, retry_failed)}
+    statuses = {r.id: _recorded_status(out_dir, r) for r in repeats if r.id not in needed}
+    # a record matrixbench.results_files cannot vouch for (status None: a NaN or negative value, a wrong
+    # type) is rerun and replaced, as an unreadable one is: it is never the cell's measurement
+    pending = [r for r in repeats if r.id in needed or statuses[r.id] is None]
+    failures = sum(status is not None and status != "ok" for status in statuses.values())
     return ImageWork(image_name=name, out_dir=out_dir, cells=cells, pending=pending,
                      recorded_failures=failures, unreadable=tuple(_unreadable(out_dir, pending)),
                      repeats=tuple(repeats), order_seed=order_seed, gpu_type=gpu_type)

@@ -1,22 +1,47 @@
 """The one place secrets are hidden before anything is written or shown: run.json, cells.json,
 logs, error messages, build lines and reports all go through it.
 
-Two kinds of secret: the value of an environment-like key that names one (``HF_TOKEN``,
-``*_SECRET``, ``*PASSWORD*``, ``*KEY*``: an image's ``env``, the run-time secrets), and the
-credentials in a URL (``https://user:TOKEN@host/simple``: an index URL). Both become ``***``.
+Three kinds of secret, all become ``***``:
+
+- the value under a key that names one (``HF_TOKEN``, ``*_SECRET``, ``*PASSWORD*``, ``*KEY*``, ``GH_PAT``,
+  ``MY_PASS``: ``is_secret_key``) in data written (an image's ``env``);
+- **by value**: every value of this process's environment variables whose names look secret (the
+  run-time secrets such as HF_TOKEN included) and of any secret ``remember``ed, wherever it appears in
+  text written or printed (``--note``, the command, a log tail, an error message), also percent-encoded;
+- the credentials of a URL, found by its scheme and parsed with ``urllib.parse`` (not a pattern that
+  stops at a quote): the user and password of ``https://user:pa'ss@host/``, and the values of query
+  parameters whose names look secret (``?token=``, ``&sig=``).
 """
+import os
 import re
-from typing import Any, Iterable, Mapping
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, Iterable, List, Mapping, Set
+from urllib.parse import quote, urlsplit, urlunsplit
 
 HIDDEN = "***"
-SECRET_KEY = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
+SECRET_KEY = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
+# whole words of a key (split at _ - . and case): GH_PAT, MY_PASS, DB_PWD; not PATH, not COMPASS
+SECRET_WORDS = frozenset({"PAT", "PASS", "PWD", "SIG", "SIGNATURE", "APIKEY", "SESSION", "COOKIE"})
 MIN_SECRET_CHARS = 4   # shorter values would hide every "a" in a log
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+_remembered: Set[str] = set()
 
 
 def is_secret_key(key: Any) -> bool:
-    return isinstance(key, str) and bool(SECRET_KEY.search(key))
+    if not isinstance(key, str):
+        return False
+    return bool(SECRET_KEY.search(key)) or any(word.upper() in SECRET_WORDS for word in re.split(r"[^A-Za-z0-9]+", key))
+
+
+def remember(values: Iterable[Any]) -> None:
+    """Secret values to hide from everything written or printed from now on (an image's env secrets)."""
+    _remembered.update(str(value) for value in values if value is not None and len(str(value)) >= MIN_SECRET_CHARS)
+
+
+def known_secrets() -> List[str]:
+    """Every secret value this process knows: its environment's secret-named variables and the remembered
+    ones, longest first (a secret holding another is hidden whole)."""
+    found = set(_remembered) | set(secrets(os.environ))
+    return sorted(found, key=len, reverse=True)
 
 
 def secrets(env: Mapping[str, Any]) -> list:
@@ -26,26 +51,74 @@ def secrets(env: Mapping[str, Any]) -> list:
 
 
 def redact_urls(value: Any) -> str:
-    """``value`` as text with every URL's user and password replaced by ``***``."""
-    return _URL.sub(lambda match: _redact_url(match.group(0)), str(value))
+    """``value`` as text with every known secret value (``known_secrets``) and every URL's credentials
+    replaced by ``***``: what any line printed goes through."""
+    return redact_text(str(value))
+
+
+def _redact_urls_only(text: str) -> str:
+    out, position = [], 0
+    for match in _SCHEME.finditer(text):
+        if match.start() < position:
+            continue
+        end = _url_end(text, match.start())
+        out.append(text[position:match.start()])
+        out.append(_redact_url(text[match.start():end]))
+        position = end
+    out.append(text[position:])
+    return "".join(out)
+
+
+def _url_end(text: str, start: int) -> int:
+    """Where the URL starting at ``start`` ends: at white space; a quote or bracket ends it only after the
+    host (a password may hold ``'``), or where the quote closes one that opened right before the URL."""
+    end = start
+    while end < len(text) and not text[end].isspace():
+        end += 1
+    opener = text[start - 1] if start > 0 else ""
+    closer = {"'": "'", '"': '"', "(": ")", "<": ">", "[": "]"}.get(opener)
+    if closer:
+        at = text.rfind(closer, start, end)
+        if at > text.find("@", start, end) and at != -1:
+            end = at
+    return end
 
 
 def _redact_url(word: str) -> str:
     try:
         parts = urlsplit(word)
     except ValueError:
-        return word
-    if "@" not in parts.netloc:
-        return word
-    return urlunsplit(parts._replace(netloc=f"{HIDDEN}@" + parts.netloc.rsplit("@", 1)[1]))
+        return _hide_userinfo(word)
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{HIDDEN}@" + netloc.rsplit("@", 1)[1]
+    query = "&".join(_hide_param(piece) for piece in parts.query.split("&")) if parts.query else parts.query
+    fragment = "&".join(_hide_param(piece) for piece in parts.fragment.split("&")) if "=" in parts.fragment \
+        else parts.fragment
+    return urlunsplit(parts._replace(netloc=netloc, query=query, fragment=fragment))
+
+
+def _hide_userinfo(word: str) -> str:
+    scheme, _, rest = word.partition("://")
+    return f"{scheme}://{HIDDEN}@{rest.rsplit('@', 1)[1]}" if "@" in rest else word
+
+
+def _hide_param(piece: str) -> str:
+    name, equals, value = piece.partition("=")
+    return f"{name}={HIDDEN}" if equals and value and is_secret_key(name) else piece
 
 
 def redact_text(text: str, hide: Iterable[str] = ()) -> str:
-    """``text`` with each of ``hide`` (secret values) and every URL's credentials as ``***``."""
-    for value in hide:
-        if value and len(str(value)) >= MIN_SECRET_CHARS:
-            text = text.replace(str(value), HIDDEN)
-    return redact_urls(text) if "://" in text else text
+    """``text`` with each of ``hide`` (secret values), every known secret value (``known_secrets``, also
+    percent-encoded) and every URL's credentials as ``***``."""
+    text = str(text)
+    values = sorted({str(value) for value in hide if value and len(str(value)) >= MIN_SECRET_CHARS}
+                    | set(known_secrets()), key=len, reverse=True)
+    for value in values:
+        for form in {value, quote(value, safe="")}:
+            if form in text:
+                text = text.replace(form, HIDDEN)
+    return _redact_urls_only(text) if "://" in text else text
 
 
 def redact_data(data: Any) -> Any:
@@ -56,6 +129,6 @@ def redact_data(data: Any) -> Any:
                 for key, value in data.items()}
     if isinstance(data, (list, tuple)):
         return [redact_data(item) for item in data]
-    if isinstance(data, str) and "://" in data:
-        return redact_urls(data)
+    if isinstance(data, str):
+        return redact_text(data)
     return data

@@ -10,8 +10,9 @@ name; the error names what differs and offers ``--force`` or a new ``--run`` nam
 from collections import Counter
 
 from matrixbench.errors import ResumeConflictError
+from matrixbench.results_files import read_record
 from runner.records import effective_warmup
-from runner.schema import read_record, record_path
+from runner.schema import record_path
 
 MEASUREMENT_SETTINGS = ("iterations", "warmup", "accuracy_tolerance")
 MAX_SHOWN = 8

@@ -17,6 +17,7 @@ from pathlib import Path
 from matrixbench.errors import ResultsFolderError, ResultsFolderUnwritableError, RunLockedError
 from matrixbench.layout import lock_path, scratch_dirs, timing_board_dir
 from matrixbench.redact import redact_data
+from matrixbench.results_files import Unvouched, read_json
 from runner.files import ROOM_PREFIX
 
 
@@ -222,8 +223,8 @@ def _same_file(fd, path):
 
 def _read_holder(path):
     try:
-        holder = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        holder = read_json(path, "run.lock")   # the one reader of results/: a regular file, at most 1 MiB
+    except Unvouched:
         return None
     return holder if isinstance(holder, dict) else None
 

@@ -118,8 +118,8 @@ def test_a_folder_the_file_system_refuses_exits_9_naming_the_option(matrix_file,
     assert invoke("run", "--matrix", matrix_file, "--backend", "local", "--images", "stable").exit_code == 0
     result = invoke(*args[:1], *(["results/default"] if args[0] == "report" else []), *args[1:])
     assert result.exit_code == 9, result.output
-    assert result.stderr == (f"error: {flag}: /proc/matrixbench-x: No such file or directory; "
-                             f"choose another {flag}\n")
+    assert result.stderr.startswith(f"error: {flag}: /proc/matrixbench-x: No such file or directory")
+    assert f"choose another {flag}" in result.stderr and len(result.stderr.splitlines()) == 1
 
 
 def test_an_os_error_in_the_folder_an_option_chose_names_it_one_elsewhere_is_left_as_it_is(tmp_path):

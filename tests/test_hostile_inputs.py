@@ -156,11 +156,11 @@ CASES = [
     Case("report: record that is a FIFO", REPORT, 6, ("vit_bs1", "FIFO"), recorded(kind="fifo")),
     Case("report: record linked to /dev/zero", REPORT, 6, ("vit_bs1", "character device"), recorded(kind="zero")),
     # --- hand-edited run.json: one documented exit code, in run and report alike ---
-    Case("run.json history a string", RUN, 8, ("run.json", "'history' must be a list", "str"),
+    Case("run.json history a string", RUN, 8, ("run.json", "field history", "is not of type 'array'"),
          run_json(json.dumps({**MANIFEST, "history": "oops"}))),
-    Case("report: run.json history a string", REPORT, 8, ("run.json", "'history' must be a list"),
+    Case("report: run.json history a string", REPORT, 8, ("run.json", "field history"),
          both(recorded(lambda r: None), run_json(json.dumps({**MANIFEST, "history": "oops"})))),
-    Case("run.json not JSON", RUN, 8, ("run.json", "not readable JSON"), run_json("{")),
+    Case("run.json not JSON", RUN, 8, ("run.json", "not valid JSON"), run_json("{")),
     Case("run.json a FIFO", RUN, 8, ("run.json", "FIFO"), both(lambda folder: (folder / "results/default").mkdir(
         parents=True), fifo("results/default/run.json"))),
     # --- smaller (item 12) ---

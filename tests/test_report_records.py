@@ -106,16 +106,20 @@ def test_missing_folder_and_empty_folder_are_errors(tmp_path):
         records.load_results([tmp_path])
 
 
-def test_the_newest_record_of_a_cell_wins(tmp_path):
+def test_two_runs_of_a_cell_both_count_and_the_report_says_so(tmp_path):
+    """Issue 33: "the newest record wins" dropped the older measurement silently; a merge is a union."""
     older = tmp_path / "run-1" / "stable"
     newer = tmp_path / "run-2" / "stable"
     record = read_record(A_RECORD)
     write_record(older, Record.from_dict(record))
     write_record(newer, Record.from_dict({**record, "started_at": "2030-01-01T00:00:00+00:00",
                                           "timing": {**record["timing"], "mean_ms": 1.5}}))
-    frame = records.load_results([tmp_path])
-    assert list(frame["timing.mean_ms"]) == [1.5]
-    assert list(frame["run"]) == ["run-2"]
+    notes = []
+    frame = records.load_results([tmp_path], notes=notes)
+    assert sorted(frame["timing.mean_ms"]) == [1.5, record["timing"]["mean_ms"]]
+    assert sorted(frame["run"]) == ["run-1", "run-2"]
+    assert any("Runs run-1 and run-2 measured the same 1 cell(s)" in note and "count together" in note
+               for note in notes)
 
 
 def test_image_falls_back_to_the_folder_name():
@@ -150,8 +154,8 @@ def test_each_manifest_is_read_once_through_the_manifest_reader(monkeypatch):
 @pytest.mark.parametrize("text, message", [
     ('{"schema_version": 99}', "schema_version 99 is not supported"),
     ('{"note": "no version"}', "schema_version None is not supported"),
-    ("{broken", "not readable JSON"),
-    ('{"schema_version": 1, "history": "oops"}', "'history' must be a list"),
+    ("{broken", "not a readable run.json \\(not valid JSON"),
+    ('{"schema_version": 1, "history": "oops"}', "field history: 'oops' is not of type 'array'"),
 ])
 def test_a_bad_manifest_is_the_same_error_as_in_run(tmp_path, text, message):
     """A corrupt run.json is a ManifestError (exit 8) in report as in run."""

@@ -1,5 +1,7 @@
 """runner.selftest: its GPU branches against a fake GPU of known truth (tests/selftest_fakes.py), its
 CPU part for real and on a fake clock."""
+import pytest
+
 from runner import selftest
 from runner.selftest import GPU_CHECKS, MATMUL_N, Apparatus, run_selftest
 from selftest_fakes import FakeCpuMachine, FakeCuda, FakeNvml
@@ -197,7 +199,45 @@ def test_the_report_shows_each_runs_selftest_with_its_numbers(tmp_path):
     (tmp_path / "gpu-run" / "selftest.json").write_text(json.dumps(run_selftest(gpu())))
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "selftest.json").write_text("{not json")
-    notes = selftest_notes([tmp_path])
-    assert notes[1].startswith(f"Selftest of the measuring apparatus (gpu-run, {H100}) passed: sleep kernel pass: ")
-    assert "CUDA-graph replay pass: 50 of 50 replays counted" in notes[1]
-    assert "broken" in notes[0] and "unreadable" in notes[0]
+    notes, problems = selftest_notes([tmp_path])
+    assert notes[0].startswith(f"Selftest of the measuring apparatus (gpu-run, {H100}) passed: sleep kernel pass: ")
+    assert "CUDA-graph replay pass: 50 of 50 replays counted" in notes[0]
+    assert len(problems) == 1 and "broken/selftest.json" in problems[0] and "not valid JSON" in problems[0]
+
+
+def dying_python(tmp_path, writes_passed):
+    """An 'interpreter' whose selftest child dies (SIGKILL'd: exit 137), optionally after writing a passed result."""
+    import json
+
+    result = {"device": "cuda", "gpu_name": H100, "passed": True, "skipped": [],
+              "checks": [{"name": "sleep kernel", "status": "pass", "detail": "...", "numbers": {}}]}
+    write = f"printf '%s' '{json.dumps(result)}' > \"$2\"\n" if writes_passed else ""
+    script = tmp_path / "python-dies"
+    script.write_text("#!/bin/sh\n[ \"$1\" = -c ] && exit 0\n"
+                      f"while [ \"$1\" != --out ]; do shift; done\n{write}kill -9 $$\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+@pytest.mark.parametrize("writes_passed", [False, True])
+def test_a_selftest_whose_child_dies_never_reports_passed(tmp_path, writes_passed):
+    """Issue 33: an older selftest.json (passed) was read as the outcome of a child that died."""
+    import json
+
+    from click.testing import CliRunner
+
+    from matrixbench.cli import main
+
+    ok = CliRunner().invoke(main, ["selftest", "--results", str(tmp_path / "r"), "--run", "one",
+                                   "--python", fake_python(tmp_path, True)])
+    assert ok.exit_code == 0
+    older = json.loads((tmp_path / "r" / "one" / "selftest.json").read_text())
+    assert older["passed"] and older["run"] == "one" and older["started_at"] and older["exit_code"] == 0
+    died = CliRunner().invoke(main, ["selftest", "--results", str(tmp_path / "r"), "--run", "one",
+                                     "--python", dying_python(tmp_path, writes_passed)])
+    assert died.exit_code == 10, died.output
+    assert "passed" not in died.output.lower() or "not" in died.output.lower()
+    written = json.loads((tmp_path / "r" / "one" / "selftest.json").read_text())
+    assert written["passed"] is False and written["attempt"] != older["attempt"]
+    assert written["started_at"] >= older["started_at"] and written["exit_code"] in (-9, 137)
+    assert not [p for p in (tmp_path / "r" / "one").iterdir() if p.name.startswith(".selftest.")]

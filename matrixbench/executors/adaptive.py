@@ -30,8 +30,9 @@ from matrixbench.comparisons import comparisons as listed
 from matrixbench.executors.scheduler import Estimates
 from matrixbench.pending import ImageWork, interleaved
 from matrixbench.progress import format_duration
+from matrixbench.results_files import Unvouched, read_record, warn
 from runner.core import Cell, Repeat
-from runner.schema import RecordError, read_record, record_path
+from runner.schema import RecordError, record_path
 
 AUTO = "auto"
 # The stopping rule (issue 34): "spending" stops a comparison early only on a star at the strict
@@ -112,6 +113,9 @@ def recorded(work: ImageWork, cell: Cell, maximum: int, since: Optional[float] =
         found.taken.add(index)
         try:
             record = read_record(path)
+        except Unvouched as exc:   # a negative, NaN or text mean: never a process of the statistics
+            warn(exc, "not counted by repeats: auto")
+            continue
         except RecordError:
             continue
         timing = record.get("timing") or {}

@@ -15,6 +15,7 @@ a thread that takes the next unit when its last one is done. ``make_units`` and 
 reusable part (a cluster task runs one Unit too).
 """
 import functools
+import os
 import statistics
 import threading
 from collections import deque
@@ -25,10 +26,11 @@ from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence
 from matrixbench.executors.threads import run_threads
 from matrixbench.pending import round_order
 from matrixbench.placement import Slot
+from matrixbench.results_files import Unvouched, read_record, warn
 from matrixbench.versions import same_release
 from runner.core import Repeat
 from runner.energy import ENERGY_MIN_S
-from runner.schema import RecordError, read_record
+from runner.schema import RecordError
 
 # Seconds a cell takes when no earlier record says: compiled modes compile, eager does not.
 # A coarse model, used only to order the units; durations of earlier records take precedence.
@@ -108,7 +110,10 @@ def record_duration(path: Path, torch: Optional[str] = None,
     duration is what the record's process would take under them (``settings_delta_s``: paired blocks,
     the loop's minimum duration)."""
     try:
-        record = read_record(path) if path.exists() else None
+        record = read_record(path) if os.path.lexists(path) else None
+    except Unvouched as exc:   # another run's hand-edited or corrupt record: said once, never estimated from
+        warn(exc, "not used for the time estimate")
+        record = None
     except (RecordError, OSError, ValueError):
         record = None
     if not record or not record.get("duration_s"):
@@ -199,6 +204,9 @@ class Estimates:
             for path in sorted(out_dir.glob("*.json")) if out_dir.is_dir() else ():
                 try:
                     record = read_record(path)
+                except Unvouched as exc:   # a NaN, negative or text duration: never this machine's pace
+                    warn(exc, "not used for the time estimate")
+                    continue
                 except (RecordError, OSError, ValueError):
                     continue
                 start, duration = _started_s(record.get("started_at")), record.get("duration_s")

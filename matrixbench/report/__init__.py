@@ -2,6 +2,7 @@
 
 ``build_report`` is the one entry point (``matrixbench report`` calls it).
 """
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -20,6 +21,7 @@ from matrixbench.report.precision_notes import precision_notes
 from matrixbench.report.published import load_published
 from matrixbench.report.selftest_notes import selftest_notes
 from matrixbench.report_formats import REPORT_FORMATS
+from matrixbench.report_writer import relocate, staged_report
 
 
 def build_report(results_dirs, out_dir, formats=REPORT_FORMATS, prices=(), margin_pct=None):
@@ -35,19 +37,33 @@ def build_report(results_dirs, out_dir, formats=REPORT_FORMATS, prices=(), margi
     """
     formats = _check_formats(formats)
     unreadable = []   # files that are not readable records: left out, listed in the notes
-    frame, calibration = records.split_calibration(records.load_results(results_dirs, unreadable))
-    manifests = records.read_manifests(results_dirs)
+    merging = []      # what merging the runs did (records.merge): measurements reached twice, runs counted together
+    by_folder = records.manifests_by_folder(results_dirs)
+    manifests = list(by_folder.values())
+    frame, calibration = records.split_calibration(records.load_results(results_dirs, unreadable, merging, by_folder))
+    selftests, selftest_problems = selftest_notes(results_dirs)
+    for line in unreadable + selftest_problems:
+        print(f"warning: {line}; left out of the report", file=sys.stderr, flush=True)
     runs_margin = records.margin_pct(manifests)
     cells = CellIndex(frame, records.image_order(manifests), records.aa_twins(manifests),
                       margin_pct or runs_margin, shares.plan_of(manifests))
     sources = image_sources(cells, records.published_overrides(manifests))
     given_prices, prices = prices, merged_prices(manifests, prices)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    with staged_report(Path(out_dir)) as stage:
+        written = _write_all(stage.folder, formats, frame, calibration, cells, sources, prices, given_prices,
+                             manifests, unreadable, merging, selftests, selftest_problems, margin_pct, runs_margin)
+        written = relocate(written, stage)
+    return written
+
+
+def _write_all(out_dir, formats, frame, calibration, cells, sources, prices, given_prices, manifests, unreadable,
+               merging, selftests, selftest_problems, margin_pct, runs_margin):
     written = []
     if "md" in formats or "html" in formats:
         notes = records.run_notes(manifests) + [f"Left out, not a readable record: {error}" for error in unreadable]
-        notes += selftest_notes(results_dirs) + precision_notes(frame) + margin_notes(margin_pct, runs_margin)
+        notes += merging + selftests + [f"Left out, not a readable selftest result: {line}"
+                                        for line in selftest_problems]
+        notes += precision_notes(frame) + margin_notes(margin_pct, runs_margin)
         notes += unmatched_price_notes(given_prices, cells)
         written += _write_documents(cells, sources, notes, out_dir, formats, calibration_tables(calibration), prices)
     if "csv" in formats:

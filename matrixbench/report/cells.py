@@ -256,6 +256,8 @@ def row_label(row):
     model = row["cell.model"]
     base = SEED_LABELS.get(model) or f"{TASK_TITLES.get(row['cell.task'], row['cell.task'])}/{model}"
     extras = axes.row_words(cell_fields(row))
+    if row.get("settings_label"):   # two runs measured the cell with other settings (records.merge)
+        extras = [*extras, row["settings_label"]]
     return f"{base} ({', '.join(extras)})" if extras else base
 
 

@@ -13,13 +13,13 @@ FLAG = "compile_overlap"
 def flag_compile_overlaps(rows):
     """Add FLAG to ``timing.flags`` of every row (flattened record) whose timed loop overlapped another
     slot's compile in the same run; returns the rows."""
-    compiles = [(row["run"], row.get("placement.slot"), window) for row in rows if _slotted(row)
+    compiles = [(row.get("run_id", row["run"]), row.get("placement.slot"), window) for row in rows if _slotted(row)
                 for window in [_window(row, "compile")] if window]
     for row in rows:
         timed = _window(row, "timed")
         if not _slotted(row) or timed is None:
             continue
-        if any(run == row["run"] and slot != row.get("placement.slot") and _overlap(timed, window)
+        if any(run == row.get("run_id", row["run"]) and slot != row.get("placement.slot") and _overlap(timed, window)
                for run, slot, window in compiles):
             row["timing.flags"] = list(row.get("timing.flags") or []) + [FLAG]
     return rows

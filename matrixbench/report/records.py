@@ -1,15 +1,19 @@
 """Read result records and merge them into one tidy table: one row per cell.
 
 Records live at ``<results>/<run>/<image>/<cell_id>.json``; every ``*.json`` under a results
-folder but ``cells.json`` and ``run.json`` is a record, read once by ``runner.schema``'s reader
-and validated against ``runner.schema.RECORD_SCHEMA``; unknown schema versions are refused.
-Run manifests are read through ``matrixbench.manifest.read_manifest``, once each.
+folder but ``cells.json``, ``run.json`` and ``selftest.json`` is a record, read once by
+``matrixbench.results_files`` (the one reader: regular files, a size cap, the schema, finite numbers
+in range); a file it cannot vouch for is left out with a note, a record of a newer schema version
+refuses the report. Run manifests are read through ``matrixbench.manifest.read_manifest``, once each.
+
+Merging is a union by the identity of a measurement (docs/contract.md): every record counts once,
+whichever folder it came from, and two runs of one cell both count.
 """
 import json
+import os
 import re
 from pathlib import Path
 
-import jsonschema
 import pandas as pd
 
 from matrixbench.errors import ReportError
@@ -17,16 +21,20 @@ from matrixbench.layout import CALIBRATION_RUN_DEPTH, CELLS_FILENAME, MANIFEST_F
 from matrixbench.manifest import read_manifest
 from matrixbench.report.overlap import flag_compile_overlaps
 from matrixbench.report.published import match_gpu
+from matrixbench.results_files import NewerUnvouched, Unvouched, read_record
+from matrixbench.resume import MEASUREMENT_SETTINGS
 from runner import axes
-from runner.schema import RECORD_SCHEMA, RecordError, read_record
+from runner.schema import RECORD_SCHEMA
 
 NOT_RECORDS = (CELLS_FILENAME, MANIFEST_FILENAME, SELFTEST_FILENAME)   # selftest.json: the selftest notes read it
-# Columns computed here, ahead of the record's own flattened (dotted) keys.
-DERIVED_COLUMNS = ("run", "image", "device_name", "published_gpu", "row_key", "mode_label", "repeat", "source")
+# Columns computed here, ahead of the record's own flattened (dotted) keys. ``run_id``, ``machine`` and
+# ``process`` are a measurement's identity (docs/contract.md); ``settings_label`` tells apart rows of one
+# cell measured with other settings by two runs.
+DERIVED_COLUMNS = ("run", "image", "device_name", "published_gpu", "row_key", "mode_label", "repeat", "source",
+                   "run_id", "machine", "process", "settings_label")
 LIST_COLUMNS = ("timing.samples_ms", "dynamo.break_reasons")
 # How results.csv writes the other list fields (timing.flags, placement.cores, ...): items joined.
 CSV_LIST_SEPARATOR = ";"
-_VALIDATOR = jsonschema.Draft202012Validator(RECORD_SCHEMA)
 
 
 def schema_fields(schema=RECORD_SCHEMA, prefix=""):
@@ -70,24 +78,29 @@ def find_record_files(results_dirs):
     return sorted(set(paths))
 
 
+def results_root(path, results_dirs):
+    """The given results folder ``path`` was found under (a link must stay inside it)."""
+    for folder in map(Path, results_dirs):
+        if folder == path or folder in path.parents:
+            return folder
+    return None
+
+
 def _hidden(relative):
     """Under a hidden folder, e.g. the runner's .scratch (compile caches hold JSON too)."""
     return any(part.startswith(".") for part in relative.parts[:-1])
 
 
-def load_record(path):
-    """One record, parsed once by runner.schema's reader and checked against the schema;
-    ReportError names the file and the field."""
+def load_record(path, root=None):
+    """One record, read once by matrixbench.results_files (file, JSON, schema, limits); ReportError
+    names the file and the field."""
     try:
-        record = read_record(path)
-    except RecordError as exc:
-        raise ReportError(f"{exc}; a results folder holds only records, cells.json and run.json") from exc
-    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(record))
-    if error is not None:
-        field = ".".join(map(str, error.absolute_path)) or "(top level)"
-        raise ReportError(f"{path}: field {field}: {error.message}; the record does not match schema "
-                          f"v{record['schema_version']}")
-    return record
+        return read_record(path, root)
+    except NewerUnvouched as exc:
+        raise ReportError(f"{exc.line()}; the report is refused") from None
+    except Unvouched as exc:
+        raise ReportError(f"{exc.line()}; a results folder holds only records, cells.json, run.json and "
+                          "selftest.json") from None
 
 
 def flatten(record, prefix=""):
@@ -101,18 +114,48 @@ def flatten(record, prefix=""):
     return flat
 
 
-def to_row(record, path):
-    """A record as one table row: every schema column, plus the derived ones."""
+def to_row(record, path, run_ids=None):
+    """A record as one table row: every schema column, plus the derived ones. ``run_ids``: {run
+    folder: its run's identity} (``run_identity``)."""
     flat = flatten(record)
     row = {column: flat.get(column) for column in record_columns()}
     row.update(_derived(row, Path(path)), repeat=int(record.get("repeat") or 0))
+    row.update(identity_columns(row, Path(path), run_ids or {}))
     return row
+
+
+def run_identity(folder, manifest):
+    """A run's identity: its name and when its first invocation started (run.json; a resume keeps
+    it, another machine's run of the same name has its own); the name alone without run.json."""
+    name = Path(folder).name
+    if not manifest:
+        return name
+    history = manifest.get("history") or []
+    started = (history[0].get("started_at") if history else None) or manifest.get("started_at")
+    return f"{name}@{started}" if started else name
+
+
+def identity_columns(row, path, run_ids):
+    """The measurement's identity (docs/contract.md): the run (``run_identity``), the machine (host
+    name and GPU) and the process (cell, repeat, where it ran, when it started and for how long)."""
+    folder = _run_folder(row, path)
+    gpu = row.get("environment.gpu_uuid") or row.get("placement.gpu_uuid")
+    machine = "/".join(str(part) for part in (row.get("environment.hostname") or "unknown host", gpu) if part)
+    where = [row["calibration.phase"], row.get("placement.slot")] if row["calibration.phase"] else []
+    process = "#".join(str(part) for part in [row["cell_id"], f"r{row['repeat']}", *where, row["started_at"],
+                                              row["duration_s"]])
+    return {"run_id": run_ids.get(str(folder), folder.name), "machine": machine, "process": process,
+            "settings_label": None}
+
+
+def _run_folder(row, path):
+    return path.parents[CALIBRATION_RUN_DEPTH] if row["calibration.phase"] else run_folder_of(path)
 
 
 def _derived(row, path):
     gpu = row["environment.gpu_name"] if row["device"] == "cuda" else None
     return {
-        "run": (path.parents[CALIBRATION_RUN_DEPTH] if row["calibration.phase"] else run_folder_of(path)).name,
+        "run": _run_folder(row, path).name,
         "image": row["environment.image_name"] or path.parent.name,
         "device_name": device_name(row),
         "published_gpu": match_gpu(gpu),
@@ -153,24 +196,83 @@ def cell_fields(row):
     return {axis.name: row.get(f"cell.{axis.name}") for axis in axes.AXES}
 
 
-def merge(rows):
-    """Rows -> one DataFrame, one row per (device, image, cell, repeat); the newest record of a
-    repeat wins. A cell's repeats (one process each; ``repeat`` 0 when a record has none) stay
-    separate rows: cells.CellIndex combines them."""
+IDENTITY = ("run_id", "machine", "image", "process")
+
+
+def merge(rows, notes=None):
+    """Rows -> one DataFrame: the union of the measurements by their identity (IDENTITY,
+    docs/contract.md). A measurement reached twice (the same file through two folders, a copy) counts
+    once; two runs' records of one cell all count: as processes of that cell when their measurement
+    settings agree, else as rows of their own (``settings_label`` says which settings). ``notes``:
+    a list the report's notes on each of these go to."""
+    notes = [] if notes is None else notes
+    rows = _unique(rows, notes)
+    _settings_apart(rows, notes)
     frame = pd.DataFrame(rows, columns=COLUMNS).astype({column: "Int64" for column in integer_columns()})
-    frame = frame.sort_values(["started_at", "source"], kind="stable")
-    frame = frame[~_duplicated(frame)]
-    return frame.sort_values(["device_name", "image", "cell_id", "repeat", "calibration.phase", "placement.slot"],
-                             kind="stable", na_position="first").reset_index(drop=True)
+    return frame.sort_values(["device_name", "image", "cell_id", "repeat", "calibration.phase", "placement.slot",
+                              "started_at", "source"], kind="stable", na_position="first").reset_index(drop=True)
 
 
-def _duplicated(frame):
-    """Older records of one process: same device, image, cell and repeat (and for a calibration
-    record, same phase and slot: matrixbench.executors.calibration runs a cell on every slot)."""
-    calibration = frame["calibration.phase"].notna()
-    where = frame["calibration.phase"].astype(str) + "/" + frame["placement.slot"].astype(str)
-    key = frame[["device_name", "image", "cell_id", "repeat"]].assign(where=where.where(calibration, ""))
-    return key.duplicated(keep="last")
+def _unique(rows, notes):
+    seen = {}
+    twice = []
+    for row in sorted(rows, key=lambda row: row["source"]):
+        key = tuple(str(row[column]) for column in IDENTITY)
+        if key in seen:
+            twice.append((seen[key]["source"], row["source"]))
+            continue
+        seen[key] = row
+    for first, again in twice[:20]:
+        notes.append(f"The same measurement reached twice: {again} is {first} (same run, machine and process); "
+                     "counted once.")
+    if len(twice) > 20:
+        notes.append(f"... and {len(twice) - 20} more measurements reached twice, each counted once.")
+    return list(seen.values())
+
+
+def settings_of(row):
+    """What a process measured with, as far as comparing it with another's goes."""
+    return tuple((name, row.get(f"settings.{name}")) for name in MEASUREMENT_SETTINGS)
+
+
+def _settings_apart(rows, notes):
+    """Where two or more runs measured one cell: a note per pair of run sets, and rows of another
+    settings kept apart (row_key and settings_label name the settings)."""
+    cells = {}
+    for row in rows:
+        where = (row["device_name"], row["image"], row["cell_id"], row["calibration.phase"], row.get("placement.slot")
+                 if row["calibration.phase"] else None)
+        cells.setdefault(where, []).append(row)
+    together, apart = {}, {}
+    for group in cells.values():
+        runs = sorted({row["run_id"] for row in group})
+        if len(runs) < 2:
+            continue
+        kinds = sorted({settings_of(row) for row in group}, key=str)
+        if len(kinds) == 1:
+            together.setdefault(tuple(runs), []).append(group[0]["cell_id"])
+            continue
+        apart.setdefault(tuple(runs), []).append(group[0]["cell_id"])
+        for row in group:
+            label = ", ".join(f"{name} {value}" for name, value in settings_of(row))
+            row["settings_label"] = label
+            row["row_key"] = f"{row['row_key']} [{label}]"
+    for runs, cell_ids in together.items():
+        notes.append(f"Runs {_names(runs)} measured the same {_cells(cell_ids)} with the same settings: their "
+                     "processes count together.")
+    for runs, cell_ids in apart.items():
+        notes.append(f"Runs {_names(runs)} measured the same {_cells(cell_ids)} with other settings "
+                     f"({', '.join(MEASUREMENT_SETTINGS)}): each settings' processes are a row of their own.")
+
+
+def _names(runs):
+    return ", ".join(runs[:-1]) + " and " + runs[-1]
+
+
+def _cells(cell_ids):
+    unique = sorted(set(cell_ids))
+    shown = ", ".join(unique[:5]) + (f" and {len(unique) - 5} more" if len(unique) > 5 else "")
+    return f"{len(unique)} cell(s) ({shown})"
 
 
 def split_calibration(frame):
@@ -180,36 +282,66 @@ def split_calibration(frame):
     return frame[~calibration].reset_index(drop=True), frame[calibration].reset_index(drop=True)
 
 
-def load_results(results_dirs, unreadable=None):
-    """All records under ``results_dirs`` merged into one DataFrame (see COLUMNS).
+def load_results(results_dirs, unreadable=None, notes=None, manifests=None):
+    """All records under ``results_dirs`` merged into one DataFrame (see COLUMNS, ``merge``).
 
     Given a list as ``unreadable``, a file that is not a readable record is left out and its
-    error appended there (the report lists it); without one it is a ReportError.
+    error appended there (the report lists it); without one it is a ReportError. A record of a
+    newer schema version is a ReportError either way (docs/reliability.md). ``notes``: where merge's
+    notes go; ``manifests``: {run folder: run.json} (``manifests_by_folder``), for the runs' identities.
     """
-    paths = find_record_files(results_dirs)
+    paths = _unique_files(find_record_files(results_dirs), notes if notes is not None else [])
     if not paths:
         folders = ", ".join(map(str, results_dirs))
         raise ReportError(f"no records under {folders}; run `matrixbench run` first or pass the run's folder")
+    run_ids = {folder: run_identity(folder, manifest) for folder, manifest in (manifests or {}).items()}
     rows = []
     for path in paths:
         try:
-            rows.append(to_row(load_record(path), path))
+            rows.append(to_row(load_record(path, results_root(path, results_dirs)), path, run_ids))
         except ReportError as exc:
-            if unreadable is None:
+            if unreadable is None or "the report is refused" in str(exc):
                 raise
             unreadable.append(str(exc))
     if not rows:
         raise ReportError("no readable records:\n" + "\n".join(unreadable or []))
-    return merge(flag_compile_overlaps(rows))
+    return merge(flag_compile_overlaps(rows), notes)
+
+
+def _unique_files(paths, notes):
+    """One path per file (two results folders that overlap, or a link, reach one file twice)."""
+    seen, kept = {}, []
+    for path in paths:
+        try:
+            info = os.stat(path)
+            key = (info.st_dev, info.st_ino)
+        except OSError:
+            key = (None, str(path))
+        if key in seen:
+            notes.append(f"{path}: the same file as {seen[key]}; read once")
+            continue
+        seen[key] = path
+        kept.append(path)
+    return kept
 
 
 def read_manifests(results_dirs):
     """Every run manifest (run.json) under the folders, each read once, in path order."""
-    manifests = []
+    return list(manifests_by_folder(results_dirs).values())
+
+
+def manifests_by_folder(results_dirs):
+    """{run folder (str): its run.json}, each file read once, in path order; a corrupt one is a
+    ManifestError (exit 8), as in run."""
+    found = {}
     for folder in map(Path, results_dirs):
         for path in sorted(folder.rglob(MANIFEST_FILENAME)):
-            manifests.append(read_manifest(path.parent))   # a corrupt one: ManifestError, as in run
-    return [manifest for manifest in manifests if manifest is not None]
+            if _hidden(path.relative_to(folder)) or str(path.parent) in found:
+                continue
+            manifest = read_manifest(path.parent)
+            if manifest is not None:
+                found[str(path.parent)] = manifest
+    return found
 
 
 def run_notes(manifests):

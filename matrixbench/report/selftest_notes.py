@@ -1,23 +1,30 @@
 """The selftest's results (``matrixbench selftest``, in each run folder) as notes of the report."""
-import json
+import os
 from pathlib import Path
 
 from matrixbench.layout import SELFTEST_FILENAME as RESULT_FILE
+from matrixbench.results_files import Unvouched, read_selftest
 
 
 def selftest_notes(results_dirs):
-    """One note per selftest result under ``results_dirs`` (each run folder's RESULT_FILE), for the
-    report: where it ran, pass or fail, and each check's line with its numbers."""
-    notes = []
+    """(notes, problems): one note per selftest result under ``results_dirs`` (each run folder's
+    RESULT_FILE), read by matrixbench.results_files (a FIFO or a link to /dev/zero is refused, not
+    read): where it ran, pass or fail, and each check's line with its numbers; one problem line per
+    file that reader cannot vouch for."""
+    notes, problems, seen = [], [], set()
     for folder in map(Path, results_dirs):
         for path in sorted(folder.rglob(RESULT_FILE)):
-            try:
-                result = json.loads(path.read_text(encoding="utf-8"))
-                checks = "; ".join(f"{c['name']} {c['status']}: {c['detail']}" for c in result["checks"])
-                verdict = "passed" if result["passed"] else "FAILED"
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                notes.append(f"Selftest {path}: unreadable ({exc})")
+            if os.path.realpath(path) in seen:   # a folder given twice: its selftest once
                 continue
+            seen.add(os.path.realpath(path))
+            try:
+                result = read_selftest(path, folder)
+            except Unvouched as exc:
+                problems.append(exc.line())
+                continue
+            checks = "; ".join(f"{c['name']} {c['status']}: {c['detail']}" for c in result["checks"])
+            verdict = "passed" if result["passed"] else "FAILED"
+            when = f", started {result['started_at']}" if result.get("started_at") else ""
             notes.append(f"Selftest of the measuring apparatus ({path.parent.name}, "
-                         f"{result.get('gpu_name') or result.get('device')}) {verdict}: {checks}.")
-    return notes
+                         f"{result.get('gpu_name') or result.get('device')}{when}) {verdict}: {checks}.")
+    return notes, problems
