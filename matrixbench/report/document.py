@@ -49,9 +49,9 @@ def legends_for(margin_pct=verdicts.MARGIN_PCT):
         "verdicts": (
             "Every comparison of two cells gets a verdict (comparisons.csv has each one's interval): "
             f"{significant} The true change a comparison would star 80% of the time is in comparisons.csv "
-            "(detectable_pct). Verdicts and their % judge each process by the trimmed mean of its calls (the middle "
-            "80%, which a few host stalls cannot drag) and compare geometric means of those, not mean latencies; "
-            "the ms shown are the processes' plain means."),
+            "(detectable_pct). Verdicts and their % judge each process by the mean of its calls, the number the ms "
+            "show, and compare geometric means of those, not mean latencies; where host stalls moved a process, "
+            "the host notes say so."),
         "summary": (
             f"Per device, image and mode. Speed-up: eager ms / compiled ms ({_CELL_MS}), as a geometric mean "
             "over the models and batch sizes where both ran and the compiled output passed the accuracy check "

@@ -3,8 +3,9 @@
 A process is the unit of replication. Samples inside one process are not independent draws of
 what a rerun would give (its memory layout, clocks, the machine's load that minute and the chosen
 kernels are fixed for all of them), so every comparison (image against image, mode against mode,
-compiled against eager) is judged from one number per process only (``judged_estimate``: the trimmed
-mean of its calls, which a few host stalls cannot drag; issue 34): the difference of the mean log
+compiled against eager) is judged from one number per process only (``judged_estimate``: JUDGED_ESTIMATE
+of its calls, the mean, so that a verdict's % is the ratio of the ms shown; the trimmed mean, which a few
+host stalls cannot drag, is one switch away: docs/verdicts.md): the difference of the mean log
 process estimates, Welch's t interval with Welch-Satterthwaite degrees of freedom (Hsu's n_small - 1
 for small unequal sides), exponentiated into a ratio candidate / baseline (a ratio of geometric
 means, not of mean latencies) with its interval.

@@ -20,9 +20,9 @@ NO_CHANGE_MARK = "≈"
 MARKS = {stats.FASTER: STAR, stats.SLOWER: STAR, stats.UNDECIDED: UNDECIDED_MARK, stats.NO_CHANGE: NO_CHANGE_MARK,
          stats.UNTESTED: ""}
 NOT_TESTED_TEXT = "not tested: one process per cell"
-# What a verdict judges per process (issue 34): stats.JUDGED_ESTIMATE of its calls (the trimmed mean),
-# which a few host stalls cannot drag; the cell's ms (tables, charts, the published comparison) stay the
-# seed's process means. A process with fewer than stats.MIN_SAMPLES samples is judged on its mean.
+# What a verdict judges per process (issue 34): stats.JUDGED_ESTIMATE of its calls (the mean, the number
+# the cell's ms in tables, charts and the published comparison show; docs/verdicts.md says why not the
+# trimmed mean). A process with fewer than stats.MIN_SAMPLES samples is judged on its mean.
 
 
 def judge_cells(baseline, candidate, margin_pct=None) -> stats.Judgement:
