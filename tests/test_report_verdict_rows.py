@@ -182,16 +182,20 @@ def test_the_speedup_chart_draws_each_interval_and_marks_the_undecided_bar(built
     assert sum(name.startswith("undecided") for name in names) == 1
 
 
-def test_a_latency_that_is_not_positive_is_a_report_error_naming_its_record(tmp_path):
-    from matrixbench.errors import ReportError
-
+def test_a_latency_that_is_not_positive_is_a_note_naming_its_record_and_never_judged(tmp_path):
+    # issue 33: the one reader refuses a record it cannot vouch for (a mean of 0 ms); the report says so,
+    # naming the file, and judges the cell on its other processes only
     _write_run(tmp_path / "run", twins=False)
     path = tmp_path / "run" / "new" / "vit_bs1_default_float32.r1.json"
     record = json.loads(path.read_text())
     record["timing"]["mean_ms"] = 0.0
     path.write_text(json.dumps(record))
-    with pytest.raises(ReportError, match=r"vit_bs1_default_float32\.r\d\.json: timing\.mean_ms must be a positive"):
-        build_report([tmp_path / "run"], tmp_path / "out", ["csv"])
+    build_report([tmp_path / "run"], tmp_path / "out", ["md", "csv"])
+    markdown = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert "vit_bs1_default_float32.r1.json" in markdown and "mean_ms" in markdown
+    derived = pd.read_csv(tmp_path / "out" / "comparisons.csv")
+    cell = derived.query("kind == 'cell' and model == 'vit' and mode == 'default' and image == 'new'").iloc[0]
+    assert 0.0 not in [float(mean) for mean in str(cell["process_means"]).split(";")]
 
 
 def test_verdicts_use_the_margin_the_run_recorded(built, tmp_path):

@@ -169,7 +169,8 @@ def _combined(group):
     ok = [row for row in group if is_ok(row)]
     where = {"process_placements": [{column: row.get(column) for column in PLACEMENT_COLUMNS} for row in group],
              "gpu_uuids": gpu_uuids(ok or group), **process_costs(group, ok),
-             "process_host": [host_notes.process_host(row) for row in sorted(ok, key=_repeat)]}
+             "process_host": [host_notes.process_host(row) for row in sorted(ok, key=_repeat)],
+             "process_pairs": [process_pairs(row) for row in sorted(ok, key=_repeat)]}
     if not ok:
         return {**group[-1], **where, "processes": 0, "failed_processes": len(group), "process_means": [],
                 "process_samples": [], "process_first_call_s": [], "between_cv": None, "between_noisy": False}
@@ -187,6 +188,25 @@ def _combined(group):
                     "accuracy.status": _worst_accuracy(ok), "between_cv": between_cv,
                     "between_noisy": between_cv > BETWEEN_CV_THRESHOLD})
     return row
+
+
+def process_pairs(row):
+    """One process's paired blocks (issue 32: ``timing.paired.pairs``, eager and compiled alternately in
+    one process) as (eager_ms, compiled_ms) tuples; [] where the record has none (eager cells, --no-paired,
+    records before schema 4) or a pair is not two positive finite numbers (the reader let it through)."""
+    pairs = row.get("timing.paired.pairs")
+    if not isinstance(pairs, list):
+        return []
+    found = []
+    for pair in pairs:
+        if not isinstance(pair, dict):
+            return []
+        values = (pair.get("eager_ms"), pair.get("compiled_ms"))
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+                   for v in values):
+            return []
+        found.append((float(values[0]), float(values[1])))
+    return found
 
 
 def require_positive(row):

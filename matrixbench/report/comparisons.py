@@ -20,6 +20,12 @@ Kinds:
 - ``speedup``: a compiled cell against its image's eager cell; estimate_ratio = eager / compiled (the
   speed-up, its interval inverted from compiled judged against eager), percent = % faster;
   verdict "faster": the compiled cell runs faster than eager.
+- ``paired_speedup``: the same speed-up from the compiled cell's paired blocks (issue 32: after its own
+  timed loop each compiled process times eager and compiled alternately in short blocks, so both see the
+  same host state): estimate_ratio = eager / compiled, each process one draw (the median of its blocks'
+  log ratios), Student's t across the processes (stats.judge_paired); ``processes`` = the processes that
+  had pairs. Where the host moved between processes, this interval stays narrow while the unpaired
+  ``speedup`` row's widens: read the two together (docs/verdicts.md).
 - ``image_change``: a cell against the same cell in the previous image (matrix order; A/A twins
   left out); estimate_ratio = candidate / baseline, percent = change (negative is faster).
 - ``aa_change``: an A/A twin (``run --aa``: one image run twice under two names) against its
@@ -45,13 +51,14 @@ import csv
 from pathlib import Path
 
 from matrixbench.comparisons import AA_CHANGE, IMAGE_CHANGE, MODE_CHANGE, SPEEDUP
-from matrixbench.report import arithmetic, share_tables, verdicts
+from matrixbench.report import arithmetic, share_tables, stats, verdicts
 from matrixbench.report.cells import is_ok, row_label
 from matrixbench.report.modes import compiled
 from matrixbench.report.published import GPUS, PublishedReference
 from matrixbench.versions import public
 
 FILENAME = "comparisons.csv"
+PAIRED_SPEEDUP = "paired_speedup"
 COLUMNS = ("kind", "device", "image", "torch", "batch_size", "model", "task_model", "mode", "against",
            "baseline_ms", "candidate_ms", "estimate_ratio", "ratio_low", "ratio_high", "percent", "low_pct",
            "high_pct", "verdict", "baseline_processes", "candidate_processes", "detectable_pct", "margin_pct",
@@ -67,7 +74,7 @@ def comparisons(cells, published, sources):
     for device in cells.values("device"):
         for image in cells.values("image", device=device):
             for row in _in_order(cells, device, image):
-                rows += _cell(row) + _speedup(cells, row) + _mode_change(cells, row)
+                rows += _cell(row) + _speedup(cells, row) + _paired_speedup(row) + _mode_change(cells, row)
                 rows += _image_change(cells, row) + _aa_change(cells, row)
                 rows += _published(cells, reference, row, sources[image])
     return rows
@@ -121,6 +128,16 @@ def _speedup(cells, row):
         return []
     return [{**_key(row, "speedup", eager["mode_label"]), "baseline_ms": eager["timing.mean_ms"],
              "candidate_ms": row["timing.mean_ms"], **judged(verdicts.judge_speedup(eager, row))}]
+
+
+def _paired_speedup(row):
+    pairs = [blocks for blocks in row.get("process_pairs") or [] if blocks]
+    if not (is_ok(row) and pairs):
+        return []
+    margin = row.get("margin_pct") or verdicts.MARGIN_PCT
+    found = stats.judge_paired(pairs, margin_pct=float(margin))
+    return [{**_key(row, PAIRED_SPEEDUP, "eager (paired blocks)"), "processes": len(pairs),
+             **judged(found)}]
 
 
 def judged(judgement):

@@ -2,7 +2,7 @@
 from dataclasses import dataclass, field
 from typing import Optional
 
-from matrixbench.report import cost_tables, host_notes, share_tables, stats, tables, verdicts
+from matrixbench.report import cost_tables, host_notes, paired_tables, share_tables, stats, tables, verdicts
 from matrixbench.report.cells import BETWEEN_CV_THRESHOLD
 from matrixbench.report.comparisons import comparisons as comparison_rows
 from matrixbench.report.published import DATASET_NOTES, source_for
@@ -150,6 +150,7 @@ class Report:
     prices: list = field(default_factory=list)        # the prices used, as sentences
     attribution: list = field(default_factory=list)   # per mixed pair: how much of its change each factor explains
     summary_details: Optional[Table] = None           # the summary's other columns (tables.summary_details_table)
+    paired: list = field(default_factory=list)        # speed-ups paired in one process (report.paired_tables)
 
     @property
     def sections(self):
@@ -159,6 +160,7 @@ class Report:
         return [
             Section("Charts", charts=self.charts),
             Section("Latency per device and batch size", legends["per_device"], self.per_device, always=True),
+            Section("Speed-ups paired in one process", paired_tables.LEGEND, self.paired),
             Section("Image against image", legends["image_pairs"], self.image_pairs),
             Section("Whose change is it?", legends.get("attribution", ""), self.attribution),
             Section("Compile modes against default", legends["compile_modes"], self.compile_modes),
@@ -221,4 +223,5 @@ def assemble(cells, published, notes, charts, sources=None, calibration=(), pric
         prices=[price.describe() for price in prices.values()],
         attribution=share_tables.summary_tables(cells),
         summary_details=details,
+        paired=paired_tables.paired_tables(derived),
     )

@@ -4,9 +4,15 @@ from collections import Counter
 from matrixbench.report import stats
 from matrixbench.report.tables import Cell, Table, drop_empty_columns, label
 
-KIND_TITLES = {"speedup": "compiled against eager (speed-up)", "mode_change": "mode against default",
+KIND_TITLES = {"speedup": "compiled against eager (speed-up)",
+               "paired_speedup": "compiled against eager, paired in one process",
+               "mode_change": "mode against default",
                "image_change": "image against image", "aa_change": "A/A: one image under two names",
                "interference": "loaded against alone"}
+
+# Left out of the multiplicity count: A/A rows (their own line) and paired speed-ups (a second view of a
+# speed-up already counted, not another hypothesis).
+NOT_HYPOTHESES = ("aa_change", "paired_speedup")
 
 
 def verdict_table(rows, margin_pct):
@@ -53,7 +59,7 @@ def multiplicity_line(rows):
     M tested comparisons are starred; if nothing had changed, chance alone would star about E (at
     least one in P% of such reports). At a 5% false-discovery rate (Benjamini-Hochberg) D of them
     stand.", or None without tested rows. A/A rows are left out (their line is aa_line's)."""
-    tested = [row for row in rows if row.get("kind") in KIND_TITLES and row["kind"] != "aa_change"
+    tested = [row for row in rows if row.get("kind") in KIND_TITLES and row["kind"] not in NOT_HYPOTHESES
               and row.get("verdict") and row["verdict"] != stats.UNTESTED]
     if not tested:
         return None
