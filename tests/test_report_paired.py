@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from matrixbench.report import records
-from matrixbench.report.comparisons import comparisons as derive
 from matrixbench.report.cells import CellIndex, process_pairs
+from matrixbench.report.comparisons import comparisons as derive
 from matrixbench.report.document import assemble
 from matrixbench.report.published import load_published
 
