@@ -40,8 +40,8 @@ def test_on_the_h200_records_the_paired_interval_is_narrow_where_the_unpaired_on
         # the eager processes moved by a third to a half: the unpaired interval spans more than 10x
         assert other["verdict"] == "undecided" and math.log(other["ratio_high"] / other["ratio_low"]) > 5 * width
         # each process's own blocks: the interval holds every process's median block ratio
-        records_of = [json.loads(path.read_text()) for path in sorted(H200.glob(f"latest/{key[0]}_bs1_{key[1]}_*.json"))]
-        for record in records_of:
+        paths = sorted(H200.glob(f"latest/{key[0]}_bs1_{key[1]}_*.json"))
+        for record in (json.loads(path.read_text()) for path in paths):
             assert row["ratio_low"] <= record["timing"]["paired"]["speedup_median"] <= row["ratio_high"]
 
 
