@@ -54,14 +54,10 @@ def test_energy_per_image_counts_the_calls_the_counter_covered():
     assert _counted_calls({"timing.energy.calls": float("nan"), "timing.n": 300}) == 300
 
 
-def _flat(record, prefix=""):
-    out = {}
-    for key, value in record.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
+def _flat(record):
+    from matrixbench.report.records import flatten
+
+    return flatten(record)
 
 
 def test_report_notes_mark_launch_bound_cells_stall_laden_processes_and_a_moved_host():
