@@ -21,6 +21,8 @@
 #   RESULTS  results folder (default benchmarks/results/gpu/<gpu>-<yyyymmdd>)
 #   TAR      if set, a .tar.gz of RESULTS is written there at the end (one file to bring back)
 #   MODELS, REPEATS, ITERATIONS (default 300, as matrix.yaml), BUDGET_S
+#   DEVICE   cuda (default), or cpu: a rehearsal of the same steps on a machine without a GPU (no GPU check;
+#            the numbers say nothing about a GPU, the time says whether the steps fit the budget)
 set -eu
 cd "$(dirname "$0")/.."
 dry=no
@@ -44,8 +46,12 @@ run() {
     echo "$what (exit $rc) after $(( $(date +%s) - started )) s: $*" >> "$RESULTS/steps-not-ok.txt"; }
 }
 
-gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || true)
-count=$(printf '%s\n' "$gpus" | grep -c . || true)
+DEVICE=${DEVICE:-cuda}
+if [ "$DEVICE" = cpu ]; then gpus="cpu rehearsal" count=1
+else
+  gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || true)
+  count=$(printf '%s\n' "$gpus" | grep -c . || true)
+fi
 if [ "$count" != 1 ]; then
   echo "gpu_acceptance.sh: needs exactly one NVIDIA GPU; nvidia-smi lists $count (set CUDA_VISIBLE_DEVICES" \
        "and run on a one-GPU machine, or install the driver)" >&2
@@ -91,13 +97,13 @@ echo "gpu_acceptance.sh: $gpus, torch $torch ($PYTHON), models $MODELS, repeats 
 # The missing pure-Python dependencies from $WHEELS, unpacked beside the preinstalled packages.
 run "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
   "$WHEELS"/*.whl
-{ nvidia-smi; nvidia-smi -q -d CLOCK,POWER,PERFORMANCE; echo; uptime; nproc; echo "torch $torch ($PYTHON)"; } \
+{ [ "$DEVICE" = cpu ] || { nvidia-smi; nvidia-smi -q -d CLOCK,POWER,PERFORMANCE; }; lscpu; echo; uptime; nproc; echo "torch $torch ($PYTHON)"; } \
   > "$RESULTS/machine.txt" 2>&1 || true
-run $mb selftest --results "$RESULTS" --run acceptance --python "$PYTHON" --device cuda
-run $mb run --matrix "$RESULTS/acceptance.yaml" --backend local --device cuda --results "$RESULTS" \
+run $mb selftest --results "$RESULTS" --run acceptance --python "$PYTHON" --device "$DEVICE"
+run $mb run --matrix "$RESULTS/acceptance.yaml" --backend local --device "$DEVICE" --results "$RESULTS" \
   --run acceptance --models "$MODELS" --note "benchmarks/gpu_acceptance.sh on $gpus"
 run $mb report "$RESULTS/acceptance" --out "$RESULTS/report"
-run "$PYTHON" benchmarks/bench_harness_vs_plain.py --device cuda --models resnet --modes eager \
+run "$PYTHON" benchmarks/bench_harness_vs_plain.py --device "$DEVICE" --models resnet --modes eager \
   --iterations "$ITERATIONS" --rounds 5 --budget-s 60 --out "$RESULTS"
 [ $dry = yes ] && exit 0
 uptime >> "$RESULTS/machine.txt"

@@ -80,3 +80,15 @@ def test_the_harness_benchmark_takes_the_gpu_on_both_sides(monkeypatch):
                         type("Done", (), {"stdout": '{"mean_ms": 1.0}\n'})())
     harness.run_plain("resnet", "eager", args, {})
     assert seen[0][seen[0].index("--device") + 1] == "cuda"
+
+
+def test_a_cpu_rehearsal_needs_no_gpu_and_takes_the_cpu_in_every_step(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    env = dict(os.environ, PATH=os.pathsep.join([str(bin_dir), "/usr/bin", "/bin"]), PYTHON=sys.executable,
+               RESULTS=str(tmp_path / "out"), DEVICE="cpu")
+    done = subprocess.run(["sh", str(SCRIPT), "--dry-run"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr          # no nvidia-smi on PATH, and no refusal
+    commands = [line for line in done.stdout.splitlines() if line.startswith("+ ")]
+    assert [("--device cpu" in command) for command in commands[1:]] == [True, True, False, True]
+    assert not any("--device cuda" in command for command in commands)
