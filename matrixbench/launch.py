@@ -56,12 +56,16 @@ class Outcome:
         total = len(request.repeats())
         last = last_line(self.log_tail)
         said = f"; its last log line: {last}" if last else ""
+        shown = ", ".join(repeat.id for repeat in self.missing[:MAX_NAMED])
+        more = f" and {len(self.missing) - MAX_NAMED} more" if len(self.missing) > MAX_NAMED else ""
+        without = f"; without a record: {shown}{more}" if shown else ""
         return (f"image {request.image.name!r}: the runner exited with code {self.exit_code} before every cell "
-                f"had a record ({total - len(self.missing)} of {total} do; finished records are kept, rerun "
-                f"to resume){said}; its log: {Path(request.work_dir()) / LOG_FILENAME}")
+                f"had a record ({total - len(self.missing)} of {total} do{without}; finished records are kept, "
+                f"rerun to resume){said}; its log: {Path(request.work_dir()) / LOG_FILENAME}")
 
 
 MAX_LINE_CHARS = 300
+MAX_NAMED = 5   # cells named in an incomplete runner's line; the rest counted
 
 
 def last_line(text: str) -> str:

@@ -81,7 +81,7 @@ def test_runs_the_runner_with_mounts_env_user_and_labels(sdk, tmp_path):
     assert owner.Owner.from_labels(kwargs["labels"]) == owner.this_process()
     assert kwargs["device_requests"] is None
     cells_file = json.loads((request.paths.out_dir / "cells.json").read_text())
-    assert cells_file == {"schema_version": 2, "settings": SETTINGS, "image_name": "stable",
+    assert cells_file == {"schema_version": 3, "settings": SETTINGS, "image_name": "stable",
                           "image_id": "sha256:stable", "cells": [c.to_dict() for c in CELLS]}
     assert container.calls[-1] == "remove" and not sdk.started_live
 

@@ -347,8 +347,11 @@ def test_fullgraph_applies_to_compiled_modes_only(tmp_path):
 
 def test_runner_settings_carry_the_matrix_and_device(matrix):
     settings = runner_settings(matrix, "cpu")
+    # issue 32's loop settings ride along with their defaults: paired blocks on, the minimum duration
+    # "auto" (the energy counter's 10% bound), no noise stop, the extension capped at 10 s
     assert settings == {"iterations": 5, "warmup": 1, "timeout_s": 900, "device": "cpu",
-                        "accuracy_tolerance": None, "cv_threshold": 0.1}
+                        "accuracy_tolerance": None, "cv_threshold": 0.1, "paired": True, "min_time_s": "auto",
+                        "target_stdrel": None, "max_time_s": 10.0}
 
 
 def test_build_settings_are_no_part_of_what_is_measured(tmp_path):
