@@ -28,6 +28,7 @@ from matrixbench.images import BuildOptions
 from matrixbench.layout import run_dir
 from matrixbench.manifest import finish_manifest, read_manifest, record_order, start_manifest, update_manifest
 from matrixbench.pending import new_order_seed, pending_work, recorded_failures_line, unreadable_lines
+from matrixbench.placement import plan_slots
 from matrixbench.progress import NullProgress
 from matrixbench.resume import check_resume
 from matrixbench.signals import signal_name
@@ -107,6 +108,7 @@ def _run_with(environment: Any, matrix: Any, options: RunOptions, run_path: Path
     seed = new_order_seed() if options.order_seed is None else options.order_seed
     works = pending_work(matrix, run_path, force=options.force, retry_failed=options.retry_failed, order_seed=seed)
     check_resume(works, matrix, "cuda" if gpus else "cpu", read_manifest(run_path), run_path)
+    environment.refuse([matrix.images[w.image_name] for w in works if w.pending])
     manifest = start_manifest(run_path, run_name=options.run_name, matrix=matrix,
                               backend=environment.name, device=options.device, gpus=gpus,
                               note=options.note, command=options.command, order_seed=seed)
@@ -167,8 +169,13 @@ def check_dry_run(matrix: Any, options: RunOptions) -> None:
     --device names it: finding out what auto gets would start the backend). Writes nothing."""
     check_options(matrix, options)
     device = None if options.device == "auto" else options.device
+    environment = create_environment(options)
     if device == "cuda":
-        _resolve_gpus(create_environment(options), device, NullProgress())
+        _resolve_gpus(environment, device, NullProgress())
+    environment.refuse(list(matrix.images.values()))
+    if isinstance(matrix.slots, int) and device is not None and takes_units(options.executor, matrix.slots,
+                                                                              device == "cuda"):
+        plan_slots(matrix.slots, device == "cuda")   # more slots than cores (or GPUs) is refused here too
     run_path = run_dir(options.results_root, options.run_name)
     works = pending_work(matrix, run_path, force=options.force, retry_failed=options.retry_failed)
     check_resume(works, matrix, device, read_manifest(run_path), run_path)

@@ -100,6 +100,20 @@ def test_a_dry_run_refuses_a_resume_as_the_real_run_does(matrix_file, monkeypatc
     assert all(word in dry.stderr for word in words)
 
 
+@pytest.mark.parametrize("extra, words", [
+    ([], ["image 'stable' pins torch==2.0.1", "--backend local runs this interpreter's torch"]),
+    (["--images", "latest", "--slots", "1000"], ["--slots 1000", "usable core(s) cannot give 1000 slot(s)"]),
+])
+def test_a_dry_run_refuses_another_torch_and_more_slots_than_cores_as_the_real_run_does(matrix_file, extra, words):
+    # issue 33: the real local backend (no fake), whose interpreter's torch is not stable's 2.0.1
+    args = ("run", "--matrix", matrix_file, "--backend", "local", "--device", "cpu", *extra)
+    dry, real = invoke(*args, "--dry-run"), invoke(*args)
+    assert dry.exit_code == real.exit_code != 0
+    assert dry.stderr.startswith("error: ") and real.stderr.endswith(dry.stderr) and dry.stdout == ""
+    assert all(word in dry.stderr for word in words)
+    assert not list((matrix_file.parent / "results").rglob("*_float32*.json"))   # nothing ran
+
+
 def test_a_dry_run_refuses_options_the_executor_would_ignore_as_the_real_run_does_exit_2(matrix_file, monkeypatch):
     use_backend(monkeypatch, RecordingBackend())
     args = ("run", "--matrix", matrix_file, "--backend", "local", "--executor", "ray", "--slots", "2")

@@ -170,6 +170,6 @@ def test_an_image_pinning_another_torch_is_refused(tmp_path):
     request = _request(tmp_path, [], torch="torch==2.0.1")
     with pytest.raises(RunError, match=r"image 'stable' pins torch==2\.0\.1, but --backend local runs "
                                        r"this interpreter's torch 2\.13\.0\+cpu.*--images NAME"):
-        check_torch_pin(request, "2.13.0+cpu")
-    check_torch_pin(_request(tmp_path, [], torch="torch==2.13.0"), "2.13.0+cpu")
-    check_torch_pin(_request(tmp_path, [], torch="torch>=2.1"), "2.13.0+cpu")
+        check_torch_pin(request.image, "2.13.0+cpu")
+    check_torch_pin(_request(tmp_path, [], torch="torch==2.13.0").image, "2.13.0+cpu")
+    check_torch_pin(_request(tmp_path, [], torch="torch>=2.1").image, "2.13.0+cpu")

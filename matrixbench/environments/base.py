@@ -182,6 +182,11 @@ class Backend(ABC):
         """Can this backend give the runner NVIDIA GPUs? ``--device cuda`` needs True."""
         return False
 
+    def refuse(self, images: List[Any]) -> None:
+        """Refuse, before anything runs (the real run and its dry run alike), images this backend cannot run
+        as they ask: raise a RunError naming the image and the fix. Default: none refused."""
+        return None
+
     def prepare(self, images: List[Any], emit: Optional[Callable[[str, str], None]] = None) -> None:
         """Make ready what the matrix Images need before any cell runs (the venv backend builds
         their venvs); ``emit(image_name, line)`` gets progress lines. Default: nothing to do."""

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from matrixbench.environments.base import Backend, RunRequest
 from matrixbench.environments.environment import compile_cache_env, runner_env
@@ -41,9 +41,15 @@ class LocalBackend(Backend):
     def gpus_available(self) -> bool:
         return bool(host_gpus())
 
+    def refuse(self, images: List[Any]) -> None:
+        """An image that pins another torch than this interpreter's (``check_torch_pin``), before any runs."""
+        if self.python == sys.executable:
+            for image in images:
+                check_torch_pin(image, _installed_torch())
+
     def run(self, request: RunRequest) -> int:
         if self.python == sys.executable:
-            check_torch_pin(request, _installed_torch())
+            check_torch_pin(request.image, _installed_torch())
         env = runner_env(os.environ, request, compile_cache_env(request.paths.cache_dir))
         return launch_runner(self.python, request, env)
 
@@ -103,13 +109,13 @@ def _installed_torch() -> str:
         return "not installed"
 
 
-def check_torch_pin(request: RunRequest, installed: str) -> None:
-    """Refuse to record this interpreter's torch under an image that pins another one: the
-    report would compare images that ran the same torch."""
-    pinned = pinned_version(request.image.torch) if request.image.torch else None
+def check_torch_pin(image: Any, installed: str) -> None:
+    """Refuse to record this interpreter's torch under an image (a matrix Image, or a request's ImageRef)
+    that pins another one: the report would compare images that ran the same torch."""
+    pinned = pinned_version(image.torch) if image.torch else None
     if pinned is not None and not same_release(installed, pinned):
         raise RunError(
-            f"image {request.image.name!r} pins {request.image.torch}, but --backend local runs this "
+            f"image {image.name!r} pins {image.torch}, but --backend local runs this "
             f"interpreter's torch {installed}: run only images that pin torch {installed} "
             f"(--images NAME), or use --backend docker"
         )
