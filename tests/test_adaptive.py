@@ -138,6 +138,21 @@ def test_the_budget_admits_no_process_that_would_end_past_it(tmp_path, monkeypat
     assert "the budget held back 2 process(es)" in summary.describe()
 
 
+def test_a_budget_too_small_for_any_process_says_it_held_back_the_whole_first_wave(tmp_path, monkeypatch):
+    """issue 33: a budget under one process's estimate runs nothing; run.json and the summary say the
+    budget held back every process of the first wave (a later, empty wave used to reset the count to 0)."""
+    clock = [0.0]
+    use_backend(monkeypatch, MeanBackend(duration_s=60.0, clock=clock))
+    _use_judge(monkeypatch, Judge({}))
+    monkeypatch.setattr(adaptive.time, "monotonic", lambda: clock[0])
+    summary = run_matrix(_matrix(tmp_path), local_run_options(tmp_path, order_seed=1, budget_min=0.01))
+    run_path = tmp_path / "results" / "r1"
+    repeats = read_manifest(run_path)["repeats"]
+    assert clock[0] == 0.0 and not _processes(run_path)                       # nothing ran
+    assert repeats["held_back_processes"] == 8 * 3                           # the first wave: 8 cells x 3
+    assert "the budget held back 24 process(es)" in summary.describe()
+
+
 def test_budget_admits_a_prefix_of_the_run_order_over_its_parallel_runners():
     times = iter([0.0, 30.0])
     budget = adaptive.Budget(100.0, parallel=2, clock=lambda: next(times))

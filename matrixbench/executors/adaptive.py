@@ -387,7 +387,8 @@ class Waves:
                         for repeat in repeats), key=lambda item: (item[0], item[1]))
         fits = self.budget.admit([self._estimate(work, repeat) for _, _, work, repeat in queue]
                                  if self.budget.budget_s is not None else [0.0] * len(queue))
-        self.outcome.held_back = len(queue) - fits     # the last wave's: what the budget kept from running
+        if queue:   # the last wave that asked for any: what the budget kept from running (a later wave that
+            self.outcome.held_back = len(queue) - fits     # asks for nothing leaves it as it was)
         admitted = {(work.label, repeat) for _, _, work, repeat in queue[:fits]}
         wave = []
         for work, repeats in parts:
