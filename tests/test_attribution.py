@@ -115,7 +115,7 @@ def test_run_dry_run_prints_the_cost_of_attribution(tmp_path):
             archive.writestr(f"transformers-{version}.dist-info/METADATA",
                              real_metadata(f"transformers=={version}"))
     done = subprocess.run([sys.executable, "-m", "matrixbench.cli", "run", "--matrix", str(path), "--results",
-                           str(tmp_path / "results"), "--backend", "local", "--device", "cpu", "--dry-run"],
+                           str(tmp_path / "results"), "--backend", "venv", "--device", "cpu", "--dry-run"],
                           env={**os.environ, "MATRIXBENCH_WHEELHOUSE": str(wheelhouse)}, cwd=REPO,
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr

@@ -104,7 +104,7 @@ def test_the_cli_dry_run_prints_the_order_and_this_machines_bill(tmp_path):
     run_path = results_with_the_h100_records(tmp_path)
     result = CliRunner().invoke(main, ["run", "--matrix", str(EVIDENCE / "acceptance.yaml"), "--models",
                                        ",".join(MODELS), "--results", str(run_path.parent), "--run", "acc",
-                                       "--backend", "local", "--executor", "sequential", "--dry-run"])
+                                       "--backend", "venv", "--executor", "sequential", "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "latest: 7 to run, 11 done" in result.output
     assert "image by image, round by round" in result.output

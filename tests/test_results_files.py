@@ -542,8 +542,10 @@ def test_a_runner_traceback_reaches_the_console_as_one_line_and_the_logs_path(tm
             "RuntimeError: CUDA error: an illegal memory access was encountered\n")
     request = SimpleNamespace(repeats=lambda: [1, 2], image=SimpleNamespace(name="latest"),
                               work_dir=lambda: tmp_path / "latest")
-    line = Outcome(LaunchStatus.INCOMPLETE, 139, (1,), tail).describe(request)
+    missing = (SimpleNamespace(id="resnet-50/default/bs1/r2"),)
+    line = Outcome(LaunchStatus.INCOMPLETE, 139, missing, tail).describe(request)
     assert "\n" not in line and "Traceback" not in line and "File " not in line
+    assert "1 of 2 do; without a record: resnet-50/default/bs1/r2;" in line
     assert "its last log line: RuntimeError: CUDA error: an illegal memory access" in line
     assert f"its log: {tmp_path / 'latest' / 'runner.log'}" in line
 

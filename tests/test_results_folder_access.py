@@ -113,7 +113,7 @@ def test_run_whose_image_folder_this_user_may_not_write_exits_9_and_says_so_in_r
     for path in (base / "mixed", base / "mixed" / "results", run_path):
         os.chown(path, 65534, 65534)
     code, output = cli(work, "run", "--matrix", "m.yaml", "--backend", "local", "--device", "cpu",
-                       "--results", run_path.parent, as_nobody=True)
+                       "--images", "latest", "--results", run_path.parent, as_nobody=True)
     image_dir = next(run_path / image for image in ("stable", "latest") if f"{run_path / image}:" in output)
     refused(code, output, image_dir, "permission denied for this user", "give it write access")
     assert ".tmp" not in output and not list(image_dir.iterdir())
