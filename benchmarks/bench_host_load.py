@@ -28,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from machine import contention, describe, describe_contention, lscpu, write_summary  # noqa: E402
+
 BUSY = "while True:\n    pass\n"
 
 
@@ -137,7 +139,6 @@ def main():
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args()
-    from machine import contention, describe, describe_contention, lscpu
 
     from runner.records import utc_now
 
@@ -211,8 +212,7 @@ def write(report, out, describe, describe_contention):
               f"- paired, block medians (median over the pairs of the blocks' median calls): quiet "
               f"{', '.join(f'{x:.3f}' for x in robust['quiet'])}; loaded "
               f"{', '.join(f'{x:.3f}' for x in robust['loaded'])}"]
-    (out / "host_load.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_summary(out / "host_load.md", lines)
 
 
 if __name__ == "__main__":

@@ -18,31 +18,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from machine import contention, describe, describe_contention, lscpu  # noqa: E402
+from machine import NullCuda, contention, describe, describe_contention, lscpu, write_summary  # noqa: E402
 
 from runner.records import utc_now  # noqa: E402
 from runner.timing import time_iterations  # noqa: E402
 
 BUDGET_US = 1.0
 
-
-class _Event:
-    def __init__(self, enable_timing=False):
-        pass
-
-    def record(self):
-        pass
-
-    def elapsed_time(self, other):
-        return 0.0
-
-
-class FakeCuda:
-    Event = _Event
-
-    @staticmethod
-    def synchronize():
-        pass
 
 
 def old_time_cuda(step, iterations, cuda, clock=time.perf_counter):
@@ -64,7 +46,7 @@ def old_time_cuda(step, iterations, cuda, clock=time.perf_counter):
 
 
 def measure(iterations, repeats):
-    cuda = FakeCuda()
+    cuda = NullCuda()
 
     def null():
         return None
@@ -118,8 +100,7 @@ def main():
              f"| launch timer (cuda_now - cuda_before) | {increment['min']:.3f} | {increment['median']:.3f} |", "",
              f"The launch timer adds {increment['median']:.3f} us per call (median), "
              f"{'within' if report['within_budget'] else 'beyond'} the {BUDGET_US} us budget."]
-    (out / "host_loop_cost.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_summary(out / "host_loop_cost.md", lines)
 
 
 if __name__ == "__main__":

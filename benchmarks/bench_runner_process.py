@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from machine import NullCuda, contention, describe, describe_contention, lscpu, write_summary  # noqa: E402
+
 OPS = 60          # tiny tensor ops per call
 QUIET_CS = 50     # involuntary context switches in a loop of --calls calls: more means another load ran
 WARMUP = 200
@@ -165,24 +167,6 @@ def run_in_bare_process(calls):
 
 # --- the null step ------------------------------------------------------------------------------
 
-class _FakeEvent:
-    def __init__(self, enable_timing=False):
-        pass
-
-    def record(self):
-        pass
-
-    def elapsed_time(self, other):
-        return 0.0
-
-
-class FakeCuda:
-    Event = _FakeEvent
-
-    @staticmethod
-    def synchronize():
-        pass
-
 
 def null_loop_cost(iterations, repeats):
     """us per call: bare for loop, runner CPU loop, runner CUDA loop (fake CUDA), interleaved."""
@@ -200,7 +184,7 @@ def null_loop_cost(iterations, repeats):
     def timed(device):
         def run():
             start = time.perf_counter()
-            time_iterations(null, iterations, device, cuda=FakeCuda())
+            time_iterations(null, iterations, device, cuda=NullCuda())
             return (time.perf_counter() - start) / iterations * 1e6
         return run
 
@@ -230,7 +214,6 @@ def main():
     if args.bare_child:
         bare_child(args.bare_child)
         return
-    from machine import contention, describe, describe_contention, lscpu
 
     from runner.isolation import Launcher
     from runner.records import utc_now
@@ -318,8 +301,7 @@ def write(report, out, describe, describe_contention):
               f"bare {first['bare']['threads_torch']} / {first['bare']['os_threads']}; affinity runner "
               f"{first['runner']['affinity']}, bare {first['bare']['affinity']}; allocator/thread variables "
               f"runner {first['runner']['malloc_env']}, bare {first['bare']['malloc_env']}."]
-    (out / "runner_process.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_summary(out / "runner_process.md", lines)
 
 
 if __name__ == "__main__":

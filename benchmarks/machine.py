@@ -46,3 +46,33 @@ def describe_contention(found):
     if "sched_autogroup" in found:
         parts.append(f"autogroup {'on' if found['sched_autogroup'] else 'off'}")
     return ", ".join(parts) or "unknown"
+
+
+class _NullEvent:
+    """A CUDA event that records nothing and measures 0 ms: what a loop costs without the GPU."""
+
+    def __init__(self, enable_timing=False):
+        pass
+
+    def record(self):
+        pass
+
+    def elapsed_time(self, other):
+        return 0.0
+
+
+class NullCuda:
+    """Stands in for ``torch.cuda`` in a null-step loop (events and synchronize cost nothing), so that a
+    benchmark measures the timing loop's own Python on a machine without a GPU."""
+
+    Event = _NullEvent
+
+    @staticmethod
+    def synchronize():
+        pass
+
+
+def write_summary(path, lines):
+    """Write a benchmark's Markdown summary and print it."""
+    path.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
