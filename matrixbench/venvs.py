@@ -26,7 +26,7 @@ from matrixbench.interpreters import find_interpreter
 from matrixbench.paths import cache_home
 from matrixbench.redact import redact_urls
 from matrixbench.versions import pinned_version, same_release
-from matrixbench.wheelhouse import wheelhouse_dir
+from matrixbench.wheelhouse import downloading, wheelhouse_dir
 from runner.schema import write_json_atomic
 
 MARKER_FILENAME = "matrixbench-venv.json"
@@ -133,8 +133,10 @@ def build_venv(plan, *, emit, finder=None, environ=None):
     wheelhouse_dir(environ).mkdir(parents=True, exist_ok=True)
     _step(plan, create_command(interpreter, plan.path, environ), environ, emit)
     for layer in pip_script.LAYERS:
-        for action in pip_actions(environ):
-            _step(plan, pip_script.command(layer), pip_env(plan, action, environ), emit)
+        download, install = pip_actions(environ)
+        with downloading(plan.name, emit=emit, environ=environ):
+            _step(plan, pip_script.command(layer), pip_env(plan, download, environ), emit)
+        _step(plan, pip_script.command(layer), pip_env(plan, install, environ), emit)
     torch = _torch_installed(plan)
     _check_torch(plan, torch)
     facts = build_facts.probe_python(plan.python_bin, f"venv {plan.name!r} ({plan.path})")

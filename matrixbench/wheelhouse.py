@@ -10,6 +10,7 @@ network) passes ``--find-links`` that URL to pip through the FIND_LINKS build ar
 images/pip-install.sh (matrixbench/pip_script.py). ``$MATRIXBENCH_WHEELHOUSE`` moves it (CI keeps
 it between runs); it defaults to ``<cache>/wheels``.
 """
+import fcntl
 import functools
 import os
 import sys
@@ -32,6 +33,27 @@ def wheelhouse_dir(environ=None):
     return Path(environ.get(WHEELHOUSE_VARIABLE) or cache_home(environ) / "wheels")
 
 
+@contextmanager
+def downloading(name, *, emit, environ=None):
+    """Held while pip downloads into the wheelhouse: one download at a time into one wheelhouse across the
+    processes of this machine (two builds, a build and the tests), so that no pip reads, or writes again, a
+    wheel another pip is still writing. Only the downloads wait: installs from the filled wheelhouse, and
+    Docker builds it is served to, run at once. The lock is a file beside the wheelhouse (not in it: its
+    listing is a find-links page)."""
+    directory = wheelhouse_dir(environ)
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory.parent / f".{directory.name}.lock", "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            emit(name, f"wheelhouse: waiting for another download into {directory} to finish")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield directory
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def download_action(directory, python=None):
     """pip's download subcommand into ``directory``; for another Python than pip's own
     (``python`` "3.10"), wheels only, as pip requires."""
@@ -44,16 +66,16 @@ def fill(plan, python, *, emit, environ=None):
     pip; True when every layer's wheels are there. A failure is a note, not an error: the build
     then downloads what it needs itself."""
     environ = os.environ if environ is None else environ
-    directory = wheelhouse_dir(environ)
-    directory.mkdir(parents=True, exist_ok=True)
-    env = pip_script.environment(plan.buildargs, environ, action=download_action(directory, python),
-                                 find_links=directory, ca_bundle=plan.ca_bundle, pip=f"{sys.executable} -m pip")
-    for layer in pip_script.LAYERS:
-        code, tail = pip_script.run_streamed(pip_script.command(layer), env, lambda line: emit(plan.name, line))
-        if code != 0:
-            emit(plan.name, f"wheelhouse: pip download failed ({tail[-1] if tail else code}); "
-                            "the build downloads its wheels itself")
-            return False
+    with downloading(plan.name, emit=emit, environ=environ) as directory:
+        env = pip_script.environment(plan.buildargs, environ, action=download_action(directory, python),
+                                     find_links=directory, ca_bundle=plan.ca_bundle, pip=f"{sys.executable} -m pip")
+        for layer in pip_script.LAYERS:
+            code, tail = pip_script.run_streamed(pip_script.command(layer), env,
+                                                 lambda line: emit(plan.name, line))
+            if code != 0:
+                emit(plan.name, f"wheelhouse: pip download failed ({tail[-1] if tail else code}); "
+                                "the build downloads its wheels itself")
+                return False
     return True
 
 

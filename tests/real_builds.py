@@ -5,18 +5,16 @@ needs a real image or venv asks it, by matrix, instead of building its own. It r
 by image content (name and content hash: what a venv's path and an image's labels are keyed by), so
 two files naming the same image share one build, and no test depends on another file having run
 first: whichever asks first builds. Under pytest-xdist a session is one worker's, so the real-component
-tests share an ``xdist_group`` (conftest.py) and run on one worker; ``build_lock`` serializes the
-builds of the docker and venv groups, which run at once on two workers and fill the one wheelhouse.
+tests share an ``xdist_group`` (conftest.py) and run on one worker. The docker and venv groups build at once,
+on two workers, filling one wheelhouse: matrixbench's own lock (``wheelhouse.downloading``) lets one pip
+download into it at a time, as it does for two users' builds.
 """
-import fcntl
 import os
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from matrixbench.images import build_images, image_tag
 from matrixbench.venvs import build_venvs, plan_venv, read_marker
-from matrixbench.wheelhouse import wheelhouse_dir
 
 HERE = Path(__file__).resolve().parent
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")  # PyPI is reachable from builds only with it here
@@ -24,20 +22,6 @@ BASE_IMAGES = ("matrixbench-test-base:bookworm-py310", "matrixbench-test-base:bo
 DOCKER_MATRIX = HERE / "data" / "docker-matrix.yaml"
 VENV_MATRIX = HERE / "data" / "venv-matrix.yaml"
 BUILD_LOGS = HERE.parent / ".ci" / "cache"   # gitignored: each build's log
-
-
-@contextmanager
-def build_lock():
-    """Held while a real build runs: one build at a time across xdist workers (and test runs) on this
-    machine, so two never download the same wheel into the wheelhouse at once."""
-    folder = wheelhouse_dir().parent
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".test-builds.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _key(kind, image):
@@ -64,7 +48,7 @@ class Builds:
         missing = self._missing("venv", matrix)
         if missing:
             started = time.monotonic()
-            with build_lock(), _logger(log_path) as log:
+            with _logger(log_path) as log:
                 paths = build_venvs(matrix, missing, on_progress=lambda name, line: print(f"[{name}] {line}",
                                                                                          file=log, flush=True))
             print(f"\nvenvs ready in {time.monotonic() - started:.0f} s: {', '.join(map(str, paths))} "
@@ -78,7 +62,7 @@ class Builds:
         missing = self._missing("docker", matrix)
         if missing:
             started = time.monotonic()
-            with build_lock(), _logger(log_path) as log:
+            with _logger(log_path) as log:
                 tags = build_images(matrix, missing, ca_bundle=CA_BUNDLE if CA_BUNDLE.is_file() else None,
                                     on_progress=lambda name, line: print(f"[{name}] {line}", file=log, flush=True))
             print(f"\nbuilt {', '.join(tags)} in {time.monotonic() - started:.0f} s (log: {log_path}, "
