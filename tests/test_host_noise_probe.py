@@ -10,6 +10,7 @@ The GPU branches cannot run here: their fakes are built from REAL GPU output, ne
   (``timing.host.launch_samples_ms``) of the same calls.
 The CPU path runs for real (torch on this machine's CPU, a second or two).
 """
+import itertools
 import json
 import os
 import sys
@@ -266,3 +267,33 @@ def test_doctor_measures_the_probe_for_real_in_this_interpreter(monkeypatch):
     found = host_noise.doctor_check(emit=lines.append, probe_seconds=1.0)
     assert found["probe"] is not None, lines
     assert found["probe"]["device"] in ("cpu", "cuda") and any(line.startswith("noise probe on ") for line in lines)
+
+
+def test_the_gpu_loop_pairs_each_calls_event_time_with_its_launch_time():
+    """runner.noise_probe._loop's GPU branch without a GPU: a stand-in for torch.cuda whose events give the
+    H200's real per-call event times, in order; the loop keeps one event time and one launch time per call."""
+    measured = _calls(_timing(H200 / "resnet_bs1_eager_float32.json"))
+    real = itertools.cycle(measured)
+    synced = []
+
+    class Event:
+        def __init__(self, enable_timing):
+            assert enable_timing
+
+        def record(self):
+            return None
+
+        def synchronize(self):
+            synced.append(1)
+
+        def elapsed_time(self, other):
+            return next(real)
+
+    cuda = SimpleNamespace(Event=Event, synchronize=lambda: None)
+    calls = []
+    loop = noise_probe._loop(SimpleNamespace(cuda=cuda), lambda: calls.append(1), True, seconds=0.05)
+    assert loop["calls"] == len(loop["samples_ms"]) == len(loop["launch_ms"]) == len(synced) > 0
+    assert len(calls) == loop["calls"] + noise_probe.WARMUP_CALLS   # warm-up calls are not timed
+    count = min(loop["calls"], len(measured))
+    assert loop["samples_ms"][:count] == measured[:count]
+    assert all(value >= 0.0 for value in loop["launch_ms"])
