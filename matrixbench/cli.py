@@ -286,8 +286,9 @@ def selftest(run_name, results_root, python, device):
 @click.option("--backend", type=click.Choice(["auto", "docker", "venv", "local"]), default="auto", show_default=True,
               help="The backend to check for: Docker's checks fail only for docker; auto falls back to venvs.")
 @click.option("--measure", is_flag=True, help="Then measure this host's noise (about 20 s: steal, preemptions, the "
-              "jitter of a CPU loop; what change a comparison can resolve here) and run `matrixbench selftest` "
-              "(the measuring apparatus).")
+              "jitter of a CPU loop and, in the selftest's interpreter, of a small launch-bound model, on the GPU "
+              "with its CUDA-graph replay; what change a comparison can resolve here) and run `matrixbench "
+              "selftest` (the measuring apparatus).")
 @selftest_options
 @handles_errors
 def doctor(matrix_path, backend, measure, run_name, results_root, python):
@@ -305,10 +306,10 @@ def doctor(matrix_path, backend, measure, run_name, results_root, python):
         raise DoctorError(f"{exc}\nselftest not run: fix the failures above first (or run `matrixbench "
                           "selftest`)") from None
     if measure:
-        from matrixbench.host_noise import measure as measure_host_noise
+        from matrixbench.host_noise import doctor_check
         from matrixbench.selftest import run_selftest
 
-        click.echo("\n".join(measure_host_noise().lines()))
+        doctor_check(python=python, emit=click.echo)
         with names_folder("--results", results_root):
             run_selftest(run_dir(results_root, run_name), python=python, emit=click.echo)
 
@@ -409,7 +410,7 @@ RUN_GROUPS = {
 }
 RUN_RARE = ("weights", "size", "attention", "warmup", "timeout_s", "calibration_models", "exclusive_timing",
             "gpu_types", "repeats_min", "repeats_max", "margin_pct", "allow_busy_gpus", "cache_root", "hf_cache_dir",
-            "attribution", "paired", "min_time_s", "target_stdrel", "max_time_s",
+            "attribution", "paired", "min_time_s", "target_stdrel", "max_time_s", "no_noise_check",
             *(axis.name for axis in axes.setting_axes()))   # the axes' own flags (runner.axes)
 
 
@@ -503,11 +504,15 @@ def _hide(command, names):
 @click.option("--budget", "budget_min", type=FinitePositive(), metavar="MINUTES",
               help="Wall minutes of the run: no process starts that would end past it (estimated from earlier "
                    "records); with --repeats auto, comparisons it leaves undecided say so.")
+@click.option("--no-noise-check", "no_noise_check", is_flag=True,
+              help="A GPU run first spends about 10 s measuring the host's noise with a small launch-bound model "
+                   "(what change 3 processes a side resolve here; <run>/noise_check.json): skip it.")
 @click.option("--dry-run", is_flag=True, help="Print the cells that would run and the estimated duration, and run "
               "nothing.")
 @handles_errors
 def run(matrix_path, run_name, results_root, backend, executor, ray_address, device, force, retry_failed,
-        cold, cache_root, hf_cache_dir, note, gpu, allow_busy_gpus, aa_image, budget_min, dry_run, **options):
+        cold, cache_root, hf_cache_dir, note, gpu, allow_busy_gpus, aa_image, budget_min, no_noise_check, dry_run,
+        **options):
     """Run the matrix's cells that have no record yet (HF_TOKEN is passed on, never printed)."""
     matrix = _load(matrix_path, _overrides(options))
     registry, build_options = _builds_of_run(matrix.build, backend, executor, options.get("settings") or {})
@@ -529,7 +534,7 @@ def run(matrix_path, run_name, results_root, backend, executor, ray_address, dev
         retry_failed=retry_failed, cold=cold, cache_root=cache_root, hf_cache_dir=hf_cache_dir,
         note=note, command=tuple(["matrixbench", *sys.argv[1:]]), gpu=gpu, allow_busy_gpus=allow_busy_gpus,
         executor=executor, ray_address=ray_address, registry=registry, budget_min=budget_min,
-        build_options=build_options,
+        build_options=build_options, noise_check=not no_noise_check,
     )
     if dry_run:
         check_dry_run(matrix, dataclasses.replace(run_options, backend="local") if backend == AUTO else run_options)

@@ -24,6 +24,7 @@ from typing import Any, Callable, List, Literal, Optional, Sequence, Tuple, Unio
 from matrixbench.layout import LOG_FILENAME
 from matrixbench.redact import redact_text, secrets
 from runner.core import Cell, Repeat
+from runner.noise_probe import PROBE_FILENAME
 from runner.schema import CHECK_FILENAME, RecordError, load_record, record_path
 
 LOG_TAIL_LINES = 40
@@ -83,7 +84,7 @@ def launch(environment: Any, request: Any, on_record: Optional[OnRecord] = None,
     appears; the Outcome, judged by ``judge``. KeyboardInterrupt passes through after the
     environment stopped its runner (finished records stay)."""
     Path(request.paths.out_dir).mkdir(parents=True, exist_ok=True)
-    repeats = [] if request.work.check else request.repeats()
+    repeats = request.repeats() if request.work.runs_cells else []
     with RecordWatcher(request.paths.out_dir, repeats, on_record or (lambda cell, record: None), on_tick=on_tick):
         exit_code = environment.run(request)
     return judge(request, exit_code)
@@ -92,8 +93,9 @@ def launch(environment: Any, request: Any, on_record: Optional[OnRecord] = None,
 def judge(request: Any, exit_code: int) -> Outcome:
     """The one judgement of a runner's end: complete when every repeat has its record (a check: when it
     exited 0 with its answer), whatever the exit code; else incomplete, with what is missing."""
-    if request.work.check:
-        done = exit_code == 0 and (Path(request.paths.out_dir) / CHECK_FILENAME).is_file()
+    if not request.work.runs_cells:
+        answer = CHECK_FILENAME if request.work.check else PROBE_FILENAME
+        done = exit_code == 0 and (Path(request.paths.out_dir) / answer).is_file()
         missing: Tuple[Repeat, ...] = ()
     else:
         out_dir = request.paths.out_dir

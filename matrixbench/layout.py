@@ -3,6 +3,7 @@ the run's manifest, lock, log, cells file and timing board live.
 
     results/<run>/                         run_dir (the run name a folder name)
         run.json  run.lock  .timing-board/   MANIFEST_FILENAME, LOCK_FILENAME, TIMING_BOARD_DIRNAME
+        noise_check.json  .noise-check/    NOISE_CHECK_FILENAME, NOISE_CHECK_DIRNAME (a GPU run's noise check)
         [<gpu_type>/]<image>/              image_dir (a GPU-type axis adds its folder)
             <cell_id>[.r<k>].json          the records (runner.schema.record_path: the runner's contract)
             cells.json  runner.log         CELLS_FILENAME, LOG_FILENAME (in slot-<i>/ with slots)
@@ -27,6 +28,8 @@ TIMING_BOARD_DIRNAME = ".timing-board"
 CELLS_FILENAME = "cells.json"
 LOG_FILENAME = "runner.log"        # every environment appends the runner's output to it
 SELFTEST_FILENAME = "selftest.json"   # `matrixbench selftest`'s result, in the run folder (the report shows it)
+NOISE_CHECK_FILENAME = "noise_check.json"   # the run's host-noise check (matrixbench.host_noise), in the run folder
+NOISE_CHECK_DIRNAME = ".noise-check"        # its runner's work folder (cells.json, runner.log, the probe's output)
 CALIBRATION_DIRNAME = "calibration"
 # A calibration record's run folder is this many folders above its own: <run>/<image>/calibration/<phase>/slot-<i>
 CALIBRATION_RUN_DEPTH = 4

@@ -57,6 +57,7 @@ class RunOptions:
     registry: Optional[str] = None        # --executor ray, docker nodes: push images to HOST:PORT, nodes pull them
     build_options: Optional[BuildOptions] = None   # --executor ray, docker nodes: builds on the nodes
     budget_min: Optional[float] = None    # --budget: wall minutes of the run; past it no process starts
+    noise_check: bool = True              # a GPU run first measures the host's noise (--no-noise-check: not)
 
 
 def run_matrix(matrix: Any, options: RunOptions, progress: Any = None,
@@ -125,6 +126,7 @@ def _run_with(environment: Any, matrix: Any, options: RunOptions, run_path: Path
                             emit=lambda name, line: progress.note(f"[{name}] {line}"))
         if gpus and environment.builds_images:   # before any cell runs (a Ray driver builds nothing here)
             refuse_builds({name: matrix.images[name] for name in builds}, environment.build_facts, progress.note)
+        manifest = _noise_check(environment, run, manifest, progress)
         progress.start(sum(len(w.pending) for w in works), sum(w.done for w in works))
         _note_recorded(works, progress)
         executor = create_executor(environment, options, matrix=matrix, gpus=gpus, environ=environ,
@@ -150,6 +152,28 @@ def _run_with(environment: Any, matrix: Any, options: RunOptions, run_path: Path
         progress.close()
         finish_manifest(run_path, manifest, status, _cell_counts(run.summary), stopped_by=stopped_by)
     return run.summary
+
+
+def _noise_check(environment: Any, run: Run, manifest: Any, progress: Any) -> Any:
+    """A GPU run's host-noise check before its first cell (matrixbench.host_noise.run_check: a small
+    launch-bound model in the first pending image's environment, about 10 s): its lines printed, its result in
+    <run>/noise_check.json and run.json's ``noise_check``. Never a failure; --no-noise-check skips it."""
+    from matrixbench.noise_check import run_check
+
+    pending = [work for work in run.works if work.pending]
+    if not run.gpus or not pending:
+        return manifest
+    if not run.options.noise_check:
+        progress.note("noise check: skipped (--no-noise-check)")
+        return update_manifest(run.path, manifest, noise_check={"status": "skipped", "why": "--no-noise-check"})
+    if run.options.executor == "ray":
+        progress.note("noise check: not run (--executor ray: the cells run on the cluster's nodes, not here)")
+        return update_manifest(run.path, manifest, noise_check={"status": "not measured",
+                                                                "why": "--executor ray"})
+    progress.note("noise check: measuring this host's noise with a small launch-bound model (about 10 s; "
+                  "--no-noise-check skips it)")
+    checked = run_check(environment, run.request(pending[0]), run.path, progress.note)
+    return update_manifest(run.path, manifest, noise_check=checked)
 
 
 def _note_recorded(works: List[Any], progress: Any) -> None:

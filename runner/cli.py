@@ -47,6 +47,9 @@ def build_parser():
                         help="shorthand: rerun cells whose record has a failed status (oom, error, timeout, crashed)")
     parser.add_argument("--check", action="store_true",
                         help="run nothing: build each model on the meta device, write <out>/check.json")
+    parser.add_argument("--noise-probe", type=float, metavar="SECONDS",
+                        help="run no cell: measure this host's noise with a small launch-bound model for SECONDS "
+                             "on the settings' device, write <out>/noise_probe.json (runner.noise_probe)")
     _add_shorthand(parser.add_argument_group("shorthand (instead of --cells)"))
     _add_settings(parser.add_argument_group("settings (with the shorthand)"))
     return parser
@@ -104,6 +107,14 @@ def main(argv=None):
         from runner.check import write_check  # imports torch: only when asked
 
         write_check(cells_file, args.out)
+        return 0
+    if args.noise_probe is not None:
+        import os
+
+        from runner.noise_probe import PROBE_FILENAME, write_probe
+
+        write_probe(os.path.join(args.out, PROBE_FILENAME), cells_file.settings.get("device", "auto"),
+                    args.noise_probe)
         return 0
     signal.signal(signal.SIGTERM, _interrupt)
     try:

@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # Layers, top to bottom: a module imports only its own layer or those below it.
 LAYERS = (
     ("matrixbench.cli",),
-    ("matrixbench.run", "matrixbench.doctor", "matrixbench.clean", "matrixbench.build_check"),
+    ("matrixbench.run", "matrixbench.doctor", "matrixbench.clean", "matrixbench.build_check",
+     "matrixbench.noise_check"),
     ("matrixbench.executors",),
     ("matrixbench.launch",),
     ("matrixbench.environments",),
@@ -19,7 +20,7 @@ LAYERS = (
 # What of the runner the host may import: stdlib-only modules of the host <-> runner contract.
 RUNNER_CONTRACT = {"runner", "runner.axes", "runner.core", "runner.schema", "runner.settings", "runner.cells_file",
                    "runner.records", "runner.registry", "runner.timing_board", "runner.machine", "runner.archcheck",
-                   "runner.files", "runner.lifetime", "runner.host", "runner.energy"}
+                   "runner.files", "runner.lifetime", "runner.host", "runner.energy", "runner.noise_probe"}
 WALLS = {  # third-party package -> where it may be imported
     "click": ("matrixbench.cli",),
     "docker": ("matrixbench.docker_client",),

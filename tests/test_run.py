@@ -274,8 +274,14 @@ def test_auto_device_uses_gpus_when_the_backend_has_them(matrix, tmp_path, monke
     run_matrix(matrix, _options(tmp_path), progress=progress)
     assert all(r.placement.gpus for r in backend.requests) and ("note", "device: cuda") in progress.events
     assert all(r.work.settings["device"] == "cuda" for r in backend.requests)   # never a silent CPU run
+    # the GPU run's noise check came first, in the first image's environment; this fake runner answers no
+    # probe: a status line, and the run went on (matrixbench.noise_check; tests/test_host_noise_probe.py)
+    assert len(backend.probes) == 1 and backend.probes[0].work.settings["device"] == "cuda"
+    assert backend.probes[0].placement.gpus and backend.probes[0].work.mode_argv()[0] == "--noise-probe"
+    assert any(e[0] == "note" and e[1].startswith("noise check: not measured (") for e in progress.events)
+    assert read_manifest(tmp_path / "results" / "r1")["noise_check"]["status"] == "not measured"
     run_matrix(matrix, _options(tmp_path, run_name="cpu", device="cpu"))
-    assert backend.requests[-1].placement.gpus is False
+    assert backend.requests[-1].placement.gpus is False and len(backend.probes) == 1   # no check on the CPU
 
 
 def test_auto_device_never_runs_a_gpu_host_on_the_cpu(matrix, tmp_path, monkeypatch):

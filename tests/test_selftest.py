@@ -153,12 +153,13 @@ def test_doctor_measure_runs_the_selftest_after_the_checklist(tmp_path, monkeypa
     from matrixbench.cli import main
 
     monkeypatch.setattr(doctor, "diagnose", lambda matrix, backend: [doctor.Check("driver and GPUs", "ok", "fine")])
-    real = host_noise.measure
-    monkeypatch.setattr(host_noise, "measure", lambda: real(seconds=0.2, blocks=4))   # 20 s in real use
+    monkeypatch.setattr(host_noise, "CPU_LOOP_S", 0.2)   # 12 s in real use
+    monkeypatch.setattr(host_noise, "PROBE_S", 0.5)      # the probe: this fake interpreter answers no probe
     result = CliRunner().invoke(main, ["doctor", "--measure", "--results", str(tmp_path), "--run", "m",
                                        "--python", fake_python(tmp_path, True)])
     assert result.exit_code == 0 and "[ ok ] driver and GPUs" in result.output and "selftest on" in result.output
     assert "host noise (0 s" in result.output and "processes a side resolves about" in result.output
+    assert "noise probe (a small launch-bound model in the runner's interpreter): not measured" in result.output
     assert (tmp_path / "m" / "selftest.json").is_file()
 
 

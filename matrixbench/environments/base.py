@@ -48,13 +48,16 @@ class Work:
     (iterations, warmup, timeout_s, device, ...), run in ``schedule`` order ([cell index, repeat index]
     pairs, one process each; empty: each cell once, as repeat 0), shuffled with ``order_seed``.
     ``check``: run nothing; the runner builds each cell's model on the meta device (``--check``) and
-    writes its answer to <out_dir>/check.json (runner.schema.CHECK_FILENAME), no records."""
+    writes its answer to <out_dir>/check.json (runner.schema.CHECK_FILENAME), no records. ``probe_s``: run
+    nothing either; the runner measures the host's noise for that many seconds on the settings' device
+    (``--noise-probe``, runner.noise_probe) and writes <out_dir>/noise_probe.json, no records."""
 
     cells: List[Cell]
     settings: Dict[str, Any]
     schedule: Tuple[Tuple[int, int], ...] = ()
     order_seed: Optional[int] = None
     check: bool = False
+    probe_s: Optional[float] = None   # run no cell: the host-noise probe for this many seconds (noise_probe.json)
 
     def repeats(self) -> List[Repeat]:
         """The processes to run, in order."""
@@ -68,8 +71,16 @@ class Work:
         return dataclasses.replace(self, cells=cells, schedule=tuple((int(c), int(r)) for c, r in schedule))
 
     def mode_argv(self) -> List[str]:
-        """What the runner's argv gets after ``--cells FILE --out DIR``: ``--check`` or nothing."""
+        """What the runner's argv gets after ``--cells FILE --out DIR``: ``--check``, ``--noise-probe S`` or
+        nothing."""
+        if self.probe_s is not None:
+            return ["--noise-probe", repr(float(self.probe_s))]
         return ["--check"] if self.check else []
+
+    @property
+    def runs_cells(self) -> bool:
+        """Whether the runner runs the cells (and writes records): not for --check or --noise-probe."""
+        return not self.check and self.probe_s is None
 
 
 @dataclass(frozen=True)

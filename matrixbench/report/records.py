@@ -17,7 +17,13 @@ from pathlib import Path
 import pandas as pd
 
 from matrixbench.errors import ReportError
-from matrixbench.layout import CALIBRATION_RUN_DEPTH, CELLS_FILENAME, MANIFEST_FILENAME, SELFTEST_FILENAME
+from matrixbench.layout import (
+    CALIBRATION_RUN_DEPTH,
+    CELLS_FILENAME,
+    MANIFEST_FILENAME,
+    NOISE_CHECK_FILENAME,
+    SELFTEST_FILENAME,
+)
 from matrixbench.manifest import read_manifest
 from matrixbench.report.overlap import flag_compile_overlaps
 from matrixbench.report.published import match_gpu
@@ -26,7 +32,8 @@ from matrixbench.resume import MEASUREMENT_SETTINGS
 from runner import axes
 from runner.schema import RECORD_SCHEMA
 
-NOT_RECORDS = (CELLS_FILENAME, MANIFEST_FILENAME, SELFTEST_FILENAME)   # selftest.json: the selftest notes read it
+# selftest.json: the selftest notes read it; noise_check.json: a run's host-noise check (matrixbench.host_noise)
+NOT_RECORDS = (CELLS_FILENAME, MANIFEST_FILENAME, SELFTEST_FILENAME, NOISE_CHECK_FILENAME)
 # Columns computed here, ahead of the record's own flattened (dotted) keys. ``run_id``, ``machine`` and
 # ``process`` are a measurement's identity (docs/contract.md); ``settings_label`` tells apart rows of one
 # cell measured with other settings by two runs.

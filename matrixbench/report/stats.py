@@ -111,8 +111,26 @@ def judge_many(baseline, candidate, *, margin_pct, confidence=CONFIDENCE) -> Jud
         error = (high - estimate) / critical                  # the standard error of the log ratio
         p_value = np.where(error > 0.0, 2.0 * scipy_stats.t.sf(np.abs(estimate) / error, df),
                            np.where(estimate == 0.0, 1.0, 0.0))
-    detectable = arithmetic.percent(np.exp((critical + scipy_stats.t.ppf(POWER, df)) * error))
+    detectable = _detectable(critical, df, error)
     return Judgements(np.exp(estimate), *bounds, verdicts(*bounds, margin_pct), detectable, p_value)
+
+
+def _detectable(critical, df, error):
+    """The change (%) a comparison stars with probability POWER: its interval's critical value plus the
+    POWER quantile of t at ``df``, times the log ratio's standard ``error``, exponentiated."""
+    return arithmetic.percent(np.exp((critical + scipy_stats.t.ppf(POWER, df)) * error))
+
+
+def detectable_at(cv: float, processes: int, confidence: float = CONFIDENCE) -> float:
+    """The change (%) a comparison of ``processes`` processes a side would star with probability POWER
+    (80%) when each process's estimate spreads by ``cv`` (the SD of log process estimates, as a CV) on both
+    sides: what ``judge`` reports as ``detectable_pct`` for that spread (equal sides: Welch's df is 2n - 2).
+    Before a run (matrixbench.host_noise) this turns a measured spread into the change a run can resolve."""
+    if processes < MIN_PROCESSES:
+        raise ValueError(f"{processes} process(es) a side; a comparison needs {MIN_PROCESSES} or more")
+    df = 2.0 * processes - 2.0
+    critical = scipy_stats.t.ppf(0.5 + confidence / 2.0, df)
+    return float(_detectable(critical, df, float(cv) * math.sqrt(2.0 / processes)))
 
 
 def verdict(low, high, margin_pct) -> str:
@@ -293,7 +311,7 @@ def judge_paired(processes: Sequence[Sequence[Tuple[float, float]]], *, margin_p
     error = float(high[0] - estimate[0]) / critical
     p_value = float(2.0 * scipy_stats.t.sf(abs(float(estimate[0])) / error, df[0])) if error > 0 else \
         (1.0 if estimate[0] == 0 else 0.0)
-    detectable = arithmetic.percent(math.exp((critical + float(scipy_stats.t.ppf(POWER, df[0]))) * error))
+    detectable = float(_detectable(critical, df[0], error))
     return Judgement(float(np.exp(-estimate[0])), float(np.exp(-high[0])), float(np.exp(-low[0])), verdict,
                      count, count, float(detectable), margin_pct, p_value)
 
@@ -339,7 +357,7 @@ def judge_by_round(baseline_by_round, candidate_by_round, *, margin_pct: float,
     error = float(high[0] - estimate[0]) / critical
     p_value = float(2.0 * scipy_stats.t.sf(abs(float(estimate[0])) / error, df[0])) if error > 0 else \
         (1.0 if estimate[0] == 0 else 0.0)
-    detectable = arithmetic.percent(math.exp((critical + float(scipy_stats.t.ppf(POWER, df[0]))) * error))
+    detectable = float(_detectable(critical, df[0], error))
     return Judgement(float(np.exp(estimate[0])), float(np.exp(low[0])), float(np.exp(high[0])),
                      str(verdicts(np.exp(low), np.exp(high), margin_pct)[0]), count, count, float(detectable),
                      margin_pct, p_value)

@@ -1,0 +1,70 @@
+"""A GPU run's host-noise check before its first cell (issue 32 item 3): the runner's noise probe
+(runner.noise_probe) started in the first pending image's environment exactly as a run starts a runner
+(``python -m runner --cells ... --noise-probe S``: docker, venv or local alike), judged by
+matrixbench.host_noise.read_probe, kept in ``results/<run>/noise_check.json`` and summarized for run.json.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional
+
+from matrixbench.environments.base import Paths
+from matrixbench.host_noise import PROBE_S, ProbeNoise, read_probe
+from matrixbench.launch import launch
+from matrixbench.layout import NOISE_CHECK_DIRNAME, NOISE_CHECK_FILENAME
+from runner.noise_probe import PROBE_FILENAME
+from runner.schema import write_json_atomic
+
+
+def run_check(environment: Any, request: Any, run_path: Path, emit: Callable[[str], None],
+              seconds: float = PROBE_S, launcher: Optional[Callable[[Any, Any], Any]] = None) -> Dict[str, Any]:
+    """The start of a GPU run: the probe in ``request``'s image environment (a runner started as the run starts
+    one, ``--noise-probe``), on the run's device; its lines emitted, its result and judgement written to
+    ``<run>/noise_check.json``; returns what run.json keeps (``status``: measured, or not measured with why).
+    Never raises: a check that cannot run is a status line, not a failure."""
+
+    folder = Path(run_path) / NOISE_CHECK_DIRNAME
+    probe_request = dataclasses.replace(
+        request, work=dataclasses.replace(request.work, cells=request.work.cells[:1], schedule=(), probe_s=seconds),
+        paths=Paths(folder, hf_cache_dir=request.paths.hf_cache_dir))
+    began = time.monotonic()
+    try:
+        outcome = (launcher or launch)(environment, probe_request)
+        answer = folder / PROBE_FILENAME
+        if not outcome.complete or not answer.is_file():
+            tail = (str(getattr(outcome, "log_tail", "") or "").strip().splitlines() or
+                    [f"exit code {outcome.exit_code}"])[-1]
+            raise RuntimeError(f"the probe's runner failed: {tail}")
+        result = json.loads(answer.read_text())
+        noise = read_probe(result)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:   # never a failure of the run: a status line
+        emit(f"noise check: not measured ({exc}); the run goes on (--no-noise-check skips it)")
+        return {"status": "not measured", "why": str(exc), "image": request.image.name,
+                "seconds": round(time.monotonic() - began, 1)}
+    for line in noise.lines():
+        emit(line)
+    kept = {"status": "measured", "image": request.image.name, "file": NOISE_CHECK_FILENAME,
+            "seconds": round(time.monotonic() - began, 1), **_brief(noise)}
+    try:
+        write_json_atomic(Path(run_path) / NOISE_CHECK_FILENAME, {**kept, "judged": noise.to_dict(), "probe": result})
+    except OSError as exc:
+        emit(f"noise check: cannot write {NOISE_CHECK_FILENAME}: {exc}")
+        kept["file"] = None
+    return kept
+
+
+def _brief(noise: ProbeNoise) -> Dict[str, Any]:
+    """What run.json keeps of a measured check (the report cites it; the calls are in noise_check.json)."""
+    return {"device": noise.device, "gpu_name": noise.gpu_name, "processes": noise.processes,
+            "launch_bound_resolvable_pct": noise.launch_resolvable_pct,
+            "gpu_bound_resolvable_pct": noise.gpu_resolvable_pct, "gpu_bound_why": noise.gpu_why,
+            "launch_block_cv": noise.launch.get("block_cv"), "launch_jitter_cv": noise.launch.get("jitter_cv"),
+            "launch_stall_share": noise.launch.get("stall_share"),
+            "launch_bound_share": noise.launch.get("launch_bound_share"),
+            "gpu_block_cv": noise.gpu.get("block_cv") if noise.gpu else None,
+            "steal_share": noise.steal_share, "warns": noise.warns, "lines": noise.lines()}
