@@ -333,14 +333,18 @@ def _check_name_lengths(data: JSON, path: Path, flags: Mapping[str, str]) -> Non
         taken = set(names)
         for name in names:
             if len(name) > MAX_NAME:
+                where = flags.get(key) or f"{path}: {key}"
+                problem = f"{where}: {name[:40]}... is a name of {len(name)} characters; use at most {MAX_NAME}"
+                if key == "gpu_types":   # Ray's name of a GPU type (A100, H100), not one to choose
+                    problems.append(problem)
+                    continue
                 suggested = shorter_name(name, MAX_NAME, taken)
                 taken.add(suggested)
-                where = flags.get(key) or f"{path}: {key}"
-                problems.append(f"{where}: {name[:40]}... is a name of {len(name)} characters; use at most "
-                                f"{MAX_NAME}, e.g. {suggested}")
+                problems.append(f"{problem}, e.g. {suggested}")
     if problems:
+        suggested_any = any(", e.g. " in problem for problem in problems)
         raise MatrixError("; ".join(problems) + " (each names a folder of the run, or starts its records' file "
-                          "names; no other name of the matrix is the one suggested)")
+                          "names" + ("; no other name of the matrix is the one suggested)" if suggested_any else ")"))
 
 
 def _check_index_urls(data: JSON, path: Path, flags: Mapping[str, str]) -> None:

@@ -92,3 +92,17 @@ def test_a_real_run_under_a_deep_results_folder_says_what_is_too_long_and_writes
                     "--results", str(folder / ("r" * 300)))
     assert "--run" not in output.replace("--results", ""), output
     assert "300 bytes" in output and backend.requests == [], output
+
+
+def test_an_over_long_gpu_type_is_refused_without_a_name_to_use_instead(tmp_path):
+    """A GPU type is Ray's name for it (A100, H100): refused, but no other name is proposed."""
+    from matrixbench.errors import MatrixError
+    from matrixbench.matrix import load_matrix
+
+    data = small_matrix_data()
+    data["gpu_types"] = ["A100", "H" * 120]
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(MatrixError) as refused:
+        load_matrix(tmp_path / "m.yaml")
+    assert "gpu_types" in str(refused.value) and "120 characters" in str(refused.value)
+    assert "e.g." not in str(refused.value)
