@@ -113,7 +113,37 @@ def describe_os_error(exc):
                 "file written) or read and execute access (an interpreter run), or choose another folder "
                 "(--results / --out)")
     if exc.errno == errno.ENAMETOOLONG:
-        return f"{str(path)[:120]}...: file name too long; choose a shorter --run / --out / --results"
+        return name_too_long(str(path))
     if exc.errno == errno.ELOOP:
         return f"{path}: too many levels of symbolic links (a symlink loop); fix the link"
     return f"{path}: {reason}"
+
+
+def name_too_long(path: str) -> str:
+    """ENAMETOOLONG, said of what is too long: a part of the path over the file system's limit for a name, or the
+    whole path. Run, image and model names are bounded well below that (matrixbench.layout), so the folder a
+    --results / --out / --cache-dir gave is what to shorten; no name is proposed that another run may have."""
+    existing = next((p for p in Path(path).parents if _is_dir(p)), Path("."))
+    name_max, path_max = _limit(existing, "PC_NAME_MAX", 255), _limit(existing, "PC_PATH_MAX", 4096)
+    long_part = next((part for part in Path(path).parts if len(os.fsencode(part)) > name_max), None)
+    if long_part is not None:
+        what = (f"its part {long_part[:40]}... has {len(os.fsencode(long_part))} bytes, over this file system's "
+                f"{name_max} for a name")
+    else:
+        what = f"it has {len(os.fsencode(path))} bytes, over this file system's {path_max} for a path"
+    return (f"{path[:120]}...: file name too long: {what}; shorten the folder given with --results / --out / "
+            "--cache-dir (or choose one nearer the root)")
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:   # itself too long
+        return False
+
+
+def _limit(folder: Path, name: str, default: int) -> int:
+    try:
+        return os.pathconf(folder, name)
+    except (OSError, ValueError):
+        return default

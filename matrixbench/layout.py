@@ -11,9 +11,11 @@ the run's manifest, lock, log, cells file and timing board live.
             slot-<i>/                      slot_dir
             calibration/<phase>/slot-<i>/  calibration_dir
 """
+import hashlib
+import os
 import re
 from pathlib import Path
-from typing import Optional, Union
+from typing import Iterable, Optional, Union
 
 from matrixbench.errors import MatrixError
 from runner.schema import SCRATCH_DIRNAME
@@ -22,6 +24,10 @@ PathLike = Union[str, Path]
 
 RUN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 MAX_RUN_NAME = 100   # a folder name (at most 255 bytes), with room for what goes under it
+# An image's, model's or GPU type's name: a folder of every run, or the start of its records' file names
+# (``<model>-<size>_bs<n>_<mode>_..._<dtype>.r<k>.json`` and its ``.<name>.<pid>.<hex>.tmp``), with room for
+# what is added to it: the A/A twin's "-aa" and run "aa-<image>" (at most MAX_RUN_NAME), the axes.
+MAX_NAME = 96
 MANIFEST_FILENAME = "run.json"
 LOCK_FILENAME = "run.lock"
 TIMING_BOARD_DIRNAME = ".timing-board"
@@ -36,14 +42,42 @@ CALIBRATION_RUN_DEPTH = 4
 
 
 def run_dir(results_root: PathLike, run_name: str) -> Path:
-    """``results/<run>``; the run name must be usable as a folder name."""
+    """``results/<run>``; the run name must be usable as a folder name. An over-long one is refused with a
+    shorter name that no run folder under ``results_root`` has yet (a name cut short could be another run's,
+    which a rerun would resume)."""
     if len(run_name) > MAX_RUN_NAME:
-        raise MatrixError(f"--run: a name of {len(run_name)} characters; use at most {MAX_RUN_NAME}")
+        suggested = shorter_name(run_name, MAX_RUN_NAME, taken=folder_entries(results_root))
+        raise MatrixError(f"--run: a name of {len(run_name)} characters; use at most {MAX_RUN_NAME}, e.g. "
+                          f"--run {suggested} (no run in {results_root} has it yet)")
     if not re.match(RUN_NAME_PATTERN, run_name):
         raise MatrixError(
             f"--run {run_name!r}: use letters, digits, '.', '_' and '-', starting with a letter or digit"
         )
     return Path(results_root) / run_name
+
+
+def shorter_name(name: str, limit: int, taken: Iterable[str] = ()) -> str:
+    """A name of at most ``limit`` characters for the over-long ``name``: its start and a hash of all of it,
+    so two long names that start alike get two names; never one of ``taken`` (the other names, the folders
+    already there), case aside (a case-insensitive file system takes "A" for "a"). The same name gives the
+    same suggestion while nothing takes it: a run that renamed it finds its own folder again."""
+    taken_folded = {other.casefold() for other in taken}
+    digest = hashlib.sha256(name.encode()).hexdigest()
+    for length in range(8, len(digest) + 1, 4):
+        for counter in ("", *(f"-{n}" for n in range(2, 100))):
+            tail = f"-{digest[:length]}{counter}"
+            candidate = name[:max(limit - len(tail), 1)].rstrip("._-") + tail
+            if candidate.casefold() not in taken_folded and candidate != name:
+                return candidate
+    raise ValueError(f"no free name for {name!r} among {len(taken_folded)} taken")
+
+
+def folder_entries(folder: PathLike) -> list[str]:
+    """The names in ``folder`` ([] where it cannot be listed: not there yet, not a folder)."""
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
 
 
 def gpu_folder(run_path: PathLike, gpu_type: Optional[str]) -> Path:

@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from matrixbench import attribution, matrix_errors, matrix_yaml
 from matrixbench.errors import MatrixError
+from matrixbench.layout import MAX_NAME, shorter_name
 from matrixbench.matrix_schema import DEFAULTS, MATRIX_SCHEMA
 from matrixbench.redact import redact_urls
 from matrixbench.settings import BUILD_SETTINGS, BY_NAME, OVERRIDES, RUNNER_SETTINGS
@@ -230,6 +231,7 @@ def load_matrix(path: Path | str, overrides: Optional[Overrides] = None,
     matrix_errors.validate(data, MATRIX_SCHEMA, text, path, flags=flags)
     _check_repeats_range(data, text, path, flags)
     _check_index_urls(data, path, flags)
+    _check_name_lengths(data, path, flags)
     matrix = _build(data, path, weights=overrides.weights)
     _check_tiny(matrix, overrides)
     matrix = _select_entries(matrix, overrides)
@@ -319,6 +321,30 @@ def _check_repeats_range(data: JSON, text: str, path: Path, flags: Mapping[str, 
     raise MatrixError(f"{where} {data[key]} leaves repeats_min {low} > repeats_max {high}: with repeats auto a "
                       f"cell starts with repeats_min processes and gets at most repeats_max; raise repeats_max to "
                       f"{low} or more, or lower repeats_min to {high} or less")
+
+
+def _check_name_lengths(data: JSON, path: Path, flags: Mapping[str, str]) -> None:
+    """Image, model and GPU type names of at most MAX_NAME characters (each names a folder of every run or
+    starts its records' file names): MatrixError naming each longer one with a shorter name to use instead,
+    one that no other name of its kind has (nor another's suggestion: two long names alike get two)."""
+    problems = []
+    for key in ("images", "models", "gpu_types"):
+        names = list(data.get(key) or ())
+        taken = set(names)
+        for name in names:
+            if len(name) > MAX_NAME:
+                where = flags.get(key) or f"{path}: {key}"
+                problem = f"{where}: {name[:40]}... is a name of {len(name)} characters; use at most {MAX_NAME}"
+                if key == "gpu_types":   # Ray's name of a GPU type (A100, H100), not one to choose
+                    problems.append(problem)
+                    continue
+                suggested = shorter_name(name, MAX_NAME, taken)
+                taken.add(suggested)
+                problems.append(f"{problem}, e.g. {suggested}")
+    if problems:
+        suggested_any = any(", e.g. " in problem for problem in problems)
+        raise MatrixError("; ".join(problems) + " (each names a folder of the run, or starts its records' file "
+                          "names" + ("; no other name of the matrix is the one suggested)" if suggested_any else ")"))
 
 
 def _check_index_urls(data: JSON, path: Path, flags: Mapping[str, str]) -> None:

@@ -14,7 +14,7 @@ import stat
 from datetime import datetime, timezone
 from pathlib import Path
 
-from matrixbench.errors import ResultsFolderError, ResultsFolderUnwritableError, RunLockedError
+from matrixbench.errors import ResultsFolderError, ResultsFolderUnwritableError, RunLockedError, name_too_long
 from matrixbench.layout import lock_path, scratch_dirs, timing_board_dir
 from matrixbench.redact import redact_data
 from matrixbench.results_files import Unvouched, read_json
@@ -37,7 +37,9 @@ def prepare(run_path):
     except OSError as exc:   # a read-only file system, a symlink loop, a name too long
         if exc.errno == errno.EROFS:
             raise ResultsFolderUnwritableError(_cannot_write(run_path)) from None
-        if exc.errno in (errno.ELOOP, errno.ENAMETOOLONG):   # the path given is the problem: a usage error
+        if exc.errno == errno.ENAMETOOLONG:   # the path given is the problem: a usage error
+            raise ResultsFolderError(f"--results: cannot make {name_too_long(str(run_path))}") from None
+        if exc.errno == errno.ELOOP:
             raise ResultsFolderError(f"--results: cannot make {run_path} ({exc.strerror}); choose another "
                                      "--results or --run") from None
         raise ResultsFolderUnwritableError(   # the filesystem refuses (a folder under /proc): exit 9

@@ -6,7 +6,9 @@ it is set (``fault_for``) and hands the fault to the cell's process in its job; 
 injects it where real failures happen, at its first (compiling) call: oom raises torch's OOM
 error, error raises an exception, crash kills the process with SIGSEGV, hang sleeps until the
 parent's time limit, full_disk fills the filesystem of the cell's output folder (a hidden file there,
-``FILLER``), so that its record meets a full disk. Stdlib at import: torch is imported only to raise its OOM error.
+``FILLER``), so that its record meets a full disk. The key ``FORKSERVER`` instead of a cell id
+injects its fault into the forkserver's preload ("hang": a start-up that never ends, as a slow
+preload on a loaded machine lasts minutes). Stdlib at import: torch is imported only to raise its OOM error.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import Mapping, Optional
 FAULTS_VARIABLE = "MATRIXBENCH_TEST_FAULTS"
 FAULTS = ("oom", "error", "crash", "hang", "full_disk")
 FILLER = ".injected-full-disk"
+FORKSERVER = "(forkserver)"   # a key that is no cell id: the fault of the forkserver's preload
 
 
 class InjectedError(RuntimeError):
@@ -36,6 +39,11 @@ def fault_for(cell_id: str, environ: Optional[Mapping[str, str]] = None) -> Opti
     if fault is not None and fault not in FAULTS:
         raise ValueError(f"{FAULTS_VARIABLE}: unknown fault {fault!r} for {cell_id}; valid: {', '.join(FAULTS)}")
     return fault if isinstance(fault, str) else None
+
+
+def inject_in_forkserver(environ: Optional[Mapping[str, str]] = None) -> None:
+    """In the forkserver's preload: the fault a test asked for under ``FORKSERVER``, if any."""
+    inject(fault_for(FORKSERVER, environ))
 
 
 def inject(fault: Optional[str], out_dir: Optional[str] = None) -> None:

@@ -5,7 +5,8 @@ budget. So the run starts multiprocessing's forkserver once, which imports
 ``runner.worker`` (torch, transformers, the runner) and then forks one fresh child per
 cell: no dynamo cache, CUDA context or CUDA-graph pool survives from one cell to the next.
 The forkserver is a new interpreter that never runs torch code, so it holds no CUDA
-context and no thread pools when it forks. This parent process stays stdlib-only.
+context and no thread pools when it forks; it dies with this process, its preload included
+(runner.forkserver_lifetime). This parent process stays stdlib-only.
 
 A child leads its own process group; the parent waits for it up to the time limit,
 then kills the whole group (Inductor's compile workers included).
@@ -22,9 +23,10 @@ from multiprocessing.connection import wait
 from typing import Any, List, Optional, Tuple
 
 from runner.core import Status
-from runner.lifetime import die_with_parent
+from runner.lifetime import die_with_parent, mark_forkserver_parent
 
-PRELOAD = ["runner.worker"]
+# runner.forkserver_lifetime first: the forkserver dies with the runner even while it imports the rest
+PRELOAD = ["runner.forkserver_lifetime", "runner.worker"]
 SIGNAL_CHECK_S = 0.5
 
 
@@ -64,10 +66,12 @@ class Launcher:
         """Start the forkserver now (imports torch once), rather than at the first cell."""
         from multiprocessing import forkserver
 
+        mark_forkserver_parent()
         forkserver.ensure_running()
 
     def run(self, function_name, args, timeout_s):
         """Call ``runner.worker.<function_name>(*args, channel)`` in a fresh process."""
+        mark_forkserver_parent()   # a forkserver that died is started again by process.start()
         receiver, sender = self._context.Pipe(duplex=False)
         process = self._context.Process(
             target=_call, args=("runner.worker", function_name, args, sender),

@@ -1,9 +1,11 @@
 """A child process dies with its parent: ``PR_SET_PDEATHSIG`` (Linux, through ctypes; stdlib only).
 
 The host's runner gets SIGTERM when the host dies (``kill -9`` included), so it unwinds like
-Ctrl-C and kills its running cell; a cell's process gets SIGKILL when the forkserver it was
-forked from dies (the forkserver ends when the runner does). Where prctl is missing (not Linux)
-nothing is set: the host's run lock still keeps a second run out while a runner lives.
+Ctrl-C and kills its running cell; the runner's forkserver gets SIGKILL when the runner dies, even
+while it still imports torch for its preload (``forkserver_dies_with_runner``: it would otherwise
+notice only once the preload is done, seconds to minutes of CPU taken from the next run); a cell's
+process gets SIGKILL when the forkserver it was forked from dies. Where prctl is missing (not
+Linux) nothing is set: the host's run lock still keeps a second run out while a runner lives.
 """
 from __future__ import annotations
 
@@ -12,9 +14,12 @@ import ctypes.util
 import os
 import signal
 import sys
-from typing import Optional
+from typing import Mapping, MutableMapping, Optional
 
 PR_SET_PDEATHSIG = 1
+# The runner's pid, in its environment when it starts its forkserver (which inherits it): the parent
+# the forkserver's first preload module expects (runner.forkserver_lifetime).
+FORKSERVER_PARENT_VARIABLE = "MATRIXBENCH_FORKSERVER_PARENT"
 
 
 def die_with_parent(sig: int = signal.SIGTERM, parent_pid: Optional[int] = None) -> bool:
@@ -33,3 +38,22 @@ def die_with_parent(sig: int = signal.SIGTERM, parent_pid: Optional[int] = None)
     if done and parent_pid is not None and os.getppid() != parent_pid:
         os.kill(os.getpid(), signal.SIGKILL)
     return done
+
+
+def mark_forkserver_parent(environ: Optional[MutableMapping[str, str]] = None) -> None:
+    """In the runner, before it starts (or restarts) its forkserver: name this process as the parent
+    the forkserver must die with."""
+    environ = os.environ if environ is None else environ
+    environ[FORKSERVER_PARENT_VARIABLE] = str(os.getpid())
+
+
+def forkserver_dies_with_runner(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """In the forkserver, first thing in its preload: SIGKILL when the runner that started it dies
+    (a runner already gone ends it at once). Nothing where the runner named no parent (a forkserver
+    that matrixbench's runner did not start)."""
+    environ = os.environ if environ is None else environ
+    try:
+        parent = int(environ.get(FORKSERVER_PARENT_VARIABLE, ""))
+    except ValueError:
+        return False
+    return die_with_parent(signal.SIGKILL, parent)

@@ -1,6 +1,7 @@
 """Fault scenarios, for real on the local backend (issue 24): the host stopped by SIGINT (started
 with SIGINT ignored, as a background job is), SIGTERM and SIGHUP; the host killed with ``kill -9``
-while a rerun races its orphaned runner; the runner killed with ``kill -9``.
+while a rerun races its orphaned runner; the runner killed with ``kill -9``; the host killed with
+``kill -9`` while its runner starts (issue 33: the forkserver importing on for minutes).
 
 Each starts `matrixbench run --backend local` on tiny resnet (batch sizes 1 and 2, eager): batch
 size 1 records, batch size 2 hangs (an injected fault) until the fault strikes. Afterwards: the
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ import yaml
 from matrixbench.environments.local import _running, descendants
 from matrixbench.layout import LOCK_FILENAME
 from matrixbench.run_folder import lock_holders
+from runner.faults import FORKSERVER
 
 pytestmark = pytest.mark.slow
 
@@ -156,3 +159,58 @@ def test_a_killed_runner_leaves_no_cell_behind_and_the_run_says_incomplete(folde
     assert run.manifest()["status"] == "incomplete"
     history = resumes(folder, first)["history"]
     assert [entry["status"] for entry in history] == ["incomplete"]
+
+
+def marked(marker):
+    """Every live process whose environment holds ``marker`` (zombies, whose environment is gone, aside)."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            held = marker.encode() in environ.read_bytes()
+        except OSError:
+            continue
+        if held and _running(int(environ.parent.name)):
+            found.append(int(environ.parent.name))
+    return found
+
+
+def command_line(pid):
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads the processes' environments in /proc")
+def test_a_host_killed_while_its_runner_starts_leaves_no_forkserver_importing_on(tmp_path):
+    """The forkserver's preload never ends (fault "hang" under FORKSERVER: a preload that takes minutes on
+    a loaded machine); the host is killed with ``kill -9`` as soon as the runner has started the forkserver.
+    Within seconds no process of the run is left: the runner (its host's death signal), its forkserver
+    still importing (its runner's), everything they started."""
+    marker = f"MATRIXBENCH_TEST_RUN_{uuid.uuid4().hex}"
+    matrix = json.loads(json.dumps(MATRIX))
+    matrix["images"]["latest"]["env"] = {"MATRIXBENCH_TEST_FAULTS": json.dumps({FORKSERVER: "hang"}), marker: "1"}
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(matrix))
+    run = Run(tmp_path)
+    try:
+        forkservers = []
+
+        def forkserver_started():
+            forkservers[:] = [pid for pid in marked(marker) if "multiprocessing.forkserver" in command_line(pid)]
+            return forkservers
+
+        wait_for(forkserver_started, run, "the runner to start its forkserver")
+        os.kill(run.process.pid, signal.SIGKILL)
+        run.wait()
+        deadline = time.monotonic() + 30
+        while marked(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = {pid: command_line(pid) for pid in marked(marker)}
+        assert not left, f"still running 30 s after the host was killed: {left}\n{run.output}"
+        assert not list(run.out_dir.glob("*_float32*.json")), "no cell ran"
+    finally:
+        for pid in marked(marker):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

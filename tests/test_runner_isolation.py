@@ -181,3 +181,20 @@ def test_gpu_cell_in_a_forked_process(tmp_path, mode):
         if counts_cudagraph_skips(torch.__version__):
             assert record["dynamo"]["cudagraph_skips"] == 0
     assert_valid(record)
+
+
+def test_the_forkserver_guard_ends_a_forkserver_whose_runner_is_gone_and_nothing_else():
+    """runner.lifetime.forkserver_dies_with_runner: a parent other than the runner named (it died before the
+    request took effect) ends the process at once; without a runner named, nothing happens."""
+    def guard(environ):
+        code = f"from runner.lifetime import forkserver_dies_with_runner as g; print(g({environ!r}))"
+        return subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=os.path.dirname(os.path.dirname(__file__)), capture_output=True, text=True, timeout=120)
+
+    orphaned = guard({"MATRIXBENCH_FORKSERVER_PARENT": "1"})
+    assert (orphaned.returncode, orphaned.stdout) == (-9, ""), orphaned
+    unnamed = guard({})
+    assert (unnamed.returncode, unnamed.stdout.strip()) == (0, "False"), unnamed
+    named = guard({"MATRIXBENCH_FORKSERVER_PARENT": str(os.getpid())})
+    assert (named.returncode, named.stdout.strip()) == (0, "True"), named
