@@ -22,12 +22,15 @@ SECRET_KEY = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|KEY|CREDENTIAL
 # whole words of a key (split at _ - . and case): GH_PAT, MY_PASS, DB_PWD; not PATH, not COMPASS
 SECRET_WORDS = frozenset({"PAT", "PASS", "PWD", "SIG", "SIGNATURE", "APIKEY", "SESSION", "COOKIE"})
 MIN_SECRET_CHARS = 4   # shorter values would hide every "a" in a log
+# keys that match the patterns but hold where things are, not secrets: hiding their values would hide the
+# working directory (PWD) or a socket's path in every line that names a file under it
+NOT_SECRET_KEYS = frozenset({"PWD", "OLDPWD", "SSH_AUTH_SOCK", "XAUTHORITY", "GPG_AGENT_INFO"})
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _remembered: Set[str] = set()
 
 
 def is_secret_key(key: Any) -> bool:
-    if not isinstance(key, str):
+    if not isinstance(key, str) or key.upper() in NOT_SECRET_KEYS:
         return False
     return bool(SECRET_KEY.search(key)) or any(word.upper() in SECRET_WORDS for word in re.split(r"[^A-Za-z0-9]+", key))
 

@@ -573,3 +573,15 @@ def test_a_folder_given_twice_is_read_once_with_its_selftest_and_status_said_onc
     assert len((out / "results.csv").read_text().splitlines()) == len(list((REAL / "latest").glob("*.json"))) + 1
     assert (out / "report.md").read_text().count("Selftest of the measuring apparatus") == 1
     assert result.output.count("the run is interrupted") == 1
+
+
+def test_the_working_directory_is_no_secret_though_its_key_says_pwd(tmp_path, monkeypatch):
+    """PWD matched the secret words (as DB_PWD does): every error line naming a file under the working
+    directory showed `***/results` instead of the path."""
+    from matrixbench.redact import redact_text
+
+    monkeypatch.setenv("PWD", str(tmp_path))
+    monkeypatch.setenv("OLDPWD", str(tmp_path.parent))
+    monkeypatch.setenv("DB_PWD", "s3cret-db-password")
+    line = f"--results: cannot make {tmp_path / 'results'}: permission denied (DB_PWD=s3cret-db-password)"
+    assert redact_text(line) == f"--results: cannot make {tmp_path / 'results'}: permission denied (DB_PWD=***)"
