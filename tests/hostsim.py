@@ -14,13 +14,17 @@ work (np.interp over the state timeline, so a call straddling a switch is charge
 episodes arrive as a Poisson process in wall time and add their cost to the call they land in; the
 process's level is exp(N(0, residual_sd)); each call has a small lognormal jitter. Eager and compiled
 blocks measured alternately in one process (``paired_blocks``) share the same host timeline.
-Shared by tests (``import hostsim``) and benchmarks (tests/ on sys.path).
+Shared by tests (``import hostsim``) and benchmarks (tests/ on sys.path). The end of the module holds a second,
+simpler model of the same evidence for the runner's timing tests (``fit_loop``, ``simulate_loop``,
+``FakeCuda``: formerly tests/host_sim.py).
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import random
+import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -222,3 +226,160 @@ def check_fit(host: Host, evidence: Path = EVIDENCE, seed: int = 35) -> Dict[str
     target = fit_measures(processes)
     seen = fit_measures(simulated_processes(host, shape_of(processes), 20, np.random.default_rng(seed)))
     return {name: (target[name], seen[name]) for name in target}
+
+
+# --- a run's rounds: shared machine states, drift and a step (issue 34, item 4) -------------------------
+
+def abba_slots(rounds: int) -> Tuple[np.ndarray, np.ndarray]:
+    """When each round's baseline (A) and candidate (B) process ran, as a share of the run (0 first, 1 last):
+    the executors' counterbalanced order, A then B in even rounds, B then A in odd ones."""
+    slots = 2 * rounds - 1
+    a = np.array([2 * r + (r % 2) for r in range(rounds)]) / slots
+    b = np.array([2 * r + 1 - (r % 2) for r in range(rounds)]) / slots
+    return a, b
+
+
+def machine_factors(rng: np.random.Generator, trials: int, rounds: int, state_sd: float = 0.0, drift: float = 0.0,
+                    step: float = 0.0) -> Tuple[np.ndarray, np.ndarray]:
+    """Per trial and round, the factor the machine put on the A and on the B process: a state the round shares
+    (lognormal, log-SD ``state_sd``), a linear drift (the run's last process ``drift`` x slower than its first)
+    and a step mid-run (every process after the run's midpoint ``step`` x slower)."""
+    when_a, when_b = abba_slots(rounds)
+    state = rng.normal(0.0, state_sd, (trials, rounds)) if state_sd else np.zeros((trials, rounds))
+
+    def factor(when: np.ndarray) -> np.ndarray:
+        return np.exp(state) * (1.0 + drift * when) * np.where(when > 0.5, 1.0 + step, 1.0)
+    return factor(when_a), factor(when_b)
+
+
+def run_rounds(rng: np.random.Generator, trials: int, rounds: int, *, host: Optional[Host] = None, cv: float = 0.01,
+               base_ms: float = 4.0, calls: int = 300, change: float = 0.0, state_sd: float = 0.0,
+               drift: float = 0.0, step: float = 0.0) -> Tuple[np.ndarray, np.ndarray]:
+    """Image changes of known truth (candidate = baseline x (1 + change)) measured in ``rounds`` rounds of one
+    run: (baseline, candidate) process means, arrays (trials, rounds), round r of both sides in column r.
+    Each process is ``host``'s mean of ``calls`` calls of ``base_ms`` (the fitted host), or without a host a
+    lognormal process level of log-SD ``cv``; the machine's factors (machine_factors) on top."""
+    def side(ms: float) -> np.ndarray:
+        if host is None:
+            return ms * np.exp(rng.normal(0.0, cv, (trials, rounds)))
+        return np.array([[host.process(rng, ms, calls).mean() for _ in range(rounds)] for _ in range(trials)])
+    baseline, candidate = side(base_ms), side(base_ms * (1.0 + change))
+    on_a, on_b = machine_factors(rng, trials, rounds, state_sd, drift, step)
+    return baseline * on_a, candidate * on_b
+
+# --- the runner's view: a block-wise launch-bound loop and a fake torch.cuda (formerly tests/host_sim.py) ----
+#
+# A second, simpler model of the same evidence, for runner.timing and runner.host (tests/test_runner_host.py):
+# ``fit_loop(processes)`` reads per-process ``samples_ms`` (the records of one cell, the copy in
+# tests/data/gpu-evidence/h100-2026-11-26): each process's median level, the spread of those levels between
+# processes (log), the wander of block medians within a process (log), the stall rate (calls beyond 3x the
+# median per call) and the stalls' size (stall / median). ``simulate_loop`` draws a process from them: a level, a
+# block-wise wander, log-normal per-call noise, stalls at the fitted rate; the launch time of each call is the
+# call itself for a launch-bound cell (the host's time is the call's: the H100 timelines' CPU-side launch mean was
+# within 0.5% of the event mean) and a small share of the GPU time where a CUDA graph takes the host out of the
+# loop. ``FakeCuda`` is a fake ``torch.cuda`` for ``runner.timing``: a host clock and a GPU clock; a step spends
+# its launch time on the host and its GPU time on the GPU, which cannot finish before the last launch.
+
+REPO_EVIDENCE = Path(__file__).resolve().parent / "data" / "gpu-evidence" / "h100-2026-11-26"
+RECORDS = REPO_EVIDENCE / "run-acc" / "acc" / "latest"
+
+
+def load(name: str) -> dict:
+    for folder in (RECORDS, REPO_EVIDENCE / "second"):
+        if (folder / name).exists():
+            return json.loads((folder / name).read_text())
+    raise FileNotFoundError(name)
+
+
+def timelines() -> List[dict]:
+    return [json.loads(line) for line in (REPO_EVIDENCE / "second" / "independent_stall_timelines.jsonl").open()]
+
+
+@dataclass
+class LoopFit:
+    level_ms: float           # the median of the processes' medians
+    between_sigma: float      # log spread of the process medians
+    wander_sigma: float       # log spread of block medians within a process
+    noise_sigma: float        # per-call log noise, stalls left out
+    stall_rate: float         # stalls per call
+    stall_size: List[float]   # stall / median, as seen
+
+
+def fit_loop(processes: Sequence[Sequence[float]], block: int = 50, k: float = 3.0) -> LoopFit:
+    medians = [statistics.median(p) for p in processes]
+    logs = [math.log(m) for m in medians]
+    between = statistics.pstdev(logs) if len(logs) > 1 else 0.0
+    wander, noise, stalls, sizes, calls = [], [], 0, [], 0
+    for samples, median in zip(processes, medians):
+        blocks = [statistics.median(samples[i:i + block]) for i in range(0, len(samples) - block + 1, block)]
+        if len(blocks) > 1:
+            wander.append(statistics.pstdev([math.log(b) for b in blocks]))
+        quiet = [math.log(s / median) for s in samples if s <= k * median]
+        noise.append(statistics.pstdev(quiet))
+        over = [s / median for s in samples if s > k * median]
+        stalls, calls = stalls + len(over), calls + len(samples)
+        sizes += over
+    return LoopFit(statistics.median(medians), between, statistics.median(wander) if wander else 0.0,
+               statistics.median(noise), stalls / calls, sizes or [8.0])
+
+
+def simulate_loop(fitted: LoopFit, n: int, rng: random.Random, launch_bound: bool = True,
+                  stall_rate: Optional[float] = None, level_ms: Optional[float] = None,
+                  graph_launch_share: float = 0.08, block: int = 50):
+    """(samples_ms, launch_ms) of one simulated process."""
+    level = (level_ms or fitted.level_ms) * math.exp(rng.gauss(0.0, fitted.between_sigma))
+    rate = fitted.stall_rate if stall_rate is None else stall_rate
+    samples, launches = [], []
+    factor = 1.0
+    for i in range(n):
+        if i % block == 0:
+            factor = math.exp(rng.gauss(0.0, fitted.wander_sigma))
+        call = level * factor * math.exp(rng.gauss(0.0, fitted.noise_sigma))
+        if rng.random() < rate:
+            call = level * rng.choice(fitted.stall_size)
+        samples.append(call)
+        if launch_bound:
+            launches.append(call * (1.0 - abs(rng.gauss(0.0, 0.004))))
+        else:
+            launches.append(level * graph_launch_share * math.exp(rng.gauss(0.0, 0.1)))
+    return samples, launches
+
+
+class FakeCuda:
+    """A fake torch.cuda: events read a GPU clock; ``step_for(launch_ms, gpu_ms)`` makes steps that spend
+    their launch on the host clock (``clock``) and their work on the GPU."""
+
+    def __init__(self):
+        self.host = 0.0    # seconds
+        self.gpu = 0.0
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.at = None
+
+            def record(self):
+                fake.gpu = max(fake.gpu, fake.host)
+                self.at = fake.gpu
+
+            def elapsed_time(self, other):
+                return (other.at - self.at) * 1000.0
+
+        self.Event = Event
+
+    def synchronize(self):
+        self.host = max(self.host, self.gpu)
+
+    def clock(self):
+        return self.host
+
+    def step_for(self, launch_ms: Sequence[float], gpu_ms: Sequence[float]):
+        calls = iter(zip(launch_ms, gpu_ms))
+
+        def step():
+            launch, work = next(calls)
+            start = max(self.gpu, self.host)
+            self.host += launch / 1000.0
+            self.gpu = max(start + work / 1000.0, self.host)
+            return None
+        return step

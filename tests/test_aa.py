@@ -19,7 +19,8 @@ from matrixbench.run import run_matrix
 from matrixbench.venvs import plan_venv, venvs_root
 from runner.schema import read_record
 
-AA_RATE = r"\(a simulator of known truth stars [\d.]+% of them at \d+ vs \d+ processes; nominal 5%\)"
+AA_RATE = (r"\(a simulator of known truth stars [\d.]+% of them at \d+ vs \d+ processes(?: paired by round)?; "
+           r"nominal 5%\)")
 REPO = Path(__file__).resolve().parents[1]
 
 

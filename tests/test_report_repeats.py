@@ -1,7 +1,8 @@
 """Cells measured in several processes (records with a `repeat` index): statistics across them.
 
 Hand-made records: vit's processes have tight samples but per-process means that overlap
-between the two images (no star: undecided); resnet's are cleanly separated (a star); beit ran
+between the two images (no star unpaired; paired by round, as the report judges two images' cells
+of one run, each round moved both sides alike: a star); resnet's are cleanly separated (a star); beit ran
 once per image (the change is shown, "not tested: one process per cell"). The records' own
 cv_threshold (0.2) is above vit's between-process CV (0.167): the ¶ flag follows the report's
 between_cv_threshold (0.05), not the runner's within-process one.
@@ -15,7 +16,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from host_helpers import synthetic_record
-from matrixbench.report import build_report
+from matrixbench.report import build_report, stats
 from runner.cells_file import cells_file_from_dict
 from runner.core import Status
 from runner.timing import summarize
@@ -89,12 +90,17 @@ def _geometric_change_pct(model):
             - 1) * 100
 
 
-def test_overlapping_process_means_get_no_star(built):
+def test_overlapping_process_means_get_no_star_unpaired_but_one_paired_by_round(built):
+    """vit's process means overlap between the images (10/12/14 against 11/13/15): judged unpaired (Welch)
+    the change is undecided. But both images ran in rounds 0-2 of one run, and each round moved both alike
+    (+10%, +8.3%, +7.1%), so the report pairs them by round (issue 34) and the change is starred."""
+    unpaired = stats.judge(PROCESS_MEANS[("old", "vit")], PROCESS_MEANS[("new", "vit")], margin_pct=3.0)
+    assert unpaired.verdict == "undecided" and unpaired.low < 1 < unpaired.high
     row = built[0].query("kind == 'image_change' and model == 'vit'").iloc[0]
     assert row["percent"] == pytest.approx(_geometric_change_pct("vit"), abs=1e-6)     # +8.5% (arithmetic: +8.3%)
-    assert row["verdict"] == "undecided" and row["baseline_processes"] == row["candidate_processes"] == 3
-    assert row["low_pct"] < 0 < row["high_pct"] and row["detectable_pct"] > 10
-    assert re.search(r"\| \+8\.5%\? \| \[-\d+\.\d%, \+\d+\.\d%\] \| undecided \|",
+    assert row["verdict"] == "slower" and row["baseline_processes"] == row["candidate_processes"] == 3
+    assert row["pairing"] == "paired by round" and 0 < row["low_pct"] < row["high_pct"]
+    assert re.search(r"\| \+8\.5%\* \| \[\+\d+\.\d%, \+\d+\.\d%\] \| slower \| paired by round \|",
                      _pair_row(built[1], "Image Classification/ViT"))
 
 
@@ -111,7 +117,7 @@ def test_one_process_per_cell_is_shown_but_not_tested(built):
     assert row["verdict"] == "not tested" and (row["baseline_processes"], row["candidate_processes"]) == (1, 1)
     assert pd.isna(row["low_pct"]) and pd.isna(row["ratio_high"]) and pd.isna(row["detectable_pct"])
     assert _pair_row(built[1], "Image Classification/BeiT").endswith(
-        "| +20.0% | not tested: one process per cell | not tested |")
+        "| +20.0% | not tested: one process per cell | not tested | — |")
 
 
 def test_between_process_noise_is_flagged_apart_from_within_process_noise(built):

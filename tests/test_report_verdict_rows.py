@@ -22,7 +22,7 @@ from runner.cells_file import cells_file_from_dict
 from runner.core import Status
 from runner.timing import summarize
 
-AA_RATE = r"\(a simulator of known truth stars [\d.]+% of them at \d+ vs \d+ processes; nominal 5%\)"
+AA_RATE = r"\(a simulator of known truth stars [\d.]+% of them at \d+ vs \d+ processes paired by round; nominal 5%\)"
 FIXTURES = Path(__file__).parent / "fixtures"
 TORCH = {"base": "2.0.1", "base-aa": "2.0.1", "new": "2.1.0"}
 # (image, model, mode) -> the mean of each process
@@ -97,6 +97,13 @@ def _welch_ratio_interval(baseline, candidate):
     return tuple(np.exp(result.confidence_interval(0.95)))
 
 
+def _paired_ratio_interval(baseline, candidate):
+    """Issue 34: two images' cells of one run with the same rounds are judged paired by round: Student's t
+    on the rounds' log ratios (scipy's paired test), not Welch's."""
+    result = scipy_stats.ttest_rel(np.log(candidate), np.log(baseline))
+    return tuple(np.exp(result.confidence_interval(0.95)))
+
+
 def test_the_false_alarm_line_counts_starred_aa_comparisons(built):
     frame, markdown, _ = built
     aa = frame.query("kind == 'aa_change'")
@@ -159,11 +166,17 @@ def test_every_comparison_of_two_cells_has_a_verdict_and_its_columns(built):
     assert (judged["estimate_ratio"] <= judged["ratio_high"]).all()
 
 
-def test_image_change_interval_is_welchs_on_the_log_process_means(built):
+def test_image_change_interval_is_paired_by_round_on_the_log_process_means(built):
+    """Both images ran in rounds 0-2 of one run: each round's log ratio is one draw (Student's t); a speed-up
+    (two cells of one image) stays Welch's on the two sides' log process means."""
     row = built[0].query("kind == 'image_change' and model == 'resnet' and mode == 'eager'").iloc[0]
     base, new = MEANS[("base", "resnet", "eager")], MEANS[("new", "resnet", "eager")]
-    assert (row["ratio_low"], row["ratio_high"]) == pytest.approx(_welch_ratio_interval(base, new))
-    assert row["verdict"] == "no change"       # 5.0 against 5.0: inside ±3%
+    assert (row["ratio_low"], row["ratio_high"]) == pytest.approx(_paired_ratio_interval(base, new))
+    assert row["verdict"] == "no change" and row["pairing"] == "paired by round"   # 5.0 against 5.0: inside ±3%
+    speedup = built[0].query("kind == 'speedup' and image == 'new' and model == 'vit'").iloc[0]
+    low, high = _welch_ratio_interval(MEANS[("new", "vit", "eager")], MEANS[("new", "vit", "default")])
+    assert speedup["pairing"] == "unpaired"
+    assert (speedup["ratio_low"], speedup["ratio_high"]) == pytest.approx((1 / high, 1 / low))
 
 
 def test_the_speedup_chart_draws_each_interval_and_marks_the_undecided_bar(built):
@@ -220,8 +233,8 @@ def _verdicts_at(root, recorded, given):
 
 @pytest.mark.parametrize("recorded", [None, 0.1])
 def test_report_margin_pct_rejudges_a_comparison_of_known_interval_and_says_which_margin(tmp_path, recorded):
-    # base resnet eager against new: Welch's interval from scipy, not from the report's code
-    low, high = _welch_ratio_interval(MEANS[("base", "resnet", "eager")], MEANS[("new", "resnet", "eager")])
+    # base resnet eager against new, paired by round: the interval from scipy, not from the report's code
+    low, high = _paired_ratio_interval(MEANS[("base", "resnet", "eager")], MEANS[("new", "resnet", "eager")])
     threshold = max(high - 1, 1 / low - 1) * 100   # the smallest margin whose band holds the interval
     assert low < 1 < high and 0.05 < threshold < 3
     query = "kind == 'image_change' and model == 'resnet' and mode == 'eager'"

@@ -7,7 +7,10 @@ import pytest
 from runner import host
 from runner.schema import read_record
 from runner.timing import time_iterations
-from tests.host_sim import EVIDENCE, FakeCuda, fit, load, simulate, timelines
+from tests.hostsim import REPO_EVIDENCE as EVIDENCE
+from tests.hostsim import FakeCuda, load, timelines
+from tests.hostsim import fit_loop as fit
+from tests.hostsim import simulate_loop as simulate
 
 
 def _samples(name):

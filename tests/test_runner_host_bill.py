@@ -5,7 +5,7 @@ import pytest
 from matrixbench.executors.scheduler import MODEL_S, Estimates, settings_delta_s
 from runner.energy import ENERGY_MIN_S
 from runner.schema import read_record
-from tests.host_sim import RECORDS
+from tests.hostsim import RECORDS
 
 
 def _record(name):

@@ -153,7 +153,8 @@ def combine_repeats(records, key):
     ``process_placements`` (every process's PLACEMENT_COLUMNS, ok or not), ``gpu_uuids`` (the GPUs the
     ok processes ran on, each once, sorted: the runner's ``environment.gpu_uuid``, else the slot's;
     empty on the CPU),
-    ``failed_processes``, ``process_means``, ``process_samples``, ``process_first_call_s`` (each ok
+    ``failed_processes``, ``process_means``, ``process_rounds`` (each ok process's (run, repeat),
+    process_round), ``process_samples``, ``process_first_call_s`` (each ok
     process's first call, in repeat order: the first compiles cold unless the image's compile
     cache was warm, the later ones warm), ``between_cv`` (the CV of the
     process means; None with fewer than 2) and ``between_noisy`` (it exceeds the cell's
@@ -173,11 +174,13 @@ def _combined(group):
              "process_pairs": [process_pairs(row) for row in sorted(ok, key=_repeat)]}
     if not ok:
         return {**group[-1], **where, "processes": 0, "failed_processes": len(group), "process_means": [],
+                "process_rounds": [],
                 "process_samples": [], "process_first_call_s": [], "between_cv": None, "between_noisy": False}
     samples = [row["timing.samples_ms"] or [row["timing.mean_ms"]] for row in ok]
     means = [row["timing.mean_ms"] for row in ok]
     row = {**ok[-1], **where, "processes": len(ok), "failed_processes": len(group) - len(ok),
-           "process_means": means, "process_samples": samples, "between_cv": None, "between_noisy": False,
+           "process_means": means, "process_rounds": [process_round(process) for process in ok],
+           "process_samples": samples, "between_cv": None, "between_noisy": False,
            "process_first_call_s": [process["timing.first_call_s"] for process in sorted(ok, key=_repeat)]}
     if len(ok) > 1:
         between_cv = float(variation(means, ddof=1))
@@ -188,6 +191,14 @@ def _combined(group):
                     "accuracy.status": _worst_accuracy(ok), "between_cv": between_cv,
                     "between_noisy": between_cv > BETWEEN_CV_THRESHOLD})
     return row
+
+
+def process_round(row):
+    """Which round of which run a process ran in: (run identity, repeat index). The executors run a cell's
+    images round by round (executors.scheduler.rounds: repeat index r of every image of a model in turn,
+    counterbalanced; run.json's ``order.positions`` gives each process's ``round``, its repeat index), so
+    two images' processes of one run and one repeat index ran under the same machine state."""
+    return (row.get("run_id"), row.get("repeat"))
 
 
 def process_pairs(row):

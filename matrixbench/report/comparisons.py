@@ -9,7 +9,10 @@ verdict (report.verdicts: Welch's t on the two sides' log process means, stats.j
   x 100), ``verdict`` (faster, slower, no change, undecided, not tested), ``baseline_processes`` /
   ``candidate_processes``, ``detectable_pct`` (the interval's half-width as a %: a change at least
   that large would have been starred) and ``margin_pct`` (the equivalence margin of "no change").
-  Interval columns are empty when a side has one process ("not tested").
+  Interval columns are empty when a side has one process ("not tested"). ``pairing``: how the two sides
+  were judged: "paired by round" (an image change or A/A change whose two cells ran in the same rounds of
+  one run: stats.judge_by_round on each round's log ratio), "paired blocks" (``paired_speedup``) or
+  "unpaired" (Welch on the two sides' process estimates); empty when not tested.
 
 Kinds:
 
@@ -62,7 +65,7 @@ PAIRED_SPEEDUP = "paired_speedup"
 COLUMNS = ("kind", "device", "image", "torch", "batch_size", "model", "task_model", "mode", "against",
            "baseline_ms", "candidate_ms", "estimate_ratio", "ratio_low", "ratio_high", "percent", "low_pct",
            "high_pct", "verdict", "baseline_processes", "candidate_processes", "detectable_pct", "margin_pct",
-           "p_value", "processes", "process_means", "between_cv", "accuracy",
+           "p_value", "pairing", "processes", "process_means", "between_cv", "accuracy",
            "published_source", "published_gpu", "published_table", "published_ratio", "published_note")
 
 
@@ -148,7 +151,8 @@ def judged(judgement):
             "percent": pct(judgement.ratio), "low_pct": pct(judgement.low), "high_pct": pct(judgement.high),
             "verdict": judgement.verdict, "baseline_processes": judgement.baseline_processes,
             "candidate_processes": judgement.candidate_processes, "detectable_pct": judgement.detectable_pct,
-            "margin_pct": judgement.margin_pct, "p_value": judgement.p_value}
+            "margin_pct": judgement.margin_pct, "p_value": judgement.p_value,
+            "pairing": verdicts.pairing_text(judgement) or None}
 
 
 def _change(kind, against, baseline, row):

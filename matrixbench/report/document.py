@@ -2,7 +2,16 @@
 from dataclasses import dataclass, field
 from typing import Optional
 
-from matrixbench.report import cost_tables, host_notes, paired_tables, share_tables, stats, tables, verdicts
+from matrixbench.report import (
+    cost_tables,
+    host_notes,
+    paired_tables,
+    round_notes,
+    share_tables,
+    stats,
+    tables,
+    verdicts,
+)
 from matrixbench.report.cells import BETWEEN_CV_THRESHOLD
 from matrixbench.report.comparisons import comparisons as comparison_rows
 from matrixbench.report.published import DATASET_NOTES, source_for
@@ -23,6 +32,12 @@ def _verdict_legend(margin_pct):
         f"the change is shown and marked \"{verdicts.NOT_TESTED_TEXT}\". See docs/verdicts.md.")
 
 
+_BY_ROUND = (
+    "Pairing: \"paired by round\" where both cells ran in the same rounds of one run (the same repeat indexes): "
+    "each round's two processes ran one after the other, so their ratio cancels a machine state the round shared "
+    "(drift, a step, another tenant); the interval is Student's t on the rounds' log ratios (rounds - 1 degrees of "
+    "freedom). \"unpaired\": Welch's t as above, where the two cells' rounds differ (another run, a failed or "
+    "added process).")
 _MIXED = (
     f"Warning: the two sides differ in more than torch: \"{tables.MIXES_TRANSFORMERS}\" (another transformers "
     f"version) or \"{tables.MIXES_ATTENTION}\" (another attention implementation used); the change is not torch's "
@@ -195,6 +210,8 @@ def assemble(cells, published, notes, charts, sources=None, calibration=(), pric
     flags = tables.flags_in(cells)
     if flags:
         legends["per_device"] += " " + tables.flag_legend(flags)
+    if any(row.get("pairing") == stats.PAIRED_BY_ROUND for row in derived):
+        legends["image_pairs"] += " " + _BY_ROUND
     if tables.mixed_rows(cells):
         legends["image_pairs"] += " " + _MIXED
     if cells.attribution:
@@ -205,7 +222,7 @@ def assemble(cells, published, notes, charts, sources=None, calibration=(), pric
     return Report(
         runs=sorted({row["run"] for row in cells.rows}),
         record_count=len(cells.rows),
-        notes=list(notes) + host_notes.lines(cells.rows),
+        notes=list(notes) + host_notes.lines(cells.rows) + round_notes.lines(cells.rows),
         summary=summary,
         verdicts=verdict_table(derived, cells.margin_pct),
         verdict_lines=[line for line in [multiplicity_line(derived), aa_line(derived)] if line],

@@ -44,6 +44,8 @@ VERDICTS = ("faster", "slower", "no change", "undecided", "not tested")
 FASTER, SLOWER, NO_CHANGE, UNDECIDED, UNTESTED = VERDICTS
 DECIDED = (FASTER, SLOWER, NO_CHANGE)
 STARRED = (FASTER, SLOWER)
+PAIRINGS = ("unpaired", "paired by round", "paired blocks")
+UNPAIRED, PAIRED_BY_ROUND, PAIRED_BLOCKS = PAIRINGS
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class Judgement:
     detectable_pct: Optional[float]   # the change (in %) this comparison would star 80% of the time (POWER)
     margin_pct: Optional[float] = None  # the equivalence margin the verdict was made at
     p_value: Optional[float] = None   # two-sided, of no change (for benjamini_hochberg); None when not tested
+    pairing: str = "unpaired"         # UNPAIRED, PAIRED_BY_ROUND (judge_by_round) or PAIRED_BLOCKS (judge_paired)
 
     @property
     def decided(self) -> bool:
@@ -302,7 +305,7 @@ def judge_paired(processes: Sequence[Sequence[Tuple[float, float]]], *, margin_p
     count = len(draws)
     if count < MIN_PROCESSES:
         ratio = float(np.exp(np.mean(np.log(draws)))) if draws else float("nan")
-        return Judgement(ratio, None, None, UNTESTED, count, count, None, margin_pct)
+        return Judgement(ratio, None, None, UNTESTED, count, count, None, margin_pct, pairing=PAIRED_BLOCKS)
     # compiled / eager = 1 / draw: the verdict rules read a candidate (compiled) against a baseline (eager)
     logs = -np.log(np.asarray(draws))[None, :]
     estimate, low, high, df = contrast_many([logs], [1.0], confidence)
@@ -313,7 +316,7 @@ def judge_paired(processes: Sequence[Sequence[Tuple[float, float]]], *, margin_p
         (1.0 if estimate[0] == 0 else 0.0)
     detectable = float(_detectable(critical, df[0], error))
     return Judgement(float(np.exp(-estimate[0])), float(np.exp(-high[0])), float(np.exp(-low[0])), verdict,
-                     count, count, float(detectable), margin_pct, p_value)
+                     count, count, float(detectable), margin_pct, p_value, PAIRED_BLOCKS)
 
 
 def judge_paired_change(baseline, candidate, *, margin_pct: float, confidence: float = CONFIDENCE,
@@ -325,13 +328,18 @@ def judge_paired_change(baseline, candidate, *, margin_pct: float, confidence: f
 
 
 def simulated_false_star_rate(baseline_processes: int, candidate_processes: int, trials: int = 4000,
-                              seed: int = 34) -> float:
+                              seed: int = 34, paired: bool = False) -> float:
     """The share of no-change comparisons ``judge`` stars at these process counts, measured on a
     simulator of known truth (lognormal process levels, a 1-10% CV drawn per side; seeded, so a report
-    prints the same figure twice): what an A/A line is held against, beside the nominal level."""
+    prints the same figure twice): what an A/A line is held against, beside the nominal level. ``paired``:
+    judged paired by round (judge_by_round_many, the rounds both sides have) as the report judges them."""
     rng = np.random.default_rng(seed)
     sides = [np.exp(rng.standard_normal((trials, count)) * rng.uniform(0.01, 0.10, (trials, 1)))
              for count in (baseline_processes, candidate_processes)]
+    if paired:
+        rounds = min(baseline_processes, candidate_processes)
+        found = judge_by_round_many(np.log(sides[1][:, :rounds]) - np.log(sides[0][:, :rounds]), margin_pct=3.0)
+        return float(np.mean(np.isin(found.verdict, STARRED)))
     found = judge_many(*sides, margin_pct=3.0)
     return float(np.mean(np.isin(found.verdict, STARRED)))
 
@@ -351,22 +359,31 @@ def judge_by_round(baseline_by_round, candidate_by_round, *, margin_pct: float,
     count = len(pairs)
     if count < MIN_PROCESSES:
         ratio = float(np.exp(differences.mean())) if count else float("nan")
-        return Judgement(ratio, None, None, UNTESTED, count, count, None, margin_pct)
-    estimate, low, high, df = contrast_many([differences[None, :]], [1.0], confidence)
-    critical = float(scipy_stats.t.ppf(0.5 + confidence / 2.0, df[0]))
-    error = float(high[0] - estimate[0]) / critical
-    p_value = float(2.0 * scipy_stats.t.sf(abs(float(estimate[0])) / error, df[0])) if error > 0 else \
-        (1.0 if estimate[0] == 0 else 0.0)
-    detectable = float(_detectable(critical, df[0], error))
-    return Judgement(float(np.exp(estimate[0])), float(np.exp(low[0])), float(np.exp(high[0])),
-                     str(verdicts(np.exp(low), np.exp(high), margin_pct)[0]), count, count, float(detectable),
-                     margin_pct, p_value)
+        return Judgement(ratio, None, None, UNTESTED, count, count, None, margin_pct, pairing=PAIRED_BY_ROUND)
+    found = judge_by_round_many(differences[None, :], margin_pct=margin_pct, confidence=confidence)
+    return Judgement(float(found.ratio[0]), float(found.low[0]), float(found.high[0]), str(found.verdict[0]),
+                     count, count, float(found.detectable_pct[0]), margin_pct, float(found.p_value[0]),
+                     PAIRED_BY_ROUND)
+
+
+def judge_by_round_many(log_differences, *, margin_pct, confidence=CONFIDENCE) -> Judgements:
+    """judge_by_round() of many comparisons at once: ``log_differences`` an array (comparisons, rounds)
+    of log candidate - log baseline per round, MIN_PROCESSES or more rounds."""
+    estimate, low, high, df = contrast_many([np.asarray(log_differences, dtype=float)], [1.0], confidence)
+    critical = scipy_stats.t.ppf(0.5 + confidence / 2.0, df)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        error = (high - estimate) / critical
+        p_value = np.where(error > 0.0, 2.0 * scipy_stats.t.sf(np.abs(estimate) / error, df),
+                           np.where(estimate == 0.0, 1.0, 0.0))
+    detectable = _detectable(critical, df, error)
+    bounds = (np.exp(low), np.exp(high))
+    return Judgements(np.exp(estimate), *bounds, verdicts(*bounds, margin_pct), detectable, p_value)
 
 
 @dataclass(frozen=True)
 class RoundEffects:
-    """Did a run's cells move together by round? ``effects``: each round's shared change (a ratio to the
-    run's typical level, the median over cells), ``p_value``: two-way analysis of variance (cells x
+    """Did a run's cells move together by round? ``effects``: each round's shared change against round 0 (a
+    ratio, the median over cells; round 0's is 1), ``p_value``: two-way analysis of variance (cells x
     rounds, one process per cell and round) of the round effect; ``moved``: p_value < ``alpha``."""
 
     effects: Tuple[float, ...]
@@ -401,5 +418,5 @@ def round_effects(by_cell, alpha: float = 0.01) -> Optional[RoundEffects]:
     within = float(np.sum(residual ** 2)) / error_df
     statistic = between / within if within > 0 else (math.inf if between > 0 else 0.0)
     p_value = float(scipy_stats.f.sf(statistic, rounds - 1, error_df)) if math.isfinite(statistic) else 0.0
-    effects = tuple(float(np.exp(np.median(centred[:, index]))) for index in range(rounds))
+    effects = tuple(float(np.exp(np.median(table[:, index] - table[:, 0]))) for index in range(rounds))
     return RoundEffects(effects, p_value, p_value < alpha)

@@ -319,13 +319,19 @@ def pair_cells(cells, device, batch, before, after):
                 yield old, new
 
 
+PAIRING_COLUMN = 7      # the image-against-image tables' "Pairing" column
+
+
 def _pair_table(cells, notes, device, batch, before, after, rows_under):
     rows = []
     for old, new in pair_cells(cells, device, batch, before, after):
-        rows += [_pair_row(old, new, notes), *rows_under(cells, old, new, notes)]
+        # the rows under one (attribution's split) have no pairing of their own: a dash in its column
+        under = [[*found[:PAIRING_COLUMN], missing(), *found[PAIRING_COLUMN:]]
+                 for found in rows_under(cells, old, new, notes)]
+        rows += [_pair_row(old, new, notes), *under]
     names = [cells.image_labels[image] for image in (before, after)]
     header = ["Task/Model", "Mode", f"{names[0]} (ms)", f"{names[1]} (ms)", "Change", "95% interval", "Verdict",
-              "Warning"]
+              "Pairing", "Warning"]
     kind = AA_TITLE if cells.aa_twins.get(after) == before else ""
     return drop_empty_columns(Table(f"{kind}{names[0]} → {names[1]} · {device} · batch size {batch}", header, rows))
 
@@ -334,9 +340,16 @@ def _pair_row(old, new, notes):
     start = [label(row_label(old)), label(old["mode_label"]), latency(old, notes), latency(new, notes)]
     warning = _mix_cell(old, new)
     if not (is_ok(old) and is_ok(new)):
-        return start + [missing(), missing(), missing(), warning]
+        return start + [missing(), missing(), missing(), missing(), warning]
     change = compare(old, new)
-    return start + [Cell(change_text(change)), interval_cell(change), verdict_cell(change), warning]
+    return start + [Cell(change_text(change)), interval_cell(change), verdict_cell(change), pairing_cell(change),
+                    warning]
+
+
+def pairing_cell(judgement):
+    """How the row was judged: "paired by round" or "unpaired" (verdicts.by_round); a dash when not tested."""
+    found = verdicts.pairing_text(judgement)
+    return label(found) if found else missing()
 
 
 def mixes(old, new):

@@ -5,6 +5,11 @@ go through ``judge_cells``; a speed-up (eager ms / compiled ms) is the compiled 
 its eager cell with the ratio and its interval inverted, so its verdict reads the same way
 ("faster": the compiled cell runs faster). The margin is the setting matrixbench.settings declares
 (``margin_pct``); a report uses its runs' (cells.CellIndex.margin_pct, on every row).
+
+A change between two images whose processes ran in the same rounds of one run (``by_round``: the same run,
+the same repeat indexes on both sides) is judged paired by round (stats.judge_by_round: each round's two
+processes ran one after the other under the same machine state, which cancels in their ratio); any other
+comparison is judged unpaired (stats.judge, Welch). docs/verdicts.md has the simulation that chose this.
 """
 from dataclasses import replace
 from functools import lru_cache
@@ -31,7 +36,11 @@ def judge_cells(baseline, candidate, margin_pct=None) -> stats.Judgement:
     positive number is a ReportError naming its record."""
     if margin_pct is None:
         margin_pct = candidate.get("margin_pct") or MARGIN_PCT
-    judgement = _judge(tuple(judged_estimates(baseline)), tuple(judged_estimates(candidate)), margin_pct)
+    rounds = by_round(baseline, candidate)
+    if rounds is not None:
+        judgement = _judge_rounds(*rounds, margin_pct)
+    else:
+        judgement = _judge(tuple(judged_estimates(baseline)), tuple(judged_estimates(candidate)), margin_pct)
     if judgement.decided and throttled(baseline, candidate):
         return replace(judgement, verdict=stats.UNDECIDED)
     return judgement
@@ -47,6 +56,31 @@ def judged_estimates(row, how=None):
     return [stats.judged_estimate(values, mean, how) for values, mean in zip(samples, means)]
 
 
+def by_round(baseline, candidate):
+    """(baseline estimates, candidate estimates) in round order where the design pairs them by round: two
+    images' cells whose ok processes ran in one run with the same repeat indexes (cells.process_round), each
+    index once a side, MIN_PROCESSES or more; else None (judged unpaired). A cell against a cell of its own
+    image (a speed-up, a mode change) is never paired here."""
+    if baseline.get("image") == candidate.get("image"):
+        return None
+    sides = []
+    for row in (baseline, candidate):
+        rounds = row.get("process_rounds") or []
+        estimates = judged_estimates(row)
+        if len(rounds) != len(estimates) or len(set(rounds)) != len(rounds) or len({run for run, _ in rounds}) != 1:
+            return None
+        sides.append(dict(zip(rounds, estimates)))
+    if set(sides[0]) != set(sides[1]) or len(sides[0]) < stats.MIN_PROCESSES:
+        return None
+    order = sorted(sides[0], key=lambda key: key[1])
+    return tuple(sides[0][key] for key in order), tuple(sides[1][key] for key in order)
+
+
+def pairing_text(judgement):
+    """"paired by round" or "unpaired" (stats.PAIRINGS); "" when not tested."""
+    return "" if judgement.low is None else judgement.pairing
+
+
 def throttled(*rows):
     """Did a side throttle (runner.gpu_state/runner.energy's flag)? Then its latency is not the GPU's
     full speed, and a comparison with it is never decided (never starred): at most undecided."""
@@ -57,6 +91,11 @@ def throttled(*rows):
 def _judge(baseline_means, candidate_means, margin_pct):
     """stats.judge, once per pair: tables, charts and comparisons.csv all ask for the same ones."""
     return stats.judge(baseline_means, candidate_means, margin_pct=margin_pct)
+
+
+@lru_cache(maxsize=4096)
+def _judge_rounds(baseline_by_round, candidate_by_round, margin_pct):
+    return stats.judge_by_round(baseline_by_round, candidate_by_round, margin_pct=margin_pct)
 
 
 def judge_speedup(eager, compiled, margin_pct=None) -> stats.Judgement:
