@@ -54,7 +54,7 @@ class ReportError(MatrixbenchError):
 
 
 class PriceError(MatrixbenchError):
-    """A --price that is not GPU_TYPE=DOLLARS_PER_GPU_HOUR (matrixbench.prices)."""
+    """A --price that is not GPU_TYPE=DOLLARS_PER_GPU_HOUR (matrixbench.matrix.prices)."""
 
     exit_code = 2
 

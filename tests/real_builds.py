@@ -14,9 +14,9 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from matrixbench.images import build_images, image_tag
-from matrixbench.venvs import build_venvs, plan_venv, read_marker
-from matrixbench.wheelhouse import wheelhouse_dir
+from matrixbench.build.images import build_images, image_tag
+from matrixbench.build.venvs import build_venvs, plan_venv, read_marker
+from matrixbench.build.wheelhouse import wheelhouse_dir
 
 HERE = Path(__file__).resolve().parent
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")  # PyPI is reachable from builds only with it here

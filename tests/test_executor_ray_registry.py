@@ -15,13 +15,13 @@ from docker import errors as docker_errors
 
 from docker_fakes import FakeImage, FakeSDK
 from host_helpers import small_matrix_data, write_matrix
-from matrixbench import docker_client
+from matrixbench.build import docker_client
+from matrixbench.build.images import BuildOptions, image_tag, runner_hash
 from matrixbench.errors import DockerUnavailableError, OptionConflictError
 from matrixbench.executors import create_environment
 from matrixbench.executors.ray import registry
-from matrixbench.images import BuildOptions, image_tag, runner_hash
 from matrixbench.matrix import Image, load_matrix
-from matrixbench.run import RunOptions, run_matrix
+from matrixbench.run.command import RunOptions, run_matrix
 
 TEST_IMAGE = Image(name="registry-test", torch="torch==2.13.0", python="3.12", transformers="transformers==5.23.0",
                    base_image="python:3.12-slim-bookworm")

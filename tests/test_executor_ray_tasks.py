@@ -22,7 +22,7 @@ from matrixbench.executors.ray.tasks import (
     task_resources,
 )
 from matrixbench.matrix import Overrides, load_matrix
-from matrixbench.run import RunOptions, run_matrix
+from matrixbench.run.command import RunOptions, run_matrix
 from runner.core import Status
 from runner.schema import RECORD_SCHEMA, read_record
 
@@ -174,7 +174,7 @@ def test_a_rerun_submits_nothing_already_recorded(tmp_path, cluster):
 
 
 def test_the_host_package_imports_ray_only_when_the_ray_backend_connects():
-    code = ("import sys, matrixbench.cli, matrixbench.run, matrixbench.executors.ray.tasks, "
+    code = ("import sys, matrixbench.cli, matrixbench.run.command, matrixbench.executors.ray.tasks, "
             "matrixbench.executors.ray.executor; "
             "assert 'ray' not in sys.modules, 'ray imported'; assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -5,12 +5,12 @@ import dataclasses
 import pytest
 
 from host_helpers import small_matrix_data, write_matrix
+from matrixbench.build.images import BuildOptions
 from matrixbench.errors import OptionConflictError
 from matrixbench.executors import SCOPES, check_options, create_executor
 from matrixbench.executors.sequential import SequentialExecutor
-from matrixbench.images import BuildOptions
 from matrixbench.matrix import Overrides, load_matrix
-from matrixbench.run import RunOptions
+from matrixbench.run.command import RunOptions
 
 SETTERS = {   # how a run gives each scoped option
     "--slots / slots": ({"slots": 2}, {}),

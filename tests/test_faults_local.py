@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from matrixbench.environments.local import _running, descendants
-from matrixbench.layout import LOCK_FILENAME
-from matrixbench.run_folder import lock_holders
+from matrixbench.run.folder import lock_holders
+from matrixbench.run.layout import LOCK_FILENAME
 
 pytestmark = pytest.mark.slow
 

@@ -8,19 +8,19 @@ import pytest
 
 from host_helpers import RecordingBackend, make_record, use_backend, write_matrix
 from matrixbench.errors import MatrixError, RunError
-from matrixbench.launch import RecordWatcher
-from matrixbench.layout import run_dir
-from matrixbench.manifest import read_manifest
 from matrixbench.matrix import Overrides, expand_cells, load_matrix
-from matrixbench.pending import pending_work
-from matrixbench.progress import (
+from matrixbench.run.command import RunOptions, run_matrix
+from matrixbench.run.launch import RecordWatcher
+from matrixbench.run.layout import run_dir
+from matrixbench.run.manifest import read_manifest
+from matrixbench.run.pending import pending_work
+from matrixbench.run.progress import (
     NullProgress,
     ProgressState,
     eta_seconds,
     format_duration,
     record_summary,
 )
-from matrixbench.run import RunOptions, run_matrix
 from runner.schema import RECORD_SCHEMA, record_path, write_record
 
 
@@ -282,7 +282,7 @@ def test_auto_device_never_runs_a_gpu_host_on_the_cpu(matrix, tmp_path, monkeypa
     from gpu_fakes import query_gpu
     from matrixbench.gpu import GpusUnreachableError, parse_gpus
 
-    monkeypatch.setattr("matrixbench.run.host_gpus", lambda: parse_gpus(query_gpu("H100", "550")))
+    monkeypatch.setattr("matrixbench.run.command.host_gpus", lambda: parse_gpus(query_gpu("H100", "550")))
     backend = use_backend(monkeypatch, RecordingBackend(gpus=False))   # Docker without the toolkit
     with pytest.raises(GpusUnreachableError, match=r"1 NVIDIA GPU\(s\) \(NVIDIA H100 80GB HBM3\).*--backend venv"):
         run_matrix(matrix, _options(tmp_path))

@@ -4,7 +4,7 @@ import shlex
 import sys
 import urllib.request
 
-from matrixbench import images, wheelhouse
+from matrixbench.build import images, wheelhouse
 from matrixbench.matrix import Image
 
 STABLE = Image(name="stable", torch="torch==2.0.1", python="3.10", transformers="transformers==4.43.4",

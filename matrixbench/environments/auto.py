@@ -84,7 +84,7 @@ def _build(build: Build) -> Optional[str]:
 
 def this_machine(skip: FrozenSet[str] = frozenset()) -> Machine:
     """nvidia-smi for a GPU; a ping of the Docker daemon; ``skip`` ("gpu", "docker") forces either off."""
-    from matrixbench import docker_client
+    from matrixbench.build import docker_client
     from matrixbench.gpu import host_gpus
 
     docker = "docker" not in skip
@@ -105,7 +105,7 @@ def resolve(matrix: Any, build_options: Any, emit: Callable[[str, str], None],
             environ: Optional[Mapping[str, str]] = None) -> Choice:
     """``choose`` on this machine (or ``machine``), with the real builds of ``matrix``'s images and the user's
     build options (images.BuildOptions, or None); build lines go to ``emit(image_name, line)``."""
-    from matrixbench import images, venvs
+    from matrixbench.build import images, venvs
 
     skip = skipped(os.environ if environ is None else environ)
     with (build_options.spec_options() if build_options is not None else nullcontext({})) as options:

@@ -13,15 +13,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
+from matrixbench.build.versions import pinned_version, same_release
 from matrixbench.environments.base import Backend, RunRequest
 from matrixbench.environments.environment import compile_cache_env, runner_env
 from matrixbench.errors import RunError
 from matrixbench.gpu import host_gpus
-from matrixbench.layout import CELLS_FILENAME, LOG_FILENAME
-from matrixbench.placement import Slot
-from matrixbench.run_folder import held_lock_fds
-from matrixbench.runner_input import write_cells_file
-from matrixbench.versions import pinned_version, same_release
+from matrixbench.run.folder import held_lock_fds
+from matrixbench.run.layout import CELLS_FILENAME, LOG_FILENAME
+from matrixbench.run.placement import Slot
+from matrixbench.run.runner_input import write_cells_file
 from runner.lifetime import die_with_parent
 
 STOP_GRACE_S = 10

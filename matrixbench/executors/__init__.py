@@ -3,7 +3,7 @@ or as tasks on a Ray cluster (``ray/``, the only package that imports Ray).
 
 This is the one place that picks by name: ``create_environment`` (what starts each runner, as the
 driver sees it: ``--backend``'s environment, or the Ray cluster's driver side) and ``create_executor``;
-and the one place that refuses what an executor would ignore (``check_options``). ``run.py`` never
+and the one place that refuses what an executor would ignore (``check_options``). ``run/command.py`` never
 tests which executor or backend it got.
 """
 from dataclasses import dataclass
@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from matrixbench.environments import create_backend
 from matrixbench.errors import OptionConflictError
-from matrixbench.placement import AUTO
+from matrixbench.run.placement import AUTO
 
 EXECUTORS = ("sequential", "slots", "ray")
 RAY = "ray"

@@ -25,10 +25,10 @@ from matrixbench.environments.base import Paths, RunRequest
 from matrixbench.errors import MatrixError
 from matrixbench.executors.base import Run
 from matrixbench.executors.scheduler import Unit, run_on_slots
-from matrixbench.layout import CALIBRATION_DIRNAME, CALIBRATION_RUN_DEPTH, calibration_dir
 from matrixbench.matrix import Matrix, Model, make_cell
-from matrixbench.pending import first_repeats
-from matrixbench.placement import Slot
+from matrixbench.run.layout import CALIBRATION_DIRNAME, CALIBRATION_RUN_DEPTH, calibration_dir
+from matrixbench.run.pending import first_repeats
+from matrixbench.run.placement import Slot
 from runner.core import Cell, Mode, Repeat
 from runner.registry import SEED_MODELS
 from runner.schema import needs_run, record_path

@@ -3,15 +3,15 @@
 Image against image, mode against default, loaded against alone and compiled against eager all
 go through ``judge_cells``; a speed-up (eager ms / compiled ms) is the compiled cell judged against
 its eager cell with the ratio and its interval inverted, so its verdict reads the same way
-("faster": the compiled cell runs faster). The margin is the setting matrixbench.settings declares
+("faster": the compiled cell runs faster). The margin is the setting matrixbench.matrix.settings declares
 (``margin_pct``); a report uses its runs' (cells.CellIndex.margin_pct, on every row).
 """
 from dataclasses import replace
 from functools import lru_cache
 
+from matrixbench.matrix.settings import BY_NAME
 from matrixbench.report import arithmetic, stats
 from matrixbench.report.cells import require_positive
-from matrixbench.settings import BY_NAME
 
 MARGIN_PCT = float(BY_NAME["margin_pct"].default)
 STAR = "*"

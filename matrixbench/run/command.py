@@ -1,7 +1,7 @@
 """``matrixbench run``: run a matrix's pending cells through an executor and an environment.
 
 Records land in ``results/<run>/<image>/<cell_id>.json`` (the run name defaults to "default"; the
-layout is ``matrixbench.layout``'s), ``results/<run>/run.json`` is the run's manifest. Cells that
+layout is ``matrixbench.run.layout``'s), ``results/<run>/run.json`` is the run's manifest. Cells that
 already have a record are skipped unless ``force``; failed ones rerun with ``retry_failed``.
 
 ``run_matrix`` builds one ``executors.base.Run`` (the matrix, the options, the environment that starts
@@ -16,22 +16,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from matrixbench import run_folder
-from matrixbench.comparisons import roles_of
-from matrixbench.cuda_builds import refuse_builds
+from matrixbench.build.cuda_builds import refuse_builds
+from matrixbench.build.images import BuildOptions
 from matrixbench.errors import RunError
 from matrixbench.executors import adaptive, check_options, create_environment, create_executor
 from matrixbench.executors.base import Run, RunSummary
 from matrixbench.executors.scheduler import positions, run_order, takes_units
 from matrixbench.gpu import GpusUnreachableError, host_gpus
-from matrixbench.images import BuildOptions
-from matrixbench.layout import run_dir
-from matrixbench.manifest import finish_manifest, read_manifest, record_order, start_manifest, update_manifest
-from matrixbench.pending import new_order_seed, pending_work, recorded_failures_line, unreadable_lines
-from matrixbench.placement import plan_slots
-from matrixbench.progress import NullProgress
-from matrixbench.resume import check_resume
-from matrixbench.signals import signal_name
+from matrixbench.matrix.comparisons import roles_of
+from matrixbench.run import folder as run_folder
+from matrixbench.run.layout import run_dir
+from matrixbench.run.manifest import finish_manifest, read_manifest, record_order, start_manifest, update_manifest
+from matrixbench.run.pending import new_order_seed, pending_work, recorded_failures_line, unreadable_lines
+from matrixbench.run.placement import plan_slots
+from matrixbench.run.progress import NullProgress
+from matrixbench.run.resume import check_resume
+from matrixbench.run.signals import signal_name
 
 DEFAULT_RUN = "default"
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from matrixbench.errors import ResumeConflictError
-from matrixbench.layout import image_dir
 from matrixbench.matrix import Matrix, cells_by_image
-from matrixbench.results_files import read_record
+from matrixbench.run.layout import image_dir
+from matrixbench.run.results_files import read_record
 from runner.cells_file import schedule_pairs
 from runner.core import Cell, Repeat
 from runner.schema import NewerRecordError, RecordError, needs_run, record_path
@@ -121,7 +121,7 @@ def _image_work(name: str, cells: List[Cell], out_dir: Path, force: bool, retry_
     """One image's work; linear in its repeats (one look at each record)."""
     needed = {r.id for r in repeats if _needs_run(out_dir, r, force, retry_failed)}
     statuses = {r.id: _recorded_status(out_dir, r) for r in repeats if r.id not in needed}
-    # a record matrixbench.results_files cannot vouch for (status None: a NaN or negative value, a wrong
+    # a record matrixbench.run.results_files cannot vouch for (status None: a NaN or negative value, a wrong
     # type) is rerun and replaced, as an unreadable one is: it is never the cell's measurement
     pending = [r for r in repeats if r.id in needed or statuses[r.id] is None]
     failures = sum(status is not None and status != "ok" for status in statuses.values())

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, List, Literal, Optional, Sequence, Tuple, Union
 
-from matrixbench.layout import LOG_FILENAME
 from matrixbench.redact import redact_text, secrets
+from matrixbench.run.layout import LOG_FILENAME
 from runner.core import Cell, Repeat
 from runner.schema import CHECK_FILENAME, RecordError, load_record, record_path
 
