@@ -24,6 +24,7 @@ from matrixbench.environments.auto import AUTO
 from matrixbench.errors import FILESYSTEM_EXIT_CODE, FolderError, MatrixbenchError, describe_os_error
 from matrixbench.executors import EXECUTORS, RAY
 from matrixbench.executors.adaptive import bill, bill_settings, policy_of
+from matrixbench.executors.ray.options import RayOptions
 from matrixbench.executors.scheduler import run_order, takes_units
 from matrixbench.gpu import host_gpus
 from matrixbench.matrix import Overrides, attribution, expand_cells, load_matrix
@@ -528,7 +529,7 @@ def run(matrix_path, run_name, results_root, backend, executor, ray_address, dev
         run_name=run_name, results_root=results_root, backend=backend, device=device, force=force,
         retry_failed=retry_failed, cold=cold, cache_root=cache_root, hf_cache_dir=hf_cache_dir,
         note=note, command=tuple(["matrixbench", *sys.argv[1:]]), gpu=gpu, allow_busy_gpus=allow_busy_gpus,
-        executor=executor, ray_address=ray_address, registry=registry, budget_min=budget_min,
+        executor=executor, ray=RayOptions(address=ray_address, registry=registry), budget_min=budget_min,
         build_options=build_options,
     )
     if dry_run:

@@ -403,7 +403,7 @@ def test_a_ray_run_takes_the_registry_or_the_node_builds_settings_from_the_matri
     result = invoke("run", "--matrix", path, "--executor", "ray", "--backend", backend, *sets)
     assert result.exit_code == 0, result.output
     options, = given
-    assert options.registry == registry
+    assert options.ray.registry == registry
     assert (options.build_options and options.build_options.index_url) == index_url
 
 

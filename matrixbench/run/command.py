@@ -21,6 +21,7 @@ from matrixbench.build.images import BuildOptions
 from matrixbench.errors import RunError
 from matrixbench.executors import adaptive, check_options, create_environment, create_executor
 from matrixbench.executors.base import Run, RunSummary
+from matrixbench.executors.ray.options import RayOptions
 from matrixbench.executors.scheduler import positions, run_order, takes_units
 from matrixbench.gpu import GpusUnreachableError, host_gpus
 from matrixbench.matrix.comparisons import roles_of
@@ -53,9 +54,8 @@ class RunOptions:
     gpu: Optional[str] = None             # --gpu: indices or UUIDs, comma-separated; None: CUDA_VISIBLE_DEVICES
     allow_busy_gpus: bool = False         # slots: run even where another process uses a slot's GPU
     order_seed: Optional[int] = None      # the seed of the run order; None: a fresh one (recorded in run.json)
-    ray_address: Optional[str] = None     # --executor ray: the cluster's HOST:PORT (None: a cluster on this node)
-    registry: Optional[str] = None        # --executor ray, docker nodes: push images to HOST:PORT, nodes pull them
-    build_options: Optional[BuildOptions] = None   # --executor ray, docker nodes: builds on the nodes
+    ray: RayOptions = RayOptions()        # --executor ray's own options (the cluster, the registry)
+    build_options: Optional[BuildOptions] = None   # the builds of this run: a venv here, or on Ray's docker nodes
     budget_min: Optional[float] = None    # --budget: wall minutes of the run; past it no process starts
 
 
