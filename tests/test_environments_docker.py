@@ -15,7 +15,8 @@ from matrixbench.environments.base import ImageRef, Paths, Placement, RunRequest
 from matrixbench.environments.docker import DockerBackend
 from matrixbench.errors import RunError
 from matrixbench.matrix import load_matrix
-from matrixbench.run.command import RunOptions, owner, run_matrix
+from matrixbench.run import owner
+from matrixbench.run.command import RunOptions, run_matrix
 from matrixbench.run.launch import LaunchStatus, launch
 from runner.core import Cell
 from runner.schema import record_path, write_record

@@ -30,4 +30,4 @@ def test_another_host_or_no_proc_cannot_tell():
 
 def test_labels_without_an_owner_name_none():
     assert owner.Owner.from_labels({"matrixbench": "1"}) is None
-    assert owner.Owner.from_labels({**owner.this_process().labels(), "matrixbench.run.owner.pid": "x"}) is None
+    assert owner.Owner.from_labels({**owner.this_process().labels(), "matrixbench.owner.pid": "x"}) is None

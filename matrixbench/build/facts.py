@@ -18,7 +18,7 @@ from typing import Mapping, Optional, Tuple
 from matrixbench.errors import BuildError
 
 CPU = "cpu"
-LABEL = "matrixbench.build.facts"   # a built Docker image's facts, one JSON label
+LABEL = "matrixbench.build_facts"   # a built Docker image's facts, one JSON label
 PROBE = (
     "import json, torch\n"
     "flags = getattr(torch._C, '_cuda_getArchFlags', None) if torch.version.cuda else None\n"

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
-LABEL_PREFIX = "matrixbench.run.owner."
+LABEL_PREFIX = "matrixbench.owner."
 FIELDS = ("host", "boot_id", "pid", "start")
 
 
