@@ -14,23 +14,25 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from matrixbench.build.cuda_builds import refuse_builds
 from matrixbench.build.images import BuildOptions
+from matrixbench.environments.base import Backend
 from matrixbench.errors import RunError
 from matrixbench.executors import adaptive, check_options, create_environment, create_executor
 from matrixbench.executors.base import Run, RunSummary
 from matrixbench.executors.ray.options import RayOptions
 from matrixbench.executors.scheduler import positions, run_order, takes_units
 from matrixbench.gpu import GpusUnreachableError, host_gpus
+from matrixbench.matrix import Matrix
 from matrixbench.matrix.comparisons import roles_of
 from matrixbench.run import folder as run_folder
 from matrixbench.run.layout import run_dir
 from matrixbench.run.manifest import finish_manifest, read_manifest, record_order, start_manifest, update_manifest
-from matrixbench.run.pending import new_order_seed, pending_work, recorded_failures_line, unreadable_lines
+from matrixbench.run.pending import ImageWork, new_order_seed, pending_work, recorded_failures_line, unreadable_lines
 from matrixbench.run.placement import plan_slots
-from matrixbench.run.progress import NullProgress
+from matrixbench.run.progress import NullProgress, Progress
 from matrixbench.run.resume import check_resume
 from matrixbench.run.signals import signal_name
 
@@ -59,7 +61,7 @@ class RunOptions:
     budget_min: Optional[float] = None    # --budget: wall minutes of the run; past it no process starts
 
 
-def run_matrix(matrix: Any, options: RunOptions, progress: Any = None,
+def run_matrix(matrix: Matrix, options: RunOptions, progress: Optional[Progress] = None,
                environ: Optional[Mapping[str, str]] = None) -> RunSummary:
     """Run every pending cell of ``matrix``; return a RunSummary.
 
@@ -86,7 +88,7 @@ def run_matrix(matrix: Any, options: RunOptions, progress: Any = None,
     return summary
 
 
-def _take_over(lock: run_folder.RunLock, run_path: Path, progress: Any, environment: Any) -> None:
+def _take_over(lock: run_folder.RunLock, run_path: Path, progress: Progress, environment: Backend) -> None:
     """Say so when a killed run left its lock behind; stop what it left running (its containers),
     then remove its scratch folders."""
     for line in environment.stop_leftovers(run_path):
@@ -99,7 +101,7 @@ def _take_over(lock: run_folder.RunLock, run_path: Path, progress: Any, environm
         progress.note(f"removed {removed} scratch folder(s) a killed run left in {run_path}")
 
 
-def _run_with(environment: Any, matrix: Any, options: RunOptions, run_path: Path, progress: Any,
+def _run_with(environment: Backend, matrix: Matrix, options: RunOptions, run_path: Path, progress: Progress,
               environ: Mapping[str, str]) -> RunSummary:
     policy = adaptive.policy_of(matrix, options.budget_min)
     started = time.time()       # --force with repeats auto: only records written from here on count
@@ -152,7 +154,7 @@ def _run_with(environment: Any, matrix: Any, options: RunOptions, run_path: Path
     return run.summary
 
 
-def _note_recorded(works: List[Any], progress: Any) -> None:
+def _note_recorded(works: List[ImageWork], progress: Progress) -> None:
     """What the records already there say: failures that stay, corrupt ones that get replaced."""
     recorded_failures = sum(w.recorded_failures for w in works)
     if recorded_failures:
@@ -162,7 +164,7 @@ def _note_recorded(works: List[Any], progress: Any) -> None:
             progress.note(line)
 
 
-def check_dry_run(matrix: Any, options: RunOptions) -> None:
+def check_dry_run(matrix: Matrix, options: RunOptions) -> None:
     """What a dry run refuses, the way the real run refuses it before anything runs: options the executor
     would ignore (``check_options``), ``--device cuda`` without a GPU the environment can give, and records
     this run would skip that were measured differently (``check_resume``; the device compared only when
@@ -181,7 +183,7 @@ def check_dry_run(matrix: Any, options: RunOptions) -> None:
     check_resume(works, matrix, device, read_manifest(run_path), run_path)
 
 
-def _resolve_gpus(environment: Any, device: str, progress: Any) -> bool:
+def _resolve_gpus(environment: Backend, device: str, progress: Progress) -> bool:
     """Whether to hand the runner GPUs; asking for cuda without any is an error."""
     if device == "cpu":
         progress.note("device: cpu (--device cpu)")
@@ -199,7 +201,7 @@ def _resolve_gpus(environment: Any, device: str, progress: Any) -> bool:
     return bool(available)
 
 
-def check_host_gpus_unused(environment: Any) -> None:
+def check_host_gpus_unused(environment: Backend) -> None:
     """A host whose nvidia-smi lists GPUs never runs the matrix on the CPU unless --device cpu asks:
     raise GpusUnreachableError when the backend cannot hand them over (--backend auto falls back on it)."""
     gpus = host_gpus()
@@ -213,7 +215,7 @@ def check_host_gpus_unused(environment: Any) -> None:
             "--device cpu to time on the CPU on purpose")
 
 
-def _cell_counts(summary: RunSummary) -> Dict[str, Any]:
+def _cell_counts(summary: RunSummary) -> Dict[str, object]:
     return {
         "ran": sum(image.ran for image in summary.images),
         "skipped": sum(image.skipped for image in summary.images),

@@ -20,7 +20,7 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Hashable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from matrixbench.errors import ResumeConflictError
 from matrixbench.matrix import Matrix, cells_by_image
@@ -87,7 +87,10 @@ def pending_work(matrix: Matrix, run_path: Path, *, force: bool = False, retry_f
     ]
 
 
-def round_order(items: Sequence[Any], index: int) -> List[Any]:
+T = TypeVar("T")
+
+
+def round_order(items: Sequence[T], index: int) -> List[T]:
     """``items`` in the order they take in round (repeat index) ``index``: as given on even rounds,
     reversed on odd ones (ABBA): over two rounds every item's mean position is the same, so a linear
     drift adds the same to each. The one counterbalancing rule, for images
@@ -109,7 +112,7 @@ def interleaved(cells: Sequence[Cell], repeats: int, seed: Optional[int]) -> Lis
 
 
 def _mode_groups(cells: Sequence[Cell]) -> List[List[Cell]]:
-    groups: Dict[Tuple[Tuple[str, Any], ...], List[Cell]] = {}
+    groups: Dict[Tuple[Tuple[str, Hashable], ...], List[Cell]] = {}
     for cell in cells:
         key = tuple((name, value) for name, value in cell.to_dict().items() if name != "mode")
         groups.setdefault(key, []).append(cell)
