@@ -13,7 +13,7 @@ import os
 import re
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from matrixbench.build import docker_client
 from matrixbench.build import facts as build_facts
@@ -23,6 +23,7 @@ from matrixbench.build.versions import torch_label
 from matrixbench.environments.base import Backend, RunRequest
 from matrixbench.environments.environment import compile_cache_env
 from matrixbench.errors import RunError
+from matrixbench.matrix import Image
 from matrixbench.redact import redact_text, secrets
 from matrixbench.run.layout import CALIBRATION_RUN_DEPTH, CELLS_FILENAME, LOG_FILENAME
 from matrixbench.run.owner import Owner, this_process
@@ -71,7 +72,7 @@ class DockerBackend(Backend):
             self._gpus = list(client.gpu_probe(images[0])) if images else []
         return self._gpus
 
-    def build_facts(self, image: Any) -> Optional[build_facts.BuildFacts]:
+    def build_facts(self, image: Image) -> Optional[build_facts.BuildFacts]:
         info = self._connected().inspect_image(image_tag(image.name))
         return build_facts.from_labels(info.labels) if info is not None else None
 
