@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from machine import contention, describe, lscpu  # noqa: E402
 
 from matrixbench.executors import adaptive  # noqa: E402
-from matrixbench.pending import ImageWork  # noqa: E402
 from matrixbench.report.stats import judge  # noqa: E402
+from matrixbench.run.pending import ImageWork  # noqa: E402
 from runner.core import Cell, Repeat  # noqa: E402
 
 CHANGES = (0.0, 0.03, -0.03, 0.10, -0.10)

@@ -71,10 +71,10 @@ def venv_images():
 
 def venvs_can_be_made():
     """Why the venv backend cannot run here, or None when both images' venvs are built or their Pythons found."""
+    from matrixbench.build.interpreters import find_interpreter
+    from matrixbench.build.venvs import plan_venv, read_marker
     from matrixbench.errors import MatrixbenchError
-    from matrixbench.interpreters import find_interpreter
     from matrixbench.matrix import load_matrix
-    from matrixbench.venvs import plan_venv, read_marker
 
     for name in VENV_IMAGES:
         image = load_matrix(SMOKE_MATRIX).images[name]

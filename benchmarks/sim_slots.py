@@ -6,7 +6,7 @@ benchmarks/results holds CPU overhead measurements only). The model: a cell take
 ``matrixbench.executors.scheduler.MODEL_S[mode]`` seconds (eager 10 s, default 60 s, reduce-overhead 75 s,
 max-autotune 300 s) times a per-model factor; scenario "equal" gives every model factor 1,
 scenario "spread" draws each model's factor from a log-normal (sigma 0.6, seed 15), so that models
-differ by ~3x as ViT-sized and DETR-sized models do. Units are scheduled as ``matrixbench.run``
+differ by ~3x as ViT-sized and DETR-sized models do. Units are scheduled as ``matrixbench.run.command``
 does (``scheduler.make_units`` / ``run_on_slots``: longest first, each slot takes the next unit
 when it is free; no earlier records, so every estimate is the model's).
 Two unit sizes are compared: one model at one batch size in every image (what ``--slots`` runs,

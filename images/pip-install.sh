@@ -1,5 +1,5 @@
 # pip install (or download) with an image's index settings: the one pip logic of both the
-# Docker build (into /opt/venv) and the venv backend (matrixbench/venvs.py, into a host venv).
+# Docker build (into /opt/venv) and the venv backend (matrixbench/build/venvs.py, into a host venv).
 #   pip-install.sh torch   TORCH_SPEC from TORCH_INDEX_URL (when set) or INDEX_URL
 #   pip-install.sh rest    TORCH_SPEC TRANSFORMERS_SPEC pillow scipy nvidia-ml-py==NVML EXTRA_PINS
 #                          from INDEX_URL

@@ -17,29 +17,30 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from matrixbench import attribution, matrix_yaml
-from matrixbench.aa import aa_matrix
-from matrixbench.aa import default_run_name as aa_run_name
-from matrixbench.cuda_builds import refuse_on_this_host
+from matrixbench.build.cuda_builds import refuse_on_this_host
+from matrixbench.build.images import BuildOptions
 from matrixbench.environments import auto, backend_names
 from matrixbench.environments.auto import AUTO
 from matrixbench.errors import FILESYSTEM_EXIT_CODE, FolderError, MatrixbenchError, describe_os_error
 from matrixbench.executors import EXECUTORS, RAY
 from matrixbench.executors.adaptive import bill, bill_settings, policy_of
+from matrixbench.executors.ray.options import RayOptions
 from matrixbench.executors.scheduler import run_order, takes_units
 from matrixbench.gpu import host_gpus
-from matrixbench.images import BuildOptions
-from matrixbench.layout import run_dir
-from matrixbench.manifest import unfinished_runs
-from matrixbench.matrix import Overrides, expand_cells, load_matrix
-from matrixbench.pending import first_repeats, pending_work, recorded_failures_line, unreadable_lines
-from matrixbench.prices import parse_price_option
-from matrixbench.progress import make_progress
+from matrixbench.matrix import Overrides, attribution, expand_cells, load_matrix
+from matrixbench.matrix import strict_yaml as matrix_yaml
+from matrixbench.matrix.aa import aa_matrix
+from matrixbench.matrix.aa import default_run_name as aa_run_name
+from matrixbench.matrix.prices import parse_price_option
+from matrixbench.matrix.settings import BUILD_FLAGS, BUILD_SETTINGS, BY_NAME, MATRIX_SETTINGS, OVERRIDES
 from matrixbench.redact import redact_urls
 from matrixbench.report_formats import REPORT_FORMATS
-from matrixbench.run import DEFAULT_RUN, RunOptions, check_dry_run, run_matrix
-from matrixbench.settings import BUILD_FLAGS, BUILD_SETTINGS, BY_NAME, MATRIX_SETTINGS, OVERRIDES
-from matrixbench.signals import exit_code, signal_name, stop_signals
+from matrixbench.run.command import DEFAULT_RUN, RunOptions, check_dry_run, run_matrix
+from matrixbench.run.layout import run_dir
+from matrixbench.run.manifest import unfinished_runs
+from matrixbench.run.pending import first_repeats, pending_work, recorded_failures_line, unreadable_lines
+from matrixbench.run.progress import make_progress
+from matrixbench.run.signals import exit_code, signal_name, stop_signals
 from runner import axes
 
 DEFAULT_MATRIX = "matrix.yaml"
@@ -246,8 +247,8 @@ def validate(matrix_path, build_models, backend, **options):
     click.echo(describe_matrix(matrix))
     refuse_on_this_host(matrix, list(matrix.images), backend=backend)
     if build_models:
-        from matrixbench.build_check import build_models as build
-        from matrixbench.build_check import check_built, describe_build
+        from matrixbench.build.check import build_models as build
+        from matrixbench.build.check import check_built, describe_build
 
         checks = build(matrix, backend)
         click.echo(describe_build(checks))
@@ -382,10 +383,10 @@ def build(matrix_path, images, backend, no_cache, dry_run, settings, **flags):
     if backend == "venv":
         if options.pop("base_image"):
             click.echo("note: base_image is for Docker builds; a venv uses the host's Python", err=True)
-        build_venvs = _library("matrixbench.venvs", "build_venvs", "build")
+        build_venvs = _library("matrixbench.build.venvs", "build_venvs", "build")
         build_venvs(matrix, list(matrix.images), on_progress=_echo_build_line, **options)
         return
-    build_images = _library("matrixbench.images", "build_images", "build")
+    build_images = _library("matrixbench.build.images", "build_images", "build")
     build_images(matrix, list(matrix.images), on_progress=_echo_build_line, **options)
 
 
@@ -533,7 +534,7 @@ def run(matrix_path, run_name, results_root, backend, executor, ray_address, dev
         run_name=run_name, results_root=results_root, backend=backend, device=device, force=force,
         retry_failed=retry_failed, cold=cold, cache_root=cache_root, hf_cache_dir=hf_cache_dir,
         note=note, command=tuple(["matrixbench", *sys.argv[1:]]), gpu=gpu, allow_busy_gpus=allow_busy_gpus,
-        executor=executor, ray_address=ray_address, registry=registry, budget_min=budget_min,
+        executor=executor, ray=RayOptions(address=ray_address, registry=registry), budget_min=budget_min,
         build_options=build_options, noise_check=not no_noise_check,
     )
     if dry_run:
@@ -644,9 +645,9 @@ def clean(remove_images, remove_venvs, run_id, dry_run):
     if remove_venvs and (remove_images or run_id):
         raise click.UsageError("--venvs removes venvs only; clean Docker's leftovers in another call")
     if remove_venvs:
-        removed = _library("matrixbench.venvs", "remove_venvs", "clean")(dry_run=dry_run)
+        removed = _library("matrixbench.build.venvs", "remove_venvs", "clean")(dry_run=dry_run)
     else:
-        removed = _library("matrixbench.clean", "clean", "clean")(images=remove_images, run_id=run_id,
+        removed = _library("matrixbench.build.clean", "clean", "clean")(images=remove_images, run_id=run_id,
                                                                   dry_run=dry_run)
     for line in removed:
         click.echo(("would remove " if dry_run else "removed ") + line)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from matrixbench.cuda_builds import (
+from matrixbench.build.cuda_builds import (
     driver_cuda_version,
     image_cuda,
     image_problems,
@@ -109,7 +109,7 @@ def check_backend(client, container_check, backend=AUTO):
 
 def check_container_gpus(client, images):
     """GPUs as a container sees them, asked of the first built matrix image."""
-    from matrixbench.images import image_tag
+    from matrixbench.build.images import image_tag
 
     built = [name for name in images if client.inspect_image(image_tag(name))]
     if not built:
@@ -125,10 +125,10 @@ def check_container_gpus(client, images):
 
 def check_image(name, image, gpus, driver_cuda, client, modes=(), facts=None):
     """One matrix image: its CUDA build runs under this driver and has kernels for these GPUs
-    (matrixbench.cuda_builds), the build as it recorded itself (``facts``) when it is built, else as
+    (matrixbench.build.cuda_builds), the build as it recorded itself (``facts``) when it is built, else as
     inferred; and, when Docker answers, whether it is built. A CPU build fails on a GPU host when the
     entry asked for a CUDA one, and warns when it asked for the CPU (the smoke matrix)."""
-    from matrixbench.images import image_tag
+    from matrixbench.build.images import image_tag
 
     wanted_cpu = image_cuda(image) is None
     problems = [("warn" if p.kind == "cpu" and wanted_cpu else "fail", p.what, p.fix)
@@ -236,7 +236,7 @@ def report(checks):
 
 
 def _connect():
-    from matrixbench import docker_client
+    from matrixbench.build import docker_client
 
     return docker_client.connect()
 

@@ -54,7 +54,7 @@ class ReportError(MatrixbenchError):
 
 
 class PriceError(MatrixbenchError):
-    """A --price that is not GPU_TYPE=DOLLARS_PER_GPU_HOUR (matrixbench.prices)."""
+    """A --price that is not GPU_TYPE=DOLLARS_PER_GPU_HOUR (matrixbench.matrix.prices)."""
 
     exit_code = 2
 
@@ -121,7 +121,7 @@ def describe_os_error(exc):
 
 def name_too_long(path: str) -> str:
     """ENAMETOOLONG, said of what is too long: a part of the path over the file system's limit for a name, or the
-    whole path. Run, image and model names are bounded well below that (matrixbench.layout), so the folder a
+    whole path. Run, image and model names are bounded well below that (matrixbench.run.layout), so the folder a
     --results / --out / --cache-dir gave is what to shorten; no name is proposed that another run may have."""
     existing = next((p for p in Path(path).parents if _is_dir(p)), Path("."))
     name_max, path_max = _limit(existing, "PC_NAME_MAX", 255), _limit(existing, "PC_PATH_MAX", 4096)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from matrixbench import resources
 from matrixbench.errors import MatrixbenchError
-from matrixbench.layout import SELFTEST_FILENAME as RESULT_FILE
-from matrixbench.manifest import now_iso
-from matrixbench.results_files import Unvouched, read_selftest
+from matrixbench.run.layout import SELFTEST_FILENAME as RESULT_FILE
+from matrixbench.run.manifest import now_iso
+from matrixbench.run.results_files import Unvouched, read_selftest
 from runner.schema import write_json_atomic
 
 TIMEOUT_S = 300   # under five minutes, or it is a failure in itself

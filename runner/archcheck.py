@@ -24,7 +24,7 @@ WHEEL_ARCHES = {
     "12.6": ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"],
     "12.8": ["sm_70", "sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"],
     "12.9": ["sm_70", "sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"],
-    # 13.0 as PyPI's torch 2.13.0+cu130 holds it (read from a real build, matrixbench.build_facts): no PTX
+    # 13.0 as PyPI's torch 2.13.0+cu130 holds it (read from a real build, matrixbench.build.facts): no PTX
     "13.0": ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"],
 }
 # The CUDA builds a fix names, in order of preference: 12.8 runs on every driver from 525 on (CUDA's

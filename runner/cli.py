@@ -1,6 +1,6 @@
 """``python -m runner``: parse the command line, build a cells_file, run it.
 
-One pending-cells rule: the host decides which cells run (matrixbench.pending, with
+One pending-cells rule: the host decides which cells run (matrixbench.run.pending, with
 runner.schema.needs_run) and the runner runs every cell of a ``--cells`` file; only the
 shorthand, where no host decided, skips recorded cells by the same ``needs_run``.
 

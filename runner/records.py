@@ -21,7 +21,7 @@ MIN_WARMUP = 3   # cudagraph trees: warm-up run, record, then replay
 MAX_TRACEBACK_CHARS = 20000
 MAX_MESSAGE_CHARS = 4000
 
-# The host's slot for this runner (matrixbench.placement), JSON; absent: not placed in a slot.
+# The host's slot for this runner (matrixbench.run.placement), JSON; absent: not placed in a slot.
 PLACEMENT_ENV = "MATRIXBENCH_PLACEMENT"
 # The calibration phase of this runner's cells (matrixbench.calibrate), JSON; absent: matrix cells.
 CALIBRATION_ENV = "MATRIXBENCH_CALIBRATION"

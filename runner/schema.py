@@ -395,7 +395,7 @@ RECORD_SCHEMA = {
         # when the cell failed before its model was built
         "attention": _obj({"requested": _STR, "used": _STR}, nullable=True),
         "started_at": {"type": "string"},   # ISO 8601, UTC
-        # schema v2, optional: the slot the host ran the cell in (matrixbench.placement) and the
+        # schema v2, optional: the slot the host ran the cell in (matrixbench.run.placement) and the
         # cores the runner could use (os.sched_getaffinity(0)); absent or null outside slots.
         "placement": _obj({
             "slot": {"type": "integer"},

@@ -2,7 +2,7 @@
 
 The runner's defaults and checks (``runner.cells_file``, ``runner.cli``) and the record's
 ``settings`` block (``runner.schema``) derive from the declarations below; the host adds its own
-(``matrixbench.settings``: repeats, slots, calibration, GPU types) with the same ``Setting`` class,
+(``matrixbench.matrix.settings``: repeats, slots, calibration, GPU types) with the same ``Setting`` class,
 so that editing a host setting never changes the runner's sources (and so every image's runner
 hash). Stdlib only.
 """

@@ -3,7 +3,7 @@
 "2.10.0" > "2.4" as strings is False; as release tuples (2, 10, 0) > (2, 4) it is True. Only the
 release part counts: "2.4.0.dev20240601+cu121" and "2.4.0a0+git1234" are release (2, 4, 0), so a
 nightly of a release counts as that release (what a feature check wants: the nightly has it).
-The host compares versions with ``packaging.version`` (matrixbench.versions); this is the runner's
+The host compares versions with ``packaging.version`` (matrixbench.build.versions); this is the runner's
 stdlib counterpart.
 """
 from __future__ import annotations

@@ -122,7 +122,7 @@ def real_builds():
 @pytest.fixture(scope="session")
 def docker_test_client():
     """matrixbench's Docker client; skips, saying why, without a daemon or the test base images."""
-    from matrixbench import docker_client
+    from matrixbench.build import docker_client
     from matrixbench.errors import DockerUnavailableError
 
     try:

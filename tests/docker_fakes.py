@@ -1,8 +1,8 @@
-"""A stand-in for the docker SDK client, for unit tests of matrixbench.docker_client and its
+"""A stand-in for the docker SDK client, for unit tests of matrixbench.build.docker_client and its
 users. It fakes only the SDK surface docker_client touches (the one seam)."""
 from docker.errors import APIError, ImageNotFound, NotFound
 
-from matrixbench.docker_client import DockerClient
+from matrixbench.build.docker_client import DockerClient
 
 
 class FakeImage:

@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from matrixbench.environments.base import Backend
-from matrixbench.layout import CELLS_FILENAME
-from matrixbench.progress import NullProgress
-from matrixbench.run import RunOptions
-from matrixbench.runner_input import write_cells_file
+from matrixbench.run.command import RunOptions
+from matrixbench.run.layout import CELLS_FILENAME
+from matrixbench.run.progress import NullProgress
+from matrixbench.run.runner_input import write_cells_file
 from runner.core import CellError, Record, Status
 from runner.records import new_record, record_settings
 from runner.schema import write_record

@@ -13,8 +13,8 @@ import os
 import time
 from pathlib import Path
 
-from matrixbench.images import build_images, image_tag
-from matrixbench.venvs import build_venvs, plan_venv, read_marker
+from matrixbench.build.images import build_images, image_tag
+from matrixbench.build.venvs import build_venvs, plan_venv, read_marker
 
 HERE = Path(__file__).resolve().parent
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")  # PyPI is reachable from builds only with it here

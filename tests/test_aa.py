@@ -10,13 +10,13 @@ import pytest
 from click.testing import CliRunner
 
 from host_helpers import RecordingBackend, local_run_options, use_backend, write_matrix
-from matrixbench.aa import aa_matrix
+from matrixbench.build.venvs import plan_venv, venvs_root
 from matrixbench.cli import main
 from matrixbench.errors import MatrixError
-from matrixbench.manifest import read_manifest
 from matrixbench.matrix import Overrides, load_matrix
-from matrixbench.run import run_matrix
-from matrixbench.venvs import plan_venv, venvs_root
+from matrixbench.matrix.aa import aa_matrix
+from matrixbench.run.command import run_matrix
+from matrixbench.run.manifest import read_manifest
 from runner.schema import read_record
 
 AA_RATE = (r"\(a simulator of known truth stars [\d.]+% of them at \d+ vs \d+ processes(?: paired by round)?; "

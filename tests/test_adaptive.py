@@ -10,10 +10,10 @@ import pytest
 from host_helpers import RecordingBackend, local_run_options, make_record, use_backend, write_matrix
 from matrixbench.cli import describe_plan
 from matrixbench.executors import adaptive
-from matrixbench.manifest import read_manifest
 from matrixbench.matrix import Overrides, load_matrix
-from matrixbench.pending import pending_work
-from matrixbench.run import run_matrix
+from matrixbench.run.command import run_matrix
+from matrixbench.run.manifest import read_manifest
+from matrixbench.run.pending import pending_work
 from runner.schema import record_path, write_record
 
 

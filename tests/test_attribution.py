@@ -1,4 +1,4 @@
-"""Attribution's bridge images (matrixbench.attribution): derived from a mixed pair, refused with the
+"""Attribution's bridge images (matrixbench.matrix.attribution): derived from a mixed pair, refused with the
 reason transformers' real wheel metadata gives (tests/data/transformers-metadata: the header of each
 wheel's METADATA as PyPI serves it), hashed and described like any image, priced by `run --dry-run`."""
 import os
@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from host_helpers import write_matrix
-from matrixbench import attribution
-from matrixbench.matrix import load_matrix
+from matrixbench.matrix import attribution, load_matrix
 
 REPO = Path(__file__).resolve().parents[1]
 METADATA = REPO / "tests" / "data" / "transformers-metadata"

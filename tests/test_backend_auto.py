@@ -8,12 +8,13 @@ import pytest
 from click.testing import CliRunner
 
 from host_helpers import RecordingBackend, small_matrix_data, use_backend, write_matrix
-from matrixbench import docker_client, gpu
+from matrixbench import gpu
+from matrixbench.build import docker_client
 from matrixbench.cli import main
 from matrixbench.environments import auto
 from matrixbench.environments.auto import Machine, choose
 from matrixbench.errors import BuildError
-from matrixbench.manifest import read_manifest
+from matrixbench.run.manifest import read_manifest
 
 
 class Builds:
@@ -112,7 +113,8 @@ def test_make_matrix_on_a_gpu_host_without_docker_builds_venvs(tmp_path, monkeyp
     """What `make matrix` runs on a GPU host (faked: an H100 on driver 550) without a Docker daemon:
     doctor passes and says venv runs, then `run --backend auto` builds the venvs and runs on the GPU."""
     from gpu_fakes import nvidia_smi
-    from matrixbench import cuda_builds, doctor, venvs
+    from matrixbench import doctor
+    from matrixbench.build import cuda_builds, venvs
     from matrixbench.errors import DockerUnavailableError
 
     smi = nvidia_smi("H100", "550")

@@ -13,7 +13,7 @@ from matrixbench.cli import describe_plan, main
 from matrixbench.executors.adaptive import bill_seconds, policy_of
 from matrixbench.executors.scheduler import Estimates, make_units, run_order, takes_units
 from matrixbench.matrix import Overrides, load_matrix
-from matrixbench.pending import pending_work
+from matrixbench.run.pending import pending_work
 from runner.schema import read_record
 
 EVIDENCE = Path(__file__).parent / "data" / "gpu" / "h100-2026-11-26"

@@ -9,9 +9,9 @@ from click.testing import CliRunner
 
 from docker_fakes import FakeImage, FakeSDK
 from host_helpers import small_matrix_data, write_matrix
-from matrixbench import docker_client
 from matrixbench import environments as backends
-from matrixbench.build_check import build_models, check_built
+from matrixbench.build import docker_client
+from matrixbench.build.check import build_models, check_built
 from matrixbench.cli import main
 from matrixbench.environments.docker import DockerBackend
 from matrixbench.errors import MatrixError, RunError

@@ -1,4 +1,4 @@
-"""What a build really holds (matrixbench.build_facts), recorded with the build and checked instead of the
+"""What a build really holds (matrixbench.build.facts), recorded with the build and checked instead of the
 inference by doctor and the run's pre-flight (cuda_builds.refuse_builds), on fake hosts (tests/gpu_fakes.py)
 and fake Docker (tests/docker_fakes.py). The real venv and Docker builds: tests/test_build_facts_real.py."""
 import dataclasses
@@ -10,15 +10,17 @@ from click.testing import CliRunner
 
 from docker_fakes import FakeImage, FakeSDK
 from gpu_fakes import DRIVERS, nvidia_smi
-from matrixbench import build_facts, docker_client, gpu
-from matrixbench.build_facts import BuildFacts
+from matrixbench import gpu
+from matrixbench.build import docker_client
+from matrixbench.build import facts as build_facts
+from matrixbench.build.cuda_builds import CudaBuildError, known_build, refuse_builds
+from matrixbench.build.docker_client import DockerClient
+from matrixbench.build.facts import BuildFacts
+from matrixbench.build.images import image_tag
 from matrixbench.cli import main
-from matrixbench.cuda_builds import CudaBuildError, known_build, refuse_builds
-from matrixbench.docker_client import DockerClient
 from matrixbench.doctor import Commands, diagnose
 from matrixbench.environments.docker import DockerBackend
 from matrixbench.errors import BuildError
-from matrixbench.images import image_tag
 from matrixbench.matrix import load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,7 +138,7 @@ def test_doctor_fails_a_cpu_build_the_entry_did_not_ask_for_and_warns_for_the_sm
 
 
 def test_doctor_reads_a_venvs_marker_when_docker_does_not_answer(monkeypatch, tmp_path):
-    from matrixbench import venvs
+    from matrixbench.build import venvs
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     plan = venvs.plan_venv(MATRIX.images["latest"])
@@ -154,7 +156,7 @@ def test_doctor_reads_a_venvs_marker_when_docker_does_not_answer(monkeypatch, tm
 
 
 def test_a_docker_build_is_labelled_with_what_its_python_says():
-    from matrixbench import images
+    from matrixbench.build import images
 
     sdk = FakeSDK(build_chunks=[{"stream": "Step 1/2 : FROM x\n"}])
     sdk.python_answer = (json.dumps(CU130.to_dict()) + "\n").encode()
@@ -184,7 +186,7 @@ def test_run_refuses_a_recorded_build_before_any_cell_runs(monkeypatch, tmp_path
         build_facts.LABEL: CU130.to_label()})
     monkeypatch.setattr(docker_client, "connect", lambda: DockerClient(sdk))
     monkeypatch.setattr(gpu, "run_command", nvidia_smi("H100", "570"))
-    monkeypatch.setattr("matrixbench.cuda_builds.run_command", nvidia_smi("H100", "570"))
+    monkeypatch.setattr("matrixbench.build.cuda_builds.run_command", nvidia_smi("H100", "570"))
     result = CliRunner().invoke(main, ["run", "--backend", "docker", "--images", "latest", "--models", "vit",
                                        "--results", str(tmp_path / "results"), "--repeats", "1"])
     assert result.exit_code == 2, result.output

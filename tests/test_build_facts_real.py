@@ -1,4 +1,4 @@
-"""A real build records what its torch is (matrixbench.build_facts): a real venv (the CPU wheel: "cpu") and a
+"""A real build records what its torch is (matrixbench.build.facts): a real venv (the CPU wheel: "cpu") and a
 real Docker image (PyPI's torch 2.0.1: CUDA 11.7), and a GPU run on a fake GPU host (tests/gpu_fakes.py)
 refuses the CPU build before any cell runs. Marked venv / docker: builds for real (the wheelhouse is warm)."""
 import dataclasses
@@ -8,11 +8,13 @@ import pytest
 from click.testing import CliRunner
 
 from gpu_fakes import nvidia_smi
-from matrixbench import build_facts, docker_client, gpu, venvs
-from matrixbench.build_facts import BuildFacts
+from matrixbench import gpu
+from matrixbench.build import docker_client, venvs
+from matrixbench.build import facts as build_facts
+from matrixbench.build.cuda_builds import known_build, pypi_cuda
+from matrixbench.build.facts import BuildFacts
+from matrixbench.build.images import build_images, image_tag
 from matrixbench.cli import main
-from matrixbench.cuda_builds import known_build, pypi_cuda
-from matrixbench.images import build_images, image_tag
 from matrixbench.matrix import load_matrix
 from real_builds import CA_BUNDLE
 from venv_helpers import venv_matrix
@@ -34,7 +36,7 @@ def test_a_real_cpu_venv_says_cpu_and_a_gpu_run_refuses_it_before_any_cell(tmp_p
 
     for driver in ("580", "550"):   # 550: the inference would refuse CUDA 13.0; the build says CPU
         monkeypatch.setattr(gpu, "run_command", nvidia_smi("H100", driver))
-        monkeypatch.setattr("matrixbench.cuda_builds.run_command", nvidia_smi("H100", driver))
+        monkeypatch.setattr("matrixbench.build.cuda_builds.run_command", nvidia_smi("H100", driver))
         results = tmp_path / f"results-{driver}"
         result = CliRunner().invoke(main, ["run", "--backend", "venv", "--matrix", str(VENV_MATRIX), "--images",
                                            "venv-latest", "--models", "vit", "--modes", "eager", "--repeats", "1",

@@ -22,10 +22,10 @@ from host_helpers import (
 from matrixbench.errors import MatrixError
 from matrixbench.executors import calibration as calibrate
 from matrixbench.matrix import Overrides, load_matrix
-from matrixbench.placement import Slot
 from matrixbench.report import build_report, records, verdicts
 from matrixbench.report.calibration import calibration_tables
-from matrixbench.run import run_matrix
+from matrixbench.run.command import run_matrix
+from matrixbench.run.placement import Slot
 from runner.cells_file import cells_file_from_dict
 from runner.core import Status
 from runner.records import CALIBRATION_ENV, calibration

@@ -1,6 +1,6 @@
 """matrixbench clean with the docker SDK faked at docker_client's seam."""
 from docker_fakes import client_with_leftovers as make_client
-from matrixbench.clean import clean
+from matrixbench.build.clean import clean
 
 
 def test_clean_removes_only_labelled_containers_and_keeps_images_by_default():

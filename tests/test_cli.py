@@ -12,7 +12,7 @@ import matrixbench
 from host_helpers import RecordingBackend, small_matrix_data, use_backend, write_matrix
 from matrixbench.cli import main
 from matrixbench.errors import BuildError, DockerUnavailableError, FolderError
-from matrixbench.settings import BY_NAME
+from matrixbench.matrix.settings import BY_NAME
 
 
 @pytest.fixture
@@ -161,7 +161,7 @@ def test_an_unknown_device_is_a_usage_error_listing_the_declared_choices(matrix_
 
 
 def test_the_valid_devices_are_checked_in_one_place_the_click_choice_of_the_setting():
-    # run.py once repeated click's Choice check of --device; the host names DEVICES nowhere now.
+    # run/command.py once repeated click's Choice check of --device; the host names DEVICES nowhere now.
     package = Path(matrixbench.__file__).parent
     naming = [path.name for path in package.rglob("*.py")
               if any(isinstance(node, (ast.Name, ast.alias)) and "DEVICES" in (getattr(node, "id", None),
@@ -199,7 +199,7 @@ def test_build_passes_options_to_build_images(matrix_file, monkeypatch):
         options["on_progress"]("latest", "Step 1/9")
         return ["matrixbench:latest"]
 
-    _fake_module(monkeypatch, "matrixbench.images", build_images=build_images)
+    _fake_module(monkeypatch, "matrixbench.build.images", build_images=build_images)
     result = invoke("build", "--matrix", matrix_file, "--images", "latest", "--no-cache", "--dry-run",
                     "--index-url", "https://mirror/simple", "--extra-index-url", "https://a",
                     "--extra-index-url", "https://b", "--base-image", "mirror/python:3.12-slim")
@@ -218,13 +218,13 @@ def test_build_errors_map_to_their_exit_codes(matrix_file, monkeypatch, error, c
     def build_images(*args, **kwargs):
         raise error
 
-    _fake_module(monkeypatch, "matrixbench.images", build_images=build_images)
+    _fake_module(monkeypatch, "matrixbench.build.images", build_images=build_images)
     result = invoke("build", "--matrix", matrix_file)
     assert result.exit_code == code and str(error) in result.stderr
 
 
 def test_a_command_whose_module_is_missing_says_so(matrix_file, monkeypatch):
-    monkeypatch.setitem(sys.modules, "matrixbench.clean", None)  # import fails
+    monkeypatch.setitem(sys.modules, "matrixbench.build.clean", None)  # import fails
     result = invoke("clean")
     assert result.exit_code == 1 and "`matrixbench clean` is not available" in result.stderr
 
@@ -250,7 +250,7 @@ def test_clean_lists_what_it_removes(monkeypatch):
         calls.append(options)
         return ["container abc123"]
 
-    _fake_module(monkeypatch, "matrixbench.clean", clean=clean)
+    _fake_module(monkeypatch, "matrixbench.build.clean", clean=clean)
     result = invoke("clean", "--images", "--run", "r1", "--dry-run")
     assert result.exit_code == 0 and "would remove container abc123" in result.stdout
     assert "nothing to remove" not in result.stdout
@@ -285,7 +285,7 @@ def test_build_backend_venv_builds_venvs_from_the_same_options(matrix_file, monk
 
 def test_clean_venvs_removes_the_venvs_and_touches_no_docker(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setitem(sys.modules, "matrixbench.clean", None)  # Docker's clean is not called
+    monkeypatch.setitem(sys.modules, "matrixbench.build.clean", None)  # Docker's clean is not called
     (tmp_path / "matrixbench" / "venvs" / "stable-0123456789ab" / "bin").mkdir(parents=True)
     result = invoke("clean", "--venvs", "--dry-run")
     assert result.exit_code == 0 and "would remove venv" in result.output
@@ -296,7 +296,7 @@ def test_clean_venvs_removes_the_venvs_and_touches_no_docker(monkeypatch, tmp_pa
 
 
 def test_builds_flags_derive_from_the_build_settings_and_run_has_none_of_them():
-    from matrixbench.settings import BUILD_FLAGS, BUILD_SETTINGS
+    from matrixbench.matrix.settings import BUILD_FLAGS, BUILD_SETTINGS
 
     build = {p.name: p for p in main.commands["build"].params}
     for setting in BUILD_FLAGS:
@@ -330,7 +330,7 @@ def _with_build_settings(tmp_path, **build):
 
 def test_build_reads_the_matrix_build_settings_and_its_flags_and_set_override_them(tmp_path, monkeypatch):
     calls = []
-    _fake_module(monkeypatch, "matrixbench.images",
+    _fake_module(monkeypatch, "matrixbench.build.images",
                  build_images=lambda matrix, names, **options: calls.append(options) or [])
     (tmp_path / "certs").mkdir()
     (tmp_path / "certs" / "ca.pem").write_bytes(b"synthetic PEM")
@@ -358,7 +358,7 @@ def test_validate_shows_the_build_settings_with_credentials_hidden(tmp_path):
 
 
 def test_run_backend_auto_builds_with_the_matrix_build_settings_and_records_them_redacted(tmp_path, monkeypatch):
-    from matrixbench import images, venvs
+    from matrixbench.build import images, venvs
     from matrixbench.environments import auto
 
     seen = {}
@@ -403,7 +403,7 @@ def test_a_ray_run_takes_the_registry_or_the_node_builds_settings_from_the_matri
     result = invoke("run", "--matrix", path, "--executor", "ray", "--backend", backend, *sets)
     assert result.exit_code == 0, result.output
     options, = given
-    assert options.registry == registry
+    assert options.ray.registry == registry
     assert (options.build_options and options.build_options.index_url) == index_url
 
 

@@ -1,4 +1,4 @@
-"""The one list of comparisons (matrixbench.comparisons): what ``repeats: auto`` plans for is what the
+"""The one list of comparisons (matrixbench.matrix.comparisons): what ``repeats: auto`` plans for is what the
 report judges, for any matrix (axes on and off, fullgraph, A/A twins, attribution's bridges)."""
 import dataclasses
 import random
@@ -6,17 +6,17 @@ import random
 import pytest
 
 from host_helpers import make_record, small_matrix_data, write_matrix
-from matrixbench.aa import twin_name
+from matrixbench.build.versions import pinned_version
 from matrixbench.executors import adaptive
-from matrixbench.manifest import start_manifest
 from matrixbench.matrix import Overrides, load_matrix
-from matrixbench.pending import pending_work
+from matrixbench.matrix.aa import twin_name
 from matrixbench.report import records, shares
 from matrixbench.report.cells import CellIndex
 from matrixbench.report.comparisons import comparisons as report_rows
 from matrixbench.report.document import image_sources
 from matrixbench.report.published import load_published
-from matrixbench.versions import pinned_version
+from matrixbench.run.manifest import start_manifest
+from matrixbench.run.pending import pending_work
 from runner.schema import write_record
 
 JUDGED = ("speedup", "mode_change", "image_change", "aa_change")   # comparisons.csv's kinds of two cells
@@ -110,7 +110,7 @@ FEATURES = set()
 
 @pytest.mark.parametrize("seed", range(12))
 def test_for_any_matrix_what_the_planner_plans_is_what_the_report_judges(tmp_path, seed):
-    from matrixbench.comparisons import roles_of  # here: the fullgraph test above runs on 6caf100 too
+    from matrixbench.matrix.comparisons import roles_of  # here: the fullgraph test above runs on 6caf100 too
 
     rng = random.Random(seed)
     matrix = _random_matrix(tmp_path, rng)

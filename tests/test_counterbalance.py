@@ -13,10 +13,10 @@ import pytest
 
 from host_helpers import RecordingBackend, local_run_options, use_backend, write_matrix
 from matrixbench.executors.scheduler import positions, rounds
-from matrixbench.manifest import read_manifest
 from matrixbench.matrix import Overrides, load_matrix
-from matrixbench.pending import interleaved
-from matrixbench.run import run_matrix
+from matrixbench.run.command import run_matrix
+from matrixbench.run.manifest import read_manifest
+from matrixbench.run.pending import interleaved
 from runner.core import Cell
 
 DRIFT = 0.05          # the machine gets 5% slower from the run's first process to its last

@@ -1,4 +1,4 @@
-"""Each image's CUDA build against the driver and GPUs (matrixbench.cuda_builds) in doctor, validate
+"""Each image's CUDA build against the driver and GPUs (matrixbench.build.cuda_builds) in doctor, validate
 and build, on fake hosts (tests/gpu_fakes.py: drivers 535-580 on H100, A100, V100, T4)."""
 import dataclasses
 from pathlib import Path
@@ -8,8 +8,8 @@ from click.testing import CliRunner
 
 from gpu_fakes import DRIVERS, GPUS, nvidia_smi
 from matrixbench import gpu as gpu_module
+from matrixbench.build.cuda_builds import CudaBuildError, host_problems, image_cuda, pypi_cuda, refuse_on_this_host
 from matrixbench.cli import main
-from matrixbench.cuda_builds import CudaBuildError, host_problems, image_cuda, pypi_cuda, refuse_on_this_host
 from matrixbench.doctor import Commands, diagnose, report
 from matrixbench.matrix import load_matrix
 from runner.archcheck import WHEEL_ARCHES, arch_problem
@@ -79,7 +79,7 @@ def test_pypis_cuda_13_build_runs_on_driver_580_but_not_on_a_v100():
 
 def test_validate_and_build_refuse_before_anything_is_built(monkeypatch, tmp_path):
     monkeypatch.setattr(gpu_module, "run_command", nvidia_smi("H100", "550"))
-    monkeypatch.setattr("matrixbench.cuda_builds.run_command", nvidia_smi("H100", "550"))
+    monkeypatch.setattr("matrixbench.build.cuda_builds.run_command", nvidia_smi("H100", "550"))
     with pytest.raises(CudaBuildError, match="(?s)image latest: .*CUDA 13.0 build.*whl/cu128"):
         refuse_on_this_host(pypi_latest(), ["latest"])
     refuse_on_this_host(MATRIX, list(MATRIX.images))
@@ -149,7 +149,7 @@ def test_doctor_on_a_host_without_gpus_claims_no_gpu_and_warns_of_a_build_other_
     """No GPU: an image line never says it runs on "these GPUs"; a recorded CUDA build where the entry asks
     for the CPU index (a wheelhouse served it) is a warning naming the pin, not silence."""
     from matrixbench import doctor as doctor_module
-    from matrixbench.build_facts import BuildFacts
+    from matrixbench.build.facts import BuildFacts
 
     cpu_entry = load_matrix(ROOT / "matrix-cpu-smoke.yaml").images["stable"]   # the CPU index
     as_asked = doctor_module.check_image("cpu", cpu_entry, [], None, None,
@@ -164,7 +164,7 @@ def test_doctor_on_a_host_without_gpus_claims_no_gpu_and_warns_of_a_build_other_
 def test_a_cpu_run_on_a_gpu_host_is_not_refused_for_a_build_this_driver_cannot_run(monkeypatch, tmp_path):
     """--device cpu hands the runner no GPU: a CUDA 13.0 build on driver 550 runs there on the CPU."""
     monkeypatch.setattr(gpu_module, "run_command", nvidia_smi("H100", "550"))
-    monkeypatch.setattr("matrixbench.cuda_builds.run_command", nvidia_smi("H100", "550"))
+    monkeypatch.setattr("matrixbench.build.cuda_builds.run_command", nvidia_smi("H100", "550"))
     path = tmp_path / "matrix.yaml"
     path.write_text((ROOT / "matrix.yaml").read_text().replace(
         "    index_url: https://download.pytorch.org/whl/cu128\n", ""))

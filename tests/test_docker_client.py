@@ -1,11 +1,11 @@
-"""matrixbench.docker_client with the docker SDK faked at its one seam."""
+"""matrixbench.build.docker_client with the docker SDK faked at its one seam."""
 import docker
 import pytest
 from docker.errors import APIError, DockerException
 
 from docker_fakes import FakeImage, FakeSDK, client_with_leftovers
-from matrixbench import docker_client
-from matrixbench.docker_client import BuildStream, DockerClient
+from matrixbench.build import docker_client
+from matrixbench.build.docker_client import BuildStream, DockerClient
 from matrixbench.errors import DockerUnavailableError, RunError
 
 

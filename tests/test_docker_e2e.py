@@ -16,8 +16,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from matrixbench import docker_client
-from matrixbench.images import image_tag
+from matrixbench.build import docker_client
+from matrixbench.build.images import image_tag
 from matrixbench.matrix import load_matrix
 from runner.schema import RECORD_SCHEMA, read_record
 

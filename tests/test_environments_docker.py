@@ -8,15 +8,16 @@ import pytest
 
 from docker_fakes import APIError, FakeImage, FakeSDK
 from host_helpers import Notes, make_record, write_matrix
-from matrixbench import docker_client, owner
 from matrixbench import environments as backends
+from matrixbench.build import docker_client
 from matrixbench.environments import docker as docker_backend
 from matrixbench.environments.base import ImageRef, Paths, Placement, RunRequest, Work
 from matrixbench.environments.docker import DockerBackend
 from matrixbench.errors import RunError
-from matrixbench.launch import LaunchStatus, launch
 from matrixbench.matrix import load_matrix
-from matrixbench.run import RunOptions, run_matrix
+from matrixbench.run import owner
+from matrixbench.run.command import RunOptions, run_matrix
+from matrixbench.run.launch import LaunchStatus, launch
 from runner.core import Cell
 from runner.schema import record_path, write_record
 
@@ -107,7 +108,7 @@ def test_an_image_that_was_never_built_says_how_to_build_it(sdk, tmp_path):
 
 
 def test_a_container_that_dies_early_is_an_incomplete_launch_with_its_log_tail_and_is_removed(sdk, tmp_path):
-    # one policy for a runner that dies (matrixbench.launch): the outcome says so, the run carries on
+    # one policy for a runner that dies (matrixbench.run.launch): the outcome says so, the run carries on
     request = request_for(tmp_path)
     sdk.next_container = {"log": b"loading vit\nSegmentation fault, token hf_abcdefgh\n", "exit_code": 139,
                           "on_wait": lambda _: write_records(request, CELLS[:1])}
@@ -222,7 +223,7 @@ def test_a_users_own_model_is_mounted_read_only_and_its_path_rewritten(sdk, tmp_
 
 
 def test_a_slot_pins_the_container_to_its_cores_numa_node_and_one_gpu(sdk, tmp_path):
-    from matrixbench.placement import Slot
+    from matrixbench.run.placement import Slot
     from runner.records import PLACEMENT_ENV
 
     slot = Slot(1, (32, 33, 34, 35), gpu_index=5, gpu_uuid="GPU-5f3c2a1e", numa_node=1)
@@ -247,7 +248,7 @@ def test_outside_slots_no_cpuset_is_asked(sdk, tmp_path):
 
 def test_a_calibration_runner_is_labelled_with_its_run(sdk, tmp_path):
     from matrixbench.executors import calibration as calibrate
-    from matrixbench.placement import Slot
+    from matrixbench.run.placement import Slot
 
     out_dir = calibrate.out_dir(tmp_path / "results" / "run1" / "stable", "loaded", Slot(1, (1,)))
     backend(sdk).run(request_for(tmp_path, out_dir=out_dir).placed(Slot(1, (1,)), slots=2, busy_units=2,

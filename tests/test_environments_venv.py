@@ -8,12 +8,12 @@ import pytest
 
 import runner
 from host_helpers import write_matrix, write_stand_in
+from matrixbench.build.venvs import plan_venv, recipe_hash
 from matrixbench.environments import create_backend
 from matrixbench.environments.base import ImageRef, Paths, Placement, RunRequest, Work
 from matrixbench.environments.venv import VenvBackend
 from matrixbench.errors import RunError
 from matrixbench.matrix import Overrides, expand_cells, load_matrix
-from matrixbench.venvs import plan_venv, recipe_hash
 from runner.schema import read_record, record_path
 
 
@@ -111,7 +111,7 @@ def test_a_missing_venv_is_built_with_the_matrixs_build_settings(tmp_path, matri
     """run --backend venv builds a venv it finds missing with the matrix's index and CA bundle (build settings),
     as `matrixbench build --backend venv` would; the bundle is a file while the build runs."""
     import matrixbench.environments.venv as venv_module
-    from matrixbench.images import BuildOptions
+    from matrixbench.build.images import BuildOptions
 
     seen = []
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from matrixbench.images import image_tag
+from matrixbench.build.images import image_tag
 from matrixbench.matrix import load_matrix
 from real_builds import BUILD_LOGS
 from test_docker_e2e import MATRIX_PATH, TORCH

@@ -15,13 +15,14 @@ from docker import errors as docker_errors
 
 from docker_fakes import FakeImage, FakeSDK
 from host_helpers import small_matrix_data, write_matrix
-from matrixbench import docker_client
+from matrixbench.build import docker_client
+from matrixbench.build.images import BuildOptions, image_tag, runner_hash
 from matrixbench.errors import DockerUnavailableError, OptionConflictError
 from matrixbench.executors import create_environment
 from matrixbench.executors.ray import registry
-from matrixbench.images import BuildOptions, image_tag, runner_hash
+from matrixbench.executors.ray.options import RayOptions
 from matrixbench.matrix import Image, load_matrix
-from matrixbench.run import RunOptions, run_matrix
+from matrixbench.run.command import RunOptions, run_matrix
 
 TEST_IMAGE = Image(name="registry-test", torch="torch==2.13.0", python="3.12", transformers="transformers==5.23.0",
                    base_image="python:3.12-slim-bookworm")
@@ -94,12 +95,13 @@ def test_a_failed_push_or_pull_names_the_registry_and_what_to_check():
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"backend": "local", "registry": "127.0.0.1:5000"}, "registry: only with --executor ray"),
-    ({"executor": "ray", "backend": "local", "registry": "127.0.0.1:5000"},
+    ({"backend": "local", "ray": RayOptions(registry="127.0.0.1:5000")}, "registry: only with --executor ray"),
+    ({"executor": "ray", "backend": "local", "ray": RayOptions(registry="127.0.0.1:5000")},
      "images go through a registry only to docker nodes"),
     ({"backend": "local", "build_options": BuildOptions(index_url="https://mirror.example/simple")},
      "ca_bundle/index_url/extra_index_urls/base_image: only with --executor ray"),
-    ({"executor": "ray", "registry": "127.0.0.1:5000", "build_options": BuildOptions(base_image="m/python:3.10")},
+    ({"executor": "ray", "ray": RayOptions(registry="127.0.0.1:5000"),
+      "build_options": BuildOptions(base_image="m/python:3.10")},
      "ca_bundle, index_url, extra_index_urls, base_image: for the image builds on docker nodes without "
      "a registry"),
 ])

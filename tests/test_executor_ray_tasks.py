@@ -12,6 +12,7 @@ from host_helpers import RecordingBackend, small_matrix_data, write_matrix
 from matrixbench.environments.base import Backend
 from matrixbench.errors import OptionConflictError
 from matrixbench.executors.ray import executor as ray_executor
+from matrixbench.executors.ray.options import RayOptions
 from matrixbench.executors.ray.tasks import (
     UnknownGpuTypeError,
     check_gpu_types,
@@ -22,7 +23,7 @@ from matrixbench.executors.ray.tasks import (
     task_resources,
 )
 from matrixbench.matrix import Overrides, load_matrix
-from matrixbench.run import RunOptions, run_matrix
+from matrixbench.run.command import RunOptions, run_matrix
 from runner.core import Status
 from runner.schema import RECORD_SCHEMA, read_record
 
@@ -174,7 +175,7 @@ def test_a_rerun_submits_nothing_already_recorded(tmp_path, cluster):
 
 
 def test_the_host_package_imports_ray_only_when_the_ray_backend_connects():
-    code = ("import sys, matrixbench.cli, matrixbench.run, matrixbench.executors.ray.tasks, "
+    code = ("import sys, matrixbench.cli, matrixbench.run.command, matrixbench.executors.ray.tasks, "
             "matrixbench.executors.ray.executor; "
             "assert 'ray' not in sys.modules, 'ray imported'; assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -258,8 +259,8 @@ def test_gpu_choices_are_refused_under_ray_naming_them(tmp_path, cluster, change
         run_matrix(_matrix(tmp_path), options)
 
 
-@pytest.mark.parametrize("changes, named", [({"ray_address": "10.0.0.1:6379"}, "--ray-address"),
-                                            ({"registry": "10.0.0.1:5000"}, "registry")])
+@pytest.mark.parametrize("changes, named", [({"ray": RayOptions(address="10.0.0.1:6379")}, "--ray-address"),
+                                            ({"ray": RayOptions(registry="10.0.0.1:5000")}, "registry")])
 def test_cluster_options_are_refused_without_ray(tmp_path, changes, named):
     data = small_matrix_data()
     options = RunOptions(results_root=tmp_path / "results", backend="local", device="cpu", **changes)

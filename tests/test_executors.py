@@ -5,12 +5,13 @@ import dataclasses
 import pytest
 
 from host_helpers import small_matrix_data, write_matrix
+from matrixbench.build.images import BuildOptions
 from matrixbench.errors import OptionConflictError
 from matrixbench.executors import SCOPES, check_options, create_executor
+from matrixbench.executors.ray.options import RayOptions
 from matrixbench.executors.sequential import SequentialExecutor
-from matrixbench.images import BuildOptions
 from matrixbench.matrix import Overrides, load_matrix
-from matrixbench.run import RunOptions
+from matrixbench.run.command import RunOptions
 
 SETTERS = {   # how a run gives each scoped option
     "--slots / slots": ({"slots": 2}, {}),
@@ -18,8 +19,8 @@ SETTERS = {   # how a run gives each scoped option
     "--exclusive-timing / exclusive_timing": ({"exclusive_timing": True}, {}),
     "--gpu": ({}, {"gpu": "0"}),
     "--allow-busy-gpus": ({}, {"allow_busy_gpus": True}),
-    "--ray-address": ({}, {"ray_address": "10.0.0.1:6379"}),
-    "registry": ({}, {"registry": "10.0.0.1:5000"}),
+    "--ray-address": ({}, {"ray": RayOptions(address="10.0.0.1:6379")}),
+    "registry": ({}, {"ray": RayOptions(registry="10.0.0.1:5000")}),
     "ca_bundle/index_url/extra_index_urls/base_image": ({}, {"build_options": BuildOptions(index_url="u")}),
 }
 

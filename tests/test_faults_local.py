@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from matrixbench.environments.local import _running, descendants
-from matrixbench.layout import LOCK_FILENAME
-from matrixbench.run_folder import lock_holders
+from matrixbench.run.folder import lock_holders
+from matrixbench.run.layout import LOCK_FILENAME
 from runner.faults import FORKSERVER
 
 pytestmark = pytest.mark.slow

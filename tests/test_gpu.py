@@ -56,7 +56,7 @@ def test_compute_apps_are_the_query_lines():
 
 def test_only_matrixbench_gpu_queries_the_host_gpus():
     # doctor.py once ran its own `nvidia-smi --query-gpu` beside gpu.py's host_gpus (and
-    # placement.py its own again): every nvidia-smi query is spelled in gpu.py alone.
+    # run/placement.py its own again): every nvidia-smi query is spelled in gpu.py alone.
     package = Path(matrixbench.__file__).parent
     spelled = sorted({path.name for path in package.rglob("*.py")
                       for node in ast.walk(ast.parse(path.read_text()))

@@ -6,9 +6,9 @@ from host_helpers import RecordingBackend, make_record, small_matrix_data, use_b
 from matrixbench.cli import main
 from matrixbench.errors import MatrixError, OptionConflictError
 from matrixbench.matrix import Overrides, load_matrix
-from matrixbench.pending import pending_work
 from matrixbench.report.records import run_folder_of
-from matrixbench.run import RunOptions, run_matrix
+from matrixbench.run.command import RunOptions, run_matrix
+from matrixbench.run.pending import pending_work
 from runner.schema import write_record
 
 

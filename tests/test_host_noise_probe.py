@@ -19,9 +19,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from matrixbench import host_noise, noise_check
+from matrixbench import host_noise
 from matrixbench.environments.base import ImageRef, Paths, RunRequest, Work
 from matrixbench.report.stats import detectable_at, judge
+from matrixbench.run import noise_check
 from runner import noise_probe
 
 TESTS = Path(__file__).resolve().parent
@@ -195,9 +196,9 @@ def test_a_check_that_cannot_measure_is_a_status_line_not_a_failure(tmp_path, ba
 
 
 def test_a_gpu_run_checks_before_its_first_cell_unless_told_not_to(tmp_path):
-    from matrixbench import run as run_module
-    from matrixbench.manifest import read_manifest, start_manifest
     from matrixbench.matrix import load_matrix
+    from matrixbench.run import command as run_module
+    from matrixbench.run.manifest import read_manifest, start_manifest
 
     notes = []
     progress = SimpleNamespace(note=notes.append)

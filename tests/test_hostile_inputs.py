@@ -216,7 +216,7 @@ def test_hostile_input_is_one_named_line(case, tmp_path, monkeypatch):
 def test_planning_is_linear_in_the_processes(tmp_path, monkeypatch):
     """Each record is looked at a fixed number of times, however many processes a run has: a
     list membership test made planning quadratic (145 s for 7,680 processes)."""
-    from matrixbench import pending
+    from matrixbench.run import pending
 
     matrix = load_matrix(write_small(tmp_path, repeats=5, batch_sizes=list(range(1, 33))))
     calls = []

@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 from docker_fakes import FakeSDK
-from matrixbench import docker_client, images, resources
+from matrixbench import resources
+from matrixbench.build import docker_client, images
+from matrixbench.build.versions import torch_label
 from matrixbench.errors import BuildError, MatrixError
 from matrixbench.matrix import Image, Matrix
-from matrixbench.versions import torch_label
 
 REPO = Path(__file__).resolve().parents[1]
 

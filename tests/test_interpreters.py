@@ -3,8 +3,8 @@ import stat
 
 import pytest
 
+from matrixbench.build.interpreters import Finder, find_interpreter, pyenv_candidates
 from matrixbench.errors import InterpreterNotFoundError, MatrixbenchError
-from matrixbench.interpreters import Finder, find_interpreter, pyenv_candidates
 
 
 def fake_python(path, version, venv_ok=True):

@@ -1,4 +1,4 @@
-"""matrixbench.launch: one request -> one runner -> one Outcome, judged in one place; and the one
+"""matrixbench.run.launch: one request -> one runner -> one Outcome, judged in one place; and the one
 thread runner (executors.threads) the executors share."""
 import dataclasses
 import threading
@@ -8,8 +8,8 @@ import pytest
 from host_helpers import make_record
 from matrixbench.environments.base import ImageRef, Paths, RunRequest, Work
 from matrixbench.executors.threads import run_in_thread, run_threads
-from matrixbench.launch import LaunchStatus, judge, launch
-from matrixbench.layout import LOG_FILENAME
+from matrixbench.run.launch import LaunchStatus, judge, launch
+from matrixbench.run.layout import LOG_FILENAME
 from runner.core import Cell
 from runner.schema import CHECK_FILENAME, write_record
 

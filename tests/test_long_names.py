@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from host_helpers import RecordingBackend, small_matrix_data, use_backend
 from matrixbench.cli import main
 from matrixbench.errors import describe_os_error
-from matrixbench.layout import MAX_NAME, MAX_RUN_NAME, RUN_NAME_PATTERN, shorter_name
-from matrixbench.matrix_schema import NAME_PATTERN
+from matrixbench.matrix.schema import NAME_PATTERN
+from matrixbench.run.layout import MAX_NAME, MAX_RUN_NAME, RUN_NAME_PATTERN, shorter_name
 
 COMMANDS = [("run", "--dry-run"), ("run",)]
 

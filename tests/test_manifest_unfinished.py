@@ -1,7 +1,7 @@
 """The report's warning about runs that did not finish (run.json's status), one line per run folder."""
 import json
 
-from matrixbench.manifest import unfinished_runs
+from matrixbench.run.manifest import unfinished_runs
 
 
 def _run(root, name, **manifest):

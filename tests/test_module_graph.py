@@ -11,10 +11,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # Layers, top to bottom: a module imports only its own layer or those below it.
 LAYERS = (
     ("matrixbench.cli",),
-    ("matrixbench.run", "matrixbench.doctor", "matrixbench.clean", "matrixbench.build_check",
-     "matrixbench.noise_check"),
+    ("matrixbench.run.command", "matrixbench.doctor", "matrixbench.build.clean", "matrixbench.build.check",
+     "matrixbench.run.noise_check"),
     ("matrixbench.executors",),
-    ("matrixbench.launch",),
+    ("matrixbench.run.launch",),
     ("matrixbench.environments",),
 )
 # What of the runner the host may import: stdlib-only modules of the host <-> runner contract.
@@ -23,7 +23,7 @@ RUNNER_CONTRACT = {"runner", "runner.axes", "runner.core", "runner.schema", "run
                    "runner.files", "runner.lifetime", "runner.host", "runner.energy", "runner.noise_probe"}
 WALLS = {  # third-party package -> where it may be imported
     "click": ("matrixbench.cli",),
-    "docker": ("matrixbench.docker_client",),
+    "docker": ("matrixbench.build.docker_client",),
     "ray": ("matrixbench.executors.ray",),
     "torch": (),
 }

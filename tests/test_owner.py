@@ -3,7 +3,7 @@ import dataclasses
 import subprocess
 import sys
 
-from matrixbench import owner
+from matrixbench.run import owner
 
 
 def test_this_process_is_alive_and_round_trips_through_labels():

@@ -1,4 +1,4 @@
-"""Slots (matrixbench.placement): cores split into disjoint slots; on GPU hosts one slot per GPU
+"""Slots (matrixbench.run.placement): cores split into disjoint slots; on GPU hosts one slot per GPU
 with cores of its NUMA node, against nvidia-smi outputs written by hand from NVIDIA's documented
 formats (tests/data/gpu/nvidia-smi/README.md)."""
 from pathlib import Path
@@ -7,7 +7,7 @@ import pytest
 
 from matrixbench.errors import RunError
 from matrixbench.gpu import BUS_QUERY, parse_bus_ids
-from matrixbench.placement import (
+from matrixbench.run.placement import (
     Slot,
     busy_gpu_apps,
     check_gpus_free,

@@ -6,7 +6,7 @@ from click.testing import CliRunner
 
 from host_helpers import RecordingBackend, make_record, use_backend, write_matrix
 from matrixbench.cli import main
-from matrixbench.progress import LineProgress, TqdmProgress, make_progress
+from matrixbench.run.progress import LineProgress, TqdmProgress, make_progress
 from runner.core import Cell
 
 CELL = Cell(model="vit", model_id=None, config_path=None, task="image-classification",

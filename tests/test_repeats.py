@@ -7,10 +7,10 @@ import jsonschema
 import pytest
 
 from host_helpers import RecordingBackend, make_record, small_matrix_data, use_backend, write_matrix
-from matrixbench.manifest import read_manifest
 from matrixbench.matrix import Overrides, expand_cells, load_matrix
-from matrixbench.pending import interleaved, pending_work
-from matrixbench.run import RunOptions, run_matrix
+from matrixbench.run.command import RunOptions, run_matrix
+from matrixbench.run.manifest import read_manifest
+from matrixbench.run.pending import interleaved, pending_work
 from runner.cells_file import CellsFileError, cells_file_from_dict, load_cells_file
 from runner.core import Record
 from runner.schema import CELLS_SCHEMA, needs_run, read_record, record_path, write_record

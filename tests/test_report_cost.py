@@ -1,4 +1,4 @@
-"""What it costs (report.cost, report.cost_tables, matrixbench.prices), on hand-made records.
+"""What it costs (report.cost, report.cost_tables, matrixbench.matrix.prices), on hand-made records.
 
 Every expected number is worked out by hand in the test, from the SYNTHETIC latencies, energies
 and prices the records and options are given; none is a GPU's measurement.
@@ -14,7 +14,7 @@ from host_helpers import synthetic_record
 from matrixbench.cli import main
 from matrixbench.errors import MatrixError, PriceError
 from matrixbench.matrix import load_matrix
-from matrixbench.prices import FROM_COMMAND_LINE, Price, parse_price_option, price_for
+from matrixbench.matrix.prices import FROM_COMMAND_LINE, Price, parse_price_option, price_for
 from matrixbench.report import build_report, cost, records, tables
 from matrixbench.report.cells import CellIndex
 from runner.cells_file import cells_file_from_dict

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from host_helpers import synthetic_record
-from matrixbench.attribution import bridge_name
+from matrixbench.matrix.attribution import bridge_name
 from matrixbench.report import build_report, records, shares, stats
 from matrixbench.report.cells import CellIndex
 from matrixbench.report.document import assemble

@@ -2,10 +2,10 @@
 import pytest
 
 from host_helpers import small_matrix_data, write_matrix
+from matrixbench.build.versions import release
 from matrixbench.errors import MatrixError
 from matrixbench.matrix import load_matrix
 from matrixbench.report.published import source_for, source_title
-from matrixbench.versions import release
 
 
 @pytest.mark.parametrize("version, source", [

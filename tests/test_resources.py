@@ -6,7 +6,8 @@ import pytest
 from click.testing import CliRunner
 
 import runner
-from matrixbench import images, resources
+from matrixbench import resources
+from matrixbench.build import images
 from matrixbench.cli import main
 from matrixbench.errors import BuildError, ReportError, RunError
 from matrixbench.report.published import COLUMNS, load_published

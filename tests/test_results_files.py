@@ -1,5 +1,5 @@
 """Issue 33: the results folder is a database. One reader vouches for every file under results/
-(matrixbench.results_files); merges keep every measurement (a union by its identity); one poisoned
+(matrixbench.run.results_files); merges keep every measurement (a union by its identity); one poisoned
 file never stops a run; a report is written whole or not at all; secrets are hidden by value.
 
 Real records: tests/data/h100-acc/ (copied from /work/shared/gpu-evidence/h100-2026-11-26/run-acc/acc/,
@@ -17,13 +17,13 @@ import pytest
 from click.testing import CliRunner
 
 from host_helpers import RecordingBackend, make_record, small_matrix_data, use_backend
-from matrixbench import results_files
 from matrixbench.cli import main
 from matrixbench.errors import ManifestError
 from matrixbench.matrix import expand_cells, load_matrix
 from matrixbench.report import records
 from matrixbench.report.cells import CellIndex
-from matrixbench.results_files import Unvouched, read_record
+from matrixbench.run import results_files
+from matrixbench.run.results_files import Unvouched, read_record
 from runner.core import SCHEMA_VERSION
 from runner.schema import record_path
 
@@ -466,8 +466,8 @@ def _manifest_leaves(manifest):
 
 def _use_manifests(run):
     """Every reader of run.json the report and run have."""
-    from matrixbench.manifest import unfinished_runs
     from matrixbench.report import merged_prices, shares
+    from matrixbench.run.manifest import unfinished_runs
 
     manifests = records.read_manifests([run])
     records.run_notes(manifests), records.image_order(manifests), records.aa_twins(manifests)
@@ -536,7 +536,7 @@ def test_repeats_neither_integer_nor_auto_is_one_line():
 def test_a_runner_traceback_reaches_the_console_as_one_line_and_the_logs_path(tmp_path):
     from types import SimpleNamespace
 
-    from matrixbench.launch import LaunchStatus, Outcome
+    from matrixbench.run.launch import LaunchStatus, Outcome
 
     tail = ("Traceback (most recent call last):\n  File \"runner/core.py\", line 1, in <module>\n    boom()\n"
             "RuntimeError: CUDA error: an illegal memory access was encountered\n")

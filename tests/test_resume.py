@@ -5,9 +5,9 @@ from click.testing import CliRunner
 from host_helpers import RecordingBackend, use_backend, write_matrix
 from matrixbench.cli import main
 from matrixbench.errors import ResumeConflictError
-from matrixbench.manifest import read_manifest
 from matrixbench.matrix import Overrides, load_matrix
-from matrixbench.run import run_matrix
+from matrixbench.run.command import run_matrix
+from matrixbench.run.manifest import read_manifest
 from test_run_folder import _options
 
 

@@ -8,19 +8,19 @@ import pytest
 
 from host_helpers import RecordingBackend, make_record, use_backend, write_matrix
 from matrixbench.errors import MatrixError, RunError
-from matrixbench.launch import RecordWatcher
-from matrixbench.layout import run_dir
-from matrixbench.manifest import read_manifest
 from matrixbench.matrix import Overrides, expand_cells, load_matrix
-from matrixbench.pending import pending_work
-from matrixbench.progress import (
+from matrixbench.run.command import RunOptions, run_matrix
+from matrixbench.run.launch import RecordWatcher
+from matrixbench.run.layout import run_dir
+from matrixbench.run.manifest import read_manifest
+from matrixbench.run.pending import pending_work
+from matrixbench.run.progress import (
     NullProgress,
     ProgressState,
     eta_seconds,
     format_duration,
     record_summary,
 )
-from matrixbench.run import RunOptions, run_matrix
 from runner.schema import RECORD_SCHEMA, record_path, write_record
 
 
@@ -275,7 +275,7 @@ def test_auto_device_uses_gpus_when_the_backend_has_them(matrix, tmp_path, monke
     assert all(r.placement.gpus for r in backend.requests) and ("note", "device: cuda") in progress.events
     assert all(r.work.settings["device"] == "cuda" for r in backend.requests)   # never a silent CPU run
     # the GPU run's noise check came first, in the first image's environment; this fake runner answers no
-    # probe: a status line, and the run went on (matrixbench.noise_check; tests/test_host_noise_probe.py)
+    # probe: a status line, and the run went on (matrixbench.run.noise_check; tests/test_host_noise_probe.py)
     assert len(backend.probes) == 1 and backend.probes[0].work.settings["device"] == "cuda"
     assert backend.probes[0].placement.gpus and backend.probes[0].work.mode_argv()[0] == "--noise-probe"
     assert any(e[0] == "note" and e[1].startswith("noise check: not measured (") for e in progress.events)
@@ -288,7 +288,7 @@ def test_auto_device_never_runs_a_gpu_host_on_the_cpu(matrix, tmp_path, monkeypa
     from gpu_fakes import query_gpu
     from matrixbench.gpu import GpusUnreachableError, parse_gpus
 
-    monkeypatch.setattr("matrixbench.run.host_gpus", lambda: parse_gpus(query_gpu("H100", "550")))
+    monkeypatch.setattr("matrixbench.run.command.host_gpus", lambda: parse_gpus(query_gpu("H100", "550")))
     backend = use_backend(monkeypatch, RecordingBackend(gpus=False))   # Docker without the toolkit
     with pytest.raises(GpusUnreachableError, match=r"1 NVIDIA GPU\(s\) \(NVIDIA H100 80GB HBM3\).*--backend venv"):
         run_matrix(matrix, _options(tmp_path))

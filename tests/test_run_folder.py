@@ -10,11 +10,11 @@ import pytest
 
 from host_helpers import RecordingBackend, use_backend, write_matrix
 from matrixbench.errors import RunLockedError
-from matrixbench.layout import LOCK_FILENAME
-from matrixbench.manifest import read_manifest
 from matrixbench.matrix import Overrides, load_matrix
-from matrixbench.run import RunOptions, run_matrix
-from matrixbench.run_folder import RunLock
+from matrixbench.run.command import RunOptions, run_matrix
+from matrixbench.run.folder import RunLock
+from matrixbench.run.layout import LOCK_FILENAME
+from matrixbench.run.manifest import read_manifest
 from runner.files import ROOM_PREFIX
 from runner.schema import SCRATCH_DIRNAME
 from test_run import RecordingProgress
@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from matrixbench.manifest import write_manifest
-    from matrixbench.run_folder import RunLock
+    from matrixbench.run.manifest import write_manifest
+    from matrixbench.run.folder import RunLock
     RunLock(sys.argv[1], ["matrixbench", "run", "--run", "r1"]).acquire()
     write_manifest(sys.argv[1], {"schema_version": 1, "status": "running", "command": ["matrixbench", "run"],
                                  "started_at": "2026-01-01T00:00:00+00:00", "matrix_hash": "first"})
@@ -147,9 +147,9 @@ def test_a_lock_a_dead_hosts_runner_still_holds_refuses_naming_the_runner(tmp_pa
     import time
 
     from matrixbench.environments.local import _running
-    from matrixbench.run_folder import RunLock
+    from matrixbench.run.folder import RunLock
 
-    host = ("import os, subprocess\nfrom matrixbench.run_folder import RunLock, held_lock_fds\n"
+    host = ("import os, subprocess\nfrom matrixbench.run.folder import RunLock, held_lock_fds\n"
             f"RunLock({str(tmp_path)!r}, ['matrixbench', 'run']).acquire()\n"
             "child = subprocess.Popen(['sleep', '600'], pass_fds=held_lock_fds(), stdout=subprocess.DEVNULL, "
             "stderr=subprocess.DEVNULL)\n"
@@ -174,7 +174,7 @@ def test_a_lock_a_dead_hosts_runner_still_holds_refuses_naming_the_runner(tmp_pa
 
 def test_a_results_folder_the_file_system_refuses_exits_9_naming_the_option_and_the_folder(tmp_path):
     from matrixbench.errors import FILESYSTEM_EXIT_CODE, ResultsFolderUnwritableError
-    from matrixbench.run_folder import prepare
+    from matrixbench.run.folder import prepare
 
     with pytest.raises(ResultsFolderUnwritableError) as refused:   # /proc takes no new folder (ENOENT)
         prepare(Path("/proc/matrixbench-x/default"))
@@ -190,7 +190,7 @@ def test_a_results_folder_the_file_system_refuses_exits_9_naming_the_option_and_
     (1000, "/proc/mb", False),
 ])
 def test_chown_is_advised_only_where_it_could_help(tmp_path, monkeypatch, uid, folder, chown):
-    from matrixbench import run_folder
+    from matrixbench.run import folder as run_folder
 
     path = Path(folder) if folder.startswith("/") else tmp_path / folder
     monkeypatch.setattr(run_folder.os, "getuid", lambda: uid)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from matrixbench.environments.base import ImageRef, Paths, Placement, RunRequest, Work
-from matrixbench.placement import Slot
+from matrixbench.run.placement import Slot
 from runner.core import Cell, Repeat
 
 CELL = Cell(model="vit", model_id=None, config_path=None, task="image-classification",

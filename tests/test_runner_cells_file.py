@@ -85,7 +85,7 @@ def test_a_cells_file_of_an_unknown_version_is_refused(tmp_path, version):
 
 def test_the_hosts_cells_file_is_what_cells_schema_says_and_the_runner_reads_it(tmp_path):
     from matrixbench.environments.base import ImageRef, Paths, RunRequest, Work
-    from matrixbench.runner_input import write_cells_file
+    from matrixbench.run.runner_input import write_cells_file
     from runner.core import Cell
     from runner.schema import CELLS_SCHEMA
     from runner.settings import DEFAULT_SETTINGS as settings

@@ -3,8 +3,8 @@ import jsonschema
 import pytest
 
 from matrixbench.matrix import Matrix
-from matrixbench.matrix_schema import DEFAULTS, MATRIX_SCHEMA
-from matrixbench.settings import BY_NAME, RUNNER_SETTINGS, SETTINGS
+from matrixbench.matrix.schema import DEFAULTS, MATRIX_SCHEMA
+from matrixbench.matrix.settings import BY_NAME, RUNNER_SETTINGS, SETTINGS
 from runner.cells_file import validate_settings
 from runner.settings import DEFAULT_SETTINGS
 
@@ -63,7 +63,7 @@ def test_host_settings_live_outside_the_runner_so_their_help_is_not_in_the_runne
     from pathlib import Path
 
     import runner
-    from matrixbench.settings import HOST_SETTINGS
+    from matrixbench.matrix.settings import HOST_SETTINGS
     from runner.settings import BY_NAME as RUNNER_BY_NAME
 
     runner_sources = "".join(path.read_text() for path in Path(runner.__file__).parent.glob("*.py"))

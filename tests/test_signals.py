@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from host_helpers import RecordingBackend, use_backend, write_matrix
 from matrixbench.cli import main
-from matrixbench.signals import Stopped, exit_code, stop_signals
+from matrixbench.run.signals import Stopped, exit_code, stop_signals
 
 
 @pytest.mark.parametrize("sig, raised", [("SIGINT", KeyboardInterrupt), ("SIGTERM", Stopped), ("SIGHUP", Stopped)])

@@ -20,8 +20,8 @@ from matrixbench.environments import base as requests
 from matrixbench.environments.local import runner_env
 from matrixbench.executors.scheduler import MODEL_S, make_units, run_on_slots
 from matrixbench.matrix import Overrides, load_matrix
-from matrixbench.placement import Slot
-from matrixbench.run import run_matrix
+from matrixbench.run.command import run_matrix
+from matrixbench.run.placement import Slot
 from runner.records import PLACEMENT_ENV, placement
 from runner.schema import read_record, write_record
 from runner.timing_board import BOARD_ENV, Board, from_env
@@ -63,7 +63,7 @@ def test_exclusive_timing_is_a_matrix_key_and_a_flag(tmp_path):
 
 @pytest.mark.skipif(not TWO_CORES, reason="needs 2 usable cores")
 def test_two_slots_run_each_model_in_every_image_on_one_slot_at_once(tmp_path, monkeypatch):
-    from matrixbench.progress import NullProgress
+    from matrixbench.run.progress import NullProgress
 
     class SlotWatch(NullProgress):
         def __init__(self):
@@ -275,8 +275,8 @@ def _smi(apps):
 
 
 def test_gpu_slots_refuse_a_busy_gpu_and_keep_each_model_on_one_gpu(tmp_path, monkeypatch):
-    from matrixbench import placement
     from matrixbench.errors import RunError
+    from matrixbench.run import placement
 
     monkeypatch.setattr(placement, "run_command", _smi("apps-busy.csv"))
     monkeypatch.setattr(placement, "usable_cores", lambda: ((0, 1), None))

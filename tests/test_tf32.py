@@ -5,8 +5,8 @@ import json
 import pytest
 
 from host_helpers import make_record, small_matrix_data, write_matrix
-from matrixbench.comparisons import ImageCells, comparisons
 from matrixbench.matrix import Overrides, expand_cells, load_matrix
+from matrixbench.matrix.comparisons import ImageCells, comparisons
 from matrixbench.report import records
 from matrixbench.report.cells import CellIndex, row_label
 from matrixbench.report.comparisons import comparisons as report_rows

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from matrixbench.attribution import bridge_name
+from matrixbench.matrix.attribution import bridge_name
 from runner.registry import DEFAULT_MODELS
 from venv_helpers import venv_fixtures
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from matrixbench.attribution import bridge_name
 from matrixbench.matrix import Overrides, load_matrix
+from matrixbench.matrix.attribution import bridge_name
 from runner.registry import DEFAULT_MODELS
 from runner.schema import read_record
 from venv_helpers import venv_fixtures

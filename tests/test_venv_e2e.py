@@ -15,7 +15,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from matrixbench.venvs import build_venvs, plan_venv, read_marker
+from matrixbench.build.venvs import build_venvs, plan_venv, read_marker
 from runner.schema import RECORD_SCHEMA, read_record
 from venv_helpers import venv_fixtures
 

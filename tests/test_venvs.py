@@ -7,12 +7,12 @@ import shlex
 
 import pytest
 
-from matrixbench import venvs
-from matrixbench.build_facts import BuildFacts
+from matrixbench.build import venvs
+from matrixbench.build.facts import BuildFacts
+from matrixbench.build.interpreters import Finder
+from matrixbench.build.wheelhouse import wheelhouse_dir
 from matrixbench.errors import BuildError
-from matrixbench.interpreters import Finder
 from matrixbench.matrix import Image, Matrix
-from matrixbench.wheelhouse import wheelhouse_dir
 
 STABLE = Image(name="stable", torch="torch==2.0.1", python="3.10", transformers="transformers==4.43.4",
                base_image="python:3.10-slim-bookworm", extra_pins=("numpy<2",),

@@ -1,7 +1,7 @@
-"""matrixbench.versions: requirements and versions read with packaging, in one place."""
+"""matrixbench.build.versions: requirements and versions read with packaging, in one place."""
 import pytest
 
-from matrixbench.versions import pinned_version, release, same_release, torch_label
+from matrixbench.build.versions import pinned_version, release, same_release, torch_label
 
 
 @pytest.mark.parametrize("requirement, pinned", [

@@ -104,7 +104,7 @@ def test_the_console_script_builds_dry_run_from_the_installed_package(installed)
 
 def test_the_build_context_comes_from_the_installed_package(installed):
     python, work, _ = installed
-    script = ("import sys; from matrixbench import images; "
+    script = ("import sys; from matrixbench.build import images; "
               "sys.stdout.buffer.write(images.build_context().getvalue())")
     (work / "context.tar").write_bytes(subprocess.run(
         [str(python), "-c", script], cwd=work, env=installed[2], capture_output=True, check=True).stdout)

@@ -4,7 +4,7 @@ import shlex
 import sys
 import urllib.request
 
-from matrixbench import images, wheelhouse
+from matrixbench.build import images, wheelhouse
 from matrixbench.matrix import Image
 
 STABLE = Image(name="stable", torch="torch==2.0.1", python="3.10", transformers="transformers==4.43.4",
@@ -71,7 +71,7 @@ def test_no_python_version_offers_nothing(tmp_path, monkeypatch):
 HOLD = """
 import sys, time
 from pathlib import Path
-from matrixbench import wheelhouse
+from matrixbench.build import wheelhouse
 name, marks = sys.argv[1], Path(sys.argv[2])
 def emit(image, line):
     (marks / (name + ".said")).write_text(line)

@@ -2,8 +2,8 @@
 matrixbench's own venv build (once per session, tests/real_builds.py) with its log in a file."""
 import pytest
 
+from matrixbench.build.interpreters import find_interpreter
 from matrixbench.errors import InterpreterNotFoundError
-from matrixbench.interpreters import find_interpreter
 from matrixbench.matrix import load_matrix
 
 

@@ -1,6 +1,6 @@
 """How one image's runner starts (``--backend``): docker (a container of the image), venv (a virtual
 environment built from its pins) or local (this interpreter). Each has ``prepare(images)``, ``run(request)``
-(the runner's exit code; ``matrixbench.launch`` judges what it means), ``stop_all()`` and
+(the runner's exit code; ``matrixbench.run.launch`` judges what it means), ``stop_all()`` and
 ``stop_leftovers()``; ``environment.py`` is the one home of the allow-list, the secrets and redaction.
 
 ``create_backend(name)`` rejects unknown names with the list of valid ones. The docker

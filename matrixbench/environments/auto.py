@@ -13,9 +13,11 @@ this machine: nvidia-smi, the Docker daemon, and the real builds.
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, FrozenSet, Mapping, Optional, Tuple
+from typing import Callable, ContextManager, FrozenSet, Mapping, Optional, Tuple
 
+from matrixbench.build.images import BuildOptions
 from matrixbench.errors import MatrixbenchError, RunError
+from matrixbench.matrix import Matrix
 
 AUTO = "auto"
 LOCAL_IMAGE = "latest"     # the local fallback records this interpreter as the image "latest"
@@ -84,7 +86,7 @@ def _build(build: Build) -> Optional[str]:
 
 def this_machine(skip: FrozenSet[str] = frozenset()) -> Machine:
     """nvidia-smi for a GPU; a ping of the Docker daemon; ``skip`` ("gpu", "docker") forces either off."""
-    from matrixbench import docker_client
+    from matrixbench.build import docker_client
     from matrixbench.gpu import host_gpus
 
     docker = "docker" not in skip
@@ -101,14 +103,16 @@ def skipped(environ: Mapping[str, str]) -> FrozenSet[str]:
     return frozenset(part.strip() for part in environ.get(SKIP_VARIABLE, "").split(",") if part.strip())
 
 
-def resolve(matrix: Any, build_options: Any, emit: Callable[[str, str], None],
+def resolve(matrix: Matrix, build_options: Optional[BuildOptions], emit: Callable[[str, str], None],
             environ: Optional[Mapping[str, str]] = None) -> Choice:
     """``choose`` on this machine (or ``machine``), with the real builds of ``matrix``'s images and the user's
     build options (images.BuildOptions, or None); build lines go to ``emit(image_name, line)``."""
-    from matrixbench import images, venvs
+    from matrixbench.build import images, venvs
 
     skip = skipped(os.environ if environ is None else environ)
-    with (build_options.spec_options() if build_options is not None else nullcontext({})) as options:
+    given: ContextManager[Mapping[str, object]] = (build_options.spec_options() if build_options is not None
+                                                    else nullcontext({}))
+    with given as options:
         def build_docker() -> None:
             images.build_images(matrix, list(matrix.images), on_progress=emit, **options)
 

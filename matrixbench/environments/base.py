@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from matrixbench.layout import slot_dir
-from matrixbench.placement import Slot
+from matrixbench.run.layout import slot_dir
+from matrixbench.run.placement import Slot
 from runner.cells_file import schedule_pairs
 from runner.core import Cell, Repeat
 from runner.records import CALIBRATION_ENV, PLACEMENT_ENV
@@ -29,7 +29,7 @@ from runner.timing_board import BOARD_ENV, Board
 class ImageRef:
     """The image a runner runs in: its matrix name, torch requirement (e.g. "torch==2.0.1") and
     content hash (``Image.content_hash()``: a built image must carry it); ``build_of``: an A/A twin's
-    original (matrixbench.aa), whose build it runs in."""
+    original (matrixbench.matrix.aa), whose build it runs in."""
 
     name: str
     torch: Optional[str] = None

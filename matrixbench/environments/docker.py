@@ -13,19 +13,21 @@ import os
 import re
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
-from matrixbench import build_facts, docker_client
-from matrixbench.docker_client import Container, DockerClient, ImageInfo
+from matrixbench.build import docker_client
+from matrixbench.build import facts as build_facts
+from matrixbench.build.docker_client import Container, DockerClient, ImageInfo
+from matrixbench.build.images import image_tag
+from matrixbench.build.versions import torch_label
 from matrixbench.environments.base import Backend, RunRequest
 from matrixbench.environments.environment import compile_cache_env
 from matrixbench.errors import RunError
-from matrixbench.images import image_tag
-from matrixbench.layout import CALIBRATION_RUN_DEPTH, CELLS_FILENAME, LOG_FILENAME
-from matrixbench.owner import Owner, this_process
+from matrixbench.matrix import Image
 from matrixbench.redact import redact_text, secrets
-from matrixbench.runner_input import write_cells_file
-from matrixbench.versions import torch_label
+from matrixbench.run.layout import CALIBRATION_RUN_DEPTH, CELLS_FILENAME, LOG_FILENAME
+from matrixbench.run.owner import Owner, this_process
+from matrixbench.run.runner_input import write_cells_file
 from runner.core import Cell
 
 RESULTS_MOUNT = "/results"
@@ -70,13 +72,13 @@ class DockerBackend(Backend):
             self._gpus = list(client.gpu_probe(images[0])) if images else []
         return self._gpus
 
-    def build_facts(self, image: Any) -> Optional[build_facts.BuildFacts]:
+    def build_facts(self, image: Image) -> Optional[build_facts.BuildFacts]:
         info = self._connected().inspect_image(image_tag(image.name))
         return build_facts.from_labels(info.labels) if info is not None else None
 
     def run(self, request: RunRequest) -> int:
         client = self._connected()
-        image = self._image(client, request)   # GPUs: checked once, by run.py, before any image runs
+        image = self._image(client, request)   # GPUs: checked once, by run/command.py, before any image runs
         models = model_mounts(request.work.cells)
         request.work_dir().mkdir(parents=True, exist_ok=True)
         cells_file = write_cells_file(request, image.id, path=request.work_dir() / CELLS_FILENAME,

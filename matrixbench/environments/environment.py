@@ -8,9 +8,10 @@ value never reaches a log line, an error message or a record: ``redact.redact_te
 """
 import os
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Dict, Mapping, Optional, Union
 
 from matrixbench import resources
+from matrixbench.environments.base import RunRequest
 from matrixbench.errors import RunError
 
 # Passed through from the caller's environment; nothing else is.
@@ -51,7 +52,7 @@ def _allowed(key: str) -> bool:
     return (key in ENV_ALLOWED or key.startswith(ENV_ALLOWED_PREFIXES)) and key not in CACHE_VARIABLES
 
 
-def runner_env(environ: Mapping[str, str], request: Any, cache_env: Mapping[str, str],
+def runner_env(environ: Mapping[str, str], request: RunRequest, cache_env: Mapping[str, str],
                venv: Optional[Union[str, Path]] = None,
                runner_path: Optional[Union[str, Path]] = None) -> Dict[str, str]:
     """A host-process runner's environment: the allow-list, the request's env, caches, the runner

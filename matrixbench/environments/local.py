@@ -11,17 +11,18 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
-from matrixbench.environments.base import Backend, RunRequest
+from matrixbench.build.versions import pinned_version, same_release
+from matrixbench.environments.base import Backend, ImageRef, RunRequest
 from matrixbench.environments.environment import compile_cache_env, runner_env
 from matrixbench.errors import RunError
 from matrixbench.gpu import host_gpus
-from matrixbench.layout import CELLS_FILENAME, LOG_FILENAME
-from matrixbench.placement import Slot
-from matrixbench.run_folder import held_lock_fds
-from matrixbench.runner_input import write_cells_file
-from matrixbench.versions import pinned_version, same_release
+from matrixbench.matrix import Image
+from matrixbench.run.folder import held_lock_fds
+from matrixbench.run.layout import CELLS_FILENAME, LOG_FILENAME
+from matrixbench.run.placement import Slot
+from matrixbench.run.runner_input import write_cells_file
 from runner.lifetime import die_with_parent
 
 STOP_GRACE_S = 10
@@ -41,7 +42,7 @@ class LocalBackend(Backend):
     def gpus_available(self) -> bool:
         return bool(host_gpus())
 
-    def refuse(self, images: List[Any]) -> None:
+    def refuse(self, images: List[Image]) -> None:
         """An image that pins another torch than this interpreter's (``check_torch_pin``), before any runs."""
         if self.python == sys.executable:
             for image in images:
@@ -109,7 +110,7 @@ def _installed_torch() -> str:
         return "not installed"
 
 
-def check_torch_pin(image: Any, installed: str) -> None:
+def check_torch_pin(image: Union[Image, ImageRef], installed: str) -> None:
     """Refuse to record this interpreter's torch under an image (a matrix Image, or a request's ImageRef)
     that pins another one: the report would compare images that ran the same torch."""
     pinned = pinned_version(image.torch) if image.torch else None

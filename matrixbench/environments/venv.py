@@ -2,7 +2,7 @@
 
 Where Docker is missing (HPC clusters, shared machines, laptops), this still compares torch
 versions. ``prepare(images)`` makes sure each image has its complete venv
-(matrixbench/venvs.py: built, or reused when its content hash matches); ``run(request)`` then
+(matrixbench/build/venvs.py: built, or reused when its content hash matches); ``run(request)`` then
 starts the runner exactly as the container's entrypoint does (``python -m runner --cells ...
 --out ...``), with the venv's interpreter, the runner package alone on PYTHONPATH, the host allow-list
 environment (no other host variable, no host PYTHONPATH), the host's GPUs
@@ -12,13 +12,13 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+from matrixbench.build.images import BuildOptions, print_progress
+from matrixbench.build.venvs import ensure_venv, link_runner, plan_venv, torch_matches, venvs_root
 from matrixbench.environments.base import Backend, RunRequest
 from matrixbench.environments.environment import compile_cache_env, runner_env
 from matrixbench.environments.local import launch_runner, stop_running
 from matrixbench.errors import RunError
 from matrixbench.gpu import host_gpus
-from matrixbench.images import BuildOptions, print_progress
-from matrixbench.venvs import ensure_venv, link_runner, plan_venv, torch_matches, venvs_root
 
 
 class VenvBackend(Backend):

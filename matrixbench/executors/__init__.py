@@ -3,7 +3,7 @@ or as tasks on a Ray cluster (``ray/``, the only package that imports Ray).
 
 This is the one place that picks by name: ``create_environment`` (what starts each runner, as the
 driver sees it: ``--backend``'s environment, or the Ray cluster's driver side) and ``create_executor``;
-and the one place that refuses what an executor would ignore (``check_options``). ``run.py`` never
+and the one place that refuses what an executor would ignore (``check_options``). ``run/command.py`` never
 tests which executor or backend it got.
 """
 from dataclasses import dataclass
@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from matrixbench.environments import create_backend
 from matrixbench.errors import OptionConflictError
-from matrixbench.placement import AUTO
+from matrixbench.run.placement import AUTO
 
 EXECUTORS = ("sequential", "slots", "ray")
 RAY = "ray"
@@ -28,7 +28,7 @@ def create_environment(options: Any) -> Any:
     side, whose nodes each run ``--backend`` (docker or local)."""
     if options.executor != RAY:
         return create_backend(options.backend, build_options=options.build_options)
-    return _ray_module().RayBackend(options.ray_address, node_backend=options.backend, registry=options.registry,
+    return _ray_module().RayBackend(options.ray.address, node_backend=options.backend, registry=options.ray.registry,
                                     build_options=options.build_options)
 
 
@@ -86,8 +86,8 @@ SCOPES = (
     Scope("--exclusive-timing / exclusive_timing", ONE_MACHINE, lambda matrix, options: matrix.exclusive_timing),
     Scope("--gpu", ONE_MACHINE, lambda matrix, options: options.gpu is not None),
     Scope("--allow-busy-gpus", ONE_MACHINE, lambda matrix, options: options.allow_busy_gpus),
-    Scope("--ray-address", (RAY,), lambda matrix, options: options.ray_address is not None),
-    Scope("registry", (RAY,), lambda matrix, options: options.registry is not None),
+    Scope("--ray-address", (RAY,), lambda matrix, options: options.ray.address is not None),
+    Scope("registry", (RAY,), lambda matrix, options: options.ray.registry is not None),
     Scope("ca_bundle/index_url/extra_index_urls/base_image", (RAY,),   # (and --backend venv, whose run builds)
           lambda matrix, options: options.build_options is not None and options.backend != "venv"),
 )
@@ -116,9 +116,9 @@ def check_options(matrix: Any, options: Any) -> None:
 
 def _check_ray_options(options: Any) -> None:
     """What the ray executor's own options need of --backend (the nodes')."""
-    if options.registry and options.backend != "docker":
-        raise OptionConflictError(f"registry {options.registry}: images go through a registry only to docker nodes "
+    if options.ray.registry and options.backend != "docker":
+        raise OptionConflictError(f"registry {options.ray.registry}: images go through a registry only to docker nodes "
                                   f"(this is --backend {options.backend}); drop the registry setting")
-    if options.build_options and (options.registry or options.backend != "docker"):
+    if options.build_options and (options.ray.registry or options.backend != "docker"):
         raise OptionConflictError("ca_bundle, index_url, extra_index_urls, base_image: for the image builds on "
                                   "docker nodes without a registry; drop them")

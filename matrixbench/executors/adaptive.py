@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from statistics import mean
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
-from matrixbench.comparisons import Comparison, ImageCells, Roles, Side
-from matrixbench.comparisons import comparisons as listed
 from matrixbench.executors.scheduler import Estimates
-from matrixbench.pending import ImageWork, interleaved
-from matrixbench.progress import format_duration
-from matrixbench.results_files import Unvouched, read_record, warn
+from matrixbench.matrix.comparisons import Comparison, ImageCells, Roles, Side
+from matrixbench.matrix.comparisons import comparisons as listed
+from matrixbench.run.pending import ImageWork, interleaved
+from matrixbench.run.progress import format_duration
+from matrixbench.run.results_files import Unvouched, read_record, warn
 from runner.core import Cell, Repeat
 from runner.schema import RecordError, record_path
 
@@ -81,7 +81,7 @@ def policy_of(matrix: Any, budget_minutes: Optional[float] = None) -> Policy:
 
 
 def comparisons(works: Sequence[ImageWork], roles: Optional[Roles] = None) -> List[Comparison]:
-    """The comparisons among ``works``' cells: matrixbench.comparisons' one list, the report's, with the
+    """The comparisons among ``works``' cells: matrixbench.matrix.comparisons' one list, the report's, with the
     images of each GPU type as one group (in matrix order) and ``roles`` the matrix's A/A twins and bridges."""
     groups: Dict[Optional[str], List[ImageCells]] = {}
     for work in works:
@@ -340,7 +340,7 @@ class Waves:
         """``judge``: stats.judge unless given; ``estimates``: seconds of a process with no earlier one
         of its cell in this run (default ``Estimates``); ``read``: a side's processes (default
         ``recorded``, from its records, those written ``since`` with --force; benchmarks/bench_adaptive_repeats.py
-        simulates them); ``roles``: the matrix's A/A twins and bridges (matrixbench.comparisons.roles_of)."""
+        simulates them); ``roles``: the matrix's A/A twins and bridges (matrixbench.matrix.comparisons.roles_of)."""
         self.policy, self.works, self.budget = policy, list(works), budget
         self.roles = roles or Roles()
         self._judge = judge

@@ -13,10 +13,10 @@ from typing import Any, Counter, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from matrixbench.environments.base import Backend, ImageRef, Paths, Placement, RunRequest, Work
 from matrixbench.environments.environment import runtime_secrets
-from matrixbench.launch import Outcome, launch
-from matrixbench.layout import LOG_FILENAME
 from matrixbench.matrix import runner_settings
 from matrixbench.paths import compile_cache_root, hf_cache_home
+from matrixbench.run.launch import Outcome, launch
+from matrixbench.run.layout import LOG_FILENAME
 from runner.core import Repeat
 
 

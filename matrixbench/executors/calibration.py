@@ -19,16 +19,16 @@ record's ``placement.busy_slots`` says how many other slots were timing beside i
 """
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 from matrixbench.environments.base import Paths, RunRequest
 from matrixbench.errors import MatrixError
 from matrixbench.executors.base import Run
 from matrixbench.executors.scheduler import Unit, run_on_slots
-from matrixbench.layout import CALIBRATION_DIRNAME, CALIBRATION_RUN_DEPTH, calibration_dir
 from matrixbench.matrix import Matrix, Model, make_cell
-from matrixbench.pending import first_repeats
-from matrixbench.placement import Slot
+from matrixbench.run.layout import CALIBRATION_DIRNAME, CALIBRATION_RUN_DEPTH, calibration_dir
+from matrixbench.run.pending import first_repeats
+from matrixbench.run.placement import Slot
 from runner.core import Cell, Mode, Repeat
 from runner.registry import SEED_MODELS
 from runner.schema import needs_run, record_path
@@ -102,7 +102,8 @@ def say_nothing_to_calibrate(note: Callable[[str], None]) -> None:
     note("--calibrate: one slot, nothing runs beside it, nothing to calibrate (use --slots N, N >= 2)")
 
 
-def run_calibration(run: Run, base: RunRequest, slots: Sequence[Slot], board: Optional[Path] = None) -> Dict[str, Any]:
+def run_calibration(run: Run, base: RunRequest, slots: Sequence[Slot],
+                    board: Optional[Path] = None) -> Dict[str, object]:
     """Run the calibration's pending rounds of ``base`` (the first image's RunRequest) on ``slots``, as units
     of the slots' scheduler (``scheduler.run_on_slots``): per round, each slot's "alone" unit by itself, one
     after another, then one "loaded" unit per slot at once; each runner through ``run.launch`` (not counted

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from matrixbench.build.versions import same_release
 from matrixbench.executors.threads import run_threads
-from matrixbench.pending import round_order
-from matrixbench.placement import Slot
-from matrixbench.results_files import Unvouched, read_record, warn
-from matrixbench.versions import same_release
+from matrixbench.run.pending import round_order
+from matrixbench.run.placement import Slot
+from matrixbench.run.results_files import Unvouched, read_record, warn
 from runner.core import Repeat
 from runner.energy import ENERGY_MIN_S
 from runner.schema import RecordError

@@ -1,4 +1,4 @@
-"""Runners at once, one per slot (a GPU and its share of the host's cores: ``matrixbench.placement``):
+"""Runners at once, one per slot (a GPU and its share of the host's cores: ``matrixbench.run.placement``):
 the pending repeats as units (``scheduler.make_units``: one model at one batch size in every image),
 taken from one queue by one thread per slot (``executors.threads``); with ``--calibrate``, the slots'
 interference calibration first (``executors.calibration``: its phases are units of the same scheduler,
@@ -7,11 +7,11 @@ each pinned to its slot). The runners share the run's timing board
 import shutil
 from typing import Any, Optional
 
-from matrixbench import run_folder
 from matrixbench.executors.base import Executor, Run, gpu_choice
 from matrixbench.executors.calibration import run_calibration
 from matrixbench.executors.scheduler import Serialized, Unit, make_units, run_on_slots
-from matrixbench.placement import AUTO, NoHostGpusError, Slot, SlotPlan, check_gpus_free, plan_slots
+from matrixbench.run import folder as run_folder
+from matrixbench.run.placement import AUTO, NoHostGpusError, Slot, SlotPlan, check_gpus_free, plan_slots
 
 
 class SlotsExecutor(Executor):

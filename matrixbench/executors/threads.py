@@ -6,7 +6,7 @@ task on its node (one thread, so that Ray's cancel, a KeyboardInterrupt in the m
 between short joins) run through ``run_threads``.
 """
 import threading
-from typing import Any, Callable, List, Sequence
+from typing import Callable, List, Sequence, TypeVar
 
 JOIN_POLL_S = 0.2
 Work = Callable[[threading.Event], None]   # gets the stop signal: start nothing new once it is set
@@ -45,9 +45,12 @@ def run_threads(works: Sequence[Work], stop_runners: Callable[[], None], names: 
         raise errors[0]
 
 
-def run_in_thread(work: Callable[[], Any], stop_runners: Callable[[], None], name: str) -> Any:
+R = TypeVar("R")
+
+
+def run_in_thread(work: Callable[[], R], stop_runners: Callable[[], None], name: str) -> R:
     """``work()`` in a thread of its own while this one waits in short joins; its value."""
-    result: List[Any] = []
+    result: List[R] = []
     run_threads([lambda stopping: result.append(work())], stop_runners, [name])
     return result[0]
 

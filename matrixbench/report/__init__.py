@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from matrixbench.errors import ReportError
-from matrixbench.prices import from_matrix, merged
+from matrixbench.matrix.prices import from_matrix, merged
 from matrixbench.report import charts, records, render, shares, verdicts
 from matrixbench.report.calibration import calibration_tables, phase_pairs
 from matrixbench.report.cells import CellIndex
@@ -30,7 +30,7 @@ def build_report(results_dirs, out_dir, formats=REPORT_FORMATS, prices=(), margi
     md: report.md + charts/*.png; html: report.html (self-contained); csv: results.csv and
     results.jsonl (the merged table, one line per record, images in matrix order),
     comparisons.csv (every derived number), costs.csv and bill.csv (report.cost_tables).
-    ``prices``: matrixbench.prices.Price from ``--price``; they replace the run manifests'
+    ``prices``: matrixbench.matrix.prices.Price from ``--price``; they replace the run manifests'
     matrix ``prices:`` of the same GPU type. ``margin_pct`` (``--margin-pct``): the equivalence margin every
     verdict is made at, in place of the runs' (run.json's matrix, else the default); the report's notes say
     so. Returns the paths written, in that order.

@@ -8,15 +8,15 @@ import math
 
 from scipy.stats import variation
 
-from matrixbench.comparisons import SPEEDUP, Baselines, ImageCells, Roles
-from matrixbench.comparisons import comparisons as listed
+from matrixbench.build.versions import public, release
 from matrixbench.errors import ReportError
+from matrixbench.matrix.comparisons import SPEEDUP, Baselines, ImageCells, Roles
+from matrixbench.matrix.comparisons import comparisons as listed
+from matrixbench.matrix.settings import BY_NAME
 from matrixbench.report import host_notes
 from matrixbench.report.published import MODEL_NAMES
 from matrixbench.report.records import cell_fields, plain_value
 from matrixbench.report.stats import cell_estimate
-from matrixbench.settings import BY_NAME
-from matrixbench.versions import public, release
 from runner import axes
 from runner.core import MODES, TASKS
 
@@ -56,7 +56,7 @@ class CellIndex:
         self._list_comparisons()
 
     def _list_comparisons(self):
-        """matrixbench.comparisons' one list, per device (its images in report order): what every view
+        """matrixbench.matrix.comparisons' one list, per device (its images in report order): what every view
         judges, as the planner of repeats auto does."""
         self._cell_ids = {id(row): cell_of(row).id for row in self.rows}
         self._by_id = {(row["device_name"], row["image"], self._cell_ids[id(row)]): row for row in self.rows}
@@ -69,7 +69,7 @@ class CellIndex:
             self._baselines[device] = Baselines(self.comparisons[device])
 
     def baseline(self, row, kind):
-        """The row ``row`` is judged against in a ``kind`` comparison (matrixbench.comparisons.SINGLE
+        """The row ``row`` is judged against in a ``kind`` comparison (matrixbench.matrix.comparisons.SINGLE
         kinds); None when the list has no such comparison."""
         device = row["device_name"]
         found = self._baselines[device].of(kind, row["image"], self._cell_ids[id(row)])

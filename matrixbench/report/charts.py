@@ -114,7 +114,7 @@ class _Plot:
                 if any(self._judgement(self._get(image, row_key, mode), kind) is not None for row_key in self.row_keys)]
 
     def _baseline(self, row, kind):
-        """The cell ``row`` is judged against in a ``kind`` bar: the list's (matrixbench.comparisons;
+        """The cell ``row`` is judged against in a ``kind`` bar: the list's (matrixbench.matrix.comparisons;
         None: no such comparison)."""
         return self.cells.baseline(row, kind)
 

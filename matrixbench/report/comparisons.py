@@ -53,12 +53,12 @@ functions the tables use.
 import csv
 from pathlib import Path
 
-from matrixbench.comparisons import AA_CHANGE, IMAGE_CHANGE, MODE_CHANGE, SPEEDUP
+from matrixbench.build.versions import public
+from matrixbench.matrix.comparisons import AA_CHANGE, IMAGE_CHANGE, MODE_CHANGE, SPEEDUP
 from matrixbench.report import arithmetic, share_tables, stats, verdicts
 from matrixbench.report.cells import is_ok, row_label
 from matrixbench.report.modes import compiled
 from matrixbench.report.published import GPUS, PublishedReference
-from matrixbench.versions import public
 
 FILENAME = "comparisons.csv"
 PAIRED_SPEEDUP = "paired_speedup"
@@ -71,7 +71,7 @@ COLUMNS = ("kind", "device", "image", "torch", "batch_size", "model", "task_mode
 
 def comparisons(cells, published, sources):
     """Every derived number, as dicts with COLUMNS, in report order; the comparisons of two cells are
-    those of the one list (matrixbench.comparisons, ``cells.baseline``)."""
+    those of the one list (matrixbench.matrix.comparisons, ``cells.baseline``)."""
     reference = PublishedReference(published)
     rows = []
     for device in cells.values("device"):

@@ -7,7 +7,7 @@ lays them out.
 - J/image = loop energy / (timed calls x batch size), summed over the processes whose record has
   the energy (schema v3, runner.energy); None (with the record's reason) where none has.
 - $/million images = price per hour / 3600 x (mean ms / 1000 / batch size) x 10^6; only where the
-  user gave a price for the device (matrixbench.prices), never a made-up zero.
+  user gave a price for the device (matrixbench.matrix.prices), never a made-up zero.
 - break-even calls = (first call of the compiled cell - one eager call) / (eager ms - compiled ms),
   per compile cache: cold (the cell's first process) and warm (the median of its later ones);
   "never" when the compiled cell is not faster. Its interval comes from the interval of the
@@ -19,7 +19,7 @@ import statistics
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from matrixbench.prices import Price, price_for
+from matrixbench.matrix.prices import Price, price_for
 from matrixbench.report import arithmetic, stats
 from matrixbench.report.cells import is_ok
 from matrixbench.report.modes import compiled

@@ -10,7 +10,7 @@ import csv
 import math
 from pathlib import Path
 
-from matrixbench.prices import FROM_COMMAND_LINE
+from matrixbench.matrix.prices import FROM_COMMAND_LINE
 from matrixbench.report import cost, stats, verdicts
 from matrixbench.report.cells import row_label
 from matrixbench.report.tables import Cell, Table, label, marks_of, missing

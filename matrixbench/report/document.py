@@ -2,6 +2,7 @@
 from dataclasses import dataclass, field
 from typing import Optional
 
+from matrixbench.build.versions import release
 from matrixbench.report import (
     cost_tables,
     host_notes,
@@ -17,7 +18,6 @@ from matrixbench.report.comparisons import comparisons as comparison_rows
 from matrixbench.report.published import DATASET_NOTES, source_for
 from matrixbench.report.tables import Table
 from matrixbench.report.verdict_summary import aa_line, multiplicity_line, verdict_table
-from matrixbench.versions import release
 
 _FAILED = "Cells that did not run show their status (OOM, ERR, TIMEOUT, CRASH); the footnote gives the reason."
 def _verdict_legend(margin_pct):
@@ -197,7 +197,7 @@ def assemble(cells, published, notes, charts, sources=None, calibration=(), pric
     """Build every table from a CellIndex and the published dataset; charts are already drawn.
     ``sources`` (image -> published source) defaults to each image's torch version's;
     ``calibration``: the interference calibration's tables (report.calibration); ``prices``:
-    {GPU type: matrixbench.prices.Price}; ``cost_charts``: report.cost_charts' drawn charts."""
+    {GPU type: matrixbench.matrix.prices.Price}; ``cost_charts``: report.cost_charts' drawn charts."""
     prices = prices or {}
     sources = image_sources(cells) if sources is None else sources
     footnotes = tables.Footnotes()

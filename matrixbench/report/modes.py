@@ -3,7 +3,7 @@
 A speed-up is a compiled mode's cell against the same cell in eager (``SPEEDUP_BASELINE``); a mode change
 is another compiled mode against torch.compile's default mode (``MODE_CHANGE_BASELINE``) with the same
 fullgraph: which cell is whose baseline is runner.axes' decision, and which comparisons exist the one list's
-(matrixbench.comparisons). The report's mode labels add " fullgraph" to the mode (``records``: ``mode_label``);
+(matrixbench.matrix.comparisons). The report's mode labels add " fullgraph" to the mode (``records``: ``mode_label``);
 these functions take either.
 """
 from runner.core import Mode

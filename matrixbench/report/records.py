@@ -2,9 +2,9 @@
 
 Records live at ``<results>/<run>/<image>/<cell_id>.json``; every ``*.json`` under a results
 folder but ``cells.json``, ``run.json`` and ``selftest.json`` is a record, read once by
-``matrixbench.results_files`` (the one reader: regular files, a size cap, the schema, finite numbers
+``matrixbench.run.results_files`` (the one reader: regular files, a size cap, the schema, finite numbers
 in range); a file it cannot vouch for is left out with a note, a record of a newer schema version
-refuses the report. Run manifests are read through ``matrixbench.manifest.read_manifest``, once each.
+refuses the report. Run manifests are read through ``matrixbench.run.manifest.read_manifest``, once each.
 
 Merging is a union by the identity of a measurement (docs/contract.md): every record counts once,
 whichever folder it came from, and two runs of one cell both count.
@@ -17,18 +17,18 @@ from pathlib import Path
 import pandas as pd
 
 from matrixbench.errors import ReportError
-from matrixbench.layout import (
+from matrixbench.report.overlap import flag_compile_overlaps
+from matrixbench.report.published import match_gpu
+from matrixbench.run.layout import (
     CALIBRATION_RUN_DEPTH,
     CELLS_FILENAME,
     MANIFEST_FILENAME,
     NOISE_CHECK_FILENAME,
     SELFTEST_FILENAME,
 )
-from matrixbench.manifest import read_manifest
-from matrixbench.report.overlap import flag_compile_overlaps
-from matrixbench.report.published import match_gpu
-from matrixbench.results_files import NewerUnvouched, Unvouched, read_record
-from matrixbench.resume import MEASUREMENT_SETTINGS
+from matrixbench.run.manifest import read_manifest
+from matrixbench.run.results_files import NewerUnvouched, Unvouched, read_record
+from matrixbench.run.resume import MEASUREMENT_SETTINGS
 from runner import axes
 from runner.schema import RECORD_SCHEMA
 
@@ -99,7 +99,7 @@ def _hidden(relative):
 
 
 def load_record(path, root=None):
-    """One record, read once by matrixbench.results_files (file, JSON, schema, limits); ReportError
+    """One record, read once by matrixbench.run.results_files (file, JSON, schema, limits); ReportError
     names the file and the field."""
     try:
         return read_record(path, root)

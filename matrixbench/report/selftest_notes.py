@@ -2,13 +2,13 @@
 import os
 from pathlib import Path
 
-from matrixbench.layout import SELFTEST_FILENAME as RESULT_FILE
-from matrixbench.results_files import Unvouched, read_selftest
+from matrixbench.run.layout import SELFTEST_FILENAME as RESULT_FILE
+from matrixbench.run.results_files import Unvouched, read_selftest
 
 
 def selftest_notes(results_dirs):
     """(notes, problems): one note per selftest result under ``results_dirs`` (each run folder's
-    RESULT_FILE), read by matrixbench.results_files (a FIFO or a link to /dev/zero is refused, not
+    RESULT_FILE), read by matrixbench.run.results_files (a FIFO or a link to /dev/zero is refused, not
     read): where it ran, pass or fail, and each check's line with its numbers; one problem line per
     file that reader cannot vouch for."""
     notes, problems, seen = [], [], set()

@@ -1,6 +1,6 @@
 """Whose change is it? A change between two images that differ in torch and in transformers, split
 into torch's share and transformers' share through the bridge images `run --attribution` measured
-(matrixbench.attribution: the torch of one side with the transformers of the other).
+(matrixbench.matrix.attribution: the torch of one side with the transformers of the other).
 
 Per cell, with A the earlier image, B the later, C the later torch with the earlier transformers and
 D the earlier torch with the later transformers, on the log of the mean latency:
@@ -22,10 +22,10 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from matrixbench.build.versions import public
 from matrixbench.report import arithmetic, stats
 from matrixbench.report.cells import is_ok
 from matrixbench.report.verdicts import throttled
-from matrixbench.versions import public
 
 TORCH, TRANSFORMERS, INTERACTION = "torch", "transformers", "interaction"
 FACTORS = (TORCH, TRANSFORMERS, INTERACTION)

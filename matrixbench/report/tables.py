@@ -9,12 +9,12 @@ from typing import Optional
 
 import numpy as np
 
-from matrixbench.comparisons import AA_CHANGE, IMAGE_CHANGE, MODE_CHANGE, SPEEDUP
-from matrixbench.placement import format_cpulist
+from matrixbench.matrix.comparisons import AA_CHANGE, IMAGE_CHANGE, MODE_CHANGE, SPEEDUP
 from matrixbench.report import arithmetic, stats, verdicts
 from matrixbench.report.cells import STATUS_TEXT, CellIndex, is_ok, mode_rank, row_label
 from matrixbench.report.modes import MODE_CHANGE_BASELINE, compiled
 from matrixbench.report.published import GPUS, TABLE_TITLES, PublishedReference, source_title
+from matrixbench.run.placement import format_cpulist
 from runner.core import PER_CALL, STATUSES
 
 NOISY_MARK = "†"
@@ -297,7 +297,7 @@ def image_pair_tables(cells, notes, rows_under=_no_rows):
 
 def image_pairs(cells):
     """(device, batch size, earlier image, later image) of each image-against-image table: the image
-    changes of the list (matrixbench.comparisons: images in matrix order, A/A twins and bridges left out
+    changes of the list (matrixbench.matrix.comparisons: images in matrix order, A/A twins and bridges left out
     of that chain), then each A/A twin after its original."""
     for device in cells.values("device"):
         listed = cells.comparisons[device]
@@ -395,7 +395,7 @@ def mixed_rows(cells, test=mixes):
 
 def compile_mode_tables(cells, notes):
     """Per device and image, each mode-change baseline (``default``, ``default fullgraph``: the list's,
-    matrixbench.comparisons) against the modes judged against it."""
+    matrixbench.matrix.comparisons) against the modes judged against it."""
     tables = []
     for device in cells.values("device"):
         for image in cells.values("image", device=device):

@@ -3,7 +3,7 @@
 Image against image, mode against default, loaded against alone and compiled against eager all
 go through ``judge_cells``; a speed-up (eager ms / compiled ms) is the compiled cell judged against
 its eager cell with the ratio and its interval inverted, so its verdict reads the same way
-("faster": the compiled cell runs faster). The margin is the setting matrixbench.settings declares
+("faster": the compiled cell runs faster). The margin is the setting matrixbench.matrix.settings declares
 (``margin_pct``); a report uses its runs' (cells.CellIndex.margin_pct, on every row).
 
 A change between two images whose processes ran in the same rounds of one run (``by_round``: the same run,
@@ -14,9 +14,9 @@ comparison is judged unpaired (stats.judge, Welch). docs/verdicts.md has the sim
 from dataclasses import replace
 from functools import lru_cache
 
+from matrixbench.matrix.settings import BY_NAME
 from matrixbench.report import arithmetic, stats
 from matrixbench.report.cells import require_positive
-from matrixbench.settings import BY_NAME
 
 MARGIN_PCT = float(BY_NAME["margin_pct"].default)
 STAR = "*"

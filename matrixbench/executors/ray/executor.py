@@ -107,8 +107,8 @@ def build_on_node(images: Sequence[Any], options: Any = None, where: str = "this
     """Have the matrix images on this node's Docker: an image already built from its matrix entry (its
     content-hash label) is kept, any other is built as `matrixbench build` does, with the user's build
     options (``images.BuildOptions``, None: the matrix's own); the log's last lines."""
-    from matrixbench import docker_client
-    from matrixbench.images import BuildOptions, build_spec, image_tag, is_current, run_build
+    from matrixbench.build import docker_client
+    from matrixbench.build.images import BuildOptions, build_spec, image_tag, is_current, run_build
 
     client, lines = docker_client.connect(), []
     stale: List[Any] = []
@@ -132,7 +132,7 @@ def build_on_node(images: Sequence[Any], options: Any = None, where: str = "this
 
 def pull_on_node(images: Sequence[Any], registry: str) -> List[str]:
     """Pull the matrix images from ``registry`` into this node's Docker, checked (executors/ray/registry.py)."""
-    from matrixbench import docker_client
+    from matrixbench.build import docker_client
     from matrixbench.executors.ray import registry as through
 
     return list(through.fetch(docker_client.connect(), images, registry))
@@ -191,7 +191,7 @@ class RayBackend(Backend):
         ray = self._connect()
         args: Callable[[Dict[str, Any]], Tuple[Any, ...]]
         if self.registry:
-            from matrixbench import docker_client
+            from matrixbench.build import docker_client
             from matrixbench.executors.ray import registry
 
             registry.publish(docker_client.connect(), images, self.registry, say)

@@ -9,9 +9,9 @@ never runs an image other than the one the matrix names.
 """
 from typing import Any, Callable, List, Sequence
 
-from matrixbench import docker_client
+from matrixbench.build import docker_client
+from matrixbench.build.images import built_from, image_tag, is_current, runner_hash
 from matrixbench.errors import BuildError
-from matrixbench.images import built_from, image_tag, is_current, runner_hash
 
 REACH_HINT = ("is a registry listening there (Debian's docker-registry, or the registry:2 image)? Docker "
               "speaks plain HTTP only to registries on 127.0.0.0/8 or listed in dockerd's insecure-registries")

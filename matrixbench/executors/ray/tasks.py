@@ -18,11 +18,11 @@ from matrixbench.environments.base import Paths, RunRequest
 from matrixbench.environments.environment import RUNTIME_SECRETS, runtime_secrets
 from matrixbench.errors import RunError
 from matrixbench.executors.threads import run_in_thread
-from matrixbench.launch import launch
-from matrixbench.layout import LOG_FILENAME
 from matrixbench.paths import cache_home, hf_cache_home
-from matrixbench.placement import Slot, split_evenly, usable_cores
 from matrixbench.redact import redact_text
+from matrixbench.run.launch import launch
+from matrixbench.run.layout import LOG_FILENAME
+from matrixbench.run.placement import Slot, split_evenly, usable_cores
 from runner.core import Record, Repeat, Status, repeat_stem
 from runner.machine import fallback_environment
 from runner.records import NO_PRECISION, fail, new_record, utc_now
@@ -208,7 +208,7 @@ def describe_node(node: Optional[Dict[str, Any]]) -> str:
 class UnitPart:
     """One image's share of a unit, as the driver knows it: where its records go, its request, its repeats."""
 
-    work: Any                      # matrixbench.pending.ImageWork
+    work: Any                      # matrixbench.run.pending.ImageWork
     request: RunRequest            # the driver's request for these repeats (secrets and paths included)
     repeats: List[Repeat]
 

@@ -11,9 +11,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from matrixbench.errors import ManifestError
-from matrixbench.layout import MANIFEST_FILENAME, manifest_path
 from matrixbench.redact import redact_data, remember, secrets
-from matrixbench.results_files import Unvouched, check_manifest, read_manifest_file
+from matrixbench.run.layout import MANIFEST_FILENAME, manifest_path
+from matrixbench.run.results_files import Unvouched, check_manifest, read_manifest_file
 from runner.schema import write_json_atomic
 
 MANIFEST_VERSION = 1
@@ -44,7 +44,7 @@ def start_manifest(run_path, *, run_name, matrix, backend, device, gpus, note, c
         "gpus": gpus,
         "note": note,
         "command": list(command),
-        "order_seed": order_seed,   # the run order's seed (matrixbench.pending.interleaved)
+        "order_seed": order_seed,   # the run order's seed (matrixbench.run.pending.interleaved)
         "started_at": now_iso(),
         "ended_at": None,
         "status": "running",
@@ -53,7 +53,7 @@ def start_manifest(run_path, *, run_name, matrix, backend, device, gpus, note, c
     }
     twins = {name: image.build_of for name, image in matrix.images.items() if image.build_of}
     if twins:
-        manifest["aa_twins"] = twins   # A/A twin -> its original (matrixbench.aa): the report's false-alarm line
+        manifest["aa_twins"] = twins   # A/A twin -> its original (matrixbench.matrix.aa): the report's false-alarm line
     write_manifest(run_path, manifest)
     return manifest
 

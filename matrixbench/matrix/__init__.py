@@ -5,6 +5,10 @@ file's, the merged data is checked once against the schema (a file problem gives
 ``file:line:col``, an override problem its flag), then ``--images``/``--models`` select.
 ``cells_by_image(matrix)`` gives each image's ``runner.core.Cell`` list. Every problem raises
 ``MatrixError`` naming the field path or the flag, and the allowed values.
+
+The package is the matrix wing: its schema (``schema``), the messages of its validation
+(``validation``), its strict YAML reader (``strict_yaml``), the host's settings (``settings``), the one
+list of comparisons (``comparisons``), prices, bridge images (``attribution``) and A/A twins (``aa``).
 """
 from __future__ import annotations
 
@@ -19,13 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from matrixbench import attribution, matrix_errors, matrix_yaml
+from matrixbench.build.versions import pinned_version
 from matrixbench.errors import MatrixError
-from matrixbench.layout import MAX_NAME, shorter_name
-from matrixbench.matrix_schema import DEFAULTS, MATRIX_SCHEMA
+from matrixbench.matrix import attribution
+from matrixbench.matrix import strict_yaml as matrix_yaml
+from matrixbench.matrix import validation as matrix_errors
+from matrixbench.matrix.schema import DEFAULTS, MATRIX_SCHEMA
+from matrixbench.matrix.settings import BUILD_SETTINGS, BY_NAME, OVERRIDES, RUNNER_SETTINGS
 from matrixbench.redact import redact_urls
-from matrixbench.settings import BUILD_SETTINGS, BY_NAME, OVERRIDES, RUNNER_SETTINGS
-from matrixbench.versions import pinned_version
+from matrixbench.run.layout import MAX_NAME, shorter_name
 from runner import axes
 from runner.core import Cell
 from runner.files import describe_kind, read_bounded_text
@@ -55,7 +61,7 @@ class Image:
     env: Dict[str, str] = field(default_factory=dict)
     description: str = ""
     published: Optional[str] = None   # the report's published source; None: by torch version
-    build_of: Optional[str] = None    # an A/A twin (matrixbench.aa): the image whose build it runs in
+    build_of: Optional[str] = None    # an A/A twin (matrixbench.matrix.aa): the image whose build it runs in
 
     @property
     def torch_version(self) -> Optional[str]:
@@ -124,14 +130,14 @@ class Matrix:
     min_time_s: Union[str, float] = _default("min_time_s")   # the timed loop's minimum duration, or "auto"
     target_stdrel: Optional[float] = _default("target_stdrel")   # noise criterion (None: fixed count)
     max_time_s: float = _default("max_time_s")         # the cap under target_stdrel
-    slots: Union[str, int] = _default("slots")     # "auto" or a count (matrixbench.placement)
+    slots: Union[str, int] = _default("slots")     # "auto" or a count (matrixbench.run.placement)
     calibrate: bool = _default("calibrate")         # measure the slots' interference first (executors/calibration.py)
     calibration_models: Tuple[str, ...] = _default("calibration_models")
     exclusive_timing: bool = _default("exclusive_timing")   # slots time one at a time
-    gpu_types: Tuple[str, ...] = _default("gpu_types")   # () = no GPU-type axis (matrixbench.pending)
-    # matrix.yaml's ``prices:`` as written (matrixbench.prices): the report's, not the run's
+    gpu_types: Tuple[str, ...] = _default("gpu_types")   # () = no GPU-type axis (matrixbench.run.pending)
+    # matrix.yaml's ``prices:`` as written (matrixbench.matrix.prices): the report's, not the run's
     prices: Dict[str, JSON] = field(default_factory=dict)
-    attribution: bool = _default("attribution")   # bridge images derived (matrixbench.attribution)
+    attribution: bool = _default("attribution")   # bridge images derived (matrixbench.matrix.attribution)
     bridges: Tuple[Any, ...] = ()    # attribution.Bridge: the derived images, in ``images`` too
     refused: Tuple[Any, ...] = ()    # attribution.Refused: corners that cannot exist, with the reason
     build: BuildSettings = BuildSettings()   # how images are built (`build`, run --backend auto, Ray nodes)
@@ -150,7 +156,7 @@ class Matrix:
         if not data["attribution"]:
             del data["attribution"], data["bridges"], data["refused"]   # likewise without attribution
         if not self.build.given():
-            del data["build"]   # run.json writes it redacted (matrixbench.manifest)
+            del data["build"]   # run.json writes it redacted (matrixbench.run.manifest)
         return data
 
     def content_hash(self) -> str:

@@ -15,6 +15,7 @@ finished cell's line.
 import sys
 import time
 from collections import Counter
+from typing import Optional, Protocol
 
 from runner import axes
 from runner.core import Mode, Status
@@ -113,6 +114,26 @@ class ProgressState:
         slots = f" | {self.slots_text()}" if self.running else ""
         return (f"{self.counter()} cells | elapsed {format_duration(self.elapsed_s())}"
                 f" | eta {format_duration(self.eta_s())}{last}{slots}")
+
+
+class Progress(Protocol):
+    """What the run path asks of a progress display (NullProgress, LineProgress, TqdmProgress)."""
+
+    def start(self, total: int, skipped: int) -> None: ...
+
+    def image_started(self, image_name: str, pending: int, skipped: int) -> None: ...
+
+    def more(self, count: int) -> None: ...
+
+    def cell_finished(self, image_name: str, cell: object, record: object) -> None: ...
+
+    def slot_running(self, slot: int, image_name: Optional[str] = None, cell: object = None) -> None: ...
+
+    def tick(self) -> None: ...
+
+    def note(self, text: str) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class NullProgress:

@@ -9,8 +9,8 @@ what was asked of the runner last time, next to the records it wrote. Its ``sche
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Union
 
-from matrixbench.layout import CELLS_FILENAME
 from matrixbench.redact import redact_data
+from matrixbench.run.layout import CELLS_FILENAME
 from runner.core import Cell
 from runner.schema import CELLS_SCHEMA_VERSION, write_json_atomic
 

@@ -10,7 +10,7 @@ name; the error names what differs and offers ``--force`` or a new ``--run`` nam
 from collections import Counter
 
 from matrixbench.errors import ResumeConflictError
-from matrixbench.results_files import read_record
+from matrixbench.run.results_files import read_record
 from runner.records import effective_warmup
 from runner.schema import record_path
 

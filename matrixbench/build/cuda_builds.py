@@ -15,10 +15,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
-from matrixbench.build_facts import BuildFacts
+from matrixbench.build.facts import BuildFacts
+from matrixbench.build.versions import pinned_version
 from matrixbench.errors import MatrixbenchError
 from matrixbench.gpu import host_gpus, run_command
-from matrixbench.versions import pinned_version
 from runner.archcheck import WHEEL_ARCHES, driver_runs, index_url, runs_on, suggested_cuda, triton_problem
 
 # The CUDA build of PyPI's Linux torch wheels by torch minor version (the newest CUDA of each
@@ -181,7 +181,8 @@ def recorded_facts(image, backend, client) -> Optional[BuildFacts]:
     """What the image's build recorded of itself (build_facts), or None when it is not built (or was built
     before builds recorded it): the Docker image built from this entry (``client``: a DockerClient, for
     ``--backend`` docker or auto), else, for venv or auto, its venv."""
-    from matrixbench import build_facts, docker_client, images, venvs
+    from matrixbench.build import docker_client, images, venvs
+    from matrixbench.build import facts as build_facts
 
     if client is not None and backend in ("auto", "docker"):
         info = client.inspect_image(images.image_tag(image.name))
@@ -198,7 +199,7 @@ def _docker(backend):
     """A Docker client to read built images' labels, when ``backend`` uses Docker and a daemon answers."""
     if backend not in ("auto", "docker"):
         return None
-    from matrixbench import docker_client
+    from matrixbench.build import docker_client
 
     try:
         return docker_client.connect()

@@ -16,9 +16,9 @@ from matrixbench.environments import create_backend
 from matrixbench.environments.base import ImageRef, Paths, RunRequest, Work
 from matrixbench.environments.environment import runtime_secrets
 from matrixbench.errors import MatrixError
-from matrixbench.launch import launch
 from matrixbench.matrix import expand_cells, runner_settings
 from matrixbench.paths import hf_cache_home
+from matrixbench.run.launch import launch
 from runner.schema import CHECK_FILENAME
 
 LOCAL_IMAGE = "local"

@@ -108,7 +108,7 @@ _PRICE = {"type": "object", "required": ["usd_per_hour", "looked_up"],
 _CORNER = {"type": "object", "required": ["torch_of", "transformers_of", "name"],
            "properties": {"torch_of": {"type": "string"}, "transformers_of": {"type": "string"},
                           "name": {"type": "string"}, "reason": {"type": "string"}}}
-# run.json (matrixbench.manifest): the fields a reader uses, typed; anything else is free.
+# run.json (matrixbench.run.manifest): the fields a reader uses, typed; anything else is free.
 MANIFEST_SCHEMA: Dict[str, Any] = {
     "type": "object",
     "required": ["schema_version"],
@@ -289,7 +289,7 @@ def _check_numbers(value: Any, path: PathLike, where: tuple = ()) -> None:
 
 def read_manifest_file(path: PathLike, root: Optional[PathLike] = None) -> Dict[str, Any]:
     """A run.json, vouched for (the file, its JSON, MANIFEST_SCHEMA); the version check is the
-    caller's (matrixbench.manifest.read_manifest says which versions it reads)."""
+    caller's (matrixbench.run.manifest.read_manifest says which versions it reads)."""
     manifest = read_json(path, "run.json", root)
     if not isinstance(manifest, dict):
         raise Unvouched(path, f"a JSON {type(manifest).__name__}, not a run manifest object")

@@ -1,7 +1,7 @@
 """images/pip-install.sh run on the host: its argv, its environment, its streamed output.
 
-The Dockerfile runs the script in the image; the venv backend (matrixbench/venvs.py) and the
-wheelhouse (matrixbench/wheelhouse.py) run the same script here, fed the same build args
+The Dockerfile runs the script in the image; the venv backend (matrixbench/build/venvs.py) and the
+wheelhouse (matrixbench/build/wheelhouse.py) run the same script here, fed the same build args
 (``images.build_spec``), so the pip logic has one home.
 """
 import os

@@ -17,10 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from matrixbench import build_facts, docker_client, resources, wheelhouse
+from matrixbench import resources
+from matrixbench.build import docker_client, wheelhouse
+from matrixbench.build import facts as build_facts
+from matrixbench.build.versions import torch_label
 from matrixbench.errors import BuildError, MatrixError
 from matrixbench.redact import redact_urls
-from matrixbench.versions import torch_label
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple"
 TAG_REPOSITORY = "matrixbench"

@@ -20,7 +20,7 @@ LABEL_CONTENT_HASH = "matrixbench.image_content_hash"
 # images.runner_hash() of the runner/ sources baked into an image (an image is current only with both).
 LABEL_RUNNER_HASH = "matrixbench.runner_hash"
 LABEL_RUN_ID = "matrixbench.run_id"
-# The run folder a container writes (resolved), and its owner: matrixbench.owner.Owner.labels().
+# The run folder a container writes (resolved), and its owner: matrixbench.run.owner.Owner.labels().
 LABEL_RUN_DIR = "matrixbench.run_dir"
 
 START_HINT = (

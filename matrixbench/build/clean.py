@@ -1,5 +1,5 @@
 """`matrixbench clean`: remove the containers (and optionally images) matrixbench left behind."""
-from matrixbench import docker_client
+from matrixbench.build import docker_client
 
 
 def clean(*, images=False, run_id=None, dry_run=False, client=None):

@@ -19,16 +19,18 @@ import enum
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, List, Literal, Optional, Sequence, Tuple, Union
+from types import TracebackType
+from typing import Callable, List, Literal, Optional, Sequence, Tuple, Type, Union
 
-from matrixbench.layout import LOG_FILENAME
+from matrixbench.environments.base import Backend, RunRequest
 from matrixbench.redact import redact_text, secrets
-from runner.core import Cell, Repeat
+from matrixbench.run.layout import LOG_FILENAME
+from runner.core import Cell, Record, Repeat
 from runner.noise_probe import PROBE_FILENAME
 from runner.schema import CHECK_FILENAME, RecordError, load_record, record_path
 
 LOG_TAIL_LINES = 40
-OnRecord = Callable[[Cell, Any], None]
+OnRecord = Callable[[Cell, Record], None]
 
 
 class LaunchStatus(str, enum.Enum):
@@ -50,7 +52,7 @@ class Outcome:
     def complete(self) -> bool:
         return self.status is LaunchStatus.COMPLETE
 
-    def describe(self, request: Any) -> str:
+    def describe(self, request: RunRequest) -> str:
         """What an incomplete runner left, on one line: "image 'x': the runner exited with code 139 before
         every cell had a record (1 of 2 do; ...); its last log line: ...; its log: PATH". A traceback in the
         log stays there: the console gets its last line (the exception) and the log's path."""
@@ -78,7 +80,7 @@ def last_line(text: str) -> str:
     return line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + "..."
 
 
-def launch(environment: Any, request: Any, on_record: Optional[OnRecord] = None,
+def launch(environment: Backend, request: RunRequest, on_record: Optional[OnRecord] = None,
            on_tick: Optional[Callable[[], None]] = None) -> Outcome:
     """Run ``request`` in ``environment`` (blocking), ``on_record(cell, record)`` called as each record
     appears; the Outcome, judged by ``judge``. KeyboardInterrupt passes through after the
@@ -90,7 +92,7 @@ def launch(environment: Any, request: Any, on_record: Optional[OnRecord] = None,
     return judge(request, exit_code)
 
 
-def judge(request: Any, exit_code: int) -> Outcome:
+def judge(request: RunRequest, exit_code: int) -> Outcome:
     """The one judgement of a runner's end: complete when every repeat has its record (a check: when it
     exited 0 with its answer), whatever the exit code; else incomplete, with what is missing."""
     if not request.work.runs_cells:
@@ -106,7 +108,7 @@ def judge(request: Any, exit_code: int) -> Outcome:
     return Outcome(LaunchStatus.INCOMPLETE, exit_code, missing, log_tail(request))
 
 
-def log_tail(request: Any, lines: int = LOG_TAIL_LINES) -> str:
+def log_tail(request: RunRequest, lines: int = LOG_TAIL_LINES) -> str:
     """The last ``lines`` of the runner's log, its secrets (the request's env) replaced by ***."""
     try:
         text = (Path(request.work_dir()) / LOG_FILENAME).read_text(errors="replace")
@@ -180,7 +182,8 @@ class RecordWatcher:
         self._thread.start()
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> Literal[False]:
         self._stop.set()
         self._thread.join()
         if self._failure is None:

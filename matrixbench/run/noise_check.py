@@ -13,8 +13,8 @@ from typing import Any, Callable, Dict, Optional
 
 from matrixbench.environments.base import Paths
 from matrixbench.host_noise import PROBE_S, ProbeNoise, read_probe
-from matrixbench.launch import launch
-from matrixbench.layout import NOISE_CHECK_DIRNAME, NOISE_CHECK_FILENAME
+from matrixbench.run.launch import launch
+from matrixbench.run.layout import NOISE_CHECK_DIRNAME, NOISE_CHECK_FILENAME
 from runner.noise_probe import PROBE_FILENAME
 from runner.schema import write_json_atomic
 

@@ -20,12 +20,12 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Hashable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from matrixbench.errors import ResumeConflictError
-from matrixbench.layout import image_dir
 from matrixbench.matrix import Matrix, cells_by_image
-from matrixbench.results_files import read_record
+from matrixbench.run.layout import image_dir
+from matrixbench.run.results_files import read_record
 from runner.cells_file import schedule_pairs
 from runner.core import Cell, Repeat
 from runner.schema import NewerRecordError, RecordError, needs_run, record_path
@@ -87,7 +87,10 @@ def pending_work(matrix: Matrix, run_path: Path, *, force: bool = False, retry_f
     ]
 
 
-def round_order(items: Sequence[Any], index: int) -> List[Any]:
+T = TypeVar("T")
+
+
+def round_order(items: Sequence[T], index: int) -> List[T]:
     """``items`` in the order they take in round (repeat index) ``index``: as given on even rounds,
     reversed on odd ones (ABBA): over two rounds every item's mean position is the same, so a linear
     drift adds the same to each. The one counterbalancing rule, for images
@@ -109,7 +112,7 @@ def interleaved(cells: Sequence[Cell], repeats: int, seed: Optional[int]) -> Lis
 
 
 def _mode_groups(cells: Sequence[Cell]) -> List[List[Cell]]:
-    groups: Dict[Tuple[Tuple[str, Any], ...], List[Cell]] = {}
+    groups: Dict[Tuple[Tuple[str, Hashable], ...], List[Cell]] = {}
     for cell in cells:
         key = tuple((name, value) for name, value in cell.to_dict().items() if name != "mode")
         groups.setdefault(key, []).append(cell)
@@ -121,7 +124,7 @@ def _image_work(name: str, cells: List[Cell], out_dir: Path, force: bool, retry_
     """One image's work; linear in its repeats (one look at each record)."""
     needed = {r.id for r in repeats if _needs_run(out_dir, r, force, retry_failed)}
     statuses = {r.id: _recorded_status(out_dir, r) for r in repeats if r.id not in needed}
-    # a record matrixbench.results_files cannot vouch for (status None: a NaN or negative value, a wrong
+    # a record matrixbench.run.results_files cannot vouch for (status None: a NaN or negative value, a wrong
     # type) is rerun and replaced, as an unreadable one is: it is never the cell's measurement
     pending = [r for r in repeats if r.id in needed or statuses[r.id] is None]
     failures = sum(status is not None and status != "ok" for status in statuses.values())

@@ -1,7 +1,7 @@
 """The host's settings: the runner's declarations (``runner.settings``) and the host-only ones, declared
 once each with the runner's ``Setting`` class.
 
-The matrix JSON Schema (``matrixbench.matrix_schema``), the matrix's defaults (``matrixbench.matrix``)
+The matrix JSON Schema (``matrixbench.matrix.schema``), the matrix's defaults (``matrixbench.matrix``)
 and the CLI override options (``matrixbench.cli``) derive from ``SETTINGS``. Host-only settings live
 here, not in ``runner/``: their help texts are no part of the runner's sources, so editing one leaves
 every image's runner hash (``images.runner_hash``) as it was.
@@ -21,7 +21,7 @@ HOST_SETTINGS: Tuple[Setting, ...] = (
     Setting("repeats_max", "With repeats auto: the most processes a cell gets while its comparisons stay "
             "undecided.", "integer", default=10, minimum=2, maximum=1000, flag="--repeats-max"),
     Setting("slots", "Runners at once: auto (one per GPU on a GPU run, one on a CPU run) or a count; "
-            "each slot gets its own GPU and a disjoint set of CPU cores (matrixbench.placement).",
+            "each slot gets its own GPU and a disjoint set of CPU cores (matrixbench.run.placement).",
             "integer", default="auto", minimum=1, maximum=1024, auto=True, flag="--slots"),
     Setting("calibrate", "Measure the slots' interference before the matrix (matrixbench.executors.calibration): the "
             "calibration cells run on each slot alone, then on every slot at once, once per repeat; the "
@@ -37,7 +37,7 @@ HOST_SETTINGS: Tuple[Setting, ...] = (
             "boolean", default=False, flag="--exclusive-timing"),
     Setting("attribution", "Split each change between two images that differ in torch and in transformers into "
             "torch's share and transformers' share: derives and runs bridge images (the torch of one side with "
-            "the transformers of the other; matrixbench.attribution). `run --dry-run` prints what it costs.",
+            "the transformers of the other; matrixbench.matrix.attribution). `run --dry-run` prints what it costs.",
             "boolean", default=False, flag="--attribution"),
     Setting("gpu_types", "GPU types to run every cell on, comma-separated, as Ray names them (A100, V100, "
             "T4, H100, ...): a matrix axis, only with --executor ray; records land in "

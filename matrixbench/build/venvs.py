@@ -20,13 +20,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
-from matrixbench import build_facts, images, pip_script, resources
+from matrixbench import resources
+from matrixbench.build import facts as build_facts
+from matrixbench.build import images, pip_script
+from matrixbench.build.interpreters import find_interpreter
+from matrixbench.build.versions import pinned_version, same_release
+from matrixbench.build.wheelhouse import downloading, wheelhouse_dir
 from matrixbench.errors import BuildError, RunError
-from matrixbench.interpreters import find_interpreter
 from matrixbench.paths import cache_home
 from matrixbench.redact import redact_urls
-from matrixbench.versions import pinned_version, same_release
-from matrixbench.wheelhouse import downloading, wheelhouse_dir
 from runner.schema import write_json_atomic
 
 MARKER_FILENAME = "matrixbench-venv.json"

@@ -26,8 +26,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from matrixbench.versions import pinned_version
-from matrixbench.wheelhouse import wheelhouse_dir
+from matrixbench.build.versions import pinned_version
+from matrixbench.build.wheelhouse import wheelhouse_dir
 
 # transformers' pin -> its wheel's METADATA text, or None when it cannot be had
 MetadataSource = Callable[[str], Optional[str]]

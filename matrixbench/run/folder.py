@@ -15,9 +15,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from matrixbench.errors import ResultsFolderError, ResultsFolderUnwritableError, RunLockedError, name_too_long
-from matrixbench.layout import lock_path, scratch_dirs, timing_board_dir
 from matrixbench.redact import redact_data
-from matrixbench.results_files import Unvouched, read_json
+from matrixbench.run.layout import lock_path, scratch_dirs, timing_board_dir
+from matrixbench.run.results_files import Unvouched, read_json
 from runner.files import ROOM_PREFIX
 
 

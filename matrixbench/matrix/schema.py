@@ -7,8 +7,8 @@ jsonschema message would be cryptic (``anyOf``, ``pattern``).
 """
 from typing import Any, Dict
 
-from matrixbench.prices import PRICES_SCHEMA
-from matrixbench.settings import MATRIX_SETTINGS, matrix_defaults
+from matrixbench.matrix.prices import PRICES_SCHEMA
+from matrixbench.matrix.settings import MATRIX_SETTINGS, matrix_defaults
 from runner.core import TASKS, WEIGHTS
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]*$"
@@ -96,7 +96,7 @@ MATRIX_SCHEMA = {
         "images": _named(IMAGE_SCHEMA, "image"),
         "models": _named(MODEL_SCHEMA, "model"),
         **{s.name: s.json_schema() for s in MATRIX_SETTINGS},
-        # The user's price per GPU-hour per GPU type, for the report's "What it costs" (matrixbench.prices).
+        # The user's price per GPU-hour per GPU type, for the report's "What it costs" (matrixbench.matrix.prices).
         "prices": PRICES_SCHEMA,
     },
 }

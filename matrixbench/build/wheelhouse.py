@@ -3,11 +3,11 @@ each wheel (torch's CUDA builds are about 2.5 GB with their nvidia-* dependencie
 once.
 
 venv builds fill it with ``pip download --dest`` and install with ``--find-links`` it
-(matrixbench/venvs.py). Docker builds (the classic builder: no RUN --mount, and the Dockerfile
+(matrixbench/build/venvs.py). Docker builds (the classic builder: no RUN --mount, and the Dockerfile
 keeps no pip cache) get it offered: ``offered()`` fills it for the image's Python version with
 this host's pip, serves it on 127.0.0.1 for the length of the build, and the build (on the host's
 network) passes ``--find-links`` that URL to pip through the FIND_LINKS build arg. Both run
-images/pip-install.sh (matrixbench/pip_script.py). ``$MATRIXBENCH_WHEELHOUSE`` moves it (CI keeps
+images/pip-install.sh (matrixbench/build/pip_script.py). ``$MATRIXBENCH_WHEELHOUSE`` moves it (CI keeps
 it between runs); it defaults to ``<cache>/wheels``.
 """
 import fcntl
@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from matrixbench import pip_script
+from matrixbench.build import pip_script
 from matrixbench.paths import cache_home
 
 WHEELHOUSE_VARIABLE = "MATRIXBENCH_WHEELHOUSE"

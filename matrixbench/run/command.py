@@ -1,7 +1,7 @@
 """``matrixbench run``: run a matrix's pending cells through an executor and an environment.
 
 Records land in ``results/<run>/<image>/<cell_id>.json`` (the run name defaults to "default"; the
-layout is ``matrixbench.layout``'s), ``results/<run>/run.json`` is the run's manifest. Cells that
+layout is ``matrixbench.run.layout``'s), ``results/<run>/run.json`` is the run's manifest. Cells that
 already have a record are skipped unless ``force``; failed ones rerun with ``retry_failed``.
 
 ``run_matrix`` builds one ``executors.base.Run`` (the matrix, the options, the environment that starts
@@ -14,24 +14,27 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
-from matrixbench import run_folder
-from matrixbench.comparisons import roles_of
-from matrixbench.cuda_builds import refuse_builds
+from matrixbench.build.cuda_builds import refuse_builds
+from matrixbench.build.images import BuildOptions
+from matrixbench.environments.base import Backend
 from matrixbench.errors import RunError
 from matrixbench.executors import adaptive, check_options, create_environment, create_executor
 from matrixbench.executors.base import Run, RunSummary
+from matrixbench.executors.ray.options import RayOptions
 from matrixbench.executors.scheduler import positions, run_order, takes_units
 from matrixbench.gpu import GpusUnreachableError, host_gpus
-from matrixbench.images import BuildOptions
-from matrixbench.layout import run_dir
-from matrixbench.manifest import finish_manifest, read_manifest, record_order, start_manifest, update_manifest
-from matrixbench.pending import new_order_seed, pending_work, recorded_failures_line, unreadable_lines
-from matrixbench.placement import plan_slots
-from matrixbench.progress import NullProgress
-from matrixbench.resume import check_resume
-from matrixbench.signals import signal_name
+from matrixbench.matrix import Matrix
+from matrixbench.matrix.comparisons import roles_of
+from matrixbench.run import folder as run_folder
+from matrixbench.run.layout import run_dir
+from matrixbench.run.manifest import finish_manifest, read_manifest, record_order, start_manifest, update_manifest
+from matrixbench.run.pending import ImageWork, new_order_seed, pending_work, recorded_failures_line, unreadable_lines
+from matrixbench.run.placement import plan_slots
+from matrixbench.run.progress import NullProgress, Progress
+from matrixbench.run.resume import check_resume
+from matrixbench.run.signals import signal_name
 
 DEFAULT_RUN = "default"
 
@@ -53,14 +56,13 @@ class RunOptions:
     gpu: Optional[str] = None             # --gpu: indices or UUIDs, comma-separated; None: CUDA_VISIBLE_DEVICES
     allow_busy_gpus: bool = False         # slots: run even where another process uses a slot's GPU
     order_seed: Optional[int] = None      # the seed of the run order; None: a fresh one (recorded in run.json)
-    ray_address: Optional[str] = None     # --executor ray: the cluster's HOST:PORT (None: a cluster on this node)
-    registry: Optional[str] = None        # --executor ray, docker nodes: push images to HOST:PORT, nodes pull them
-    build_options: Optional[BuildOptions] = None   # --executor ray, docker nodes: builds on the nodes
+    ray: RayOptions = RayOptions()        # --executor ray's own options (the cluster, the registry)
+    build_options: Optional[BuildOptions] = None   # the builds of this run: a venv here, or on Ray's docker nodes
     budget_min: Optional[float] = None    # --budget: wall minutes of the run; past it no process starts
     noise_check: bool = True              # a GPU run first measures the host's noise (--no-noise-check: not)
 
 
-def run_matrix(matrix: Any, options: RunOptions, progress: Any = None,
+def run_matrix(matrix: Matrix, options: RunOptions, progress: Optional[Progress] = None,
                environ: Optional[Mapping[str, str]] = None) -> RunSummary:
     """Run every pending cell of ``matrix``; return a RunSummary.
 
@@ -87,7 +89,7 @@ def run_matrix(matrix: Any, options: RunOptions, progress: Any = None,
     return summary
 
 
-def _take_over(lock: run_folder.RunLock, run_path: Path, progress: Any, environment: Any) -> None:
+def _take_over(lock: run_folder.RunLock, run_path: Path, progress: Progress, environment: Backend) -> None:
     """Say so when a killed run left its lock behind; stop what it left running (its containers),
     then remove its scratch folders."""
     for line in environment.stop_leftovers(run_path):
@@ -100,7 +102,7 @@ def _take_over(lock: run_folder.RunLock, run_path: Path, progress: Any, environm
         progress.note(f"removed {removed} scratch folder(s) a killed run left in {run_path}")
 
 
-def _run_with(environment: Any, matrix: Any, options: RunOptions, run_path: Path, progress: Any,
+def _run_with(environment: Backend, matrix: Matrix, options: RunOptions, run_path: Path, progress: Progress,
               environ: Mapping[str, str]) -> RunSummary:
     policy = adaptive.policy_of(matrix, options.budget_min)
     started = time.time()       # --force with repeats auto: only records written from here on count
@@ -154,29 +156,32 @@ def _run_with(environment: Any, matrix: Any, options: RunOptions, run_path: Path
     return run.summary
 
 
-def _noise_check(environment: Any, run: Run, manifest: Any, progress: Any) -> Any:
-    """A GPU run's host-noise check before its first cell (matrixbench.host_noise.run_check: a small
+def _noise_check(environment: Backend, run: Run, manifest: Dict[str, object],
+                 progress: Progress) -> Dict[str, object]:
+    """A GPU run's host-noise check before its first cell (matrixbench.run.noise_check.run_check: a small
     launch-bound model in the first pending image's environment, about 10 s): its lines printed, its result in
     <run>/noise_check.json and run.json's ``noise_check``. Never a failure; --no-noise-check skips it."""
-    from matrixbench.noise_check import run_check
+    from matrixbench.run.noise_check import run_check
 
     pending = [work for work in run.works if work.pending]
     if not run.gpus or not pending:
         return manifest
+    checked: Mapping[str, object]
     if not run.options.noise_check:
         progress.note("noise check: skipped (--no-noise-check)")
-        return update_manifest(run.path, manifest, noise_check={"status": "skipped", "why": "--no-noise-check"})
-    if run.options.executor == "ray":
+        checked = {"status": "skipped", "why": "--no-noise-check"}
+    elif run.options.executor == "ray":
         progress.note("noise check: not run (--executor ray: the cells run on the cluster's nodes, not here)")
-        return update_manifest(run.path, manifest, noise_check={"status": "not measured",
-                                                                "why": "--executor ray"})
-    progress.note("noise check: measuring this host's noise with a small launch-bound model (about 10 s; "
-                  "--no-noise-check skips it)")
-    checked = run_check(environment, run.request(pending[0]), run.path, progress.note)
-    return update_manifest(run.path, manifest, noise_check=checked)
+        checked = {"status": "not measured", "why": "--executor ray"}
+    else:
+        progress.note("noise check: measuring this host's noise with a small launch-bound model (about 10 s; "
+                      "--no-noise-check skips it)")
+        checked = run_check(environment, run.request(pending[0]), run.path, progress.note)
+    updated: Dict[str, object] = update_manifest(run.path, manifest, noise_check=dict(checked))
+    return updated
 
 
-def _note_recorded(works: List[Any], progress: Any) -> None:
+def _note_recorded(works: List[ImageWork], progress: Progress) -> None:
     """What the records already there say: failures that stay, corrupt ones that get replaced."""
     recorded_failures = sum(w.recorded_failures for w in works)
     if recorded_failures:
@@ -186,7 +191,7 @@ def _note_recorded(works: List[Any], progress: Any) -> None:
             progress.note(line)
 
 
-def check_dry_run(matrix: Any, options: RunOptions) -> None:
+def check_dry_run(matrix: Matrix, options: RunOptions) -> None:
     """What a dry run refuses, the way the real run refuses it before anything runs: options the executor
     would ignore (``check_options``), ``--device cuda`` without a GPU the environment can give, and records
     this run would skip that were measured differently (``check_resume``; the device compared only when
@@ -205,7 +210,7 @@ def check_dry_run(matrix: Any, options: RunOptions) -> None:
     check_resume(works, matrix, device, read_manifest(run_path), run_path)
 
 
-def _resolve_gpus(environment: Any, device: str, progress: Any) -> bool:
+def _resolve_gpus(environment: Backend, device: str, progress: Progress) -> bool:
     """Whether to hand the runner GPUs; asking for cuda without any is an error."""
     if device == "cpu":
         progress.note("device: cpu (--device cpu)")
@@ -223,7 +228,7 @@ def _resolve_gpus(environment: Any, device: str, progress: Any) -> bool:
     return bool(available)
 
 
-def check_host_gpus_unused(environment: Any) -> None:
+def check_host_gpus_unused(environment: Backend) -> None:
     """A host whose nvidia-smi lists GPUs never runs the matrix on the CPU unless --device cpu asks:
     raise GpusUnreachableError when the backend cannot hand them over (--backend auto falls back on it)."""
     gpus = host_gpus()
@@ -237,7 +242,7 @@ def check_host_gpus_unused(environment: Any) -> None:
             "--device cpu to time on the CPU on purpose")
 
 
-def _cell_counts(summary: RunSummary) -> Dict[str, Any]:
+def _cell_counts(summary: RunSummary) -> Dict[str, object]:
     return {
         "ran": sum(image.ran for image in summary.images),
         "skipped": sum(image.skipped for image in summary.images),
