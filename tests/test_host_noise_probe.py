@@ -298,3 +298,45 @@ def test_the_gpu_loop_pairs_each_calls_event_time_with_its_launch_time():
     count = min(loop["calls"], len(measured))
     assert loop["samples_ms"][:count] == measured[:count]
     assert all(value >= 0.0 for value in loop["launch_ms"])
+
+
+def test_the_graph_capture_warms_on_a_side_stream_and_captures_one_call():
+    """runner.noise_probe._graph without a GPU: a stand-in for torch.cuda that logs what the probe asks of it, in
+    torch's documented order for whole-network capture (warm-up on a side stream, the current stream waiting for
+    it, one call under torch.cuda.graph); the probe's replay is the captured graph's."""
+    from contextlib import contextmanager
+
+    log = []
+
+    class Stream:
+        def __init__(self, name="side"):
+            self.name = name
+
+        def wait_stream(self, other):
+            log.append(f"{self.name} waits for {other.name}")
+
+    class CUDAGraph:
+        def replay(self):
+            log.append("replay")
+
+    current = Stream("current")
+
+    @contextmanager
+    def on(stream):
+        log.append(f"on {stream.name}")
+        yield
+        log.append(f"off {stream.name}")
+
+    @contextmanager
+    def graph(captured):
+        log.append("capture")
+        yield
+        log.append("captured")
+
+    cuda = SimpleNamespace(Stream=Stream, current_stream=lambda: current, stream=on, CUDAGraph=CUDAGraph, graph=graph,
+                           synchronize=lambda: log.append("synchronize"))
+    replay = noise_probe._graph(SimpleNamespace(cuda=cuda), lambda example: log.append(f"model({example})"), "x")
+    assert log == ["side waits for current", "on side", *["model(x)"] * 3, "off side", "current waits for side",
+                   "capture", "model(x)", "captured", "synchronize"]
+    replay()
+    assert log[-1] == "replay"
