@@ -340,3 +340,12 @@ def test_the_graph_capture_warms_on_a_side_stream_and_captures_one_call():
                    "capture", "model(x)", "captured", "synchronize"]
     replay()
     assert log[-1] == "replay"
+
+
+def test_asking_for_cuda_where_torch_sees_no_gpu_is_refused_by_name():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(RuntimeError, match="--device cuda: torch sees no GPU"):
+        noise_probe.probe("cuda", seconds=0.01)
