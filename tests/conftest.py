@@ -41,6 +41,8 @@ def _is_worker(config):
 
 
 def pytest_configure(config):
+    if not _is_worker(config):
+        config.pluginmanager.register(GroupTimes(), "matrixbench-group-times")
     if getattr(config.option, "dist", "no") == "loadgroup" and not _is_worker(config):
         folder = tempfile.mkdtemp(prefix="matrixbench-test-groups-")
         config.stash[_FOLDER] = folder
@@ -55,6 +57,42 @@ def pytest_unconfigure(config):
     if folder:
         shutil.rmtree(folder, ignore_errors=True)
         os.environ.pop(GROUPS_FILE, None)
+
+
+class GroupTimes:
+    """Where the suite's time went (issue 35), a plugin of the controller (under xdist the workers' reports come
+    to it too): per group (GROUPS, and "pure Python" for the other tests) the tests, the sum of their phases'
+    durations, and the wall-clock span from the first start to the last stop, with the workers that ran it;
+    printed after the slowest tests. A test's group comes from its markers, which are among its keywords."""
+
+    def __init__(self):
+        self.groups = {}   # group -> [tests, busy seconds, first start, last stop, {workers}]
+
+    def pytest_runtest_logreport(self, report):
+        if not report.start:
+            return
+        group = next((name for marker, name in GROUPS if marker in report.keywords), "pure Python")
+        entry = self.groups.setdefault(group, [0, 0.0, report.start, report.stop, set()])
+        entry[0] += report.when == "call"
+        entry[1] += report.duration
+        entry[2], entry[3] = min(entry[2], report.start), max(entry[3], report.stop)
+        gateway = getattr(getattr(report, "node", None), "gateway", None)
+        entry[4].add(gateway.id if gateway is not None else "main")
+
+    def lines(self):
+        start = min(entry[2] for entry in self.groups.values())
+        rows = sorted(self.groups.items(), key=lambda item: item[1][3], reverse=True)
+        out = [f"{'group':<12} {'tests':>6} {'busy s':>8} {'starts s':>9} {'ends s':>8}  workers"]
+        out += [f"{group:<12} {tests:>6} {busy:>8.0f} {first - start:>9.0f} {last - start:>8.0f}  "
+                f"{','.join(sorted(workers))}" for group, (tests, busy, first, last, workers) in rows]
+        return out
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter):
+        if self.groups:
+            terminalreporter.write_sep("=", "time by group (seconds from the first test's start)")
+            for line in self.lines():
+                terminalreporter.write_line(line)
 
 
 def group_of(item):
