@@ -1,5 +1,5 @@
 """Real Docker, slots (issue 15): two slots of one core each run the tiny CPU matrix in two images
-(built from the test base images under tags of their own, matrixbench:slots-e2e-*); every record
+(the e2e test's, tests/data/docker-matrix.yaml, built once per session by tests/conftest.py); every record
 shows its slot and core, the runner inside each container saw exactly its slot's core
 (``os.sched_getaffinity``), and every image of a cell ran in one slot. Needs a Docker daemon, the
 base images and 2 usable cores; skips, saying so, otherwise."""
@@ -7,21 +7,17 @@ import os
 import threading
 import time
 from datetime import datetime
-from pathlib import Path
 
 import jsonschema
 import pytest
 
-from matrixbench.matrix import load_matrix
-from real_builds import BUILD_LOGS
 from runner import timing_board
 from runner.schema import RECORD_SCHEMA
-from test_docker_e2e import containers_of, finish, matrixbench, records
+from test_docker_e2e import MATRIX_PATH, containers_of, finish, matrixbench, records
 
 pytestmark = pytest.mark.docker
 
-SLOTS_MATRIX = Path(__file__).resolve().parent / "data" / "docker-slots-matrix.yaml"
-IMAGES = ("slots-e2e-stable", "slots-e2e-latest")
+IMAGES = ("e2e-stable", "e2e-latest")
 
 
 @pytest.fixture(scope="module")
@@ -30,11 +26,11 @@ def client(docker_test_client):
 
 
 @pytest.fixture(scope="module")
-def slots_built(client, docker_e2e_images, real_builds):
-    """The slots images, built once per session; after the e2e images, whose layers they reuse."""
+def slots_built(client, docker_e2e_images):
+    """The e2e test's two images (its tags), on a machine with the 2 usable cores two slots need."""
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs 2 usable cores for two slots of one core")
-    return real_builds.images(load_matrix(SLOTS_MATRIX), BUILD_LOGS / "docker-slots-build.log")
+    return docker_e2e_images
 
 
 @pytest.mark.parametrize("exclusive", [False, True], ids=["concurrent", "exclusive-timing"])
@@ -43,7 +39,7 @@ def test_two_one_core_slots_pin_each_container_to_its_core_in_both_images(client
     run_id = "slots-e2e-exclusive" if exclusive else "slots-e2e"
     args = ["--run", run_id, "--slots", "2", "--cache-dir", str(tmp_path / "compile")]
     process = matrixbench(*args, *(["--exclusive-timing"] if exclusive else []),
-                          results=tmp_path / "results", matrix=SLOTS_MATRIX)
+                          results=tmp_path / "results", matrix=MATRIX_PATH)
     # Concurrent: the host marks a slot 9 as timing on the run's board for the whole run; the
     # containers see the host's flock through the bind mount, so every cell that started after it
     # counts one other slot timing.

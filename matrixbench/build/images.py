@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Optional
 
 from matrixbench import resources
-from matrixbench.build import docker_client, wheelhouse
+from matrixbench.build import docker_client, turns, wheelhouse
 from matrixbench.build import facts as build_facts
 from matrixbench.build.versions import torch_label
 from matrixbench.errors import BuildError, MatrixError
+from matrixbench.paths import cache_home
 from matrixbench.redact import redact_urls
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple"
@@ -201,8 +202,23 @@ def is_current(client, image):
     return info is not None and built_from(info.labels, image)
 
 
+def building(tag, *, emit, name, environ=None):
+    """Held while ``tag`` is built: two builds of one image on this machine (two users, two test workers) take
+    turns, so the second finds the first's layers in Docker's cache instead of building them again beside it,
+    and neither discards the image the other just made. The lock is a file under the cache folder."""
+    lock_file = cache_home(environ) / "locks" / f"build-{re.sub(r'[^A-Za-z0-9_.-]', '_', tag)}.lock"
+    return turns.taking_turns(lock_file, say=lambda line: emit(name, line),
+                              waiting=f"waiting for another build of {tag} on this machine to finish")
+
+
 def run_build(client, plan, *, no_cache, emit):
-    """Build one plan, streaming its log lines to ``emit``; return the tag."""
+    """Build one plan, streaming its log lines to ``emit``; return the tag. One build of a tag at a time
+    (``building``)."""
+    with building(plan.tag, emit=emit, name=plan.name):
+        return _run_build(client, plan, no_cache=no_cache, emit=emit)
+
+
+def _run_build(client, plan, *, no_cache, emit):
     started = time.monotonic()
     previous = client.inspect_image(plan.tag)
     missing_base = client.ensure_image(plan.buildargs["BASE_IMAGE"])

@@ -10,7 +10,6 @@ network) passes ``--find-links`` that URL to pip through the FIND_LINKS build ar
 images/pip-install.sh (matrixbench/build/pip_script.py). ``$MATRIXBENCH_WHEELHOUSE`` moves it (CI keeps
 it between runs); it defaults to ``<cache>/wheels``.
 """
-import fcntl
 import functools
 import os
 import sys
@@ -19,7 +18,7 @@ from contextlib import contextmanager
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from matrixbench.build import pip_script
+from matrixbench.build import pip_script, turns
 from matrixbench.paths import cache_home
 
 WHEELHOUSE_VARIABLE = "MATRIXBENCH_WHEELHOUSE"
@@ -42,16 +41,9 @@ def downloading(name, *, emit, environ=None):
     listing is a find-links page)."""
     directory = wheelhouse_dir(environ)
     directory.mkdir(parents=True, exist_ok=True)
-    with open(directory.parent / f".{directory.name}.lock", "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            emit(name, f"wheelhouse: waiting for another download into {directory} to finish")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield directory
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with turns.taking_turns(directory.parent / f".{directory.name}.lock", say=lambda line: emit(name, line),
+                            waiting=f"wheelhouse: waiting for another download into {directory} to finish"):
+        yield directory
 
 
 def download_action(directory, python=None):
@@ -110,6 +102,17 @@ def offered(plan, python, *, emit, environ=None):
     if not python or not fill(plan, python, emit=emit, environ=environ):
         yield None
         return
-    with served(wheelhouse_dir(environ)) as url:
+    with serving(plan.name, emit=emit, environ=environ), served(wheelhouse_dir(environ)) as url:
         emit(plan.name, f"wheelhouse: {wheelhouse_dir(environ)} served at {url} for this build")
         yield url
+
+
+def serving(name, *, emit, environ=None):
+    """Held while a Docker build is served the wheelhouse: builds on this machine take turns, so that each gets
+    the fixed port (SERVE_PORT). The URL is a build arg, part of Docker's layer cache key: a build served on
+    another port would find none of its image's cached layers and install torch again. The lock is a file beside
+    the wheelhouse."""
+    directory = wheelhouse_dir(environ)
+    return turns.taking_turns(directory.parent / f".{directory.name}.serve.lock", say=lambda line: emit(name, line),
+                              waiting=f"wheelhouse: waiting for another Docker build served from {directory} to "
+                                      "finish (the URL is part of Docker's layer cache key)")

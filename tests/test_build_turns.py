@@ -1,0 +1,141 @@
+"""Two builds of one image on one machine take turns (issue 35: two test workers; two users): the second waits,
+says why, and builds only after the first has finished, so it finds the first's layers cached."""
+import os
+import subprocess
+import sys
+import threading
+import time
+
+from matrixbench.build import images
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from matrixbench.build import images
+name, marks = sys.argv[1], Path(sys.argv[2])
+def emit(image, line):
+    (marks / (name + ".said")).write_text(image + ": " + line)
+with images.building("matrixbench:e2e-stable", emit=emit, name="e2e-stable"):
+    (marks / (name + ".in")).touch()
+    while not (marks / (name + ".release")).exists():
+        time.sleep(0.02)
+"""
+
+
+def _wait_for(path, *processes, seconds=300):
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline and all(p.poll() is None for p in processes), path
+        time.sleep(0.02)
+
+
+def _hold(name, marks, env):
+    return subprocess.Popen([sys.executable, "-c", HOLD, name, str(marks)], env=env)
+
+
+def test_two_processes_building_one_tag_take_turns_and_the_second_says_why(tmp_path):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    first = _hold("first", marks, env)
+    _wait_for(marks / "first.in", first)
+    second = _hold("second", marks, env)
+    _wait_for(marks / "second.said", first, second)
+    assert not (marks / "second.in").exists()          # it waits while the first builds
+    assert (marks / "second.said").read_text() == ("e2e-stable: waiting for another build of matrixbench:e2e-stable "
+                                                    "on this machine to finish")
+    (marks / "first.release").touch()
+    _wait_for(marks / "second.in", second)             # and builds once the first is done
+    (marks / "second.release").touch()
+    assert first.wait(timeout=60) == 0 and second.wait(timeout=60) == 0
+    assert not (marks / "first.said").exists()
+    assert [path.name for path in (tmp_path / "cache" / "matrixbench" / "locks").iterdir()] == [
+        "build-matrixbench_e2e-stable.lock"]
+
+
+def test_builds_of_two_tags_do_not_wait_for_each_other(tmp_path):
+    said = []
+    environ = {"XDG_CACHE_HOME": str(tmp_path)}
+    with images.building("matrixbench:a", emit=lambda name, line: said.append(line), name="a", environ=environ):
+        with images.building("matrixbench:b", emit=lambda name, line: said.append(line), name="b", environ=environ):
+            pass
+    assert said == []
+
+
+class _Reached(Exception):
+    pass
+
+
+class _FirstStepClient:
+    """Records when run_build reaches the daemon (its first step inside the turn), then stops it there."""
+
+    def __init__(self):
+        self.reached = threading.Event()
+
+    def inspect_image(self, tag):
+        self.reached.set()
+        raise _Reached(tag)
+
+
+def test_run_build_reaches_the_daemon_only_in_its_turn(tmp_path, monkeypatch):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    holder = _hold("holder", marks, env)
+    _wait_for(marks / "holder.in", holder)
+    plan = images.BuildSpec("e2e-stable", "matrixbench:e2e-stable", {"BASE_IMAGE": "base"}, {}, None)
+    client, said, failures = _FirstStepClient(), [], []
+
+    def build():
+        try:
+            images.run_build(client, plan, no_cache=False, emit=lambda name, line: said.append(line))
+        except _Reached as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=build)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not said and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert said == ["waiting for another build of matrixbench:e2e-stable on this machine to finish"]
+    assert not client.reached.is_set()
+    (marks / "holder.release").touch()
+    thread.join(timeout=60)
+    assert client.reached.is_set() and len(failures) == 1
+    assert holder.wait(timeout=60) == 0
+
+
+SERVE = """
+import sys, time
+from pathlib import Path
+from matrixbench.build import wheelhouse
+name, marks = sys.argv[1], Path(sys.argv[2])
+def emit(image, line):
+    (marks / (name + ".said")).write_text(line)
+with wheelhouse.serving(name, emit=emit):
+    (marks / (name + ".in")).touch()
+    while not (marks / (name + ".release")).exists():
+        time.sleep(0.02)
+"""
+
+
+def test_docker_builds_take_turns_in_being_served_the_wheelhouse_so_each_gets_the_cached_url(tmp_path):
+    """Two builds of different images: the second is served the wheelhouse (at the fixed port, its URL part of
+    the layer cache key) only after the first's build is done; the lock file is beside the wheelhouse."""
+    env = {**os.environ, "MATRIXBENCH_WHEELHOUSE": str(tmp_path / "wheels")}
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    first = subprocess.Popen([sys.executable, "-c", SERVE, "first", str(marks)], env=env)
+    _wait_for(marks / "first.in", first)
+    second = subprocess.Popen([sys.executable, "-c", SERVE, "second", str(marks)], env=env)
+    _wait_for(marks / "second.said", first, second)
+    assert not (marks / "second.in").exists()
+    assert (marks / "second.said").read_text() == (
+        f"wheelhouse: waiting for another Docker build served from {tmp_path / 'wheels'} to finish (the URL is "
+        "part of Docker's layer cache key)")
+    (marks / "first.release").touch()
+    _wait_for(marks / "second.in", second)
+    (marks / "second.release").touch()
+    assert first.wait(timeout=60) == 0 and second.wait(timeout=60) == 0
+    assert (tmp_path / ".wheels.serve.lock").is_file()
