@@ -8,18 +8,22 @@ import time
 
 from matrixbench.build import images
 
+# A process that holds one of matrixbench's turns (argv[3], an expression using ``name`` and ``emit``) until told
+# to let go; what it said while waiting, when it got in and when it left are files in ``marks``.
 HOLD = """
 import sys, time
 from pathlib import Path
-from matrixbench.build import images
-name, marks = sys.argv[1], Path(sys.argv[2])
+from matrixbench.build import images, wheelhouse
+name, marks, turn = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 def emit(image, line):
     (marks / (name + ".said")).write_text(image + ": " + line)
-with images.building("matrixbench:e2e-stable", emit=emit, name="e2e-stable"):
+with eval(turn):
     (marks / (name + ".in")).touch()
     while not (marks / (name + ".release")).exists():
         time.sleep(0.02)
+(marks / (name + ".out")).touch()
 """
+BUILDING = 'images.building("matrixbench:e2e-stable", emit=emit, name="e2e-stable")'
 
 
 def _wait_for(path, *processes, seconds=300):
@@ -29,26 +33,31 @@ def _wait_for(path, *processes, seconds=300):
         time.sleep(0.02)
 
 
-def _hold(name, marks, env):
-    return subprocess.Popen([sys.executable, "-c", HOLD, name, str(marks)], env=env)
+def _hold(name, marks, env, turn=BUILDING):
+    return subprocess.Popen([sys.executable, "-c", HOLD, name, str(marks), turn], env=env)
+
+
+def _two_take_turns(tmp_path, env, turn):
+    """Two processes ask for ``turn``: the second waits, says why, and gets in only after the first let go;
+    what the second said."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    first = _hold("first", marks, env, turn)
+    _wait_for(marks / "first.in", first)
+    second = _hold("second", marks, env, turn)
+    _wait_for(marks / "second.said", first, second)
+    assert not (marks / "second.in").exists()          # it waits while the first holds the turn
+    (marks / "first.release").touch()
+    _wait_for(marks / "second.in", second)             # and gets in once the first let go
+    (marks / "second.release").touch()
+    assert first.wait(timeout=60) == 0 and second.wait(timeout=60) == 0
+    assert (marks / "first.out").exists() and not (marks / "first.said").exists()
+    return (marks / "second.said").read_text()
 
 
 def test_two_processes_building_one_tag_take_turns_and_the_second_says_why(tmp_path):
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    first = _hold("first", marks, env)
-    _wait_for(marks / "first.in", first)
-    second = _hold("second", marks, env)
-    _wait_for(marks / "second.said", first, second)
-    assert not (marks / "second.in").exists()          # it waits while the first builds
-    assert (marks / "second.said").read_text() == ("e2e-stable: waiting for another build of matrixbench:e2e-stable "
-                                                    "on this machine to finish")
-    (marks / "first.release").touch()
-    _wait_for(marks / "second.in", second)             # and builds once the first is done
-    (marks / "second.release").touch()
-    assert first.wait(timeout=60) == 0 and second.wait(timeout=60) == 0
-    assert not (marks / "first.said").exists()
+    said = _two_take_turns(tmp_path, {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}, BUILDING)
+    assert said == "e2e-stable: waiting for another build of matrixbench:e2e-stable on this machine to finish"
     assert [path.name for path in (tmp_path / "cache" / "matrixbench" / "locks").iterdir()] == [
         "build-matrixbench_e2e-stable.lock"]
 
@@ -106,36 +115,21 @@ def test_run_build_reaches_the_daemon_only_in_its_turn(tmp_path, monkeypatch):
     assert holder.wait(timeout=60) == 0
 
 
-SERVE = """
-import sys, time
-from pathlib import Path
-from matrixbench.build import wheelhouse
-name, marks = sys.argv[1], Path(sys.argv[2])
-def emit(image, line):
-    (marks / (name + ".said")).write_text(line)
-with wheelhouse.serving(name, emit=emit):
-    (marks / (name + ".in")).touch()
-    while not (marks / (name + ".release")).exists():
-        time.sleep(0.02)
-"""
-
-
 def test_docker_builds_take_turns_in_being_served_the_wheelhouse_so_each_gets_the_cached_url(tmp_path):
     """Two builds of different images: the second is served the wheelhouse (at the fixed port, its URL part of
     the layer cache key) only after the first's build is done; the lock file is beside the wheelhouse."""
-    env = {**os.environ, "MATRIXBENCH_WHEELHOUSE": str(tmp_path / "wheels")}
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    first = subprocess.Popen([sys.executable, "-c", SERVE, "first", str(marks)], env=env)
-    _wait_for(marks / "first.in", first)
-    second = subprocess.Popen([sys.executable, "-c", SERVE, "second", str(marks)], env=env)
-    _wait_for(marks / "second.said", first, second)
-    assert not (marks / "second.in").exists()
-    assert (marks / "second.said").read_text() == (
-        f"wheelhouse: waiting for another Docker build served from {tmp_path / 'wheels'} to finish (the URL is "
-        "part of Docker's layer cache key)")
-    (marks / "first.release").touch()
-    _wait_for(marks / "second.in", second)
-    (marks / "second.release").touch()
-    assert first.wait(timeout=60) == 0 and second.wait(timeout=60) == 0
+    said = _two_take_turns(tmp_path, {**os.environ, "MATRIXBENCH_WHEELHOUSE": str(tmp_path / "wheels")},
+                           "wheelhouse.serving(name, emit=emit)")
+    assert said == (f"second: wheelhouse: waiting for another Docker build served from {tmp_path / 'wheels'} to "
+                    "finish (the URL is part of Docker's layer cache key)")
     assert (tmp_path / ".wheels.serve.lock").is_file()
+
+
+def test_one_download_at_a_time_into_one_wheelhouse_across_processes(tmp_path):
+    """Two real processes (two builds) ask to download into one wheelhouse: the second waits, says why, and
+    enters only after the first left; the lock file is beside the wheelhouse, not in its find-links listing."""
+    said = _two_take_turns(tmp_path, {**os.environ, "MATRIXBENCH_WHEELHOUSE": str(tmp_path / "wheels")},
+                           "wheelhouse.downloading(name, emit=emit)")
+    assert said == f"second: wheelhouse: waiting for another download into {tmp_path / 'wheels'} to finish"
+    assert list((tmp_path / "wheels").iterdir()) == []
+    assert (tmp_path / ".wheels.lock").is_file()

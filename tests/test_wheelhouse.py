@@ -68,57 +68,6 @@ def test_no_python_version_offers_nothing(tmp_path, monkeypatch):
     assert not log.exists()
 
 
-HOLD = """
-import sys, time
-from pathlib import Path
-from matrixbench.build import wheelhouse
-name, marks = sys.argv[1], Path(sys.argv[2])
-def emit(image, line):
-    (marks / (name + ".said")).write_text(line)
-with wheelhouse.downloading(name, emit=emit):
-    (marks / (name + ".in")).touch()
-    while not (marks / (name + ".release")).exists():
-        time.sleep(0.02)
-(marks / (name + ".out")).touch()
-"""
-
-
-def test_one_download_at_a_time_into_one_wheelhouse_across_processes(tmp_path):
-    """Two real processes (two builds) ask to download into one wheelhouse: the second waits, says why, and
-    enters only after the first left; the lock file is beside the wheelhouse, not in its find-links listing."""
-    import os
-    import subprocess
-    import time
-
-    env = {**os.environ, "MATRIXBENCH_WHEELHOUSE": str(tmp_path / "wheels")}
-    marks = tmp_path / "marks"
-    marks.mkdir()
-
-    def start(name):
-        return subprocess.Popen([sys.executable, "-c", HOLD, name, str(marks)], env=env)
-
-    def wait_for(path, *processes):
-        deadline = time.monotonic() + 300
-        while not path.exists():
-            assert time.monotonic() < deadline and all(p.poll() is None for p in processes), path
-            time.sleep(0.02)
-
-    first = start("first")
-    wait_for(marks / "first.in", first)
-    second = start("second")
-    wait_for(marks / "second.said", first, second)   # it asked, and was told to wait
-    assert not (marks / "second.in").exists()
-    (marks / "first.release").touch()
-    (marks / "second.release").touch()
-    assert first.wait(timeout=300) == 0 and second.wait(timeout=300) == 0
-    assert (marks / "second.in").exists() and (marks / "first.out").exists()
-    said = (marks / "second.said").read_text()
-    assert said == f"wheelhouse: waiting for another download into {tmp_path / 'wheels'} to finish"
-    assert not (marks / "first.said").exists()
-    assert list((tmp_path / "wheels").iterdir()) == []
-    assert (tmp_path / ".wheels.lock").is_file()
-
-
 def test_a_download_alone_does_not_wait(tmp_path):
     said = []
     with wheelhouse.downloading("x", emit=lambda name, line: said.append(line),
