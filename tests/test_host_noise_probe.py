@@ -342,6 +342,68 @@ def test_the_graph_capture_warms_on_a_side_stream_and_captures_one_call():
     assert log[-1] == "replay"
 
 
+def test_a_capture_that_fails_says_why_the_gpu_bound_probe_was_not_measured_and_keeps_the_launch_bound_one(tmp_path):
+    """runner.noise_probe.measure without a GPU: a stand-in torch whose events give the H200's real per-call event
+    times and whose CUDA-graph capture raises (as capture does where an op is not capturable): the launch-bound
+    probe stands, the GPU-bound one is "not measured" with why, in the probe's result, the statement, run.json's
+    summary and the report's note."""
+    from contextlib import contextmanager, nullcontext
+
+    from matrixbench.report import host_notes
+
+    measured = _calls(_timing(H200 / "resnet_bs1_eager_float32.json"))
+    real = itertools.cycle(measured)
+
+    class Event:
+        def __init__(self, enable_timing):
+            pass
+
+        def record(self):
+            return None
+
+        def synchronize(self):
+            return None
+
+        def elapsed_time(self, other):
+            return next(real)
+
+    class Stream:
+        def wait_stream(self, other):
+            return None
+
+    @contextmanager
+    def graph(captured):
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nCompile with "
+                           "TORCH_USE_CUDA_DSA to enable device-side assertions.")
+        yield
+
+    cuda = SimpleNamespace(Event=Event, synchronize=lambda: None, Stream=Stream, current_stream=Stream,
+                           stream=lambda stream: nullcontext(), CUDAGraph=object, graph=graph,
+                           get_device_name=lambda: "NVIDIA H200")
+    torch = SimpleNamespace(cuda=cuda, no_grad=nullcontext, __version__="2.11.0+cu130")
+    result = json.loads(json.dumps(noise_probe.measure(torch, lambda example: None, "x", "cuda", seconds=0.05)))
+    why = ("the CUDA graph could not be captured: RuntimeError: CUDA error: operation not permitted when stream "
+           "is capturing")
+    assert result["gpu_bound"] is None and result["gpu_bound_why"] == why
+    launch = result["launch_bound"]
+    assert launch["calls"] > 0 and launch["samples_ms"] == list(itertools.islice(itertools.cycle(measured),
+                                                                                 launch["calls"]))
+    assert result["device"] == "cuda" and result["gpu_name"] == "NVIDIA H200"
+
+    noise = host_noise.read_probe(result)
+    assert noise.gpu is None and noise.gpu_resolvable_pct is None and noise.gpu_why == why
+    assert noise.launch_resolvable_pct == pytest.approx(detectable_at(noise.launch["block_cv"], 3))
+    statement = noise.lines()[-2 if noise.warns else -1]
+    assert f"resolves about {noise.launch_resolvable_pct:.1f}% here for launch-bound cells" in statement
+    assert f"; GPU-bound cells: not measured ({why})" in statement
+
+    kept = noise_check.run_check(ProbeBackend(result), _gpu_request(tmp_path), tmp_path, lambda line: None)
+    assert kept["status"] == "measured" and kept["gpu_bound_resolvable_pct"] is None and kept["gpu_bound_why"] == why
+    [note, *_] = host_notes.check_lines("r", host_notes.read_noise_check({"noise_check": kept}))
+    assert f"resolves about {noise.launch_resolvable_pct:.1f}% there for launch-bound cells" in note
+    assert f"GPU-bound cells: not measured ({why})" in note
+
+
 def test_asking_for_cuda_where_torch_sees_no_gpu_is_refused_by_name():
     import torch
 
