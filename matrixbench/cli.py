@@ -507,7 +507,8 @@ def _hide(command, names):
                    "records); with --repeats auto, comparisons it leaves undecided say so.")
 @click.option("--no-noise-check", "no_noise_check", is_flag=True,
               help="A GPU run first spends about 10 s measuring the host's noise with a small launch-bound model "
-                   "(what change 3 processes a side resolve here; <run>/noise_check.json): skip it.")
+                   "(what change 3 processes a side resolve here, said before the bill; <run>/noise_check.json): "
+                   "skip it.")
 @click.option("--dry-run", is_flag=True, help="Print the cells that would run and the estimated duration, and run "
               "nothing.")
 @handles_errors

@@ -28,7 +28,7 @@ import argparse
 import math
 import statistics
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from runner import host
 
@@ -86,20 +86,16 @@ def probe(device: str = "auto", seconds: float = SECONDS) -> Dict[str, Any]:
     for _ in range(DEPTH):
         layers += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU()]
     model = torch.nn.Sequential(*layers).to(device).eval()
-    example = torch.randn(1, WIDTH, device=device)
+    return measure(torch, model, torch.randn(1, WIDTH, device=device), device, seconds)
+
+
+def measure(torch: Any, model: Any, example: Any, device: str, seconds: float) -> Dict[str, Any]:
+    """Both probes of ``model`` (called on ``example``) on ``device``, and the host's steal and preemptions over
+    them: the result (see the module docstring)."""
     start = host.snapshot()
     cuda = device == "cuda"
     with torch.no_grad():
-        eager = _loop(torch, lambda: model(example), cuda, seconds * (LAUNCH_SHARE if cuda else 1.0))
-        graph: Optional[Dict[str, Any]] = None
-        why: Optional[str] = "device cpu: no GPU, no CUDA graph to replay"
-        if cuda:
-            try:
-                replay = _graph(torch, model, example)
-                graph = _loop(torch, replay, True, seconds * (1.0 - LAUNCH_SHARE))
-                why = None
-            except Exception as exc:   # a probe that cannot capture says why; the check goes on
-                why = f"the CUDA graph could not be captured: {type(exc).__name__}: {exc}"
+        eager, graph, why = _probes(torch, model, example, cuda, seconds)
     end = host.snapshot()
     steal = None
     if start.steal and end.steal and end.steal[1] > start.steal[1]:
@@ -110,6 +106,31 @@ def probe(device: str = "auto", seconds: float = SECONDS) -> Dict[str, Any]:
             "host": {"steal_share": steal, "involuntary_ctx_switches": invol},
             "launch_bound": _finish(eager, device), "gpu_bound": None if graph is None else _finish(graph, device),
             "gpu_bound_why": why}
+
+
+def _probes(torch: Any, model: Any, example: Any, cuda: bool,
+            seconds: float) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]], Optional[str]]:
+    """(the launch-bound probe's loop, the GPU-bound one's or None, why that one was not measured). The
+    launch-bound probe runs first and stands whatever follows: a CUDA graph that cannot be captured (or
+    replayed) leaves the GPU-bound probe "not measured", with why, never the check."""
+    eager = _loop(torch, lambda: model(example), cuda, seconds * (LAUNCH_SHARE if cuda else 1.0))
+    if not cuda:
+        return eager, None, "device cpu: no GPU, no CUDA graph to replay"
+    try:
+        replay = _graph(torch, model, example)
+    except Exception as exc:   # a probe that cannot capture says why; the check goes on
+        return eager, None, _why("the CUDA graph could not be captured", exc)
+    try:
+        return eager, _loop(torch, replay, True, seconds * (1.0 - LAUNCH_SHARE)), None
+    except Exception as exc:
+        return eager, None, _why("the captured CUDA graph could not be replayed", exc)
+
+
+def _why(what: str, exc: BaseException) -> str:
+    """``what``, the exception's type and the first line of its message (CUDA errors run to many lines)."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    first = first if len(first) <= 200 else first[:197] + "..."
+    return f"{what}: {type(exc).__name__}" + (f": {first}" if first else "")
 
 
 def _finish(loop: Dict[str, Any], device: str) -> Dict[str, Any]:

@@ -267,6 +267,97 @@ def run_rounds(rng: np.random.Generator, trials: int, rounds: int, *, host: Opti
     on_a, on_b = machine_factors(rng, trials, rounds, state_sd, drift, step)
     return baseline * on_a, candidate * on_b
 
+# --- the noise check's warning (issue 32 item 3): what a probe's figure says of launch-bound verdicts ------------
+#
+# A family of hosts from quiet to the fitted H100 and past it (``scaled``): the stall rate, the slow state's extra
+# time and the process level's log-SD scaled together, the stalls' size, the slow share and the dwell kept. On each,
+# the noise probe's launch-bound loop (``probe_calls``; ``block_cv``, runner.noise_probe.summarize's block CV of one
+# process, turned by ``figures`` into the change 3 processes a side resolve, host_noise.resolvable_pct, as a run
+# states it)
+# beside what a true change does to launch-bound verdicts at 3 processes a side (``verdict_shares``: a 4 ms eager
+# cell at batch 1, 300 calls a process, stats.judge_many). ``undecided_crossing`` is the probe figure at which the
+# verdicts of a true 10% change come out mostly (half) undecided: the calibrated host_noise.UNDECIDED_PCT.
+
+PROBE_CALL_MS = 0.3       # the probe's chain a call on a GPU, about (48 small kernels, launch-bound)
+PROBE_LAUNCH_S = 5.6      # its launch-bound loop: runner.noise_probe SECONDS x LAUNCH_SHARE on a GPU
+
+
+def scaled(host: Host, scale: float) -> Host:
+    """``host`` with its noise times ``scale`` (0: a quiet host, 1: itself): the stall rate, the slow state's extra
+    time and the process level's log-SD; the stalls' size, the slow share and the dwell kept."""
+    return replace(host, stall_rate_per_s=host.stall_rate_per_s * scale,
+                   slow_factor=1.0 + (host.slow_factor - 1.0) * scale, residual_sd=host.residual_sd * scale)
+
+
+def probe_calls(host: Host, rng: np.random.Generator, call_ms: float = PROBE_CALL_MS,
+                seconds: float = PROBE_LAUNCH_S) -> np.ndarray:
+    """The noise probe's launch-bound loop on ``host``: its calls (ms) for ``seconds``."""
+    return host.process(rng, call_ms, int(seconds * 1000.0 / call_ms))
+
+
+def block_cv(samples: np.ndarray, blocks: int = 10) -> float:
+    """runner.noise_probe.summarize's ``block_cv`` (the CV of the means of ``blocks`` consecutive blocks, the same
+    split), in numpy: a sweep draws thousands of probes (tests hold the two equal)."""
+    edges = np.round(np.arange(blocks + 1) * (samples.size / blocks)).astype(int)
+    means = np.array([samples[edges[i]:edges[i + 1]].mean() for i in range(blocks)])
+    return float(means.std(ddof=1) / means.mean())
+
+
+def figures(cvs: Sequence[float], processes: int = 3) -> np.ndarray:
+    """matrixbench.host_noise.resolvable_pct of many blocks' CVs at once: it is exp(cv x u) - 1 (in %) for a u
+    that depends on ``processes`` alone (report.stats.detectable_at: the t quantiles times the log ratio's
+    standard error, cv x sqrt(2 / processes)), so one call gives u (tests hold the two equal)."""
+    from matrixbench.host_noise import resolvable_pct
+
+    unit = math.log1p(resolvable_pct(1.0, processes) / 100.0)
+    return np.expm1(np.asarray(cvs, dtype=float) * unit) * 100.0
+
+
+def verdict_shares(host: Host, rng: np.random.Generator, change: float = 0.10, processes: int = 3,
+                   trials: int = 300, base_ms: float = 4.0, calls: int = 300) -> Dict[str, float]:
+    """The share of each verdict (stats.judge_many at the report's margin) when a launch-bound cell of
+    ``base_ms`` is compared with one ``change`` slower, ``processes`` processes a side of ``calls`` calls each."""
+    from matrixbench.report import stats, verdicts
+
+    def side(ms: float) -> np.ndarray:
+        return np.array([[host.process(rng, ms, calls).mean() for _ in range(processes)] for _ in range(trials)])
+    judged = stats.judge_many(side(base_ms), side(base_ms * (1.0 + change)), margin_pct=verdicts.MARGIN_PCT)
+    names, counts = np.unique(judged.verdict, return_counts=True)
+    return {str(name): float(count) / trials for name, count in zip(names, counts)}
+
+
+def threshold_sweep(host: Host, scales: Sequence[float], seed: int = 32, probes: int = 9, trials: int = 300,
+                    change: float = 0.10, probe_call_ms: float = PROBE_CALL_MS) -> List[Dict[str, float]]:
+    """Per scale of ``host``'s noise: the median probe figure (of ``probes`` probes), the share of probes that warn
+    (above host_noise.UNDECIDED_PCT) and the share of undecided verdicts of a true ``change`` at 3 processes a
+    side (``trials`` comparisons)."""
+    from matrixbench.host_noise import UNDECIDED_PCT
+
+    rows = []
+    for scale in scales:
+        rng = np.random.default_rng([seed, int(round(scale * 1000))])
+        noisy = scaled(host, scale)
+        found = figures([block_cv(probe_calls(noisy, rng, probe_call_ms)) for _ in range(probes)])
+        shares = verdict_shares(noisy, rng, change=change, trials=trials)
+        rows.append({"scale": float(scale), "probe_pct": float(np.median(found)),
+                     "probe_pct_low": float(np.min(found)), "probe_pct_high": float(np.max(found)),
+                     "warned": float(np.mean(found > UNDECIDED_PCT)),
+                     "undecided": shares.get("undecided", 0.0),
+                     "starred": shares.get("slower", 0.0) + shares.get("faster", 0.0)})
+    return rows
+
+
+def undecided_crossing(rows: Sequence[Dict[str, float]], level: float = 0.5) -> float:
+    """The probe figure (%) at which the undecided share first reaches ``level``: linear in log(figure) between
+    the two rows around it (rows in increasing noise)."""
+    for before, after in zip(rows, rows[1:]):
+        if before["undecided"] < level <= after["undecided"]:
+            share = (level - before["undecided"]) / (after["undecided"] - before["undecided"])
+            low, high = math.log(before["probe_pct"]), math.log(after["probe_pct"])
+            return math.exp(low + share * (high - low))
+    raise ValueError(f"the undecided share never crosses {level:.0%} over these scales")
+
+
 # --- the runner's view: a block-wise launch-bound loop and a fake torch.cuda (formerly tests/host_sim.py) ----
 #
 # A second, simpler model of the same evidence, for runner.timing and runner.host (tests/test_runner_host.py):

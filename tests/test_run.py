@@ -284,6 +284,38 @@ def test_auto_device_uses_gpus_when_the_backend_has_them(matrix, tmp_path, monke
     assert backend.requests[-1].placement.gpus is False and len(backend.probes) == 1   # no check on the CPU
 
 
+def test_a_gpu_run_states_its_noise_check_before_its_bill_and_its_first_cell(matrix, tmp_path, monkeypatch):
+    """Know the machine before the bill (issue 32 item 3): a GPU run says what its noise check found (here: not
+    measured, this fake runner answers no probe) or that it was skipped, then prints the bill, then starts its
+    first cell, so whoever reads a warning can stop before paying for the cells; a resume with nothing left to
+    run checks nothing and still prints its bill."""
+    import functools
+
+    import host_helpers
+
+    monkeypatch.setattr(host_helpers, "make_record", functools.partial(host_helpers.make_record, device="cuda"))
+    backend = use_backend(monkeypatch, RecordingBackend(gpus=True))
+
+    def order(events, said):
+        def first(kind, text=""):
+            return next(i for i, event in enumerate(events) if event[0] == kind and str(event[1]).startswith(text))
+        return first("note", said), first("note", "estimated duration"), first("start"), first("cell")
+
+    for name, flags, said in (("r1", {}, "noise check: not measured ("),
+                              ("r2", {"noise_check": False}, "noise check: skipped (--no-noise-check)")):
+        progress = RecordingProgress()
+        run_matrix(matrix, _options(tmp_path, run_name=name, **flags), progress=progress)
+        check, bill, start, cell = order(progress.events, said)
+        assert check < bill < start < cell
+    assert len(backend.probes) == 1
+
+    progress = RecordingProgress()
+    run_matrix(matrix, _options(tmp_path), progress=progress)   # r1 again: every cell has its record
+    assert not any(event[0] == "note" and event[1].startswith("noise check") for event in progress.events)
+    assert any(event[0] == "note" and event[1].startswith("estimated duration") for event in progress.events)
+    assert len(backend.probes) == 1
+
+
 def test_auto_device_never_runs_a_gpu_host_on_the_cpu(matrix, tmp_path, monkeypatch):
     from gpu_fakes import query_gpu
     from matrixbench.gpu import GpusUnreachableError, parse_gpus

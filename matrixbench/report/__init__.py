@@ -9,7 +9,7 @@ import pandas as pd
 
 from matrixbench.errors import ReportError
 from matrixbench.matrix.prices import from_matrix, merged
-from matrixbench.report import charts, records, render, shares, verdicts
+from matrixbench.report import charts, host_notes, records, render, shares, verdicts
 from matrixbench.report.calibration import calibration_tables, phase_pairs
 from matrixbench.report.cells import CellIndex
 from matrixbench.report.comparisons import calibration_comparisons, comparisons, write_comparisons
@@ -51,20 +51,22 @@ def build_report(results_dirs, out_dir, formats=REPORT_FORMATS, prices=(), margi
     given_prices, prices = prices, merged_prices(manifests, prices)
     with staged_report(Path(out_dir)) as stage:
         written = _write_all(stage.folder, formats, frame, calibration, cells, sources, prices, given_prices,
-                             manifests, unreadable, merging, selftests, selftest_problems, margin_pct, runs_margin)
+                             by_folder, unreadable, merging, selftests, selftest_problems, margin_pct, runs_margin)
         written = relocate(written, stage)
     return written
 
 
-def _write_all(out_dir, formats, frame, calibration, cells, sources, prices, given_prices, manifests, unreadable,
+def _write_all(out_dir, formats, frame, calibration, cells, sources, prices, given_prices, by_folder, unreadable,
                merging, selftests, selftest_problems, margin_pct, runs_margin):
     written = []
+    manifests = list(by_folder.values())
     if "md" in formats or "html" in formats:
         notes = records.run_notes(manifests) + [f"Left out, not a readable record: {error}" for error in unreadable]
         notes += merging + selftests + [f"Left out, not a readable selftest result: {line}"
                                         for line in selftest_problems]
         notes += precision_notes(frame) + margin_notes(margin_pct, runs_margin)
         notes += unmatched_price_notes(given_prices, cells)
+        notes += host_notes.noise_check_lines(by_folder)   # beside the host notes assemble adds next
         written += _write_documents(cells, sources, notes, out_dir, formats, calibration_tables(calibration), prices)
     if "csv" in formats:
         written += records.write_merged(pd.concat([frame, calibration], ignore_index=True), out_dir, cells.images())

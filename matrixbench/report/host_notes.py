@@ -3,11 +3,20 @@ number measures the host as much as the GPU), which processes were stall-laden, 
 moved (its speed reference changed by more than runner.host.SPEED_MOVED within or between processes).
 
 Reads the combined rows' ``process_host`` (report.cells: each ok process's ``timing.host`` fields, from the
-record where it has them (schema v4), else the stall fields from its samples and the rest unknown)."""
+record where it has them (schema v4), else the stall fields from its samples and the rest unknown).
+
+``noise_check_lines``: what each run folder's noise check said before its first cell (run.json's ``noise_check``,
+matrixbench.run.noise_check): the change 3 processes a side resolve for launch-bound and for GPU-bound cells and
+the warning, or "not measured" with why, or "skipped"; run.json is untrusted, so what cannot be read is
+"unknown", never a guess."""
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from matrixbench.host_noise import HELPS, UNDECIDED_PCT
 from runner import host
 
 JSON = Dict[str, Any]
@@ -78,4 +87,109 @@ def lines(rows: Sequence[Mapping[str, Any]]) -> List[str]:
                    "between processes): " + "; ".join(moved) + ".")
     if unknown and (bound or moved):
         out.append(f"{unknown} cell(s) have records older than schema v4: how launch-bound they were is unknown.")
+    return out
+
+
+# --- the run's noise check (issue 32 item 3), from run.json -------------------------------------------------
+
+STATUSES = ("measured", "not measured", "skipped")
+TEXT_LIMIT = 160        # a reason or a GPU name from run.json is shown up to this many characters
+
+
+@dataclass(frozen=True)
+class NoiseCheck:
+    """What one run.json says of its noise check, read defensively: ``status`` is one of STATUSES or "unknown"
+    (``why`` then says what was unreadable); a figure that is not a finite number >= 0 is None (unknown)."""
+
+    status: str
+    why: Optional[str] = None
+    processes: Optional[int] = None
+    launch_pct: Optional[float] = None
+    gpu_pct: Optional[float] = None
+    gpu_why: Optional[str] = None
+    where: Optional[str] = None
+
+    @property
+    def warns(self) -> bool:
+        """Launch-bound verdicts will mostly come out undecided: the measured launch-bound figure is above
+        host_noise.UNDECIDED_PCT (today's calibrated threshold, whatever the run printed)."""
+        return self.status == "measured" and self.launch_pct is not None and self.launch_pct > UNDECIDED_PCT
+
+
+def read_noise_check(manifest: Mapping[str, Any]) -> Optional[NoiseCheck]:
+    """The noise check of a run manifest: its own ``noise_check``, else the latest earlier invocation's (a resume
+    with nothing left to run checks nothing). None where no invocation has one and none ran on a GPU (a CPU
+    run checks nothing); "unknown" where a GPU run has none (it predates the check) or it cannot be read."""
+    invocations = [manifest] + [entry for entry in reversed(_list(manifest.get("history")))
+                                if isinstance(entry, Mapping)]
+    for invocation in invocations:
+        if "noise_check" in invocation:
+            return _parse(invocation["noise_check"])
+    if any(invocation.get("gpus") is True for invocation in invocations):
+        return NoiseCheck("unknown", "run.json has none: the run predates the check")
+    return None
+
+
+def _parse(value: Any) -> NoiseCheck:
+    if not isinstance(value, Mapping) or value.get("status") not in STATUSES:
+        return NoiseCheck("unknown", "run.json's noise_check is not one the report can read")
+    status = str(value["status"])
+    if status != "measured":
+        return NoiseCheck(status, _text(value.get("why")))
+    processes = value.get("processes")
+    if not isinstance(processes, int) or isinstance(processes, bool) or processes < 2:
+        return NoiseCheck("unknown", "run.json's noise_check does not say how many processes its figures are for")
+    device, gpu = _text(value.get("device")), _text(value.get("gpu_name"))
+    where = f"{device} ({gpu})" if device and gpu else device
+    return NoiseCheck(status, None, processes, _figure(value.get("launch_bound_resolvable_pct")),
+                      _figure(value.get("gpu_bound_resolvable_pct")), _text(value.get("gpu_bound_why")), where)
+
+
+def _list(value: Any) -> List[Any]:
+    return list(value) if isinstance(value, list) else []
+
+
+def _figure(value: Any) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
+def _text(value: Any) -> Optional[str]:
+    if not isinstance(value, str) or not value.strip():
+        return None
+    text = " ".join(value.split())
+    return text if len(text) <= TEXT_LIMIT else text[:TEXT_LIMIT - 3] + "..."
+
+
+def _about(pct: Optional[float]) -> str:
+    return "an unknown change" if pct is None else f"about {pct:.1f}%"
+
+
+def check_lines(run: str, check: NoiseCheck) -> List[str]:
+    """One or two notes on ``run``'s noise check: what it measured (or why not), and the warning."""
+    head = f"Noise check of run {run}"
+    if check.status != "measured":
+        return [f"{head}: {check.status}" + (f" ({check.why})." if check.why else ".")]
+    gpu = (f" and {_about(check.gpu_pct)} for GPU-bound cells (CUDA graphs, big batches)"
+           if check.gpu_pct is not None or check.gpu_why is None else
+           f"; GPU-bound cells: not measured ({check.gpu_why})")
+    out = [f"{head}, before its first cell" + (f" on {check.where}" if check.where else "") +
+           f": a comparison of {check.processes} processes a side resolves {_about(check.launch_pct)} there "
+           "for launch-bound cells (eager and default at small batches)" + gpu + " (from the wander between blocks "
+           "of one process: separate processes usually differ more)."]
+    if check.warns:
+        out.append(f"Warning from run {run}'s noise check: launch-bound verdicts will mostly come out undecided on "
+                   f"that host (they resolve {check.launch_pct:.0f}%, more than {UNDECIDED_PCT:.0f}%): {HELPS}.")
+    return out
+
+
+def noise_check_lines(manifests: Mapping[str, Mapping[str, Any]]) -> List[str]:
+    """Notes for the report: each run folder's noise check ({run folder: run.json}, records.manifests_by_folder),
+    in folder order; none for a run that never checks (a CPU run)."""
+    out: List[str] = []
+    for folder, manifest in manifests.items():
+        check = read_noise_check(manifest)
+        if check is not None:
+            out += check_lines(Path(folder).name, check)
     return out

@@ -118,8 +118,6 @@ def _run_with(environment: Backend, matrix: Matrix, options: RunOptions, run_pat
     progress.note(environment.describe())
     torch_of = {name: image.torch_version for name, image in matrix.images.items()}
     order = run_order(works, takes_units(options.executor, matrix.slots, gpus), torch_of)
-    progress.note(adaptive.bill(policy, works, parallel=matrix.slots if isinstance(matrix.slots, int) else 1,
-                                runners=len(order), settings=adaptive.bill_settings(matrix)))
     run = Run(matrix, options, environment, run_path, gpus, environ, works, progress)
     status, stopped_by = "failed", None
     try:
@@ -128,7 +126,9 @@ def _run_with(environment: Backend, matrix: Matrix, options: RunOptions, run_pat
                             emit=lambda name, line: progress.note(f"[{name}] {line}"))
         if gpus and environment.builds_images:   # before any cell runs (a Ray driver builds nothing here)
             refuse_builds({name: matrix.images[name] for name in builds}, environment.build_facts, progress.note)
-        manifest = _noise_check(environment, run, manifest, progress)
+        manifest = _noise_check(environment, run, manifest, progress)   # what the host resolves, then the bill
+        progress.note(adaptive.bill(policy, works, parallel=matrix.slots if isinstance(matrix.slots, int) else 1,
+                                    runners=len(order), settings=adaptive.bill_settings(matrix)))
         progress.start(sum(len(w.pending) for w in works), sum(w.done for w in works))
         _note_recorded(works, progress)
         executor = create_executor(environment, options, matrix=matrix, gpus=gpus, environ=environ,
@@ -158,8 +158,9 @@ def _run_with(environment: Backend, matrix: Matrix, options: RunOptions, run_pat
 
 def _noise_check(environment: Backend, run: Run, manifest: Dict[str, object],
                  progress: Progress) -> Dict[str, object]:
-    """A GPU run's host-noise check before its first cell (matrixbench.run.noise_check.run_check: a small
-    launch-bound model in the first pending image's environment, about 10 s): its lines printed, its result in
+    """A GPU run's host-noise check once its images are ready, before its bill and its first cell (so whoever reads
+    its warning can stop before paying for the cells; matrixbench.run.noise_check.run_check: a small launch-bound
+    model in the first pending image's environment, about 10 s): its lines printed, its result in
     <run>/noise_check.json and run.json's ``noise_check``. Never a failure; --no-noise-check skips it."""
     from matrixbench.run.noise_check import run_check
 
