@@ -18,7 +18,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from matrixbench.build.cuda_builds import refuse_builds
 from matrixbench.build.images import BuildOptions
-from matrixbench.environments.base import Backend
+from matrixbench.environments.base import Environment, Starter
 from matrixbench.errors import RunError
 from matrixbench.executors import adaptive, check_options, create_environment, create_executor
 from matrixbench.executors.base import Run, RunSummary
@@ -89,7 +89,7 @@ def run_matrix(matrix: Matrix, options: RunOptions, progress: Optional[Progress]
     return summary
 
 
-def _take_over(lock: run_folder.RunLock, run_path: Path, progress: Progress, environment: Backend) -> None:
+def _take_over(lock: run_folder.RunLock, run_path: Path, progress: Progress, environment: Environment) -> None:
     """Say so when a killed run left its lock behind; stop what it left running (its containers),
     then remove its scratch folders."""
     for line in environment.stop_leftovers(run_path):
@@ -102,7 +102,7 @@ def _take_over(lock: run_folder.RunLock, run_path: Path, progress: Progress, env
         progress.note(f"removed {removed} scratch folder(s) a killed run left in {run_path}")
 
 
-def _run_with(environment: Backend, matrix: Matrix, options: RunOptions, run_path: Path, progress: Progress,
+def _run_with(environment: Environment, matrix: Matrix, options: RunOptions, run_path: Path, progress: Progress,
               environ: Mapping[str, str]) -> RunSummary:
     policy = adaptive.policy_of(matrix, options.budget_min)
     started = time.time()       # --force with repeats auto: only records written from here on count
@@ -156,7 +156,7 @@ def _run_with(environment: Backend, matrix: Matrix, options: RunOptions, run_pat
     return run.summary
 
 
-def _noise_check(environment: Backend, run: Run, manifest: Dict[str, object],
+def _noise_check(environment: Environment, run: Run, manifest: Dict[str, object],
                  progress: Progress) -> Dict[str, object]:
     """A GPU run's host-noise check before its first cell (matrixbench.run.noise_check.run_check: a small
     launch-bound model in the first pending image's environment, about 10 s): its lines printed, its result in
@@ -170,7 +170,7 @@ def _noise_check(environment: Backend, run: Run, manifest: Dict[str, object],
     if not run.options.noise_check:
         progress.note("noise check: skipped (--no-noise-check)")
         checked = {"status": "skipped", "why": "--no-noise-check"}
-    elif run.options.executor == "ray":
+    elif run.options.executor == "ray" or not isinstance(environment, Starter):   # (Ray's starts none here)
         progress.note("noise check: not run (--executor ray: the cells run on the cluster's nodes, not here)")
         checked = {"status": "not measured", "why": "--executor ray"}
     else:
@@ -210,7 +210,7 @@ def check_dry_run(matrix: Matrix, options: RunOptions) -> None:
     check_resume(works, matrix, device, read_manifest(run_path), run_path)
 
 
-def _resolve_gpus(environment: Backend, device: str, progress: Progress) -> bool:
+def _resolve_gpus(environment: Environment, device: str, progress: Progress) -> bool:
     """Whether to hand the runner GPUs; asking for cuda without any is an error."""
     if device == "cpu":
         progress.note("device: cpu (--device cpu)")
@@ -228,7 +228,7 @@ def _resolve_gpus(environment: Backend, device: str, progress: Progress) -> bool
     return bool(available)
 
 
-def check_host_gpus_unused(environment: Backend) -> None:
+def check_host_gpus_unused(environment: Environment) -> None:
     """A host whose nvidia-smi lists GPUs never runs the matrix on the CPU unless --device cpu asks:
     raise GpusUnreachableError when the backend cannot hand them over (--backend auto falls back on it)."""
     gpus = host_gpus()
