@@ -7,6 +7,7 @@ what each image's runner is asked (``request``) and launches it (``launch``: one
 The executors read the run's options through ``Options``, what ``run.command.RunOptions`` (a layer above)
 has for them.
 """
+import dataclasses
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from matrixbench.environments.environment import runtime_secrets
 from matrixbench.errors import RunError
 from matrixbench.executors.adaptive import Outcome as RepeatsOutcome
 from matrixbench.executors.ray.options import RayOptions
-from matrixbench.executors.scheduler import Labelled
+from matrixbench.executors.scheduler import Labelled, Serialized
 from matrixbench.matrix import Matrix, runner_settings
 from matrixbench.paths import compile_cache_root, hf_cache_home
 from matrixbench.run.launch import Outcome, launch
@@ -149,7 +150,9 @@ class RunSummary:
 class Run:
     """One run of a matrix, as its executor sees it: the matrix and options, the environment that
     starts each runner, the run folder, whether runners get GPUs, the pending work per image
-    (``pending.ImageWork``), the progress display, and the counts (``summary``, ``results`` by label)."""
+    (``pending.ImageWork``), the progress display, and the counts (``summary``, ``results`` by label).
+    What changes during the run changes through its methods: the works of each wave (``next_wave``), the
+    progress made safe for threads (``serialize_progress``), the counts."""
 
     matrix: Matrix
     options: Options               # run.command.RunOptions
@@ -162,6 +165,7 @@ class Run:
     summary: RunSummary = field(init=False)
     results: Dict[str, ImageResult] = field(init=False)
     lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+    waves: int = field(init=False, default=0)   # waves of repeats started (``next_wave``)
 
     def __post_init__(self) -> None:
         self.summary, self.results = RunSummary(self.path, []), {}
@@ -169,6 +173,20 @@ class Run:
             result = ImageResult(work.label, work.out_dir, skipped=work.done, recorded_failures=work.recorded_failures)
             self.results[work.label] = result
             self.summary.images.append(result)
+
+    def next_wave(self, works: Sequence[ImageWork]) -> None:
+        """The works of the run's next wave of repeats (``adaptive.Waves``); a wave after the first calibrates
+        no more (the first did)."""
+        if self.waves:
+            self.matrix = dataclasses.replace(self.matrix, calibrate=False)
+        self.waves += 1
+        self.works = works
+
+    def serialize_progress(self) -> None:
+        """From here on the progress display is called from several threads (slots): one call at a time. Once:
+        a later wave of repeats auto asks again."""
+        if not isinstance(self.progress, Serialized):
+            self.progress = Serialized(self.progress)
 
     def start(self) -> None:
         """The progress hears of each image (after calibration, before the matrix's units)."""

@@ -9,7 +9,7 @@ from typing import Callable, Mapping, Optional
 
 from matrixbench.executors.base import Executor, Options, Run, gpu_choice
 from matrixbench.executors.calibration import run_calibration
-from matrixbench.executors.scheduler import Serialized, Unit, make_units, run_on_slots
+from matrixbench.executors.scheduler import Unit, make_units, run_on_slots
 from matrixbench.matrix import Matrix
 from matrixbench.run import folder as run_folder
 from matrixbench.run.pending import ImageWork
@@ -21,8 +21,7 @@ class SlotsExecutor(Executor):
         self.slot_plan = slot_plan
 
     def run(self, run: Run) -> None:
-        if not isinstance(run.progress, Serialized):   # once: later waves of repeats auto come back here
-            run.progress = Serialized(run.progress)
+        run.serialize_progress()
         progress, slots = run.progress, self.slot_plan.slots
         if run.matrix.calibrate and run.works:
             self._calibrate(run)

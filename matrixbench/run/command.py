@@ -9,7 +9,6 @@ each runner, the run folder, the GPUs, the pending work) and hands it to the exe
 (one runner at a time), ``slots`` (one runner per slot at once) or ``ray`` (one task per unit on a
 cluster). Ctrl-C stops the runners and keeps every finished record.
 """
-import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -141,9 +140,8 @@ def _run_with(environment: Environment, matrix: Matrix, options: RunOptions, run
         for wave in waves:      # repeats auto: more waves while comparisons are undecided (executors.adaptive)
             if waves.outcome.waves > 1:
                 progress.more(sum(len(work.pending) for work in wave))
-                run.matrix = dataclasses.replace(run.matrix, calibrate=False)   # calibrated in the first wave
             manifest = record_order(run_path, manifest, positions([(work, work.pending) for work in wave]))
-            run.works = wave
+            run.next_wave(wave)   # calibrated in the first wave only
             executor.run(run)
         manifest = update_manifest(run_path, manifest, repeats=waves.outcome.to_dict())
         status = "incomplete" if run.summary.missing else ("failed" if run.summary.all_failed else "finished")
