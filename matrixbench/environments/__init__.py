@@ -6,19 +6,20 @@ environment built from its pins) or local (this interpreter). Each has ``prepare
 ``create_backend(name)`` rejects unknown names with the list of valid ones. The docker
 environment is imported only when asked for, so the local one works without the docker SDK.
 """
-from typing import Any, Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
+from matrixbench.build.images import BuildOptions
 from matrixbench.environments.base import Backend
 from matrixbench.errors import RunError
 
 
-def _local(build_options: Optional[Any] = None) -> Backend:
+def _local(build_options: Optional[BuildOptions] = None) -> Backend:
     from matrixbench.environments.local import LocalBackend
 
     return LocalBackend()
 
 
-def _docker(build_options: Optional[Any] = None) -> Backend:
+def _docker(build_options: Optional[BuildOptions] = None) -> Backend:
     try:
         from matrixbench.environments.docker import DockerBackend
     except ImportError as exc:
@@ -26,20 +27,20 @@ def _docker(build_options: Optional[Any] = None) -> Backend:
     return DockerBackend()
 
 
-def _venv(build_options: Optional[Any] = None) -> Backend:
+def _venv(build_options: Optional[BuildOptions] = None) -> Backend:
     from matrixbench.environments.venv import VenvBackend
 
     return VenvBackend(build_options=build_options)
 
 
-FACTORIES: Dict[str, Callable[..., Backend]] = {"docker": _docker, "local": _local, "venv": _venv}
+FACTORIES: Dict[str, Callable[[Optional[BuildOptions]], Backend]] = {"docker": _docker, "local": _local, "venv": _venv}
 
 
 def backend_names() -> List[str]:
     return sorted(FACTORIES)
 
 
-def create_backend(name: str, build_options: Optional[Any] = None) -> Backend:
+def create_backend(name: str, build_options: Optional[BuildOptions] = None) -> Backend:
     """The environment called ``name`` (docker, local, venv); everything a run needs comes in its RunRequest.
     ``build_options`` (images.BuildOptions, the matrix's build settings): how the venv environment builds a venv
     that ``prepare`` finds missing (Docker images are built by ``matrixbench build`` alone)."""

@@ -1,5 +1,6 @@
-"""The one small interface every environment shares (docker, venv, local), and what it is asked: a
-``RunRequest`` of four typed parts.
+"""The one small interface every environment shares (``Backend``: docker, venv, local), and what it is
+asked: a ``RunRequest`` of four typed parts. ``Environment`` is what a run's driver holds of it (all of it
+but ``run``): a Backend, or the Ray cluster's driver side (``executors/ray``), whose nodes run a Backend.
 
 - ``ImageRef``: which image's runner (its name, torch pin, content hash, the build it runs in);
 - ``Work``: what the runner is asked (cells, settings, run order, or ``--check``);
@@ -15,8 +16,10 @@ import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
+from matrixbench.build.facts import BuildFacts
+from matrixbench.matrix import Image
 from matrixbench.run.layout import slot_dir
 from matrixbench.run.placement import Slot
 from runner.cells_file import schedule_pairs
@@ -53,7 +56,7 @@ class Work:
     (``--noise-probe``, runner.noise_probe) and writes <out_dir>/noise_probe.json, no records."""
 
     cells: List[Cell]
-    settings: Dict[str, Any]
+    settings: Dict[str, object]
     schedule: Tuple[Tuple[int, int], ...] = ()
     order_seed: Optional[int] = None
     check: bool = False
@@ -114,8 +117,8 @@ class Placement:
     busy_units: int = 1
     timing_board: Optional[Path] = None
     exclusive_timing: bool = False
-    calibration: Optional[Dict[str, Any]] = None
-    node: Dict[str, Any] = field(default_factory=dict)
+    calibration: Optional[Dict[str, object]] = None
+    node: Dict[str, object] = field(default_factory=dict)
 
     def slot_env(self, board_dir: Optional[str] = None) -> Dict[str, str]:
         """The slot's environment: threads = its core count, the placement (and calibration phase)
@@ -156,8 +159,8 @@ class RunRequest:
         return dataclasses.replace(self, work=self.work.for_repeats(repeats))
 
     def placed(self, slot: Slot, *, slots: int, busy_units: int, timing_board: Optional[Path] = None,
-               exclusive_timing: bool = False, calibration: Optional[Dict[str, Any]] = None,
-               node: Optional[Mapping[str, Any]] = None, gpu_ids: Optional[Tuple[str, ...]] = None) -> "RunRequest":
+               exclusive_timing: bool = False, calibration: Optional[Dict[str, object]] = None,
+               node: Optional[Mapping[str, object]] = None, gpu_ids: Optional[Tuple[str, ...]] = None) -> "RunRequest":
         """This request in ``slot`` (an executor's call, the only one that places a request): its
         neighbours, timing board, calibration phase and Ray node as given, its GPUs as asked unless
         ``gpu_ids`` (a Ray task's), and a compile cache of the slot's own (``Paths.in_slot``)."""
@@ -179,8 +182,18 @@ class RunRequest:
         return Path(self.paths.out_dir) if slot is None else slot_dir(self.paths.out_dir, slot.index)
 
 
-class Backend(ABC):
-    """Runs the runner entrypoint for a list of cells and returns when it exits."""
+@runtime_checkable
+class Starter(Protocol):
+    """What starts one image's runner on this machine: ``run(request)``, the runner's exit code (every Backend)."""
+
+    def run(self, request: RunRequest) -> int: ...
+
+
+class Environment:
+    """What starts a run's runners, as the run's driver sees it: a ``Backend`` (docker, venv, local: one
+    image's runner on this machine), or the Ray cluster's driver side (``executors/ray``: its nodes each run
+    a Backend). ``run.command.run_matrix`` asks it everything below before, around and after the units; the
+    defaults are those of an environment with nothing to check, build or stop."""
 
     name = "base"
     builds_images = False   # docker and venv: one build per image, checked before the run (build_facts)
@@ -193,29 +206,20 @@ class Backend(ABC):
         """Can this backend give the runner NVIDIA GPUs? ``--device cuda`` needs True."""
         return False
 
-    def refuse(self, images: List[Any]) -> None:
+    def refuse(self, images: List[Image]) -> None:
         """Refuse, before anything runs (the real run and its dry run alike), images this backend cannot run
         as they ask: raise a RunError naming the image and the fix. Default: none refused."""
         return None
 
-    def prepare(self, images: List[Any], emit: Optional[Callable[[str, str], None]] = None) -> None:
+    def prepare(self, images: List[Image], emit: Optional[Callable[[str, str], None]] = None) -> None:
         """Make ready what the matrix Images need before any cell runs (the venv backend builds
         their venvs); ``emit(image_name, line)`` gets progress lines. Default: nothing to do."""
         return None
 
-    def build_facts(self, image: Any) -> Optional[Any]:
+    def build_facts(self, image: Image) -> Optional[BuildFacts]:
         """What ``image``'s build (made or checked by ``prepare``) recorded of itself: build_facts.BuildFacts,
         or None when it recorded nothing. Only backends that build images (``builds_images``) answer."""
         return None
-
-    @abstractmethod
-    def run(self, request: RunRequest) -> int:
-        """Run ``request``; block until the runner exits; return its exit code. Slots call it
-        from several threads at once.
-
-        Must leave finished records in ``request.paths.out_dir`` even when interrupted
-        (KeyboardInterrupt stops and removes whatever the backend started).
-        """
 
     def check_gpu_types(self, gpu_types: Tuple[str, ...]) -> None:
         """Refuse GPU types the backend cannot reach (the ray backend asks its cluster). Only a backend
@@ -236,3 +240,16 @@ class Backend(ABC):
         """Stop every runner this backend started that still runs (Ctrl-C with slots: the
         runners of the other threads); their finished records stay. None started: nothing to do."""
         return None
+
+
+class Backend(Environment, ABC):
+    """An environment that runs the runner entrypoint here, for a list of cells, and returns when it exits."""
+
+    @abstractmethod
+    def run(self, request: RunRequest) -> int:
+        """Run ``request``; block until the runner exits; return its exit code. Slots call it
+        from several threads at once.
+
+        Must leave finished records in ``request.paths.out_dir`` even when interrupted
+        (KeyboardInterrupt stops and removes whatever the backend started).
+        """

@@ -10,29 +10,33 @@ environment (no other host variable, no host PYTHONPATH), the host's GPUs
 """
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
+from matrixbench.build.facts import BuildFacts
 from matrixbench.build.images import BuildOptions, print_progress
-from matrixbench.build.venvs import ensure_venv, link_runner, plan_venv, torch_matches, venvs_root
+from matrixbench.build.interpreters import Finder
+from matrixbench.build.venvs import Venv, ensure_venv, link_runner, plan_venv, torch_matches, venvs_root
 from matrixbench.environments.base import Backend, RunRequest
 from matrixbench.environments.environment import compile_cache_env, runner_env
 from matrixbench.environments.local import launch_runner, stop_running
 from matrixbench.errors import RunError
 from matrixbench.gpu import host_gpus
+from matrixbench.matrix import Image
 
 
 class VenvBackend(Backend):
     name = "venv"
     builds_images = True
 
-    def __init__(self, *, root: Optional[Path] = None, finder: Any = None, build_options: Any = None) -> None:
+    def __init__(self, *, root: Optional[Path] = None, finder: Optional[Finder] = None,
+                 build_options: Optional[BuildOptions] = None) -> None:
         """``root``: where the venvs live (default venvs.venvs_root()); ``finder``: the
         interpreter search's seams (interpreters.Finder); ``build_options`` (images.BuildOptions, the
         matrix's build settings): the index and CA bundle a venv that is missing is built with."""
         self._root = root
         self._finder = finder
         self._build_options = build_options
-        self._venvs: Dict[str, Any] = {}
+        self._venvs: Dict[str, Venv] = {}
 
     def describe(self) -> str:
         return (f"venv backend: one virtual environment per image under {self._root or venvs_root()}, "
@@ -41,14 +45,14 @@ class VenvBackend(Backend):
     def gpus_available(self) -> bool:
         return bool(host_gpus())
 
-    def prepare(self, images: List[Any], emit: Optional[Callable[[str, str], None]] = None) -> None:
+    def prepare(self, images: List[Image], emit: Optional[Callable[[str, str], None]] = None) -> None:
         with (self._build_options or BuildOptions()).spec_options() as given:
             for image in images:
                 plan = plan_venv(image, root=self._root, ca_bundle=given["ca_bundle"], index_url=given["index_url"],
                                  extra_index_urls=given["extra_index_urls"])
                 self._venvs[image.name] = ensure_venv(plan, emit=emit or print_progress, finder=self._finder)
 
-    def build_facts(self, image: Any) -> Optional[Any]:
+    def build_facts(self, image: Image) -> Optional[BuildFacts]:
         venv = self._venvs.get(image.name)
         return venv.facts if venv is not None else None
 

@@ -7,60 +7,77 @@ and the one place that refuses what an executor would ignore (``check_options``)
 tests which executor or backend it got.
 """
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Mapping, Optional, Protocol, Tuple
 
 from matrixbench.environments import create_backend
+from matrixbench.environments.base import Environment
 from matrixbench.errors import OptionConflictError
+from matrixbench.executors.base import Executor, Options
+from matrixbench.matrix import Matrix
 from matrixbench.run.placement import AUTO
 
 EXECUTORS = ("sequential", "slots", "ray")
 RAY = "ray"
+Note = Callable[[str], None]
 
 
-def _ray_module() -> Any:
-    from matrixbench.executors.ray import executor  # imports Ray only when it connects
-
-    return executor
-
-
-def create_environment(options: Any) -> Any:
+def create_environment(options: Options) -> Environment:
     """What starts the runners: ``--backend``'s environment; under --executor ray, the cluster's driver
     side, whose nodes each run ``--backend`` (docker or local)."""
     if options.executor != RAY:
         return create_backend(options.backend, build_options=options.build_options)
-    return _ray_module().RayBackend(options.ray.address, node_backend=options.backend, registry=options.ray.registry,
-                                    build_options=options.build_options)
+    from matrixbench.executors.ray import executor  # imports Ray only when it connects
+
+    return executor.RayBackend(options.ray.address, node_backend=options.backend, registry=options.ray.registry,
+                               build_options=options.build_options)
 
 
-def _sequential(environment: Any, options: Any, **context: Any) -> Any:
+class Factory(Protocol):
+    """Makes an executor for a run: its environment (``create_environment``), its options, and the context."""
+
+    def __call__(self, environment: Environment, options: Options, *, matrix: Matrix, gpus: bool,
+                 environ: Mapping[str, str], note: Note) -> Executor: ...
+
+
+def _sequential(environment: Environment, options: Options, *, matrix: Matrix, gpus: bool,
+                environ: Mapping[str, str], note: Note) -> Executor:
     from matrixbench.executors.sequential import SequentialExecutor
 
     return SequentialExecutor()
 
 
-def _slots(environment: Any, options: Any, *, matrix: Any, gpus: bool, environ: Any,
-           note: Callable[[str], None], required: bool = False) -> Any:
+def _slots(environment: Environment, options: Options, *, matrix: Matrix, gpus: bool, environ: Mapping[str, str],
+           note: Note, required: bool = False) -> Executor:
     """Slots where the run has them (``slots`` auto: one per GPU on a GPU run); else one runner at a time."""
     from matrixbench.executors import slots
+    from matrixbench.executors.sequential import SequentialExecutor
 
     slot_plan = slots.plan(matrix, options, gpus, environ, note, required=required)
-    return _sequential(environment, options) if slot_plan is None else slots.SlotsExecutor(slot_plan)
+    return SequentialExecutor() if slot_plan is None else slots.SlotsExecutor(slot_plan)
 
 
-FACTORIES: Dict[Optional[str], Callable[..., Any]] = {
-    None: _slots,
-    "sequential": _sequential,
-    "slots": lambda environment, options, **context: _slots(environment, options, required=True, **context),
-    RAY: lambda environment, options, **context: _ray_module().RayExecutor(environment),
-}
+def _slots_asked(environment: Environment, options: Options, *, matrix: Matrix, gpus: bool,
+                 environ: Mapping[str, str], note: Note) -> Executor:
+    return _slots(environment, options, matrix=matrix, gpus=gpus, environ=environ, note=note, required=True)
 
 
-def create_executor(environment: Any, options: Any, **context: Any) -> Any:
+def _ray(environment: Environment, options: Options, *, matrix: Matrix, gpus: bool,
+         environ: Mapping[str, str], note: Note) -> Executor:
+    from matrixbench.executors.ray import executor
+
+    return executor.RayExecutor(environment)
+
+
+FACTORIES: Dict[Optional[str], Factory] = {None: _slots, "sequential": _sequential, "slots": _slots_asked, RAY: _ray}
+
+
+def create_executor(environment: Environment, options: Options, *, matrix: Matrix, gpus: bool,
+                    environ: Mapping[str, str], note: Note) -> Executor:
     """``options.executor``'s executor (None: slots where the run has slots, else sequential)."""
-    return FACTORIES[options.executor](environment, options, **context)
+    return FACTORIES[options.executor](environment, options, matrix=matrix, gpus=gpus, environ=environ, note=note)
 
 
-def check_gpu_types(matrix: Any, executor: Optional[str]) -> None:
+def check_gpu_types(matrix: Matrix, executor: Optional[str]) -> None:
     """The GPU-type axis needs an executor that places work on GPU types: only the ray executor does."""
     if matrix.gpu_types and executor != RAY:
         raise OptionConflictError(
@@ -76,7 +93,7 @@ class Scope:
 
     flag: str
     executors: Tuple[Optional[str], ...]
-    given: Callable[[Any, Any], bool]
+    given: Callable[[Matrix, Options], bool]
 
 
 ONE_MACHINE: Tuple[Optional[str], ...] = (None, "sequential", "slots")
@@ -97,7 +114,7 @@ WHY_NOT = {
 }
 
 
-def check_options(matrix: Any, options: Any) -> None:
+def check_options(matrix: Matrix, options: Options) -> None:
     """Refuse what the chosen executor would ignore (derived from SCOPES): the slot options under --executor
     ray (Ray gives each task one GPU and that GPU's share of its node's cores), the cluster options without it."""
     if options.executor not in (None, *EXECUTORS):
@@ -114,7 +131,7 @@ def check_options(matrix: Any, options: Any) -> None:
         _check_ray_options(options)
 
 
-def _check_ray_options(options: Any) -> None:
+def _check_ray_options(options: Options) -> None:
     """What the ray executor's own options need of --backend (the nodes')."""
     if options.ray.registry and options.backend != "docker":
         raise OptionConflictError(f"registry {options.ray.registry}: images go through a registry only to docker nodes "

@@ -23,9 +23,10 @@ import math
 import time
 from dataclasses import dataclass, field
 from statistics import mean
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence, Set, Tuple, Union
 
-from matrixbench.executors.scheduler import Estimates
+from matrixbench.executors.scheduler import Estimates, fields, number
+from matrixbench.matrix import Matrix
 from matrixbench.matrix.comparisons import Comparison, ImageCells, Roles, Side
 from matrixbench.matrix.comparisons import comparisons as listed
 from matrixbench.run.pending import ImageWork, interleaved
@@ -46,7 +47,33 @@ AUTO = "auto"
 FINAL, SPENDING = "final", "spending"
 STOPPING_RULES = (FINAL, SPENDING)
 INTERIM_ALPHA = 0.001
-Judge = Callable[..., Any]          # stats.judge(baseline_means, candidate_means, *, margin_pct) -> Judgement
+
+
+class Judgement(Protocol):
+    """What the waves read of a judgement (``matrixbench.report.stats.Judgement``): the ratio, its interval
+    (None when not tested), the verdict."""
+
+    @property
+    def ratio(self) -> float: ...
+
+    @property
+    def low(self) -> Optional[float]: ...
+
+    @property
+    def high(self) -> Optional[float]: ...
+
+    @property
+    def verdict(self) -> str: ...
+
+    @property
+    def decided(self) -> bool: ...
+
+
+class Judge(Protocol):
+    """``matrixbench.report.stats.judge``: one comparison judged from its sides' process means."""
+
+    def __call__(self, baseline_means: Sequence[float], candidate_means: Sequence[float], *,
+                 margin_pct: float) -> Judgement: ...
 
 
 @dataclass(frozen=True)
@@ -72,12 +99,12 @@ class Policy:
                 f"comparison is undecided at margin {self.margin_pct:g}%{budget}")
 
 
-def policy_of(matrix: Any, budget_minutes: Optional[float] = None) -> Policy:
+def policy_of(matrix: Matrix, budget_minutes: Optional[float] = None) -> Policy:
     """The matrix's repeats as a Policy (``repeats: auto`` -> repeats_min .. repeats_max)."""
     budget_s = None if budget_minutes is None else float(budget_minutes) * 60.0
-    if matrix.repeats == AUTO:
-        return Policy(matrix.repeats_min, max(matrix.repeats_min, matrix.repeats_max), matrix.margin_pct, budget_s)
-    return Policy(matrix.repeats, matrix.repeats, matrix.margin_pct, budget_s)
+    if isinstance(matrix.repeats, int):
+        return Policy(matrix.repeats, matrix.repeats, matrix.margin_pct, budget_s)
+    return Policy(matrix.repeats_min, max(matrix.repeats_min, matrix.repeats_max), matrix.margin_pct, budget_s)
 
 
 def comparisons(works: Sequence[ImageWork], roles: Optional[Roles] = None) -> List[Comparison]:
@@ -118,19 +145,19 @@ def recorded(work: ImageWork, cell: Cell, maximum: int, since: Optional[float] =
             continue
         except RecordError:
             continue
-        timing = record.get("timing") or {}
+        timing = fields(record.get("timing"))
         if record.get("status") == "ok" and timing.get("mean_ms"):
             found.means.append(judged_estimate(timing))
         if record.get("duration_s"):
-            found.durations.append(float(record["duration_s"]))
+            found.durations.append(number(record["duration_s"]))
     return found
 
 
-def judged_estimate(timing: Dict[str, Any]) -> float:
+def judged_estimate(timing: Mapping[str, object]) -> float:
     """What the report judges of one process (stats.judged_estimate: the trimmed mean of its samples_ms,
     else its mean_ms), so the waves decide on what the report will."""
     from matrixbench.report.stats import judged_estimate as estimate  # numpy, only when a record is read
-    return estimate(timing.get("samples_ms") or [], float(timing["mean_ms"]))
+    return estimate(timing.get("samples_ms") or [], number(timing["mean_ms"]))
 
 
 @dataclass
@@ -142,7 +169,7 @@ class Doubt:
     processes: Tuple[int, int]
     why: str
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> Dict[str, object]:
         return {"comparison": self.comparison.describe(), "kind": self.comparison.kind, "verdict": self.verdict,
                 "processes": list(self.processes), "why": self.why}
 
@@ -158,7 +185,7 @@ class Outcome:
     undecided: List[Doubt] = field(default_factory=list)
     held_back: int = 0            # processes the budget did not admit
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> Dict[str, object]:
         """run.json's ``repeats``."""
         return {"policy": AUTO if self.policy.adaptive else "fixed", "minimum": self.policy.minimum,
                 "maximum": self.policy.maximum, "margin_pct": self.policy.margin_pct,
@@ -183,14 +210,14 @@ class Outcome:
         return "\n".join(lines)
 
 
-def bill_settings(matrix: Any) -> Dict[str, Any]:
+def bill_settings(matrix: Matrix) -> Dict[str, Union[bool, float, str]]:
     """The runner settings the bill depends on (issue 32): paired blocks, the loop's minimum duration."""
     return {"paired": getattr(matrix, "paired", True), "min_time_s": getattr(matrix, "min_time_s", "auto")}
 
 
 def bill_seconds(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
                  estimates: Optional[Estimates] = None, runners: int = 0,
-                 settings: Optional[Mapping[str, Any]] = None) -> Tuple[float, float]:
+                 settings: Optional[Mapping[str, object]] = None) -> Tuple[float, float]:
     """The run's estimated wall seconds, (at the minimum, at the maximum): its pending processes
     (``Estimates``) plus ``runners`` runner starts at what a start costs here (``Estimates.runner_start_s``,
     0 where the records show none), over ``parallel`` runners."""
@@ -206,7 +233,7 @@ def bill_seconds(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
 
 def bill(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
          estimates: Optional[Estimates] = None, runners: int = 0,
-         settings: Optional[Mapping[str, Any]] = None) -> str:
+         settings: Optional[Mapping[str, object]] = None) -> str:
     """The run's estimated wall time before it starts (``bill_seconds``): its pending processes
     (earlier records of each cell, else this machine's pace, else the scheduler's model) and
     ``runners`` runner starts over ``parallel`` runners; with repeats auto the minimum (repeats_min a
@@ -227,7 +254,7 @@ def bill(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
             f"({policy.maximum} a cell), {runners_text} {source}{budget}")
 
 
-def promising(judgement: Any, policy: Policy, spread: Optional[float]) -> bool:
+def promising(judgement: Judgement, policy: Policy, spread: Optional[float]) -> bool:
     """Whether more processes, up to the maximum a side, could plausibly decide ``judgement``: the
     interval ``policy.maximum`` processes a side would give (half-width t x sqrt(2 x spread^2 /
     maximum), ``spread`` the run's pooled standard deviation of log process means, steadier than
@@ -245,7 +272,7 @@ def promising(judgement: Any, policy: Policy, spread: Optional[float]) -> bool:
     return estimate > projected or estimate + projected < math.log(1.0 + policy.margin_pct / 100.0)
 
 
-def half_width(judgement: Any) -> Optional[float]:
+def half_width(judgement: Judgement) -> Optional[float]:
     """The half-width of ``judgement``'s interval on the log scale (None when not tested): it does
     not depend on the estimate, only on the processes' spread and count."""
     if judgement.low is None or judgement.high is None:
@@ -253,7 +280,7 @@ def half_width(judgement: Any) -> Optional[float]:
     return (math.log(judgement.high) - math.log(judgement.low)) / 2.0
 
 
-def goes_on(judgement: Any, policy: Policy, processes: int, rule: Optional[str] = None) -> bool:
+def goes_on(judgement: Judgement, policy: Policy, processes: int, rule: Optional[str] = None) -> bool:
     """The stopping rule, a pure function: does a comparison judged ``judgement`` (stats.judge at the
     confidence of the report, ``processes`` a side, the fewer) get more processes?
 
@@ -402,14 +429,14 @@ class Waves:
         durations = self._read(work, repeat.cell, self.policy.maximum).durations
         return mean(durations) if durations else self._estimates(work, repeat)
 
-    def _judge_all(self, final: bool) -> List[Tuple[Comparison, Any, Dict[Side, Processes]]]:
+    def _judge_all(self, final: bool) -> List[Tuple[Comparison, Judgement, Dict[Side, Processes]]]:
         """The comparisons the stopping rule (``goes_on``; under ``spending`` also ``promising``) gives
         more processes, with their sides' processes; with ``final`` none, but the outcome's decided
         count and every undecided one (``_doubt``)."""
         judge = self._judge or default_judge()
         sides: Dict[Side, Processes] = {}
-        doubts: List[Tuple[Comparison, Any, Dict[Side, Processes]]] = []
-        going: List[Tuple[Comparison, Any, Dict[Side, Processes]]] = []
+        doubts: List[Tuple[Comparison, Judgement, Dict[Side, Processes]]] = []
+        going: List[Tuple[Comparison, Judgement, Dict[Side, Processes]]] = []
         decided = 0
         for comparison in comparisons(self.works, self.roles):
             for side in (comparison.baseline, comparison.candidate):
@@ -436,13 +463,13 @@ class Waves:
             return going
         return [doubt for doubt in going if promising(doubt[1], self.policy, spread)]
 
-    def _goes_on(self, judgement: Any, processes: int) -> bool:
+    def _goes_on(self, judgement: Judgement, processes: int) -> bool:
         """``goes_on`` for a stats.Judgement; a judge double without an interval: while undecided."""
         if not hasattr(judgement, "high"):
             return not judgement.decided
         return goes_on(judgement, self.policy, processes)
 
-    def _doubt(self, comparison: Comparison, judgement: Any, sides: Dict[Side, Processes],
+    def _doubt(self, comparison: Comparison, judgement: Judgement, sides: Dict[Side, Processes],
                spread: Optional[float]) -> Doubt:
         """Why ``comparison`` stayed undecided: both sides at the maximum, futile (``promising``: the
         maximum could not decide it), else the budget held its processes back."""

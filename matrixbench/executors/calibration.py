@@ -92,7 +92,7 @@ class Phase:
     index: int        # the round (repeat index)
 
 
-def phase_unit(phase: Phase, cells: Sequence[Cell], slot: Slot) -> Unit:
+def phase_unit(phase: Phase, cells: Sequence[Cell], slot: Slot) -> Unit[Phase]:
     """One round of one phase on one slot, as a unit of the slots' scheduler pinned to that slot."""
     return Unit(f"calibration {phase.name}", BATCH_SIZE, [(phase, [Repeat(cell, phase.index) for cell in cells])],
                 0.0, slot=slot.index)
@@ -119,7 +119,7 @@ def run_calibration(run: Run, base: RunRequest, slots: Sequence[Slot],
          f"{', '.join(f'{c.model} {c.mode}' for c in cells)}, on each of {len(slots)} slots alone, then on all at once")
     missing: List[str] = []
 
-    def run_unit(slot: Slot, unit: Unit, busy: int) -> None:
+    def run_unit(slot: Slot, unit: Unit[Phase], busy: int) -> None:
         for phase, repeats in unit.parts:
             request = phase_request(base, repeats, phase.name, slot, len(slots), board)
             outcome = run.launch(phase, request, slot.index, counted=False)

@@ -21,12 +21,13 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Deque, Dict, Generic, List, Mapping, Optional, Protocol, Sequence, Tuple, TypeVar, Union
 
 from matrixbench.build.versions import same_release
 from matrixbench.executors.threads import run_threads
-from matrixbench.run.pending import round_order
+from matrixbench.run.pending import ImageWork, round_order
 from matrixbench.run.placement import Slot
+from matrixbench.run.progress import Progress
 from matrixbench.run.results_files import Unvouched, read_record, warn
 from runner.core import Repeat
 from runner.energy import ENERGY_MIN_S
@@ -37,18 +38,27 @@ from runner.schema import RecordError
 MODEL_S = {"eager": 10.0, "default": 60.0, "reduce-overhead": 75.0, "max-autotune": 300.0}
 
 
+class Labelled(Protocol):
+    """What a runner's records are counted and shown under: an image's work (``pending.ImageWork``), or a
+    calibration phase (``calibration.Phase``)."""
+
+    @property
+    def label(self) -> str: ...
+
+
+W = TypeVar("W", bound=Labelled)   # a part's "work": pending.ImageWork, or a calibration.Phase
 UnitKey = Tuple[str, int]   # (model, batch size)
-RunUnit = Callable[[Slot, "Unit", int], None]   # run_unit(slot, unit, busy units)
+Part = Tuple[W, List[Repeat]]   # (image work, its repeats)
 
 
 @dataclass
-class Unit:
+class Unit(Generic[W]):
     """One model at one batch size: its pending repeats (runner.core.Repeat) per image, in matrix
     order, as ``[(image work, repeats), ...]``; ``estimate_s`` is their summed estimate."""
 
     model: str
     batch_size: int
-    parts: List[Tuple[Any, List[Repeat]]]
+    parts: List[Part[W]]
     estimate_s: float
     slot: Optional[int] = None   # pinned: only the slot of this index runs it (a calibration phase's unit)
 
@@ -65,12 +75,15 @@ class Unit:
     def cells(self) -> int:
         return sum(len(cells) for _, cells in self.parts)
 
-    def rounds(self) -> List[Tuple[Any, List[Repeat]]]:
+    def rounds(self) -> List[Part[W]]:
         """The unit's runners, in order: its parts round by round (``rounds``)."""
         return rounds(self.parts)
 
 
-def rounds(parts: Sequence[Tuple[Any, List[Repeat]]]) -> List[Tuple[Any, List[Repeat]]]:
+RunUnit = Callable[[Slot, Unit[W], int], None]   # run_unit(slot, unit, busy units)
+
+
+def rounds(parts: Sequence[Part[W]]) -> List[Part[W]]:
     """``[(image work, repeats), ...]`` as they run: repeat index by repeat index, each image in turn
     within one, counterbalanced (``round_order``: repeat 0 in images A, B, C, repeat 1 in C, B, A,
     ...), so a load that drifts linearly during a run cancels out of every image pair's difference
@@ -81,7 +94,7 @@ def rounds(parts: Sequence[Tuple[Any, List[Repeat]]]) -> List[Tuple[Any, List[Re
             if (chosen := [repeat for repeat in repeats if repeat.index == index])]
 
 
-def positions(parts: Sequence[Tuple[Any, List[Repeat]]]) -> Dict[str, Dict[str, int]]:
+def positions(parts: Sequence[Part[W]]) -> Dict[str, Dict[str, int]]:
     """Where each repeat of ``parts`` (one unit's, or a sequential run's works) runs, for run.json:
     ``"<image label>/<record stem>" -> {"round": repeat index, "image": its image's place in that
     round (0 first), "mode": its place among its model's modes in its runner (0 first)}``."""
@@ -90,7 +103,7 @@ def positions(parts: Sequence[Tuple[Any, List[Repeat]]]) -> Dict[str, Dict[str, 
     for work, chosen in rounds(parts):
         index = chosen[0].index
         image_position = seen[index] = seen.get(index, -1) + 1
-        groups: Dict[Tuple[Any, ...], int] = {}
+        groups: Dict[Tuple[Tuple[str, object], ...], int] = {}
         for repeat in chosen:
             group = tuple((name, value) for name, value in repeat.cell.to_dict().items() if name != "mode")
             groups[group] = groups.get(group, -1) + 1
@@ -104,7 +117,7 @@ def unit_key(repeat: Repeat) -> UnitKey:
 
 
 def record_duration(path: Path, torch: Optional[str] = None,
-                    settings: Optional[Mapping[str, Any]] = None) -> Optional[float]:
+                    settings: Optional[Mapping[str, object]] = None) -> Optional[float]:
     """The ``duration_s`` of the record at ``path``; None when it is missing, unreadable, or (with
     ``torch``, a version) it ran another torch release. With ``settings`` (the run's runner settings) the
     duration is what the record's process would take under them (``settings_delta_s``: paired blocks,
@@ -118,32 +131,42 @@ def record_duration(path: Path, torch: Optional[str] = None,
         record = None
     if not record or not record.get("duration_s"):
         return None
-    ran = (record.get("environment") or {}).get("torch")
+    ran = fields(record.get("environment")).get("torch")
     if torch is not None and not (ran and same_release(str(ran), torch)):
         return None
-    return float(record["duration_s"]) + (settings_delta_s(record, settings) if settings else 0.0)
+    return number(record["duration_s"]) + (settings_delta_s(record, settings) if settings else 0.0)
 
 
-def settings_delta_s(record: Mapping[str, Any], settings: Mapping[str, Any]) -> float:
+def fields(value: object) -> Mapping[str, object]:
+    """A JSON object's fields; none for anything else (null, absent)."""
+    return value if isinstance(value, dict) else {}
+
+
+def number(value: object) -> float:
+    """A JSON number as a float; 0.0 for anything else (null, absent)."""
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+def settings_delta_s(record: Mapping[str, object], settings: Mapping[str, object]) -> float:
     """Seconds a process like ``record``'s takes more (or less) under ``settings`` than it took: issue 32's
     paired blocks (about one more eager loop and its warm-up per compiled process; a record that has them
     under --no-paired costs their duration less) and the timed loop's minimum duration (``min_time_s``;
     "auto": energy.ENERGY_MIN_S where the record's loop had an energy counter)."""
-    timing = record.get("timing") or {}
+    timing = fields(record.get("timing"))
     if not timing:
         return 0.0
     delta = 0.0
-    loop_s = float((timing.get("extended") or {}).get("loop_s") or (timing.get("loop_wall_ms") or 0.0) / 1000.0)
-    compiled = (record.get("cell") or {}).get("mode") not in (None, "eager")
+    loop_s = number(fields(timing.get("extended")).get("loop_s")) or number(timing.get("loop_wall_ms")) / 1000.0
+    compiled = fields(record.get("cell")).get("mode") not in (None, "eager")
     paired = timing.get("paired")
     if compiled and settings.get("paired", True) and not paired:
-        delta += 2.0 * loop_s + float(timing.get("warmup_s") or 0.0)
+        delta += 2.0 * loop_s + number(timing.get("warmup_s"))
     elif paired and not settings.get("paired", True):
-        delta -= float(paired.get("duration_s") or 0.0)
+        delta -= number(fields(paired).get("duration_s"))
     wanted = settings.get("min_time_s", "auto")
     if wanted == "auto":
-        wanted = ENERGY_MIN_S if (timing.get("energy") or {}).get("source") else 0.0
-    delta += max(0.0, float(wanted or 0.0) - loop_s)
+        wanted = ENERGY_MIN_S if fields(timing.get("energy")).get("source") else 0.0
+    delta += max(0.0, number(wanted) - loop_s)
     return delta
 
 
@@ -174,13 +197,13 @@ class Estimates:
     runner's first in this run's folders; None where the records show none."""
 
     def __init__(self, torch_of: Optional[Mapping[str, Optional[str]]] = None,
-                 settings: Optional[Mapping[str, Any]] = None):
+                 settings: Optional[Mapping[str, object]] = None) -> None:
         self._torch_of = dict(torch_of or {})
         self._settings = dict(settings) if settings else None   # the run's: paired, min_time_s (the bill)
         self._previous: Dict[Path, List[Path]] = {}
         self._here: Dict[Path, List[Tuple[float, float, str]]] = {}
 
-    def __call__(self, work: Any, repeat: Repeat) -> float:
+    def __call__(self, work: ImageWork, repeat: Repeat) -> float:
         out_dir = Path(work.out_dir)
         duration = record_duration(out_dir / f"{repeat.id}.json", settings=self._settings)
         for index in range(repeat.index - 1, -1, -1):
@@ -209,19 +232,19 @@ class Estimates:
                     continue
                 except (RecordError, OSError, ValueError):
                     continue
-                start, duration = _started_s(record.get("started_at")), record.get("duration_s")
-                mode = (record.get("cell") or {}).get("mode")
+                start, duration = _started_s(record.get("started_at")), number(record.get("duration_s"))
+                mode = fields(record.get("cell")).get("mode")
                 if duration and mode:
-                    found.append((start if start is not None else float("nan"), float(duration), str(mode)))
+                    found.append((start if start is not None else float("nan"), duration, str(mode)))
             self._here[out_dir] = sorted(found, key=lambda item: item[0])
         return self._here[out_dir]
 
-    def pace_here(self, work: Any, mode: str) -> Optional[float]:
+    def pace_here(self, work: ImageWork, mode: str) -> Optional[float]:
         """The mean duration of this image folder's records of ``mode`` (measured on this machine)."""
         durations = [duration for _, duration, recorded in self._records_here(Path(work.out_dir)) if recorded == mode]
         return statistics.fmean(durations) if durations else None
 
-    def runner_start_s(self, works: Sequence[Any]) -> Optional[float]:
+    def runner_start_s(self, works: Sequence[ImageWork]) -> Optional[float]:
         """The median gap (RUNNER_GAP_S to RUNNER_GAP_MAX_S) between a record's end and the next record's
         start in ``works``' folders: a runner starting; None where there is none."""
         gaps = []
@@ -231,7 +254,7 @@ class Estimates:
         gaps = [gap for gap in gaps if RUNNER_GAP_S <= gap <= RUNNER_GAP_MAX_S]
         return statistics.median(gaps) if gaps else None
 
-    def previous_duration(self, work: Any, repeat: Repeat) -> Optional[float]:
+    def previous_duration(self, work: ImageWork, repeat: Repeat) -> Optional[float]:
         out_dir = Path(work.out_dir)
         if out_dir not in self._previous:
             self._previous[out_dir] = previous_image_dirs(out_dir)
@@ -251,7 +274,7 @@ RUNNER_GAP_S = 2.0
 RUNNER_GAP_MAX_S = 300.0
 
 
-def _started_s(value: Any) -> Optional[float]:
+def _started_s(value: object) -> Optional[float]:
     from datetime import datetime
 
     try:
@@ -260,7 +283,7 @@ def _started_s(value: Any) -> Optional[float]:
         return None
 
 
-def takes_units(executor: Optional[str], slots: Any, gpus: bool) -> bool:
+def takes_units(executor: Optional[str], slots: Union[str, int], gpus: bool) -> bool:
     """Whether a run takes its work as units (``make_units``: model by model, longest first; the slots and
     ray executors) or image by image, round by round (the sequential executor): as
     ``matrixbench.executors.create_executor`` chooses (no --executor: slots where the run has them,
@@ -270,8 +293,8 @@ def takes_units(executor: Optional[str], slots: Any, gpus: bool) -> bool:
     return slots != "auto" or gpus
 
 
-def run_order(works: Sequence[Any], units: bool,
-              torch_of: Optional[Mapping[str, Optional[str]]] = None) -> List[Tuple[Any, List[Repeat]]]:
+def run_order(works: Sequence[ImageWork], units: bool,
+              torch_of: Optional[Mapping[str, Optional[str]]] = None) -> List[Part[ImageWork]]:
     """The runners of ``works``' pending repeats in the order the run starts them, as
     ``[(image work, repeats), ...]``: by units (``make_units``, then each unit's ``rounds``; with several
     slots, the order they are taken from the queue) or, one runner at a time, ``rounds`` across the images.
@@ -281,12 +304,13 @@ def run_order(works: Sequence[Any], units: bool,
     return rounds([(work, work.pending) for work in works if work.pending])
 
 
-def make_units(works: Sequence[Any], torch_of: Optional[Mapping[str, Optional[str]]] = None) -> List[Unit]:
+def make_units(works: Sequence[ImageWork],
+               torch_of: Optional[Mapping[str, Optional[str]]] = None) -> List[Unit[ImageWork]]:
     """The pending repeats of ``works`` (ImageWork, one per image, in matrix order) as one unit
     per model and batch size, longest first (ties by model, then batch size); ``torch_of``: the
     torch version each image pins (image name -> "2.0.1"), to match earlier runs' records."""
     estimate = Estimates(torch_of)
-    by_key: Dict[UnitKey, Dict[int, Tuple[Any, List[Repeat]]]] = {}
+    by_key: Dict[UnitKey, Dict[int, Part[ImageWork]]] = {}
     for work in works:
         for repeat in work.pending:
             parts = by_key.setdefault(unit_key(repeat), {})
@@ -297,7 +321,8 @@ def make_units(works: Sequence[Any], torch_of: Optional[Mapping[str, Optional[st
     return sorted(units, key=lambda unit: (-unit.estimate_s, unit.key))
 
 
-def run_on_slots(slots: Sequence[Slot], units: Sequence[Unit], run_unit: RunUnit, stop_all: Callable[[], None]) -> None:
+def run_on_slots(slots: Sequence[Slot], units: Sequence[Unit[W]], run_unit: RunUnit[W],
+                 stop_all: Callable[[], None]) -> None:
     """Run ``units`` on ``slots``: ``run_unit(slot, unit, busy_units)`` in one thread per slot, each taking
     the next unit it may run (a pinned unit waits for its slot) until none is left for it.
 
@@ -324,7 +349,7 @@ def run_on_slots(slots: Sequence[Slot], units: Sequence[Unit], run_unit: RunUnit
                 [f"slot-{slot.index}" for slot in slots])
 
 
-def _take(queue: Deque[Unit], slot_index: int) -> Optional[Unit]:
+def _take(queue: Deque[Unit[W]], slot_index: int) -> Optional[Unit[W]]:
     """The first unit of ``queue`` the slot ``slot_index`` may run (unpinned, or pinned to it: ``Unit.slot``),
     taken off it; None when none is left for it."""
     for position, unit in enumerate(queue):
@@ -337,15 +362,37 @@ def _take(queue: Deque[Unit], slot_index: int) -> Optional[Unit]:
 class Serialized:
     """A progress display called from several slot threads: one call at a time."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Progress) -> None:
         self._inner, self._lock = inner, threading.RLock()
 
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._inner, name)
-        if not callable(attribute):
-            return attribute
+    def start(self, total: int, skipped: int) -> None:
+        with self._lock:
+            self._inner.start(total, skipped)
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            with self._lock:
-                return attribute(*args, **kwargs)
-        return call
+    def image_started(self, image_name: str, pending: int, skipped: int) -> None:
+        with self._lock:
+            self._inner.image_started(image_name, pending, skipped)
+
+    def more(self, count: int) -> None:
+        with self._lock:
+            self._inner.more(count)
+
+    def cell_finished(self, image_name: str, cell: object, record: object) -> None:
+        with self._lock:
+            self._inner.cell_finished(image_name, cell, record)
+
+    def slot_running(self, slot: int, image_name: Optional[str] = None, cell: object = None) -> None:
+        with self._lock:
+            self._inner.slot_running(slot, image_name, cell)
+
+    def tick(self) -> None:
+        with self._lock:
+            self._inner.tick()
+
+    def note(self, text: str) -> None:
+        with self._lock:
+            self._inner.note(text)
+
+    def close(self) -> None:
+        with self._lock:
+            self._inner.close()

@@ -5,12 +5,14 @@ interference calibration first (``executors.calibration``: its phases are units 
 each pinned to its slot). The runners share the run's timing board
 (runner.timing_board), removed after."""
 import shutil
-from typing import Any, Optional
+from typing import Callable, Mapping, Optional
 
-from matrixbench.executors.base import Executor, Run, gpu_choice
+from matrixbench.executors.base import Executor, Options, Run, gpu_choice
 from matrixbench.executors.calibration import run_calibration
-from matrixbench.executors.scheduler import Serialized, Unit, make_units, run_on_slots
+from matrixbench.executors.scheduler import Unit, make_units, run_on_slots
+from matrixbench.matrix import Matrix
 from matrixbench.run import folder as run_folder
+from matrixbench.run.pending import ImageWork
 from matrixbench.run.placement import AUTO, NoHostGpusError, Slot, SlotPlan, check_gpus_free, plan_slots
 
 
@@ -19,15 +21,14 @@ class SlotsExecutor(Executor):
         self.slot_plan = slot_plan
 
     def run(self, run: Run) -> None:
-        if not isinstance(run.progress, Serialized):   # once: later waves of repeats auto come back here
-            run.progress = Serialized(run.progress)
+        run.serialize_progress()
         progress, slots = run.progress, self.slot_plan.slots
         if run.matrix.calibrate and run.works:
             self._calibrate(run)
         run.start()
         board = run_folder.make_timing_board(run.path)
 
-        def run_unit(slot: Slot, unit: Unit, busy: int) -> None:
+        def run_unit(slot: Slot, unit: Unit[ImageWork], busy: int) -> None:
             for work, repeats in unit.rounds():
                 request = run.request(work).for_repeats(repeats).placed(
                     slot, slots=len(slots), busy_units=busy, timing_board=board,
@@ -51,7 +52,8 @@ class SlotsExecutor(Executor):
             shutil.rmtree(board, ignore_errors=True)
 
 
-def plan(matrix: Any, options: Any, gpus: bool, environ: Any, note: Any, required: bool = False) -> Optional[SlotPlan]:
+def plan(matrix: Matrix, options: Options, gpus: bool, environ: Mapping[str, str], note: Callable[[str], None],
+         required: bool = False) -> Optional[SlotPlan]:
     """The run's slots; None for one runner per image (slots auto on a CPU run, or on a GPU run whose
     host nvidia-smi lists no GPU to place, e.g. GPUs that only Docker sees), unless ``required``
     (--executor slots)."""

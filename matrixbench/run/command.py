@@ -9,7 +9,6 @@ each runner, the run folder, the GPUs, the pending work) and hands it to the exe
 (one runner at a time), ``slots`` (one runner per slot at once) or ``ray`` (one task per unit on a
 cluster). Ctrl-C stops the runners and keeps every finished record.
 """
-import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from matrixbench.build.cuda_builds import refuse_builds
 from matrixbench.build.images import BuildOptions
-from matrixbench.environments.base import Backend
+from matrixbench.environments.base import Environment, Starter
 from matrixbench.errors import RunError
 from matrixbench.executors import adaptive, check_options, create_environment, create_executor
 from matrixbench.executors.base import Run, RunSummary
@@ -89,7 +88,7 @@ def run_matrix(matrix: Matrix, options: RunOptions, progress: Optional[Progress]
     return summary
 
 
-def _take_over(lock: run_folder.RunLock, run_path: Path, progress: Progress, environment: Backend) -> None:
+def _take_over(lock: run_folder.RunLock, run_path: Path, progress: Progress, environment: Environment) -> None:
     """Say so when a killed run left its lock behind; stop what it left running (its containers),
     then remove its scratch folders."""
     for line in environment.stop_leftovers(run_path):
@@ -102,7 +101,7 @@ def _take_over(lock: run_folder.RunLock, run_path: Path, progress: Progress, env
         progress.note(f"removed {removed} scratch folder(s) a killed run left in {run_path}")
 
 
-def _run_with(environment: Backend, matrix: Matrix, options: RunOptions, run_path: Path, progress: Progress,
+def _run_with(environment: Environment, matrix: Matrix, options: RunOptions, run_path: Path, progress: Progress,
               environ: Mapping[str, str]) -> RunSummary:
     policy = adaptive.policy_of(matrix, options.budget_min)
     started = time.time()       # --force with repeats auto: only records written from here on count
@@ -141,9 +140,8 @@ def _run_with(environment: Backend, matrix: Matrix, options: RunOptions, run_pat
         for wave in waves:      # repeats auto: more waves while comparisons are undecided (executors.adaptive)
             if waves.outcome.waves > 1:
                 progress.more(sum(len(work.pending) for work in wave))
-                run.matrix = dataclasses.replace(run.matrix, calibrate=False)   # calibrated in the first wave
             manifest = record_order(run_path, manifest, positions([(work, work.pending) for work in wave]))
-            run.works = wave
+            run.next_wave(wave)   # calibrated in the first wave only
             executor.run(run)
         manifest = update_manifest(run_path, manifest, repeats=waves.outcome.to_dict())
         status = "incomplete" if run.summary.missing else ("failed" if run.summary.all_failed else "finished")
@@ -156,7 +154,7 @@ def _run_with(environment: Backend, matrix: Matrix, options: RunOptions, run_pat
     return run.summary
 
 
-def _noise_check(environment: Backend, run: Run, manifest: Dict[str, object],
+def _noise_check(environment: Environment, run: Run, manifest: Dict[str, object],
                  progress: Progress) -> Dict[str, object]:
     """A GPU run's host-noise check once its images are ready, before its bill and its first cell (so whoever reads
     its warning can stop before paying for the cells; matrixbench.run.noise_check.run_check: a small launch-bound
@@ -171,7 +169,7 @@ def _noise_check(environment: Backend, run: Run, manifest: Dict[str, object],
     if not run.options.noise_check:
         progress.note("noise check: skipped (--no-noise-check)")
         checked = {"status": "skipped", "why": "--no-noise-check"}
-    elif run.options.executor == "ray":
+    elif run.options.executor == "ray" or not isinstance(environment, Starter):   # (Ray's starts none here)
         progress.note("noise check: not run (--executor ray: the cells run on the cluster's nodes, not here)")
         checked = {"status": "not measured", "why": "--executor ray"}
     else:
@@ -211,7 +209,7 @@ def check_dry_run(matrix: Matrix, options: RunOptions) -> None:
     check_resume(works, matrix, device, read_manifest(run_path), run_path)
 
 
-def _resolve_gpus(environment: Backend, device: str, progress: Progress) -> bool:
+def _resolve_gpus(environment: Environment, device: str, progress: Progress) -> bool:
     """Whether to hand the runner GPUs; asking for cuda without any is an error."""
     if device == "cpu":
         progress.note("device: cpu (--device cpu)")
@@ -229,7 +227,7 @@ def _resolve_gpus(environment: Backend, device: str, progress: Progress) -> bool
     return bool(available)
 
 
-def check_host_gpus_unused(environment: Backend) -> None:
+def check_host_gpus_unused(environment: Environment) -> None:
     """A host whose nvidia-smi lists GPUs never runs the matrix on the CPU unless --device cpu asks:
     raise GpusUnreachableError when the backend cannot hand them over (--backend auto falls back on it)."""
     gpus = host_gpus()

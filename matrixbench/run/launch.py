@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Callable, List, Literal, Optional, Sequence, Tuple, Type, Union
 
-from matrixbench.environments.base import Backend, RunRequest
+from matrixbench.environments.base import RunRequest, Starter
 from matrixbench.redact import redact_text, secrets
 from matrixbench.run.layout import LOG_FILENAME
 from runner.core import Cell, Record, Repeat
@@ -80,7 +80,7 @@ def last_line(text: str) -> str:
     return line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + "..."
 
 
-def launch(environment: Backend, request: RunRequest, on_record: Optional[OnRecord] = None,
+def launch(environment: Starter, request: RunRequest, on_record: Optional[OnRecord] = None,
            on_tick: Optional[Callable[[], None]] = None) -> Outcome:
     """Run ``request`` in ``environment`` (blocking), ``on_record(cell, record)`` called as each record
     appears; the Outcome, judged by ``judge``. KeyboardInterrupt passes through after the

@@ -9,18 +9,19 @@ import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Callable, Dict, Optional
 
-from matrixbench.environments.base import Paths
+from matrixbench.environments.base import Paths, RunRequest, Starter
 from matrixbench.host_noise import PROBE_S, ProbeNoise, read_probe
-from matrixbench.run.launch import launch
+from matrixbench.run.launch import Outcome, launch
 from matrixbench.run.layout import NOISE_CHECK_DIRNAME, NOISE_CHECK_FILENAME
 from runner.noise_probe import PROBE_FILENAME
 from runner.schema import write_json_atomic
 
 
-def run_check(environment: Any, request: Any, run_path: Path, emit: Callable[[str], None],
-              seconds: float = PROBE_S, launcher: Optional[Callable[[Any, Any], Any]] = None) -> Dict[str, Any]:
+def run_check(environment: Starter, request: RunRequest, run_path: Path, emit: Callable[[str], None],
+              seconds: float = PROBE_S,
+              launcher: Optional[Callable[[Starter, RunRequest], Outcome]] = None) -> Dict[str, object]:
     """The start of a GPU run: the probe in ``request``'s image environment (a runner started as the run starts
     one, ``--noise-probe``), on the run's device; its lines emitted, its result and judgement written to
     ``<run>/noise_check.json``; returns what run.json keeps (``status``: measured, or not measured with why).
@@ -48,7 +49,7 @@ def run_check(environment: Any, request: Any, run_path: Path, emit: Callable[[st
                 "seconds": round(time.monotonic() - began, 1)}
     for line in noise.lines():
         emit(line)
-    kept = {"status": "measured", "image": request.image.name, "file": NOISE_CHECK_FILENAME,
+    kept: Dict[str, object] = {"status": "measured", "image": request.image.name, "file": NOISE_CHECK_FILENAME,
             "seconds": round(time.monotonic() - began, 1), **_brief(noise)}
     try:
         write_json_atomic(Path(run_path) / NOISE_CHECK_FILENAME, {**kept, "judged": noise.to_dict(), "probe": result})
@@ -58,7 +59,7 @@ def run_check(environment: Any, request: Any, run_path: Path, emit: Callable[[st
     return kept
 
 
-def _brief(noise: ProbeNoise) -> Dict[str, Any]:
+def _brief(noise: ProbeNoise) -> Dict[str, object]:
     """What run.json keeps of a measured check (the report cites it; the calls are in noise_check.json)."""
     return {"device": noise.device, "gpu_name": noise.gpu_name, "processes": noise.processes,
             "launch_bound_resolvable_pct": noise.launch_resolvable_pct,

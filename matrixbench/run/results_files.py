@@ -27,7 +27,7 @@ import stat
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional, Set, Union
+from typing import Dict, Iterator, Optional, Set, Tuple, Union
 
 import jsonschema
 from jsonschema import validators
@@ -37,6 +37,7 @@ from runner.files import MIB, describe_kind
 from runner.schema import CELLS_SCHEMA, MAX_RECORD_BYTES, RECORD_SCHEMA, NewerRecordError, RecordError
 
 PathLike = Union[str, Path]
+JSONObject = Dict[str, object]   # a JSON object as read (the schemas say what each field holds)
 MAX_BYTES = {"record": MAX_RECORD_BYTES, "run.json": 64 * MIB, "cells.json": 64 * MIB, "selftest.json": 1 * MIB,
              "run.lock": 1 * MIB}
 
@@ -56,12 +57,14 @@ class NewerUnvouched(Unvouched, NewerRecordError):
     """A record a newer matrixbench wrote: never read, never overwritten."""
 
 
-def _finite(validator: Any, wanted: Any, instance: Any, schema: Any) -> Iterator[jsonschema.ValidationError]:
+def _finite(validator: object, wanted: object, instance: object,
+            schema: object) -> Iterator[jsonschema.ValidationError]:
     if wanted and isinstance(instance, float) and not math.isfinite(instance):
         yield jsonschema.ValidationError(f"{instance!r} is not a finite number")
 
 
-def _iso_time(validator: Any, wanted: Any, instance: Any, schema: Any) -> Iterator[jsonschema.ValidationError]:
+def _iso_time(validator: object, wanted: object, instance: object,
+              schema: object) -> Iterator[jsonschema.ValidationError]:
     if wanted and isinstance(instance, str):
         try:
             datetime.fromisoformat(instance)
@@ -77,7 +80,7 @@ _MS = {"finite": True, "minimum": 0, "maximum": 1e9}             # 11 days for o
 _COUNT = {"minimum": 0, "maximum": 1e12}
 _TIMING_MS = ("mean_ms", "median_ms", "p90_ms", "p99_ms", "stdev_ms", "min_ms", "max_ms", "loop_wall_ms",
               "wall_mean_ms")
-RECORD_LIMITS: Dict[str, Any] = {
+RECORD_LIMITS: JSONObject = {
     "properties": {
         "duration_s": _SECONDS,
         "started_at": {"iso_time": True},
@@ -109,7 +112,7 @@ _CORNER = {"type": "object", "required": ["torch_of", "transformers_of", "name"]
            "properties": {"torch_of": {"type": "string"}, "transformers_of": {"type": "string"},
                           "name": {"type": "string"}, "reason": {"type": "string"}}}
 # run.json (matrixbench.run.manifest): the fields a reader uses, typed; anything else is free.
-MANIFEST_SCHEMA: Dict[str, Any] = {
+MANIFEST_SCHEMA: JSONObject = {
     "type": "object",
     "required": ["schema_version"],
     "properties": {
@@ -135,7 +138,7 @@ MANIFEST_SCHEMA: Dict[str, Any] = {
     },
 }
 
-SELFTEST_SCHEMA: Dict[str, Any] = {
+SELFTEST_SCHEMA: JSONObject = {
     "type": "object",
     "required": ["passed", "checks"],
     "properties": {
@@ -160,7 +163,7 @@ _CELLS = Checker(CELLS_SCHEMA)
 _SELFTEST = Checker(SELFTEST_SCHEMA)
 
 
-def read_json(path: PathLike, kind: str = "record", root: Optional[PathLike] = None) -> Any:
+def read_json(path: PathLike, kind: str = "record", root: Optional[PathLike] = None) -> object:
     """The JSON value in ``path``; Unvouched naming the file when it is not a regular file (a link
     leading outside ``root`` is refused), is over MAX_BYTES[kind], or is not UTF-8 JSON."""
     path = Path(path)
@@ -211,7 +214,7 @@ def _inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def check(value: Any, validator: Any, path: PathLike, what: str) -> None:
+def check(value: object, validator: jsonschema.protocols.Validator, path: PathLike, what: str) -> None:
     """Unvouched naming the field when ``value`` fails ``validator``."""
     error = jsonschema.exceptions.best_match(validator.iter_errors(value))
     if error is not None:
@@ -223,7 +226,7 @@ def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def read_record(path: PathLike, root: Optional[PathLike] = None) -> Dict[str, Any]:
+def read_record(path: PathLike, root: Optional[PathLike] = None) -> JSONObject:
     """A record as a dict of the current schema version (older versions converted), vouched for:
     the file, its JSON, RECORD_SCHEMA and RECORD_LIMITS. NewerUnvouched for a newer version."""
     record = read_json(path, "record", root)
@@ -250,7 +253,7 @@ def read_record(path: PathLike, root: Optional[PathLike] = None) -> Dict[str, An
     return record
 
 
-def _without_samples(record: Dict[str, Any], path: PathLike) -> Dict[str, Any]:
+def _without_samples(record: JSONObject, path: PathLike) -> JSONObject:
     """The record with ``timing.samples_ms`` checked here (a list of finite numbers in _MS's range) and
     left out of the copy the schemas check."""
     timing = record.get("timing")
@@ -270,7 +273,7 @@ MAX_MAGNITUDE = 2 ** 53          # the largest integer a float holds exactly: no
 NON_FINITE_ALLOWED = ("accuracy",)   # a NaN output is what accuracy.status "nan" reports
 
 
-def _check_numbers(value: Any, path: PathLike, where: tuple = ()) -> None:
+def _check_numbers(value: object, path: PathLike, where: Tuple[Union[str, int], ...] = ()) -> None:
     """Every number of a record finite (but under NON_FINITE_ALLOWED) and at most MAX_MAGNITUDE."""
     if isinstance(value, dict):
         for key, item in value.items():
@@ -287,7 +290,7 @@ def _check_numbers(value: Any, path: PathLike, where: tuple = ()) -> None:
             raise Unvouched(path, f"field {field}: {value!r} is over {MAX_MAGNITUDE:.0e}; a value no measurement has")
 
 
-def read_manifest_file(path: PathLike, root: Optional[PathLike] = None) -> Dict[str, Any]:
+def read_manifest_file(path: PathLike, root: Optional[PathLike] = None) -> JSONObject:
     """A run.json, vouched for (the file, its JSON, MANIFEST_SCHEMA); the version check is the
     caller's (matrixbench.run.manifest.read_manifest says which versions it reads)."""
     manifest = read_json(path, "run.json", root)
@@ -296,22 +299,29 @@ def read_manifest_file(path: PathLike, root: Optional[PathLike] = None) -> Dict[
     return manifest
 
 
-def check_manifest(manifest: Dict[str, Any], path: PathLike) -> None:
+def check_manifest(manifest: JSONObject, path: PathLike) -> None:
     check(manifest, _MANIFEST, path, "the run manifest is not what matrixbench writes")
 
 
-def read_cells(path: PathLike, root: Optional[PathLike] = None) -> Dict[str, Any]:
+def read_cells(path: PathLike, root: Optional[PathLike] = None) -> JSONObject:
     """A cells.json (the runner's input), vouched for against runner.schema.CELLS_SCHEMA."""
     cells = read_json(path, "cells.json", root)
     check(cells, _CELLS, path, "not a cells file of this matrixbench")
-    return dict(cells)
+    return _object(cells, path, "a cells object")
 
 
-def read_selftest(path: PathLike, root: Optional[PathLike] = None) -> Dict[str, Any]:
+def read_selftest(path: PathLike, root: Optional[PathLike] = None) -> JSONObject:
     """A selftest.json, vouched for against SELFTEST_SCHEMA."""
     result = read_json(path, "selftest.json", root)
     check(result, _SELFTEST, path, "not a selftest result")
-    return dict(result)
+    return _object(result, path, "a selftest object")
+
+
+def _object(value: object, path: PathLike, what: str) -> JSONObject:
+    """``value`` (checked by a schema that asks for a JSON object) as one; Unvouched for anything else."""
+    if not isinstance(value, dict):
+        raise Unvouched(path, f"a JSON {type(value).__name__}, not {what}")
+    return dict(value)
 
 
 _warned: Set[str] = set()

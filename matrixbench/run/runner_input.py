@@ -1,5 +1,5 @@
 """The runner's input file (``python -m runner --cells FILE``), written from a RunRequest
-(``matrixbench.environments.base``, a layer above: typed ``Any`` here).
+(``matrixbench.environments.base``, a layer above: seen here as ``Request``, the parts it reads).
 
 The backend that runs an image writes it once, into the image's output folder as ``cells.json``
 (the docker backend with the image's id and the cells' in-container paths), so the folder says
@@ -7,7 +7,7 @@ what was asked of the runner last time, next to the records it wrote. Its ``sche
 (runner.schema.CELLS_SCHEMA_VERSION, schema CELLS_SCHEMA) is checked by the runner.
 """
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Union
+from typing import Dict, Mapping, Optional, Protocol, Sequence, Tuple, Union
 
 from matrixbench.redact import redact_data
 from matrixbench.run.layout import CELLS_FILENAME
@@ -15,12 +15,49 @@ from runner.core import Cell
 from runner.schema import CELLS_SCHEMA_VERSION, write_json_atomic
 
 
-def runner_input(request: Any, image_id: Optional[str] = None,
-                 cells: Optional[Sequence[Cell]] = None) -> Dict[str, Any]:
+class _Image(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class _Work(Protocol):
+    @property
+    def settings(self) -> Mapping[str, object]: ...
+
+    @property
+    def cells(self) -> Sequence[Cell]: ...
+
+    @property
+    def order_seed(self) -> Optional[int]: ...
+
+    @property
+    def schedule(self) -> Sequence[Tuple[int, int]]: ...
+
+
+class _Paths(Protocol):
+    @property
+    def out_dir(self) -> Path: ...
+
+
+class Request(Protocol):
+    """What the runner's input is written from: an environments.base.RunRequest."""
+
+    @property
+    def image(self) -> _Image: ...
+
+    @property
+    def work(self) -> _Work: ...
+
+    @property
+    def paths(self) -> _Paths: ...
+
+
+def runner_input(request: Request, image_id: Optional[str] = None,
+                 cells: Optional[Sequence[Cell]] = None) -> Dict[str, object]:
     """The runner's cells document: settings, image name and id, the cells (``cells``: as the runner
     sees them, in the request's order, e.g. at a container's mounts; default the request's), and the
     run order (``repeats``: [cell index, repeat index] pairs) with the seed it was shuffled with."""
-    document: Dict[str, Any] = {
+    document: Dict[str, object] = {
         "schema_version": CELLS_SCHEMA_VERSION,
         "settings": dict(request.work.settings),
         "image_name": request.image.name,
@@ -34,7 +71,7 @@ def runner_input(request: Any, image_id: Optional[str] = None,
     return document
 
 
-def write_cells_file(request: Any, image_id: Optional[str] = None, path: Optional[Union[str, Path]] = None,
+def write_cells_file(request: Request, image_id: Optional[str] = None, path: Optional[Union[str, Path]] = None,
                      cells: Optional[Sequence[Cell]] = None) -> Path:
     """Write the runner's input (``runner_input``) atomically (sorted keys); return its path."""
     path = Path(path) if path is not None else Path(request.paths.out_dir) / CELLS_FILENAME

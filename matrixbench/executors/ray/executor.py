@@ -1,10 +1,11 @@
 """The ray backend: the run's units as Ray tasks on a cluster of GPU nodes (issue 16).
 
-The only module that imports ray, and only when a function here runs (``pip install
-'matrixbench[ray]'``). The driver (``matrixbench run --executor ray --ray-address HOST:PORT``, on a
-node of the cluster) decides resume first, refuses GPU types the cluster lacks, then submits one
-task per unit (``matrixbench.executors.ray.tasks.UnitTask``) asking for one GPU of the unit's type
-(``num_gpus=1`` and a sliver of ``accelerator_type:<T>``). On its node the task runs the node's
+It imports ray (``api.ray_api``, typed as the part of Ray's API it calls) only when a function here
+runs (``pip install 'matrixbench[ray]'``). Its driver's side (``RayBackend``) is an Environment, not a
+Backend: it starts no runner, the nodes' backend does. The driver (``matrixbench run --executor ray
+--ray-address HOST:PORT``, on a node of the cluster) decides resume first, refuses GPU types the cluster
+lacks, then submits one task per unit (``matrixbench.executors.ray.tasks.UnitTask``) asking for one GPU
+of the unit's type (``num_gpus=1`` and a sliver of ``accelerator_type:<T>``). On its node the task runs the node's
 backend (docker, or local) pinned to ``ray.get_gpu_ids()`` and hands each record, as it appears, to
 a small actor on the driver's node (``Board``), so the driver writes it at once and a task that dies
 later loses none of them; its return value carries them all again. A task whose node dies is retried
@@ -12,19 +13,41 @@ by Ray (``max_retries``) and resumes after the records the driver already holds;
 of retries, or whose GPU type has no node left, gets ``crashed`` records naming the node. Ctrl-C
 cancels what is outstanding and keeps every record that arrived.
 """
+from __future__ import annotations
+
 import logging
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import (
+    TYPE_CHECKING,
+    Callable,
+    Dict,
+    List,
+    Optional,
+    Protocol,
+    Sequence,
+    Set,
+    Tuple,
+    Union,
+    cast,
+    runtime_checkable,
+)
 
-from matrixbench.environments.base import Backend, RunRequest
+from matrixbench.build.images import BuildOptions
+from matrixbench.environments.base import Environment
 from matrixbench.environments.environment import runtime_secrets
 from matrixbench.errors import BuildError, OptionConflictError, RunError
 from matrixbench.executors.base import Executor, Run
 from matrixbench.executors.ray import tasks as cluster
+from matrixbench.executors.ray.api import ray_api
+from matrixbench.executors.ray.tasks import Node, RecordData, TaskValue
 from matrixbench.executors.scheduler import make_units
 from matrixbench.gpu import host_gpus
-from runner.core import Status, repeat_stem
+from matrixbench.matrix import Image
+from runner.core import Status
+
+if TYPE_CHECKING:
+    from matrixbench.executors.ray.api import Api, NodeInfo, Ref, Remote
 
 POLL_S = 0.5
 MAX_RETRIES = 2
@@ -32,15 +55,7 @@ LOST_CHECK_S = 2.0
 CANCEL_GRACE_S = 20.0
 NAMESPACE = "matrixbench"
 Note = Callable[[str], None]
-
-
-def _ray() -> Any:
-    try:
-        import ray
-    except ImportError as exc:
-        raise RunError(f"--executor ray needs Ray on the driver and on every node: pip install 'matrixbench[ray]' "
-                       f"({exc})") from exc
-    return ray
+Event = Tuple[str, str, Union[Node, Tuple[str, RecordData]]]   # ("started", unit, node) or ("record", unit, ...)
 
 
 class Board:
@@ -49,29 +64,29 @@ class Board:
 
     def __init__(self, secrets: Optional[Dict[str, str]] = None) -> None:
         self._secrets: Dict[str, str] = dict(secrets or {})
-        self._events: List[Tuple[str, str, Any]] = []
+        self._events: List[Event] = []
         self._done: Dict[str, Set[Tuple[str, str]]] = {}
         self._running: Dict[str, Set[str]] = {}
 
-    def started(self, unit: str, node: Dict[str, Any]) -> int:
+    def started(self, unit: str, node: Node) -> int:
         """A task started; returns how many units now run on its node (this one included)."""
         running = self._running.setdefault(node["node_id"], set())
         running.add(unit)
         self._events.append(("started", unit, node))
         return len(running)
 
-    def finished(self, unit: str, node: Dict[str, Any]) -> None:
+    def finished(self, unit: str, node: Node) -> None:
         self._running.get(node["node_id"], set()).discard(unit)
 
-    def record(self, unit: str, image: str, data: Dict[str, Any]) -> None:
-        self._done.setdefault(unit, set()).add((image, repeat_stem(data["cell_id"], data.get("repeat") or 0)))
+    def record(self, unit: str, image: str, data: RecordData) -> None:
+        self._done.setdefault(unit, set()).add((image, cluster.record_stem(data)))
         self._events.append(("record", unit, (image, data)))
 
     def recorded(self, unit: str) -> List[Tuple[str, str]]:
         """(image, repeat id) pairs some attempt of ``unit`` recorded: a retry skips them."""
         return sorted(self._done.get(unit, ()))
 
-    def drain(self) -> List[Tuple[str, str, Any]]:
+    def drain(self) -> List[Event]:
         events, self._events = self._events, []
         return events
 
@@ -81,29 +96,55 @@ class Board:
         return dict(self._secrets)
 
 
-def node_task(task: cluster.UnitTask, board: Any) -> Dict[str, Any]:
+class BoardHandle(Protocol):
+    """The Board actor as the driver and its tasks call it: each of its methods, through ``remote``."""
+
+    @property
+    def started(self) -> Remote[[str, Node], int]: ...
+
+    @property
+    def finished(self) -> Remote[[str, Node], None]: ...
+
+    @property
+    def record(self) -> Remote[[str, str, RecordData], None]: ...
+
+    @property
+    def recorded(self) -> Remote[[str], List[Tuple[str, str]]]: ...
+
+    @property
+    def drain(self) -> Remote[[], List[Event]]: ...
+
+    @property
+    def secrets(self) -> Remote[[], Dict[str, str]]: ...
+
+
+def node_task(task: cluster.UnitTask, board: BoardHandle) -> TaskValue:
     """One unit on the node Ray chose: run it, streaming records to ``board``; return them all."""
-    ray = _ray()
+    ray = ray_api()
     node_id = ray.get_runtime_context().get_node_id()
     gpu_ids = [str(i) for i in ray.get_gpu_ids()]
-    node = {"node_id": node_id, "node_ip": ray.util.get_node_ip_address(), "gpu_type": task.gpu_type,
-            "ray_gpu_ids": gpu_ids}
+    node = Node(node_id=node_id, node_ip=ray.util.get_node_ip_address(), gpu_type=task.gpu_type,
+                ray_gpu_ids=gpu_ids)
     node_gpus = next((n["Resources"].get("GPU", 0) for n in ray.nodes() if n["NodeID"] == node_id), 0)
-    node.update(node_gpus=node_gpus, busy=ray.get(board.started.remote(task.name, node)))
+    busy = ray.get(board.started.remote(task.name, node))   # the Board keeps the node as it was before these two
+    node["node_gpus"], node["busy"] = node_gpus, busy
     done = ray.get(board.recorded.remote(task.name))
     environ = {**os.environ, **ray.get(board.secrets.remote())}
     slot = cluster.node_slot(gpu_ids, node_gpus, any(request.placement.gpus for request in task.requests),
                              node_uuids=[gpu.uuid for gpu in host_gpus()])
+
+    def emit(image: str, data: RecordData) -> None:
+        board.record.remote(task.name, image, data)
+
     try:
-        result = cluster.run_unit_here(task, node, slot, done,
-                                       lambda image, data: board.record.remote(task.name, image, data),
-                                       environ=environ)
+        result = cluster.run_unit_here(task, node, slot, done, emit, environ=environ)
     finally:
         board.finished.remote(task.name, node)
-    return {"node": cluster.placement_of(node), "records": result.records, "logs": result.logs}
+    return TaskValue(node=cluster.placement_of(node), records=result.records, logs=result.logs)
 
 
-def build_on_node(images: Sequence[Any], options: Any = None, where: str = "this node") -> List[str]:
+def build_on_node(images: Sequence[Image], options: Optional[BuildOptions] = None,
+                  where: str = "this node") -> List[str]:
     """Have the matrix images on this node's Docker: an image already built from its matrix entry (its
     content-hash label) is kept, any other is built as `matrixbench build` does, with the user's build
     options (``images.BuildOptions``, None: the matrix's own); the log's last lines."""
@@ -111,7 +152,7 @@ def build_on_node(images: Sequence[Any], options: Any = None, where: str = "this
     from matrixbench.build.images import BuildOptions, build_spec, image_tag, is_current, run_build
 
     client, lines = docker_client.connect(), []
-    stale: List[Any] = []
+    stale: List[Image] = []
     for image in images:
         if is_current(client, image):
             lines.append(f"[{image.name}] {image_tag(image.name)} is up to date on {where} "
@@ -130,7 +171,7 @@ def build_on_node(images: Sequence[Any], options: Any = None, where: str = "this
     return lines[-20:]
 
 
-def pull_on_node(images: Sequence[Any], registry: str) -> List[str]:
+def pull_on_node(images: Sequence[Image], registry: str) -> List[str]:
     """Pull the matrix images from ``registry`` into this node's Docker, checked (executors/ray/registry.py)."""
     from matrixbench.build import docker_client
     from matrixbench.executors.ray import registry as through
@@ -138,13 +179,16 @@ def pull_on_node(images: Sequence[Any], registry: str) -> List[str]:
     return list(through.fetch(docker_client.connect(), images, registry))
 
 
-class RayBackend(Backend):
-    """Units as Ray tasks; on each node the ``node_backend`` (docker or local) runs the runner."""
+class RayBackend(Environment):
+    """The driver's side of the cluster: units as Ray tasks; on each node the ``node_backend`` (docker or local)
+    runs the runner. Not a Backend: it starts no runner itself; it connects, says whether the cluster has
+    GPUs and which types, has the images on the nodes, submits the units and follows them (``run_units``)."""
 
     name = "ray"
 
     def __init__(self, address: Optional[str] = None, node_backend: str = cluster.DEFAULT_NODE_BACKEND,
-                 max_retries: int = MAX_RETRIES, registry: Optional[str] = None, build_options: Any = None) -> None:
+                 max_retries: int = MAX_RETRIES, registry: Optional[str] = None,
+                 build_options: Optional[BuildOptions] = None) -> None:
         if node_backend not in cluster.NODE_BACKENDS:
             raise OptionConflictError(f"--executor ray --backend {node_backend}: a node runs --backend "
                            f"{' or '.join(cluster.NODE_BACKENDS)}")
@@ -158,8 +202,8 @@ class RayBackend(Backend):
         return (f"ray backend: one task per unit on the Ray cluster at {self.address or 'auto'}, each running "
                 f"the {self.node_backend} backend on its node, on the GPU Ray assigned")
 
-    def _connect(self) -> Any:
-        ray = _ray()
+    def _connect(self) -> Api:
+        ray = ray_api()
         if not ray.is_initialized():
             try:
                 ray.init(address=self.address or "auto", namespace=NAMESPACE, log_to_driver=False,
@@ -181,7 +225,7 @@ class RayBackend(Backend):
     def check_gpu_types(self, gpu_types: Tuple[str, ...]) -> None:
         cluster.check_gpu_types(gpu_types, self._connect().cluster_resources(), self.address or "")
 
-    def prepare(self, images: List[Any], emit: Optional[Callable[[str, str], None]] = None) -> None:
+    def prepare(self, images: List[Image], emit: Optional[Callable[[str, str], None]] = None) -> None:
         """With docker on the nodes: have the images on every GPU node, as a Ray task each: found current
         or built there, or (``registry``) pushed once from here and pulled there. The docker backend then
         checks each image's content hash on its node before running."""
@@ -189,19 +233,23 @@ class RayBackend(Backend):
             return
         say = emit or (lambda name, text: None)
         ray = self._connect()
-        args: Callable[[Dict[str, Any]], Tuple[Any, ...]]
         if self.registry:
             from matrixbench.build import docker_client
             from matrixbench.executors.ray import registry
 
             registry.publish(docker_client.connect(), images, self.registry, say)
-            work, args = ray.remote(pull_on_node), lambda node: (list(images), self.registry)
+            pull, address = ray.remote(pull_on_node), self.registry
+
+            def submit(node: NodeInfo) -> Ref[List[str]]:
+                return pull.options(num_cpus=1, scheduling_strategy=_on(node["NodeID"])).remote(list(images), address)
         else:
-            work, args = ray.remote(build_on_node), lambda node: (
-                list(images), self.build_options, f"node {node['NodeManagerAddress']}")
+            build = ray.remote(build_on_node)
+
+            def submit(node: NodeInfo) -> Ref[List[str]]:
+                return build.options(num_cpus=1, scheduling_strategy=_on(node["NodeID"])).remote(
+                    list(images), self.build_options, f"node {node['NodeManagerAddress']}")
         nodes = [node for node in ray.nodes() if node["Alive"] and node["Resources"].get("GPU")]
-        refs = {work.options(num_cpus=1, scheduling_strategy=_on(node["NodeID"])).remote(*args(node)): node
-                for node in nodes}
+        refs = {submit(node): node for node in nodes}
         for ref, node in refs.items():
             try:
                 lines = ray.get(ref)
@@ -211,15 +259,12 @@ class RayBackend(Backend):
             for line in lines:
                 say(node["NodeManagerAddress"], line)
 
-    def run(self, request: RunRequest) -> int:
-        raise RunError("the ray backend runs a run's units on the cluster (run_units), not one image's request")
-
     def run_units(self, run: cluster.ClusterRun, secrets: Dict[str, str], note: Note = print) -> None:
         """Submit every task of ``run``; follow them until each has returned, failed or been given up."""
         ray = self._connect()
         board = self._board(ray, secrets)
         remote = ray.remote(node_task)
-        refs: Dict[Any, int] = {}
+        refs: Dict[Ref[TaskValue], int] = {}
         for index, task in enumerate(run.tasks):
             options = dict(cluster.task_resources(task.gpu_type, run.gpus), max_retries=self.max_retries,
                            retry_exceptions=False)
@@ -232,15 +277,17 @@ class RayBackend(Backend):
             raise
 
     def close(self) -> None:
-        ray = _ray()
+        ray = ray_api()
         if ray.is_initialized():
             ray.shutdown()
 
-    def _board(self, ray: Any, secrets: Dict[str, str]) -> Any:
+    def _board(self, ray: Api, secrets: Dict[str, str]) -> BoardHandle:
         here = ray.get_runtime_context().get_node_id()
-        return ray.remote(Board).options(num_cpus=0, scheduling_strategy=_on(here)).remote(secrets)
+        handle = ray.remote(Board).options(num_cpus=0, scheduling_strategy=_on(here)).remote(secrets)
+        return cast("BoardHandle", handle)   # for a class, Ray's remote() gives the actor's handle, not a Ref
 
-    def _follow(self, ray: Any, refs: Dict[Any, int], board: Any, run: cluster.ClusterRun, note: Note) -> None:
+    def _follow(self, ray: Api, refs: Dict[Ref[TaskValue], int], board: BoardHandle, run: cluster.ClusterRun,
+                note: Note) -> None:
         checked = time.monotonic()
         while refs:
             ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=POLL_S)
@@ -252,7 +299,8 @@ class RayBackend(Backend):
                 _give_up_lost_types(ray, refs, run, note)
         _drain(ray, board, run, note)
 
-    def _cancel(self, ray: Any, refs: Dict[Any, int], board: Any, run: cluster.ClusterRun, note: Note) -> None:
+    def _cancel(self, ray: Api, refs: Dict[Ref[TaskValue], int], board: BoardHandle, run: cluster.ClusterRun,
+                note: Note) -> None:
         """Ctrl-C: interrupt running tasks (their runners stop), drop pending ones, keep what arrived."""
         note(f"interrupted: cancelling {len(refs)} outstanding unit(s); records that arrived are kept")
         for ref in refs:
@@ -265,17 +313,17 @@ class RayBackend(Backend):
             ray.cancel(ref, force=True)
 
 
-def _drain(ray: Any, board: Any, run: cluster.ClusterRun, note: Note) -> None:
-    for kind, unit, payload in ray.get(board.drain.remote()):
+def _drain(ray: Api, board: BoardHandle, run: cluster.ClusterRun, note: Note) -> None:
+    for _, unit, payload in ray.get(board.drain.remote()):
         index = run.index_of(unit)
-        if kind == "started":
+        if isinstance(payload, tuple):   # ("record", unit, (image, record))
+            run.record(index, *payload)
+        else:                            # ("started", unit, node)
             run.started(index, payload)
             note(f"{unit}: started on {cluster.describe_node(payload)}")
-        else:
-            run.record(index, *payload)
 
 
-def _finish(ray: Any, ref: Any, index: int, run: cluster.ClusterRun, lost: bool = True) -> None:
+def _finish(ray: Api, ref: Ref[TaskValue], index: int, run: cluster.ClusterRun, lost: bool = True) -> None:
     """A task that ended: write what it returned, or (``lost``) records for what it could not run."""
     try:
         value = ray.get(ref)
@@ -297,7 +345,7 @@ def _finish(ray: Any, ref: Any, index: int, run: cluster.ClusterRun, lost: bool 
     run.logs(index, value["node"], value["logs"])
 
 
-def _give_up_lost_types(ray: Any, refs: Dict[Any, int], run: cluster.ClusterRun, note: Note) -> None:
+def _give_up_lost_types(ray: Api, refs: Dict[Ref[TaskValue], int], run: cluster.ClusterRun, note: Note) -> None:
     """Tasks whose GPU type no live node has any more: Ray would keep them pending forever."""
     have = set(cluster.cluster_gpu_types(ray.cluster_resources()))
     for ref, index in list(refs.items()):
@@ -313,16 +361,26 @@ def _give_up_lost_types(ray: Any, refs: Dict[Any, int], run: cluster.ClusterRun,
                                             "the unit elsewhere")
 
 
-def _on(node_id: str) -> Any:
+def _on(node_id: str) -> object:
     """Ray's scheduling strategy "on this node, nowhere else"."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     return NodeAffinitySchedulingStrategy(node_id, soft=False)
 
 
-def _cause(exc: Any) -> Optional[str]:
+def _cause(exc: BaseException) -> Optional[str]:
     cause = getattr(exc, "cause", None)
     return f"{type(cause).__name__}: {cause}" if cause is not None else str(exc).splitlines()[0]
+
+
+@runtime_checkable
+class Cluster(Protocol):
+    """What the ray executor asks of the cluster's driver side (``RayBackend``): the backend its nodes run,
+    and the run's units submitted and followed to the end."""
+
+    node_backend: str
+
+    def run_units(self, run: cluster.ClusterRun, secrets: Dict[str, str], note: Note = print) -> None: ...
 
 
 class RayExecutor(Executor):
@@ -330,7 +388,10 @@ class RayExecutor(Executor):
     node, ``--backend`` (docker or local) runs the runner. Its ``environment`` is the driver's side of
     the cluster (RayBackend: GPUs, images on the nodes, GPU types, the connection)."""
 
-    def __init__(self, environment: RayBackend) -> None:
+    def __init__(self, environment: Environment) -> None:
+        if not isinstance(environment, Cluster):
+            raise RunError(f"--executor ray runs its units through the cluster's driver side, not the "
+                           f"{environment.name} environment")
         self.environment = environment   # the RayBackend run_matrix made (executors.create_environment)
 
     def run(self, run: Run) -> None:

@@ -7,11 +7,13 @@ build. An image is pushed only when it is current here (built from its matrix en
 ``images.is_current``), and used on a node only when what was pulled is current there too: a node
 never runs an image other than the one the matrix names.
 """
-from typing import Any, Callable, List, Sequence
+from typing import Callable, List, Sequence
 
 from matrixbench.build import docker_client
+from matrixbench.build.docker_client import DockerClient
 from matrixbench.build.images import built_from, image_tag, is_current, runner_hash
 from matrixbench.errors import BuildError
+from matrixbench.matrix import Image
 
 REACH_HINT = ("is a registry listening there (Debian's docker-registry, or the registry:2 image)? Docker "
               "speaks plain HTTP only to registries on 127.0.0.0/8 or listed in dockerd's insecure-registries")
@@ -26,7 +28,7 @@ def reference(registry: str, image_name: str) -> str:
     return f"{registry}/{image_tag(image_name)}"
 
 
-def publish(client: Any, images: Sequence[Any], registry: str, emit: Callable[[str, str], None]) -> None:
+def publish(client: DockerClient, images: Sequence[Image], registry: str, emit: Callable[[str, str], None]) -> None:
     """Push each of ``images`` (matrix.Image) from this machine's Docker to ``registry``."""
     for image in images:
         tag = image_tag(image.name)
@@ -43,7 +45,7 @@ def publish(client: Any, images: Sequence[Any], registry: str, emit: Callable[[s
         emit(image.name, f"pushed {target} (content hash {image.content_hash()})")
 
 
-def fetch(client: Any, images: Sequence[Any], registry: str) -> List[str]:
+def fetch(client: DockerClient, images: Sequence[Image], registry: str) -> List[str]:
     """On a node: pull each of ``images`` from ``registry`` and name it ``matrixbench:<image>``, after
     checking it is the matrix entry's; the lines to show the user."""
     lines = []

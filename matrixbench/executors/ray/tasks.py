@@ -12,9 +12,9 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, TypedDict, TypeVar, Union
 
-from matrixbench.environments.base import Paths, RunRequest
+from matrixbench.environments.base import Backend, Paths, RunRequest
 from matrixbench.environments.environment import RUNTIME_SECRETS, runtime_secrets
 from matrixbench.errors import RunError
 from matrixbench.executors.threads import run_in_thread
@@ -22,8 +22,9 @@ from matrixbench.paths import cache_home, hf_cache_home
 from matrixbench.redact import redact_text
 from matrixbench.run.launch import launch
 from matrixbench.run.layout import LOG_FILENAME
+from matrixbench.run.pending import ImageWork
 from matrixbench.run.placement import Slot, split_evenly, usable_cores
-from runner.core import Record, Repeat, Status, repeat_stem
+from runner.core import Cell, Record, Repeat, Status, repeat_stem
 from runner.machine import fallback_environment
 from runner.records import NO_PRECISION, fail, new_record, utc_now
 from runner.schema import read_record, record_path, write_json_atomic, write_record
@@ -37,19 +38,47 @@ NODE_BACKENDS = ("docker", "local")   # --executor ray: what --backend runs the 
 DEFAULT_NODE_BACKEND = "docker"        # the images, built on (or pulled to) every node
 # What a record's placement says of a task's node (runner.schema RECORD_SCHEMA placement).
 NODE_KEYS = ("node_id", "node_ip", "gpu_type", "ray_gpu_ids")
+RecordData = Dict[str, object]   # a record as JSON (runner.schema.read_record)
+R = TypeVar("R")
+
+
+class Node(TypedDict, total=False):
+    """What a task says of the node it runs on (``executor.node_task``); NODE_KEYS go into its records."""
+
+    node_id: str
+    node_ip: str
+    gpu_type: Optional[str]
+    ray_gpu_ids: List[str]
+    node_gpus: float   # the node's GPUs (Ray's resources)
+    busy: int          # units running on the node as this one started, itself included
+
+
+class TaskValue(TypedDict):
+    """What a unit's task returns to the driver: its node's facts (``placement_of``), its records, the tails of
+    its runners' logs by image."""
+
+    node: Dict[str, object]
+    records: List[Tuple[str, RecordData]]
+    logs: Dict[str, str]
+
+
+def record_stem(data: Mapping[str, object]) -> str:
+    """The file stem of the record ``data`` (``repeat_stem`` of its cell id and repeat)."""
+    repeat = data.get("repeat")
+    return repeat_stem(str(data["cell_id"]), repeat if isinstance(repeat, int) else 0)
 
 
 class UnknownGpuTypeError(RunError):
     """A GPU type asked for that no node of the cluster has: its tasks would wait forever."""
 
 
-def cluster_gpu_types(resources: Dict[str, float]) -> List[str]:
+def cluster_gpu_types(resources: Mapping[str, float]) -> List[str]:
     """The GPU types of a cluster, from ``ray.cluster_resources()``'s ``accelerator_type:<T>`` keys."""
     return sorted(key[len(ACCELERATOR_PREFIX):] for key, value in resources.items()
                   if key.startswith(ACCELERATOR_PREFIX) and value > 0)
 
 
-def check_gpu_types(asked: Sequence[str], resources: Dict[str, float], address: str = "") -> None:
+def check_gpu_types(asked: Sequence[str], resources: Mapping[str, float], address: str = "") -> None:
     """Refuse GPU types no node has, naming those the cluster has."""
     have = cluster_gpu_types(resources)
     missing = [gpu_type for gpu_type in asked if gpu_type not in have]
@@ -61,7 +90,7 @@ def check_gpu_types(asked: Sequence[str], resources: Dict[str, float], address: 
             "Start a node of that type (`ray start --address=HEAD:PORT`) or drop it from --gpu-types")
 
 
-def task_resources(gpu_type: Optional[str], gpus: bool) -> Dict[str, Any]:
+def task_resources(gpu_type: Optional[str], gpus: bool) -> Dict[str, Union[int, Dict[str, float]]]:
     """The Ray options of a unit's task: one GPU (of its type), or one CPU without a GPU type and GPUs."""
     if gpu_type is None and not gpus:
         return {"num_cpus": 1}
@@ -92,11 +121,11 @@ def shippable(request: RunRequest) -> RunRequest:
 class NodeRun:
     """A task's results on its node: ``records`` as (image, record dict), the runner logs' tails."""
 
-    records: List[Tuple[str, Dict[str, Any]]] = field(default_factory=list)
+    records: List[Tuple[str, RecordData]] = field(default_factory=list)
     logs: Dict[str, str] = field(default_factory=dict)
 
 
-def node_slot(gpu_ids: Sequence[str], node_gpus: int, gpus: bool, cores: Optional[Sequence[int]] = None,
+def node_slot(gpu_ids: Sequence[str], node_gpus: float, gpus: bool, cores: Optional[Sequence[int]] = None,
               node_uuids: Sequence[str] = ()) -> Slot:
     """The task's share of its node: the node's cores split among its GPUs, this GPU's part
     (all of them where there are fewer cores than GPUs); the GPU index when the cells use GPUs.
@@ -111,7 +140,7 @@ def node_slot(gpu_ids: Sequence[str], node_gpus: int, gpus: bool, cores: Optiona
     return Slot(position, part, gpu_index=index if gpus else None)
 
 
-def on_node(request: RunRequest, repeats: Sequence[Repeat], scratch: Path, node: Dict[str, Any],
+def on_node(request: RunRequest, repeats: Sequence[Repeat], scratch: Path, node: Node,
             slot: Slot, environ: Dict[str, str]) -> RunRequest:
     """The request as it runs on this node: its repeats, a scratch results folder, this node's caches,
     the GPUs Ray assigned, the placement, and the run-time secrets from this node's environment."""
@@ -124,13 +153,14 @@ def on_node(request: RunRequest, repeats: Sequence[Repeat], scratch: Path, node:
                        node=placement_of(node), gpu_ids=gpu_ids)
 
 
-def placement_of(node: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+def placement_of(node: Optional[Node]) -> Dict[str, object]:
     """The node's facts a record's placement carries."""
-    return {key: (node or {})[key] for key in NODE_KEYS if key in (node or {})}
+    facts: Mapping[str, object] = node or {}
+    return {key: facts[key] for key in NODE_KEYS if key in facts}
 
 
-def run_unit_here(task: UnitTask, node: Dict[str, Any], slot: Slot, done: Sequence[Tuple[str, str]],
-                  emit: Callable[[str, Dict[str, Any]], None], backend: Any = None,
+def run_unit_here(task: UnitTask, node: Node, slot: Slot, done: Sequence[Tuple[str, str]],
+                  emit: Callable[[str, RecordData], None], backend: Optional[Backend] = None,
                   environ: Optional[Dict[str, str]] = None) -> NodeRun:
     """Run ``task`` on this node: each image's repeats not in ``done`` ((image, repeat id) pairs the
     driver already holds: a retried task resumes), ``emit(image, record)`` as each record appears."""
@@ -138,7 +168,7 @@ def run_unit_here(task: UnitTask, node: Dict[str, Any], slot: Slot, done: Sequen
 
     backend = backend or create_backend(task.node_backend)
     environ = dict(os.environ if environ is None else environ)
-    result, skip = NodeRun(), set(map(tuple, done))
+    result, skip = NodeRun(), {(image, stem) for image, stem in done}
     with tempfile.TemporaryDirectory(prefix="matrixbench-ray-") as scratch:
         for shipped in task.requests:
             repeats = [r for r in shipped.repeats() if (shipped.image.name, r.id) not in skip]
@@ -149,9 +179,9 @@ def run_unit_here(task: UnitTask, node: Dict[str, Any], slot: Slot, done: Sequen
     return result
 
 
-def _run_request(backend: Any, request: RunRequest, repeats: Sequence[Repeat], result: NodeRun,
-                 emit: Callable[[str, Dict[str, Any]], None]) -> None:
-    def on_record(cell: Any, record: Any) -> None:
+def _run_request(backend: Backend, request: RunRequest, repeats: Sequence[Repeat], result: NodeRun,
+                 emit: Callable[[str, RecordData], None]) -> None:
+    def on_record(cell: Cell, record: Record) -> None:
         data = read_record(record_path(request.paths.out_dir, cell, record.repeat))
         result.records.append((request.image.name, data))
         emit(request.image.name, data)
@@ -159,7 +189,7 @@ def _run_request(backend: Any, request: RunRequest, repeats: Sequence[Repeat], r
     interruptible(lambda: launch(backend, request, on_record), backend.stop_all)
 
 
-def interruptible(work: Callable[[], Any], stop: Callable[[], None]) -> Any:
+def interruptible(work: Callable[[], R], stop: Callable[[], None]) -> R:
     """``work()`` in a thread while this one waits in short joins (executors.threads). Ray cancels a task by
     raising KeyboardInterrupt in its main thread (``_thread.interrupt_main``), which Python sees only between
     bytecodes, never inside a blocking wait for the runner; here it arrives within a short join, ``stop()``
@@ -176,12 +206,12 @@ def _log_tail(request: RunRequest, environ: Dict[str, str]) -> str:
 
 
 def lost_records(request: RunRequest, repeats: Sequence[Repeat], status: Status, reason: str,
-                 node: Optional[Dict[str, Any]]) -> List[Record]:
+                 node: Optional[Node]) -> List[Record]:
     """Records for a unit's repeats that no node recorded (its task failed or its node died), made by the
     runner's own builder: ``status`` (crashed, or error when the task itself raised), the reason naming
     the node, the placement the node had."""
     environment = fallback_environment(request.image.name, request.image.content_hash)
-    environment.update(hostname=(node or {}).get("node_ip") or "unknown", platform="unknown", cpu_model=None)
+    environment.update(hostname=(node or Node()).get("node_ip") or "unknown", platform="unknown", cpu_model=None)
     placement = placement_of(node)
     made = []
     for repeat in repeats:
@@ -195,11 +225,12 @@ def lost_records(request: RunRequest, repeats: Sequence[Repeat], status: Status,
     return made
 
 
-def describe_node(node: Optional[Dict[str, Any]]) -> str:
+def describe_node(node: Optional[Mapping[str, object]]) -> str:
     """"node 10.0.0.2 (id 3f2a...)" or "no node (it never started)"."""
     if not node:
         return "no node (the task never started)"
-    gpus = ",".join(map(str, node.get("ray_gpu_ids", ()))) or "-"
+    ids = node.get("ray_gpu_ids", ())
+    gpus = ",".join(map(str, ids if isinstance(ids, (list, tuple)) else ())) or "-"
     return f"node {node.get('node_ip')} (id {str(node.get('node_id'))[:12]}, GPU {gpus})"
 
 
@@ -208,7 +239,7 @@ def describe_node(node: Optional[Dict[str, Any]]) -> str:
 class UnitPart:
     """One image's share of a unit, as the driver knows it: where its records go, its request, its repeats."""
 
-    work: Any                      # matrixbench.run.pending.ImageWork
+    work: ImageWork
     request: RunRequest            # the driver's request for these repeats (secrets and paths included)
     repeats: List[Repeat]
 
@@ -220,26 +251,26 @@ class ClusterRun:
     """
 
     def __init__(self, tasks: Sequence[UnitTask], parts: Sequence[Dict[str, UnitPart]], gpus: bool,
-                 on_record: Callable[[Any, Any, Any], None]):
+                 on_record: Callable[[ImageWork, Cell, Record], None]) -> None:
         self.tasks, self.parts, self.gpus = list(tasks), list(parts), gpus
         self._on_record = on_record
         self._written: Set[Tuple[str, str]] = set()
-        self._nodes: Dict[int, Dict[str, Any]] = {}
+        self._nodes: Dict[int, Node] = {}
         self._by_name = {task.name: index for index, task in enumerate(self.tasks)}
 
     def index_of(self, name: str) -> int:
         return self._by_name[name]
 
-    def started(self, index: int, node: Dict[str, Any]) -> None:
+    def started(self, index: int, node: Node) -> None:
         self._nodes[index] = node
 
-    def node_of(self, index: int) -> Optional[Dict[str, Any]]:
+    def node_of(self, index: int) -> Optional[Node]:
         return self._nodes.get(index)
 
-    def record(self, index: int, image: str, data: Dict[str, Any]) -> None:
+    def record(self, index: int, image: str, data: RecordData) -> None:
         """Write a record a node sent (once: streamed, then returned again)."""
         part = self.parts[index][image]
-        stem = repeat_stem(data["cell_id"], data.get("repeat") or 0)
+        stem = record_stem(data)
         key = (part.work.label, stem)
         if key in self._written:
             return
@@ -258,7 +289,7 @@ class ClusterRun:
                 self._written.add((part.work.label, Repeat(record.cell, record.repeat).id))
                 self._on_record(part.work, record.cell, Record.from_dict(read_record(path)))
 
-    def logs(self, index: int, node: Dict[str, Any], logs: Dict[str, str]) -> None:
+    def logs(self, index: int, node: Mapping[str, object], logs: Mapping[str, str]) -> None:
         """Append each image's runner log from the node to the image's runner.log on the driver."""
         for image, text in logs.items():
             out_dir = Path(self.parts[index][image].work.out_dir)
@@ -266,7 +297,7 @@ class ClusterRun:
             with open(out_dir / LOG_FILENAME, "a") as log:
                 log.write(f"--- {self.tasks[index].name} on {describe_node(node)} ---\n{text}\n")
 
-    def missing(self, work: Any) -> List[str]:
+    def missing(self, work: ImageWork) -> List[str]:
         """The work's pending repeats with no record written by this run (Ctrl-C leaves some)."""
         pending = [p for parts in self.parts for p in parts.values() if p.work is work]
         return [r.id for part in pending for r in part.repeats if (work.label, r.id) not in self._written]
