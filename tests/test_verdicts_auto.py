@@ -4,8 +4,9 @@ paired by round.
 tests/autosim.py runs the real waves (executors.adaptive.Waves) over processes of known truth, each model's in
 the executors' order under a machine that may drift, step or share a state each round, then judges every
 comparison as the report does (verdicts.judge_cells). The big sweep is benchmarks/bench_auto_pairing.py
-(results/auto_pairing.md); these hold its findings at a few hundred trials, each bound two binomial standard
-errors from its target.
+(results/auto_pairing.md and auto_pairing_modes.md); these hold its findings at a few hundred trials, each bound
+three binomial standard errors from its target (a method at exactly 5% false stars passes but for 0.13% of seeds;
+15 such checks, about 2% that one fails by chance).
 """
 import math
 
@@ -23,8 +24,13 @@ EVERYTHING = autosim.Machine(0.05, 0.05, 0.05)
 
 
 def _most(trials, rate=0.05):
-    """A share of ``trials`` at a true ``rate`` stays below this but for 2.3% of the time (two standard errors)."""
-    return rate + 2 * math.sqrt(rate * (1 - rate) / trials)
+    """A share of ``trials`` at a true ``rate`` stays below this but for 0.13% of the time (three standard errors)."""
+    return rate + 3 * math.sqrt(rate * (1 - rate) / trials)
+
+
+def _least_coverage(trials):
+    """95% intervals over ``trials`` comparisons hold the truth at least this often but for 0.13% of the time."""
+    return 1.0 - _most(trials)
 
 
 def _decided_both_ways(judge):
@@ -48,11 +54,11 @@ def test_the_waves_stop_on_the_verdicts_the_report_gives():
 @pytest.mark.parametrize("cv", [0.01, 0.05])
 @pytest.mark.parametrize("machine", [autosim.Machine(), STATE, EVERYTHING], ids=["none", "state", "all"])
 def test_auto_then_the_report_holds_the_level(cv, machine):
-    """Image changes at no change, auto 3-10 then the report (paired by round): starred at most 5% and 95%
-    intervals holding the truth at least 93% of the time, 600 comparisons (5% + 2 SE = 6.8%)."""
-    judged, _ = autosim.many(600, 25, AUTO, autosim.lognormal(cv), seed=60, machine=machine)
+    """Image changes at no change, auto 3-10 then the report (paired by round): starred at most 5% + 3 SE (7.1%)
+    and 95% intervals holding the truth at least 92.9% of the time, 1,000 comparisons."""
+    judged, _ = autosim.many(1000, 25, AUTO, autosim.lognormal(cv), seed=60, machine=machine)
     found = autosim.rates(judged, ["image_change"])
-    assert found["stars"] <= _most(600) and found["coverage"] >= 0.93, found
+    assert found["stars"] <= _most(1000) and found["coverage"] >= _least_coverage(1000), found
 
 
 @pytest.mark.skipif(not hostsim.EVIDENCE.exists(), reason=f"no H100 evidence at {hostsim.EVIDENCE}")
@@ -60,7 +66,7 @@ def test_auto_then_the_report_holds_the_level_under_the_fitted_host():
     host, _ = hostsim.fit()
     judged, _ = autosim.many(250, 25, AUTO, autosim.host(host), seed=61, machine=EVERYTHING)
     found = autosim.rates(judged, ["image_change"])
-    assert found["stars"] <= _most(250) and found["coverage"] >= 0.93, found
+    assert found["stars"] <= _most(250) and found["coverage"] >= _least_coverage(250), found
 
 
 # --- mode changes paired by round ---------------------------------------------------------------------------
@@ -73,11 +79,12 @@ def test_auto_then_the_report_holds_the_level_under_the_fitted_host():
 def test_mode_changes_paired_by_round_hold_the_level(policy, machine):
     """Reduce-overhead as fast as default, 5% process noise, 200 models (400 mode changes): the report pairs them
     by round (every one at fixed repeats; under auto those whose sides got the same processes), stars at most
-    5% + 2 SE (7.2%) and its intervals hold the truth at least 93% of the time."""
+    5% + 3 SE (8.3%) and its intervals hold the truth at least 91.7% of the time."""
     judged, _ = autosim.many(200, 25, policy, autosim.lognormal(0.05), seed=62, machine=machine, modes=autosim.MATRIX)
     found = autosim.rates(judged, ["mode_change"])
     assert found["paired"] == 1.0 if not policy.adaptive else found["paired"] > 0.5
-    assert found["stars"] <= _most(found["comparisons"]) and found["coverage"] >= 0.93, found
+    assert found["stars"] <= _most(found["comparisons"]), found
+    assert found["coverage"] >= _least_coverage(found["comparisons"]), found
 
 
 def test_under_a_shared_round_state_mode_changes_paired_by_round_decide_where_unpaired_ones_cannot():
