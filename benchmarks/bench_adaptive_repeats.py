@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from machine import contention, describe, lscpu  # noqa: E402
 
 from matrixbench.executors import adaptive  # noqa: E402
-from matrixbench.report.stats import judge  # noqa: E402
+from matrixbench.report.stats import judge, judge_sides  # noqa: E402
 from matrixbench.run.pending import ImageWork  # noqa: E402
 from runner.core import Cell, Repeat  # noqa: E402
 
@@ -78,7 +78,7 @@ def simulate(policy, chosen, tmp):
         found = means.get((plan.label, cell), [])
         return adaptive.Processes(list(found), [1.0] * len(found), set(range(len(found))))
 
-    waves = adaptive.Waves(policy, plans, adaptive.Budget(None), judge=judge, estimates=lambda plan, repeat: 1.0,
+    waves = adaptive.Waves(policy, plans, adaptive.Budget(None), judge=judge_sides, estimates=lambda plan, repeat: 1.0,
                            read=read)
     processes = 0
     for wave in waves:
@@ -130,7 +130,7 @@ def simulate_matrix(policy, chosen, tmp):
         found = means.get((plan.label, cell), [])
         return adaptive.Processes(list(found), [1.0] * len(found), set(range(len(found))))
 
-    waves = adaptive.Waves(policy, plans, adaptive.Budget(None), judge=judge, estimates=lambda plan, repeat: 1.0,
+    waves = adaptive.Waves(policy, plans, adaptive.Budget(None), judge=judge_sides, estimates=lambda plan, repeat: 1.0,
                            read=read)
     processes = 0
     for wave in waves:

@@ -54,7 +54,7 @@ class Judge:
     def __init__(self, needs):
         self.needs, self.calls = needs, []
 
-    def __call__(self, baseline, candidate, *, margin_pct):
+    def __call__(self, baseline, candidate, *, margin_pct, rounds=None):
         self.calls.append((len(baseline), len(candidate), margin_pct))
         # the means carry no model; the double decides by count, the run tells models apart by mean
         model = "vit" if baseline[0] == 2.5 else "detr-resnet-101"

@@ -3,7 +3,8 @@
 Every cell starts with ``repeats_min`` processes (``pending.first_repeats``); then, wave by wave, each
 comparison the report makes (a cell against the same cell in the previous image, a compiled cell
 against its image's eager cell and against its default cell) is judged from the process means
-recorded so far (``matrixbench.report.stats.judge``, at ``margin_pct``). A comparison still
+recorded so far as the report judges it (``matrixbench.report.stats.judge_sides``, at ``margin_pct``: paired
+by round where both sides ran in the same rounds and the report pairs the kind, else Welch). A comparison still
 undecided gets one more process on its side with fewer (both when even), up to ``repeats_max``; a
 wave runs like any run (the scheduler's counterbalanced rounds), and the loop ends when every
 comparison is decided, at the maximum, or held back by the budget. With fixed repeats there is
@@ -22,12 +23,13 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from statistics import mean
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence, Set, Tuple, Union
 
 from matrixbench.executors.scheduler import Estimates, fields, number
 from matrixbench.matrix import Matrix
-from matrixbench.matrix.comparisons import Comparison, ImageCells, Roles, Side
+from matrixbench.matrix.comparisons import PAIRED_KINDS, Comparison, ImageCells, Roles, Side
 from matrixbench.matrix.comparisons import comparisons as listed
 from matrixbench.run.pending import ImageWork, interleaved
 from matrixbench.run.progress import format_duration
@@ -69,11 +71,16 @@ class Judgement(Protocol):
     def decided(self) -> bool: ...
 
 
-class Judge(Protocol):
-    """``matrixbench.report.stats.judge``: one comparison judged from its sides' process means."""
+# Each estimate's round as the report keys it: (run, repeat index); the waves' run is None (this one).
+RoundKeys = List[Tuple[Optional[str], int]]
 
-    def __call__(self, baseline_means: Sequence[float], candidate_means: Sequence[float], *,
-                 margin_pct: float) -> Judgement: ...
+
+class Judge(Protocol):
+    """``matrixbench.report.stats.judge_sides``: one comparison judged from its sides' process means, paired by
+    round where ``rounds`` (baseline's, candidate's) is given."""
+
+    def __call__(self, baseline_means: Sequence[float], candidate_means: Sequence[float], /, *,
+                 margin_pct: float, rounds: Optional[Tuple[RoundKeys, RoundKeys]] = None) -> Judgement: ...
 
 
 @dataclass(frozen=True)
@@ -118,12 +125,20 @@ def comparisons(works: Sequence[ImageWork], roles: Optional[Roles] = None) -> Li
 
 @dataclass
 class Processes:
-    """A side's recorded processes: its ok process estimates (``judged_estimate``), durations and the
-    repeat indices taken."""
+    """A side's recorded processes: its ok process estimates (``judged_estimate``), durations, the
+    repeat indices taken and, beside each estimate, its repeat index (``rounds``: the round it ran in)."""
 
     means: List[float] = field(default_factory=list)
     durations: List[float] = field(default_factory=list)
     taken: Set[int] = field(default_factory=set)
+    rounds: List[int] = field(default_factory=list)
+
+    def round_keys(self) -> Optional[RoundKeys]:
+        """Each estimate's round as the report keys it, (run, repeat index), the run being this one; None
+        when the repeat indexes are not known for every estimate (a ``read`` that gives means only)."""
+        if len(self.rounds) != len(self.means):
+            return None
+        return [(None, index) for index in self.rounds]
 
     def next_index(self) -> int:
         return min(index for index in range(len(self.taken) + 1) if index not in self.taken)
@@ -148,6 +163,7 @@ def recorded(work: ImageWork, cell: Cell, maximum: int, since: Optional[float] =
         timing = fields(record.get("timing"))
         if record.get("status") == "ok" and timing.get("mean_ms"):
             found.means.append(judged_estimate(timing))
+            found.rounds.append(index)
         if record.get("duration_s"):
             found.durations.append(number(record["duration_s"]))
     return found
@@ -264,12 +280,18 @@ def promising(judgement: Judgement, policy: Policy, spread: Optional[float]) -> 
     comparisons they can decide. Without a spread (nothing has 2 processes yet): promising."""
     if judgement.low is None or spread is None:
         return True
-    from scipy.stats import t  # as stats.judge's interval does
-
     from matrixbench.report.stats import CONFIDENCE
     estimate = abs(math.log(judgement.ratio))
-    projected = float(t.ppf(0.5 + CONFIDENCE / 2.0, 2 * policy.maximum - 2)) * spread * math.sqrt(2.0 / policy.maximum)
+    projected = _t(0.5 + CONFIDENCE / 2.0, 2 * policy.maximum - 2) * spread * math.sqrt(2.0 / policy.maximum)
     return estimate > projected or estimate + projected < math.log(1.0 + policy.margin_pct / 100.0)
+
+
+@lru_cache(maxsize=256)
+def _t(quantile: float, df: Optional[int]) -> float:
+    """Student's t quantile at ``df`` degrees of freedom (None: the normal's), looked up once: the waves ask for
+    the same few at every look (scipy, imported only when a comparison is judged)."""
+    from scipy.stats import norm, t
+    return float(norm.ppf(quantile) if df is None else t.ppf(quantile, df))
 
 
 def half_width(judgement: Judgement) -> Optional[float]:
@@ -298,22 +320,18 @@ def goes_on(judgement: Judgement, policy: Policy, processes: int, rule: Optional
         target = math.log(1.0 + policy.margin_pct / 100.0)
         if half <= target:
             return False
-        from scipy.stats import t
-
         from matrixbench.report.stats import CONFIDENCE
         quantile = 0.5 + CONFIDENCE / 2.0
-        projected = (half * math.sqrt(processes / policy.maximum) * float(t.ppf(quantile, 2 * policy.maximum - 2))
-                     / float(t.ppf(quantile, max(1, 2 * processes - 2))))
+        projected = (half * math.sqrt(processes / policy.maximum) * _t(quantile, 2 * policy.maximum - 2)
+                     / _t(quantile, max(1, 2 * processes - 2)))
         return projected <= target
     if rule == SPENDING:
         if judgement.verdict == "no change":
             return False
-        from scipy.stats import norm
-
         from matrixbench.report.stats import CONFIDENCE
         # the half-width over z (not t): at least the standard error, so the boundary errs strict
-        error = half / float(norm.ppf(0.5 + CONFIDENCE / 2.0))
-        return abs(math.log(judgement.ratio)) <= float(norm.ppf(1.0 - INTERIM_ALPHA / 2.0)) * error
+        error = half / _t(0.5 + CONFIDENCE / 2.0, None)
+        return abs(math.log(judgement.ratio)) <= _t(1.0 - INTERIM_ALPHA / 2.0, None) * error
     raise ValueError(f"unknown stopping rule {rule!r}: one of {', '.join(STOPPING_RULES)}")
 
 
@@ -330,9 +348,11 @@ def pooled_spread(sides: Iterable[Processes]) -> Optional[float]:
 
 
 def default_judge() -> Judge:
-    # the report's statistics (numpy, scipy), imported only when a comparison is judged
-    from matrixbench.report.stats import judge
-    return judge
+    """The report's judgement (stats.judge_sides: paired by round where the report pairs the comparison, else
+    Welch), so the waves stop on the verdict the report will give; numpy and scipy are imported only when a
+    comparison is judged."""
+    from matrixbench.report.stats import judge_sides
+    return judge_sides
 
 
 class Budget:
@@ -364,10 +384,11 @@ class Waves:
                  judge: Optional[Judge] = None, estimates: Optional[Callable[[ImageWork, Repeat], float]] = None,
                  read: Optional[Callable[[ImageWork, Cell, int], Processes]] = None, since: Optional[float] = None,
                  roles: Optional[Roles] = None):
-        """``judge``: stats.judge unless given; ``estimates``: seconds of a process with no earlier one
-        of its cell in this run (default ``Estimates``); ``read``: a side's processes (default
-        ``recorded``, from its records, those written ``since`` with --force; benchmarks/bench_adaptive_repeats.py
-        simulates them); ``roles``: the matrix's A/A twins and bridges (matrixbench.matrix.comparisons.roles_of)."""
+        """``judge``: stats.judge_sides unless given (called with the sides' means, ``margin_pct`` and ``rounds``);
+        ``estimates``: seconds of a process with no earlier one of its cell in this run (default ``Estimates``);
+        ``read``: a side's processes (default ``recorded``, from its records, those written ``since`` with --force;
+        benchmarks/bench_adaptive_repeats.py simulates them); ``roles``: the matrix's A/A twins and bridges
+        (matrixbench.matrix.comparisons.roles_of)."""
         self.policy, self.works, self.budget = policy, list(works), budget
         self.roles = roles or Roles()
         self._judge = judge
@@ -446,7 +467,8 @@ class Waves:
             baseline, candidate = sides[comparison.baseline], sides[comparison.candidate]
             if not baseline.means or not candidate.means:
                 continue      # a side that failed every process: its records say why, more would not help
-            judgement = judge(baseline.means, candidate.means, margin_pct=self.policy.margin_pct)
+            judgement = judge(baseline.means, candidate.means, margin_pct=self.policy.margin_pct,
+                              rounds=self._rounds(comparison, baseline, candidate))
             if judgement.decided:
                 decided += 1
             elif final:
@@ -462,6 +484,16 @@ class Waves:
         if self.policy.stopping == FINAL:
             return going
         return [doubt for doubt in going if promising(doubt[1], self.policy, spread)]
+
+    @staticmethod
+    def _rounds(comparison: Comparison, baseline: Processes,
+                candidate: Processes) -> Optional[Tuple[RoundKeys, RoundKeys]]:
+        """What the report pairs by round (stats.judge_sides' ``rounds``): both sides' rounds for a kind it
+        pairs (PAIRED_KINDS), else None."""
+        base, cand = baseline.round_keys(), candidate.round_keys()
+        if comparison.kind not in PAIRED_KINDS or base is None or cand is None:
+            return None
+        return base, cand
 
     def _goes_on(self, judgement: Judgement, processes: int) -> bool:
         """``goes_on`` for a stats.Judgement; a judge double without an interval: while undecided."""

@@ -10,8 +10,8 @@ verdict (report.verdicts: Welch's t on the two sides' log process means, stats.j
   ``candidate_processes``, ``detectable_pct`` (the interval's half-width as a %: a change at least
   that large would have been starred) and ``margin_pct`` (the equivalence margin of "no change").
   Interval columns are empty when a side has one process ("not tested"). ``pairing``: how the two sides
-  were judged: "paired by round" (an image change or A/A change whose two cells ran in the same rounds of
-  one run: stats.judge_by_round on each round's log ratio), "paired blocks" (``paired_speedup``) or
+  were judged: "paired by round" (an image change, A/A change or mode change whose two cells ran in the same
+  rounds of one run: stats.judge_by_round on each round's log ratio), "paired blocks" (``paired_speedup``) or
   "unpaired" (Welch on the two sides' process estimates); empty when not tested.
 
 Kinds:
@@ -37,7 +37,8 @@ Kinds:
   of images that differ in torch and transformers split into each factor's share (report.shares);
   ``against`` names the step and the path ("[2×2]" or "[via <bridge>]"), estimate_ratio/percent the
   share with its Welch interval, ``verdict`` its verdict ("no transformers share (±3%)").
-- ``mode_change``: a compiled cell against the same image's default cell, likewise.
+- ``mode_change``: a compiled cell against the same image's default cell, likewise (paired by round where both
+  ran in the same rounds of one run).
 - ``published_deviation``: a cell against the image's published source on the same GPU;
   estimate_ratio = measured ms / published ms, percent = deviation (no interval: one side is a number).
 - ``published_speedup``: on another GPU, a measured speed-up beside one GPU's published one;

@@ -3,6 +3,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from matrixbench.build.versions import release
+from matrixbench.matrix.comparisons import MODE_CHANGE
 from matrixbench.report import (
     cost_tables,
     host_notes,
@@ -38,6 +39,9 @@ _BY_ROUND = (
     "(drift, a step, another tenant); the interval is Student's t on the rounds' log ratios (rounds - 1 degrees of "
     "freedom). \"unpaired\": Welch's t as above, where the two cells' rounds differ (another run, a failed or "
     "added process).")
+_MODE_BY_ROUND = (
+    "A mode's change against default is judged paired by round where both cells ran in the same rounds of one run "
+    "(comparisons.csv's pairing: \"paired by round\", Student's t on the rounds' log ratios), else unpaired.")
 _MIXED = (
     f"Warning: the two sides differ in more than torch: \"{tables.MIXES_TRANSFORMERS}\" (another transformers "
     f"version) or \"{tables.MIXES_ATTENTION}\" (another attention implementation used); the change is not torch's "
@@ -212,6 +216,8 @@ def assemble(cells, published, notes, charts, sources=None, calibration=(), pric
         legends["per_device"] += " " + tables.flag_legend(flags)
     if any(row.get("pairing") == stats.PAIRED_BY_ROUND for row in derived):
         legends["image_pairs"] += " " + _BY_ROUND
+    if any(row.get("pairing") == stats.PAIRED_BY_ROUND and row.get("kind") == MODE_CHANGE for row in derived):
+        legends["compile_modes"] += " " + _MODE_BY_ROUND
     if tables.mixed_rows(cells):
         legends["image_pairs"] += " " + _MIXED
     if cells.attribution:

@@ -366,6 +366,35 @@ def judge_by_round(baseline_by_round, candidate_by_round, *, margin_pct: float,
                      PAIRED_BY_ROUND)
 
 
+def rounds_paired(baseline_rounds, baseline_estimates, candidate_rounds, candidate_estimates):
+    """(baseline estimates, candidate estimates) in round order where the two sides ran in the same rounds of
+    one run, else None. Rounds are (run, repeat index) keys, one per estimate: both sides need one run, integer
+    repeat indexes each once a side, the same set on both, MIN_PROCESSES or more."""
+    sides = []
+    for rounds, estimates in ((baseline_rounds, baseline_estimates), (candidate_rounds, candidate_estimates)):
+        rounds = [tuple(key) for key in rounds]
+        if (len(rounds) != len(estimates) or len(set(rounds)) != len(rounds) or len({run for run, _ in rounds}) != 1
+                or not all(isinstance(index, int) for _, index in rounds)):
+            return None
+        sides.append(dict(zip(rounds, estimates)))
+    if set(sides[0]) != set(sides[1]) or len(sides[0]) < MIN_PROCESSES:
+        return None
+    order = sorted(sides[0], key=lambda key: key[1])
+    return tuple(sides[0][key] for key in order), tuple(sides[1][key] for key in order)
+
+
+def judge_sides(baseline_estimates, candidate_estimates, *, margin_pct: float, rounds=None,
+                confidence: float = CONFIDENCE) -> Judgement:
+    """The one judgement of two cells' processes that the report (verdicts.judge_cells) and the waves of
+    ``repeats: auto`` (executors.adaptive) both make: paired by round (``judge_by_round``) where ``rounds``
+    (baseline rounds, candidate rounds: each estimate's (run, repeat index)) is given and ``rounds_paired``
+    pairs them, else unpaired (``judge``, Welch). ``rounds`` None: the comparison's kind is never paired."""
+    paired = None if rounds is None else rounds_paired(rounds[0], baseline_estimates, rounds[1], candidate_estimates)
+    if paired is not None:
+        return judge_by_round(*paired, margin_pct=margin_pct, confidence=confidence)
+    return judge(baseline_estimates, candidate_estimates, margin_pct=margin_pct, confidence=confidence)
+
+
 def judge_by_round_many(log_differences, *, margin_pct, confidence=CONFIDENCE) -> Judgements:
     """judge_by_round() of many comparisons at once: ``log_differences`` an array (comparisons, rounds)
     of log candidate - log baseline per round, MIN_PROCESSES or more rounds."""

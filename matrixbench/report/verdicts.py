@@ -6,10 +6,12 @@ its eager cell with the ratio and its interval inverted, so its verdict reads th
 ("faster": the compiled cell runs faster). The margin is the setting matrixbench.matrix.settings declares
 (``margin_pct``); a report uses its runs' (cells.CellIndex.margin_pct, on every row).
 
-A change between two images whose processes ran in the same rounds of one run (``by_round``: the same run,
-the same repeat indexes on both sides) is judged paired by round (stats.judge_by_round: each round's two
-processes ran one after the other under the same machine state, which cancels in their ratio); any other
-comparison is judged unpaired (stats.judge, Welch). docs/verdicts.md has the simulation that chose this.
+A change between two images, or a compiled mode against ``default`` of the same image (``pairable``), whose
+processes ran in the same rounds of one run (``by_round``: the same run, the same repeat indexes on both sides) is
+judged paired by round (stats.judge_by_round: each round's two processes ran one after the other under the same
+machine state, which cancels in their ratio); any other comparison is judged unpaired (stats.judge, Welch).
+stats.judge_sides makes that choice, for the report and for the waves of ``repeats: auto`` alike.
+docs/verdicts.md has the simulations that chose this.
 """
 from dataclasses import replace
 from functools import lru_cache
@@ -17,6 +19,7 @@ from functools import lru_cache
 from matrixbench.matrix.settings import BY_NAME
 from matrixbench.report import arithmetic, stats
 from matrixbench.report.cells import require_positive
+from matrixbench.report.modes import MODE_CHANGE_BASELINE
 
 MARGIN_PCT = float(BY_NAME["margin_pct"].default)
 STAR = "*"
@@ -36,11 +39,9 @@ def judge_cells(baseline, candidate, margin_pct=None) -> stats.Judgement:
     positive number is a ReportError naming its record."""
     if margin_pct is None:
         margin_pct = candidate.get("margin_pct") or MARGIN_PCT
-    rounds = by_round(baseline, candidate)
-    if rounds is not None:
-        judgement = _judge_rounds(*rounds, margin_pct)
-    else:
-        judgement = _judge(tuple(judged_estimates(baseline)), tuple(judged_estimates(candidate)), margin_pct)
+    rounds = (tuple(map(tuple, baseline.get("process_rounds") or [])),
+              tuple(map(tuple, candidate.get("process_rounds") or []))) if pairable(baseline, candidate) else None
+    judgement = _judge(tuple(judged_estimates(baseline)), tuple(judged_estimates(candidate)), margin_pct, rounds)
     if judgement.decided and throttled(baseline, candidate):
         return replace(judgement, verdict=stats.UNDECIDED)
     return judgement
@@ -56,24 +57,25 @@ def judged_estimates(row, how=None):
     return [stats.judged_estimate(values, mean, how) for values, mean in zip(samples, means)]
 
 
+def pairable(baseline, candidate):
+    """Whether the comparison's kind is judged paired by round where its rounds allow (matrix.comparisons'
+    PAIRED_KINDS): two images' cells (an image change, an A/A change), or a compiled mode against the
+    ``default`` cell of its image (a mode change). A speed-up (against eager: its paired view is the paired
+    blocks) and the calibration's loaded against alone (one cell, two phases) are not."""
+    if baseline.get("image") != candidate.get("image"):
+        return True
+    return baseline.get("cell.mode") == MODE_CHANGE_BASELINE and candidate.get("cell.mode") != MODE_CHANGE_BASELINE
+
+
 def by_round(baseline, candidate):
-    """(baseline estimates, candidate estimates) in round order where the design pairs them by round: two
-    images' cells whose ok processes ran in one run with the same repeat indexes (cells.process_round), each
-    index once a side, MIN_PROCESSES or more; else None (judged unpaired). A cell against a cell of its own
-    image (a speed-up, a mode change) is never paired here."""
-    if baseline.get("image") == candidate.get("image"):
+    """(baseline estimates, candidate estimates) in round order where the design pairs them by round: a
+    ``pairable`` comparison whose ok processes ran in one run with the same repeat indexes
+    (cells.process_round), each index once a side, MIN_PROCESSES or more (stats.rounds_paired); else None
+    (judged unpaired)."""
+    if not pairable(baseline, candidate):
         return None
-    sides = []
-    for row in (baseline, candidate):
-        rounds = row.get("process_rounds") or []
-        estimates = judged_estimates(row)
-        if len(rounds) != len(estimates) or len(set(rounds)) != len(rounds) or len({run for run, _ in rounds}) != 1:
-            return None
-        sides.append(dict(zip(rounds, estimates)))
-    if set(sides[0]) != set(sides[1]) or len(sides[0]) < stats.MIN_PROCESSES:
-        return None
-    order = sorted(sides[0], key=lambda key: key[1])
-    return tuple(sides[0][key] for key in order), tuple(sides[1][key] for key in order)
+    return stats.rounds_paired(baseline.get("process_rounds") or [], judged_estimates(baseline),
+                               candidate.get("process_rounds") or [], judged_estimates(candidate))
 
 
 def pairing_text(judgement):
@@ -88,14 +90,9 @@ def throttled(*rows):
 
 
 @lru_cache(maxsize=4096)
-def _judge(baseline_means, candidate_means, margin_pct):
-    """stats.judge, once per pair: tables, charts and comparisons.csv all ask for the same ones."""
-    return stats.judge(baseline_means, candidate_means, margin_pct=margin_pct)
-
-
-@lru_cache(maxsize=4096)
-def _judge_rounds(baseline_by_round, candidate_by_round, margin_pct):
-    return stats.judge_by_round(baseline_by_round, candidate_by_round, margin_pct=margin_pct)
+def _judge(baseline_means, candidate_means, margin_pct, rounds):
+    """stats.judge_sides, once per pair: tables, charts and comparisons.csv all ask for the same ones."""
+    return stats.judge_sides(baseline_means, candidate_means, margin_pct=margin_pct, rounds=rounds)
 
 
 def judge_speedup(eager, compiled, margin_pct=None) -> stats.Judgement:
