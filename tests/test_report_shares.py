@@ -103,6 +103,7 @@ def _covers(share, ratio):
     return share.low_pct <= (ratio - 1.0) * 100.0 <= share.high_pct
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("truth", [
     {"torch": 0.70, "transformers": 1.15, "interaction": 1.0},
     {"torch": 0.85, "transformers": 0.92, "interaction": 1.06},

@@ -18,6 +18,8 @@ import hostsim
 from matrixbench.executors import adaptive
 from matrixbench.report import stats
 
+pytestmark = pytest.mark.slow   # auto's waves then the report, thousands of comparisons a test
+
 AUTO = adaptive.Policy(3, 10, 3.0)
 STATE = autosim.Machine(state_sd=0.05)
 EVERYTHING = autosim.Machine(0.05, 0.05, 0.05)
