@@ -342,16 +342,11 @@ def test_the_graph_capture_warms_on_a_side_stream_and_captures_one_call():
     assert log[-1] == "replay"
 
 
-def test_a_capture_that_fails_says_why_the_gpu_bound_probe_was_not_measured_and_keeps_the_launch_bound_one(tmp_path):
-    """runner.noise_probe.measure without a GPU: a stand-in torch whose events give the H200's real per-call event
-    times and whose CUDA-graph capture raises (as capture does where an op is not capturable): the launch-bound
-    probe stands, the GPU-bound one is "not measured" with why, in the probe's result, the statement, run.json's
-    summary and the report's note."""
-    from contextlib import contextmanager, nullcontext
+def _stand_in_torch(measured, graph, graph_class=object):
+    """A stand-in torch for runner.noise_probe.measure without a GPU: its events give ``measured`` (real per-call
+    event times) in turn, its CUDA-graph capture is ``graph`` (a context manager) and ``graph_class``."""
+    from contextlib import nullcontext
 
-    from matrixbench.report import host_notes
-
-    measured = _calls(_timing(H200 / "resnet_bs1_eager_float32.json"))
     real = itertools.cycle(measured)
 
     class Event:
@@ -371,16 +366,30 @@ def test_a_capture_that_fails_says_why_the_gpu_bound_probe_was_not_measured_and_
         def wait_stream(self, other):
             return None
 
+    cuda = SimpleNamespace(Event=Event, synchronize=lambda: None, Stream=Stream, current_stream=Stream,
+                           stream=lambda stream: nullcontext(), CUDAGraph=graph_class, graph=graph,
+                           get_device_name=lambda: "NVIDIA H200")
+    return SimpleNamespace(cuda=cuda, no_grad=nullcontext, __version__="2.11.0+cu130")
+
+
+def test_a_capture_that_fails_says_why_the_gpu_bound_probe_was_not_measured_and_keeps_the_launch_bound_one(tmp_path):
+    """runner.noise_probe.measure without a GPU: a stand-in torch whose events give the H200's real per-call event
+    times and whose CUDA-graph capture raises (as capture does where an op is not capturable): the launch-bound
+    probe stands, the GPU-bound one is "not measured" with why, in the probe's result, the statement, run.json's
+    summary and the report's note."""
+    from contextlib import contextmanager
+
+    from matrixbench.report import host_notes
+
+    measured = _calls(_timing(H200 / "resnet_bs1_eager_float32.json"))
+
     @contextmanager
     def graph(captured):
         raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nCompile with "
                            "TORCH_USE_CUDA_DSA to enable device-side assertions.")
         yield
 
-    cuda = SimpleNamespace(Event=Event, synchronize=lambda: None, Stream=Stream, current_stream=Stream,
-                           stream=lambda stream: nullcontext(), CUDAGraph=object, graph=graph,
-                           get_device_name=lambda: "NVIDIA H200")
-    torch = SimpleNamespace(cuda=cuda, no_grad=nullcontext, __version__="2.11.0+cu130")
+    torch = _stand_in_torch(measured, graph=graph)
     result = json.loads(json.dumps(noise_probe.measure(torch, lambda example: None, "x", "cuda", seconds=0.05)))
     why = ("the CUDA graph could not be captured: RuntimeError: CUDA error: operation not permitted when stream "
            "is capturing")
@@ -402,6 +411,25 @@ def test_a_capture_that_fails_says_why_the_gpu_bound_probe_was_not_measured_and_
     [note, *_] = host_notes.check_lines("r", host_notes.read_noise_check({"noise_check": kept}))
     assert f"resolves about {noise.launch_resolvable_pct:.1f}% there for launch-bound cells" in note
     assert f"GPU-bound cells: not measured ({why})" in note
+
+
+def test_a_captured_graph_that_cannot_replay_says_why_and_keeps_the_launch_bound_probe():
+    """The other failure of the GPU-bound probe: capture succeeds, the replay raises (an illegal access that shows
+    only when the graph runs); the launch-bound probe stands, the GPU-bound one is not measured, the first line of
+    the error says why."""
+    from contextlib import nullcontext
+
+    class Graph:
+        def replay(self):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be "
+                               "asynchronously reported")
+
+    measured = _calls(_timing(H200 / "resnet_bs1_eager_float32.json"))
+    torch = _stand_in_torch(measured, graph=lambda captured: nullcontext(), graph_class=Graph)
+    result = noise_probe.measure(torch, lambda example: None, "x", "cuda", seconds=0.05)
+    assert result["gpu_bound"] is None and result["launch_bound"]["calls"] > 0
+    assert result["gpu_bound_why"] == ("the captured CUDA graph could not be replayed: RuntimeError: CUDA error: an "
+                                       "illegal memory access was encountered")
 
 
 def test_the_warning_threshold_is_where_launch_bound_verdicts_of_a_true_10_percent_change_turn_mostly_undecided():
