@@ -12,7 +12,6 @@
 Every rate is a share of simulated comparisons of known truth; no record, no torch.
 """
 import argparse
-import json
 import os
 import sys
 import time
@@ -25,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from machine import contention, describe, lscpu  # noqa: E402
+from machine import describe, write_results  # noqa: E402
 
 import hostsim  # noqa: E402
 from matrixbench.executors import adaptive  # noqa: E402
@@ -208,12 +207,7 @@ def main(argv=None):
     result["paired"] = {"fitted host": paired(host, small, rng)}
     result["stopping"] = {"lognormal 1-10%": stopping_rules(lognormal_model, args.trials, rng),
                           "fitted host, 300 calls": stopping_rules(host_model(host, 300), small, rng)}
-    result.update(machine=lscpu(), load_average=load, contention=contention(), seconds=time.monotonic() - started)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "host_verdicts.json").write_text(json.dumps(result, indent=2, default=float) + "\n")
-    text = markdown(result)
-    (args.out / "host_verdicts.md").write_text(text)
-    print(text)
+    write_results(args.out, "host_verdicts", result, markdown, load=load, started=started)
     return 0
 
 

@@ -14,7 +14,6 @@ mostly come out undecided. Here, on hosts of known truth, the probe figure at wh
 Every share is one of simulated comparisons of known truth; no record, no torch.
 """
 import argparse
-import json
 import os
 import sys
 import time
@@ -27,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from machine import contention, describe, lscpu  # noqa: E402
+from machine import describe, write_results  # noqa: E402
 
 import hostsim  # noqa: E402
 from matrixbench import host_noise  # noqa: E402
@@ -93,12 +92,7 @@ def main(argv=None):
         result["sweeps"][str(call_ms)] = {"rows": rows, "crossing": hostsim.undecided_crossing(rows)}
     bound = lognormal_bound(args.trials * 4, np.random.default_rng(33))
     result["lognormal"] = {"rows": bound, "crossing": hostsim.undecided_crossing(bound)}
-    result.update(machine=lscpu(), load_average=load, contention=contention(), seconds=time.monotonic() - started)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "noise_threshold.json").write_text(json.dumps(result, indent=2, default=float) + "\n")
-    text = markdown(result)
-    (args.out / "noise_threshold.md").write_text(text)
-    print(text)
+    write_results(args.out, "noise_threshold", result, markdown, load=load, started=started)
     return 0
 
 

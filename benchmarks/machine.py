@@ -1,5 +1,7 @@
 """The machine a benchmark ran on, as ``lscpu`` says it: the fields that bear on timings."""
+import json
 import subprocess
+import time
 
 LSCPU_FIELDS = ("Model name", "CPU(s)", "Thread(s) per core", "Core(s) per socket", "Socket(s)",
                 "Hypervisor vendor", "L2 cache", "L3 cache", "NUMA node(s)")
@@ -76,3 +78,15 @@ def write_summary(path, lines):
     """Write a benchmark's Markdown summary and print it."""
     path.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def write_results(out, name, result, markdown, *, load, started):
+    """A benchmark's results with the machine it ran on, its load before (``load``), the contention over it and
+    its seconds since ``started`` (time.monotonic): ``<name>.json`` and ``<name>.md`` (``markdown(result)``) in
+    ``out``; the Markdown printed too."""
+    result.update(machine=lscpu(), load_average=load, contention=contention(), seconds=time.monotonic() - started)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(result, indent=2, default=float) + "\n")
+    text = markdown(result)
+    (out / f"{name}.md").write_text(text)
+    print(text)
