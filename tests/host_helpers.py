@@ -137,7 +137,7 @@ def use_backend(monkeypatch, backend):
     """Register ``backend`` under the name "local" for the duration of a test."""
     from matrixbench import environments as backends
 
-    monkeypatch.setitem(backends.FACTORIES, "local", lambda build_options=None: backend)
+    monkeypatch.setitem(backends.FACTORIES, "local", lambda build_options=None, run_id=None: backend)
     return backend
 
 

@@ -136,7 +136,7 @@ def test_make_matrix_on_a_gpu_host_without_docker_builds_venvs(tmp_path, monkeyp
     backend = RecordingBackend(gpus=True)
     from matrixbench import environments
 
-    monkeypatch.setitem(environments.FACTORIES, "venv", lambda build_options=None: backend)
+    monkeypatch.setitem(environments.FACTORIES, "venv", lambda build_options=None, run_id=None: backend)
     result = CliRunner().invoke(main, ["run", "--matrix", str(path), "--backend", "auto", "--device", "auto",
                                        "--results", str(tmp_path / "results")])
     assert result.exit_code == 0, result.output

@@ -76,7 +76,7 @@ def test_the_docker_backend_checks_in_a_container_of_each_built_image(sdk, tmp_p
 
 def test_validate_build_runs_in_the_images_by_default_and_names_image_and_model(sdk, tmp_path, monkeypatch):
     backend = DockerBackend(client=docker_client.DockerClient(sdk))
-    monkeypatch.setitem(backends.FACTORIES, "docker", lambda build_options=None: backend)
+    monkeypatch.setitem(backends.FACTORIES, "docker", lambda build_options=None, run_id=None: backend)
     result = CliRunner().invoke(main, ["validate", "--matrix", str(write_matrix(tmp_path)), "--build"])
     assert result.exit_code == 2, result.output
     assert "image latest (torch 2.13.0): model detr-resnet-101: builds on the meta device" in result.stdout

@@ -305,7 +305,7 @@ def test_a_run_stops_what_a_killed_run_of_its_folder_left_running(sdk, tmp_path,
             docker_client.LABEL_CONTENT_HASH: image.content_hash()}, f"sha256:{name}")
     killed = _leftover(sdk, tmp_path, monkeypatch, dataclasses.replace(owner.this_process(), boot_id="gone"))
     sdk.next_container = {"on_wait": _fake_runner}
-    monkeypatch.setitem(backends.FACTORIES, "docker", lambda build_options=None: backend(sdk))
+    monkeypatch.setitem(backends.FACTORIES, "docker", lambda build_options=None, run_id=None: backend(sdk))
     progress = Notes()
     run_matrix(matrix, RunOptions(run_name="run1", results_root=tmp_path / "results", backend="docker",
                                   device="cpu", cache_root=tmp_path / "cache", hf_cache_dir=tmp_path / "hf"),
@@ -333,3 +333,17 @@ def test_a_ray_task_pins_its_container_to_the_gpu_ray_assigned_and_that_gpus_cor
     assert kwargs["cpuset_cpus"] == "8-11"
     placement = json.loads(kwargs["environment"][PLACEMENT_ENV])
     assert (placement["node_ip"], placement["ray_gpu_ids"], placement["gpu_type"]) == ("10.0.0.7", ["2"], "A100")
+
+
+def test_a_ray_tasks_containers_carry_the_runs_name_not_its_scratch_folders(sdk, tmp_path, monkeypatch):
+    """On a Ray node a unit runs in a scratch folder (matrixbench-ray-*); its containers are still labelled and
+    named with the run's name, so `matrixbench clean --run NAME` and `docker ps` find them."""
+    from matrixbench.executors.ray.tasks import UnitTask, node_slot, run_unit_here, shippable
+
+    monkeypatch.setattr(docker_client, "connect", lambda *args, **kwargs: docker_client.DockerClient(sdk))
+    task = UnitTask("A100 vit bs=1", "A100", (shippable(request_for(tmp_path)),), "docker", run_name="nightly-7")
+    node = {"node_id": "n1", "node_ip": "10.0.0.1", "gpu_type": "A100"}
+    run_unit_here(task, node, node_slot(["0"], 1, False, cores=[0]), [], lambda image, data: None, environ={})
+    started = sdk.started[0].kwargs
+    assert started["labels"]["matrixbench.run_id"] == "nightly-7"
+    assert started["name"].startswith("matrixbench-nightly-7-stable-")

@@ -13,37 +13,40 @@ from matrixbench.environments.base import Backend
 from matrixbench.errors import RunError
 
 
-def _local(build_options: Optional[BuildOptions] = None) -> Backend:
+def _local(build_options: Optional[BuildOptions] = None, run_id: Optional[str] = None) -> Backend:
     from matrixbench.environments.local import LocalBackend
 
     return LocalBackend()
 
 
-def _docker(build_options: Optional[BuildOptions] = None) -> Backend:
+def _docker(build_options: Optional[BuildOptions] = None, run_id: Optional[str] = None) -> Backend:
     try:
         from matrixbench.environments.docker import DockerBackend
     except ImportError as exc:
         raise RunError(f"the docker backend cannot be loaded ({exc}); use --backend local") from exc
-    return DockerBackend()
+    return DockerBackend(run_id=run_id)
 
 
-def _venv(build_options: Optional[BuildOptions] = None) -> Backend:
+def _venv(build_options: Optional[BuildOptions] = None, run_id: Optional[str] = None) -> Backend:
     from matrixbench.environments.venv import VenvBackend
 
     return VenvBackend(build_options=build_options)
 
 
-FACTORIES: Dict[str, Callable[[Optional[BuildOptions]], Backend]] = {"docker": _docker, "local": _local, "venv": _venv}
+Factory = Callable[[Optional[BuildOptions], Optional[str]], Backend]   # (build options, run id) -> backend
+FACTORIES: Dict[str, Factory] = {"docker": _docker, "local": _local, "venv": _venv}
 
 
 def backend_names() -> List[str]:
     return sorted(FACTORIES)
 
 
-def create_backend(name: str, build_options: Optional[BuildOptions] = None) -> Backend:
+def create_backend(name: str, build_options: Optional[BuildOptions] = None, run_id: Optional[str] = None) -> Backend:
     """The environment called ``name`` (docker, local, venv); everything a run needs comes in its RunRequest.
     ``build_options`` (images.BuildOptions, the matrix's build settings): how the venv environment builds a venv
-    that ``prepare`` finds missing (Docker images are built by ``matrixbench build`` alone)."""
+    that ``prepare`` finds missing (Docker images are built by ``matrixbench build`` alone). ``run_id``: the run's
+    name where the request's folders do not say it (a Ray node runs in a scratch folder): the docker environment
+    labels and names its containers with it, so `matrixbench clean --run` and a look at `docker ps` find them."""
     if name not in FACTORIES:
         raise RunError(f"unknown backend {name!r}; valid: {', '.join(backend_names())}")
-    return FACTORIES[name](build_options)
+    return FACTORIES[name](build_options, run_id)

@@ -166,7 +166,7 @@ def run_unit_here(task: UnitTask, node: Node, slot: Slot, done: Sequence[Tuple[s
     driver already holds: a retried task resumes), ``emit(image, record)`` as each record appears."""
     from matrixbench.environments import create_backend
 
-    backend = backend or create_backend(task.node_backend)
+    backend = backend or create_backend(task.node_backend, run_id=task.run_name)   # its folder here is a scratch one
     environ = dict(os.environ if environ is None else environ)
     result, skip = NodeRun(), {(image, stem) for image, stem in done}
     with tempfile.TemporaryDirectory(prefix="matrixbench-ray-") as scratch:
