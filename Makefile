@@ -30,9 +30,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-# Workers: the docker and venv groups each hold one worker for most of the run, mostly waiting on
-# containers and pip, so two more than those run the pure-Python tests (tests/conftest.py: the groups).
-TEST_WORKERS ?= 4
+# Workers: the docker, venv and ray-docker groups each hold one worker for most of the run, mostly waiting on
+# containers, pip and the registry, so two more than those run the pure-Python tests (tests/conftest.py: the groups).
+TEST_WORKERS ?= 5
 PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadgroup
 QUICK_TESTS := not (docker or venv or ray or browser or wheel or gpu or slow)
 

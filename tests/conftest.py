@@ -7,10 +7,11 @@ image and venv by content), ``docker_test_client`` (the daemon, with the test ba
 its own, so no test depends on another file having run first.
 
 Scheduling (``make test``: ``-n N --dist loadgroup``): every test that uses a real component belongs to a group,
-by the first of its markers in GROUPS; a group runs on one worker, in order, sharing that worker's session
-fixtures, so two groups' tests never fight over one component (and tests/real_builds.py's lock keeps the docker
-and venv groups' builds apart). The other tests (pure Python) go one by one to whichever worker is free. The
-groups come first in the collection order, the longest first, and the scheduler hands them out in that order.
+by the first entry of GROUPS whose markers it has; a group runs on one worker, in order, sharing that worker's
+session fixtures, so two groups' tests never fight over one component (and matrixbench's build turns,
+matrixbench/build/turns.py, keep two processes' builds of one image, or downloads into one wheelhouse, apart).
+The other tests (pure Python) go one by one to whichever worker is free. The groups come first in the
+collection order, the longest first, and the scheduler hands them out in that order.
 Without xdist the same order applies.
 
 pytest-xdist 3.8's own loadgroup reads ``xdist_group`` markers by rewriting ``item._nodeid``, which pytest 9 no
@@ -29,12 +30,14 @@ import pytest
 
 from real_builds import BASE_IMAGES, BUILD_LOGS, DOCKER_MATRIX, VENV_MATRIX, Builds
 
-# marker -> group; a test marked twice joins the first. The Ray cluster test with docker nodes runs in the docker
-# group: it lists every container on the daemon and pushes images beside the other docker tests' runs, so it
-# cannot run beside them (tried at c91e547: it saw another test's container and its registry run timed out).
-GROUPS = (("docker", "docker"), ("venv", "venv"), ("ray", "ray"), ("wheel", "wheel"), ("browser", "browser"))
+# markers -> group; a test joins the first group whose markers it all has. The Ray cluster test with docker nodes
+# (marked ray and docker) has a group of its own, beside the docker group: it needs the docker group's e2e images,
+# and finds them built (tests/real_builds.py: one build of a tag at a time, across processes, so the second build
+# finds every layer cached); it looks only at its own run's containers and pushes a small image of its own.
+GROUPS = ((("ray", "docker"), "ray-docker"), (("docker",), "docker"), (("venv",), "venv"), (("ray",), "ray"),
+          (("wheel",), "wheel"), (("browser",), "browser"))
 # The order the groups start in: the longest first (the fresh-machine times in docs/test-suite-time.md).
-GROUP_ORDER = {group: rank for rank, group in enumerate(("docker", "venv", "ray", "wheel", "browser"))}
+GROUP_ORDER = {group: rank for rank, group in enumerate(("docker", "venv", "ray-docker", "ray", "wheel", "browser"))}
 GROUPS_FILE = "MATRIXBENCH_TEST_GROUPS"
 
 
@@ -73,7 +76,8 @@ class GroupTimes:
     def pytest_runtest_logreport(self, report):
         if not report.start:
             return
-        group = next((name for marker, name in GROUPS if marker in report.keywords), "pure Python")
+        group = next((name for markers, name in GROUPS if all(marker in report.keywords for marker in markers)),
+                     "pure Python")
         entry = self.groups.setdefault(group, [0, 0.0, report.start, report.stop, set()])
         entry[0] += report.when == "call"
         entry[1] += report.duration
@@ -99,8 +103,8 @@ class GroupTimes:
 
 def group_of(item):
     """The group of a test that uses a real component (GROUPS), else None."""
-    for marker, group in GROUPS:
-        if item.get_closest_marker(marker) is not None:
+    for markers, group in GROUPS:
+        if all(item.get_closest_marker(marker) is not None for marker in markers):
             return group
     return None
 

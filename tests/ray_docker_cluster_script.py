@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -37,11 +38,23 @@ def driver(matrix, results, env, log_path, run=RUN, extra=()):
                               timeout=RUN_TIMEOUT_S).returncode
 
 
-def matrixbench_containers():
-    """The names of the containers matrixbench labelled that Docker still has, running or not."""
-    done = subprocess.run(["docker", "ps", "-a", "--filter", "label=matrixbench", "--format", "{{.Names}}"],
+def matrixbench_containers(run=RUN):
+    """The names of the containers matrixbench labelled as this script's run's (``--run``) that Docker still has,
+    running or not. Only the run's own: other tests' containers come and go on the same daemon meanwhile (the
+    docker group runs beside this test, and the killed-host test leaves one of its run's on purpose)."""
+    done = subprocess.run(["docker", "ps", "-a", "--filter", "label=matrixbench",
+                           "--filter", f"label=matrixbench.run_id={run}", "--format", "{{.Names}}"],
                           capture_output=True, text=True, timeout=60)
     return [name for name in done.stdout.split() if name]
+
+
+def watch_containers(seen, stop, every_s=0.5):
+    """Add the names of the run's containers (``matrixbench_containers``) to ``seen`` every ``every_s`` until
+    ``stop`` is set: what the run's filter saw while the run ran, so that "none left after" is known to look
+    at the containers the run made."""
+    while not stop.is_set():
+        seen.update(matrixbench_containers())
+        stop.wait(every_s)
 
 
 def registry_run(matrix, work, env, registry):
@@ -73,7 +86,15 @@ def main(work, matrix, out_json, registry, registry_matrix):
         result["nodes"] = {ip: node_id for ip, (_, node_id) in raylets().items()}
         t0 = time.monotonic()
         results = work / "results"
-        result["code"] = driver(matrix, results, env, work / "driver.log")
+        seen, stop = set(), threading.Event()
+        watcher = threading.Thread(target=watch_containers, args=(seen, stop), daemon=True)
+        watcher.start()
+        try:
+            result["code"] = driver(matrix, results, env, work / "driver.log")
+        finally:
+            stop.set()
+            watcher.join(timeout=60)
+        result["containers_during"] = sorted(seen - set(result["containers_before"]))
         result["run_s"] = time.monotonic() - t0
         result["records"] = {str(p.relative_to(results)): json.loads(p.read_text())
                              for p in results.rglob("*.json") if p.name not in ("run.json", "cells.json")}

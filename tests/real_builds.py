@@ -13,12 +13,14 @@ import os
 import time
 from pathlib import Path
 
-from matrixbench.build.images import build_images, image_tag
+from matrixbench.build import docker_client
+from matrixbench.build.images import build_images, building, image_tag, is_current
 from matrixbench.build.venvs import build_venvs, plan_venv, read_marker
 
 HERE = Path(__file__).resolve().parent
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")  # PyPI is reachable from builds only with it here
-BASE_IMAGES = ("matrixbench-test-base:bookworm-py310", "matrixbench-test-base:bookworm-py312")  # .ci/make-base-images
+BASE_IMAGES = ("matrixbench-test-base:bookworm-py310", "matrixbench-test-base:bookworm-py311",   # .ci/make-base-images
+               "matrixbench-test-base:bookworm-py312")
 DOCKER_MATRIX = HERE / "data" / "docker-matrix.yaml"
 VENV_MATRIX = HERE / "data" / "venv-matrix.yaml"
 BUILD_LOGS = HERE.parent / ".ci" / "cache"   # gitignored: each build's log
@@ -57,15 +59,31 @@ class Builds:
         return {plan.name: read_marker(plan) for plan in map(plan_venv, matrix.images.values())}
 
     def images(self, matrix, log_path):
-        """Every image of ``matrix``, built (or found in Docker's cache) by matrixbench's own build, its
-        lines appended to ``log_path``; their tags."""
+        """Every image of ``matrix``, found current or built by matrixbench's own build, its lines appended to
+        ``log_path``; their tags. Current: Docker has the tag built from this very entry and runner
+        (``images.is_current``, the check a Ray node makes), asked in the image's build turn, so a worker whose
+        image another worker is building waits for that build and then uses it instead of building again."""
         missing = self._missing("docker", matrix)
         if missing:
             started = time.monotonic()
             with _logger(log_path) as log:
-                tags = build_images(matrix, missing, ca_bundle=CA_BUNDLE if CA_BUNDLE.is_file() else None,
-                                    on_progress=lambda name, line: print(f"[{name}] {line}", file=log, flush=True))
-            print(f"\nbuilt {', '.join(tags)} in {time.monotonic() - started:.0f} s (log: {log_path}, "
-                  f"pid {os.getpid()})")
+                def emit(name, line):
+                    print(f"[{name}] {line}", file=log, flush=True)
+
+                stale = [name for name in missing if not _current_in_turn(matrix.images[name], emit)]
+                tags = build_images(matrix, stale, ca_bundle=CA_BUNDLE if CA_BUNDLE.is_file() else None,
+                                    on_progress=emit) if stale else []
+            found = sorted(set(map(image_tag, missing)) - set(tags))
+            print(f"\nbuilt {', '.join(tags) or 'nothing'}, found current {', '.join(found) or 'nothing'} in "
+                  f"{time.monotonic() - started:.0f} s (log: {log_path}, pid {os.getpid()})")
             self.done.update({_key("docker", matrix.images[name]): True for name in missing})
         return [image_tag(name) for name in matrix.images]
+
+
+def _current_in_turn(image, emit):
+    """Whether Docker has ``image`` current, asked once any other build of its tag on this machine has ended."""
+    with building(image_tag(image.name), emit=emit, name=image.name):
+        current = is_current(docker_client.connect(), image)
+    if current:
+        emit(image.name, f"{image_tag(image.name)} is current (content hash {image.content_hash()}): not built")
+    return current

@@ -6,9 +6,10 @@ The real-Docker test images (tests/conftest.py's ``docker_e2e_images``: torch 2.
 found current, outside the namespace first, so each node finds them by their content-hash and
 runner-hash labels and builds nothing. A second run with ``--set registry=...`` (Debian's docker-registry on
 the host's loopback, tests/conftest.py's ``registry_address``) pushes one small image once
-(tests/data/docker-registry-matrix.yaml: torch's CPU build, also built outside first) and has every node pull
-it and run it: pushing the two torch CUDA images (11 GB) took longer than the run's 600 s limit on a fresh
-machine (issue 35). Skips, saying why, without Ray, root, unshare, Docker, docker-registry or the base images.
+(tests/data/docker-registry-matrix.yaml: torch's CPU build on Python 3.11, 1.85 GB, also built outside first)
+and has every node pull it and run it: pushing the two torch CUDA images (11 GB) took longer than the run's
+600 s limit on a fresh machine (issue 35). Skips, saying why, without Ray, root, unshare, Docker,
+docker-registry or the base images.
 """
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 
 from matrixbench.build.images import image_tag
 from matrixbench.matrix import load_matrix
+from ray_docker_cluster_script import RUN
 from real_builds import BUILD_LOGS
 from test_docker_e2e import MATRIX_PATH, TORCH
 from test_executor_ray import run_in_namespaces
@@ -82,7 +84,12 @@ def test_the_nodes_found_the_images_current_and_built_nothing(docker_cluster_run
 
 
 def test_no_container_of_the_run_is_left(docker_cluster_run):
+    """Only the run's own containers are looked at (other docker tests run beside this one): the filter saw
+    them while the run ran (a container per image and unit), and none is left after."""
     result, _ = docker_cluster_run
+    during = result["containers_during"]
+    assert during and all(name.startswith(f"matrixbench-{RUN}-") for name in during), during
+    assert {image for image in TORCH if any(f"-{image}-" in name for name in during)} == set(TORCH), during
     assert set(result["containers_after"]) <= set(result["containers_before"])
 
 
@@ -106,4 +113,4 @@ def test_with_a_registry_the_driver_pushes_once_and_each_node_pulls_and_runs_the
     for name, record in pulled["records"].items():
         image = name.split("/")[2]
         assert record["status"] == "ok" and record["environment"]["image_id"] == image_ids[image]
-        assert record["environment"]["torch"].split("+")[0] == REGISTRY_TORCH[image]
+        assert record["environment"]["torch"] == f"{REGISTRY_TORCH[image]}+cpu"   # the small CPU build, as named
