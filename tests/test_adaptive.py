@@ -360,6 +360,16 @@ def test_a_look_projects_paired_comparisons_with_their_kinds_pooled_round_spread
     assert adaptive.round_spread([[0.1]]) is None
 
 
+def test_the_bill_counts_seconds_that_run_alone_before_the_processes(tmp_path):
+    """Issue 32: a dry run's noise check (first_s) is added once to both ends of the bill, not spread over runners."""
+    matrix = load_matrix(write_matrix(tmp_path), Overrides(repeats="auto", repeats_min=2, repeats_max=4))
+    works = pending_work(matrix, tmp_path / "results" / "r1")
+    policy = adaptive.policy_of(matrix)
+    low, high = adaptive.bill_seconds(policy, works, parallel=2)
+    assert adaptive.bill_seconds(policy, works, parallel=2, first_s=10.0) == pytest.approx((low + 10.0, high + 10.0))
+    assert "the noise check first, 10 s" in adaptive.bill(policy, works, parallel=2, noise_check_s=10.0)
+
+
 def test_run_prints_the_bill_before_any_process_starts(tmp_path, monkeypatch):
     from host_helpers import Notes
 

@@ -233,10 +233,11 @@ def bill_settings(matrix: Matrix) -> Dict[str, Union[bool, float, str]]:
 
 def bill_seconds(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
                  estimates: Optional[Estimates] = None, runners: int = 0,
-                 settings: Optional[Mapping[str, object]] = None) -> Tuple[float, float]:
+                 settings: Optional[Mapping[str, object]] = None, first_s: float = 0.0) -> Tuple[float, float]:
     """The run's estimated wall seconds, (at the minimum, at the maximum): its pending processes
     (``Estimates``) plus ``runners`` runner starts at what a start costs here (``Estimates.runner_start_s``,
-    0 where the records show none), over ``parallel`` runners."""
+    0 where the records show none), over ``parallel`` runners, after ``first_s`` seconds that run alone before
+    them (a dry run's noise check, run.noise_check.CheckPlan.seconds)."""
     estimate = estimates or Estimates(settings=settings)
     starts = (estimate.runner_start_s(works) or 0.0) * runners
     first = starts + sum(estimate(work, repeat) for work in works for repeat in work.pending)
@@ -244,23 +245,25 @@ def bill_seconds(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
     if policy.adaptive:
         extra = sum(estimate(work, Repeat(cell, 0)) * (policy.maximum - policy.minimum)
                     for work in works for cell in work.cells)
-    return first / parallel, (first + extra) / parallel
+    return first_s + first / parallel, first_s + (first + extra) / parallel
 
 
 def bill(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
          estimates: Optional[Estimates] = None, runners: int = 0,
-         settings: Optional[Mapping[str, object]] = None) -> str:
+         settings: Optional[Mapping[str, object]] = None, noise_check_s: float = 0.0) -> str:
     """The run's estimated wall time before it starts (``bill_seconds``): its pending processes
     (earlier records of each cell, else this machine's pace, else the scheduler's model) and
     ``runners`` runner starts over ``parallel`` runners; with repeats auto the minimum (repeats_min a
     cell) and the maximum (every cell to repeats_max). ``settings``: the run's runner settings, so that the
-    paired blocks and the loop's minimum duration are in the bill (issue 32)."""
+    paired blocks and the loop's minimum duration are in the bill (issue 32); ``noise_check_s``: the noise check
+    still ahead (a dry run's; a run prints its bill once the check is done, so 0 there)."""
     estimate = estimates or Estimates(settings=settings)
-    low, high = bill_seconds(policy, works, parallel, estimate, runners)
+    low, high = bill_seconds(policy, works, parallel, estimate, runners, first_s=noise_check_s)
     start = estimate.runner_start_s(works) if runners else None
     runners_text = f"{parallel} runner(s) at once" if parallel > 1 else "one runner at a time"
     source = "(earlier records, else this machine's pace, else the scheduler's model"
-    source += f"; {runners} runner start(s) at {start:.0f} s as measured here)" if start else ")"
+    source += f"; {runners} runner start(s) at {start:.0f} s as measured here" if start else ""
+    source += f"; the noise check first, {noise_check_s:.0f} s)" if noise_check_s else ")"
     budget = f"; --budget {policy.budget_s / 60:g} min stops admitting processes past it" if policy.budget_s else ""
     if not policy.adaptive:
         return (f"estimated duration: {format_duration(low)} for {sum(len(p.pending) for p in works)} "
