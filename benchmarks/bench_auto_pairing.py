@@ -15,13 +15,17 @@ the first wave on; all three.
 2. Mode changes (eager, default and reduce-overhead per model in both images; reduce-overhead as fast as default,
    or 10% slower): fixed repeats 3 and auto, each mode change judged paired by round (the report) and
    unpaired (Welch on the same processes).
+3. Futility (``adaptive.promising``) under auto 3-10: a comparison judged paired by round projected with the run's
+   pooled spread of process means (before; tests/autosim.py ``futility_on_process_spread``) against the spread of
+   round log-ratios pooled over its kind (now), image changes and, under a round state, mode changes: the same
+   figures as 1 and 2.
 Every rate is a share of simulated comparisons of known truth; no record, no torch.
 """
 import argparse
-import json
 import os
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from machine import contention, describe, describe_contention, lscpu  # noqa: E402
+from machine import describe, describe_contention, write_results  # noqa: E402
 
 import autosim  # noqa: E402
 import hostsim  # noqa: E402
@@ -88,6 +92,35 @@ def mode_changes(args, seed):
     return rows
 
 
+def futility(args, seed):
+    """Section 3: each condition with futility on the process spread (before) and on the round spread (now)."""
+    rows = []
+    slower = autosim.Truth(speedups={**autosim.SPEEDUPS, "reduce-overhead": autosim.SPEEDUPS["default"] / 1.10})
+    shapes = [("image changes", autosim.PAIR, "image_change", autosim.Truth(change=0.10), args.futility_trials,
+               MACHINES)]
+    if args.futility_mode_trials:
+        shapes.append(("mode changes", autosim.MATRIX, "mode_change", slower, args.futility_mode_trials,
+                       {name: MACHINES[name] for name in ("round state 5%", "all three")}))
+    noises_used = (("lognormal CV 1%", autosim.lognormal(0.01)), ("lognormal CV 5%", autosim.lognormal(0.05)))
+    for noise_name, noise in noises_used:
+        for shape, modes, kind, changed_truth, trials, machines in shapes:
+            if shape == "mode changes" and noise_name != "lognormal CV 1%":
+                continue
+            for machine_name, machine in machines.items():
+                row = {"noise": noise_name, "shape": shape, "machine": machine_name, "trials": trials}
+                for name in ("process spread", "round spread"):
+                    with autosim.futility_on_process_spread() if name == "process spread" else nullcontext():
+                        null, per_cell = autosim.many(trials, MODELS_A_RUN, AUTO, noise, seed, machine=machine,
+                                                      modes=modes)
+                        changed, _ = autosim.many(trials, MODELS_A_RUN, AUTO, noise, seed + 1, machine=machine,
+                                                  modes=modes, truth=changed_truth)
+                    row[name] = {**autosim.rates(null, [kind]), "processes_a_cell": per_cell,
+                                 "power_10": autosim.rates(changed, [kind])["right_star"]}
+                rows.append(row)
+                print(row, flush=True)
+    return rows
+
+
 def pct(value):
     return f"{value:.1%}"
 
@@ -96,8 +129,18 @@ def markdown(result):
     lines = ["# repeats auto's waves, then the report's paired verdicts (issue 34)", "",
              f"`benchmarks/bench_auto_pairing.py`, seed {result['seed']}; {describe(result['machine'])} "
              f"Load average {result['load_average']}; {describe_contention(result['contention'])}; "
-             f"{result['seconds']:.0f} s.", "",
-             "## 1. Image changes: auto 3-10 (spending, margin 3%), the waves judging unpaired / as the report does",
+             f"{result['seconds']:.0f} s.", ""]
+    if result["image_changes"]:
+        lines += section_1(result)
+    if result["mode_changes"]:
+        lines += section_2(result)
+    if result.get("futility"):
+        lines += section_3(result)
+    return "\n".join(lines) + "\n"
+
+
+def section_1(result):
+    lines = ["## 1. Image changes: auto 3-10 (spending, margin 3%), the waves judging unpaired / as the report does",
              "",
              "At no change: starred, 95% intervals holding the truth, \"no change\", processes a cell; at a true +10%: "
              "starred \"slower\". Each cell: waves unpaired (before) / waves as the report (now); the report pairs by "
@@ -111,7 +154,11 @@ def markdown(result):
         cells.append(f"{pct(before['power_10'])} / {pct(now['power_10'])}")
         cells.append(f"{pct(before['paired'])} / {pct(now['paired'])}")
         lines.append(f"| {row['noise']} | {row['machine']} | {row['trials']} | " + " | ".join(cells) + " |")
-    lines += ["", "## 2. Mode changes (reduce-overhead against default): paired by round (the report) / unpaired", "",
+    return lines + [""]
+
+
+def section_2(result):
+    lines = ["## 2. Mode changes (reduce-overhead against default): paired by round (the report) / unpaired", "",
               "Eager, default and reduce-overhead per model in images A and B. At no change (reduce-overhead as fast "
               "as default): starred, coverage, \"no change\"; at reduce-overhead 10% slower: starred \"slower\"; each "
               "paired by round / unpaired on the same processes. The image changes of the same runs (all at no "
@@ -126,7 +173,25 @@ def markdown(result):
         lines.append(f"| {row['noise']} | {row['machine']} | {row['policy']} | {row['trials']} | "
                      f"{row['processes_a_cell']:.2f} | " + " | ".join(cells)
                      + f" | {pct(paired['paired'])} | {pct(images['stars'])}, {pct(images['coverage'])} |")
-    return "\n".join(lines) + "\n"
+    return lines + [""]
+
+
+def section_3(result):
+    lines = ["## 3. Futility: a paired comparison projected with the process spread (before) / the round spread (now)",
+             "", "Auto 3-10 (spending, margin 3%), judged as the report does. At no change: starred, 95% intervals "
+             "holding the truth, \"no change\", processes a cell; at a true +10% (mode changes: reduce-overhead 10% "
+             "slower): starred \"slower\". Each cell: futility on the pooled spread of process means (before) / "
+             "paired comparisons on their kind's pooled spread of round log-ratios (now); both share their draws.", "",
+             "| noise | comparisons | machine | trials | starred at 0 | coverage at 0 | \"no change\" at 0 "
+             "| processes a cell at 0 | starred at +10% | paired by round |", "|---" * 10 + "|"]
+    for row in result["futility"]:
+        before, now = row["process spread"], row["round spread"]
+        cells = [f"{pct(before[key])} / {pct(now[key])}" for key in ("stars", "coverage", "no_change")]
+        cells.append(f"{before['processes_a_cell']:.2f} / {now['processes_a_cell']:.2f}")
+        cells += [f"{pct(before[key])} / {pct(now[key])}" for key in ("power_10", "paired")]
+        lines.append(f"| {row['noise']} | {row['shape']} | {row['machine']} | {row['trials']} | "
+                     + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def main(argv=None):
@@ -134,22 +199,21 @@ def main(argv=None):
     parser.add_argument("--trials", type=int, default=2000, help="comparisons per condition (lognormal)")
     parser.add_argument("--host-trials", type=int, default=500, help="comparisons per condition (fitted host); 0: none")
     parser.add_argument("--mode-trials", type=int, default=400, help="models per condition (section 2)")
-    parser.add_argument("--sections", default="1,2", help="which sections: 1 (image changes), 2 (mode changes)")
+    parser.add_argument("--futility-trials", type=int, default=600, help="image changes per condition (section 3)")
+    parser.add_argument("--futility-mode-trials", type=int, default=100,
+                        help="models per condition, mode changes (section 3); 0: none")
+    parser.add_argument("--sections", default="1,2",
+                        help="which sections: 1 (image changes), 2 (mode changes), 3 (futility before / now)")
     parser.add_argument("--seed", type=int, default=34)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "auto_pairing")
     args = parser.parse_args(argv)
-    started = time.time()
+    started, load = time.monotonic(), [round(value, 2) for value in os.getloadavg()]
     sections = set(args.sections.split(","))
-    result = {"seed": args.seed, "trials": args.trials, "host_trials": args.host_trials, "machine": lscpu(),
-              "load_average": [round(value, 2) for value in os.getloadavg()], "contention": contention(),
+    result = {"seed": args.seed, "trials": args.trials, "host_trials": args.host_trials,
               "image_changes": image_changes(args, args.seed) if "1" in sections else [],
-              "mode_changes": mode_changes(args, args.seed + 10) if "2" in sections else []}
-    result["seconds"] = time.time() - started
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    text = markdown(result)
-    args.out.with_suffix(".md").write_text(text, encoding="utf-8")
-    print(text)
-
+              "mode_changes": mode_changes(args, args.seed + 10) if "2" in sections else [],
+              "futility": futility(args, args.seed + 20) if "3" in sections else []}
+    write_results(args.out.parent, args.out.name, result, markdown, load=load, started=started)
 
 if __name__ == "__main__":
     main()

@@ -27,6 +27,7 @@ from matrixbench.executors.adaptive import bill, bill_settings, policy_of
 from matrixbench.executors.ray.options import RayOptions
 from matrixbench.executors.scheduler import run_order, takes_units
 from matrixbench.gpu import host_gpus
+from matrixbench.host_noise import NOISE_CHECK_S
 from matrixbench.matrix import Overrides, attribution, expand_cells, load_matrix
 from matrixbench.matrix import strict_yaml as matrix_yaml
 from matrixbench.matrix.aa import aa_matrix
@@ -38,6 +39,7 @@ from matrixbench.report_formats import REPORT_FORMATS
 from matrixbench.run.command import DEFAULT_RUN, RunOptions, check_dry_run, run_matrix
 from matrixbench.run.layout import run_dir
 from matrixbench.run.manifest import unfinished_runs
+from matrixbench.run.noise_check import plan_check
 from matrixbench.run.pending import first_repeats, pending_work, recorded_failures_line, unreadable_lines
 from matrixbench.run.progress import make_progress
 from matrixbench.run.signals import exit_code, signal_name, stop_signals
@@ -506,9 +508,9 @@ def _hide(command, names):
               help="Wall minutes of the run: no process starts that would end past it (estimated from earlier "
                    "records); with --repeats auto, comparisons it leaves undecided say so.")
 @click.option("--no-noise-check", "no_noise_check", is_flag=True,
-              help="A GPU run first spends about 10 s measuring the host's noise with a small launch-bound model "
-                   "(what change 3 processes a side resolve here, said before the bill; <run>/noise_check.json): "
-                   "skip it.")
+              help=f"A GPU run first spends about {NOISE_CHECK_S:.0f} s measuring the host's noise with a small "
+                   "launch-bound model (what change 3 processes a side resolve here, said before the bill, which "
+                   "includes it in a dry run; <run>/noise_check.json): skip it.")
 @click.option("--dry-run", is_flag=True, help="Print the cells that would run and the estimated duration, and run "
               "nothing.")
 @handles_errors
@@ -541,7 +543,7 @@ def run(matrix_path, run_name, results_root, backend, executor, ray_address, dev
     if dry_run:
         check_dry_run(matrix, dataclasses.replace(run_options, backend="local") if backend == AUTO else run_options)
         click.echo(describe_plan(matrix, run_dir(results_root, run_name), force, retry_failed, budget_min,
-                                 executor=executor, device=device))
+                                 executor=executor, device=device, noise_check=not no_noise_check))
         return
     summary = run_matrix(matrix, run_options, progress=make_progress())
     click.echo(summary.describe())
@@ -580,9 +582,11 @@ def _more_words(cell):
     return "".join(f" {word}" for axis, word in axes.words(cell, (axes.ROW, axes.COLUMN)) if axis.name not in shown)
 
 
-def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, executor=None, device="auto"):
+def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, executor=None, device="auto",
+                  noise_check=True):
     """What `run --dry-run` prints: each image's count, the processes in the order the run takes them
-    (``scheduler.run_order``, the executors' own order) and the bill."""
+    (``scheduler.run_order``, the executors' own order), what the run's noise check would spend (``plan_check``:
+    a GPU run's, before the bill; said too where a GPU run skips it) and the bill, which includes it."""
     lines = attribution.describe(matrix, len(expand_cells(matrix)))
     plans = pending_work(matrix, run_path, force=force, retry_failed=retry_failed)
     for plan in plans:
@@ -602,9 +606,11 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
         lines += [f"  [runner {number}] {work.label}: {r.cell.model} {r.cell.mode} bs={r.cell.batch_size} "
                   f"{r.cell.dtype}{_more_words(r.cell)}" + (f" repeat {r.index + 1}" if repeats else "")
                   for number, (work, chosen) in enumerate(order, 1) for r in chosen]
+    check = plan_check(gpus, [plan for plan in plans if plan.pending], noise_check, executor)
+    lines.append(check.dry_run_line())
     parallel = matrix.slots if isinstance(matrix.slots, int) else 1
-    return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel,
-                                   runners=len(order), settings=bill_settings(matrix))])
+    return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel, runners=len(order),
+                                   settings=bill_settings(matrix), noise_check_s=check.seconds)])
 
 
 @main.command()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import random
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -67,6 +68,21 @@ def host(fitted, calls: int = 300) -> Noise:
 def unpaired_judge(baseline, candidate, *, margin_pct, rounds=None):
     """The waves' judgement before issue 34's last stop: Welch on every comparison, rounds ignored."""
     return stats.judge(baseline, candidate, margin_pct=margin_pct)
+
+
+@contextmanager
+def futility_on_process_spread():
+    """Within it, the waves' futility projects every comparison with the run's pooled spread of process means, as
+    before issue 34's paired projection (adaptive.Spreads.of never the round log-ratios'): the benchmark's and the
+    tests' "before"."""
+    def of(self, comparison, judgement):
+        return None if self.processes is None else adaptive.Spread(self.processes)
+    saved = adaptive.Spreads.of
+    adaptive.Spreads.of = of
+    try:
+        yield
+    finally:
+        adaptive.Spreads.of = saved
 
 
 @dataclass

@@ -11,9 +11,11 @@ from host_helpers import RecordingBackend, local_run_options, make_record, use_b
 from matrixbench.cli import describe_plan
 from matrixbench.executors import adaptive
 from matrixbench.matrix import Overrides, load_matrix
+from matrixbench.matrix.comparisons import Comparison
 from matrixbench.run.command import run_matrix
 from matrixbench.run.manifest import read_manifest
 from matrixbench.run.pending import pending_work
+from runner.core import Cell
 from runner.schema import record_path, write_record
 
 
@@ -311,6 +313,61 @@ def test_promising_projects_the_pooled_spread_to_the_maximum():
     assert adaptive.promising(Interval(1.015), policy, None)         # nothing to judge the spread by yet
     assert adaptive.pooled_spread([adaptive.Processes([1.0, math.e ** 0.1]), adaptive.Processes([5.0])]) == \
         pytest.approx(math.sqrt(0.1 ** 2 / 2))
+
+
+def test_promising_projects_a_paired_comparison_with_its_round_spread():
+    """Issue 34: a comparison judged paired by round is projected at ``maximum`` rounds, t(m - 1) x sd / sqrt(m) of
+    its round log-ratios; a Welch one (a float, or Spread(paired=False)) as before, t(2m - 2) x sd x sqrt(2 / m) of
+    process means. At sd 2%, m = 10: paired +-1.43%, Welch +-1.88%."""
+    policy = adaptive.Policy(3, 10, 3.0)
+    welch, paired = adaptive.Spread(0.02), adaptive.Spread(0.02, paired=True)
+    assert welch.half_width(10) == pytest.approx(2.1009 * 0.02 * math.sqrt(0.2), rel=1e-3)
+    assert paired.half_width(10) == pytest.approx(2.2622 * 0.02 / math.sqrt(10), rel=1e-3)
+    # a 1.5% change: the paired interval would star it, Welch's would neither star it nor fit the margin
+    assert adaptive.promising(_around(1.015, 0.05), policy, paired)
+    assert not adaptive.promising(_around(1.015, 0.05), policy, welch)
+    assert not adaptive.promising(_around(1.015, 0.05), policy, 0.02)            # a float: the process spread
+    # 1.2% + 1.43% fits the 3% margin paired; 1.2% + 1.88% does not
+    assert adaptive.promising(_around(1.012, 0.05), policy, paired)
+    assert not adaptive.promising(_around(1.012, 0.05), policy, welch)
+    # paired but round ratios spread by 4% (+-2.86% at 10 rounds): neither, futile
+    assert not adaptive.promising(_around(1.015, 0.05), policy, adaptive.Spread(0.04, paired=True))
+    # not tested yet, or no spread yet: promising
+    assert adaptive.promising(Interval(1.015, None, None), policy, paired)
+    assert adaptive.promising(_around(1.015, 0.05), policy, None)
+
+
+def test_a_look_projects_paired_comparisons_with_their_kinds_pooled_round_spread():
+    """Spreads.of: a judgement paired by round gets the round spread of its kind (pooled over the kind's paired
+    comparisons: round_spread), a Welch one, or a kind with no paired comparison, the process spread."""
+    from matrixbench.report import stats
+
+    spreads = adaptive.Spreads(0.05, {"image_change": 0.01})
+    cell = Cell("m0", "image-classification", "random", "full", 1, "eager", False, "float32")
+    image = Comparison("image_change", ("A", cell), ("B", cell))
+    speedup = Comparison("speedup", ("A", cell), ("A", cell))
+    paired = stats.judge_sides([4.0, 4.1, 4.2], [4.0, 4.1, 4.25], margin_pct=3.0,
+                               rounds=([(None, 0), (None, 1), (None, 2)],) * 2)
+    welch = stats.judge_sides([4.0, 4.1, 4.2], [4.0, 4.1, 4.25], margin_pct=3.0)
+    assert paired.pairing == stats.PAIRED_BY_ROUND and welch.pairing == stats.UNPAIRED
+    assert spreads.of(image, paired) == adaptive.Spread(0.01, paired=True)
+    assert spreads.of(image, welch) == adaptive.Spread(0.05)
+    assert spreads.of(speedup, paired) == adaptive.Spread(0.05)
+    assert adaptive.Spreads(None).of(image, welch) is None
+    # pooled: each comparison about its own mean, (0.01^2 x 2 + 0.02^2 x 1) / 3 df
+    assert adaptive.round_spread([[0.0, 0.01, 0.02], [0.0, 0.02 * math.sqrt(2)], [0.5]]) == \
+        pytest.approx(math.sqrt((0.01 ** 2 * 2 + 0.02 ** 2) / 3))
+    assert adaptive.round_spread([[0.1]]) is None
+
+
+def test_the_bill_counts_seconds_that_run_alone_before_the_processes(tmp_path):
+    """Issue 32: a dry run's noise check (first_s) is added once to both ends of the bill, not spread over runners."""
+    matrix = load_matrix(write_matrix(tmp_path), Overrides(repeats="auto", repeats_min=2, repeats_max=4))
+    works = pending_work(matrix, tmp_path / "results" / "r1")
+    policy = adaptive.policy_of(matrix)
+    low, high = adaptive.bill_seconds(policy, works, parallel=2)
+    assert adaptive.bill_seconds(policy, works, parallel=2, first_s=10.0) == pytest.approx((low + 10.0, high + 10.0))
+    assert "the noise check first, 10 s" in adaptive.bill(policy, works, parallel=2, noise_check_s=10.0)
 
 
 def test_run_prints_the_bill_before_any_process_starts(tmp_path, monkeypatch):

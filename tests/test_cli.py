@@ -86,6 +86,47 @@ def test_run_dry_run_after_a_run_has_nothing_left(matrix_file, monkeypatch):
     assert "stable: 0 to run, 8 done" in result.stdout
 
 
+def _on_a_gpu_host(monkeypatch):
+    """This host has an H100 (the nvidia-smi of tests/gpu_fakes) and the backend can give it."""
+    from gpu_fakes import query_gpu
+    from matrixbench.gpu import parse_gpus
+
+    gpus = parse_gpus(query_gpu("H100", "550"))
+    monkeypatch.setattr("matrixbench.cli.host_gpus", lambda: gpus)
+    monkeypatch.setattr("matrixbench.run.command.host_gpus", lambda: gpus)
+    use_backend(monkeypatch, RecordingBackend(gpus=True))
+
+
+def _estimate_line(result):
+    return next(line for line in result.stdout.splitlines() if line.startswith("estimated duration"))
+
+
+def test_a_gpu_dry_run_says_the_noise_check_and_its_bill_includes_it(matrix_file, monkeypatch):
+    """Issue 32: a real GPU run spends about NOISE_CHECK_S on the host-noise check before its bill; the dry run
+    says so (and how to skip it), and its estimate counts it; with --no-noise-check it says the check is skipped
+    and the estimate leaves it out."""
+    from matrixbench.host_noise import NOISE_CHECK_S
+
+    _on_a_gpu_host(monkeypatch)
+    args = ("run", "--matrix", matrix_file, "--backend", "local", "--images", "stable", "--dry-run")
+    checked, skipped = invoke(*args), invoke(*args, "--no-noise-check")
+    assert checked.exit_code == skipped.exit_code == 0, (checked.output, skipped.output)
+    assert (f"noise check: a real run first spends about {NOISE_CHECK_S:.0f} s measuring this host's noise"
+            in checked.stdout and "--no-noise-check skips it" in checked.stdout)
+    assert f"the noise check first, {NOISE_CHECK_S:.0f} s" in _estimate_line(checked)
+    assert "noise check: none (--no-noise-check)" in skipped.stdout
+    assert "noise check first" not in _estimate_line(skipped)
+    assert checked.stdout.index("noise check:") < checked.stdout.index("estimated duration")
+
+
+def test_a_cpu_dry_run_says_no_noise_check_runs(matrix_file, monkeypatch):
+    _on_a_gpu_host(monkeypatch)
+    result = invoke("run", "--matrix", matrix_file, "--backend", "local", "--device", "cpu", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "noise check: none (a CPU run checks nothing; --device cpu" in result.stdout
+    assert "noise check first" not in _estimate_line(result)
+
+
 @pytest.mark.parametrize("args, words", [
     (["--iterations", "50"], ["measured differently", "iterations: recorded 5, this run asks 50"]),
     (["--device", "cuda"], ["--device cuda", "no NVIDIA GPU"]),

@@ -96,3 +96,23 @@ def test_under_a_shared_round_state_mode_changes_paired_by_round_decide_where_un
                              modes=autosim.MATRIX)
     paired, unpaired = autosim.rates(judged, ["mode_change"]), autosim.rates(judged, ["mode_change"], unpaired=True)
     assert paired["no_change"] > unpaired["no_change"] + 0.30, (paired, unpaired)
+
+
+# --- futility on the comparison's own paired spread -----------------------------------------------------------
+
+def test_under_a_shared_round_state_futility_lets_paired_comparisons_get_the_rounds_that_decide_them():
+    """Image changes at no change, 1% process noise, a state each round shares (log-SD 5%), auto 3-10, 400
+    comparisons: futility projecting the pooled spread of process means (which the state inflates to about 5%)
+    called every one futile at 3 rounds (3.00 processes a cell, "no change" about a third); projecting the round
+    log-ratios' spread (about 1.4%, the state cancels) lets them run on: measured 4.16 processes a cell and 96.5%
+    "no change" at 800 (benchmarks/bench_auto_pairing.py --sections 3). The level holds (the test above)."""
+    def run():
+        judged, per_cell = autosim.many(400, 25, AUTO, autosim.lognormal(0.01), seed=64, machine=STATE)
+        return per_cell, autosim.rates(judged, ["image_change"])
+
+    with autosim.futility_on_process_spread():
+        before_cell, before = run()
+    now_cell, now = run()
+    assert before_cell < 3.05 and before["no_change"] < 0.5, (before_cell, before)
+    assert now_cell > 3.5 and now["no_change"] > 0.85, (now_cell, now)
+    assert now["stars"] <= _most(400) and now["coverage"] >= _least_coverage(400), now

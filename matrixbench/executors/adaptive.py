@@ -233,10 +233,11 @@ def bill_settings(matrix: Matrix) -> Dict[str, Union[bool, float, str]]:
 
 def bill_seconds(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
                  estimates: Optional[Estimates] = None, runners: int = 0,
-                 settings: Optional[Mapping[str, object]] = None) -> Tuple[float, float]:
+                 settings: Optional[Mapping[str, object]] = None, first_s: float = 0.0) -> Tuple[float, float]:
     """The run's estimated wall seconds, (at the minimum, at the maximum): its pending processes
     (``Estimates``) plus ``runners`` runner starts at what a start costs here (``Estimates.runner_start_s``,
-    0 where the records show none), over ``parallel`` runners."""
+    0 where the records show none), over ``parallel`` runners, after ``first_s`` seconds that run alone before
+    them (a dry run's noise check, run.noise_check.CheckPlan.seconds)."""
     estimate = estimates or Estimates(settings=settings)
     starts = (estimate.runner_start_s(works) or 0.0) * runners
     first = starts + sum(estimate(work, repeat) for work in works for repeat in work.pending)
@@ -244,23 +245,25 @@ def bill_seconds(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
     if policy.adaptive:
         extra = sum(estimate(work, Repeat(cell, 0)) * (policy.maximum - policy.minimum)
                     for work in works for cell in work.cells)
-    return first / parallel, (first + extra) / parallel
+    return first_s + first / parallel, first_s + (first + extra) / parallel
 
 
 def bill(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
          estimates: Optional[Estimates] = None, runners: int = 0,
-         settings: Optional[Mapping[str, object]] = None) -> str:
+         settings: Optional[Mapping[str, object]] = None, noise_check_s: float = 0.0) -> str:
     """The run's estimated wall time before it starts (``bill_seconds``): its pending processes
     (earlier records of each cell, else this machine's pace, else the scheduler's model) and
     ``runners`` runner starts over ``parallel`` runners; with repeats auto the minimum (repeats_min a
     cell) and the maximum (every cell to repeats_max). ``settings``: the run's runner settings, so that the
-    paired blocks and the loop's minimum duration are in the bill (issue 32)."""
+    paired blocks and the loop's minimum duration are in the bill (issue 32); ``noise_check_s``: the noise check
+    still ahead (a dry run's; a run prints its bill once the check is done, so 0 there)."""
     estimate = estimates or Estimates(settings=settings)
-    low, high = bill_seconds(policy, works, parallel, estimate, runners)
+    low, high = bill_seconds(policy, works, parallel, estimate, runners, first_s=noise_check_s)
     start = estimate.runner_start_s(works) if runners else None
     runners_text = f"{parallel} runner(s) at once" if parallel > 1 else "one runner at a time"
     source = "(earlier records, else this machine's pace, else the scheduler's model"
-    source += f"; {runners} runner start(s) at {start:.0f} s as measured here)" if start else ")"
+    source += f"; {runners} runner start(s) at {start:.0f} s as measured here" if start else ""
+    source += f"; the noise check first, {noise_check_s:.0f} s)" if noise_check_s else ")"
     budget = f"; --budget {policy.budget_s / 60:g} min stops admitting processes past it" if policy.budget_s else ""
     if not policy.adaptive:
         return (f"estimated duration: {format_duration(low)} for {sum(len(p.pending) for p in works)} "
@@ -270,19 +273,44 @@ def bill(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
             f"({policy.maximum} a cell), {runners_text} {source}{budget}")
 
 
-def promising(judgement: Judgement, policy: Policy, spread: Optional[float]) -> bool:
+@dataclass(frozen=True)
+class Spread:
+    """What futility (``promising``) projects a comparison's interval with (issue 34): ``sd``, a standard deviation
+    on the log scale, and which: of process means (``paired`` False, a comparison judged by Welch: the run's
+    pooled spread, ``pooled_spread``) or of round log-ratios (``paired`` True, a comparison judged paired by round:
+    the spread pooled over the run's paired comparisons of its kind, ``round_spread``). A state the rounds share
+    is in the first and cancels from the second."""
+
+    sd: float
+    paired: bool = False
+
+    def half_width(self, maximum: int) -> float:
+        """The interval's half-width (log scale) at ``maximum`` processes a side: Welch's t(2m - 2) x sd x
+        sqrt(2 / m) (equal sides); paired by round, m rounds: t(m - 1) x sd / sqrt(m)."""
+        from matrixbench.report.stats import CONFIDENCE
+        quantile = 0.5 + CONFIDENCE / 2.0
+        if self.paired:
+            return _t(quantile, max(1, maximum - 1)) * self.sd / math.sqrt(maximum)
+        return _t(quantile, max(1, 2 * maximum - 2)) * self.sd * math.sqrt(2.0 / maximum)
+
+
+def promising(judgement: Judgement, policy: Policy, spread: Union[Spread, float, None]) -> bool:
     """Whether more processes, up to the maximum a side, could plausibly decide ``judgement``: the
-    interval ``policy.maximum`` processes a side would give (half-width t x sqrt(2 x spread^2 /
-    maximum), ``spread`` the run's pooled standard deviation of log process means, steadier than
-    one comparison's at 2-3 processes) would exclude no change, or fit inside the margin, around
-    the estimate so far. One that could not (a change about the size of the margin, or noise too
-    large for the maximum) is futile: it stays undecided and gets no more processes, which go to
-    comparisons they can decide. Without a spread (nothing has 2 processes yet): promising."""
+    interval ``policy.maximum`` processes a side would give (``Spread.half_width``; a float ``spread`` is the
+    run's pooled standard deviation of log process means, a Welch comparison's) would exclude no change, or fit
+    inside the margin, around the estimate so far. A comparison judged paired by round is projected with the
+    spread of round log-ratios (``Spread(sd, paired=True)``): a state the rounds share inflates the spread of
+    process means but cancels from the paired interval, which would call it futile where more rounds decide it.
+    The spreads are pooled over the run (steadier than one comparison's at 2-3 processes). One that could
+    not (a change about the size of the margin, or noise too large for the maximum) is futile: it stays
+    undecided and gets no more processes, which go to comparisons they can decide. Without a spread
+    (nothing has 2 processes yet): promising."""
     if judgement.low is None or spread is None:
         return True
-    from matrixbench.report.stats import CONFIDENCE
+    if not isinstance(spread, Spread):
+        spread = Spread(float(spread))
     estimate = abs(math.log(judgement.ratio))
-    projected = _t(0.5 + CONFIDENCE / 2.0, 2 * policy.maximum - 2) * spread * math.sqrt(2.0 / policy.maximum)
+    projected = spread.half_width(policy.maximum)
     return estimate > projected or estimate + projected < math.log(1.0 + policy.margin_pct / 100.0)
 
 
@@ -337,14 +365,63 @@ def goes_on(judgement: Judgement, policy: Policy, processes: int, rule: Optional
 
 def pooled_spread(sides: Iterable[Processes]) -> Optional[float]:
     """The pooled standard deviation of log process means over ``sides`` (Processes) with 2 or more."""
+    return _pooled_sd([math.log(value) for value in side.means] for side in sides)
+
+
+def round_spread(log_ratios: Iterable[Sequence[float]]) -> Optional[float]:
+    """The pooled standard deviation of round log-ratios (log candidate - log baseline, one a round) over
+    comparisons paired by round, each with 2 or more rounds: what their paired intervals are made of."""
+    return _pooled_sd(log_ratios)
+
+
+def _pooled_sd(groups: Iterable[Sequence[float]]) -> Optional[float]:
+    """The pooled standard deviation of ``groups`` (each about its own mean; those with 2 or more values), None
+    without any."""
     squares, df = 0.0, 0
-    for side in sides:
-        if len(side.means) >= 2:
-            logs = [math.log(value) for value in side.means]
-            centre = sum(logs) / len(logs)
-            squares += sum((value - centre) ** 2 for value in logs)
-            df += len(logs) - 1
+    for values in groups:
+        if len(values) >= 2:
+            centre = sum(values) / len(values)
+            squares += sum((value - centre) ** 2 for value in values)
+            df += len(values) - 1
     return math.sqrt(squares / df) if df else None
+
+
+@dataclass(frozen=True)
+class Spreads:
+    """One look's spreads for futility: the run's pooled spread of log process means (None: no side has 2
+    yet) and, by comparison kind, the spread of round log-ratios pooled over that kind's comparisons judged
+    paired by round at this look (one comparison's 2-3 rounds are too few for a steady spread: at 2 df its
+    estimate is below half the truth 1 time in 9, and a comparison judged futile on a low draw never gets the
+    rounds that would show it; the kind's comparisons share the machine and the pairing, so pooling them
+    gives tens of df at the first look)."""
+
+    processes: Optional[float]
+    rounds: Mapping[str, float] = field(default_factory=dict)
+
+    def of(self, comparison: Comparison, judgement: Judgement) -> Optional[Spread]:
+        """The spread ``promising`` projects ``judgement`` with: of round log-ratios where it was judged
+        paired by round (its kind's), else of process means."""
+        if _paired_by_round(judgement) and comparison.kind in self.rounds:
+            return Spread(self.rounds[comparison.kind], paired=True)
+        return None if self.processes is None else Spread(self.processes)
+
+
+def _paired_by_round(judgement: Judgement) -> bool:
+    from matrixbench.report.stats import PAIRED_BY_ROUND
+    return getattr(judgement, "pairing", None) == PAIRED_BY_ROUND
+
+
+def _round_log_ratios(judgement: Judgement, rounds: Optional[Tuple[RoundKeys, RoundKeys]], baseline: Processes,
+                      candidate: Processes) -> Optional[List[float]]:
+    """The round log-ratios a comparison judged paired by round was judged on (stats.rounds_paired: the same
+    rounds on both sides), else None."""
+    if rounds is None or not _paired_by_round(judgement):
+        return None
+    from matrixbench.report.stats import rounds_paired
+    paired = rounds_paired(rounds[0], baseline.means, rounds[1], candidate.means)
+    if paired is None:
+        return None
+    return [math.log(cand) - math.log(base) for base, cand in zip(*paired)]
 
 
 def default_judge() -> Judge:
@@ -458,32 +535,40 @@ class Waves:
         sides: Dict[Side, Processes] = {}
         doubts: List[Tuple[Comparison, Judgement, Dict[Side, Processes]]] = []
         going: List[Tuple[Comparison, Judgement, Dict[Side, Processes]]] = []
+        ratios: Dict[str, List[List[float]]] = {}     # by kind: each paired comparison's round log-ratios
         decided = 0
         for comparison in comparisons(self.works, self.roles):
-            for side in (comparison.baseline, comparison.candidate):
-                if side not in sides:
-                    work = next(p for p in self.works if p.label == side[0])
-                    sides[side] = self._read(work, side[1], self.policy.maximum)
-            baseline, candidate = sides[comparison.baseline], sides[comparison.candidate]
+            baseline, candidate = (self._side(sides, side) for side in (comparison.baseline, comparison.candidate))
             if not baseline.means or not candidate.means:
                 continue      # a side that failed every process: its records say why, more would not help
-            judgement = judge(baseline.means, candidate.means, margin_pct=self.policy.margin_pct,
-                              rounds=self._rounds(comparison, baseline, candidate))
+            rounds = self._rounds(comparison, baseline, candidate)
+            judgement = judge(baseline.means, candidate.means, margin_pct=self.policy.margin_pct, rounds=rounds)
+            paired = _round_log_ratios(judgement, rounds, baseline, candidate)
+            if paired is not None:
+                ratios.setdefault(comparison.kind, []).append(paired)
             if judgement.decided:
                 decided += 1
             elif final:
                 doubts.append((comparison, judgement, sides))
             if not final and self._goes_on(judgement, min(len(baseline.means), len(candidate.means))):
                 going.append((comparison, judgement, sides))
-        spread = pooled_spread(sides.values())
+        spreads = Spreads(pooled_spread(sides.values()),
+                          {kind: sd for kind, found in ratios.items() if (sd := round_spread(found)) is not None})
         if final:
             self.outcome.decided = decided
-            self.outcome.undecided = [self._doubt(comparison, judgement, sides, spread)
+            self.outcome.undecided = [self._doubt(comparison, judgement, sides, spreads.of(comparison, judgement))
                                       for comparison, judgement, sides in doubts]
             return []
         if self.policy.stopping == FINAL:
             return going
-        return [doubt for doubt in going if promising(doubt[1], self.policy, spread)]
+        return [doubt for doubt in going if promising(doubt[1], self.policy, spreads.of(doubt[0], doubt[1]))]
+
+    def _side(self, sides: Dict[Side, Processes], side: Side) -> Processes:
+        """``side``'s processes, read once a look into ``sides``."""
+        if side not in sides:
+            work = next(p for p in self.works if p.label == side[0])
+            sides[side] = self._read(work, side[1], self.policy.maximum)
+        return sides[side]
 
     @staticmethod
     def _rounds(comparison: Comparison, baseline: Processes,
@@ -502,7 +587,7 @@ class Waves:
         return goes_on(judgement, self.policy, processes)
 
     def _doubt(self, comparison: Comparison, judgement: Judgement, sides: Dict[Side, Processes],
-               spread: Optional[float]) -> Doubt:
+               spread: Optional[Spread]) -> Doubt:
         """Why ``comparison`` stayed undecided: both sides at the maximum, futile (``promising``: the
         maximum could not decide it), else the budget held its processes back."""
         counts = (len(sides[comparison.baseline].taken), len(sides[comparison.candidate].taken))

@@ -160,21 +160,22 @@ def _noise_check(environment: Environment, run: Run, manifest: Dict[str, object]
     its warning can stop before paying for the cells; matrixbench.run.noise_check.run_check: a small launch-bound
     model in the first pending image's environment, about 10 s): its lines printed, its result in
     <run>/noise_check.json and run.json's ``noise_check``. Never a failure; --no-noise-check skips it."""
-    from matrixbench.run.noise_check import run_check
+    from matrixbench.run.noise_check import NONE, NOT_MEASURED, SKIPPED, plan_check, run_check
 
     pending = [work for work in run.works if work.pending]
-    if not run.gpus or not pending:
+    plan = plan_check(run.gpus, pending, run.options.noise_check, run.options.executor)
+    if plan.planned == NONE:
         return manifest
     checked: Mapping[str, object]
-    if not run.options.noise_check:
-        progress.note("noise check: skipped (--no-noise-check)")
-        checked = {"status": "skipped", "why": "--no-noise-check"}
-    elif run.options.executor == "ray" or not isinstance(environment, Starter):   # (Ray's starts none here)
-        progress.note("noise check: not run (--executor ray: the cells run on the cluster's nodes, not here)")
-        checked = {"status": "not measured", "why": "--executor ray"}
+    if plan.planned == SKIPPED:
+        progress.note(f"noise check: skipped ({plan.why})")
+        checked = {"status": SKIPPED, "why": plan.why}
+    elif plan.planned == NOT_MEASURED or not isinstance(environment, Starter):   # (Ray's starts none here)
+        progress.note(f"noise check: not run ({plan.why or '--executor ray'})")
+        checked = {"status": NOT_MEASURED, "why": "--executor ray"}
     else:
-        progress.note("noise check: measuring this host's noise with a small launch-bound model (about 10 s; "
-                      "--no-noise-check skips it)")
+        progress.note(f"noise check: measuring this host's noise with a small launch-bound model (about "
+                      f"{plan.seconds:.0f} s; --no-noise-check skips it)")
         checked = run_check(environment, run.request(pending[0]), run.path, progress.note)
     updated: Dict[str, object] = update_manifest(run.path, manifest, noise_check=dict(checked))
     return updated

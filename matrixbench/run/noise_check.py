@@ -8,15 +8,56 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Sequence
 
 from matrixbench.environments.base import Paths, RunRequest, Starter
-from matrixbench.host_noise import PROBE_S, ProbeNoise, read_probe
+from matrixbench.host_noise import NOISE_CHECK_S, PROBE_S, ProbeNoise, read_probe
 from matrixbench.run.launch import Outcome, launch
 from matrixbench.run.layout import NOISE_CHECK_DIRNAME, NOISE_CHECK_FILENAME
 from runner.noise_probe import PROBE_FILENAME
 from runner.schema import write_json_atomic
+
+
+@dataclass(frozen=True)
+class CheckPlan:
+    """Whether a run checks this host's noise before its bill (``planned``): "measure", "skipped" (--no-noise-check),
+    "not measured" (--executor ray: the cells run on the nodes) or "none" (a CPU run, or nothing to run); ``why``
+    says why not. What the real run does (run.command) and what its dry run says (``dry_run_line``), one rule."""
+
+    planned: str
+    why: str = ""
+
+    @property
+    def seconds(self) -> float:
+        """What the check adds before the bill: NOISE_CHECK_S where it measures, else nothing."""
+        return NOISE_CHECK_S if self.planned == MEASURE else 0.0
+
+    def dry_run_line(self) -> str:
+        """The dry run's line (it starts nothing, so measures nothing): what a real run would do first."""
+        if self.planned == MEASURE:
+            return (f"noise check: a real run first spends about {self.seconds:.0f} s measuring this host's noise "
+                    "with a small launch-bound model, before the bill and the first cell (in the estimate below; "
+                    "--no-noise-check skips it)")
+        return f"noise check: none ({self.why})"
+
+
+MEASURE, SKIPPED, NOT_MEASURED, NONE = "measure", "skipped", "not measured", "none"
+
+
+def plan_check(gpus: bool, pending: Sequence[object], enabled: bool, executor: Optional[str]) -> CheckPlan:
+    """Whether a run on a GPU (``gpus``) with ``pending`` work checks the host's noise first: only a GPU run with
+    something to run, not --no-noise-check (``enabled`` False), not --executor ray."""
+    if not gpus:
+        return CheckPlan(NONE, "a CPU run checks nothing; --device cpu, or no GPU here")
+    if not pending:
+        return CheckPlan(NONE, "nothing to run")
+    if not enabled:
+        return CheckPlan(SKIPPED, "--no-noise-check")
+    if executor == "ray":
+        return CheckPlan(NOT_MEASURED, "--executor ray: the cells run on the cluster's nodes, not here")
+    return CheckPlan(MEASURE)
 
 
 def run_check(environment: Starter, request: RunRequest, run_path: Path, emit: Callable[[str], None],
