@@ -138,31 +138,6 @@ def test_python_m_runner_shorthand_end_to_end(tmp_path):
     assert result.stdout == ""
 
 
-CUDA_SPY = """
-import torch
-asked = []
-def spy(name, real):
-    def wrapper(*args, **kwargs):
-        asked.append(name)
-        return real(*args, **kwargs)
-    return wrapper
-for name in ("is_available", "device_count", "init", "_lazy_init"):
-    setattr(torch.cuda, name, spy(name, getattr(torch.cuda, name)))
-if hasattr(torch._C, "_cuda_getDeviceCount"):
-    torch._C._cuda_getDeviceCount = spy("_cuda_getDeviceCount", torch._C._cuda_getDeviceCount)
-import runner.worker
-print(sorted(set(asked)), torch.cuda.is_initialized())
-"""
-
-
-def test_the_forkserver_preload_never_asks_cuda_anything():
-    """A forked child can use CUDA only if its parent never initialised the driver."""
-    result = subprocess.run([sys.executable, "-c", CUDA_SPY], capture_output=True, text=True, timeout=300,
-                            cwd=os.path.dirname(os.path.dirname(__file__)))
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "[] False"
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["eager", "reduce-overhead"])
 def test_gpu_cell_in_a_forked_process(tmp_path, mode):
