@@ -35,12 +35,17 @@ lint: $(STAMP)
 TEST_WORKERS ?= 5
 PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadgroup
 QUICK_TESTS := not (docker or venv or ray or browser or wheel or gpu or slow)
+# test-quick has no groups (its tests are all pure Python, CPU-bound): one worker a core (each worker imports torch,
+# matplotlib and scipy, about 15 s of CPU), and a test module's tests on one worker, so a module-scoped fixture is
+# built once, not once a worker (docs/test-suite-time.md, "test-quick").
+QUICK_WORKERS ?= 2
+QUICK_XDIST := -n $(QUICK_WORKERS) --dist loadscope
 
 test: lint
 	HF_HUB_OFFLINE=1 $(VPY) -m pytest $(PYTEST_XDIST) --durations=25
 
 test-quick: $(STAMP)
-	HF_HUB_OFFLINE=1 $(VPY) -m pytest $(PYTEST_XDIST) -m "$(QUICK_TESTS)" --durations=10
+	HF_HUB_OFFLINE=1 $(VPY) -m pytest $(QUICK_XDIST) -m "$(QUICK_TESTS)" --durations=10
 
 # --- make matrix: what to run, and why ---------------------------------------------------
 # The matrix follows the GPU (nvidia-smi); which backend runs it is `run --backend auto`'s policy

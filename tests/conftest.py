@@ -230,3 +230,13 @@ def registry_address(tmp_path_factory):
     process.terminate()
     process.wait(timeout=30)
     shutil.rmtree(folder, ignore_errors=True)   # the pushed layers
+
+
+
+@pytest.fixture
+def charts_drawn_not_rendered():
+    """Charts drawn, not rendered, for the test (tests/unrendered_charts.py: for tests that check no chart)."""
+    from unrendered_charts import drawn_not_rendered
+
+    with drawn_not_rendered():
+        yield

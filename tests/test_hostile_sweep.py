@@ -56,7 +56,7 @@ def _invoke(args):
 
 
 @pytest.fixture
-def here(tmp_path, monkeypatch):
+def here(tmp_path, monkeypatch, charts_drawn_not_rendered):   # the sweeps check messages, no chart
     monkeypatch.chdir(tmp_path)
     use_backend(monkeypatch, RecordingBackend(gpus=False))
     return tmp_path

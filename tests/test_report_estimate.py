@@ -20,6 +20,7 @@ from matrixbench.report import build_report, stats
 from runner.cells_file import cells_file_from_dict
 from runner.core import Status
 from runner.timing import summarize
+from unrendered_charts import drawn_not_rendered
 
 MODES = ("eager", "default", "reduce-overhead")
 IMAGES = {"old": "2.0.1", "new": "2.1.0"}
@@ -58,7 +59,8 @@ def _write_run(root, cells):
 
 def _build(root, cells):
     out = root / "out"
-    build_report([_write_run(root, cells)], out, ["md", "csv"])
+    with drawn_not_rendered():   # checks no chart (tests/unrendered_charts.py)
+        build_report([_write_run(root, cells)], out, ["md", "csv"])
     with open(out / "costs.csv", newline="", encoding="utf-8") as handle:
         costs = list(csv.DictReader(handle))
     return pd.read_csv(out / "comparisons.csv"), (out / "report.md").read_text(encoding="utf-8"), costs

@@ -22,7 +22,8 @@ GOLDEN = Path(__file__).parent / "golden"
     (["gpu-run", "cpu-run"], "gpu-and-cpu-runs.md"),
     (["cpu-docker-run"], "cpu-docker-run.md"),
 ])
-def test_markdown_matches_golden(tmp_path, runs, golden):
+def test_markdown_matches_golden(tmp_path, runs, golden, charts_drawn_not_rendered):
+    """The Markdown only: its chart links are the same whether the PNGs are rendered (tests/unrendered_charts.py)."""
     build_report([FIXTURES / run for run in runs], tmp_path, ["md"])
     rendered = (tmp_path / "report.md").read_text(encoding="utf-8")
     if os.environ.get("UPDATE_GOLDEN"):

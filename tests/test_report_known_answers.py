@@ -20,6 +20,7 @@ from runner import records
 from runner.cells_file import cells_file_from_dict
 from runner.core import Status
 from runner.timing import summarize
+from unrendered_charts import drawn_not_rendered
 
 GPU = "Tesla T4"
 TORCH = {"old": "2.0.1+cu118", "new": "2.1.0+cu118", "custom": "2.5.0+cu124"}
@@ -83,7 +84,8 @@ def _record(key, value):
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("known")
     _write_run(root / "run")
-    build_report([root / "run"], root / "out", ["md", "csv"])
+    with drawn_not_rendered():   # checks no chart (tests/unrendered_charts.py)
+        build_report([root / "run"], root / "out", ["md", "csv"])
     return pd.read_csv(root / "out" / "comparisons.csv"), (root / "out" / "report.md").read_text(encoding="utf-8")
 
 

@@ -20,6 +20,7 @@ from matrixbench.report import build_report, stats
 from runner.cells_file import cells_file_from_dict
 from runner.core import Status
 from runner.timing import summarize
+from unrendered_charts import drawn_not_rendered
 
 # (image, model) -> the mean of each process; samples spread 0.5% around it
 PROCESS_MEANS = {
@@ -63,7 +64,8 @@ def built(tmp_path_factory):
         for repeat, mean in enumerate(means):
             path = run / image / f"{model}_bs1_eager_float32.r{repeat}.json"
             path.write_text(json.dumps(_record(image, model, repeat, mean)))
-    build_report([run], root / "out", ["md", "csv"])
+    with drawn_not_rendered():   # checks no chart (tests/unrendered_charts.py)
+        build_report([run], root / "out", ["md", "csv"])
     return (pd.read_csv(root / "out" / "comparisons.csv"), (root / "out" / "report.md").read_text(encoding="utf-8"),
             pd.read_csv(root / "out" / "results.csv"))
 

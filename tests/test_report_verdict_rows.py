@@ -195,7 +195,8 @@ def test_the_speedup_chart_draws_each_interval_and_marks_the_undecided_bar(built
     assert sum(name.startswith("undecided") for name in names) == 1
 
 
-def test_a_latency_that_is_not_positive_is_a_note_naming_its_record_and_never_judged(tmp_path):
+def test_a_latency_that_is_not_positive_is_a_note_naming_its_record_and_never_judged(tmp_path,
+                                                                                     charts_drawn_not_rendered):
     # issue 33: the one reader refuses a record it cannot vouch for (a mean of 0 ms); the report says so,
     # naming the file, and judges the cell on its other processes only
     _write_run(tmp_path / "run", twins=False)
@@ -232,7 +233,8 @@ def _verdicts_at(root, recorded, given):
 
 
 @pytest.mark.parametrize("recorded", [None, 0.1])
-def test_report_margin_pct_rejudges_a_comparison_of_known_interval_and_says_which_margin(tmp_path, recorded):
+def test_report_margin_pct_rejudges_a_comparison_of_known_interval_and_says_which_margin(tmp_path, recorded,
+                                                                                        charts_drawn_not_rendered):
     # base resnet eager against new, paired by round: the interval from scipy, not from the report's code
     low, high = _paired_ratio_interval(MEANS[("base", "resnet", "eager")], MEANS[("new", "resnet", "eager")])
     threshold = max(high - 1, 1 / low - 1) * 100   # the smallest margin whose band holds the interval
@@ -253,7 +255,7 @@ def test_without_margin_pct_the_report_names_no_override(built):
     assert "--margin-pct" not in built[1]
 
 
-def test_the_margin_note_in_html_has_no_markdown_backticks(tmp_path):
+def test_the_margin_note_in_html_has_no_markdown_backticks(tmp_path, charts_drawn_not_rendered):
     _write_run(tmp_path / "run", twins=False)
     build_report([tmp_path / "run"], tmp_path / "out", ["html"], margin_pct=10)
     html = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")

@@ -447,7 +447,8 @@ def test_every_field_of_a_real_record_mutated_is_vouched_for_or_named(tmp_path):
     (("duration_s",), "nan"), (("timing", "mean_ms"), "negative"), (("timing", "samples_ms"), "text"),
     (("cell",), "text"), (("status",), "missing"), (("repeat",), "huge"), (("environment", "hostname"), "list"),
 ])
-def test_a_mutated_record_through_the_report_command_is_one_named_line(tmp_path, keys, how):
+def test_a_mutated_record_through_the_report_command_is_one_named_line(tmp_path, keys, how,
+                                                                      charts_drawn_not_rendered):
     original = json.loads(A_RECORD.read_text())
     run = copy_run(tmp_path / "r" / "acc")
     path = run / "latest" / "resnet_bs1_eager_float32.json"
