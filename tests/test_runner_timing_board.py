@@ -103,6 +103,18 @@ def test_seen_keeps_the_most_other_slots_at_the_loop_start_and_end(tmp_path):
     assert placement == {"slot": 0, "busy_slots": 1, "timing": "concurrent"}
 
 
+def test_a_slot_timing_alone_on_an_exclusive_board_says_so_in_its_placement(tmp_path):
+    """What the real two-slot run with --exclusive-timing (test_slots, slow) checks of each record, without models:
+    the board's lock held, no other slot seen timing, the placement's timing "exclusive"."""
+    board = Board(str(tmp_path), 0, exclusive=True)
+    with timing_board.timing(board) as seen:
+        seen.look()
+        seen.look()
+    placement = {"slot": 0}
+    timing_board.annotate(placement, board, seen)
+    assert placement == {"slot": 0, "busy_slots": 0, "timing": "exclusive"}
+
+
 def test_exclusive_timing_times_one_slot_at_a_time(tmp_path):
     """Slot 1 times (exclusive); slot 2 asks to time meanwhile: it gets the board only once slot 1
     lets go (without the exclusive board lock it would hold at once, as in the test below)."""

@@ -223,10 +223,15 @@ def test_docker_mounts_the_timing_board_and_names_its_mount(tmp_path):
 
 
 @pytest.mark.skipif(not TWO_CORES, reason="needs 2 usable cores")
-@pytest.mark.parametrize("exclusive", [False, True])
+# --exclusive-timing's run is `slow` (issue 35: make test runs it, make test-quick leaves it out): the same real
+# two-slot flow as the default's, 30-45 s on a 2-core machine, whose board is tested in test-quick without models
+# (test_runner_timing_board: one slot times at a time; a slot timing alone records timing "exclusive").
+@pytest.mark.parametrize("exclusive", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_two_slots_on_tiny_models_pin_each_runner_to_its_core(tmp_path, monkeypatch, exclusive):
     """The real runner, local backend, --slots 2: each record's reported affinity is its slot's
-    cores, and says how it was timed (--exclusive-timing: alone, no other slot seen timing)."""
+    cores, and says how it was timed (--exclusive-timing: alone, no other slot seen timing). With
+    --exclusive-timing it is marked slow: a duplicate of the default's real flow, its timing board covered by
+    test_runner_timing_board in make test-quick."""
     from click.testing import CliRunner
 
     from matrixbench.cli import main
