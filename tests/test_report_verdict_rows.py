@@ -271,7 +271,7 @@ def test_html_legends_show_code_spans_as_code_never_as_backticks_and_stay_escape
     assert str(code_spans("`<script>`")) == "<code>&lt;script&gt;</code>"
 
 
-def test_no_legend_of_a_gpu_report_in_html_shows_a_backtick(tmp_path):
+def test_no_legend_of_a_gpu_report_in_html_shows_a_backtick(tmp_path, charts_drawn_not_rendered):
     build_report([FIXTURES / "gpu-run"], tmp_path / "out", ["html"])
     html = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     legends = [line for line in html.splitlines() if line.startswith('<p class="legend">')]
