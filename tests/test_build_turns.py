@@ -1,19 +1,20 @@
 """Two builds of one image on one machine take turns (issue 35: two test workers; two users): the second waits,
-says why, and builds only after the first has finished, so it finds the first's layers cached."""
+says why, and builds only after the first has finished, so it finds the first's layers cached (a venv: the first's
+venv complete)."""
 import os
 import subprocess
 import sys
 import threading
 import time
 
-from matrixbench.build import images
+from matrixbench.build import images, venvs
 
 # A process that holds one of matrixbench's turns (argv[3], an expression using ``name`` and ``emit``) until told
 # to let go; what it said while waiting, when it got in and when it left are files in ``marks``.
 HOLD = """
 import sys, time
 from pathlib import Path
-from matrixbench.build import images, wheelhouse
+from matrixbench.build import images, venvs, wheelhouse
 name, marks, turn = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 def emit(image, line):
     (marks / (name + ".said")).write_text(image + ": " + line)
@@ -133,3 +134,46 @@ def test_one_download_at_a_time_into_one_wheelhouse_across_processes(tmp_path):
     assert said == f"second: wheelhouse: waiting for another download into {tmp_path / 'wheels'} to finish"
     assert list((tmp_path / "wheels").iterdir()) == []
     assert (tmp_path / ".wheels.lock").is_file()
+
+
+def test_two_processes_building_one_venv_take_turns_and_the_second_says_why(tmp_path):
+    venv = tmp_path / "venvs" / "stable-0123456789ab"
+    said = _two_take_turns(tmp_path, dict(os.environ), f'venvs.building({str(venv)!r}, name, emit=emit)')
+    assert said == f"second: waiting for another build of the venv {venv} on this machine to finish"
+    assert (tmp_path / "venvs" / ".stable-0123456789ab.lock").is_file()
+
+
+def test_ensure_venv_looks_at_the_venv_only_in_its_turn_and_then_finds_the_first_builds_venv(tmp_path, monkeypatch):
+    """While another process builds the venv (holds its turn), ensure_venv neither reads its marker nor builds;
+    once the turn is free it finds the venv the first made complete and uses it: nothing removed, nothing built."""
+    plan = venvs.VenvPlan("stable", "0123456789ab", tmp_path / "venvs" / "stable-0123456789ab", "3.10",
+                          images.BuildSpec("stable", "matrixbench:stable", {}, {}, None))
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    holder = _hold("holder", marks, dict(os.environ), f'venvs.building({str(plan.path)!r}, name, emit=emit)')
+    _wait_for(marks / "holder.in", holder)
+    looked, said, got = threading.Event(), [], []
+    made = venvs.Venv(plan.name, plan.path, plan.python_bin, plan.content_hash, "2.0.1",
+                      venvs.build_facts.BuildFacts("2.0.1", "11.7", ()))
+
+    def read_marker(asked):
+        looked.set()
+        return made if (marks / "holder.out").exists() else None
+
+    def build_venv(*args, **kwargs):
+        raise AssertionError("built again beside the first build")
+
+    monkeypatch.setattr(venvs, "read_marker", read_marker)
+    monkeypatch.setattr(venvs, "build_venv", build_venv)
+    thread = threading.Thread(target=lambda: got.append(venvs.ensure_venv(plan, emit=lambda name, line:
+                                                                          said.append(line))))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not said and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert said == [f"waiting for another build of the venv {plan.path} on this machine to finish"]
+    assert not looked.is_set()
+    (marks / "holder.release").touch()
+    assert holder.wait(timeout=60) == 0
+    thread.join(timeout=60)
+    assert got == [made] and said[-1].startswith(f"using {plan.path}")

@@ -22,7 +22,7 @@ from typing import Optional
 
 from matrixbench import resources
 from matrixbench.build import facts as build_facts
-from matrixbench.build import images, pip_script
+from matrixbench.build import images, pip_script, turns
 from matrixbench.build.interpreters import find_interpreter
 from matrixbench.build.versions import pinned_version, same_release
 from matrixbench.build.wheelhouse import downloading, wheelhouse_dir
@@ -113,14 +113,26 @@ def recipe_hash():
 
 
 def ensure_venv(plan, *, emit, rebuild=False, finder=None, environ=None):
-    """The venv of ``plan``: reused when complete (and not ``rebuild``), else built afresh."""
-    venv = None if rebuild else read_marker(plan)
-    if venv is not None and venv.facts is None:   # built before venvs recorded their build: ask it now
-        venv = record_facts(plan)
-    if venv is not None:
-        emit(plan.name, f"using {plan.path} ({venv.facts.describe() if venv.facts else f'torch {venv.torch}'})")
-        return venv
-    return build_venv(plan, emit=emit, finder=finder, environ=environ)
+    """The venv of ``plan``: reused when complete (and not ``rebuild``), else built afresh; in its turn
+    (``building``), so a venv another process is building is waited for and then found complete."""
+    with building(plan.path, plan.name, emit=emit):
+        venv = None if rebuild else read_marker(plan)
+        if venv is not None and venv.facts is None:   # built before venvs recorded their build: ask it now
+            venv = record_facts(plan)
+        if venv is not None:
+            emit(plan.name, f"using {plan.path} ({venv.facts.describe() if venv.facts else f'torch {venv.torch}'})")
+            return venv
+        return build_venv(plan, emit=emit, finder=finder, environ=environ)
+
+
+def building(path, name, *, emit):
+    """Held while the venv at ``path`` (image ``name``) is looked at and built: two processes asking for one venv
+    (two users' runs, two test workers) take turns, so the second finds the first's venv complete instead of
+    removing it as half-built (it has no marker yet) and building it again beside it. The lock file is beside
+    the venv's folder (``clean --venvs`` removes folders only)."""
+    path = Path(path)
+    return turns.taking_turns(path.parent / f".{path.name}.lock", say=lambda line: emit(name, line),
+                              waiting=f"waiting for another build of the venv {path} on this machine to finish")
 
 
 def build_venv(plan, *, emit, finder=None, environ=None):
