@@ -306,7 +306,7 @@ def test_promising_projects_the_pooled_spread_to_the_maximum():
         ratio: float
         low: float = 0.5
 
-    spread = 0.02          # at 10 a side: t(18) x 0.02 x sqrt(0.2) = 1.9% half-width
+    spread = adaptive.Spread(0.02)   # at 10 a side: t(18) x 0.02 x sqrt(0.2) = 1.9% half-width
     assert adaptive.promising(Interval(1.05), policy, spread)        # a 5% change would be starred
     assert adaptive.promising(Interval(1.005), policy, spread)       # 0.5% + 1.9% fits the 3% margin
     assert not adaptive.promising(Interval(1.015), policy, spread)   # neither
@@ -317,7 +317,7 @@ def test_promising_projects_the_pooled_spread_to_the_maximum():
 
 def test_promising_projects_a_paired_comparison_with_its_round_spread():
     """Issue 34: a comparison judged paired by round is projected at ``maximum`` rounds, t(m - 1) x sd / sqrt(m) of
-    its round log-ratios; a Welch one (a float, or Spread(paired=False)) as before, t(2m - 2) x sd x sqrt(2 / m) of
+    its round log-ratios; a Welch one (Spread(paired=False)) as before, t(2m - 2) x sd x sqrt(2 / m) of
     process means. At sd 2%, m = 10: paired +-1.43%, Welch +-1.88%."""
     policy = adaptive.Policy(3, 10, 3.0)
     welch, paired = adaptive.Spread(0.02), adaptive.Spread(0.02, paired=True)
@@ -326,7 +326,6 @@ def test_promising_projects_a_paired_comparison_with_its_round_spread():
     # a 1.5% change: the paired interval would star it, Welch's would neither star it nor fit the margin
     assert adaptive.promising(_around(1.015, 0.05), policy, paired)
     assert not adaptive.promising(_around(1.015, 0.05), policy, welch)
-    assert not adaptive.promising(_around(1.015, 0.05), policy, 0.02)            # a float: the process spread
     # 1.2% + 1.43% fits the 3% margin paired; 1.2% + 1.88% does not
     assert adaptive.promising(_around(1.012, 0.05), policy, paired)
     assert not adaptive.promising(_around(1.012, 0.05), policy, welch)

@@ -294,10 +294,10 @@ class Spread:
         return _t(quantile, max(1, 2 * maximum - 2)) * self.sd * math.sqrt(2.0 / maximum)
 
 
-def promising(judgement: Judgement, policy: Policy, spread: Union[Spread, float, None]) -> bool:
+def promising(judgement: Judgement, policy: Policy, spread: Optional[Spread]) -> bool:
     """Whether more processes, up to the maximum a side, could plausibly decide ``judgement``: the
-    interval ``policy.maximum`` processes a side would give (``Spread.half_width``; a float ``spread`` is the
-    run's pooled standard deviation of log process means, a Welch comparison's) would exclude no change, or fit
+    interval ``policy.maximum`` processes a side would give (``Spread.half_width``; ``Spread(sd)``: the run's
+    pooled standard deviation of log process means, a Welch comparison's) would exclude no change, or fit
     inside the margin, around the estimate so far. A comparison judged paired by round is projected with the
     spread of round log-ratios (``Spread(sd, paired=True)``): a state the rounds share inflates the spread of
     process means but cancels from the paired interval, which would call it futile where more rounds decide it.
@@ -307,8 +307,6 @@ def promising(judgement: Judgement, policy: Policy, spread: Union[Spread, float,
     (nothing has 2 processes yet): promising."""
     if judgement.low is None or spread is None:
         return True
-    if not isinstance(spread, Spread):
-        spread = Spread(float(spread))
     estimate = abs(math.log(judgement.ratio))
     projected = spread.half_width(policy.maximum)
     return estimate > projected or estimate + projected < math.log(1.0 + policy.margin_pct / 100.0)
