@@ -100,14 +100,14 @@ def stopping(means, policy, rule):
         if count >= policy.maximum:
             break
         if rule == "old":
-            spread = float(np.sqrt((np.var(np.log(baseline[:count]), ddof=1)
-                                    + np.var(np.log(candidate[:count]), ddof=1)) / 2))
+            spread = adaptive.Spread(float(np.sqrt((np.var(np.log(baseline[:count]), ddof=1)
+                                                     + np.var(np.log(candidate[:count]), ddof=1)) / 2)))
             go = not judged.decided and adaptive.promising(judged, policy, spread)
         else:
             go = adaptive.goes_on(judged, policy, count, rule)
             if go and rule == adaptive.SPENDING:
-                spread = float(np.sqrt((np.var(np.log(baseline[:count]), ddof=1)
-                                        + np.var(np.log(candidate[:count]), ddof=1)) / 2))
+                spread = adaptive.Spread(float(np.sqrt((np.var(np.log(baseline[:count]), ddof=1)
+                                                         + np.var(np.log(candidate[:count]), ddof=1)) / 2)))
                 go = adaptive.promising(judged, policy, spread)
         if not go:
             break

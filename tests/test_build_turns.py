@@ -157,8 +157,10 @@ def test_ensure_venv_looks_at_the_venv_only_in_its_turn_and_then_finds_the_first
                       venvs.build_facts.BuildFacts("2.0.1", "11.7", ()))
 
     def read_marker(asked):
+        # the first's venv is complete once it was told to let go (inside its turn); "holder.out" is written
+        # only after it left the turn, so under load this thread may be in its turn before that file exists
         looked.set()
-        return made if (marks / "holder.out").exists() else None
+        return made if (marks / "holder.release").exists() else None
 
     def build_venv(*args, **kwargs):
         raise AssertionError("built again beside the first build")

@@ -26,7 +26,8 @@ def _waves(baseline, candidate, policy, rule):
         judged = stats.judge(baseline[:count], candidate[:count], margin_pct=policy.margin_pct)
         if count >= policy.maximum:
             return judged
-        spread = math.sqrt((np.var(np.log(baseline[:count]), ddof=1) + np.var(np.log(candidate[:count]), ddof=1)) / 2)
+        spread = adaptive.Spread(math.sqrt((np.var(np.log(baseline[:count]), ddof=1)
+                                            + np.var(np.log(candidate[:count]), ddof=1)) / 2))
         if rule == "old":
             go = not judged.decided and adaptive.promising(judged, policy, spread)
         else:
