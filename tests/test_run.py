@@ -421,3 +421,22 @@ def test_gpu_choice_is_the_flag_else_cuda_visible_devices(gpu, visible, expected
     from matrixbench.executors.base import gpu_choice
 
     assert gpu_choice(gpu, {"CUDA_VISIBLE_DEVICES": visible}) == expected
+
+
+def test_a_run_whose_environment_starts_no_runner_here_records_why_its_noise_was_not_measured(tmp_path):
+    """A GPU run that plans a check (not --executor ray) in an environment that starts no runner on this host
+    (Ray's): run.json's noise_check says why in the plan's words, never a made-up reason."""
+    import types
+
+    from matrixbench.run.command import _noise_check
+    from matrixbench.run.noise_check import NOT_MEASURED, RAY_WHY, plan_check
+
+    progress = RecordingProgress()
+    work = types.SimpleNamespace(pending=True)
+    for executor, why in ((None, RAY_WHY), ("ray", plan_check(True, [work], True, "ray").why)):
+        run = types.SimpleNamespace(works=[work], gpus=True, path=tmp_path,
+                                    options=types.SimpleNamespace(noise_check=True, executor=executor))
+        manifest = _noise_check(object(), run, {"status": "running"}, progress)
+        assert manifest["noise_check"] == {"status": NOT_MEASURED, "why": why}
+        assert json.loads((tmp_path / "run.json").read_text())["noise_check"] == manifest["noise_check"]
+        assert progress.events[-1] == ("note", f"noise check: not run ({why})")

@@ -160,7 +160,7 @@ def _noise_check(environment: Environment, run: Run, manifest: Dict[str, object]
     its warning can stop before paying for the cells; matrixbench.run.noise_check.run_check: a small launch-bound
     model in the first pending image's environment, about 10 s): its lines printed, its result in
     <run>/noise_check.json and run.json's ``noise_check``. Never a failure; --no-noise-check skips it."""
-    from matrixbench.run.noise_check import NONE, NOT_MEASURED, SKIPPED, plan_check, run_check
+    from matrixbench.run.noise_check import NONE, NOT_MEASURED, RAY_WHY, SKIPPED, plan_check, run_check
 
     pending = [work for work in run.works if work.pending]
     plan = plan_check(run.gpus, pending, run.options.noise_check, run.options.executor)
@@ -171,8 +171,9 @@ def _noise_check(environment: Environment, run: Run, manifest: Dict[str, object]
         progress.note(f"noise check: skipped ({plan.why})")
         checked = {"status": SKIPPED, "why": plan.why}
     elif plan.planned == NOT_MEASURED or not isinstance(environment, Starter):   # (Ray's starts none here)
-        progress.note(f"noise check: not run ({plan.why or '--executor ray'})")
-        checked = {"status": NOT_MEASURED, "why": "--executor ray"}
+        why = plan.why or RAY_WHY     # a MEASURE plan, but an environment that starts no runner here (Ray's)
+        progress.note(f"noise check: not run ({why})")
+        checked = {"status": NOT_MEASURED, "why": why}
     else:
         progress.note(f"noise check: measuring this host's noise with a small launch-bound model (about "
                       f"{plan.seconds:.0f} s; --no-noise-check skips it)")

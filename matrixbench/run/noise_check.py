@@ -44,6 +44,7 @@ class CheckPlan:
 
 
 MEASURE, SKIPPED, NOT_MEASURED, NONE = "measure", "skipped", "not measured", "none"
+RAY_WHY = "--executor ray: the cells run on the cluster's nodes, not here"   # why a Ray run measures no noise here
 
 
 def plan_check(gpus: bool, pending: Sequence[object], enabled: bool, executor: Optional[str]) -> CheckPlan:
@@ -56,7 +57,7 @@ def plan_check(gpus: bool, pending: Sequence[object], enabled: bool, executor: O
     if not enabled:
         return CheckPlan(SKIPPED, "--no-noise-check")
     if executor == "ray":
-        return CheckPlan(NOT_MEASURED, "--executor ray: the cells run on the cluster's nodes, not here")
+        return CheckPlan(NOT_MEASURED, RAY_WHY)
     return CheckPlan(MEASURE)
 
 
