@@ -34,10 +34,15 @@ from real_builds import BASE_IMAGES, BUILD_LOGS, DOCKER_MATRIX, VENV_MATRIX, Bui
 # (marked ray and docker) has a group of its own, beside the docker group: it needs the docker group's e2e images,
 # and finds them built (tests/real_builds.py: one build of a tag at a time, across processes, so the second build
 # finds every layer cached); it looks only at its own run's containers and pushes a small image of its own.
-GROUPS = ((("ray", "docker"), "ray-docker"), (("docker",), "docker"), (("venv",), "venv"), (("ray",), "ray"),
-          (("wheel",), "wheel"), (("browser",), "browser"))
+# The venv tests on tests/data/venv-attribution-matrix.yaml's venvs (marked venv and attribution_venvs: the seed
+# era and the bridge, besides venv-stable and venv-latest) are a group of their own too, beside the venv group: each
+# builds the venvs the other does not while the other builds its own, and one build of a venv at a time across
+# processes (matrixbench.build.venvs.building) makes the second asker of a shared venv wait for it and use it.
+GROUPS = ((("ray", "docker"), "ray-docker"), (("docker",), "docker"), (("venv", "attribution_venvs"), "venv-seed-era"),
+          (("venv",), "venv"), (("ray",), "ray"), (("wheel",), "wheel"), (("browser",), "browser"))
 # The order the groups start in: the longest first (the fresh-machine times in docs/test-suite-time.md).
-GROUP_ORDER = {group: rank for rank, group in enumerate(("docker", "venv", "ray-docker", "ray", "wheel", "browser"))}
+GROUP_ORDER = {group: rank for rank, group in enumerate(("docker", "venv-seed-era", "venv", "ray-docker", "ray",
+                                                         "wheel", "browser"))}
 GROUPS_FILE = "MATRIXBENCH_TEST_GROUPS"
 
 
@@ -115,8 +120,9 @@ def pytest_collection_modifyitems(config, items):
         group = group_of(item)
         if group is not None:
             groups[item.nodeid] = group
-        ranked.append((GROUP_ORDER.get(group, len(GROUP_ORDER)), index, item))
-    items[:] = [item for _, _, item in sorted(ranked, key=lambda entry: entry[:2])]
+        last = item.get_closest_marker("last_in_group") is not None
+        ranked.append((GROUP_ORDER.get(group, len(GROUP_ORDER)), last, index, item))
+    items[:] = [entry[-1] for entry in sorted(ranked, key=lambda entry: entry[:3])]
     if _is_worker(config) and os.environ.get(GROUPS_FILE):
         path = Path(os.environ[GROUPS_FILE])
         staged = path.with_name(f"{path.name}.{os.getpid()}")

@@ -44,10 +44,14 @@ class Builds:
     def _missing(self, kind, matrix):
         return [name for name, image in matrix.images.items() if _key(kind, image) not in self.done]
 
-    def venvs(self, matrix, log_path):
+    def venvs(self, matrix, log_path, shared_with=None):
         """Every image of ``matrix`` as a venv (matrixbench's own build, its lines appended to ``log_path``);
-        {image name: its marker (venvs.read_marker), None when incomplete}."""
-        missing = self._missing("venv", matrix)
+        {image name: its marker (venvs.read_marker), None when incomplete}. The images that the matrix
+        ``shared_with`` has too (same name and content: one venv) are built last: another test group builds
+        those meanwhile, and this one, asking for them after its own, waits less for that build's turn or finds
+        it done."""
+        shared = set() if shared_with is None else {_key("venv", image) for image in shared_with.images.values()}
+        missing = sorted(self._missing("venv", matrix), key=lambda name: _key("venv", matrix.images[name]) in shared)
         if missing:
             started = time.monotonic()
             with _logger(log_path) as log:

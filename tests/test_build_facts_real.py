@@ -50,7 +50,11 @@ def test_a_real_cpu_venv_says_cpu_and_a_gpu_run_refuses_it_before_any_cell(tmp_p
         assert [path.name for path in results.rglob("*.json")] == ["run.json"]   # no cell ran
 
 
+# last in the docker group: its build, its layers cached, waits its turn to be served the wheelhouse behind any
+# other Docker build (the ray-docker group's registry image starts when the e2e images are done: 233 s on a fresh
+# machine, docs/test-suite-time.md "Stop 16"); after the docker e2e tests that build is long done
 @pytest.mark.docker
+@pytest.mark.last_in_group
 def test_a_real_docker_build_is_labelled_with_its_torchs_cuda_and_arch_list(docker_test_client, docker_e2e_images):
     """PyPI's torch 2.0.1 in the docker e2e test's image (its layers cached: built after it, with the same CA
     bundle), under a name of this test."""

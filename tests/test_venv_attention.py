@@ -17,7 +17,7 @@ from matrixbench.matrix.attribution import bridge_name
 from runner.registry import DEFAULT_MODELS
 from venv_helpers import venv_fixtures
 
-pytestmark = pytest.mark.venv
+pytestmark = [pytest.mark.venv, pytest.mark.attribution_venvs]
 
 REPO = Path(__file__).resolve().parents[1]
 MATRIX_PATH = REPO / "tests" / "data" / "venv-attribution-matrix.yaml"

@@ -23,7 +23,7 @@ from runner.registry import DEFAULT_MODELS
 from runner.schema import read_record
 from venv_helpers import venv_fixtures
 
-pytestmark = pytest.mark.venv
+pytestmark = [pytest.mark.venv, pytest.mark.attribution_venvs]
 
 REPO = Path(__file__).resolve().parents[1]
 MATRIX_PATH = REPO / "tests" / "data" / "venv-attribution-matrix.yaml"
