@@ -30,9 +30,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-# Workers: the docker, venv and ray-docker groups each hold one worker for most of the run, mostly waiting on
+# Workers: the docker, venv, venv-seed-era and ray-docker groups each hold one worker for most of the run, mostly waiting on
 # containers, pip and the registry, so two more than those run the pure-Python tests (tests/conftest.py: the groups).
-TEST_WORKERS ?= 5
+TEST_WORKERS ?= 6
 PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadgroup
 QUICK_TESTS := not (docker or venv or ray or browser or wheel or gpu or slow)
 # test-quick has no groups (its tests are all pure Python, CPU-bound): one worker a core (each worker imports torch,
