@@ -25,7 +25,7 @@ from matrixbench.errors import FILESYSTEM_EXIT_CODE, FolderError, MatrixbenchErr
 from matrixbench.executors import EXECUTORS, RAY
 from matrixbench.executors.adaptive import bill, bill_settings, policy_of
 from matrixbench.executors.ray.options import RayOptions
-from matrixbench.executors.scheduler import run_order, takes_units
+from matrixbench.executors.scheduler import Estimates, run_order, takes_units
 from matrixbench.gpu import host_gpus
 from matrixbench.host_noise import NOISE_CHECK_S
 from matrixbench.matrix import Overrides, attribution, expand_cells, load_matrix
@@ -606,11 +606,14 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
         lines += [f"  [runner {number}] {work.label}: {r.cell.model} {r.cell.mode} bs={r.cell.batch_size} "
                   f"{r.cell.dtype}{_more_words(r.cell)}" + (f" repeat {r.index + 1}" if repeats else "")
                   for number, (work, chosen) in enumerate(order, 1) for r in chosen]
-    check = plan_check(gpus, [plan for plan in plans if plan.pending], noise_check, executor)
-    lines.append(check.dry_run_line())
+    pending = [plan for plan in plans if plan.pending]
+    check = plan_check(gpus, pending, noise_check, executor)
+    estimates = Estimates(settings=bill_settings(matrix))
+    start = estimates.runner_start_s(pending)
+    lines.append(check.dry_run_line(start))
     parallel = matrix.slots if isinstance(matrix.slots, int) else 1
-    return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel, runners=len(order),
-                                   settings=bill_settings(matrix), noise_check_s=check.seconds)])
+    return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel, estimates, runners=len(order),
+                                   settings=bill_settings(matrix), noise_check_s=check.seconds(start))])
 
 
 @main.command()

@@ -117,8 +117,11 @@ def resolvable_pct(cv: float, processes: int) -> float:
 # --- the runner's probe: a small launch-bound model (and on a GPU its CUDA-graph replay) -------------------
 
 PROBE_S = 8.0                 # the probe's own seconds (torch's import and the model's build come on top)
-PROBE_START_S = 2.0           # a run's noise check beside PROBE_S: its runner's start (torch, the model's build)
-NOISE_CHECK_S = PROBE_S + PROBE_START_S   # a GPU run's check before its bill: the dry run says it, its bill has it
+# A run's noise check beside PROBE_S: its runner's start (torch, the model's build), where this run's records show
+# no runner start yet (Estimates.runner_start_s, measured here, replaces it); a CPU-machine guess, never measured
+# on a GPU host.
+PROBE_START_S = 2.0
+NOISE_CHECK_S = PROBE_S + PROBE_START_S   # --no-noise-check's help: about what a check costs
 CPU_LOOP_S = 12.0             # doctor --measure's CPU loop when a probe follows: about 20 s in all
 PROBE_TIMEOUT_S = 180         # a probe not done by then is reported as not measured
 

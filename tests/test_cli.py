@@ -105,18 +105,33 @@ def test_a_gpu_dry_run_says_the_noise_check_and_its_bill_includes_it(matrix_file
     """Issue 32: a real GPU run spends about NOISE_CHECK_S on the host-noise check before its bill; the dry run
     says so (and how to skip it), and its estimate counts it; with --no-noise-check it says the check is skipped
     and the estimate leaves it out."""
-    from matrixbench.host_noise import NOISE_CHECK_S
+    from matrixbench.host_noise import PROBE_S, PROBE_START_S
 
     _on_a_gpu_host(monkeypatch)
     args = ("run", "--matrix", matrix_file, "--backend", "local", "--images", "stable", "--dry-run")
     checked, skipped = invoke(*args), invoke(*args, "--no-noise-check")
     assert checked.exit_code == skipped.exit_code == 0, (checked.output, skipped.output)
-    assert (f"noise check: a real run first spends about {NOISE_CHECK_S:.0f} s measuring this host's noise"
+    seconds = PROBE_S + PROBE_START_S     # no record here shows a runner's start yet
+    assert (f"noise check: a real run first spends about {seconds:.0f} s measuring this host's noise"
             in checked.stdout and "--no-noise-check skips it" in checked.stdout)
-    assert f"the noise check first, {NOISE_CHECK_S:.0f} s" in _estimate_line(checked)
+    assert f"a runner's start, taken as {PROBE_START_S:.0f} s: no record here shows one yet" in checked.stdout
+    assert f"the noise check first, {seconds:.0f} s" in _estimate_line(checked)
     assert "noise check: none (--no-noise-check)" in skipped.stdout
     assert "noise check first" not in _estimate_line(skipped)
     assert checked.stdout.index("noise check:") < checked.stdout.index("estimated duration")
+
+
+def test_the_noise_checks_time_takes_a_runners_start_as_measured_here_where_the_records_show_one():
+    """The check is PROBE_S and a runner's start: Estimates.runner_start_s where this run's records show one (a
+    slow host's 30 s start is in the bill), the CPU-machine guess PROBE_START_S only where none does."""
+    from matrixbench.host_noise import PROBE_S, PROBE_START_S
+    from matrixbench.run.noise_check import plan_check
+
+    measure, skipped = plan_check(True, [object()], True, None), plan_check(True, [object()], False, None)
+    assert measure.seconds(30.0) == PROBE_S + 30.0 and measure.seconds(None) == PROBE_S + PROBE_START_S
+    assert skipped.seconds(30.0) == 0.0
+    assert f"about {PROBE_S + 30:.0f} s" in measure.dry_run_line(30.0)
+    assert "a runner's start as measured here, 30 s" in measure.dry_run_line(30.0)
 
 
 def test_a_cpu_dry_run_says_no_noise_check_runs(matrix_file, monkeypatch):

@@ -202,7 +202,7 @@ def test_a_gpu_run_checks_before_its_first_cell_unless_told_not_to(tmp_path):
 
     notes = []
     progress = SimpleNamespace(note=notes.append)
-    work = SimpleNamespace(pending=[object()], image_name="stable")
+    work = SimpleNamespace(pending=[object()], image_name="stable", out_dir=tmp_path / "stable")   # no records yet
     request = _gpu_request(tmp_path)
 
     def a_run(noise_check=True, gpus=True, executor=None):

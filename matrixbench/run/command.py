@@ -22,7 +22,7 @@ from matrixbench.errors import RunError
 from matrixbench.executors import adaptive, check_options, create_environment, create_executor
 from matrixbench.executors.base import Run, RunSummary
 from matrixbench.executors.ray.options import RayOptions
-from matrixbench.executors.scheduler import positions, run_order, takes_units
+from matrixbench.executors.scheduler import Estimates, positions, run_order, takes_units
 from matrixbench.gpu import GpusUnreachableError, host_gpus
 from matrixbench.matrix import Matrix
 from matrixbench.matrix.comparisons import roles_of
@@ -176,7 +176,7 @@ def _noise_check(environment: Environment, run: Run, manifest: Dict[str, object]
         checked = {"status": NOT_MEASURED, "why": why}
     else:
         progress.note(f"noise check: measuring this host's noise with a small launch-bound model (about "
-                      f"{plan.seconds:.0f} s; --no-noise-check skips it)")
+                      f"{plan.seconds(Estimates().runner_start_s(pending)):.0f} s; --no-noise-check skips it)")
         checked = run_check(environment, run.request(pending[0]), run.path, progress.note)
     updated: Dict[str, object] = update_manifest(run.path, manifest, noise_check=dict(checked))
     return updated

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence
 
 from matrixbench.environments.base import Paths, RunRequest, Starter
-from matrixbench.host_noise import NOISE_CHECK_S, PROBE_S, ProbeNoise, read_probe
+from matrixbench.host_noise import PROBE_S, PROBE_START_S, ProbeNoise, read_probe
 from matrixbench.run.launch import Outcome, launch
 from matrixbench.run.layout import NOISE_CHECK_DIRNAME, NOISE_CHECK_FILENAME
 from runner.noise_probe import PROBE_FILENAME
@@ -29,17 +29,21 @@ class CheckPlan:
     planned: str
     why: str = ""
 
-    @property
-    def seconds(self) -> float:
-        """What the check adds before the bill: NOISE_CHECK_S where it measures, else nothing."""
-        return NOISE_CHECK_S if self.planned == MEASURE else 0.0
+    def seconds(self, runner_start_s: Optional[float] = None) -> float:
+        """What the check adds before the bill where it measures (else nothing): PROBE_S and a runner's start,
+        ``runner_start_s`` as this run's records show it (Estimates.runner_start_s), else PROBE_START_S."""
+        if self.planned != MEASURE:
+            return 0.0
+        return PROBE_S + (PROBE_START_S if runner_start_s is None else runner_start_s)
 
-    def dry_run_line(self) -> str:
+    def dry_run_line(self, runner_start_s: Optional[float] = None) -> str:
         """The dry run's line (it starts nothing, so measures nothing): what a real run would do first."""
         if self.planned == MEASURE:
-            return (f"noise check: a real run first spends about {self.seconds:.0f} s measuring this host's noise "
-                    "with a small launch-bound model, before the bill and the first cell (in the estimate below; "
-                    "--no-noise-check skips it)")
+            start = (f"a runner's start as measured here, {runner_start_s:.0f} s" if runner_start_s is not None
+                     else f"a runner's start, taken as {PROBE_START_S:.0f} s: no record here shows one yet")
+            return (f"noise check: a real run first spends about {self.seconds(runner_start_s):.0f} s measuring "
+                    f"this host's noise with a small launch-bound model ({PROBE_S:.0f} s and {start}), before the "
+                    "bill and the first cell (in the estimate below; --no-noise-check skips it)")
         return f"noise check: none ({self.why})"
 
 
