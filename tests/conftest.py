@@ -34,8 +34,8 @@ from real_builds import BASE_IMAGES, BUILD_LOGS, DOCKER_MATRIX, VENV_MATRIX, Bui
 # (marked ray and docker) has a group of its own, beside the docker group: it needs the docker group's e2e images,
 # and finds them built (tests/real_builds.py: one build of a tag at a time, across processes, so the second build
 # finds every layer cached); it looks only at its own run's containers and pushes a small image of its own.
-# The venv tests on tests/data/venv-attribution-matrix.yaml's venvs (marked venv and attribution_venvs: the seed
-# era and the bridge, besides venv-stable and venv-latest) are a group of their own too, beside the venv group: each
+# The attribution test (marked venv and attribution_venvs: tests/data/venv-attribution-matrix.yaml's venvs, the seed
+# era and the bridge besides venv-stable and venv-latest) is a group of its own too, beside the venv group: each
 # builds the venvs the other does not while the other builds its own, and one build of a venv at a time across
 # processes (matrixbench.build.venvs.building) makes the second asker of a shared venv wait for it and use it.
 GROUPS = ((("ray", "docker"), "ray-docker"), (("docker",), "docker"), (("venv", "attribution_venvs"), "venv-seed-era"),
