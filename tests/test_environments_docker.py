@@ -347,3 +347,37 @@ def test_a_ray_tasks_containers_carry_the_runs_name_not_its_scratch_folders(sdk,
     started = sdk.started[0].kwargs
     assert started["labels"]["matrixbench.run_id"] == "nightly-7"
     assert started["name"].startswith("matrixbench-nightly-7-stable-")
+
+
+def test_a_ray_node_stops_what_a_killed_run_of_the_same_name_left_there_before_its_unit_runs(sdk, tmp_path,
+                                                                                              monkeypatch):
+    """A run killed on the driver (kill -9) leaves its units' containers running on the nodes, labelled with the
+    node's scratch folder, which the next run's driver cannot name. The next run's unit on that node stops the
+    containers of the run's name whose owner is gone, and says so to the driver; a live owner's container, one on
+    another host and another run's stay."""
+    from matrixbench.executors.ray.tasks import UnitTask, node_slot, run_unit_here, shippable
+
+    here = owner.this_process()
+    gone = dataclasses.replace(here, boot_id="another-boot")
+
+    def on_node(who, run_id="nightly-7"):
+        monkeypatch.setattr(docker_backend, "this_process", lambda: who)
+        labels = backend(sdk, run_id=run_id)._labels(request_for(tmp_path, out_dir=tmp_path / "ray-old" / "stable"),
+                                                     sdk.images_by_tag["matrixbench:stable"])
+        monkeypatch.undo()
+        docker_client.DockerClient(sdk).start_container("matrixbench:stable", [], user="0:0", env={}, mounts={},
+                                                        labels=labels)
+        return sdk.started[-1]
+
+    killed, alive = on_node(gone), on_node(here)
+    elsewhere, other_run = on_node(dataclasses.replace(here, host="another-host")), on_node(gone, "nightly-6")
+    task = UnitTask("A100 vit bs=1", "A100", (shippable(request_for(tmp_path)),), "docker", run_name="nightly-7")
+    node = {"node_id": "n1", "node_ip": "10.0.0.1", "gpu_type": "A100"}
+    result = run_unit_here(task, node, node_slot(["0"], 1, False, cores=[0]), [], lambda image, data: None,
+                           backend=backend(sdk, run_id="nightly-7"), environ={})
+    assert killed.calls == ["stop", "remove"]
+    assert alive.calls == elsewhere.calls == other_run.calls == []
+    assert [line.split(" (")[0] for line in result.notes] == [
+        f"stopped container {killed.id[:12]}", f"left container {alive.id[:12]}",
+        f"left container {elsewhere.id[:12]}"]
+    assert len(sdk.started) == 5     # and then the unit ran

@@ -277,3 +277,21 @@ def test_gpus_named_by_uuid_get_their_own_cores():
     slots = [node_slot([uuid], 4, gpus=True, cores=range(16), node_uuids=uuids) for uuid in uuids]
     assert [slot.gpu_index for slot in slots] == [0, 1, 2, 3]
     assert len({slot.cores for slot in slots}) == 4 and not set(slots[0].cores) & set(slots[3].cores)
+
+
+def test_the_driver_prints_what_a_unit_said_on_its_node_before_writing_its_records():
+    """A unit's task returns the lines it said on its node (the leftovers of a killed run it stopped there): the
+    driver prints each, naming the unit and its node, then writes the records and logs the task returned."""
+    import types
+
+    written, notes = [], []
+    value = {"node": {"node_ip": "10.0.0.7", "node_id": "abcdef123456"}, "records": [("latest", {"cell_id": "c"})],
+             "logs": {"latest": "tail"}, "notes": ["stopped container 0123456789ab (image latest): left running"]}
+    run = types.SimpleNamespace(tasks=[types.SimpleNamespace(name="A100 vit bs=1")],
+                                record=lambda index, image, data: written.append(("record", image)),
+                                logs=lambda index, node, logs: written.append(("logs", logs)))
+    ray = types.SimpleNamespace(get=lambda ref: value)
+    ray_executor._finish(ray, "ref", 0, run, notes.append)
+    assert len(notes) == 1 and notes[0].startswith("A100 vit bs=1 on node 10.0.0.7")
+    assert notes[0].endswith(": stopped container 0123456789ab (image latest): left running")
+    assert written == [("record", "latest"), ("logs", {"latest": "tail"})]

@@ -236,6 +236,12 @@ class Environment:
         folder's run lock, before anything runs. Default: nothing outlives its run."""
         return []
 
+    def stop_run_leftovers(self, run_id: str) -> List[str]:
+        """On a cluster node, before a unit of the run named ``run_id`` runs: stop what a killed run of that name
+        left running here (its node-side folders are scratch ones, so ``stop_leftovers`` of the driver's run folder
+        cannot find it), one line per thing stopped or left alone. Default: nothing outlives its run."""
+        return []
+
     def stop_all(self) -> None:
         """Stop every runner this backend started that still runs (Ctrl-C with slots: the
         runners of the other threads); their finished records stay. None started: nothing to do."""

@@ -107,8 +107,15 @@ class DockerBackend(Backend):
     def stop_leftovers(self, run_path: Path) -> List[str]:
         """Stop and remove the containers of ``run_path`` whose owning host process is gone (a
         killed run's); a container whose owner lives, or ran on another host, is left alone."""
-        selector = {docker_client.LABEL_MARK: None, docker_client.LABEL_RUN_DIR: str(Path(run_path).resolve())}
+        return self._stop_leftovers({docker_client.LABEL_RUN_DIR: str(Path(run_path).resolve())})
+
+    def stop_run_leftovers(self, run_id: str) -> List[str]:
+        """A Ray node's: the containers labelled with the run's name (``run_id``) whose owner is gone."""
+        return self._stop_leftovers({docker_client.LABEL_RUN_ID: run_id})
+
+    def _stop_leftovers(self, labels: Dict[str, str]) -> List[str]:
         here = this_process()
+        selector: Dict[str, Optional[str]] = {docker_client.LABEL_MARK: None, **labels}
         return [_stop_leftover(container, here) for container in self._connected().find_containers(selector)]
 
     def _connected(self) -> DockerClient:

@@ -140,7 +140,7 @@ def node_task(task: cluster.UnitTask, board: BoardHandle) -> TaskValue:
         result = cluster.run_unit_here(task, node, slot, done, emit, environ=environ)
     finally:
         board.finished.remote(task.name, node)
-    return TaskValue(node=cluster.placement_of(node), records=result.records, logs=result.logs)
+    return TaskValue(node=cluster.placement_of(node), records=result.records, logs=result.logs, notes=result.notes)
 
 
 def build_on_node(images: Sequence[Image], options: Optional[BuildOptions] = None,
@@ -293,7 +293,7 @@ class RayBackend(Environment):
             ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=POLL_S)
             _drain(ray, board, run, note)
             for ref in ready:
-                _finish(ray, ref, refs.pop(ref), run)
+                _finish(ray, ref, refs.pop(ref), run, note)
             if time.monotonic() - checked > LOST_CHECK_S:
                 checked = time.monotonic()
                 _give_up_lost_types(ray, refs, run, note)
@@ -308,7 +308,7 @@ class RayBackend(Environment):
         ready, waiting = ray.wait(list(refs), num_returns=len(refs), timeout=CANCEL_GRACE_S)
         _drain(ray, board, run, note)
         for ref in ready:
-            _finish(ray, ref, refs[ref], run, lost=False)
+            _finish(ray, ref, refs[ref], run, note, lost=False)
         for ref in waiting:
             ray.cancel(ref, force=True)
 
@@ -323,8 +323,10 @@ def _drain(ray: Api, board: BoardHandle, run: cluster.ClusterRun, note: Note) ->
             note(f"{unit}: started on {cluster.describe_node(payload)}")
 
 
-def _finish(ray: Api, ref: Ref[TaskValue], index: int, run: cluster.ClusterRun, lost: bool = True) -> None:
-    """A task that ended: write what it returned, or (``lost``) records for what it could not run."""
+def _finish(ray: Api, ref: Ref[TaskValue], index: int, run: cluster.ClusterRun, note: Note,
+            lost: bool = True) -> None:
+    """A task that ended: write what it returned and print what it said on its node, or (``lost``) records for
+    what it could not run."""
     try:
         value = ray.get(ref)
     except ray.exceptions.TaskCancelledError:
@@ -340,6 +342,8 @@ def _finish(ray: Api, ref: Ref[TaskValue], index: int, run: cluster.ClusterRun, 
                                             f"{cluster.describe_node(run.node_of(index))}: {type(exc).__name__}: "
                                             f"{str(exc)[:500]}")
         return
+    for line in value.get("notes", ()):   # (a task of an older matrixbench on the node says none)
+        note(f"{run.tasks[index].name} on {cluster.describe_node(value['node'])}: {line}")
     for image, data in value["records"]:
         run.record(index, image, data)
     run.logs(index, value["node"], value["logs"])

@@ -55,11 +55,12 @@ class Node(TypedDict, total=False):
 
 class TaskValue(TypedDict):
     """What a unit's task returns to the driver: its node's facts (``placement_of``), its records, the tails of
-    its runners' logs by image."""
+    its runners' logs by image, and what it said on the node (the leftovers of a killed run it stopped)."""
 
     node: Dict[str, object]
     records: List[Tuple[str, RecordData]]
     logs: Dict[str, str]
+    notes: List[str]
 
 
 def record_stem(data: Mapping[str, object]) -> str:
@@ -119,10 +120,12 @@ def shippable(request: RunRequest) -> RunRequest:
 
 @dataclass
 class NodeRun:
-    """A task's results on its node: ``records`` as (image, record dict), the runner logs' tails."""
+    """A task's results on its node: ``records`` as (image, record dict), the runner logs' tails, ``notes`` for
+    the driver to print."""
 
     records: List[Tuple[str, RecordData]] = field(default_factory=list)
     logs: Dict[str, str] = field(default_factory=dict)
+    notes: List[str] = field(default_factory=list)
 
 
 def node_slot(gpu_ids: Sequence[str], node_gpus: float, gpus: bool, cores: Optional[Sequence[int]] = None,
@@ -163,12 +166,14 @@ def run_unit_here(task: UnitTask, node: Node, slot: Slot, done: Sequence[Tuple[s
                   emit: Callable[[str, RecordData], None], backend: Optional[Backend] = None,
                   environ: Optional[Dict[str, str]] = None) -> NodeRun:
     """Run ``task`` on this node: each image's repeats not in ``done`` ((image, repeat id) pairs the
-    driver already holds: a retried task resumes), ``emit(image, record)`` as each record appears."""
+    driver already holds: a retried task resumes), ``emit(image, record)`` as each record appears. First it stops
+    what a killed run of the same name left running on this node (a container whose owner is gone)."""
     from matrixbench.environments import create_backend
 
     backend = backend or create_backend(task.node_backend, run_id=task.run_name)   # its folder here is a scratch one
     environ = dict(os.environ if environ is None else environ)
     result, skip = NodeRun(), {(image, stem) for image, stem in done}
+    result.notes += backend.stop_run_leftovers(task.run_name)
     with tempfile.TemporaryDirectory(prefix="matrixbench-ray-") as scratch:
         for shipped in task.requests:
             repeats = [r for r in shipped.repeats() if (shipped.image.name, r.id) not in skip]
