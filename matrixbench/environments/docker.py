@@ -110,13 +110,15 @@ class DockerBackend(Backend):
         return self._stop_leftovers({docker_client.LABEL_RUN_DIR: str(Path(run_path).resolve())})
 
     def stop_run_leftovers(self, run_id: str) -> List[str]:
-        """A Ray node's: the containers labelled with the run's name (``run_id``) whose owner is gone."""
-        return self._stop_leftovers({docker_client.LABEL_RUN_ID: run_id})
+        """A Ray node's: the containers labelled with the run's name (``run_id``) whose owner is gone; only what
+        it stopped is said (the containers of the run's other units on this node, running now, are no news)."""
+        return self._stop_leftovers({docker_client.LABEL_RUN_ID: run_id}, stopped_only=True)
 
-    def _stop_leftovers(self, labels: Dict[str, str]) -> List[str]:
+    def _stop_leftovers(self, labels: Dict[str, str], stopped_only: bool = False) -> List[str]:
         here = this_process()
         selector: Dict[str, Optional[str]] = {docker_client.LABEL_MARK: None, **labels}
-        return [_stop_leftover(container, here) for container in self._connected().find_containers(selector)]
+        said = [_stop_leftover(container, here) for container in self._connected().find_containers(selector)]
+        return [line for stopped, line in said if stopped or not stopped_only]
 
     def _connected(self) -> DockerClient:
         if self._client is None:
@@ -185,20 +187,20 @@ def run_folder_of(request: RunRequest) -> Path:
     return Path(request.paths.out_dir).resolve().parents[up]
 
 
-def _stop_leftover(container: Container, here: Owner) -> str:
-    """Stop and remove one container of the run folder unless its owner may still run; say which."""
+def _stop_leftover(container: Container, here: Owner) -> Tuple[bool, str]:
+    """Stop and remove one container of the run unless its owner may still run; (stopped, a line saying which)."""
     owner = Owner.from_labels(container.labels)
     image = container.labels.get(docker_client.LABEL_IMAGE, "?")
     name = f"container {container.id[:12]} (image {image})"
     if owner is None:
-        return f"left {name} of this run folder alone: it names no owner; `matrixbench clean` removes it"
+        return False, f"left {name} of this run folder alone: it names no owner; `matrixbench clean` removes it"
     alive = owner.alive(here)
     if alive is False:
         container.stop(timeout=5)
         container.remove()
-        return f"stopped {name}: left running by a killed run ({owner.describe()}, gone)"
+        return True, f"stopped {name}: left running by a killed run ({owner.describe()}, gone)"
     why = f"its owner {owner.describe()} still runs" if alive else f"its owner {owner.describe()} ran on another host"
-    return f"left {name} of this run folder alone: {why}; `matrixbench clean` removes it"
+    return False, f"left {name} of this run folder alone: {why}; `matrixbench clean` removes it"
 
 
 def _refuse_stale(image: ImageInfo, tag: str, request: RunRequest) -> None:
