@@ -106,7 +106,7 @@ class DockerBackend(Backend):
 
     def stop_leftovers(self, run_path: Path) -> List[str]:
         """Stop and remove the containers of ``run_path`` whose owning host process is gone (a
-        killed run's); a container whose owner lives, or ran on another host, is left alone."""
+        killed run's); a container whose owner lives, or ran on another host (or PID namespace), is left alone."""
         return self._stop_leftovers({docker_client.LABEL_RUN_DIR: str(Path(run_path).resolve())})
 
     def stop_run_leftovers(self, run_id: str) -> List[str]:
@@ -199,7 +199,8 @@ def _stop_leftover(container: Container, here: Owner) -> Tuple[bool, str]:
         container.stop(timeout=5)
         container.remove()
         return True, f"stopped {name}: left running by a killed run ({owner.describe()}, gone)"
-    why = f"its owner {owner.describe()} still runs" if alive else f"its owner {owner.describe()} ran on another host"
+    why = (f"its owner {owner.describe()} still runs" if alive else
+           f"its owner {owner.describe()} ran on another host or in another PID namespace, which cannot be asked here")
     return False, f"left {name} of this run folder alone: {why}; `matrixbench clean` removes it"
 
 
