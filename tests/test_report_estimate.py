@@ -201,6 +201,11 @@ def test_image_and_mode_tables_show_a_change_that_follows_from_their_ms(noisy):
         assert (float(compiled) / default - 1) * 100 == pytest.approx(float(shown), abs=0.1)
     assert len(pairs) == len(MODELS) * len(MODES) and len(modes) == len(IMAGES) * len(MODELS)
     assert shown_left_out == len(left_out) > 0
+    mode_changes = frame.query("kind == 'mode_change' and pairing.notna()")
+    paired = mode_changes.query("pairing == 'paired by round'")
+    partial = left_out.query("kind == 'mode_change'")
+    assert (f"Here {len(paired)} of {len(mode_changes)} tested mode changes were paired by round, {len(partial)} of "
+            "them leaving out rounds only one side ran.") in markdown
 
 
 def test_break_even_is_never_exactly_where_the_compiled_cell_is_not_faster(noisy):
