@@ -2,8 +2,8 @@
 
 tests/autosim.py ``run_auto``: the real waves (executors.adaptive.Waves, auto 3-10, the spending rule, margin 3%)
 over simulated cells of known truth, each model's processes run in the executors' order on its own clock, then
-every comparison judged as the report judges it (verdicts.judge_cells: paired by round where both cells ran in
-the same rounds, else Welch). Process noise: a lognormal level of log-SD 1% or 5%, or the host fitted to the H100
+every comparison judged as the report judges it (verdicts.judge_cells: paired by round on the rounds both cells
+ran, else Welch). Process noise: a lognormal level of log-SD 1% or 5%, or the host fitted to the H100
 records (the mean of 300 calls of a 4 ms launch-bound cell). The machine: nothing; a state each round shares
 (log-SD 5%); a linear drift (5% per first wave, going on through later waves); a step of 5% from the middle of
 the first wave on; all three.
@@ -13,8 +13,9 @@ the first wave on; all three.
    share of 95% intervals holding the truth, "no change", processes a cell; at a true +10% the share starred
    "slower".
 2. Mode changes (eager, default and reduce-overhead per model in both images; reduce-overhead as fast as default,
-   or 10% slower): fixed repeats 3 and auto, each mode change judged paired by round (the report) and
-   unpaired (Welch on the same processes).
+   or 10% slower): fixed repeats 3 and auto, each mode change judged paired by round (the report: on the rounds
+   both cells ran, since issue 34's shared rounds; before, only where they ran the same rounds) and unpaired
+   (Welch on the same processes).
 3. Futility (``adaptive.promising``) under auto 3-10: a comparison judged paired by round projected with the run's
    pooled spread of process means (before; tests/autosim.py ``futility_on_process_spread``) against the spread of
    round log-ratios pooled over its kind (now), image changes and, under a round state, mode changes: the same

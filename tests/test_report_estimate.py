@@ -1,7 +1,8 @@
 """A cell's one central latency (stats.cell_estimate): the geometric mean of its processes' mean ms.
 
 Every number the report shows or combines for a cell (tables, comparisons.csv, costs) is that
-estimate, and every judged ratio is a ratio of those estimates, so ms and % never disagree. The
+estimate, and every judged ratio is a ratio of those estimates, so ms and % never disagree (but for a change
+paired by round that left out rounds only one side ran: its ratio is the one on the shared rounds). The
 simulation: a noisy multi-process CPU run (heavy-tailed samples, processes with very different
 sample counts, as an adaptive run gives), where the mean over all samples and the geometric mean
 of the process means part ways, often enough to flip a speed-up's sign.
@@ -131,8 +132,21 @@ def test_comparisons_csv_ms_are_the_geometric_means_and_agree_with_every_ratio(n
     assert len(speedups) == 2 * len(MODELS) * 2 and len(changes) == len(MODELS) * 3 + 2 * len(MODELS)
     assert speedups["estimate_ratio"].to_numpy() == pytest.approx(
         (speedups["baseline_ms"] / speedups["candidate_ms"]).to_numpy(), rel=1e-9)
-    assert changes["estimate_ratio"].to_numpy() == pytest.approx(
-        (changes["candidate_ms"] / changes["baseline_ms"]).to_numpy(), rel=1e-9)
+    whole = changes["paired_rounds"].isna() | (changes["baseline_processes"] + changes["candidate_processes"]
+                                               == 2 * changes["paired_rounds"])
+    assert changes[whole]["estimate_ratio"].to_numpy() == pytest.approx(
+        (changes[whole]["candidate_ms"] / changes[whole]["baseline_ms"]).to_numpy(), rel=1e-9)
+    # paired on the rounds both sides ran (cells of 2-4 processes, rounds 0 .. n - 1): the ratio of the
+    # geometric means of those rounds' process means
+    assert (~whole).any()
+    for _, row in changes[~whole].iterrows():
+        baseline = (row["image"], row["model"], row["against"]) if row["kind"] == "mode_change" else \
+            ("old", row["model"], row["mode"])
+        rounds = int(row["paired_rounds"])
+        means = [[float(np.mean(samples)) for samples in cells[key][:rounds]]
+                 for key in (baseline, (row["image"], row["model"], row["mode"]))]
+        assert row["estimate_ratio"] == pytest.approx(scipy_stats.gmean(means[1]) / scipy_stats.gmean(means[0]),
+                                                      rel=1e-9)
     for part in (speedups, changes):
         assert (np.sign(part["percent"]) == np.sign(part["estimate_ratio"] - 1)).all()
 
@@ -164,17 +178,34 @@ def test_latency_tables_show_a_speed_up_that_follows_from_their_ms(noisy):
 
 
 def test_image_and_mode_tables_show_a_change_that_follows_from_their_ms(noisy):
-    markdown = noisy[1][1]
+    """The % beside the ms is their ratio, but where a change paired by round left out rounds only one side ran:
+    then the table says on how many rounds it was judged (its % is the ratio on those) and comparisons.csv agrees."""
+    frame, markdown, _ = noisy[1]
+    left_out = frame.query("kind in ('image_change', 'mode_change') and paired_rounds.notna() and "
+                           "baseline_processes + candidate_processes > 2 * paired_rounds")
+    shown_left_out = 0
     pairs = _rows(_section(markdown, "Image against image"))
     for row in pairs:
+        if "only one side ran" in row[7]:
+            shown_left_out += 1
+            continue
         before, after = (float(re.match(NUMBER, text).group(1)) for text in row[2:4])
         assert (after / before - 1) * 100 == pytest.approx(float(re.match(PERCENT, row[4]).group(1)), abs=0.1)
     modes = _rows(_section(markdown, "Compile modes against default"))
     for row in modes:
         default = float(re.match(NUMBER, row[2]).group(1))
         compiled, shown = re.match(NUMBER + r" \(" + PERCENT, row[3]).groups()
+        if re.search(r", \d+ of \d+ rounds\)", row[3]):
+            shown_left_out += 1
+            continue
         assert (float(compiled) / default - 1) * 100 == pytest.approx(float(shown), abs=0.1)
     assert len(pairs) == len(MODELS) * len(MODES) and len(modes) == len(IMAGES) * len(MODELS)
+    assert shown_left_out == len(left_out) > 0
+    mode_changes = frame.query("kind == 'mode_change' and pairing.notna()")
+    paired = mode_changes.query("pairing == 'paired by round'")
+    partial = left_out.query("kind == 'mode_change'")
+    assert (f"Here {len(paired)} of {len(mode_changes)} tested mode changes were paired by round, {len(partial)} of "
+            "them leaving out rounds only one side ran.") in markdown
 
 
 def test_break_even_is_never_exactly_where_the_compiled_cell_is_not_faster(noisy):

@@ -104,7 +104,7 @@ def _record(image, model, repeat, mean):
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """One run, images old and new, 4 models in 3 rounds; round 2 is 5% slower for every cell (a step the
-    machine took); new's beit lost its round-1 process (failed: no record), so beit is judged unpaired."""
+    machine took); new's beit lost its round-1 process (failed: no record), so beit is paired on rounds 0 and 2."""
     root = tmp_path_factory.mktemp("rounds")
     run = root / "run"
     (run / "old").mkdir(parents=True)
@@ -125,17 +125,20 @@ def built(tmp_path_factory):
             (out / "report.html").read_text(encoding="utf-8"))
 
 
-def test_image_changes_of_one_runs_rounds_are_paired_by_round_and_the_rest_unpaired(built):
+def test_image_changes_of_one_runs_rounds_are_paired_on_the_rounds_both_sides_ran(built):
     frame, markdown, _ = built
     changes = frame.query("kind == 'image_change'").set_index("model")
-    assert set(changes.loc[["vit", "resnet", "deit"], "pairing"]) == {"paired by round"}
-    assert changes.loc["beit", "pairing"] == "unpaired"
+    assert set(changes["pairing"]) == {"paired by round"}
+    assert set(changes.loc[["vit", "resnet", "deit"], "paired_rounds"]) == {3}
+    # beit's round 1 ran on one side only: left out, the two shared rounds paired (each side's processes counted)
     assert (changes.loc["beit", "baseline_processes"], changes.loc["beit", "candidate_processes"]) == (3, 2)
+    assert changes.loc["beit", "paired_rounds"] == 2
     # the shared step cancels in each round's ratio: the paired interval is narrow and "no change" at ±3%
     assert changes.loc["vit", "verdict"] == "no change" and changes.loc["vit", "high_pct"] < 3
     assert re.search(r"\| Image Classification/ViT \| eager \|.*\| no change \(±3%\) \| paired by round \|", markdown)
-    assert re.search(r"\| Image Classification/BeiT \| eager \|.*\| unpaired \|", markdown)
-    assert 'Pairing: "paired by round" where both cells ran in the same rounds of one run' in markdown
+    assert re.search(r"\| Image Classification/BeiT \| eager \|.*\| paired by round \(2 of 3 rounds; 1 only one "
+                     r"side ran\) \|", markdown)
+    assert 'Pairing: "paired by round" where both cells ran in one run and share 2 or more rounds' in markdown
     assert frame.query("kind == 'cell'")["pairing"].isna().all()
 
 

@@ -4,7 +4,7 @@ Every cell starts with ``repeats_min`` processes (``pending.first_repeats``); th
 comparison the report makes (a cell against the same cell in the previous image, a compiled cell
 against its image's eager cell and against its default cell) is judged from the process means
 recorded so far as the report judges it (``matrixbench.report.stats.judge_sides``, at ``margin_pct``: paired
-by round where both sides ran in the same rounds and the report pairs the kind, else Welch). A comparison still
+by round on the rounds both sides ran where the report pairs the kind, else Welch). A comparison still
 undecided gets one more process on its side with fewer (both when even), up to ``repeats_max``; a
 wave runs like any run (the scheduler's counterbalanced rounds), and the loop ends when every
 comparison is decided, at the maximum, or held back by the budget. With fixed repeats there is
@@ -411,15 +411,13 @@ def _paired_by_round(judgement: Judgement) -> bool:
 
 def _round_log_ratios(judgement: Judgement, rounds: Optional[Tuple[RoundKeys, RoundKeys]], baseline: Processes,
                       candidate: Processes) -> Optional[List[float]]:
-    """The round log-ratios a comparison judged paired by round was judged on (stats.rounds_paired: the same
-    rounds on both sides), else None."""
+    """The round log-ratios a comparison judged paired by round was judged on (stats.rounds_paired: the rounds
+    both sides ran), else None."""
     if rounds is None or not _paired_by_round(judgement):
         return None
     from matrixbench.report.stats import rounds_paired
     paired = rounds_paired(rounds[0], baseline.means, rounds[1], candidate.means)
-    if paired is None:
-        return None
-    return [math.log(cand) - math.log(base) for base, cand in zip(*paired)]
+    return None if paired is None else list(paired.log_ratios())
 
 
 def default_judge() -> Judge:

@@ -27,7 +27,7 @@ from runner.core import Cell
 SPEEDUP, MODE_CHANGE, IMAGE_CHANGE, AA_CHANGE, BRIDGE_STEP = (
     "speedup", "mode_change", "image_change", "aa_change", "bridge_step")
 KINDS = (SPEEDUP, MODE_CHANGE, IMAGE_CHANGE, AA_CHANGE, BRIDGE_STEP)
-# The kinds judged paired by round where both sides ran in the same rounds of one run (report.stats.judge_sides,
+# The kinds judged paired by round on the rounds both sides ran in one run (report.stats.judge_sides,
 # for the report and the waves of repeats auto alike): two images' cells, and a mode against default. A speed-up's
 # paired view is its paired blocks; a bridge step's shares are contrasts of three or four cells.
 PAIRED_KINDS = (IMAGE_CHANGE, AA_CHANGE, MODE_CHANGE)

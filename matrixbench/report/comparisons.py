@@ -10,9 +10,13 @@ verdict (report.verdicts: Welch's t on the two sides' log process means, stats.j
   ``candidate_processes``, ``detectable_pct`` (the interval's half-width as a %: a change at least
   that large would have been starred) and ``margin_pct`` (the equivalence margin of "no change").
   Interval columns are empty when a side has one process ("not tested"). ``pairing``: how the two sides
-  were judged: "paired by round" (an image change, A/A change or mode change whose two cells ran in the same
-  rounds of one run: stats.judge_by_round on each round's log ratio), "paired blocks" (``paired_speedup``) or
-  "unpaired" (Welch on the two sides' process estimates); empty when not tested.
+  were judged: "paired by round" (an image change, A/A change or mode change whose two cells ran in one run
+  and share 2 or more rounds: stats.judge_by_round on each shared round's log ratio), "paired blocks"
+  (``paired_speedup``) or "unpaired" (Welch on the two sides' process estimates); empty when not tested.
+  ``paired_rounds`` (the last column, added with issue 34's shared rounds): for a row paired by round, the
+  rounds it was judged on (both sides ran them; ``baseline_processes`` / ``candidate_processes`` are each
+  side's processes, so their sum less 2 x ``paired_rounds`` is the rounds only one side ran, left out);
+  empty for other rows.
 
 Kinds:
 
@@ -37,8 +41,8 @@ Kinds:
   of images that differ in torch and transformers split into each factor's share (report.shares);
   ``against`` names the step and the path ("[2×2]" or "[via <bridge>]"), estimate_ratio/percent the
   share with its Welch interval, ``verdict`` its verdict ("no transformers share (±3%)").
-- ``mode_change``: a compiled cell against the same image's default cell, likewise (paired by round where both
-  ran in the same rounds of one run).
+- ``mode_change``: a compiled cell against the same image's default cell, likewise (paired by round on the
+  rounds both ran, where they ran in one run).
 - ``published_deviation``: a cell against the image's published source on the same GPU;
   estimate_ratio = measured ms / published ms, percent = deviation (no interval: one side is a number).
 - ``published_speedup``: on another GPU, a measured speed-up beside one GPU's published one;
@@ -67,7 +71,8 @@ COLUMNS = ("kind", "device", "image", "torch", "batch_size", "model", "task_mode
            "baseline_ms", "candidate_ms", "estimate_ratio", "ratio_low", "ratio_high", "percent", "low_pct",
            "high_pct", "verdict", "baseline_processes", "candidate_processes", "detectable_pct", "margin_pct",
            "p_value", "pairing", "processes", "process_means", "between_cv", "accuracy",
-           "published_source", "published_gpu", "published_table", "published_ratio", "published_note")
+           "published_source", "published_gpu", "published_table", "published_ratio", "published_note",
+           "paired_rounds")
 
 
 def comparisons(cells, published, sources):
@@ -153,7 +158,8 @@ def judged(judgement):
             "verdict": judgement.verdict, "baseline_processes": judgement.baseline_processes,
             "candidate_processes": judgement.candidate_processes, "detectable_pct": judgement.detectable_pct,
             "margin_pct": judgement.margin_pct, "p_value": judgement.p_value,
-            "pairing": verdicts.pairing_text(judgement) or None}
+            "pairing": verdicts.pairing_text(judgement) or None,
+            "paired_rounds": judgement.paired_rounds if verdicts.pairing_text(judgement) else None}
 
 
 def _change(kind, against, baseline, row):

@@ -34,14 +34,17 @@ def _verdict_legend(margin_pct):
 
 
 _BY_ROUND = (
-    "Pairing: \"paired by round\" where both cells ran in the same rounds of one run (the same repeat indexes): "
-    "each round's two processes ran one after the other, so their ratio cancels a machine state the round shared "
-    "(drift, a step, another tenant); the interval is Student's t on the rounds' log ratios (rounds - 1 degrees of "
-    "freedom). \"unpaired\": Welch's t as above, where the two cells' rounds differ (another run, a failed or "
-    "added process).")
+    f"Pairing: \"paired by round\" where both cells ran in one run and share {stats.MIN_PROCESSES} or more rounds "
+    "(repeat indexes both ran): each shared round's two processes ran one after the other, so their ratio cancels a "
+    "machine state the round shared (drift, a step, another tenant); the interval is Student's t on the shared "
+    "rounds' log ratios (rounds - 1 degrees of freedom). A round only one side ran (a failed process, or one "
+    "repeats: auto added for another comparison) is left out and counted: \"paired by round (5 of 7 rounds; 2 only "
+    "one side ran)\". \"unpaired\": Welch's t as above, where the two cells share fewer rounds (another run, "
+    "failed processes).")
 _MODE_BY_ROUND = (
-    "A mode's change against default is judged paired by round where both cells ran in the same rounds of one run "
-    "(comparisons.csv's pairing: \"paired by round\", Student's t on the rounds' log ratios), else unpaired.")
+    "A mode's change against default is judged paired by round on the rounds both cells ran in one run "
+    "(comparisons.csv's pairing: \"paired by round\", Student's t on the shared rounds' log ratios; paired_rounds: "
+    "how many), else unpaired.")
 _MIXED = (
     f"Warning: the two sides differ in more than torch: \"{tables.MIXES_TRANSFORMERS}\" (another transformers "
     f"version) or \"{tables.MIXES_ATTENTION}\" (another attention implementation used); the change is not torch's "
@@ -59,6 +62,16 @@ _WARM_COMPILE = (
     "compile reading the cache the first process filled, median over those processes; beside the compile time it "
     "shows what the warm cache saves. With --cold every process compiles into an empty folder, so both are cold.")
 _CELL_MS = "per cell, the geometric mean of the processes' mean ms; with one process, its mean"
+
+
+def _mode_pairing_counts(derived):
+    """"Here 12 of 14 tested mode changes were paired by round, 3 of them leaving out rounds only one side
+    ran.": how the compile-mode tables' changes were judged (comparisons.csv's pairing and paired_rounds)."""
+    tested = [row for row in derived if row.get("kind") == MODE_CHANGE and row.get("pairing")]
+    paired = [row for row in tested if row["pairing"] == stats.PAIRED_BY_ROUND]
+    partial = sum(row["baseline_processes"] + row["candidate_processes"] > 2 * row["paired_rounds"] for row in paired)
+    left = f", {partial} of them leaving out rounds only one side ran" if partial else ""
+    return f"Here {len(paired)} of {len(tested)} tested mode changes were paired by round{left}."
 
 
 def legends_for(margin_pct=verdicts.MARGIN_PCT):
@@ -217,7 +230,7 @@ def assemble(cells, published, notes, charts, sources=None, calibration=(), pric
     if any(row.get("pairing") == stats.PAIRED_BY_ROUND for row in derived):
         legends["image_pairs"] += " " + _BY_ROUND
     if any(row.get("pairing") == stats.PAIRED_BY_ROUND and row.get("kind") == MODE_CHANGE for row in derived):
-        legends["compile_modes"] += " " + _MODE_BY_ROUND
+        legends["compile_modes"] += " " + _MODE_BY_ROUND + " " + _mode_pairing_counts(derived)
     if tables.mixed_rows(cells):
         legends["image_pairs"] += " " + _MIXED
     if cells.attribution:

@@ -4,7 +4,8 @@ A process is the unit of replication. Samples inside one process are not indepen
 what a rerun would give (its memory layout, clocks, the machine's load that minute and the chosen
 kernels are fixed for all of them), so every comparison (image against image, mode against mode,
 compiled against eager) is judged from one number per process only (``judged_estimate``: JUDGED_ESTIMATE
-of its calls, the mean, so that a verdict's % is the ratio of the ms shown; the trimmed mean, which a few
+of its calls, the mean, so that a verdict's % is the ratio of the ms shown, but where a change paired by round
+left out rounds only one side ran (``judge_sides``); the trimmed mean, which a few
 host stalls cannot drag, is one switch away: docs/verdicts.md): the difference of the mean log
 process estimates, Welch's t interval with Welch-Satterthwaite degrees of freedom (Hsu's n_small - 1
 for small unequal sides), exponentiated into a ratio candidate / baseline (a ratio of geometric
@@ -27,7 +28,7 @@ otherwise; "not tested" with fewer than MIN_PROCESSES processes on a side. Deter
 resampling), so a report rendered twice from the same records is identical.
 """
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence, Tuple
 
 import numpy as np
@@ -62,6 +63,15 @@ class Judgement:
     margin_pct: Optional[float] = None  # the equivalence margin the verdict was made at
     p_value: Optional[float] = None   # two-sided, of no change (for benjamini_hochberg); None when not tested
     pairing: str = "unpaired"         # UNPAIRED, PAIRED_BY_ROUND (judge_by_round) or PAIRED_BLOCKS (judge_paired)
+    rounds_left_out: int = 0          # paired by round: the rounds only one side ran, not judged (judge_sides)
+
+    @property
+    def paired_rounds(self) -> Optional[int]:
+        """The rounds a comparison paired by round was judged on (both sides ran them); None when not paired by
+        round."""
+        if self.pairing != PAIRED_BY_ROUND:
+            return None
+        return (self.baseline_processes + self.candidate_processes - self.rounds_left_out) // 2
 
     @property
     def decided(self) -> bool:
@@ -366,33 +376,75 @@ def judge_by_round(baseline_by_round, candidate_by_round, *, margin_pct: float,
                      PAIRED_BY_ROUND)
 
 
-def rounds_paired(baseline_rounds, baseline_estimates, candidate_rounds, candidate_estimates):
-    """(baseline estimates, candidate estimates) in round order where the two sides ran in the same rounds of
-    one run, else None. Rounds are (run, repeat index) keys, one per estimate: both sides need one run, integer
-    repeat indexes each once a side, the same set on both, MIN_PROCESSES or more."""
-    sides = []
-    for rounds, estimates in ((baseline_rounds, baseline_estimates), (candidate_rounds, candidate_estimates)):
-        rounds = [tuple(key) for key in rounds]
-        if (len(rounds) != len(estimates) or len(set(rounds)) != len(rounds) or len({run for run, _ in rounds}) != 1
-                or not all(isinstance(index, int) for _, index in rounds)):
-            return None
-        sides.append(dict(zip(rounds, estimates)))
-    if set(sides[0]) != set(sides[1]) or len(sides[0]) < MIN_PROCESSES:
+@dataclass(frozen=True)
+class RoundPairs:
+    """Two sides' process estimates on the rounds both ran (``rounds_paired``), in round order, and how many
+    rounds only one side ran (``left_out``: their processes are not in the pairs)."""
+
+    baseline: Tuple[float, ...]
+    candidate: Tuple[float, ...]
+    left_out: int = 0
+
+    def log_ratios(self) -> Tuple[float, ...]:
+        """Each shared round's log candidate - log baseline: what judge_by_round judges."""
+        return tuple(math.log(float(c)) - math.log(float(b)) for b, c in zip(self.baseline, self.candidate))
+
+
+def rounds_paired(baseline_rounds, baseline_estimates, candidate_rounds,
+                  candidate_estimates) -> Optional[RoundPairs]:
+    """The two sides' estimates on the rounds both ran, in round order (``RoundPairs``), else None (judged
+    unpaired). Rounds are (run, repeat index) keys, one per estimate: each side's in one run, the same run on
+    both, integer repeat indexes each once a side, and MIN_PROCESSES or more rounds both sides ran. Rounds only
+    one side ran (a process that failed, or one ``repeats: auto`` added to a cell for another of its
+    comparisons) are left out and counted (``left_out``).
+
+    Leaving them out adds no bias of its own: a shared round's two processes ran under one machine state and
+    are one draw of the log ratio whichever other rounds either side has; a round only one side ran has no
+    partner to cancel its state against, and judging it unpaired beside the pairs would mix the two designs.
+    Which rounds a side has is the waves' choice, made from verdicts at earlier looks (this comparison's, on its
+    shared rounds, and its cells' other comparisons'), before the new processes' values are known: the looks
+    are what the spending rule of executors.adaptive pays for, as before (tests/test_verdicts_shared_rounds.py
+    measures the level)."""
+    sides = [_by_round(rounds, estimates) for rounds, estimates in
+             ((baseline_rounds, baseline_estimates), (candidate_rounds, candidate_estimates))]
+    if sides[0] is None or sides[1] is None or _run(sides[0]) != _run(sides[1]):
         return None
-    order = sorted(sides[0], key=lambda key: key[1])
-    return tuple(sides[0][key] for key in order), tuple(sides[1][key] for key in order)
+    shared = sorted(set(sides[0]) & set(sides[1]), key=lambda key: key[1])
+    if len(shared) < MIN_PROCESSES:
+        return None
+    return RoundPairs(tuple(sides[0][key] for key in shared), tuple(sides[1][key] for key in shared),
+                      len(sides[0]) + len(sides[1]) - 2 * len(shared))
+
+
+def _by_round(rounds, estimates) -> Optional[dict]:
+    """One side's estimates by round key, or None where the side cannot be paired: keys and estimates of
+    different counts, a key twice, more than one run, a repeat index that is not an integer."""
+    keys = [tuple(key) for key in rounds]
+    if (len(keys) != len(estimates) or len(set(keys)) != len(keys) or len({run for run, _ in keys}) != 1
+            or not all(isinstance(index, int) and not isinstance(index, bool) for _, index in keys)):
+        return None
+    return dict(zip(keys, estimates))
+
+
+def _run(side: dict):
+    """The one run a side's rounds are of (``_by_round`` made sure there is one)."""
+    return next(iter(side))[0]
 
 
 def judge_sides(baseline_estimates, candidate_estimates, *, margin_pct: float, rounds=None,
                 confidence: float = CONFIDENCE) -> Judgement:
     """The one judgement of two cells' processes that the report (verdicts.judge_cells) and the waves of
-    ``repeats: auto`` (executors.adaptive) both make: paired by round (``judge_by_round``) where ``rounds``
-    (baseline rounds, candidate rounds: each estimate's (run, repeat index)) is given and ``rounds_paired``
-    pairs them, else unpaired (``judge``, Welch). ``rounds`` None: the comparison's kind is never paired."""
+    ``repeats: auto`` (executors.adaptive) both make: paired by round (``judge_by_round``) on the rounds both
+    sides ran where ``rounds`` (baseline rounds, candidate rounds: each estimate's (run, repeat index)) is given
+    and ``rounds_paired`` pairs them, else unpaired (``judge``, Welch). ``rounds`` None: the comparison's kind
+    is never paired. Paired, the Judgement's process counts are each side's and ``rounds_left_out`` the rounds
+    only one side ran (``paired_rounds`` the rounds judged)."""
     paired = None if rounds is None else rounds_paired(rounds[0], baseline_estimates, rounds[1], candidate_estimates)
-    if paired is not None:
-        return judge_by_round(*paired, margin_pct=margin_pct, confidence=confidence)
-    return judge(baseline_estimates, candidate_estimates, margin_pct=margin_pct, confidence=confidence)
+    if paired is None:
+        return judge(baseline_estimates, candidate_estimates, margin_pct=margin_pct, confidence=confidence)
+    found = judge_by_round(paired.baseline, paired.candidate, margin_pct=margin_pct, confidence=confidence)
+    return replace(found, baseline_processes=len(baseline_estimates), candidate_processes=len(candidate_estimates),
+                   rounds_left_out=paired.left_out)
 
 
 def judge_by_round_many(log_differences, *, margin_pct, confidence=CONFIDENCE) -> Judgements:

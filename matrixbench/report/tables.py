@@ -347,8 +347,9 @@ def _pair_row(old, new, notes):
 
 
 def pairing_cell(judgement):
-    """How the row was judged: "paired by round" or "unpaired" (verdicts.by_round); a dash when not tested."""
-    found = verdicts.pairing_text(judgement)
+    """How the row was judged: "paired by round" (with the rounds left out, if any) or "unpaired"
+    (verdicts.pairing_description); a dash when not tested."""
+    found = verdicts.pairing_description(judgement)
     return label(found) if found else missing()
 
 
@@ -425,9 +426,13 @@ def _compile_mode_table(cells, notes, device, image, default_mode, modes):
 
 
 def _versus_default(default, other, notes):
+    """The mode's ms with its change against default; "(-4.1%*, 5 of 7 rounds)" where the change was paired on the
+    rounds both cells ran and left others out (so it is not the ratio of the two ms: verdicts.rounds_judged_text)."""
     if other is None or not is_ok(other) or not is_ok(default):
         return latency(other, notes)
-    return latency(other, notes, suffix=f" ({change_text(compare(default, other))})")
+    change = compare(default, other)
+    rounds = verdicts.rounds_judged_text(change)
+    return latency(other, notes, suffix=f" ({change_text(change)}{', ' + rounds if rounds else ''})")
 
 
 # ---- 4. measured vs published ------------------------------------------------------------

@@ -7,9 +7,10 @@ its eager cell with the ratio and its interval inverted, so its verdict reads th
 (``margin_pct``); a report uses its runs' (cells.CellIndex.margin_pct, on every row).
 
 A change between two images, or a compiled mode against ``default`` of the same image (``pairable``), whose
-processes ran in the same rounds of one run (``by_round``: the same run, the same repeat indexes on both sides) is
-judged paired by round (stats.judge_by_round: each round's two processes ran one after the other under the same
-machine state, which cancels in their ratio); any other comparison is judged unpaired (stats.judge, Welch).
+processes ran in one run and share MIN_PROCESSES or more rounds (``by_round``: repeat indexes both sides ran) is
+judged paired by round on those shared rounds (stats.judge_by_round: each round's two processes ran one after the
+other under the same machine state, which cancels in their ratio; a round only one side ran is left out and
+counted, ``pairing_text``); any other comparison is judged unpaired (stats.judge, Welch).
 stats.judge_sides makes that choice, for the report and for the waves of ``repeats: auto`` alike.
 docs/verdicts.md has the simulations that chose this.
 """
@@ -68,10 +69,9 @@ def pairable(baseline, candidate):
 
 
 def by_round(baseline, candidate):
-    """(baseline estimates, candidate estimates) in round order where the design pairs them by round: a
-    ``pairable`` comparison whose ok processes ran in one run with the same repeat indexes
-    (cells.process_round), each index once a side, MIN_PROCESSES or more (stats.rounds_paired); else None
-    (judged unpaired)."""
+    """The sides' estimates on the rounds both ran (stats.RoundPairs, in round order) where the design pairs them
+    by round: a ``pairable`` comparison whose ok processes ran in one run (cells.process_round), each repeat index
+    once a side, MIN_PROCESSES or more of them on both sides (stats.rounds_paired); else None (judged unpaired)."""
     if not pairable(baseline, candidate):
         return None
     return stats.rounds_paired(baseline.get("process_rounds") or [], judged_estimates(baseline),
@@ -79,8 +79,24 @@ def by_round(baseline, candidate):
 
 
 def pairing_text(judgement):
-    """"paired by round" or "unpaired" (stats.PAIRINGS); "" when not tested."""
+    """"paired by round" or "unpaired" (stats.PAIRINGS; comparisons.csv's ``pairing``); "" when not tested."""
     return "" if judgement.low is None else judgement.pairing
+
+
+def rounds_judged_text(judgement):
+    """"5 of 7 rounds" where a comparison paired by round left out rounds only one side ran (its ratio is then the
+    one on the shared rounds, not the ratio of the two cells' ms, which are over all their processes); else ""."""
+    left_out = judgement.rounds_left_out
+    if pairing_text(judgement) != stats.PAIRED_BY_ROUND or not left_out:
+        return ""
+    return f"{judgement.paired_rounds} of {judgement.paired_rounds + left_out} rounds"
+
+
+def pairing_description(judgement):
+    """``pairing_text`` in words for a table, with the rounds left out where there were any: "paired by round (5 of
+    7 rounds; 2 only one side ran)"."""
+    found, rounds = pairing_text(judgement), rounds_judged_text(judgement)
+    return f"{found} ({rounds}; {judgement.rounds_left_out} only one side ran)" if rounds else found
 
 
 def throttled(*rows):
