@@ -613,7 +613,7 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
     lines.append(check.dry_run_line(start))
     parallel = matrix.slots if isinstance(matrix.slots, int) else 1
     return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel, estimates, runners=len(order),
-                                   settings=bill_settings(matrix), noise_check_s=check.seconds(start))])
+                                   noise_check_s=check.seconds(start))])   # the estimates carry the settings
 
 
 @main.command()
