@@ -78,6 +78,37 @@ def split(host, evidence=hostsim.EVIDENCE):
                                  "host_alone": seen}
 
 
+H200 = ROOT / "benchmarks" / "results" / "gpu" / "NVIDIA-H200-20261126-after" / "acceptance" / "latest"
+
+
+def eager_levels(folder=H200):
+    """How far apart eager levels of one model are, read from a run's records two ways: the eager processes'
+    own loops (timing.mean_ms of the eager records), and the eager blocks that every compiled process times in
+    turn with its compiled blocks after its own loop (timing.paired: the mean of its eager block means), one
+    level per process. Per model {"own": [...], "blocks": [...]} (ms) and the pooled log-SD of each
+    (within-model deviations, n - 1 df per model)."""
+    found = {}
+    for path in sorted(folder.glob("*.json")):
+        record = json.loads(path.read_text())
+        if record.get("status") != "ok" or "cell" not in record:
+            continue
+        cell, timing = record["cell"], record.get("timing") or {}
+        levels = found.setdefault(cell["model"], {"own": [], "blocks": []})
+        if cell["mode"] == "eager":
+            levels["own"].append(timing["mean_ms"])
+        elif timing.get("paired"):
+            levels["blocks"].append(float(np.mean([pair["eager_ms"] for pair in timing["paired"]["pairs"]])))
+
+    def pooled(key):
+        squares = df = 0
+        for levels in found.values():
+            logs = np.log(levels[key])
+            squares += float(np.sum((logs - logs.mean()) ** 2))
+            df += len(logs) - 1
+        return math.sqrt(squares / df) if df else float("nan")
+    return found, {"own": pooled("own"), "blocks": pooled("blocks")}
+
+
 def measure(host, shared_sd, calls, trials, rng):
     found = {}
     for change in (0.0, CHANGE):
@@ -88,6 +119,20 @@ def measure(host, shared_sd, calls, trials, rng):
             key = "stars_0" if change == 0 else "power_10"
             hits = np.isin(judged.verdict, stats.STARRED) if change == 0 else judged.verdict == stats.SLOWER
             found.setdefault(name, {})[key] = float(np.mean(hits))
+    return found
+
+
+def measure_turns(host, trials, rng, blocks=10, block_calls=30):
+    """The same image change measured in turns (two processes alive at once, blocks alternating: runner.baton):
+    3 rounds, each round's log ratio the median over its block pairs, judged by round. A state the round shares
+    is on both sides of every pair and cancels, so only the per-process level and the host's noise within the
+    blocks are left."""
+    found = {}
+    for change in (0.0, CHANGE):
+        logs = hostsim.turn_rounds(rng, trials, 3, host, change=change, blocks=blocks, block_calls=block_calls)
+        judged = stats.judge_by_round_many(logs, margin_pct=3.0)
+        hits = np.isin(judged.verdict, stats.STARRED) if change == 0 else judged.verdict == stats.SLOWER
+        found["stars_0" if change == 0 else "power_10"] = float(np.mean(hits))
     return found
 
 
@@ -111,12 +156,21 @@ def main(argv=None):
             found = measure(model, state, calls, args.trials, rng)
             rows.append({"model": name, "calls": calls, "loop_s": calls * 4.0 / 1000, **found})
             print(rows[-1], flush=True)
+    h200, h200_sd = eager_levels()
+    turn_models = dict(models)
+    bounded = replace(host, residual_sd=h200_sd["blocks"])
+    turn_models["per-process level as the H200's eager blocks bound it"] = (bounded, 0.0)
+    turns = []
+    for name, (model, _) in turn_models.items():
+        turns.append({"model": name, "blocks": 10, "block_calls": 30, **measure_turns(model, args.trials, rng)})
+        print(turns[-1], flush=True)
     seconds = time.time() - started
     result = {"seed": args.seed, "trials": args.trials, "machine": lscpu(), "contention": contention(),
               "load_average": [round(v, 2) for v in os.getloadavg()], "seconds": seconds,
               "residual_sd": host.residual_sd,
               "split": {"per_process_sd": per_process, "shared_sd": shared, **evidence},
-              "needed_error": needed, "rows": rows}
+              "needed_error": needed, "rows": rows, "turns": turns,
+              "h200_eager_levels": {"by_model": h200, "pooled_log_sd": h200_sd}}
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     lines = ["# Image-change power at +10%, a launch-bound cell, 3 processes (issue 34)", "",
              f"`benchmarks/bench_image_power.py`, seed {args.seed}; {describe(result['machine'])} Load average "
@@ -134,6 +188,19 @@ def main(argv=None):
         p, u = row["paired"], row["unpaired"]
         lines.append(f"| {row['model']} | {row['calls']} | {row['loop_s']:.1f} | "
                      f"{p['stars_0']:.1%} / {u['stars_0']:.1%} | {p['power_10']:.1%} / {u['power_10']:.1%} |")
+    lines += ["", "In turns (two processes of a round alive at once, 10 blocks of 30 calls a side alternating, "
+              "runner.baton; each round's log ratio the median over its block pairs; judged by round, 3 rounds; "
+              "the shared state cancels in every pair):", "",
+              "| model | starred at 0 | starred at +10% |", "|---|---|---|"]
+    for row in turns:
+        lines.append(f"| {row['model']} | {row['stars_0']:.1%} | {row['power_10']:.1%} |")
+    lines += ["", f"The H200's records ({H200.relative_to(ROOT)}): eager levels of one model, ms, the eager processes' "
+              "own loops against the eager blocks each compiled process timed in turn with its compiled blocks "
+              "(one level a process): "
+              + "; ".join(f"{model} own {[round(v, 2) for v in lv['own']]}, "
+                          f"blocks {[round(v, 2) for v in lv['blocks']]}" for model, lv in h200.items())
+              + f". Pooled log-SD: own loops {h200_sd['own']:.3f}, eager blocks {h200_sd['blocks']:.3f} (an upper "
+              "bound on a per-process level there: the blocks' host noise is in it)."]
     text = "\n".join(lines) + "\n"
     args.out.with_suffix(".md").write_text(text, encoding="utf-8")
     print(text)

@@ -2,6 +2,8 @@
 # Issue 32 on a GPU, one short command: python -m runner on ResNet-50 eager and reduce-overhead at batch 1
 # (the launch-bound and the CUDA-graph case) with timing.host, timing.paired, timing.extended; the records
 # and a summary land in $OUT (or ./gpu-host-check). Needs torch and transformers only (the runner's stdlib).
+# Then issue 34's A/A experiment: two ResNet-50 eager processes taking turns (benchmarks/bench_cross_process.py,
+# scipy too): does the host's state cancel between two processes alive at once?
 set -u
 OUT=${OUT:-./gpu-host-check}
 mkdir -p "$OUT/records"
@@ -31,3 +33,8 @@ for path in sorted((out / "records").glob("*.json")):
     print(json.dumps(row, indent=1, default=str)[:3000])
 (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
 PY
+# Issue 34: does the host's state cancel between two processes taking turns (runner.baton)? An A/A pair of
+# ResNet-50 eager processes at batch 1, own loops one after the other against blocks in turns, 8 rounds.
+PYTHONPATH=$PWD timeout "${CROSS_TIMEOUT:-300}" $PY benchmarks/bench_cross_process.py --device cuda --size full \
+    --model resnet --mode eager --rounds "${CROSS_ROUNDS:-8}" --threads 0 --out "$OUT" --name cross_process_gpu \
+    2>&1 | tail -n 25

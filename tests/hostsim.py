@@ -100,6 +100,32 @@ class Host:
         return [(float(e), float(c)) for e, c in wall]
 
 
+    def turns(self, rng: np.random.Generator, a_ms: float, b_ms: float, blocks: int, block_calls: int,
+              levels: Optional[Tuple[float, float]] = None) -> np.ndarray:
+        """Two processes alive at once timing blocks in turns (runner.baton; benchmarks/bench_cross_process.py):
+        A's block, then B's, ``blocks`` times, on one host timeline (its states and stalls fall on whichever
+        block runs then), each process at its own level (exp(N(0, residual_sd)) unless ``levels`` gives them).
+        The (blocks, 2) array of A's and B's block means."""
+        if levels is None:
+            levels = tuple(np.exp(rng.normal(0.0, self.residual_sd, 2)))
+        work = np.concatenate([np.full(block_calls, ms * level) for _ in range(blocks)
+                               for ms, level in ((a_ms, levels[0]), (b_ms, levels[1]))])
+        return self.calls(rng, work, level=1.0).reshape(blocks, 2, block_calls).mean(axis=2)
+
+
+def turn_rounds(rng: np.random.Generator, trials: int, rounds: int, host: Host, base_ms: float = 4.0,
+                change: float = 0.0, blocks: int = 10, block_calls: int = 30) -> np.ndarray:
+    """Image changes of known truth (B = A x (1 + change)) measured in turns, one pair of processes a round: the
+    (trials, rounds) array of each round's log ratio log(B / A), the median over its block pairs (a stall in one
+    block moves one pair), as the paired speed-ups reduce a process."""
+    out = np.empty((trials, rounds))
+    for trial in range(trials):
+        for index in range(rounds):
+            means = host.turns(rng, base_ms, base_ms * (1.0 + change), blocks, block_calls)
+            out[trial, index] = float(np.median(np.log(means[:, 1] / means[:, 0])))
+    return out
+
+
 def lognormal(sd: float) -> Host:
     """Today's model beside it: no stalls, no states, a lognormal process level of log-SD ``sd``."""
     return Host(0.0, 0.0, 1.0, 0.0, 1.0, sd)

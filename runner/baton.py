@@ -1,0 +1,119 @@
+"""Two processes taking turns: the baton for measuring two processes' blocks alternately (stdlib only).
+
+Paired blocks inside one process (runner.cell.paired_blocks) cancel the host's state out of a speed-up, because
+eager and compiled blocks run seconds apart on the same host. An image change (torch 2.0.1 against 2.1) cannot
+share a process: its two sides are two interpreters, often two containers. They can share the time, though: two
+processes alive at once, each timing a block only while the other waits, alternate A B A B as the blocks of one
+process do. Whether that cancels the host's state depends on where the state lives: in the host (a noisy
+neighbour, the hypervisor; both processes see it) or in each process (its memory, the cores it got). That is what
+``benchmarks/bench_cross_process.py`` measures; this module is its mechanism.
+
+The turn passes over a Unix socket in a folder both processes can reach (a bind mount works between
+containers on one host): the ``first`` side listens on ``<folder>/baton.sock`` and starts with the turn; the
+``second`` connects. ``wait`` blocks until the other side passes the turn, at most ``timeout_s``; a partner that
+closed the socket or went silent raises ``BatonLost``, so a process whose partner died goes on alone and says so.
+A waiting process sleeps in ``recv``: it takes no CPU from the one timing.
+"""
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Optional
+
+SOCKET_NAME = "baton.sock"
+TOKEN = b"T"
+ROLES = ("first", "second")
+
+
+class BatonLost(RuntimeError):
+    """The partner closed the socket or passed no turn within the timeout."""
+
+
+class Baton:
+    """One side of a two-process turn. ``first`` holds the turn at the start."""
+
+    def __init__(self, folder: Path, role: str, timeout_s: float = 120.0):
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, not {role!r}")
+        self.role, self.timeout_s = role, timeout_s
+        self.path = Path(folder) / SOCKET_NAME
+        self.turns = 0          # turns passed to the partner
+        self._conn: Optional[socket.socket] = None
+
+    def connect(self) -> "Baton":
+        """Meet the partner (within ``timeout_s``). The socket's path is made relative to its folder, as a
+        Unix socket's address is limited to about 100 bytes."""
+        here = os.getcwd()
+        os.chdir(self.path.parent)
+        try:
+            self._conn = self._listen() if self.role == "first" else self._dial()
+        finally:
+            os.chdir(here)
+        self._conn.settimeout(self.timeout_s)
+        return self
+
+    def _listen(self) -> socket.socket:
+        if os.path.exists(SOCKET_NAME):
+            os.unlink(SOCKET_NAME)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            server.bind(SOCKET_NAME)
+            server.listen(1)
+            server.settimeout(self.timeout_s)
+            try:
+                conn, _ = server.accept()
+            except socket.timeout as exc:
+                raise BatonLost(f"no partner connected within {self.timeout_s:.0f} s") from exc
+            return conn
+        finally:
+            server.close()
+
+    def _dial(self) -> socket.socket:
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                conn.connect(SOCKET_NAME)
+                return conn
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                conn.close()
+                if time.monotonic() > deadline:
+                    raise BatonLost(f"no partner listening within {self.timeout_s:.0f} s") from exc
+                time.sleep(0.05)
+
+    def wait(self) -> None:
+        """Block until the partner passes the turn."""
+        assert self._conn is not None, "connect() first"
+        try:
+            got = self._conn.recv(1)
+        except socket.timeout as exc:
+            raise BatonLost(f"the partner passed no turn within {self.timeout_s:.0f} s") from exc
+        except OSError as exc:          # a partner killed with a turn unread resets the connection
+            raise BatonLost(f"the partner closed the baton ({exc})") from exc
+        if got != TOKEN:
+            raise BatonLost("the partner closed the baton")
+
+    def give(self) -> None:
+        """Pass the turn to the partner."""
+        assert self._conn is not None, "connect() first"
+        try:
+            self._conn.sendall(TOKEN)
+        except OSError as exc:
+            raise BatonLost(f"the partner is gone: {exc}") from exc
+        self.turns += 1
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self.role == "first":
+            try:
+                self.path.unlink()
+            except FileNotFoundError:
+                pass
+
+    def __enter__(self) -> "Baton":
+        return self.connect()
+
+    def __exit__(self, *exc) -> None:
+        self.close()

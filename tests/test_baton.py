@@ -1,0 +1,90 @@
+"""runner.baton: two real processes take turns; a dead or silent partner is a BatonLost, not a hang."""
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.baton import Baton, BatonLost
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SIDE = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from runner.baton import Baton
+    folder, role, turns, log = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+    mine = 0 if role == "first" else 1
+    with Baton(folder, role, timeout_s=30) as baton:
+        for index in range(2 * turns):
+            if index % 2 != mine:
+                continue
+            if index:
+                baton.wait()
+            with log.open("a") as out:
+                out.write(f"{index} {role} start\\n")
+            time.sleep(0.02)              # the block: the other side must not write meanwhile
+            with log.open("a") as out:
+                out.write(f"{index} {role} end\\n")
+            if index < 2 * turns - 1:
+                baton.give()
+""")
+
+
+def side(folder, role, turns, log):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, "-c", SIDE, str(folder), role, str(turns), str(log)], env=env)
+
+
+def test_two_processes_alternate_and_never_overlap(tmp_path):
+    # a folder whose socket path is longer than a Unix socket address may be (about 100 bytes)
+    folder = tmp_path / ("deep-" * 25)
+    folder.mkdir()
+    log = tmp_path / "log"
+    second = side(folder, "second", 6, log)     # the second may start first: it dials until the first listens
+    time.sleep(0.2)
+    first = side(folder, "first", 6, log)
+    assert first.wait(timeout=60) == 0 and second.wait(timeout=60) == 0
+    lines = log.read_text().split("\n")[:-1]
+    expected = [f"{i} {'first' if i % 2 == 0 else 'second'} {what}" for i in range(12) for what in ("start", "end")]
+    assert lines == expected
+    assert not (folder / "baton.sock").exists()      # the first side removes its socket
+
+
+def test_a_partner_that_dies_is_reported_not_waited_for(tmp_path):
+    log = tmp_path / "log"
+    second = side(tmp_path, "second", 50, log)
+    with Baton(tmp_path, "first", timeout_s=30) as baton:
+        baton.give()
+        second.kill()
+        second.wait()
+        started = time.monotonic()
+        with pytest.raises(BatonLost, match="closed"):
+            baton.wait()
+        assert time.monotonic() - started < 10
+
+
+def test_a_silent_partner_times_out(tmp_path):
+    import socket
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)     # a partner that connects and never answers
+    listener.bind(str(tmp_path / "baton.sock"))
+    listener.listen(1)
+    try:
+        dialer = Baton(tmp_path, "second", timeout_s=0.5).connect()
+        with pytest.raises(BatonLost, match="no turn within"):
+            dialer.wait()
+        dialer.close()
+    finally:
+        listener.close()
+
+
+def test_no_partner_at_all(tmp_path):
+    with pytest.raises(BatonLost, match="no partner connected"):
+        Baton(tmp_path, "first", timeout_s=0.3).connect()
+    with pytest.raises(BatonLost, match="no partner listening"):
+        Baton(tmp_path, "second", timeout_s=0.3).connect()
+    with pytest.raises(ValueError, match="role"):
+        Baton(tmp_path, "third")
