@@ -134,6 +134,32 @@ def test_the_noise_checks_time_takes_a_runners_start_as_measured_here_where_the_
     assert "a runner's start as measured here, 30 s" in measure.dry_run_line(30.0)
 
 
+def test_a_gpu_dry_run_bills_the_noise_check_with_the_runner_start_its_records_show(matrix_file, monkeypatch):
+    """Where this run's records show runners starting (a gap between one record's end and the next one's start),
+    the dry run's noise-check line and its estimate take that start, not the PROBE_START_S guess."""
+    import json
+    from datetime import datetime, timedelta, timezone
+
+    from matrixbench.host_noise import PROBE_S
+
+    _on_a_gpu_host(monkeypatch)
+    assert invoke("run", "--matrix", matrix_file, "--backend", "local", "--images", "stable",
+                  "--batch-sizes", "1").exit_code == 0
+    base = datetime(2026, 11, 27, 12, 0, tzinfo=timezone.utc)
+    paths = sorted((matrix_file.parent / "results" / "default" / "stable").glob("*.json"))
+    assert len(paths) >= 3
+    for index, path in enumerate(paths):       # records 20 s apart, each 8 s long: runners starting 12 s
+        record = json.loads(path.read_text())
+        record.update(started_at=(base + timedelta(seconds=20 * index)).isoformat(timespec="seconds"),
+                      duration_s=8.0)
+        path.write_text(json.dumps(record))
+    result = invoke("run", "--matrix", matrix_file, "--backend", "local", "--images", "stable", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "a runner's start as measured here, 12 s" in result.stdout
+    assert f"noise check: a real run first spends about {PROBE_S + 12:.0f} s" in result.stdout
+    assert f"the noise check first, {PROBE_S + 12:.0f} s" in _estimate_line(result)
+
+
 def test_a_cpu_dry_run_says_no_noise_check_runs(matrix_file, monkeypatch):
     _on_a_gpu_host(monkeypatch)
     result = invoke("run", "--matrix", matrix_file, "--backend", "local", "--device", "cpu", "--dry-run")
