@@ -12,10 +12,13 @@ socket, and the containers run in the daemon's own namespaces (the runner needs 
 batch 1, eager, in both images, on both GPU types: two units, each running both images on its node.
 Then a run of REGISTRY_MATRIX (one small image, tests/data/docker-registry-matrix.yaml) under another name with
 ``--set registry=REGISTRY`` (a registry the test started on the host's loopback, where the Docker daemon pushes
-and pulls): its outcome, or why it did not finish, under "registry". It writes what it saw to OUT_JSON.
+and pulls): its outcome, or why it did not finish, under "registry". Last, a run killed (SIGKILL) while its
+containers run, then the same run again (``killed_run``): under "killed". It writes what it saw to OUT_JSON.
 """
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -28,24 +31,80 @@ from ray_cluster_script import BIN, HEAD, REPO, RUN_TIMEOUT_S, ray_env, raylets,
 RUN = "docker-cluster"
 
 
-def driver(matrix, results, env, log_path, run=RUN, extra=()):
-    argv = [str(BIN / "python"), "-m", "matrixbench.cli", "run", "--matrix", str(matrix), "--results", str(results),
+KILLED_RUN = f"{RUN}-killed"
+LONG_ITERATIONS = 300000     # the killed run's cells: minutes of calls, so its containers outlive its driver
+
+
+def driver_argv(matrix, results, run=RUN, extra=()):
+    return [str(BIN / "python"), "-m", "matrixbench.cli", "run", "--matrix", str(matrix), "--results", str(results),
             "--run", run, *extra, "--executor", "ray", "--backend", "docker", "--ray-address", f"{HEAD}:6379",
             "--device", "cpu",
             "--gpu-types", "A100,T4", "--models", "resnet", "--modes", "eager"]
+
+
+def driver(matrix, results, env, log_path, run=RUN, extra=()):
     with open(log_path, "w") as log:
-        return subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO),
-                              timeout=RUN_TIMEOUT_S).returncode
+        return subprocess.run(driver_argv(matrix, results, run, extra), env=env, stdout=log,
+                              stderr=subprocess.STDOUT, cwd=str(REPO), timeout=RUN_TIMEOUT_S).returncode
 
 
-def matrixbench_containers(run=RUN):
+def matrixbench_containers(run=RUN, running_only=False):
     """The names of the containers matrixbench labelled as this script's run's (``--run``) that Docker still has,
-    running or not. Only the run's own: other tests' containers come and go on the same daemon meanwhile (the
-    docker group runs beside this test, and the killed-host test leaves one of its run's on purpose)."""
-    done = subprocess.run(["docker", "ps", "-a", "--filter", "label=matrixbench",
+    running or not (``running_only``: running). Only the run's own: other tests' containers come and go on the
+    same daemon meanwhile (the docker group runs beside this test, and the killed-host test leaves one of its
+    run's on purpose)."""
+    done = subprocess.run(["docker", "ps", *(() if running_only else ("-a",)), "--filter", "label=matrixbench",
                            "--filter", f"label=matrixbench.run_id={run}", "--format", "{{.Names}}"],
                           capture_output=True, text=True, timeout=60)
     return [name for name in done.stdout.split() if name]
+
+
+def owner_pids(run):
+    """The pids the run's running containers name as their owner (run.owner's label; the nodes' processes, in
+    this script's PID namespace)."""
+    done = subprocess.run(["docker", "ps", "--filter", "label=matrixbench", "--filter",
+                           f"label=matrixbench.run_id={run}", "--format", '{{.Label "matrixbench.owner.pid"}}'],
+                          capture_output=True, text=True, timeout=60)
+    return sorted({int(pid) for pid in done.stdout.split() if pid.isdigit()})
+
+
+def killed_run(matrix, work, env):
+    """A run killed with kill -9 (its driver and the node processes that own its containers) while its containers
+    run on both nodes, then run again under the same name: {running_at_kill, owners_killed, running_after_kill,
+    ids_after_kill, code, log, records, containers_after, s}. The containers run on in the daemon; the second
+    run's nodes must stop them (docker.py ``stop_run_leftovers``) before their units, and say so, once each."""
+    t0, results, step = time.monotonic(), work / "killed", {}
+    first_log = work / "killed-first.log"
+    with open(first_log, "w") as log:
+        first = subprocess.Popen(driver_argv(matrix, results, KILLED_RUN, ("--iterations", str(LONG_ITERATIONS))),
+                                 env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO))
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while time.monotonic() < deadline and first.poll() is None and \
+            len(matrixbench_containers(KILLED_RUN, running_only=True)) < 2:
+        time.sleep(0.5)
+    step["running_at_kill"] = matrixbench_containers(KILLED_RUN, running_only=True)
+    owners = owner_pids(KILLED_RUN)
+    for pid in owners:  # kill -9 of the run: the node processes that started the containers, then the driver
+        try:            # at once (before it could retry their tasks), so no finally of theirs stops them
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    first.kill()
+    first.wait()
+    step["owners_killed"] = owners
+    step["running_after_kill"] = matrixbench_containers(KILLED_RUN, running_only=True)
+    done = subprocess.run(["docker", "ps", "--filter", f"label=matrixbench.run_id={KILLED_RUN}", "--format", "{{.ID}}"],
+                          capture_output=True, text=True, timeout=60)
+    step["ids_after_kill"] = sorted(done.stdout.split())     # short ids, as the nodes' lines name them
+    step["first_log"] = first_log.read_text()
+    again_log = work / "killed-again.log"
+    step["code"] = driver(matrix, results, env, again_log, run=KILLED_RUN)
+    step["log"] = again_log.read_text()
+    step["records"] = {str(p.relative_to(results)): json.loads(p.read_text())
+                       for p in results.rglob("*.json") if p.name not in ("run.json", "cells.json")}
+    step["containers_after"] = matrixbench_containers(KILLED_RUN)
+    step["s"] = time.monotonic() - t0
+    return step
 
 
 def watch_containers(seen, stop, every_s=0.5):
@@ -101,6 +160,7 @@ def main(work, matrix, out_json, registry, registry_matrix):
         result["driver_log"] = (work / "driver.log").read_text()
         result["containers_after"] = matrixbench_containers()
         result["registry"] = registry_run(registry_matrix, work, env, registry)
+        result["killed"] = killed_run(matrix, work, env)
     except Exception as exc:   # noqa: BLE001 -- reported in the result for the test's message
         result["failure"] = f"{type(exc).__name__}: {exc}"
         log = work / "driver.log"

@@ -289,6 +289,31 @@ def test_containers_whose_owner_is_gone_are_stopped_and_removed_saying_so(sdk, t
     assert any("left container" in line and "ran on another host" in line for line in lines)
 
 
+def test_a_leftover_another_process_removed_meanwhile_is_not_said_stopped_here(sdk, tmp_path, monkeypatch):
+    """Two Ray nodes on one host share its Docker daemon and both find a killed run's container (the real
+    ray-docker test's two nodes did): only the one whose removal took it says it stopped it."""
+    gone = dataclasses.replace(owner.this_process(), boot_id="another-boot")
+    first = _leftover(sdk, tmp_path, monkeypatch, gone)
+    assert [line.startswith(f"stopped container {first.id[:12]}") for line in
+            backend(sdk).stop_run_leftovers("run1")] == [True]
+
+    def raced(container):
+        """The other node removes ``container`` between this node's listing and its removal."""
+        original = container.remove
+
+        def remove(force=False):
+            sdk.started_live.remove(container)
+            return original(force=force)      # NotFound now
+        container.remove = remove
+        return container
+    raced(_leftover(sdk, tmp_path, monkeypatch, gone))
+    assert backend(sdk).stop_run_leftovers("run1") == []     # a node says only what it stopped
+    late = raced(_leftover(sdk, tmp_path, monkeypatch, gone))
+    lines = backend(sdk)._stop_leftovers({"matrixbench.run_id": "run1"})
+    assert len(lines) == 1 and f"container {late.id[:12]}" in lines[0]
+    assert "removed meanwhile by another process" in lines[0] and not lines[0].startswith("stopped")
+
+
 def _fake_runner(container):
     """What the entrypoint does, for the fake SDK: one ok record per cell of the mounted cells file."""
     results = next(Path(host) for host, spec in container.kwargs["volumes"].items() if spec["bind"] == "/results")

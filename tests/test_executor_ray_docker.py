@@ -114,3 +114,28 @@ def test_with_a_registry_the_driver_pushes_once_and_each_node_pulls_and_runs_the
         image = name.split("/")[2]
         assert record["status"] == "ok" and record["environment"]["image_id"] == image_ids[image]
         assert record["environment"]["torch"] == f"{REGISTRY_TORCH[image]}+cpu"   # the small CPU build, as named
+
+
+def test_a_killed_runs_containers_are_stopped_by_the_nodes_when_it_runs_again(docker_cluster_run):
+    """The run killed with kill -9 (its driver and the node processes owning its containers) while both nodes'
+    containers run: the containers outlive it; the same run again stops them before its units, says so once a
+    container (the two nodes share this host's Docker daemon, so both see both), and finishes with every record
+    and no container of the run left."""
+    result, _ = docker_cluster_run
+    assert "killed" in result, f"the cluster script stopped before the killed run: {result.get('failure')}"
+    killed = result["killed"]
+    assert len(killed["running_at_kill"]) == 2, killed["first_log"][-4000:]      # one a node, both running
+    assert len(killed["owners_killed"]) == 2
+    left = set(killed["running_after_kill"])
+    assert left == set(killed["running_at_kill"]), "the containers did not outlive the killed run"
+    assert killed["code"] == 0, killed["log"][-4000:]
+    stopped = [line for line in killed["log"].splitlines() if "left running by a killed run" in line]
+    assert len(stopped) == len(left), killed["log"][-4000:]
+    for line in stopped:
+        assert "stopped container" in line and "gone" in line
+    assert sorted(line.split("stopped container ")[1].split()[0] for line in stopped) == killed["ids_after_kill"]
+    expected = {f"{RUN}-killed/{gpu}/{image}/{CELL}" for gpu in ("A100", "T4") for image in TORCH}
+    assert set(killed["records"]) == expected, sorted(killed["records"])
+    assert all(record["status"] == "ok" and record["settings"]["iterations"] == 5
+               for record in killed["records"].values())   # the second run's, not the killed one's
+    assert killed["containers_after"] == []

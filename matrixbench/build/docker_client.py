@@ -122,20 +122,23 @@ class Container:
         _ignore_missing(self._sdk.kill)
 
     def remove(self):
-        _ignore_missing(self._sdk.remove, force=True)
+        """Remove it; False where it was already gone or being removed (another process got there first)."""
+        return _ignore_missing(self._sdk.remove, force=True)
 
 
 def _ignore_missing(action, **kwargs):
-    """Stop/kill/remove: a container that is already gone is fine."""
+    """Stop/kill/remove: a container that is already gone is fine. True where this call did it."""
     from docker.errors import APIError, NotFound
 
     try:
         action(**kwargs)
     except NotFound:
-        pass
+        return False
     except APIError as exc:
         if exc.status_code not in (404, 409):  # 409: not running / removal in progress
             raise
+        return False
+    return True
 
 
 @dataclass(frozen=True)

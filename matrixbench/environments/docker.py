@@ -197,7 +197,8 @@ def _stop_leftover(container: Container, here: Owner) -> Tuple[bool, str]:
     alive = owner.alive(here)
     if alive is False:
         container.stop(timeout=5)
-        container.remove()
+        if not container.remove():   # another process removed it meanwhile: two Ray nodes on one Docker daemon
+            return False, f"{name} of a killed run ({owner.describe()}, gone) was removed meanwhile by another process"
         return True, f"stopped {name}: left running by a killed run ({owner.describe()}, gone)"
     why = (f"its owner {owner.describe()} still runs" if alive else
            f"its owner {owner.describe()} ran on another host or in another PID namespace, which cannot be asked here")
