@@ -140,6 +140,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--calls", default="300,1000,3000")
+    parser.add_argument("--turn-trials", type=int, default=4000, help="comparisons a model in the turns table")
     parser.add_argument("--seed", type=int, default=37)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "image_power")
     args = parser.parse_args(argv)
@@ -162,7 +163,8 @@ def main(argv=None):
     turn_models["per-process level as the H200's eager blocks bound it"] = (bounded, 0.0)
     turns = []
     for name, (model, _) in turn_models.items():
-        turns.append({"model": name, "blocks": 10, "block_calls": 30, **measure_turns(model, args.trials, rng)})
+        turns.append({"model": name, "blocks": 10, "block_calls": 30, "trials": args.turn_trials,
+                      **measure_turns(model, args.turn_trials, rng)})
         print(turns[-1], flush=True)
     seconds = time.time() - started
     result = {"seed": args.seed, "trials": args.trials, "machine": lscpu(), "contention": contention(),
@@ -190,7 +192,7 @@ def main(argv=None):
                      f"{p['stars_0']:.1%} / {u['stars_0']:.1%} | {p['power_10']:.1%} / {u['power_10']:.1%} |")
     lines += ["", "In turns (two processes of a round alive at once, 10 blocks of 30 calls a side alternating, "
               "runner.baton; each round's log ratio the median over its block pairs; judged by round, 3 rounds; "
-              "the shared state cancels in every pair):", "",
+              f"the shared state cancels in every pair; {args.turn_trials} comparisons a model):", "",
               "| model | starred at 0 | starred at +10% |", "|---|---|---|"]
     for row in turns:
         lines.append(f"| {row['model']} | {row['stars_0']:.1%} | {row['power_10']:.1%} |")
