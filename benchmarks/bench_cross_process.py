@@ -22,7 +22,8 @@ what is measured (on a GPU VM: the host the issue is about).
 
     python benchmarks/bench_cross_process.py [--device cpu|cuda] [--model resnet] [--size tiny|full]
         [--mode eager] [--rounds 8] [--own-calls 300] [--blocks 10] [--block-calls 30] [--warmup 20]
-        [--threads 1] [--load 0] [--load-dwell-s 1.0] [--seed 1] [--out benchmarks/results] [--name cross_process]
+        [--threads 1] [--cores 1] [--load 0] [--load-dwell-s 1.0] [--seed 1] [--out benchmarks/results]
+        [--name cross_process]
 """
 import argparse
 import json
@@ -57,6 +58,8 @@ def worker(args):
     from runner.models import SEED_MODELS, build
     from runner.timing import time_iterations
 
+    if args.cores:
+        os.sched_setaffinity(0, {int(core) for core in args.cores.split(",")})
     if args.threads:
         torch.set_num_threads(args.threads)
     spec = SEED_MODELS[args.model]
@@ -74,26 +77,30 @@ def worker(args):
             step()
         if args.device == "cuda":
             torch.cuda.synchronize()
-        segments = [("own", args.own_calls)] + [("block", args.block_calls)] * args.blocks
-        mine = 0 if args.worker == "first" else 1
-        out = {"role": args.worker, "own": None, "blocks": [], "block_medians": [], "starts": []}
         with Baton(Path(args.folder), args.worker, timeout_s=args.baton_timeout_s) as baton:
-            for index in range(2 * len(segments)):
-                if index % 2 != mine:
-                    continue
-                if index > 0:
-                    baton.wait()
-                kind, calls = segments[index // 2]
-                out["starts"].append(time.time())
-                samples = time_iterations(step, calls, args.device).samples_ms
-                if kind == "own":
-                    out["own"] = {"mean_ms": statistics.fmean(samples), "median_ms": statistics.median(samples)}
-                else:
-                    out["blocks"].append(statistics.fmean(samples))
-                    out["block_medians"].append(statistics.median(samples))
-                if index < 2 * len(segments) - 1:
-                    baton.give()
+            out = take_turns(baton, lambda calls: time_iterations(step, calls, args.device).samples_ms, args)
     Path(args.json).write_text(json.dumps(out))
+
+
+def take_turns(baton, time_calls, args):
+    """This side's turns: its own loop, then its blocks, each after the partner's turn (``first`` starts)."""
+    segments = [("own", args.own_calls)] + [("block", args.block_calls)] * args.blocks
+    mine = 0 if args.worker == "first" else 1
+    out = {"role": args.worker, "own": None, "blocks": [], "block_medians": [], "starts": []}
+    for index in range(mine, 2 * len(segments), 2):
+        if index > 0:
+            baton.wait()
+        kind, calls = segments[index // 2]
+        out["starts"].append(time.time())
+        samples = time_calls(calls)
+        if kind == "own":
+            out["own"] = {"mean_ms": statistics.fmean(samples), "median_ms": statistics.median(samples)}
+        else:
+            out["blocks"].append(statistics.fmean(samples))
+            out["block_medians"].append(statistics.median(samples))
+        if index < 2 * len(segments) - 1:
+            baton.give()
+    return out
 
 
 # --- a competing load of known timing ---------------------------------------------------------------------------
@@ -153,7 +160,8 @@ def one_round(index, args, env):
             argv += [f"--{k.replace('_', '-')}={v}" for k, v in (
                 ("device", args.device), ("model", args.model), ("size", args.size), ("mode", args.mode),
                 ("own_calls", args.own_calls), ("blocks", args.blocks), ("block_calls", args.block_calls),
-                ("warmup", args.warmup), ("threads", args.threads), ("baton_timeout_s", args.baton_timeout_s))]
+                ("warmup", args.warmup), ("threads", args.threads), ("baton_timeout_s", args.baton_timeout_s),
+                ("cores", args.cores))]
             procs[role] = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                            text=True)
         for role, proc in procs.items():
@@ -183,7 +191,8 @@ def power_at(sd, rounds=ROUNDS_AT, change=TARGET_CHANGE, alpha=0.05):
     df = rounds - 1
     crit = stats.t.ppf(1 - alpha / 2, df)
     shift = math.log1p(change) / (sd / math.sqrt(rounds))
-    return float(stats.nct.sf(crit, df, shift) + stats.nct.cdf(-crit, df, shift))
+    power = float(stats.nct.sf(crit, df, shift) + stats.nct.cdf(-crit, df, shift))
+    return 1.0 if math.isnan(power) and shift > crit else power    # scipy's nct gives nan far out in the tail
 
 
 def summarize(rows):
@@ -204,6 +213,7 @@ def markdown(result):
              f"Measured {result['when']}; {len(result['rounds'])} rounds of an A/A pair (same cell, same "
              f"interpreter: the true ratio is 1); own loops {m['own_calls']} calls, then {m['blocks']} blocks of "
              f"{m['block_calls']} calls a side in turns; torch threads {m['threads'] or 'default'}; "
+             f"{'both pinned to cores ' + m['cores'] if m.get('cores') else 'not pinned'}; "
              f"{result['seconds']:.0f} s.", "",
              describe(result["lscpu"]), "",
              f"Load average before {result['loadavg_before']}, after {result['loadavg_after']}; contention "
@@ -246,7 +256,10 @@ def parse(argv):
     parser.add_argument("--blocks", type=int, default=10)
     parser.add_argument("--block-calls", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads a worker (0: torch's default)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads a worker (0: torch's default; with "
+                        "--cores, at most that many: the waiting side's OpenMP threads spin on the shared cores)")
+    parser.add_argument("--cores", default="", help="pin both workers to these cores (comma-separated): a level "
+                        "that comes from where a process runs is then shared")
     parser.add_argument("--load", type=int, default=0, help="busy processes switched on and off at random")
     parser.add_argument("--load-dwell-s", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=1)
@@ -263,7 +276,8 @@ def main(argv=None):
         return worker(args)
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
     result = {"settings": {k: getattr(args, k) for k in ("device", "model", "size", "mode", "own_calls", "blocks",
-                                                         "block_calls", "warmup", "threads", "load", "seed")},
+                                                         "block_calls", "warmup", "threads", "load", "seed",
+                                                         "cores")},
               "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "lscpu": lscpu(), "loadavg_before": os.getloadavg(),
               "contention_before": contention(), "rounds": []}
     started = time.monotonic()

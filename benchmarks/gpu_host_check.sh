@@ -5,7 +5,7 @@
 # Then issue 32's noise probe on the device (runner.noise_probe: a CPU loop, a small launch-bound chain, its
 # CUDA-graph replay) and issue 34's A/A experiment: two ResNet-50 eager processes taking turns
 # (benchmarks/bench_cross_process.py, scipy too): does the host's state cancel between two processes alive at once?
-# Rehearse it on a CPU: DEVICE=cpu CROSS_SIZE=tiny CROSS_ROUNDS=2 ITERATIONS=20 bash benchmarks/gpu_host_check.sh
+# Rehearse it on a CPU: DEVICE=cpu CROSS_SIZE=tiny CROSS_ROUNDS=2 CROSS_CORES=1 ITERATIONS=20 bash benchmarks/gpu_host_check.sh
 set -u
 OUT=${OUT:-./gpu-host-check}
 mkdir -p "$OUT/records"
@@ -51,6 +51,11 @@ try:
 except (OSError, ValueError) as exc:
     print("no noise probe result:", exc)
 PY
-PYTHONPATH=$PWD timeout "${CROSS_TIMEOUT:-300}" $PY benchmarks/bench_cross_process.py --device "$DEVICE" \
-    --size "${CROSS_SIZE:-full}" --model resnet --mode eager --rounds "${CROSS_ROUNDS:-8}" --threads 0 --out "$OUT" \
-    --name "cross_process_$DEVICE" 2>&1 | tail -n 25
+# both workers pinned to the same cores (a level that comes from where a process runs is then shared: on the
+# development CPU pinning took the paired rounds' SD from 0.09-0.14 to 0.03-0.05), then free to run anywhere
+# One torch thread a worker: more threads than pinned cores stall (the waiting side's OpenMP threads spin).
+for pin in "${CROSS_CORES:-2,3}" ""; do
+    PYTHONPATH=$PWD timeout "${CROSS_TIMEOUT:-240}" $PY benchmarks/bench_cross_process.py --device "$DEVICE" \
+        --size "${CROSS_SIZE:-full}" --model resnet --mode eager --rounds "${CROSS_ROUNDS:-6}" --threads 1 \
+        --cores "$pin" --out "$OUT" --name "cross_process_${DEVICE}${pin:+_pinned}" 2>&1 | tail -n 25
+done
