@@ -52,7 +52,7 @@ except (OSError, ValueError) as exc:
     print("no noise probe result:", exc)
 PY
 # both workers pinned to the same cores (a level that comes from where a process runs is then shared: on the
-# development CPU pinning took the paired rounds' SD from 0.09-0.14 to 0.03-0.05), then free to run anywhere
+# development CPU pinning took the paired rounds' SD from 0.12 to 0.05, 0.03 under load), then free to run anywhere
 # One torch thread a worker: more threads than pinned cores stall (the waiting side's OpenMP threads spin).
 for pin in "${CROSS_CORES:-2,3}" ""; do
     PYTHONPATH=$PWD timeout "${CROSS_TIMEOUT:-240}" $PY benchmarks/bench_cross_process.py --device "$DEVICE" \
