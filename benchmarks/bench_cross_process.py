@@ -29,19 +29,17 @@ import argparse
 import json
 import math
 import os
-import random
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.load import Load  # noqa: E402
 from benchmarks.machine import contention, describe, describe_contention, lscpu  # noqa: E402
 
 TARGET_CHANGE = 0.10     # the issue's +10% image change
@@ -101,51 +99,6 @@ def take_turns(baton, time_calls, args):
         if index < 2 * len(segments) - 1:
             baton.give()
     return out
-
-
-# --- a competing load of known timing ---------------------------------------------------------------------------
-
-class Load:
-    """``count`` busy processes, each stopped and continued at random; ``on_share()`` is the share of the time
-    since ``start`` that at least one ran."""
-
-    def __init__(self, count, dwell_s, seed):
-        self.count, self.dwell_s, self.rng = count, dwell_s, random.Random(seed)
-        self.procs, self.stop = [], threading.Event()
-        self.on_s = 0.0
-        self.switches = 0
-
-    def __enter__(self):
-        for _ in range(self.count):
-            self.procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
-        self.thread = threading.Thread(target=self._switch, daemon=True)
-        self.started = time.monotonic()
-        self.thread.start()
-        return self
-
-    def _switch(self):
-        running = True
-        while not self.stop.is_set():
-            dwell = self.rng.expovariate(1.0 / self.dwell_s)
-            begin = time.monotonic()
-            self.stop.wait(dwell)
-            if running:
-                self.on_s += time.monotonic() - begin
-            running = not running
-            self.switches += 1
-            for proc in self.procs:
-                os.kill(proc.pid, signal.SIGCONT if running else signal.SIGSTOP)
-
-    def on_share(self):
-        return self.on_s / max(time.monotonic() - self.started, 1e-9)
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join()
-        for proc in self.procs:
-            os.kill(proc.pid, signal.SIGCONT)
-            proc.kill()
-            proc.wait()
 
 
 # --- the driver -------------------------------------------------------------------------------------------------
@@ -280,11 +233,10 @@ def main(argv=None):
                                                          "cores")},
               "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "lscpu": lscpu(), "loadavg_before": os.getloadavg(),
               "contention_before": contention(), "rounds": []}
-    started = time.monotonic()
-    load = Load(args.load, args.load_dwell_s, args.seed) if args.load else None
+    started, began = time.monotonic(), time.time()
+    load = Load(args.seed, args.load, lambda rng: rng.expovariate(1.0 / args.load_dwell_s)).start() \
+        if args.load else None
     try:
-        if load:
-            load.__enter__()
         for index in range(args.rounds):
             row = one_round(index, args, env)
             result["rounds"].append(row)
@@ -292,9 +244,9 @@ def main(argv=None):
                   file=sys.stderr, flush=True)
     finally:
         if load:
-            result["load"] = {"count": load.count, "dwell_s": load.dwell_s, "switches": load.switches,
-                              "on_share": load.on_share()}
-            load.__exit__(None, None, None)
+            load.close()
+            result["load"] = {"count": args.load, "dwell_s": args.load_dwell_s, "switches": len(load.switches) - 2,
+                              "on_share": load.on_share(began, time.time())}
     result.update(seconds=time.monotonic() - started, loadavg_after=os.getloadavg(), contention_after=contention(),
                   summary=summarize(result["rounds"]))
     out = Path(args.out)

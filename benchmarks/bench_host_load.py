@@ -15,63 +15,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from load import Load  # noqa: E402
 from machine import contention, describe, describe_contention, lscpu, write_summary  # noqa: E402
-
-BUSY = "while True:\n    pass\n"
-
-
-class Load:
-    """One busy loop, switched by pid: on for a random 2-6 s, off for a random 2-6 s, until stopped."""
-
-    def __init__(self, seed):
-        self.rng = random.Random(seed)
-        self.switches = []   # (unix time, on)
-        self._stop = threading.Event()
-        self.process = subprocess.Popen([sys.executable, "-c", BUSY])
-        os.kill(self.process.pid, signal.SIGSTOP)
-        self.switches.append((time.time(), False))
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self):
-        self._thread.start()
-
-    def _run(self):
-        on = False
-        while not self._stop.wait(self.rng.uniform(2.0, 6.0)):
-            on = not on
-            os.kill(self.process.pid, signal.SIGCONT if on else signal.SIGSTOP)
-            self.switches.append((time.time(), on))
-
-    def close(self):
-        self._stop.set()
-        self._thread.join()
-        os.kill(self.process.pid, signal.SIGCONT)
-        self.process.kill()
-        self.process.wait()
-        self.switches.append((time.time(), False))
-
-    def on_share(self, start, end):
-        """The share of [start, end] the load was on."""
-        if end <= start:
-            return 0.0
-        total, switches = 0.0, self.switches + [(float("inf"), False)]
-        for (at, on), (until, _) in zip(switches, switches[1:]):
-            if on:
-                total += max(0.0, min(end, until) - max(start, at))
-        return total / (end - start)
 
 
 def cells_file(path, processes, iterations, warmup):
@@ -158,7 +112,7 @@ def main():
         loaded = summarize(scratch_path / "loaded", load)
     report = {"benchmark": "host_load", "issue": "32", "seed": args.seed, "processes": args.processes,
               "iterations": args.iterations, "quiet": quiet, "loaded": loaded,
-              "load_switches": load.switches, "load_pid": load.process.pid,
+              "load_switches": load.switches, "load_pid": load.pids[0],
               "unpaired_eager_over_default": {"quiet": unpaired_ratios(quiet), "loaded": unpaired_ratios(loaded)},
               "unpaired_median_eager_over_default": {"quiet": unpaired_median_ratios(quiet),
                                                      "loaded": unpaired_median_ratios(loaded)},
