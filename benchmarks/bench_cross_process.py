@@ -83,11 +83,8 @@ def worker(args):
 def take_turns(baton, time_calls, args):
     """This side's turns: its own loop, then its blocks, each after the partner's turn (``first`` starts)."""
     segments = [("own", args.own_calls)] + [("block", args.block_calls)] * args.blocks
-    mine = 0 if args.worker == "first" else 1
     out = {"role": args.worker, "own": None, "blocks": [], "block_medians": [], "starts": []}
-    for index in range(mine, 2 * len(segments), 2):
-        if index > 0:
-            baton.wait()
+    for index in baton.take(2 * len(segments)):
         kind, calls = segments[index // 2]
         out["starts"].append(time.time())
         samples = time_calls(calls)
@@ -96,8 +93,6 @@ def take_turns(baton, time_calls, args):
         else:
             out["blocks"].append(statistics.fmean(samples))
             out["block_medians"].append(statistics.median(samples))
-        if index < 2 * len(segments) - 1:
-            baton.give()
     return out
 
 

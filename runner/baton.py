@@ -18,7 +18,7 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 SOCKET_NAME = "baton.sock"
 TOKEN = b"T"
@@ -101,6 +101,17 @@ class Baton:
         except OSError as exc:
             raise BatonLost(f"the partner is gone: {exc}") from exc
         self.turns += 1
+
+    def take(self, total: int) -> Iterator[int]:
+        """This side's turns of ``total`` alternating ones (``first`` has 0, 2, 4...; ``second`` 1, 3...): yields
+        each of its turn's index once it holds the turn, and passes the turn on when the loop body is done (after
+        every turn but the last of all)."""
+        for index in range(ROLES.index(self.role), total, 2):
+            if index:
+                self.wait()
+            yield index
+            if index < total - 1:
+                self.give()
 
     def close(self) -> None:
         if self._conn is not None:

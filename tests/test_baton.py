@@ -17,20 +17,13 @@ SIDE = textwrap.dedent("""
     from pathlib import Path
     from runner.baton import Baton
     folder, role, turns, log = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
-    mine = 0 if role == "first" else 1
     with Baton(folder, role, timeout_s=30) as baton:
-        for index in range(2 * turns):
-            if index % 2 != mine:
-                continue
-            if index:
-                baton.wait()
+        for index in baton.take(2 * turns):
             with log.open("a") as out:
                 out.write(f"{index} {role} start\\n")
             time.sleep(0.02)              # the block: the other side must not write meanwhile
             with log.open("a") as out:
                 out.write(f"{index} {role} end\\n")
-            if index < 2 * turns - 1:
-                baton.give()
 """)
 
 
