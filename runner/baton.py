@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 SOCKET_NAME = "baton.sock"
+MAX_ADDRESS = 100      # bytes: a Unix socket address (sun_path) holds 108 with its terminating zero
 TOKEN = b"T"
 ROLES = ("first", "second")
 
@@ -41,23 +42,28 @@ class Baton:
         self._conn: Optional[socket.socket] = None
 
     def connect(self) -> "Baton":
-        """Meet the partner (within ``timeout_s``). The socket's path is made relative to its folder, as a
-        Unix socket's address is limited to about 100 bytes."""
-        here = os.getcwd()
-        os.chdir(self.path.parent)
+        """Meet the partner (within ``timeout_s``)."""
+        folder = os.open(self.path.parent, os.O_RDONLY)
         try:
-            self._conn = self._listen() if self.role == "first" else self._dial()
+            self._conn = self._listen(self._address(folder)) if self.role == "first" else \
+                self._dial(self._address(folder))
         finally:
-            os.chdir(here)
+            os.close(folder)
         self._conn.settimeout(self.timeout_s)
         return self
 
-    def _listen(self) -> socket.socket:
-        if os.path.exists(SOCKET_NAME):
-            os.unlink(SOCKET_NAME)
+    def _address(self, folder: int) -> str:
+        """The socket's address: its path, or where that passes a Unix socket address's limit (about 100 bytes)
+        the same file through the open folder (Linux's /proc/self/fd), without changing this process's cwd."""
+        path = str(self.path)
+        return path if len(path.encode()) < MAX_ADDRESS else f"/proc/self/fd/{folder}/{SOCKET_NAME}"
+
+    def _listen(self, address: str) -> socket.socket:
+        if self.path.exists() or self.path.is_symlink():
+            self.path.unlink()
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            server.bind(SOCKET_NAME)
+            server.bind(address)
             server.listen(1)
             server.settimeout(self.timeout_s)
             try:
@@ -68,12 +74,12 @@ class Baton:
         finally:
             server.close()
 
-    def _dial(self) -> socket.socket:
+    def _dial(self, address: str) -> socket.socket:
         deadline = time.monotonic() + self.timeout_s
         while True:
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                conn.connect(SOCKET_NAME)
+                conn.connect(address)
                 return conn
             except (FileNotFoundError, ConnectionRefusedError) as exc:
                 conn.close()
