@@ -6,11 +6,14 @@ The file's shape (the host writes it; ``python -m runner --cells FILE`` reads it
                   "accuracy_tolerance": null, "cv_threshold": 0.1},
      "image_name": "stable", "image_id": "sha256:...",
      "cells": [{"model": "vit", "task": "image-classification", ...}, ...],
-     "repeats": [[0, 0], [1, 0], [1, 1], [0, 1]], "order_seed": 1234}
+     "repeats": [[0, 0], [1, 0], [1, 1], [0, 1]], "order_seed": 1234,
+     "turns": {"folder": "/turns", "role": "first", "partner": "nightly", "key": "3f2a..."}}
 
 ``repeats`` (optional) is the run order: [index into cells, repeat index] pairs, one process
 each; without it every cell runs once, as repeat 0, in the order of ``cells``. ``order_seed``
-is the seed the host shuffled the order with (recorded, not used here).
+is the seed the host shuffled the order with (recorded, not used here). ``turns`` (optional, v4):
+this runner runs at the same time as another image's runner of the same cells and repeats, and each
+repeat's process takes turns with the partner's (runner.turns; absent or null: no turns).
 
 Validation is minimal and stdlib-only: required keys, types and allowed values, with an
 error that names the field. Stdlib only: the parent process never imports torch.
@@ -18,11 +21,12 @@ error that names the field. Stdlib only: the parent process never imports torch.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from runner import axes
+from runner.baton import ROLES as BATON_ROLES
 from runner.core import Cell, Repeat
 from runner.schema import CELL_SCHEMA, SUPPORTED_CELLS_VERSIONS
 from runner.settings import BY_NAME, DEFAULT_SETTINGS
@@ -34,7 +38,23 @@ class CellsFileError(ValueError):
     """A cells file or cell that cannot be run; the message names the field."""
 
 
-TOP_LEVEL_KEYS = ("settings", "cells", "image_name", "image_id", "repeats", "order_seed")
+TOP_LEVEL_KEYS = ("settings", "cells", "image_name", "image_id", "repeats", "order_seed", "turns")
+TURNS_KEYS = ("folder", "role", "partner", "key")
+
+
+@dataclass(frozen=True)
+class Turns:
+    """The pair this runner takes turns with: the folder both runners see, this side's role (runner.baton.ROLES),
+    the partner image's name, and the key of the pair's launch (recorded in timing.turns)."""
+
+    folder: str
+    role: str
+    partner: str
+    key: str
+
+    def for_repeat(self, stem: str) -> "Turns":
+        """One repeat's baton folder: ``<folder>/<repeat stem>`` (runner.core.repeat_stem)."""
+        return replace(self, folder=str(Path(self.folder) / stem))
 
 
 @dataclass
@@ -47,6 +67,7 @@ class CellsFile:
     image_id: Optional[str] = None
     repeats: List[Repeat] = field(default_factory=list)
     order_seed: Optional[int] = None
+    turns: Optional[Turns] = None
 
     def __post_init__(self) -> None:
         self.repeats = self.repeats or [Repeat(cell) for cell in self.cells]
@@ -98,7 +119,28 @@ def cells_file_from_dict(data: Any, source: str = "<dict>") -> CellsFile:
         image_id=_optional_str(data, "image_id", source),
         repeats=validate_repeats(data.get("repeats"), checked, source),
         order_seed=seed,
+        turns=validate_turns(data.get("turns"), source),
     )
+
+
+def validate_turns(turns: Any, source: str = "<dict>") -> Optional[Turns]:
+    """The ``turns`` object as Turns (None when absent or null); each key a non-empty string, role one of
+    runner.baton.ROLES."""
+    if turns is None:
+        return None
+    if not isinstance(turns, dict):
+        raise CellsFileError(f"{source}: 'turns' must be an object {{{', '.join(TURNS_KEYS)}}} or null, "
+                             f"got {turns!r}")
+    unknown, missing = sorted(set(turns) - set(TURNS_KEYS)), [key for key in TURNS_KEYS if key not in turns]
+    if unknown or missing:
+        raise CellsFileError(f"{source}: 'turns' has unknown keys {unknown} / lacks {missing}; "
+                             f"expected {list(TURNS_KEYS)}")
+    for key in TURNS_KEYS:
+        if not isinstance(turns[key], str) or not turns[key]:
+            raise CellsFileError(f"{source}: 'turns.{key}' must be a non-empty string, got {turns[key]!r}")
+    if turns["role"] not in BATON_ROLES:
+        raise CellsFileError(f"{source}: 'turns.role' must be one of {list(BATON_ROLES)}, got {turns['role']!r}")
+    return Turns(**turns)
 
 
 def validate_repeats(pairs: Any, cells: List[Cell], source: str = "<dict>") -> List[Repeat]:

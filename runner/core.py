@@ -21,8 +21,10 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 # event times, stalls, steal, context switches, speed reference), ``timing.paired`` (eager and compiled
 # blocks in one process), ``timing.extended`` (calls beyond the first N: minimum duration, noise stop);
 # the settings ``paired``, ``min_time_s``, ``max_time_s``, ``target_stdrel``).
-SCHEMA_VERSION = 4
-SUPPORTED_VERSIONS: Tuple[int, ...] = (1, 2, 3, 4)
+# 5 (issue 34, optional, absent in older records and in records of cells not run in turns: ``timing.turns``,
+# the blocks a cell's process timed taking turns with another image's process, runner.turns).
+SCHEMA_VERSION = 5
+SUPPORTED_VERSIONS: Tuple[int, ...] = (1, 2, 3, 4, 5)
 
 DTYPES = ("float32", "float16", "bfloat16")
 WEIGHTS = ("random", "pretrained")
@@ -206,7 +208,7 @@ class Record:
 
 
 def upgrade_record(data: Mapping[str, Any]) -> JSON:
-    """A record of any supported version as the current version (a new dict; v4 is returned as is).
+    """A record of any supported version as the current version (a new dict; v5 is returned as is).
 
     v1 -> v2: the cell's ``fault`` (a test hook, always null in real runs) is dropped,
     ``timing.compile_s`` is ``timing.first_call_s`` (it always was the first call, eager too),
@@ -216,6 +218,8 @@ def upgrade_record(data: Mapping[str, Any]) -> JSON:
     Issue 22's v3 fields (timing.regime, timing.windows, ...) are optional too, absent in older records.
     v3 -> v4: nothing changes; v4's ``timing.host``, ``timing.paired`` and ``timing.extended`` are optional
     (runner.host.host_view reads the host fields of any record, unknown ones as None).
+    v4 -> v5: nothing changes; v5's ``timing.turns`` is optional: absent, it reads as null (``timing.get("turns")``),
+    as in a v5 record of a cell not run in turns.
     """
     record = dict(data)
     if record.get("schema_version") == 1:
@@ -224,6 +228,6 @@ def upgrade_record(data: Mapping[str, Any]) -> JSON:
             record["timing"] = {("first_call_s" if k == "compile_s" else k): v for k, v in record["timing"].items()}
         record["schema_version"] = 2
         record.setdefault("repeat", 0)
-    if record.get("schema_version") in (2, 3):
+    if record.get("schema_version") in (2, 3, 4):
         record["schema_version"] = SCHEMA_VERSION
     return record

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
 from runner import axes
+from runner.baton import ROLES as BATON_ROLES
 from runner.core import (
     ACCURACY_STATUSES,
     REGIMES,
@@ -50,8 +51,11 @@ CHECK_FILENAME = "check.json"
 # ``order_seed``): a runner of version 1 refuses a version 2 file and asks for a rebuild.
 # 3 (issue 32: the settings ``paired``, ``min_time_s``, ``target_stdrel``, ``max_time_s``): a runner of
 # version 2 refuses it (unknown settings) and asks for a rebuild.
-CELLS_SCHEMA_VERSION = 3
-SUPPORTED_CELLS_VERSIONS = (1, 2, 3)
+# 4 (issue 34: the optional ``turns``, the pair this runner takes turns with, runner.cells_file.Turns): a runner
+# of version 3 refuses it and asks for a rebuild.
+CELLS_SCHEMA_VERSION = 4
+SUPPORTED_CELLS_VERSIONS = (1, 2, 3, 4)
+
 
 # Settings a record of schema v3 or older lacks: not required in a record's settings block.
 V4_SETTINGS = ("paired", "min_time_s", "target_stdrel", "max_time_s")
@@ -332,6 +336,18 @@ RECORD_SCHEMA = {
                 "speed_moved": _BOOL,         # |speed_change| > runner.host.SPEED_MOVED
                 "marks": {"type": "array", "items": {"type": "string"}},
             }, required=[], nullable=True),
+            # schema v5, optional (runner.turns): the cell's process took turns with another image's process of
+            # the same cell (runner.baton): its own part, then blocks of the step, alternately with the partner's
+            "turns": _obj({
+                "role": {"enum": list(BATON_ROLES)},   # first: this side's turns were 0, 2, 4...; second: 1, 3...
+                "partner": {"type": "string"},          # the other image's name
+                "key": {"type": "string"},              # the cells file's key: one per pair launch
+                "blocks": {"type": "integer"},          # planned (runner.turns.TURN_BLOCKS)
+                "block_calls": {"type": "integer"},     # calls of the step in each block
+                "block_ms": {"type": "array", "items": {"type": "number"}},          # each measured block's mean
+                "block_median_ms": {"type": "array", "items": {"type": "number"}},   # ... and median call
+                "lost": _STR,                           # why the turns stopped early; null when all were taken
+            }, nullable=True),
             # no_cudagraphs, partial_cudagraphs, cudagraph_recaptured, throttled (edge readings or violation
             # time), timer_mismatch
             "flags": {"type": "array", "items": {"type": "string"}},
@@ -445,5 +461,11 @@ CELLS_SCHEMA = {
         "repeats": {"type": "array", "minItems": 1, "items": {
             "type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "integer", "minimum": 0}}},
         "order_seed": _INT,   # the seed the host shuffled the order with (recorded only)
+        # v4: the pair this runner takes turns with (runner.cells_file.Turns); absent or null: no turns
+        "turns": {"type": ["object", "null"], "additionalProperties": False,
+                  "required": ["folder", "role", "partner", "key"],
+                  "properties": {"folder": {"type": "string", "minLength": 1}, "role": {"enum": list(BATON_ROLES)},
+                                 "partner": {"type": "string", "minLength": 1},
+                                 "key": {"type": "string", "minLength": 1}}},
     },
 }
