@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from runner import accuracy, cudagraphs, energy, faults, gpu_state, host, memory, records, timing_board
+from runner import accuracy, cudagraphs, energy, faults, gpu_state, host, memory, records, timing_board, turns
 from runner.archcheck import bf16_problem, triton_problem
 from runner.compile import compile_model, counters_snapshot, dynamo_stats, reset
 from runner.core import Mode, Status
@@ -36,23 +36,45 @@ CUDAGRAPH_MODES = cudagraphs.CUDAGRAPH_MODES   # each call starts a cudagraph-tr
 MIN_WARMUP_S = 1.0
 
 
-def run_cell(job, marks=None):
-    """The record of one cell. ``marks`` (a dict) gets clock() stamps of phase starts."""
+def run_cell(job, marks=None, reply=None):
+    """The record of one cell. ``marks`` (a dict) gets clock() stamps of phase starts. A job with ``turns``
+    (runner.cells_file.Turns) takes turns with its partner (runner.turns): the baton is met before anything is
+    built, the cell's whole measurement is this side's first turn, its blocks follow; ``reply`` (a dict, for the
+    driver) gets ``no_partner``: true where the partner never came."""
     marks = {} if marks is None else marks
+    session = turns.Session.connect(job.get("turns"), job["settings"]["timeout_s"])
+    if session is not None:
+        session.own_turn()
     record = records.new_record(job)
+    step = None
     try:
         available = (job.get("precision") or {}).get("tf32_available")
         record.precision = dict(apply_precision(job["cell"]), tf32_available=available)
         reset()
         with torch.no_grad():
-            _measure(job, record, marks)
+            step = _measure(job, record, marks)
         record.status = Status.OK
     except Exception as exc:
         records.fail_with_exception(record, exc)
+    if session is not None:
+        _take_turns(session, step, record, job)
+        if reply is not None:
+            reply["no_partner"] = session.no_partner
     return records.finish(record, job)
 
 
+def _take_turns(session, step, record, job):
+    """This side's blocks after its own part (a failed own part closes the baton at once); ``timing.turns``
+    where the cell got as far as timing."""
+    own_ok = record.status is Status.OK
+    with torch.no_grad():
+        session.blocks(step if own_ok else None, own_ok, record.settings["iterations"], job["device"])
+    if isinstance(record.timing, dict):
+        record.timing["turns"] = session.record()
+
+
 def _measure(job, record, marks):
+    """The cell's measurement into ``record``; returns the step it timed (the compiled one for compiled cells)."""
     cell, settings, device = job["cell"], record.settings, job["device"]
     compiled = Mode(cell.mode).compiled
     refuse_unsupported(cell, device)
@@ -104,6 +126,7 @@ def _measure(job, record, marks):
                                                         settings["warmup"])
     else:
         record.accuracy = accuracy.skipped()
+    return step
 
 
 # Paired blocks (issue 32 item 2): PAIRED_BLOCKS block pairs of iterations // PAIRED_BLOCKS calls a side, the

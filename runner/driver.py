@@ -4,6 +4,10 @@
 Stdlib only. A cell's process writes its own record; when it cannot (killed at the time
 limit, crashed), this loop writes the record instead, with the same shape and the
 environment the probe reported. A failed cell never stops the others.
+
+In turns (the cells file's ``turns``, runner.turns) each repeat's process meets its partner's in the repeat's
+own baton folder and may wait up to timeout_s for it: its time limit is TURNS_LIMIT x timeout_s. A repeat failed
+here, without a process, releases its baton; a partner that never came ends the turns for the rest of the run.
 """
 from __future__ import annotations
 
@@ -15,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
-from runner import records
-from runner.cells_file import CellsFile
+from runner import records, turns
+from runner.cells_file import CellsFile, Turns
 from runner.core import Cell, Record, Repeat, Status
 from runner.faults import fault_for
 from runner.files import Room
@@ -30,6 +34,8 @@ Log = Callable[[str], None]
 # The probe's own limit: the runner's one-time start (the forkserver's imports, the probe's
 # environment queries) never counts against a cell's timeout_s, which covers the cell only.
 PROBE_TIMEOUT_S = 600
+# A cell's process in turns waits up to timeout_s for its partner (its own part, or meeting it) besides its own.
+TURNS_LIMIT = 2
 
 
 @dataclass
@@ -40,6 +46,23 @@ class Context:
     environment: JSON
     precision: JSON
     error: Optional[str] = None   # why cells cannot run at all (e.g. device "cuda" without a GPU)
+
+
+class Pairing:
+    """This runner's turns with its partner (runner.turns): each repeat's baton folder, until a partner that
+    never came ends them for the rest of the run."""
+
+    def __init__(self, turns: Optional[Turns], log: Log):
+        self.turns, self.log = turns, log
+
+    def for_repeat(self, repeat: Repeat) -> Optional[Turns]:
+        return self.turns.for_repeat(repeat.id) if self.turns else None
+
+    def stop(self, repeat: Repeat) -> None:
+        if self.turns is not None:
+            self.log(f"{repeat.id}: the partner {self.turns.partner!r} never met this runner's turns: the "
+                     "remaining cells run alone, without turns")
+        self.turns = None
 
 
 def run_cells_file(cells_file: CellsFile, out_dir: Union[str, Path], force: bool = False, retry_failed: bool = False,
@@ -64,11 +87,15 @@ def run_cells_file(cells_file: CellsFile, out_dir: Union[str, Path], force: bool
     log(f"device {context.device}, torch {context.environment['torch']}, "
         f"transformers {context.environment['transformers']}")
     results = []
+    pairing = Pairing(cells_file.turns, log)
+    if cells_file.turns:
+        log(f"in turns with {cells_file.turns.partner!r} as {cells_file.turns.role} (key {cells_file.turns.key})")
     try:
         for index, repeat in enumerate(pending, 1):
             prefix = f"[{index}/{len(pending)}] {repeat.id}"
             log(f"{prefix}: running")
-            record = run_one(launcher, repeat.cell, cells_file, context, out_dir, compile_cache_dir, repeat.index)
+            record = run_one(launcher, repeat.cell, cells_file, context, out_dir, compile_cache_dir, repeat.index,
+                             pairing)
             log(f"{prefix}: {summary_line(record)}")
             results.append((repeat.id, record.status.value))
     finally:
@@ -100,16 +127,25 @@ def probe(launcher: Launcher, cells_file: CellsFile) -> Context:
 
 
 def run_one(launcher: Launcher, cell: Cell, cells_file: CellsFile, context: Context, out_dir: Union[str, Path],
-            compile_cache_dir: Optional[Union[str, Path]] = None, repeat: int = 0) -> Record:
+            compile_cache_dir: Optional[Union[str, Path]] = None, repeat: int = 0,
+            pairing: Optional[Pairing] = None) -> Record:
     """Run one repeat of a cell in a fresh process; return its record (written by the child or here)."""
     scratch_root = os.path.join(out_dir, SCRATCH_DIRNAME)
     os.makedirs(scratch_root, exist_ok=True)
+    timeout_s = cells_file.settings["timeout_s"]
+    pairing = pairing or Pairing(None, _stderr)
+    job_turns = pairing.for_repeat(Repeat(cell, repeat))
     with tempfile.TemporaryDirectory(prefix="matrixbench-cell-", dir=scratch_root) as scratch_dir:
-        job = make_job(cell, cells_file, context, out_dir, scratch_dir, compile_cache_dir, repeat)
+        job = make_job(cell, cells_file, context, out_dir, scratch_dir, compile_cache_dir, repeat, job_turns)
         if context.error:
+            if job_turns and not turns.release(job_turns, timeout_s):
+                pairing.stop(Repeat(cell, repeat))
             return _write_failure(job, Status.ERROR, "RunnerSetupError", context.error)
         with Room.take(out_dir) as room:   # a full disk stops the runner here, before the cell is measured
-            outcome = launcher.run("run_job", ({**job, "room": str(room.path)},), cells_file.settings["timeout_s"])
+            outcome = launcher.run("run_job", ({**job, "room": str(room.path)},),
+                                   timeout_s * (TURNS_LIMIT if job_turns else 1))
+    if job_turns and outcome.reply and outcome.reply.get("no_partner"):
+        pairing.stop(Repeat(cell, repeat))
     if outcome.reply and outcome.reply.get("unwritten"):
         raise OSError(*outcome.reply["unwritten"])   # measured, refused by the disk: its numbers are on stderr
     if outcome.reply and outcome.reply.get("record_written"):
@@ -119,11 +155,13 @@ def run_one(launcher: Launcher, cell: Cell, cells_file: CellsFile, context: Cont
 
 
 def make_job(cell: Cell, cells_file: CellsFile, context: Context, out_dir: Union[str, Path], scratch_dir: str,
-             compile_cache_dir: Optional[Union[str, Path]] = None, repeat: int = 0) -> JSON:
-    """Everything a cell's process needs (picklable); ``fault`` only where a test asked for one."""
+             compile_cache_dir: Optional[Union[str, Path]] = None, repeat: int = 0,
+             job_turns: Optional[Turns] = None) -> JSON:
+    """Everything a cell's process needs (picklable); ``fault`` only where a test asked for one; ``turns``: the
+    repeat's baton (its own folder), or None."""
     return {
         "cell": cell, "repeat": repeat, "settings": cells_file.settings, "device": context.device,
-        "fault": fault_for(cell.id),
+        "fault": fault_for(cell.id), "turns": job_turns,
         "environment": context.environment, "precision": context.precision,
         "out_dir": str(out_dir), "scratch_dir": scratch_dir,
         "compile_cache_dirs": compile_cache_dirs(compile_cache_dir, scratch_dir,

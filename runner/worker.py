@@ -52,14 +52,15 @@ def run_job(job, channel):
     _own_process_group()
     marks = {"process_started": records.clock()}
     use_cache_dirs(job["compile_cache_dirs"])
-    record = run_cell(job, marks)
+    reply = {}
+    record = run_cell(job, marks, reply)
     try:   # the room the driver took before measuring: a disk that filled meanwhile still takes the record
         write_record_in(Room(job["room"]), job["out_dir"], record)
     except OSError as exc:   # not even then: the driver stops the runner, and no failure record stands in
         channel.send({"record_written": False, "unwritten": [exc.errno, exc.strerror, exc.filename]})
         channel.close()
         return
-    channel.send({"record_written": True, "status": record.status.value, "marks": marks})
+    channel.send({"record_written": True, "status": record.status.value, "marks": marks, **reply})
     channel.close()
 
 

@@ -1,0 +1,125 @@
+"""A cell's process taking turns with another image's process of the same cell (issue 34, docs/turns.md).
+
+Both runners of a pair run the same repeats in the same order, at the same time; each repeat's two processes
+meet over a baton (runner.baton) in ``<turns folder>/<repeat stem>`` and take ``2 + 2 * TURN_BLOCKS`` turns:
+turn 0 / 1 is each side's whole own part (everything the cell does alone: build, compile, warm-up, timed loop,
+accuracy, paired blocks), then TURN_BLOCKS blocks of the cell's step a side, alternately (A B A B ...), each
+timed with the timed loop's per-call timer (runner.timing.time_iterations) and no warm-up between turns, so that
+what the host does to the processes falls on both sides of each block pair. The record's ``timing.turns``.
+
+A lost baton (the partner never came, died, failed its own part, or went silent) never costs the own
+measurement: the cell goes on alone and ``lost`` says why; the blocks measured so far stay. A side whose own
+part failed closes the baton at once, so the partner does not wait ``timeout_s`` for it. Stdlib only (torch
+comes in through the step).
+"""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+from runner.baton import Baton, BatonLost
+from runner.cells_file import Turns
+from runner.timing import time_iterations
+
+JSON = Dict[str, Any]
+TURN_BLOCKS = 10     # blocks a side, after the own parts
+NO_PARTNER = "no partner"   # the start of ``lost`` when the partner never connected (the driver stops turns)
+OWN_PART_FAILED = "its own part failed"
+
+
+def block_calls(iterations: int) -> int:
+    """Calls of the step in one block."""
+    return max(1, iterations // TURN_BLOCKS)
+
+
+class Session:
+    """One repeat's turns: ``connect`` before building anything, ``own_turn`` before the own part, ``blocks``
+    after it; ``record()`` is the record's ``timing.turns``."""
+
+    def __init__(self, turns: Turns, timeout_s: float):
+        self.turns = turns          # its folder already the repeat's (Turns.for_repeat)
+        self.baton: Optional[Baton] = Baton(Path(turns.folder), turns.role, timeout_s=timeout_s)
+        self._turns: Optional[Iterator[int]] = None
+        self.lost: Optional[str] = None
+        self.no_partner = False     # the partner never connected
+        self.block_ms: List[float] = []
+        self.block_median_ms: List[float] = []
+        self.calls = 1
+
+    @classmethod
+    def connect(cls, turns: Optional[Turns], timeout_s: float) -> Optional["Session"]:
+        """Meet the partner (at most ``timeout_s``); None without turns. A partner that never came is no error:
+        the session is lost, and the cell runs alone."""
+        if turns is None:
+            return None
+        session = cls(turns, timeout_s)
+        Path(turns.folder).mkdir(parents=True, exist_ok=True)
+        try:
+            assert session.baton is not None
+            session.baton.connect()
+        except BatonLost as exc:
+            session.no_partner = True
+            session._lose(f"{NO_PARTNER}: {exc}")
+        return session
+
+    def own_turn(self) -> None:
+        """Wait for this side's first turn (the second side waits for the first's own part)."""
+        if self.baton is None:
+            return
+        self._turns = self.baton.take(2 + 2 * TURN_BLOCKS)
+        try:
+            next(self._turns)
+        except BatonLost as exc:
+            self._lose(str(exc))
+
+    def blocks(self, step: Optional[Callable[[], Any]], own_ok: bool, iterations: int, device: str,
+               time_loop: Callable[..., Any] = time_iterations) -> None:
+        """This side's blocks of ``step`` (the cell's step, compiled for compiled cells), each in its turn; a
+        failed own part (``own_ok`` false, or no step) closes the baton at once instead."""
+        self.calls = block_calls(iterations)
+        if self.baton is None or self._turns is None:
+            return
+        if not own_ok or step is None:
+            return self._lose(OWN_PART_FAILED)
+        try:
+            for _ in self._turns:
+                block = time_loop(step, self.calls, device)
+                self.block_ms.append(statistics.fmean(block.samples_ms))
+                self.block_median_ms.append(statistics.median(block.samples_ms))
+                block = None
+        except BatonLost as exc:
+            return self._lose(str(exc))
+        except Exception as exc:    # a block that failed: the own measurement stands, the turns stop
+            return self._lose(f"a block failed: {type(exc).__name__}: {exc}")
+        self.close()
+
+    def _lose(self, why: str) -> None:
+        self.lost = self.lost or why
+        self.close()
+
+    def close(self) -> None:
+        self._turns = None      # a generator left at its yield: dropping it passes no turn
+        if self.baton is not None:
+            self.baton.close()
+            self.baton = None
+
+    def record(self) -> JSON:
+        """The record's ``timing.turns`` (runner.schema RECORD_SCHEMA)."""
+        return {"role": self.turns.role, "partner": self.turns.partner, "key": self.turns.key,
+                "blocks": TURN_BLOCKS, "block_calls": self.calls, "block_ms": list(self.block_ms),
+                "block_median_ms": list(self.block_median_ms), "lost": self.lost}
+
+
+def release(turns: Turns, timeout_s: float) -> bool:
+    """The baton of a repeat this runner failed without a process: meet the partner (at most ``timeout_s``) and
+    close at once, so that it goes on alone instead of waiting its ``timeout_s``. False when no partner came."""
+    Path(turns.folder).mkdir(parents=True, exist_ok=True)
+    baton = Baton(Path(turns.folder), turns.role, timeout_s=timeout_s)
+    try:
+        baton.connect()
+    except BatonLost:
+        return False
+    finally:
+        baton.close()
+    return True
