@@ -1,0 +1,166 @@
+"""runner.turns: two real runners of the same cell take turns over a baton (issue 34); a partner that fails, or
+never comes, costs the other side neither its record nor timeout_s; the cells file's ``turns`` and the record's
+``timing.turns`` (schema v5; a v4 record still reads)."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.cells_file import CellsFile, CellsFileError, Turns, cells_file_from_dict, load_cells_file
+from runner.core import SCHEMA_VERSION
+from runner.driver import Context, Pairing, run_one
+from runner.faults import FAULTS_VARIABLE
+from runner.isolation import Outcome
+from runner.schema import CELLS_SCHEMA_VERSION, read_record, record_path
+from runner.turns import NO_PARTNER, TURN_BLOCKS, Session
+from runner_cells import assert_valid, settings, tiny_cell
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 60
+CELL = tiny_cell()
+
+
+def cells(role, folder, partner):
+    """A cells file of one tiny eager cell in turns."""
+    return {"schema_version": CELLS_SCHEMA_VERSION, "image_name": role,
+            "settings": settings(iterations=20, warmup=2, timeout_s=TIMEOUT_S, paired=False),
+            "cells": [CELL.to_dict()],
+            "turns": {"folder": str(folder), "role": role, "partner": partner, "key": "pair-1"}}
+
+
+def runner(tmp_path, role, folder, fault=None):
+    """``python -m runner`` of one side; ``fault`` (runner.faults) for this side's cell only."""
+    path = tmp_path / f"{role}.json"
+    path.write_text(json.dumps(cells(role, folder, "second" if role == "first" else "first")))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")  # a waiting side's OpenMP threads spin
+    env.pop(FAULTS_VARIABLE, None)
+    if fault:
+        env[FAULTS_VARIABLE] = json.dumps({CELL.id: fault})
+    return subprocess.Popen([sys.executable, "-m", "runner", "--cells", str(path), "--out", str(tmp_path / role)],
+                            env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def both(tmp_path, faults=None):
+    """Both sides at once; their records (as read) and stderr."""
+    faults = faults or {}
+    folder = tmp_path / "turns"
+    procs = {role: runner(tmp_path, role, folder, faults.get(role)) for role in ("first", "second")}
+    logs = {role: proc.communicate(timeout=4 * TIMEOUT_S)[1] for role, proc in procs.items()}
+    assert all(proc.returncode == 0 for proc in procs.values()), logs
+    return {role: read_record(record_path(tmp_path / role, CELL)) for role in procs}, logs
+
+
+def test_two_runners_of_a_cell_take_turns(tmp_path):
+    records, logs = both(tmp_path)
+    for role, partner in (("first", "second"), ("second", "first")):
+        record = records[role]
+        assert record["status"] == "ok", logs[role]
+        assert record["schema_version"] == SCHEMA_VERSION == 5
+        turns = record["timing"]["turns"]
+        assert (turns["role"], turns["partner"], turns["key"], turns["lost"]) == (role, partner, "pair-1", None)
+        assert turns["blocks"] == TURN_BLOCKS and turns["block_calls"] == 20 // TURN_BLOCKS
+        assert len(turns["block_ms"]) == len(turns["block_median_ms"]) == TURN_BLOCKS
+        assert all(ms > 0 for ms in turns["block_ms"])
+        assert_valid(record)
+    assert (tmp_path / "turns" / CELL.id).is_dir() and not (tmp_path / "turns" / CELL.id / "baton.sock").exists()
+
+
+def test_a_partner_whose_own_part_fails_costs_neither_the_record_nor_the_timeout(tmp_path):
+    """The first side's cell fails (its first call raises): it closes the baton at once, and the second, waiting
+    for its own turn, measures alone without waiting timeout_s."""
+    records, logs = both(tmp_path, {"first": "error"})
+    failed, alone = records["first"], records["second"]
+    assert failed["status"] == "error" and failed["timing"] is None
+    assert alone["status"] == "ok", logs["second"]
+    turns = alone["timing"]["turns"]
+    assert turns["lost"] and "closed" in turns["lost"] and turns["block_ms"] == []
+    assert alone["timing"]["n"] == 20
+    assert alone["duration_s"] < TIMEOUT_S * 0.75     # it never waited for the partner's timeout
+    assert_valid(alone)
+
+
+def test_no_partner_is_lost_not_an_error(tmp_path):
+    turns = Turns(str(tmp_path / "alone"), "first", "nightly", "k")
+    started = time.monotonic()
+    session = Session.connect(turns, timeout_s=0.3)
+    assert session is not None and session.no_partner and session.lost.startswith(NO_PARTNER)
+    session.own_turn()
+    session.blocks(lambda: None, True, 20, "cpu")
+    assert session.record()["block_ms"] == [] and time.monotonic() - started < 10
+    assert Session.connect(None, 1.0) is None
+
+
+class Launcher:
+    """A launcher whose probe fails or whose cell's partner never came; it records the cell's time limit."""
+
+    def __init__(self, reply):
+        self.reply, self.limits = reply, []
+
+    def run(self, function_name, args, timeout_s):
+        self.limits.append(timeout_s)
+        return Outcome(exitcode=0, timed_out=False, messages=[self.reply])
+
+
+def _driver_case(tmp_path, context, reply):
+    cells_file = cells_file_from_dict({key: value for key, value in cells("second", tmp_path / "t", "stable").items()
+                                       if key != "schema_version"})
+    cells_file.settings["timeout_s"] = 0.3
+    lines = []
+    pairing = Pairing(cells_file.turns, lines.append)
+    launcher = Launcher(reply)
+    run_one(launcher, CELL, cells_file, context, tmp_path / "out", repeat=2, pairing=pairing)
+    return pairing, launcher, lines
+
+
+def test_the_driver_doubles_a_cell_in_turns_limit_and_stops_turns_after_no_partner(tmp_path):
+    context = Context(device="cpu", environment={"torch": "x", "transformers": "y"}, precision={})
+    pairing, launcher, lines = _driver_case(tmp_path, context, {"record_written": False, "no_partner": True})
+    assert launcher.limits == [2 * 0.3]
+    assert pairing.turns is None and "never met" in lines[0]
+
+
+def test_a_repeat_failed_without_a_process_releases_its_baton(tmp_path):
+    """A probe error: no process, so the driver meets the partner in the repeat's folder and closes at once."""
+    context = Context(device="cpu", environment={"torch": "x", "transformers": "y"}, precision={}, error="no GPU")
+    folder = tmp_path / "t" / f"{CELL.id}.r2"
+    folder.mkdir(parents=True)
+    started = time.monotonic()
+    pairing, launcher, lines = _driver_case(tmp_path, context, {})       # no partner here: the release times out
+    assert launcher.limits == [] and pairing.turns is None and time.monotonic() - started < 10
+    assert read_record(record_path(tmp_path / "out", CELL, 2))["status"] == "error"
+
+
+def test_cells_file_turns_read_and_a_bad_role_is_refused_naming_the_field(tmp_path):
+    path = tmp_path / "cells.json"
+    path.write_text(json.dumps(cells("first", "/turns", "nightly")))
+    loaded = load_cells_file(path)
+    assert loaded.turns == Turns("/turns", "first", "nightly", "pair-1")
+    assert loaded.turns.for_repeat("x.r1").folder == "/turns/x.r1"
+    assert CellsFile(settings={}, cells=[CELL]).turns is None
+    bad = cells("third", "/turns", "nightly")
+    path.write_text(json.dumps(bad))
+    with pytest.raises(CellsFileError, match=r"'turns.role' must be one of \['first', 'second'\], got 'third'"):
+        load_cells_file(path)
+    bad["turns"] = {"folder": "/turns", "role": "first", "partner": "nightly"}
+    path.write_text(json.dumps(bad))
+    with pytest.raises(CellsFileError, match=r"'turns' has unknown keys \[\] / lacks \['key'\]"):
+        load_cells_file(path)
+
+
+def test_a_v4_record_still_reads_without_turns(tmp_path):
+    from runner import records
+    from runner.core import Status
+
+    job = {"cell": CELL, "device": "cpu", "precision": {}, "settings": settings(), "environment": {},
+           "started_at": "2026-01-01T00:00:00Z", "start_clock": records.clock()}
+    record = records.finish(records.new_record(job), job)
+    record.status, record.timing = Status.OK, {"mean_ms": 1.0}
+    data = dict(record.to_dict(), schema_version=4)
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    read = read_record(path)
+    assert read["schema_version"] == 5 and read["timing"].get("turns") is None
