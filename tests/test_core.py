@@ -71,7 +71,7 @@ def test_a_v2_fixture_record_loads_as_current_without_the_new_fields():
     path = Path(__file__).parent / "fixtures" / "cpu-run" / "local" / "resnet-tiny_bs1_eager_float32.json"
     assert json.loads(path.read_text())["schema_version"] == 2
     data = read_record(path)
-    assert data["schema_version"] == SCHEMA_VERSION == 4
+    assert data["schema_version"] == SCHEMA_VERSION == 5
     assert "energy" not in data["timing"] and "violations" not in data["timing"]
     assert not {"host", "paired", "extended"} & set(data["timing"])
     jsonschema.validate(data, RECORD_SCHEMA)
