@@ -84,6 +84,13 @@ def runner_input(request: Request, image_id: Optional[str] = None,
 
 def write_cells_file(request: Request, image_id: Optional[str] = None, path: Optional[Union[str, Path]] = None,
                      cells: Optional[Sequence[Cell]] = None, turns_folder: Optional[str] = None) -> Path:
-    """Write the runner's input (``runner_input``) atomically (sorted keys); return its path."""
+    """Write the runner's input (``runner_input``) atomically (sorted keys), its secrets hidden; return its path.
+    The ``turns`` object is the host's own (no secret in it) and is written as is: its ``key`` names a secret
+    to ``redact_data``, and the pair's two records must carry it unchanged."""
     path = Path(path) if path is not None else Path(request.paths.out_dir) / CELLS_FILENAME
-    return write_json_atomic(path, redact_data(runner_input(request, image_id, cells, turns_folder)))
+    document = runner_input(request, image_id, cells, turns_folder)
+    turns = document.pop("turns", None)
+    written = redact_data(document)
+    if turns is not None:
+        written["turns"] = turns
+    return write_json_atomic(path, written)
