@@ -26,6 +26,9 @@ from matrixbench.executors import EXECUTORS, RAY
 from matrixbench.executors.adaptive import bill, bill_settings, policy_of
 from matrixbench.executors.ray.options import RayOptions
 from matrixbench.executors.scheduler import Estimates, run_order, takes_units
+from matrixbench.executors.turns import describe as describe_step
+from matrixbench.executors.turns import pairs_of as turn_pairs
+from matrixbench.executors.turns import steps as turn_steps
 from matrixbench.gpu import host_gpus
 from matrixbench.host_noise import NOISE_CHECK_S
 from matrixbench.matrix import Overrides, attribution, expand_cells, load_matrix
@@ -594,18 +597,21 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
         lines.append(f"{plan.label}: {len(plan.pending)} to run, {plan.done} done{failed} -> {plan.out_dir}")
         lines += [f"  {line}" for line in unreadable_lines(plan)]
     gpus = device == "cuda" or (device == "auto" and bool(host_gpus()))
-    units = takes_units(executor, matrix.slots, gpus)
+    units = takes_units(executor, matrix.slots, gpus, matrix.turns)
     torch_of = {name: image.torch_version for name, image in matrix.images.items()}
     order = run_order(plans, units, torch_of)
+    steps = turn_steps(plans, turn_pairs(plans, matrix)) if matrix.turns and not units else order
     if order:
         how = ("model by model (one model and batch size at a time, longest first; images in turn, round by "
                "round)" if units else "image by image, round by round, one runner at a time")
+        how += "; an image comparison's two runners at once, in turns (turns: true)" if steps is not order else ""
         lines.append(f"in the order the run takes them, {how}; each runner's modes in an order the run's seed "
                      "shuffles:")
         repeats = first_repeats(matrix) > 1
         lines += [f"  [runner {number}] {work.label}: {r.cell.model} {r.cell.mode} bs={r.cell.batch_size} "
                   f"{r.cell.dtype}{_more_words(r.cell)}" + (f" repeat {r.index + 1}" if repeats else "")
-                  for number, (work, chosen) in enumerate(order, 1) for r in chosen]
+                  + (f" ({how_run})" if how_run else "")
+                  for number, step in enumerate(steps, 1) for work, r, how_run in describe_step(step)]
     pending = [plan for plan in plans if plan.pending]
     check = plan_check(gpus, pending, noise_check, executor)
     estimates = Estimates(settings=bill_settings(matrix))

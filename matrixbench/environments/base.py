@@ -3,13 +3,14 @@ asked: a ``RunRequest`` of four typed parts. ``Environment`` is what a run's dri
 but ``run``): a Backend, or the Ray cluster's driver side (``executors/ray``), whose nodes run a Backend.
 
 - ``ImageRef``: which image's runner (its name, torch pin, content hash, the build it runs in);
-- ``Work``: what the runner is asked (cells, settings, run order, or ``--check``);
+- ``Work``: what the runner is asked (cells, settings, run order, or ``--check``; ``Turns``: with a partner);
 - ``Paths``: where its records, compile caches and HF cache are (host paths);
 - ``Placement``: where it runs (GPUs, slot, its neighbours, timing board, calibration phase, Ray node).
 
 ``executors.base.Run.request`` makes the image, work and paths once per image, unplaced (the run's
-GPUs only); an executor narrows it to some repeats (``for_repeats``) and places it (``placed``); a Ray
-task moves its folders onto its node (``relocated``). Nothing else changes a request.
+GPUs only); an executor narrows it to some repeats (``for_repeats``), pairs it with another image's runner
+(``in_turns``) and places it (``placed``); a Ray task moves its folders onto its node (``relocated``). Nothing
+else changes a request.
 """
 import dataclasses
 import json
@@ -19,9 +20,11 @@ from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
 from matrixbench.build.facts import BuildFacts
+from matrixbench.errors import RunError
 from matrixbench.matrix import Image
 from matrixbench.run.layout import slot_dir
 from matrixbench.run.placement import Slot
+from runner.baton import ROLES
 from runner.cells_file import schedule_pairs
 from runner.core import Cell, Repeat
 from runner.records import CALIBRATION_ENV, PLACEMENT_ENV
@@ -46,6 +49,29 @@ class ImageRef:
 
 
 @dataclass(frozen=True)
+class Turns:
+    """A runner that takes turns with another image's runner, started at the same time on the same repeats in the
+    same order (matrixbench.executors.turns; docs/turns.md): its ``role`` (runner.baton.ROLES: ``first`` starts with
+    the turn), the ``partner`` image's name, the pair launch's ``key`` and the host ``folder`` both runners share
+    (their batons: ``<folder>/<repeat stem>``)."""
+
+    role: str
+    partner: str
+    key: str
+    folder: Path
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise RunError(f"turns role: must be one of {', '.join(ROLES)}, got {self.role!r} (a bug of the executor "
+                           "that paired the runners: matrixbench.executors.turns)")
+
+    def to_dict(self, folder: Optional[str] = None) -> Dict[str, str]:
+        """The cells file's ``turns`` object (runner.schema CELLS_SCHEMA 4); ``folder``: the shared folder as the
+        runner sees it (a container's mount point), default the host's."""
+        return {"folder": folder or str(self.folder), "role": self.role, "partner": self.partner, "key": self.key}
+
+
+@dataclass(frozen=True)
 class Work:
     """What one runner is asked: ``cells`` (runner.core.Cell) with the runner ``settings``
     (iterations, warmup, timeout_s, device, ...), run in ``schedule`` order ([cell index, repeat index]
@@ -53,7 +79,8 @@ class Work:
     ``check``: run nothing; the runner builds each cell's model on the meta device (``--check``) and
     writes its answer to <out_dir>/check.json (runner.schema.CHECK_FILENAME), no records. ``probe_s``: run
     nothing either; the runner measures the host's noise for that many seconds on the settings' device
-    (``--noise-probe``, runner.noise_probe) and writes <out_dir>/noise_probe.json, no records."""
+    (``--noise-probe``, runner.noise_probe) and writes <out_dir>/noise_probe.json, no records. ``turns``: its
+    cells run in turns with a partner runner (None: alone)."""
 
     cells: List[Cell]
     settings: Dict[str, object]
@@ -61,6 +88,7 @@ class Work:
     order_seed: Optional[int] = None
     check: bool = False
     probe_s: Optional[float] = None   # run no cell: the host-noise probe for this many seconds (noise_probe.json)
+    turns: Optional[Turns] = None
 
     def repeats(self) -> List[Repeat]:
         """The processes to run, in order."""
@@ -157,6 +185,10 @@ class RunRequest:
     def for_repeats(self, repeats: Sequence[Repeat]) -> "RunRequest":
         """This request narrowed to ``repeats`` (a unit's, a round's), in their order."""
         return dataclasses.replace(self, work=self.work.for_repeats(repeats))
+
+    def in_turns(self, turns: Turns) -> "RunRequest":
+        """This request taking turns with another image's runner (``turns``)."""
+        return dataclasses.replace(self, work=dataclasses.replace(self.work, turns=turns))
 
     def placed(self, slot: Slot, *, slots: int, busy_units: int, timing_board: Optional[Path] = None,
                exclusive_timing: bool = False, calibration: Optional[Dict[str, object]] = None,

@@ -2,7 +2,8 @@
 
 Mounted into the container: the image's results folder (/results, holding the cells file the
 runner reads and the records it writes), the host's HF cache (/hf-home, as HF_HOME) and the
-image's compile-cache folder (/compile-cache: Inductor and Triton caches), and read-only the
+image's compile-cache folder (/compile-cache: Inductor and Triton caches), a runner in turns' shared
+baton folder (/turns: the partner's container mounts the same host folder), and read-only the
 folder of each model given by a local config or checkpoint (/models/<model>; the cell's
 config_path is rewritten to it). The container runs
 as the host user's uid:gid, so records on the host belong to that user. Its log goes to
@@ -35,6 +36,7 @@ HF_MOUNT = "/hf-home"
 COMPILE_CACHE_MOUNT = "/compile-cache"
 MODELS_MOUNT = "/models"
 TIMING_BOARD_MOUNT = "/timing-board"   # the run's timing board (runner.timing_board), slots only
+TURNS_MOUNT = "/turns"   # the batons a runner in turns shares with its partner's (Work.turns), turns only
 
 
 class DockerBackend(Backend):
@@ -82,7 +84,8 @@ class DockerBackend(Backend):
         models = model_mounts(request.work.cells)
         request.work_dir().mkdir(parents=True, exist_ok=True)
         cells_file = write_cells_file(request, image.id, path=request.work_dir() / CELLS_FILENAME,
-                                      cells=[in_container(cell, models) for cell in request.work.cells])
+                                      cells=[in_container(cell, models) for cell in request.work.cells],
+                                      turns_folder=TURNS_MOUNT)
         slot = request.placement.slot
         argv = runner_argv(cells_file.relative_to(request.paths.out_dir)) + request.work.mode_argv()
         container = client.start_container(
@@ -232,6 +235,8 @@ def mounts(request: RunRequest) -> Dict[Path, Tuple[str, str]]:
         table[Path(request.paths.cache_dir)] = (COMPILE_CACHE_MOUNT, "rw")
     if request.placement.timing_board is not None:
         table[Path(request.placement.timing_board)] = (TIMING_BOARD_MOUNT, "rw")
+    if request.work.turns is not None:
+        table[Path(request.work.turns.folder)] = (TURNS_MOUNT, "rw")
     for host in table:
         host.mkdir(parents=True, exist_ok=True)
     return {host.resolve(): target for host, target in table.items()}

@@ -52,6 +52,9 @@ def _slots(environment: Environment, options: Options, *, matrix: Matrix, gpus: 
     from matrixbench.executors import slots
     from matrixbench.executors.sequential import SequentialExecutor
 
+    if matrix.turns:   # (check_options refused slots given): a pair of runners at once, one pair at a time
+        note("turns: one runner, or one pair of runners in turns, at a time (the sequential executor)")
+        return SequentialExecutor()
     slot_plan = slots.plan(matrix, options, gpus, environ, note, required=required)
     return SequentialExecutor() if slot_plan is None else slots.SlotsExecutor(slot_plan)
 
@@ -84,6 +87,22 @@ def check_gpu_types(matrix: Matrix, executor: Optional[str]) -> None:
             f"gpu_types {','.join(matrix.gpu_types)}: only --executor ray places work on GPU types (this is "
             f"--executor {executor or 'sequential/slots'}); drop --gpu-types / gpu_types, or run on a Ray cluster "
             "with --executor ray --ray-address HOST:PORT")
+
+
+def check_turns(matrix: Matrix, executor: Optional[str]) -> None:
+    """Runners in turns (matrix setting ``turns``) start a pair at once with nothing else running: only the
+    sequential executor does (without --executor: unless slots are given)."""
+    if not matrix.turns:
+        return
+    if executor in ("slots", RAY):
+        raise OptionConflictError(
+            f"turns: true runs an image comparison's two runners at once, alone on the machine, which only "
+            f"--executor sequential does (this is --executor {executor}); use --executor sequential, or set "
+            "turns: false (--set turns=false)")
+    if executor is None and matrix.slots != AUTO:
+        raise OptionConflictError(
+            f"turns: true with slots {matrix.slots}: runners in turns run one pair at a time, never in slots; drop "
+            "slots (or use --executor sequential), or set turns: false (--set turns=false)")
 
 
 @dataclass(frozen=True)
@@ -120,6 +139,7 @@ def check_options(matrix: Matrix, options: Options) -> None:
     if options.executor not in (None, *EXECUTORS):
         raise OptionConflictError(f"--executor {options.executor!r}: valid are {', '.join(EXECUTORS)}")
     check_gpu_types(matrix, options.executor)
+    check_turns(matrix, options.executor)
     ignored = [scope for scope in SCOPES if scope.given(matrix, options) and options.executor not in scope.executors]
     if ignored and options.executor in WHY_NOT:
         raise OptionConflictError(f"{', '.join(scope.flag for scope in ignored)}: {WHY_NOT[options.executor]}")

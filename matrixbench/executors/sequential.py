@@ -1,9 +1,18 @@
 """One runner at a time: each image's pending repeats, round by round across the images
 (``scheduler.rounds``: repeat 0 in every image, then repeat 1, ...; one runner per image when each
-cell runs once)."""
+cell runs once). With ``turns`` the two runners of an image comparison's pair start at once and take
+turns (``executors.turns``): one pair, or one runner, at a time."""
+import functools
+import shutil
+import threading
+
+from matrixbench.environments.base import Turns
+from matrixbench.executors import turns
 from matrixbench.executors.base import Executor, Run
 from matrixbench.executors.calibration import say_nothing_to_calibrate
 from matrixbench.executors.scheduler import run_order
+from matrixbench.executors.threads import run_threads
+from matrixbench.run.layout import turns_dir
 
 
 class SequentialExecutor(Executor):
@@ -13,6 +22,33 @@ class SequentialExecutor(Executor):
         if run.matrix.exclusive_timing:
             run.progress.note("exclusive_timing: this run has no slots (one runner at a time), so every "
                               "cell is timed alone anyway")
+        if run.matrix.turns:
+            run.serialize_progress()   # a pair's two runners report from two threads
         run.start()
-        for work, repeats in run_order(run.works, units=False):
-            run.launch(work, run.request(work).for_repeats(repeats))
+        if not run.matrix.turns:
+            for work, repeats in run_order(run.works, units=False):
+                run.launch(work, run.request(work).for_repeats(repeats))
+            return
+        for step in turns.steps(run.works, turns.pairs_of(run.works, run.matrix)):
+            if isinstance(step, turns.TurnPair):
+                run_pair(run, step)
+            else:
+                work, repeats = step
+                run.launch(work, run.request(work).for_repeats(repeats))
+
+
+def run_pair(run: Run, pair: turns.TurnPair) -> None:
+    """Both runners of ``pair`` at once, each in a thread of its own (``threads.run_threads``), sharing the baton
+    folder ``<run>/.turns/<key>``, removed once both are done."""
+    folder = turns_dir(run.path, pair.key)
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def launch(side: turns.Side, stopping: threading.Event) -> None:
+        request = run.request(side.work).for_repeats(side.repeats)
+        run.launch(side.work, request.in_turns(Turns(side.role, side.partner, pair.key, folder)))
+
+    try:
+        run_threads([functools.partial(launch, side) for side in pair.sides], run.environment.stop_all,
+                    [f"turns-{side.role}" for side in pair.sides])
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

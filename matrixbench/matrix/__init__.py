@@ -134,6 +134,7 @@ class Matrix:
     calibrate: bool = _default("calibrate")         # measure the slots' interference first (executors/calibration.py)
     calibration_models: Tuple[str, ...] = _default("calibration_models")
     exclusive_timing: bool = _default("exclusive_timing")   # slots time one at a time
+    turns: bool = _default("turns")     # image changes in turns (matrixbench.executors.turns), sequential only
     gpu_types: Tuple[str, ...] = _default("gpu_types")   # () = no GPU-type axis (matrixbench.run.pending)
     # matrix.yaml's ``prices:`` as written (matrixbench.matrix.prices): the report's, not the run's
     prices: Dict[str, JSON] = field(default_factory=dict)
@@ -149,6 +150,8 @@ class Matrix:
         del data["path"]
         if not data["tf32"]:
             del data["tf32"]        # off, a matrix is (and hashes) as before the tf32 axis existed
+        if not data["turns"]:
+            del data["turns"]       # off, a matrix is (and hashes) as before turns existed
         if not data["gpu_types"]:
             del data["gpu_types"]   # without the axis, a matrix is (and hashes) as before it existed
         if not data["prices"]:

@@ -35,6 +35,10 @@ HOST_SETTINGS: Tuple[Setting, ...] = (
             "timing board, runner.timing_board), for zero interference between slots at some wall time; "
             "the wait counts against timeout_s. Records say which mode they ran under.",
             "boolean", default=False, flag="--exclusive-timing"),
+    Setting("turns", "Image changes in turns (docs/turns.md): in each round the two images of an image comparison "
+            "run their runners at once and take turns over a baton (each cell's own part, then alternating blocks), "
+            "so the host's state falls on both sides; the report judges those rounds \"in turns\". Only with the "
+            "sequential executor.", "boolean", default=False),
     Setting("attribution", "Split each change between two images that differ in torch and in transformers into "
             "torch's share and transformers' share: derives and runs bridge images (the torch of one side with "
             "the transformers of the other; matrixbench.matrix.attribution). `run --dry-run` prints what it costs.",

@@ -116,7 +116,7 @@ def _run_with(environment: Environment, matrix: Matrix, options: RunOptions, run
                               note=options.note, command=options.command, order_seed=seed)
     progress.note(environment.describe())
     torch_of = {name: image.torch_version for name, image in matrix.images.items()}
-    order = run_order(works, takes_units(options.executor, matrix.slots, gpus), torch_of)
+    order = run_order(works, takes_units(options.executor, matrix.slots, gpus, matrix.turns), torch_of)
     run = Run(matrix, options, environment, run_path, gpus, environ, works, progress)
     status, stopped_by = "failed", None
     try:
@@ -204,7 +204,7 @@ def check_dry_run(matrix: Matrix, options: RunOptions) -> None:
         _resolve_gpus(environment, device, NullProgress())
     environment.refuse(list(matrix.images.values()))
     if isinstance(matrix.slots, int) and device is not None and takes_units(options.executor, matrix.slots,
-                                                                              device == "cuda"):
+                                                                              device == "cuda", matrix.turns):
         plan_slots(matrix.slots, device == "cuda")   # more slots than cores (or GPUs) is refused here too
     run_path = run_dir(options.results_root, options.run_name)
     works = pending_work(matrix, run_path, force=options.force, retry_failed=options.retry_failed)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from matrixbench.errors import ResultsFolderError, ResultsFolderUnwritableError, RunLockedError, name_too_long
 from matrixbench.redact import redact_data
-from matrixbench.run.layout import lock_path, scratch_dirs, timing_board_dir
+from matrixbench.run.layout import lock_path, scratch_dirs, timing_board_dir, turns_dir
 from matrixbench.run.results_files import Unvouched, read_json
 from runner.files import ROOM_PREFIX
 
@@ -242,7 +242,7 @@ def clean_scratch(run_path):
     """Remove scratch folders a killed run left under the run folder; return how many.
     Call only while holding the run's lock: no runner of this run is alive then."""
     removed = 0
-    for scratch in scratch_dirs(run_path):
+    for scratch in [*scratch_dirs(run_path), *([turns] if (turns := turns_dir(run_path)).exists() else [])]:
         shutil.rmtree(scratch, ignore_errors=True)
         removed += 1
     for room in Path(run_path).glob(f"*/{ROOM_PREFIX}*.tmp"):   # the disk space a killed runner held

@@ -3,6 +3,7 @@ the run's manifest, lock, log, cells file and timing board live.
 
     results/<run>/                         run_dir (the run name a folder name)
         run.json  run.lock  .timing-board/   MANIFEST_FILENAME, LOCK_FILENAME, TIMING_BOARD_DIRNAME
+        .turns/<key>/                      turns_dir: one pair of runners in turns (matrixbench.executors.turns)
         noise_check.json  .noise-check/    NOISE_CHECK_FILENAME, NOISE_CHECK_DIRNAME (a GPU run's noise check)
         [<gpu_type>/]<image>/              image_dir (a GPU-type axis adds its folder)
             <cell_id>[.r<k>].json          the records (runner.schema.record_path: the runner's contract)
@@ -31,6 +32,7 @@ MAX_NAME = 96
 MANIFEST_FILENAME = "run.json"
 LOCK_FILENAME = "run.lock"
 TIMING_BOARD_DIRNAME = ".timing-board"
+TURNS_DIRNAME = ".turns"   # the batons of runners in turns, one folder per pair launch (removed after it)
 CELLS_FILENAME = "cells.json"
 LOG_FILENAME = "runner.log"        # every environment appends the runner's output to it
 SELFTEST_FILENAME = "selftest.json"   # `matrixbench selftest`'s result, in the run folder (the report shows it)
@@ -103,6 +105,12 @@ def calibration_dir(image_folder: PathLike, phase: str, slot_index: int) -> Path
 def scratch_dirs(run_path: PathLike) -> list[Path]:
     """The runners' scratch folders under a run folder (those a killed run leaves behind)."""
     return sorted(Path(run_path).glob(f"*/{SCRATCH_DIRNAME}"))
+
+
+def turns_dir(run_path: PathLike, key: Optional[str] = None) -> Path:
+    """Where a pair of runners in turns keeps its batons: ``<run>/.turns/<key>`` (no key: the folder of them all)."""
+    folder = Path(run_path) / TURNS_DIRNAME
+    return folder / key if key is not None else folder
 
 
 def timing_board_dir(run_path: PathLike) -> Path:

@@ -20,6 +20,10 @@ class _Image(Protocol):
     def name(self) -> str: ...
 
 
+class _Turns(Protocol):
+    def to_dict(self, folder: Optional[str] = None) -> Dict[str, str]: ...
+
+
 class _Work(Protocol):
     @property
     def settings(self) -> Mapping[str, object]: ...
@@ -32,6 +36,9 @@ class _Work(Protocol):
 
     @property
     def schedule(self) -> Sequence[Tuple[int, int]]: ...
+
+    @property
+    def turns(self) -> Optional[_Turns]: ...
 
 
 class _Paths(Protocol):
@@ -53,10 +60,12 @@ class Request(Protocol):
 
 
 def runner_input(request: Request, image_id: Optional[str] = None,
-                 cells: Optional[Sequence[Cell]] = None) -> Dict[str, object]:
+                 cells: Optional[Sequence[Cell]] = None, turns_folder: Optional[str] = None) -> Dict[str, object]:
     """The runner's cells document: settings, image name and id, the cells (``cells``: as the runner
-    sees them, in the request's order, e.g. at a container's mounts; default the request's), and the
-    run order (``repeats``: [cell index, repeat index] pairs) with the seed it was shuffled with."""
+    sees them, in the request's order, e.g. at a container's mounts; default the request's), the
+    run order (``repeats``: [cell index, repeat index] pairs) with the seed it was shuffled with, and, for a
+    runner in turns, ``turns`` ({folder, role, partner, key}; ``turns_folder``: the shared folder as the runner
+    sees it, e.g. a container's mount point; default the host's)."""
     document: Dict[str, object] = {
         "schema_version": CELLS_SCHEMA_VERSION,
         "settings": dict(request.work.settings),
@@ -68,11 +77,20 @@ def runner_input(request: Request, image_id: Optional[str] = None,
         document["order_seed"] = request.work.order_seed
     if request.work.schedule:
         document["repeats"] = [[cell, repeat] for cell, repeat in request.work.schedule]
+    if request.work.turns is not None:
+        document["turns"] = request.work.turns.to_dict(turns_folder)
     return document
 
 
 def write_cells_file(request: Request, image_id: Optional[str] = None, path: Optional[Union[str, Path]] = None,
-                     cells: Optional[Sequence[Cell]] = None) -> Path:
-    """Write the runner's input (``runner_input``) atomically (sorted keys); return its path."""
+                     cells: Optional[Sequence[Cell]] = None, turns_folder: Optional[str] = None) -> Path:
+    """Write the runner's input (``runner_input``) atomically (sorted keys), its secrets hidden; return its path.
+    The ``turns`` object is the host's own (no secret in it) and is written as is: its ``key`` names a secret
+    to ``redact_data``, and the pair's two records must carry it unchanged."""
     path = Path(path) if path is not None else Path(request.paths.out_dir) / CELLS_FILENAME
-    return write_json_atomic(path, redact_data(runner_input(request, image_id, cells)))
+    document = runner_input(request, image_id, cells, turns_folder)
+    turns = document.pop("turns", None)
+    written = redact_data(document)
+    if turns is not None:
+        written["turns"] = turns
+    return write_json_atomic(path, written)

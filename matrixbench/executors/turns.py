@@ -1,0 +1,136 @@
+"""Image changes in turns (matrix setting ``turns``; docs/turns.md, issue 34): which runners of a sequential run
+start at once, in pairs, and take turns over a baton (runner.baton) instead of running one after the other.
+
+The pairs are the images of the matrix's image comparisons (``image_pairs``: the one list of comparisons,
+``matrixbench.matrix.comparisons``, whose two sides are two images), disjoint, in the list's order: a chain
+A -> B -> C pairs A with B and leaves C alone. In each round (``scheduler.rounds``: one repeat index) a pair's two
+runners get the repeats both still need, in one order (``round_steps``); the pair's baseline takes the ``first``
+role in even rounds and the candidate in odd ones, so neither image always starts; each pair launch gets a key of
+its own. A repeat only one side needs (the other's is recorded: a resumed run) runs alone, as without turns.
+
+Pure functions over the run's works: the sequential executor runs ``steps`` and ``run --dry-run`` prints them.
+"""
+import uuid
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+
+from matrixbench.executors.scheduler import Part, rounds
+from matrixbench.matrix.comparisons import Comparison
+from matrixbench.run.pending import ImageWork
+from runner.baton import ROLES
+from runner.core import Repeat
+
+FIRST, SECOND = ROLES
+Pair = Tuple[str, str]   # (baseline image label, candidate image label)
+
+
+@dataclass(frozen=True)
+class Side:
+    """One runner of a pair in turns: its image's work, the repeats it runs (the pair's, in the pair's order), its
+    role (``first``/``second``) and its partner's image name."""
+
+    work: ImageWork
+    repeats: List[Repeat]
+    role: str
+    partner: str
+
+
+@dataclass(frozen=True)
+class TurnPair:
+    """Two runners started at once that take turns on the same repeats: ``sides`` (first, second) and ``key``,
+    the pair launch's own (its baton folder's name, the records' ``timing.turns.key``)."""
+
+    key: str
+    sides: Tuple[Side, Side]
+
+
+Step = Union[Part[ImageWork], TurnPair]   # a runner alone (image work, repeats), or a pair in turns
+
+
+def new_key() -> str:
+    """A pair launch's key: unique per launch (uuid4 hex)."""
+    return uuid.uuid4().hex
+
+
+def image_pairs(comparisons: Iterable[Comparison]) -> List[Pair]:
+    """The images that take turns: the (baseline, candidate) image labels of ``comparisons`` whose sides are two
+    images (image changes, A/A changes, bridge steps), each image in one pair at most, in the list's order."""
+    pairs: List[Pair] = []
+    taken: Set[str] = set()
+    for comparison in comparisons:
+        pair = (comparison.baseline[0], comparison.candidate[0])
+        if pair[0] != pair[1] and not taken & set(pair):
+            pairs.append(pair)
+            taken |= set(pair)
+    return pairs
+
+
+def pairs_of(works: Sequence[ImageWork], matrix: object) -> List[Pair]:
+    """The pairs among ``works`` (a run's, a wave's): ``image_pairs`` of the comparisons among their cells, the
+    report's and the waves' one list (``adaptive.comparisons``, with the matrix's A/A twins and bridges)."""
+    from matrixbench.executors.adaptive import comparisons
+    from matrixbench.matrix.comparisons import roles_of
+
+    return image_pairs(comparisons(works, roles_of(matrix)))
+
+
+def steps(works: Sequence[ImageWork], pairs: Sequence[Pair], key: Callable[[], str] = new_key) -> List[Step]:
+    """The sequential run's runners in order (``scheduler.rounds`` across the images, one runner at a time), with
+    the runners of each pair in ``pairs`` started at once on the repeats both need (``round_steps``)."""
+    ordered = rounds([(work, work.pending) for work in works if work.pending])
+    by_round: Dict[int, List[Part[ImageWork]]] = {}
+    for work, repeats in ordered:
+        by_round.setdefault(repeats[0].index, []).append((work, repeats))
+    return [step for index, parts in by_round.items() for step in round_steps(parts, pairs, index, key)]
+
+
+def round_steps(parts: Sequence[Part[ImageWork]], pairs: Sequence[Pair], index: int,
+                key: Callable[[], str] = new_key) -> List[Step]:
+    """One round's runners (``parts``: its (image work, repeats) in the round's order) as they start: at the
+    place of a pair's first image in the round, the pair in turns on the repeats both sides have (by cell id, in
+    the baseline's order; ``first``: the baseline in even rounds, the candidate in odd ones), then at each image's
+    own place its repeats the other side lacks, alone."""
+    by_label = {work.label: (work, repeats) for work, repeats in parts}
+    partner_of = {label: pair for pair in pairs for label in pair if all(side in by_label for side in pair)}
+    shared = {pair: _shared(by_label[pair[0]][1], by_label[pair[1]][1]) for pair in set(partner_of.values())}
+    found: List[Step] = []
+    started: Set[Pair] = set()
+    for work, repeats in parts:
+        pair = partner_of.get(work.label)
+        common = shared.get(pair, []) if pair else []
+        if pair is not None and common and pair not in started:
+            started.add(pair)
+            found.append(_turn_pair(by_label[pair[0]], by_label[pair[1]], common, index, key()))
+        taken = {repeat.cell.id for repeat in common}
+        alone = [repeat for repeat in repeats if repeat.cell.id not in taken]
+        if alone:
+            found.append((work, alone))
+    return found
+
+
+def _shared(baseline: Sequence[Repeat], candidate: Sequence[Repeat]) -> List[Repeat]:
+    """The baseline's repeats whose cell (by id) the candidate's repeats have too, in the baseline's order."""
+    wanted = {repeat.cell.id for repeat in candidate}
+    return [repeat for repeat in baseline if repeat.cell.id in wanted]
+
+
+def _turn_pair(baseline: Part[ImageWork], candidate: Part[ImageWork], common: Sequence[Repeat], index: int,
+               key: str) -> TurnPair:
+    """The pair's two sides on ``common`` (the baseline's repeats; the candidate runs its own repeats of the same
+    cell ids, in that order); ``first``: the baseline on even rounds, the candidate on odd ones."""
+    own = {repeat.cell.id: repeat for repeat in candidate[1]}
+    base_work, cand_work = baseline[0], candidate[0]
+    base = (base_work, list(common), cand_work.image_name)
+    cand = (cand_work, [own[repeat.cell.id] for repeat in common], base_work.image_name)
+    first, second = (base, cand) if index % 2 == 0 else (cand, base)
+    return TurnPair(key, (Side(first[0], first[1], FIRST, first[2]), Side(second[0], second[1], SECOND, second[2])))
+
+
+def describe(step: Step) -> List[Tuple[ImageWork, Repeat, Optional[str]]]:
+    """A step's processes as (image work, repeat, how it runs: "in turns with <partner>, <role>" or None alone), for
+    ``run --dry-run``."""
+    if isinstance(step, TurnPair):
+        return [(side.work, repeat, f"in turns with {side.partner}, {side.role}")
+                for side in step.sides for repeat in side.repeats]
+    work, repeats = step
+    return [(work, repeat, None) for repeat in repeats]

@@ -1,0 +1,224 @@
+"""Image changes in turns (matrix setting ``turns``, executors/turns.py): which runners start at once in pairs, the
+cells file's ``turns`` object each backend writes, the sequential executor starting a pair at once, and the
+executors that refuse turns."""
+import dataclasses
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from docker_fakes import FakeImage, FakeSDK
+from host_helpers import (
+    RecordingBackend,
+    local_run_options,
+    make_record,
+    small_matrix_data,
+    use_backend,
+    write_matrix,
+    write_stand_in,
+)
+from matrixbench.build import docker_client
+from matrixbench.environments.base import ImageRef, Paths, RunRequest, Turns, Work
+from matrixbench.environments.docker import TURNS_MOUNT, DockerBackend
+from matrixbench.environments.local import LocalBackend
+from matrixbench.errors import OptionConflictError, RunError
+from matrixbench.executors import check_options, create_executor
+from matrixbench.executors.scheduler import takes_units
+from matrixbench.executors.sequential import SequentialExecutor
+from matrixbench.executors.turns import TurnPair, image_pairs, round_steps, steps
+from matrixbench.matrix import Overrides, expand_cells, load_matrix
+from matrixbench.matrix.comparisons import AA_CHANGE, IMAGE_CHANGE, SPEEDUP, Comparison
+from matrixbench.run.command import RunOptions, run_matrix
+from matrixbench.run.layout import image_dir, turns_dir
+from matrixbench.run.pending import ImageWork, interleaved
+from runner.core import Cell, Repeat
+from runner.schema import CELLS_SCHEMA_VERSION, write_record
+
+CELLS = [Cell(model, "image-classification", "random", "tiny", 1, mode, False, "float32")
+         for model in ("vit", "resnet") for mode in ("eager", "default")]
+
+
+def work(label, pending, cells=CELLS):
+    return ImageWork(label, Path("/results/r") / label, list(cells), list(pending))
+
+
+def comparison(kind, baseline, candidate, cell=CELLS[0]):
+    return Comparison(kind, (baseline, cell), (candidate, cell))
+
+
+def keys():
+    counter = iter(range(1000))
+    return lambda: f"k{next(counter)}"
+
+
+# --- pairing --------------------------------------------------------------------------------
+
+def test_image_pairs_are_disjoint_in_list_order_and_skip_comparisons_within_one_image():
+    found = [comparison(SPEEDUP, "a", "a"), comparison(IMAGE_CHANGE, "a", "b"), comparison(IMAGE_CHANGE, "a", "b"),
+             comparison(IMAGE_CHANGE, "b", "c"), comparison(AA_CHANGE, "c", "c-aa")]
+    assert image_pairs(found) == [("a", "b"), ("c", "c-aa")]
+
+
+def test_two_images_run_each_round_as_one_pair_whose_first_role_alternates_by_round():
+    repeats = interleaved(CELLS, 3, seed=5)
+    found = steps([work("stable", repeats), work("latest", repeats)], [("stable", "latest")], keys())
+    assert all(isinstance(step, TurnPair) for step in found) and len(found) == 3
+    assert [[(side.work.label, side.role, side.partner) for side in step.sides] for step in found] == [
+        [("stable", "first", "latest"), ("latest", "second", "stable")],
+        [("latest", "first", "stable"), ("stable", "second", "latest")],
+        [("stable", "first", "latest"), ("latest", "second", "stable")]]
+    for index, step in enumerate(found):
+        first, second = step.sides
+        assert first.repeats == second.repeats == [r for r in repeats if r.index == index]   # same order both sides
+    assert [step.key for step in found] == ["k0", "k1", "k2"]
+
+
+def test_a_third_image_of_the_chain_runs_alone_in_its_place_of_the_round():
+    repeats = interleaved(CELLS, 2, seed=1)
+    works = [work(name, repeats) for name in ("stable", "nightly", "latest")]
+    found = steps(works, image_pairs([comparison(IMAGE_CHANGE, "stable", "nightly"),
+                                      comparison(IMAGE_CHANGE, "nightly", "latest")]), keys())
+    shape = [("pair", [s.work.label for s in step.sides]) if isinstance(step, TurnPair) else ("alone", step[0].label)
+             for step in found]
+    # round 0: stable, nightly, latest; round 1 reversed (ABBA): latest alone first, then the pair, candidate first
+    assert shape == [("pair", ["stable", "nightly"]), ("alone", "latest"),
+                     ("alone", "latest"), ("pair", ["nightly", "stable"])]
+
+
+def test_a_repeat_one_side_already_recorded_runs_alone_on_the_other():
+    repeats = interleaved(CELLS, 1, seed=2)
+    recorded = repeats[1]          # latest has it (a resumed run): stable runs it alone
+    parts = [(work("stable", repeats), repeats), (work("latest", repeats), [r for r in repeats if r != recorded])]
+    found = round_steps(parts, [("stable", "latest")], 0, keys())
+    pair, alone = found
+    assert isinstance(pair, TurnPair)
+    assert [side.repeats for side in pair.sides] == [[r for r in repeats if r != recorded]] * 2
+    assert alone[0].label == "stable" and alone[1] == [recorded]
+
+
+def test_sides_with_no_repeat_in_common_run_alone_and_keys_are_unique():
+    stable = [Repeat(CELLS[0]), Repeat(CELLS[1])]
+    latest = [Repeat(CELLS[2])]
+    found = round_steps([(work("stable", stable), stable), (work("latest", latest), latest)], [("stable", "latest")], 0)
+    assert [step[0].label for step in found] == ["stable", "latest"]   # (work, repeats): alone, as without turns
+    pairs = steps([work("stable", interleaved(CELLS, 4, 0)), work("latest", interleaved(CELLS, 4, 0))],
+                  [("stable", "latest")])
+    assert len({step.key for step in pairs}) == 4 and all(len(step.key) == 32 for step in pairs)
+
+
+# --- the cells file -------------------------------------------------------------------------
+
+def turns_request(tmp_path, role="first"):
+    paths = Paths(tmp_path / "results" / "run1" / "stable", hf_cache_dir=tmp_path / "hf")
+    request = RunRequest(ImageRef("stable"), Work(CELLS[:2], {"iterations": 2, "device": "cpu"}), paths)
+    return request.in_turns(Turns(role, "latest", "abc123", tmp_path / "results" / "run1" / ".turns" / "abc123"))
+
+
+def test_the_local_backend_writes_the_host_folder_in_the_cells_file(tmp_path):
+    request = turns_request(tmp_path)
+    request.paths.out_dir.mkdir(parents=True)
+    assert LocalBackend(python=str(write_stand_in(tmp_path / "python-stand-in"))).run(request) == 0
+    doc = json.loads((request.paths.out_dir / "seen.json").read_text())["doc"]
+    assert doc["schema_version"] == CELLS_SCHEMA_VERSION
+    assert doc["turns"] == {"folder": str(tmp_path / "results" / "run1" / ".turns" / "abc123"), "role": "first",
+                            "partner": "latest", "key": "abc123"}
+
+
+def test_a_runner_alone_gets_no_turns_key(tmp_path):
+    request = dataclasses.replace(turns_request(tmp_path), work=Work(CELLS[:2], {"iterations": 2}))
+    request.paths.out_dir.mkdir(parents=True)
+    assert LocalBackend(python=str(write_stand_in(tmp_path / "python-stand-in"))).run(request) == 0
+    assert "turns" not in json.loads((request.paths.out_dir / "seen.json").read_text())["doc"]
+
+
+def test_docker_mounts_the_turns_folder_at_slash_turns_and_the_cells_file_says_so(tmp_path):
+    sdk = FakeSDK()
+    sdk.images_by_tag["matrixbench:stable"] = FakeImage(
+        "matrixbench:stable", {"matrixbench": "1", "matrixbench.torch": "2.0.1"}, "sha256:stable")
+    request = turns_request(tmp_path, role="second")
+    assert DockerBackend(client=docker_client.DockerClient(sdk)).run(request) == 0
+    (container,) = sdk.started
+    binds = {spec["bind"]: (host, spec["mode"]) for host, spec in container.kwargs["volumes"].items()}
+    assert binds[TURNS_MOUNT] == (str(request.work.turns.folder.resolve()), "rw") and TURNS_MOUNT == "/turns"
+    assert request.work.turns.folder.is_dir()   # made here, so Docker does not make it as root
+    doc = json.loads((request.paths.out_dir / "cells.json").read_text())
+    assert doc["turns"] == {"folder": "/turns", "role": "second", "partner": "latest", "key": "abc123"}
+
+
+def test_a_role_outside_the_batons_is_refused():
+    with pytest.raises(RunError, match="turns role: must be one of first, second, got 'third'"):
+        Turns("third", "latest", "k", Path("/t"))
+
+
+# --- the sequential executor ----------------------------------------------------------------
+
+class PairedBackend(RecordingBackend):
+    """Runs a runner in turns only once its partner runs too (a barrier of two: a runner started alone would wait
+    out the timeout and fail the test); notes how many runners ran at each start and the turns folder's state."""
+
+    def __init__(self):
+        super().__init__()
+        self.barrier, self.lock, self.now, self.seen = threading.Barrier(2, timeout=10), threading.Lock(), 0, []
+
+    def run(self, request):
+        with self.lock:
+            self.now += 1
+            self.seen.append((request.image.name, request.work.turns, self.now, [r.id for r in request.repeats()]))
+        try:
+            if request.work.turns is not None:
+                assert request.work.turns.folder.is_dir()
+                self.barrier.wait()       # both sides of the pair running at once
+            return super().run(request)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+def turns_matrix(tmp_path, **settings):
+    data = {**small_matrix_data(), "turns": True, "repeats": 2, **settings}
+    return load_matrix(write_matrix(tmp_path, data), Overrides(models=["vit"], batch_sizes=[1]))
+
+
+def test_the_sequential_executor_starts_a_pair_at_once_and_a_repeat_one_side_has_alone(tmp_path, monkeypatch):
+    backend = use_backend(monkeypatch, PairedBackend())
+    matrix = turns_matrix(tmp_path)
+    eager = next(cell for cell in expand_cells(matrix) if cell.mode == "eager")
+    recorded = make_record(eager)
+    recorded.repeat = 1
+    write_record(image_dir(tmp_path / "results" / "r1", "latest"), recorded)   # latest has it: stable's runs alone
+    run_matrix(matrix, local_run_options(tmp_path, executor="sequential"))
+
+    in_turns = [(name, turns.key, turns.role, turns.partner, ids) for name, turns, _, ids in backend.seen if turns]
+    alone = [(name, now, ids) for name, turns, now, ids in backend.seen if turns is None]
+    assert alone == [("stable", 1, [f"{eager.id}.r1"])]                # started with nothing else running
+    assert max(now for _, turns, now, _ in backend.seen if turns) == 2     # a pair's runners overlapped
+    by_key = {}
+    for name, key, role, partner, ids in in_turns:
+        by_key.setdefault(key, {})[name] = (role, partner, ids)
+    first, second = by_key.values()                                        # one key per pair launch, two launches
+    assert (first["stable"][:2], first["latest"][:2]) == (("first", "latest"), ("second", "stable"))
+    assert (second["latest"][:2], second["stable"][:2]) == (("first", "stable"), ("second", "latest"))
+    assert first["stable"][2] == first["latest"][2] and len(first["stable"][2]) == 2   # same repeats, same order
+    assert second["stable"][2] == second["latest"][2] and len(second["stable"][2]) == 1
+    run_path = tmp_path / "results" / "r1"
+    assert not any(turns_dir(run_path).iterdir())                          # each pair's folder removed after it
+    cells_file = json.loads((image_dir(run_path, "latest") / "cells.json").read_text())
+    assert cells_file["turns"]["role"] == "first" and cells_file["turns"]["partner"] == "stable"
+
+
+@pytest.mark.parametrize("executor", ["slots", "ray"])
+def test_turns_refuse_the_slots_and_ray_executors_naming_the_fix(tmp_path, executor):
+    matrix = turns_matrix(tmp_path)
+    with pytest.raises(OptionConflictError, match="turns: true .* use --executor sequential, or set turns: false"):
+        check_options(matrix, RunOptions(executor=executor))
+
+
+def test_turns_with_slots_given_and_no_executor_are_refused_and_without_slots_run_sequential(tmp_path):
+    with pytest.raises(OptionConflictError, match="turns: true with slots 2: .* drop slots"):
+        check_options(turns_matrix(tmp_path, slots=2), RunOptions())
+    matrix = turns_matrix(tmp_path)
+    check_options(matrix, RunOptions())
+    assert isinstance(create_executor(None, RunOptions(), matrix=matrix, gpus=True, environ={}, note=lambda line: None),
+                      SequentialExecutor)
+    assert not takes_units(None, "auto", True, turns=True) and takes_units(None, "auto", True)
