@@ -16,7 +16,7 @@ from matrixbench.matrix.settings import BY_NAME
 from matrixbench.report import host_notes
 from matrixbench.report.published import MODEL_NAMES
 from matrixbench.report.records import cell_fields, plain_value
-from matrixbench.report.stats import cell_estimate
+from matrixbench.report.stats import Turns, cell_estimate
 from runner import axes
 from runner.core import MODES, TASKS
 
@@ -154,7 +154,8 @@ def combine_repeats(records, key):
     ok processes ran on, each once, sorted: the runner's ``environment.gpu_uuid``, else the slot's;
     empty on the CPU),
     ``failed_processes``, ``process_means``, ``process_rounds`` (each ok process's (run, repeat),
-    process_round), ``process_samples``, ``process_first_call_s`` (each ok
+    process_round), ``process_turns`` (each ok process's blocks in turns, as its rounds: process_turns),
+    ``process_samples``, ``process_first_call_s`` (each ok
     process's first call, in repeat order: the first compiles cold unless the image's compile
     cache was warm, the later ones warm), ``between_cv`` (the CV of the
     process means; None with fewer than 2) and ``between_noisy`` (it exceeds the cell's
@@ -174,12 +175,13 @@ def _combined(group):
              "process_pairs": [process_pairs(row) for row in sorted(ok, key=_repeat)]}
     if not ok:
         return {**group[-1], **where, "processes": 0, "failed_processes": len(group), "process_means": [],
-                "process_rounds": [],
+                "process_rounds": [], "process_turns": [],
                 "process_samples": [], "process_first_call_s": [], "between_cv": None, "between_noisy": False}
     samples = [row["timing.samples_ms"] or [row["timing.mean_ms"]] for row in ok]
     means = [row["timing.mean_ms"] for row in ok]
     row = {**ok[-1], **where, "processes": len(ok), "failed_processes": len(group) - len(ok),
            "process_means": means, "process_rounds": [process_round(process) for process in ok],
+           "process_turns": [process_turns(process) for process in ok],
            "process_samples": samples, "between_cv": None, "between_noisy": False,
            "process_first_call_s": [process["timing.first_call_s"] for process in sorted(ok, key=_repeat)]}
     if len(ok) > 1:
@@ -218,6 +220,20 @@ def process_pairs(row):
             return []
         found.append((float(values[0]), float(values[1])))
     return found
+
+
+def process_turns(row):
+    """One process's blocks timed in turns with a partner process (``timing.turns``: docs/turns.md) as a
+    stats.Turns; None where the record has none (a cell not run in turns, records before schema 5) or its
+    fields are not what the runner writes (the reader let them through)."""
+    image, key, partner = row.get("image"), row.get("timing.turns.key"), row.get("timing.turns.partner")
+    blocks, role = row.get("timing.turns.block_ms"), row.get("timing.turns.role")
+    if not all(isinstance(value, str) and value for value in (image, key, partner)) or not isinstance(blocks, list):
+        return None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+               for v in blocks):
+        return None
+    return Turns(image, key, partner, tuple(float(value) for value in blocks), role if isinstance(role, str) else None)
 
 
 def require_positive(row):

@@ -12,11 +12,13 @@ verdict (report.verdicts: Welch's t on the two sides' log process means, stats.j
   Interval columns are empty when a side has one process ("not tested"). ``pairing``: how the two sides
   were judged: "paired by round" (an image change, A/A change or mode change whose two cells ran in one run
   and share 2 or more rounds: stats.judge_by_round on each shared round's log ratio), "paired blocks"
-  (``paired_speedup``) or "unpaired" (Welch on the two sides' process estimates); empty when not tested.
+  (``paired_speedup``), "in turns" (an image change whose rounds' two processes took turns, docs/turns.md, in 2 or
+  more rounds: stats.judge_sides on each such round's median block log ratio) or "unpaired" (Welch on the two
+  sides' process estimates); empty when not tested.
   ``paired_rounds`` (the last column, added with issue 34's shared rounds): for a row paired by round, the
   rounds it was judged on (both sides ran them; ``baseline_processes`` / ``candidate_processes`` are each
-  side's processes, so their sum less 2 x ``paired_rounds`` is the rounds only one side ran, left out);
-  empty for other rows.
+  side's processes, so their sum less 2 x ``paired_rounds`` is the rounds only one side ran, left out); for a
+  row in turns, the rounds in turns it was judged on; empty for other rows.
 
 Kinds:
 

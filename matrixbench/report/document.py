@@ -41,6 +41,14 @@ _BY_ROUND = (
     "repeats: auto added for another comparison) is left out and counted: \"paired by round (5 of 7 rounds; 2 only "
     "one side ran)\". \"unpaired\": Welch's t as above, where the two cells share fewer rounds (another run, "
     "failed processes).")
+_IN_TURNS = (
+    "\"in turns\": the two images' processes of a round ran at the same time and, after their own timed loops, "
+    "timed blocks of calls in turns (docs/turns.md), so the host's state fell on both sides of each block pair; a "
+    "round's log ratio is the median over the blocks both measured, and the interval Student's t on those rounds' log "
+    f"ratios (rounds - 1 degrees of freedom), with {stats.MIN_PROCESSES} or more such rounds. Its % is the blocks' "
+    "change, not the ratio of the two cells' ms (their own loops, which did not take turns). A round without turns "
+    "(a side lost the baton before its first block, or the two did not take turns together) is left out and counted: "
+    "\"in turns (2 of 3 rounds; 1 not in turns)\".")
 _MODE_BY_ROUND = (
     "A mode's change against default is judged paired by round on the rounds both cells ran in one run "
     "(comparisons.csv's pairing: \"paired by round\", Student's t on the shared rounds' log ratios; paired_rounds: "
@@ -229,6 +237,8 @@ def assemble(cells, published, notes, charts, sources=None, calibration=(), pric
         legends["per_device"] += " " + tables.flag_legend(flags)
     if any(row.get("pairing") == stats.PAIRED_BY_ROUND for row in derived):
         legends["image_pairs"] += " " + _BY_ROUND
+    if any(row.get("pairing") == stats.IN_TURNS for row in derived):
+        legends["image_pairs"] += " " + _IN_TURNS
     if any(row.get("pairing") == stats.PAIRED_BY_ROUND and row.get("kind") == MODE_CHANGE for row in derived):
         legends["compile_modes"] += " " + _MODE_BY_ROUND + " " + _mode_pairing_counts(derived)
     if tables.mixed_rows(cells):

@@ -45,8 +45,8 @@ VERDICTS = ("faster", "slower", "no change", "undecided", "not tested")
 FASTER, SLOWER, NO_CHANGE, UNDECIDED, UNTESTED = VERDICTS
 DECIDED = (FASTER, SLOWER, NO_CHANGE)
 STARRED = (FASTER, SLOWER)
-PAIRINGS = ("unpaired", "paired by round", "paired blocks")
-UNPAIRED, PAIRED_BY_ROUND, PAIRED_BLOCKS = PAIRINGS
+PAIRINGS = ("unpaired", "paired by round", "paired blocks", "in turns")
+UNPAIRED, PAIRED_BY_ROUND, PAIRED_BLOCKS, IN_TURNS = PAIRINGS
 
 
 @dataclass(frozen=True)
@@ -62,13 +62,18 @@ class Judgement:
     detectable_pct: Optional[float]   # the change (in %) this comparison would star 80% of the time (POWER)
     margin_pct: Optional[float] = None  # the equivalence margin the verdict was made at
     p_value: Optional[float] = None   # two-sided, of no change (for benjamini_hochberg); None when not tested
-    pairing: str = "unpaired"         # UNPAIRED, PAIRED_BY_ROUND (judge_by_round) or PAIRED_BLOCKS (judge_paired)
-    rounds_left_out: int = 0          # paired by round: the rounds only one side ran, not judged (judge_sides)
+    pairing: str = "unpaired"         # UNPAIRED, PAIRED_BY_ROUND (judge_by_round), PAIRED_BLOCKS (judge_paired)
+    #                                   or IN_TURNS (judge_sides on rounds_in_turns)
+    rounds_left_out: int = 0          # paired by round: the rounds only one side ran; in turns: the rounds without
+    #                                   turns both sides share (judge_sides); not judged
+    rounds_in_turns: Optional[int] = None   # in turns: the rounds judged (each a pair of processes in turns)
 
     @property
     def paired_rounds(self) -> Optional[int]:
-        """The rounds a comparison paired by round was judged on (both sides ran them); None when not paired by
-        round."""
+        """The rounds a comparison paired by round (both sides ran them) or in turns (``rounds_in_turns``) was
+        judged on; None for other pairings."""
+        if self.pairing == IN_TURNS:
+            return self.rounds_in_turns
         if self.pairing != PAIRED_BY_ROUND:
             return None
         return (self.baseline_processes + self.candidate_processes - self.rounds_left_out) // 2
@@ -362,18 +367,27 @@ def judge_by_round(baseline_by_round, candidate_by_round, *, margin_pct: float,
     ``candidate_by_round[r]`` are the two sides' process estimates (ms) of round r (run.json's
     ``order.positions``: each round's A and B ran under the same machine state), None where a side has no
     process that round. Each complete round gives one log difference, so a state the round shared
-    (drift, a warm-up, a step) cancels; Student's t on them (rounds - 1 df). Fewer than MIN_PROCESSES
-    complete rounds: "not tested"."""
+    (drift, a warm-up, a step) cancels; Student's t on them (rounds - 1 df, ``judge_log_ratios``). Fewer than
+    MIN_PROCESSES complete rounds: "not tested"."""
     pairs = [(b, c) for b, c in zip(baseline_by_round, candidate_by_round) if b is not None and c is not None]
-    differences = np.asarray([math.log(float(c)) - math.log(float(b)) for b, c in pairs])
-    count = len(pairs)
+    return judge_log_ratios([math.log(float(c)) - math.log(float(b)) for b, c in pairs], margin_pct=margin_pct,
+                            confidence=confidence)
+
+
+def judge_log_ratios(log_ratios: Sequence[float], *, margin_pct: float, confidence: float = CONFIDENCE,
+                     pairing: str = PAIRED_BY_ROUND) -> Judgement:
+    """candidate / baseline from one log ratio (log candidate - log baseline) a round: the geometric mean ratio
+    with Student's t interval (rounds - 1 df; judge_by_round_many), process counts the rounds. What
+    judge_by_round judges (its rounds' two process estimates) and judge_sides in turns (each round's
+    ``turn_log_ratio``), ``pairing`` saying which. Fewer than MIN_PROCESSES rounds: "not tested"."""
+    differences = np.asarray([float(value) for value in log_ratios], dtype=float)
+    count = len(differences)
     if count < MIN_PROCESSES:
         ratio = float(np.exp(differences.mean())) if count else float("nan")
-        return Judgement(ratio, None, None, UNTESTED, count, count, None, margin_pct, pairing=PAIRED_BY_ROUND)
+        return Judgement(ratio, None, None, UNTESTED, count, count, None, margin_pct, pairing=pairing)
     found = judge_by_round_many(differences[None, :], margin_pct=margin_pct, confidence=confidence)
     return Judgement(float(found.ratio[0]), float(found.low[0]), float(found.high[0]), str(found.verdict[0]),
-                     count, count, float(found.detectable_pct[0]), margin_pct, float(found.p_value[0]),
-                     PAIRED_BY_ROUND)
+                     count, count, float(found.detectable_pct[0]), margin_pct, float(found.p_value[0]), pairing)
 
 
 @dataclass(frozen=True)
@@ -431,20 +445,87 @@ def _run(side: dict):
     return next(iter(side))[0]
 
 
-def judge_sides(baseline_estimates, candidate_estimates, *, margin_pct: float, rounds=None,
+def judge_sides(baseline_estimates, candidate_estimates, *, margin_pct: float, rounds=None, turns=None,
                 confidence: float = CONFIDENCE) -> Judgement:
     """The one judgement of two cells' processes that the report (verdicts.judge_cells) and the waves of
-    ``repeats: auto`` (executors.adaptive) both make: paired by round (``judge_by_round``) on the rounds both
+    ``repeats: auto`` (executors.adaptive) both make: in turns (``judge_log_ratios`` on ``rounds_in_turns``) where
+    ``rounds`` and ``turns`` (baseline turns, candidate turns: each process's ``Turns`` or None, as its rounds)
+    give MIN_PROCESSES or more rounds in turns; else paired by round (``judge_by_round``) on the rounds both
     sides ran where ``rounds`` (baseline rounds, candidate rounds: each estimate's (run, repeat index)) is given
-    and ``rounds_paired`` pairs them, else unpaired (``judge``, Welch). ``rounds`` None: the comparison's kind
-    is never paired. Paired, the Judgement's process counts are each side's and ``rounds_left_out`` the rounds
-    only one side ran (``paired_rounds`` the rounds judged)."""
+    and ``rounds_paired`` pairs them; else unpaired (``judge``, Welch). ``rounds`` None: the comparison's kind
+    is never paired. Paired or in turns, the Judgement's process counts are each side's and ``rounds_left_out``
+    the rounds not judged (``paired_rounds`` the rounds judged)."""
+    sides = len(baseline_estimates), len(candidate_estimates)
+    in_turns = None if rounds is None or turns is None else rounds_in_turns(rounds[0], turns[0], rounds[1], turns[1])
+    if in_turns is not None:
+        found = judge_log_ratios(in_turns.log_ratios, margin_pct=margin_pct, confidence=confidence, pairing=IN_TURNS)
+        return replace(found, baseline_processes=sides[0], candidate_processes=sides[1],
+                       rounds_left_out=in_turns.left_out, rounds_in_turns=len(in_turns.log_ratios))
     paired = None if rounds is None else rounds_paired(rounds[0], baseline_estimates, rounds[1], candidate_estimates)
     if paired is None:
         return judge(baseline_estimates, candidate_estimates, margin_pct=margin_pct, confidence=confidence)
     found = judge_by_round(paired.baseline, paired.candidate, margin_pct=margin_pct, confidence=confidence)
-    return replace(found, baseline_processes=len(baseline_estimates), candidate_processes=len(candidate_estimates),
-                   rounds_left_out=paired.left_out)
+    return replace(found, baseline_processes=sides[0], candidate_processes=sides[1], rounds_left_out=paired.left_out)
+
+
+# --- image changes in turns (issue 34, docs/turns.md) ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class Turns:
+    """One process's blocks timed in turns with a partner process of another image (the record's
+    ``timing.turns``, read by report.cells.process_turns): its own ``image``, the pair launch's ``key``, the
+    ``partner``'s image, and the mean ms a call of each block it measured, in block order."""
+
+    image: str
+    key: str
+    partner: str
+    block_ms: Tuple[float, ...]
+    role: Optional[str] = None        # "first" or "second": who took the first turn
+
+    def took_turns_with(self, other: "Turns") -> bool:
+        """The two processes took turns together: one key, each naming the other's image as its partner."""
+        return (self.image != other.image and self.key == other.key and self.partner == other.image
+                and other.partner == self.image)
+
+
+def turn_log_ratio(baseline: Optional[Turns], candidate: Optional[Turns]) -> Optional[float]:
+    """A round in turns as one log ratio: the median over the blocks both measured (block i of each) of
+    log(candidate block ms / baseline block ms), so a stall in one block moves one pair, as ``paired_draw``.
+    None where the two did not take turns together or share no block (one lost the baton before its first)."""
+    if baseline is None or candidate is None or not baseline.took_turns_with(candidate):
+        return None
+    shared = min(len(baseline.block_ms), len(candidate.block_ms))
+    if not shared:
+        return None
+    logs = np.log(_positive(candidate.block_ms[:shared])) - np.log(_positive(baseline.block_ms[:shared]))
+    return float(np.median(logs))
+
+
+@dataclass(frozen=True)
+class TurnRounds:
+    """The rounds in turns of a comparison: each one's ``turn_log_ratio`` in round order, and how many rounds of
+    either side (run, repeat index) had none (``left_out``: a side without turns, a lost baton, another key)."""
+
+    log_ratios: Tuple[float, ...]
+    left_out: int
+
+
+def rounds_in_turns(baseline_rounds, baseline_turns, candidate_rounds, candidate_turns) -> Optional[TurnRounds]:
+    """The two sides' rounds in turns (``TurnRounds``), else None (judged as without turns). Each side gives its
+    processes' rounds ((run, repeat index), as ``rounds_paired`` takes them) and, one each, their ``Turns`` or
+    None; a round in turns is one both sides ran whose two processes took turns together (``turn_log_ratio``).
+    MIN_PROCESSES or more such rounds are needed."""
+    sides = [_by_round(rounds, turns) for rounds, turns in
+             ((baseline_rounds, baseline_turns), (candidate_rounds, candidate_turns))]
+    if sides[0] is None or sides[1] is None or _run(sides[0]) != _run(sides[1]):
+        return None
+    everyone = set(sides[0]) | set(sides[1])
+    shared = sorted(set(sides[0]) & set(sides[1]), key=lambda key: key[1])
+    found = [turn_log_ratio(sides[0][key], sides[1][key]) for key in shared]
+    ratios = tuple(value for value in found if value is not None)
+    if len(ratios) < MIN_PROCESSES:
+        return None
+    return TurnRounds(ratios, len(everyone) - len(ratios))
 
 
 def judge_by_round_many(log_differences, *, margin_pct, confidence=CONFIDENCE) -> Judgements:

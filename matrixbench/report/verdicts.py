@@ -10,7 +10,9 @@ A change between two images, or a compiled mode against ``default`` of the same 
 processes ran in one run and share MIN_PROCESSES or more rounds (``by_round``: repeat indexes both sides ran) is
 judged paired by round on those shared rounds (stats.judge_by_round: each round's two processes ran one after the
 other under the same machine state, which cancels in their ratio; a round only one side ran is left out and
-counted, ``pairing_text``); any other comparison is judged unpaired (stats.judge, Welch).
+counted, ``pairing_text``); any other comparison is judged unpaired (stats.judge, Welch). An image change whose
+rounds' two processes took turns (``in_turns``: docs/turns.md) in MIN_PROCESSES or more rounds is judged in turns on
+those rounds (stats.rounds_in_turns: each round's median block log ratio; rounds without turns left out and counted).
 stats.judge_sides makes that choice, for the report and for the waves of ``repeats: auto`` alike.
 docs/verdicts.md has the simulations that chose this.
 """
@@ -42,7 +44,9 @@ def judge_cells(baseline, candidate, margin_pct=None) -> stats.Judgement:
         margin_pct = candidate.get("margin_pct") or MARGIN_PCT
     rounds = (tuple(map(tuple, baseline.get("process_rounds") or [])),
               tuple(map(tuple, candidate.get("process_rounds") or []))) if pairable(baseline, candidate) else None
-    judgement = _judge(tuple(judged_estimates(baseline)), tuple(judged_estimates(candidate)), margin_pct, rounds)
+    turns = in_turns(baseline, candidate) if rounds is not None else None
+    judgement = _judge(tuple(judged_estimates(baseline)), tuple(judged_estimates(candidate)), margin_pct, rounds,
+                       turns)
     if judgement.decided and throttled(baseline, candidate):
         return replace(judgement, verdict=stats.UNDECIDED)
     return judgement
@@ -68,6 +72,14 @@ def pairable(baseline, candidate):
     return baseline.get("cell.mode") == MODE_CHANGE_BASELINE and candidate.get("cell.mode") != MODE_CHANGE_BASELINE
 
 
+def in_turns(baseline, candidate):
+    """The sides' processes' turns (each a stats.Turns or None, as ``process_rounds``) where an image change may
+    have been measured in turns (two images' cells); else None. stats.rounds_in_turns finds the rounds in turns."""
+    if baseline.get("image") == candidate.get("image"):
+        return None
+    return tuple(baseline.get("process_turns") or []), tuple(candidate.get("process_turns") or [])
+
+
 def by_round(baseline, candidate):
     """The sides' estimates on the rounds both ran (stats.RoundPairs, in round order) where the design pairs them
     by round: a ``pairable`` comparison whose ok processes ran in one run (cells.process_round), each repeat index
@@ -79,24 +91,30 @@ def by_round(baseline, candidate):
 
 
 def pairing_text(judgement):
-    """"paired by round" or "unpaired" (stats.PAIRINGS; comparisons.csv's ``pairing``); "" when not tested."""
+    """"in turns", "paired by round" or "unpaired" (stats.PAIRINGS; comparisons.csv's ``pairing``); "" when not
+    tested."""
     return "" if judgement.low is None else judgement.pairing
 
 
+# Why a paired comparison's rounds were left out, by pairing (pairing_description)
+LEFT_OUT_WHY = {stats.PAIRED_BY_ROUND: "only one side ran", stats.IN_TURNS: "not in turns"}
+
+
 def rounds_judged_text(judgement):
-    """"5 of 7 rounds" where a comparison paired by round left out rounds only one side ran (its ratio is then the
-    one on the shared rounds, not the ratio of the two cells' ms, which are over all their processes); else ""."""
+    """"5 of 7 rounds" where a comparison paired by round left out rounds only one side ran, or one in turns rounds
+    without turns (its ratio is then the one on the judged rounds, not the ratio of the two cells' ms, which are
+    over all their processes); else ""."""
     left_out = judgement.rounds_left_out
-    if pairing_text(judgement) != stats.PAIRED_BY_ROUND or not left_out:
+    if pairing_text(judgement) not in LEFT_OUT_WHY or not left_out:
         return ""
     return f"{judgement.paired_rounds} of {judgement.paired_rounds + left_out} rounds"
 
 
 def pairing_description(judgement):
     """``pairing_text`` in words for a table, with the rounds left out where there were any: "paired by round (5 of
-    7 rounds; 2 only one side ran)"."""
+    7 rounds; 2 only one side ran)", "in turns (2 of 3 rounds; 1 not in turns)"."""
     found, rounds = pairing_text(judgement), rounds_judged_text(judgement)
-    return f"{found} ({rounds}; {judgement.rounds_left_out} only one side ran)" if rounds else found
+    return f"{found} ({rounds}; {judgement.rounds_left_out} {LEFT_OUT_WHY[found]})" if rounds else found
 
 
 def throttled(*rows):
@@ -106,9 +124,10 @@ def throttled(*rows):
 
 
 @lru_cache(maxsize=4096)
-def _judge(baseline_means, candidate_means, margin_pct, rounds):
-    """stats.judge_sides, once per pair: tables, charts and comparisons.csv all ask for the same ones."""
-    return stats.judge_sides(baseline_means, candidate_means, margin_pct=margin_pct, rounds=rounds)
+def _judge(baseline_means, candidate_means, margin_pct, rounds, turns):
+    """stats.judge_sides, once per pair: tables, charts and comparisons.csv all ask for the same ones (every
+    argument a tuple, stats.Turns frozen: hashable)."""
+    return stats.judge_sides(baseline_means, candidate_means, margin_pct=margin_pct, rounds=rounds, turns=turns)
 
 
 def judge_speedup(eager, compiled, margin_pct=None) -> stats.Judgement:
