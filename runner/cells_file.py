@@ -7,7 +7,7 @@ The file's shape (the host writes it; ``python -m runner --cells FILE`` reads it
      "image_name": "stable", "image_id": "sha256:...",
      "cells": [{"model": "vit", "task": "image-classification", ...}, ...],
      "repeats": [[0, 0], [1, 0], [1, 1], [0, 1]], "order_seed": 1234,
-     "turns": {"folder": "/turns", "role": "first", "partner": "nightly", "key": "3f2a..."}}
+     "turns": {"folder": "/turns", "role": "first", "partner": "nightly", "pair_id": "3f2a..."}}
 
 ``repeats`` (optional) is the run order: [index into cells, repeat index] pairs, one process
 each; without it every cell runs once, as repeat 0, in the order of ``cells``. ``order_seed``
@@ -39,18 +39,18 @@ class CellsFileError(ValueError):
 
 
 TOP_LEVEL_KEYS = ("settings", "cells", "image_name", "image_id", "repeats", "order_seed", "turns")
-TURNS_KEYS = ("folder", "role", "partner", "key")
+TURNS_KEYS = ("folder", "role", "partner", "pair_id")
 
 
 @dataclass(frozen=True)
 class Turns:
     """The pair this runner takes turns with: the folder both runners see, this side's role (runner.baton.ROLES),
-    the partner image's name, and the key of the pair's launch (recorded in timing.turns)."""
+    the partner image's name, and the pair launch's id (recorded in timing.turns)."""
 
     folder: str
     role: str
     partner: str
-    key: str
+    pair_id: str
 
     def for_repeat(self, stem: str) -> "Turns":
         """One repeat's baton folder: ``<folder>/<repeat stem>`` (runner.core.repeat_stem)."""

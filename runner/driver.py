@@ -89,7 +89,7 @@ def run_cells_file(cells_file: CellsFile, out_dir: Union[str, Path], force: bool
     results = []
     pairing = Pairing(cells_file.turns, log)
     if cells_file.turns:
-        log(f"in turns with {cells_file.turns.partner!r} as {cells_file.turns.role} (key {cells_file.turns.key})")
+        log(f"in turns with {cells_file.turns.partner!r} as {cells_file.turns.role} (pair {cells_file.turns.pair_id})")
     try:
         for index, repeat in enumerate(pending, 1):
             prefix = f"[{index}/{len(pending)}] {repeat.id}"

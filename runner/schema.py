@@ -341,12 +341,13 @@ RECORD_SCHEMA = {
             "turns": _obj({
                 "role": {"enum": list(BATON_ROLES)},   # first: this side's turns were 0, 2, 4...; second: 1, 3...
                 "partner": {"type": "string"},          # the other image's name
-                "key": {"type": "string"},              # the cells file's key: one per pair launch
+                "pair_id": {"type": "string"},              # one per pair launch (the cells file's)
                 "blocks": {"type": "integer"},          # planned (runner.turns.TURN_BLOCKS)
                 "block_calls": {"type": "integer"},     # calls of the step in each block
                 "block_ms": {"type": "array", "items": {"type": "number"}},          # each measured block's mean
                 "block_median_ms": {"type": "array", "items": {"type": "number"}},   # ... and median call
                 "lost": _STR,                           # why the turns stopped early; null when all were taken
+                "omp_wait_policy": _STR,                # the process's OMP_WAIT_POLICY, if set (docs/turns.md)
             }, nullable=True),
             # no_cudagraphs, partial_cudagraphs, cudagraph_recaptured, throttled (edge readings or violation
             # time), timer_mismatch
@@ -463,9 +464,9 @@ CELLS_SCHEMA = {
         "order_seed": _INT,   # the seed the host shuffled the order with (recorded only)
         # v4: the pair this runner takes turns with (runner.cells_file.Turns); absent or null: no turns
         "turns": {"type": ["object", "null"], "additionalProperties": False,
-                  "required": ["folder", "role", "partner", "key"],
+                  "required": ["folder", "role", "partner", "pair_id"],
                   "properties": {"folder": {"type": "string", "minLength": 1}, "role": {"enum": list(BATON_ROLES)},
                                  "partner": {"type": "string", "minLength": 1},
-                                 "key": {"type": "string", "minLength": 1}}},
+                                 "pair_id": {"type": "string", "minLength": 1}}},
     },
 }

@@ -14,6 +14,7 @@ comes in through the step).
 """
 from __future__ import annotations
 
+import os
 import statistics
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
@@ -106,9 +107,10 @@ class Session:
 
     def record(self) -> JSON:
         """The record's ``timing.turns`` (runner.schema RECORD_SCHEMA)."""
-        return {"role": self.turns.role, "partner": self.turns.partner, "key": self.turns.key,
+        return {"role": self.turns.role, "partner": self.turns.partner, "pair_id": self.turns.pair_id,
                 "blocks": TURN_BLOCKS, "block_calls": self.calls, "block_ms": list(self.block_ms),
-                "block_median_ms": list(self.block_median_ms), "lost": self.lost}
+                "block_median_ms": list(self.block_median_ms), "lost": self.lost,
+                "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
 
 
 def release(turns: Turns, timeout_s: float) -> bool:

@@ -19,7 +19,7 @@ from matrixbench.run import owner
 from matrixbench.run.command import RunOptions, run_matrix
 from matrixbench.run.launch import LaunchStatus, launch
 from runner.core import Cell
-from runner.schema import record_path, write_record
+from runner.schema import CELLS_SCHEMA_VERSION, record_path, write_record
 
 CELL = Cell(model="vit", model_id=None, config_path=None, task="image-classification",
             weights="random", size="tiny", batch_size=1, mode="eager", fullgraph=False, dtype="float32")
@@ -82,7 +82,7 @@ def test_runs_the_runner_with_mounts_env_user_and_labels(sdk, tmp_path):
     assert owner.Owner.from_labels(kwargs["labels"]) == owner.this_process()
     assert kwargs["device_requests"] is None
     cells_file = json.loads((request.paths.out_dir / "cells.json").read_text())
-    assert cells_file == {"schema_version": 3, "settings": SETTINGS, "image_name": "stable",
+    assert cells_file == {"schema_version": CELLS_SCHEMA_VERSION, "settings": SETTINGS, "image_name": "stable",
                           "image_id": "sha256:stable", "cells": [c.to_dict() for c in CELLS]}
     assert container.calls[-1] == "remove" and not sdk.started_live
 

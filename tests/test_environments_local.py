@@ -16,7 +16,7 @@ from matrixbench.environments.base import ImageRef, Paths, Placement, RunRequest
 from matrixbench.environments.local import LocalBackend, _running, _stop, descendants, runner_env
 from matrixbench.errors import RunError
 from matrixbench.matrix import Overrides, expand_cells, load_matrix
-from runner.schema import read_record, record_path
+from runner.schema import CELLS_SCHEMA_VERSION, read_record, record_path
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -83,7 +83,8 @@ def test_local_backend_runs_the_runner_with_a_cells_file_and_logs(tmp_path, stan
     seen = json.loads((request.paths.out_dir / "seen.json").read_text())
     cells_file = request.paths.out_dir / "cells.json"
     assert seen["argv"] == ["-m", "runner", "--cells", str(cells_file), "--out", str(request.paths.out_dir)]
-    assert seen["doc"] == {"schema_version": 3, "settings": {"iterations": 2, "device": "cpu"}, "image_name": "stable",
+    assert seen["doc"] == {"schema_version": CELLS_SCHEMA_VERSION, "settings": {"iterations": 2, "device": "cpu"},
+                           "image_name": "stable",
                            "image_id": None, "cells": [c.to_dict() for c in cells]}
     assert seen["env"]["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "cache" / "inductor")
     assert seen["env"]["TRITON_CACHE_DIR"] == str(tmp_path / "cache" / "triton")

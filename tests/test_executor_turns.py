@@ -71,7 +71,7 @@ def test_two_images_run_each_round_as_one_pair_whose_first_role_alternates_by_ro
     for index, step in enumerate(found):
         first, second = step.sides
         assert first.repeats == second.repeats == [r for r in repeats if r.index == index]   # same order both sides
-    assert [step.key for step in found] == ["k0", "k1", "k2"]
+    assert [step.pair_id for step in found] == ["k0", "k1", "k2"]
 
 
 def test_a_third_image_of_the_chain_runs_alone_in_its_place_of_the_round():
@@ -104,7 +104,7 @@ def test_sides_with_no_repeat_in_common_run_alone_and_keys_are_unique():
     assert [step[0].label for step in found] == ["stable", "latest"]   # (work, repeats): alone, as without turns
     pairs = steps([work("stable", interleaved(CELLS, 4, 0)), work("latest", interleaved(CELLS, 4, 0))],
                   [("stable", "latest")])
-    assert len({step.key for step in pairs}) == 4 and all(len(step.key) == 32 for step in pairs)
+    assert len({step.pair_id for step in pairs}) == 4 and all(len(step.pair_id) == 32 for step in pairs)
 
 
 # --- the cells file -------------------------------------------------------------------------
@@ -122,7 +122,7 @@ def test_the_local_backend_writes_the_host_folder_in_the_cells_file(tmp_path):
     doc = json.loads((request.paths.out_dir / "seen.json").read_text())["doc"]
     assert doc["schema_version"] == CELLS_SCHEMA_VERSION
     assert doc["turns"] == {"folder": str(tmp_path / "results" / "run1" / ".turns" / "abc123"), "role": "first",
-                            "partner": "latest", "key": "abc123"}
+                            "partner": "latest", "pair_id": "abc123"}
 
 
 def test_a_runner_alone_gets_no_turns_key(tmp_path):
@@ -143,7 +143,7 @@ def test_docker_mounts_the_turns_folder_at_slash_turns_and_the_cells_file_says_s
     assert binds[TURNS_MOUNT] == (str(request.work.turns.folder.resolve()), "rw") and TURNS_MOUNT == "/turns"
     assert request.work.turns.folder.is_dir()   # made here, so Docker does not make it as root
     doc = json.loads((request.paths.out_dir / "cells.json").read_text())
-    assert doc["turns"] == {"folder": "/turns", "role": "second", "partner": "latest", "key": "abc123"}
+    assert doc["turns"] == {"folder": "/turns", "role": "second", "partner": "latest", "pair_id": "abc123"}
 
 
 def test_a_role_outside_the_batons_is_refused():
@@ -189,7 +189,7 @@ def test_the_sequential_executor_starts_a_pair_at_once_and_a_repeat_one_side_has
     write_record(image_dir(tmp_path / "results" / "r1", "latest"), recorded)   # latest has it: stable's runs alone
     run_matrix(matrix, local_run_options(tmp_path, executor="sequential"))
 
-    in_turns = [(name, turns.key, turns.role, turns.partner, ids) for name, turns, _, ids in backend.seen if turns]
+    in_turns = [(name, turns.pair_id, turns.role, turns.partner, ids) for name, turns, _, ids in backend.seen if turns]
     alone = [(name, now, ids) for name, turns, now, ids in backend.seen if turns is None]
     assert alone == [("stable", 1, [f"{eager.id}.r1"])]                # started with nothing else running
     assert max(now for _, turns, now, _ in backend.seen if turns) == 2     # a pair's runners overlapped

@@ -17,9 +17,8 @@ import pandas as pd
 import pytest
 
 import hostsim
-from matrixbench.report import build_report, records, stats
+from matrixbench.report import build_report, stats
 from runner.core import SCHEMA_VERSION
-from runner.schema import RECORD_SCHEMA
 from runner.timing import summarize
 
 ROUNDS = [("run", index) for index in range(3)]
@@ -123,31 +122,6 @@ def test_in_turns_finds_a_true_ten_percent_that_unpaired_misses(host):
 
 # --- the report ------------------------------------------------------------------------------------------------
 
-TURNS_SCHEMA = {"type": ["object", "null"], "required": ["role", "partner", "key", "blocks", "block_calls",
-                                                         "block_ms", "block_median_ms", "lost"],
-                "properties": {"role": {"enum": ["first", "second"]}, "partner": {"type": "string"},
-                               "key": {"type": "string"}, "blocks": {"type": "integer"},
-                               "block_calls": {"type": "integer"},
-                               "block_ms": {"type": "array", "items": {"type": "number"}},
-                               "block_median_ms": {"type": "array", "items": {"type": "number"}},
-                               "lost": {"type": ["string", "null"]}}}
-
-
-@pytest.fixture(scope="module")
-def turns_columns():
-    """The report's columns with ``timing.turns.*`` (runner.schema declares timing.turns from record schema 5;
-    until then the test declares it, as the runner will)."""
-    timing = RECORD_SCHEMA["properties"]["timing"]["properties"]
-    if "turns" in timing:
-        yield
-        return
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(timing, "turns", TURNS_SCHEMA)
-        patch.setattr(records, "COLUMNS", list(records.DERIVED_COLUMNS) + [
-            column for column in records.record_columns() if column not in records.DERIVED_COLUMNS])
-        yield
-
-
 TORCH = {"old": "2.10.0+cu130", "new": "2.11.0+cu130"}
 PROCESS_NOISE = (1.0, 1.3, 0.8)        # each round's own level: the process means move together by round
 ROUND_CHANGE = (1.0, 1.01, 0.99)       # new / old of the process means, about no change
@@ -170,8 +144,9 @@ def _blocks(name, image, repeat, key, count=10, partner=None):
     base = 4.0 * PROCESS_NOISE[repeat] * (BLOCK_CHANGE[repeat] if image == "new" else 1.0)
     ms = [base * (1.0 + 0.002 * (index % 3)) for index in range(count)]
     return {"role": "first" if (image == "old") == (repeat % 2 == 0) else "second",
-            "partner": partner or ("new" if image == "old" else "old"), "key": key, "blocks": 10, "block_calls": 30,
-            "block_ms": ms, "block_median_ms": ms, "lost": None if count == 10 else "no partner"}
+            "partner": partner or ("new" if image == "old" else "old"), "pair_id": key, "blocks": 10, "block_calls": 30,
+            "block_ms": ms, "block_median_ms": ms, "lost": None if count == 10 else "no partner",
+            "omp_wait_policy": None}
 
 
 # Per cell and image, each round's timing.turns (None: the cell did not run in turns)
@@ -191,7 +166,7 @@ TURNS = {
 
 
 @pytest.fixture(scope="module")
-def reported(tmp_path_factory, turns_columns):
+def reported(tmp_path_factory):
     root = tmp_path_factory.mktemp("turns")
     run = root / "run"
     (run / "run.json").parent.mkdir(parents=True)

@@ -29,7 +29,7 @@ def cells(role, folder, partner):
     return {"schema_version": CELLS_SCHEMA_VERSION, "image_name": role,
             "settings": settings(iterations=20, warmup=2, timeout_s=TIMEOUT_S, paired=False),
             "cells": [CELL.to_dict()],
-            "turns": {"folder": str(folder), "role": role, "partner": partner, "key": "pair-1"}}
+            "turns": {"folder": str(folder), "role": role, "partner": partner, "pair_id": "pair-1"}}
 
 
 def runner(tmp_path, role, folder, fault=None):
@@ -61,7 +61,7 @@ def test_two_runners_of_a_cell_take_turns(tmp_path):
         assert record["status"] == "ok", logs[role]
         assert record["schema_version"] == SCHEMA_VERSION == 5
         turns = record["timing"]["turns"]
-        assert (turns["role"], turns["partner"], turns["key"], turns["lost"]) == (role, partner, "pair-1", None)
+        assert (turns["role"], turns["partner"], turns["pair_id"], turns["lost"]) == (role, partner, "pair-1", None)
         assert turns["blocks"] == TURN_BLOCKS and turns["block_calls"] == 20 // TURN_BLOCKS
         assert len(turns["block_ms"]) == len(turns["block_median_ms"]) == TURN_BLOCKS
         assert all(ms > 0 for ms in turns["block_ms"])
@@ -147,7 +147,7 @@ def test_cells_file_turns_read_and_a_bad_role_is_refused_naming_the_field(tmp_pa
         load_cells_file(path)
     bad["turns"] = {"folder": "/turns", "role": "first", "partner": "nightly"}
     path.write_text(json.dumps(bad))
-    with pytest.raises(CellsFileError, match=r"'turns' has unknown keys \[\] / lacks \['key'\]"):
+    with pytest.raises(CellsFileError, match=r"'turns' has unknown keys \[\] / lacks \['pair_id'\]"):
         load_cells_file(path)
 
 

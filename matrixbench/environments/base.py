@@ -52,12 +52,12 @@ class ImageRef:
 class Turns:
     """A runner that takes turns with another image's runner, started at the same time on the same repeats in the
     same order (matrixbench.executors.turns; docs/turns.md): its ``role`` (runner.baton.ROLES: ``first`` starts with
-    the turn), the ``partner`` image's name, the pair launch's ``key`` and the host ``folder`` both runners share
+    the turn), the ``partner`` image's name, the pair launch's ``pair_id`` and the host ``folder`` both runners share
     (their batons: ``<folder>/<repeat stem>``)."""
 
     role: str
     partner: str
-    key: str
+    pair_id: str
     folder: Path
 
     def __post_init__(self) -> None:
@@ -68,7 +68,8 @@ class Turns:
     def to_dict(self, folder: Optional[str] = None) -> Dict[str, str]:
         """The cells file's ``turns`` object (runner.schema CELLS_SCHEMA 4); ``folder``: the shared folder as the
         runner sees it (a container's mount point), default the host's."""
-        return {"folder": folder or str(self.folder), "role": self.role, "partner": self.partner, "key": self.key}
+        return {"folder": folder or str(self.folder), "role": self.role, "partner": self.partner,
+                "pair_id": self.pair_id}
 
 
 @dataclass(frozen=True)

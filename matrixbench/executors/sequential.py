@@ -39,13 +39,13 @@ class SequentialExecutor(Executor):
 
 def run_pair(run: Run, pair: turns.TurnPair) -> None:
     """Both runners of ``pair`` at once, each in a thread of its own (``threads.run_threads``), sharing the baton
-    folder ``<run>/.turns/<key>``, removed once both are done."""
-    folder = turns_dir(run.path, pair.key)
+    folder ``<run>/.turns/<pair_id>``, removed once both are done."""
+    folder = turns_dir(run.path, pair.pair_id)
     folder.mkdir(parents=True, exist_ok=True)
 
     def launch(side: turns.Side, stopping: threading.Event) -> None:
         request = run.request(side.work).for_repeats(side.repeats)
-        run.launch(side.work, request.in_turns(Turns(side.role, side.partner, pair.key, folder)))
+        run.launch(side.work, request.in_turns(Turns(side.role, side.partner, pair.pair_id, folder)))
 
     try:
         run_threads([functools.partial(launch, side) for side in pair.sides], run.environment.stop_all,

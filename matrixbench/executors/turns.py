@@ -5,7 +5,7 @@ The pairs are the images of the matrix's image comparisons (``image_pairs``: the
 ``matrixbench.matrix.comparisons``, whose two sides are two images), disjoint, in the list's order: a chain
 A -> B -> C pairs A with B and leaves C alone. In each round (``scheduler.rounds``: one repeat index) a pair's two
 runners get the repeats both still need, in one order (``round_steps``); the pair's baseline takes the ``first``
-role in even rounds and the candidate in odd ones, so neither image always starts; each pair launch gets a key of
+role in even rounds and the candidate in odd ones, so neither image always starts; each pair launch gets an id of
 its own. A repeat only one side needs (the other's is recorded: a resumed run) runs alone, as without turns.
 
 Pure functions over the run's works: the sequential executor runs ``steps`` and ``run --dry-run`` prints them.
@@ -37,18 +37,18 @@ class Side:
 
 @dataclass(frozen=True)
 class TurnPair:
-    """Two runners started at once that take turns on the same repeats: ``sides`` (first, second) and ``key``,
-    the pair launch's own (its baton folder's name, the records' ``timing.turns.key``)."""
+    """Two runners started at once that take turns on the same repeats: ``sides`` (first, second) and ``pair_id``,
+    the pair launch's own (its baton folder's name, the records' ``timing.turns.pair_id``)."""
 
-    key: str
+    pair_id: str
     sides: Tuple[Side, Side]
 
 
 Step = Union[Part[ImageWork], TurnPair]   # a runner alone (image work, repeats), or a pair in turns
 
 
-def new_key() -> str:
-    """A pair launch's key: unique per launch (uuid4 hex)."""
+def new_pair_id() -> str:
+    """A pair launch's id: unique per launch (uuid4 hex)."""
     return uuid.uuid4().hex
 
 
@@ -74,18 +74,18 @@ def pairs_of(works: Sequence[ImageWork], matrix: object) -> List[Pair]:
     return image_pairs(comparisons(works, roles_of(matrix)))
 
 
-def steps(works: Sequence[ImageWork], pairs: Sequence[Pair], key: Callable[[], str] = new_key) -> List[Step]:
+def steps(works: Sequence[ImageWork], pairs: Sequence[Pair], new_id: Callable[[], str] = new_pair_id) -> List[Step]:
     """The sequential run's runners in order (``scheduler.rounds`` across the images, one runner at a time), with
     the runners of each pair in ``pairs`` started at once on the repeats both need (``round_steps``)."""
     ordered = rounds([(work, work.pending) for work in works if work.pending])
     by_round: Dict[int, List[Part[ImageWork]]] = {}
     for work, repeats in ordered:
         by_round.setdefault(repeats[0].index, []).append((work, repeats))
-    return [step for index, parts in by_round.items() for step in round_steps(parts, pairs, index, key)]
+    return [step for index, parts in by_round.items() for step in round_steps(parts, pairs, index, new_id)]
 
 
 def round_steps(parts: Sequence[Part[ImageWork]], pairs: Sequence[Pair], index: int,
-                key: Callable[[], str] = new_key) -> List[Step]:
+                new_id: Callable[[], str] = new_pair_id) -> List[Step]:
     """One round's runners (``parts``: its (image work, repeats) in the round's order) as they start: at the
     place of a pair's first image in the round, the pair in turns on the repeats both sides have (by cell id, in
     the baseline's order; ``first``: the baseline in even rounds, the candidate in odd ones), then at each image's
@@ -100,7 +100,7 @@ def round_steps(parts: Sequence[Part[ImageWork]], pairs: Sequence[Pair], index: 
         common = shared.get(pair, []) if pair else []
         if pair is not None and common and pair not in started:
             started.add(pair)
-            found.append(_turn_pair(by_label[pair[0]], by_label[pair[1]], common, index, key()))
+            found.append(_turn_pair(by_label[pair[0]], by_label[pair[1]], common, index, new_id()))
         taken = {repeat.cell.id for repeat in common}
         alone = [repeat for repeat in repeats if repeat.cell.id not in taken]
         if alone:
@@ -115,7 +115,7 @@ def _shared(baseline: Sequence[Repeat], candidate: Sequence[Repeat]) -> List[Rep
 
 
 def _turn_pair(baseline: Part[ImageWork], candidate: Part[ImageWork], common: Sequence[Repeat], index: int,
-               key: str) -> TurnPair:
+               pair_id: str) -> TurnPair:
     """The pair's two sides on ``common`` (the baseline's repeats; the candidate runs its own repeats of the same
     cell ids, in that order); ``first``: the baseline on even rounds, the candidate on odd ones."""
     own = {repeat.cell.id: repeat for repeat in candidate[1]}
@@ -123,7 +123,7 @@ def _turn_pair(baseline: Part[ImageWork], candidate: Part[ImageWork], common: Se
     base = (base_work, list(common), cand_work.image_name)
     cand = (cand_work, [own[repeat.cell.id] for repeat in common], base_work.image_name)
     first, second = (base, cand) if index % 2 == 0 else (cand, base)
-    return TurnPair(key, (Side(first[0], first[1], FIRST, first[2]), Side(second[0], second[1], SECOND, second[2])))
+    return TurnPair(pair_id, (Side(first[0], first[1], FIRST, first[2]), Side(second[0], second[1], SECOND, second[2])))
 
 
 def describe(step: Step) -> List[Tuple[ImageWork, Repeat, Optional[str]]]:

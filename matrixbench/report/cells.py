@@ -226,7 +226,7 @@ def process_turns(row):
     """One process's blocks timed in turns with a partner process (``timing.turns``: docs/turns.md) as a
     stats.Turns; None where the record has none (a cell not run in turns, records before schema 5) or its
     fields are not what the runner writes (the reader let them through)."""
-    image, key, partner = row.get("image"), row.get("timing.turns.key"), row.get("timing.turns.partner")
+    image, key, partner = row.get("image"), row.get("timing.turns.pair_id"), row.get("timing.turns.partner")
     blocks, role = row.get("timing.turns.block_ms"), row.get("timing.turns.role")
     if not all(isinstance(value, str) and value for value in (image, key, partner)) or not isinstance(blocks, list):
         return None

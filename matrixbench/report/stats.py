@@ -473,18 +473,18 @@ def judge_sides(baseline_estimates, candidate_estimates, *, margin_pct: float, r
 @dataclass(frozen=True)
 class Turns:
     """One process's blocks timed in turns with a partner process of another image (the record's
-    ``timing.turns``, read by report.cells.process_turns): its own ``image``, the pair launch's ``key``, the
+    ``timing.turns``, read by report.cells.process_turns): its own ``image``, the pair launch's ``pair_id``, the
     ``partner``'s image, and the mean ms a call of each block it measured, in block order."""
 
     image: str
-    key: str
+    pair_id: str
     partner: str
     block_ms: Tuple[float, ...]
     role: Optional[str] = None        # "first" or "second": who took the first turn
 
     def took_turns_with(self, other: "Turns") -> bool:
-        """The two processes took turns together: one key, each naming the other's image as its partner."""
-        return (self.image != other.image and self.key == other.key and self.partner == other.image
+        """The two processes took turns together: one pair_id, each naming the other's image as its partner."""
+        return (self.image != other.image and self.pair_id == other.pair_id and self.partner == other.image
                 and other.partner == self.image)
 
 
@@ -504,7 +504,7 @@ def turn_log_ratio(baseline: Optional[Turns], candidate: Optional[Turns]) -> Opt
 @dataclass(frozen=True)
 class TurnRounds:
     """The rounds in turns of a comparison: each one's ``turn_log_ratio`` in round order, and how many rounds of
-    either side (run, repeat index) had none (``left_out``: a side without turns, a lost baton, another key)."""
+    either side (run, repeat index) had none (``left_out``: a side without turns, a lost baton, another pair_id)."""
 
     log_ratios: Tuple[float, ...]
     left_out: int

@@ -3,7 +3,7 @@ the run's manifest, lock, log, cells file and timing board live.
 
     results/<run>/                         run_dir (the run name a folder name)
         run.json  run.lock  .timing-board/   MANIFEST_FILENAME, LOCK_FILENAME, TIMING_BOARD_DIRNAME
-        .turns/<key>/                      turns_dir: one pair of runners in turns (matrixbench.executors.turns)
+        .turns/<pair_id>/                      turns_dir: one pair of runners in turns (matrixbench.executors.turns)
         noise_check.json  .noise-check/    NOISE_CHECK_FILENAME, NOISE_CHECK_DIRNAME (a GPU run's noise check)
         [<gpu_type>/]<image>/              image_dir (a GPU-type axis adds its folder)
             <cell_id>[.r<k>].json          the records (runner.schema.record_path: the runner's contract)
@@ -107,10 +107,10 @@ def scratch_dirs(run_path: PathLike) -> list[Path]:
     return sorted(Path(run_path).glob(f"*/{SCRATCH_DIRNAME}"))
 
 
-def turns_dir(run_path: PathLike, key: Optional[str] = None) -> Path:
-    """Where a pair of runners in turns keeps its batons: ``<run>/.turns/<key>`` (no key: the folder of them all)."""
+def turns_dir(run_path: PathLike, pair_id: Optional[str] = None) -> Path:
+    """Where a pair of runners in turns keeps its batons: ``<run>/.turns/<pair_id>`` (no pair_id: all of them)."""
     folder = Path(run_path) / TURNS_DIRNAME
-    return folder / key if key is not None else folder
+    return folder / pair_id if pair_id is not None else folder
 
 
 def timing_board_dir(run_path: PathLike) -> Path:

@@ -64,7 +64,7 @@ def runner_input(request: Request, image_id: Optional[str] = None,
     """The runner's cells document: settings, image name and id, the cells (``cells``: as the runner
     sees them, in the request's order, e.g. at a container's mounts; default the request's), the
     run order (``repeats``: [cell index, repeat index] pairs) with the seed it was shuffled with, and, for a
-    runner in turns, ``turns`` ({folder, role, partner, key}; ``turns_folder``: the shared folder as the runner
+    runner in turns, ``turns`` ({folder, role, partner, pair_id}; ``turns_folder``: the shared folder as the runner
     sees it, e.g. a container's mount point; default the host's)."""
     document: Dict[str, object] = {
         "schema_version": CELLS_SCHEMA_VERSION,
@@ -84,13 +84,6 @@ def runner_input(request: Request, image_id: Optional[str] = None,
 
 def write_cells_file(request: Request, image_id: Optional[str] = None, path: Optional[Union[str, Path]] = None,
                      cells: Optional[Sequence[Cell]] = None, turns_folder: Optional[str] = None) -> Path:
-    """Write the runner's input (``runner_input``) atomically (sorted keys), its secrets hidden; return its path.
-    The ``turns`` object is the host's own (no secret in it) and is written as is: its ``key`` names a secret
-    to ``redact_data``, and the pair's two records must carry it unchanged."""
+    """Write the runner's input (``runner_input``) atomically (sorted keys), its secrets hidden; return its path."""
     path = Path(path) if path is not None else Path(request.paths.out_dir) / CELLS_FILENAME
-    document = runner_input(request, image_id, cells, turns_folder)
-    turns = document.pop("turns", None)
-    written = redact_data(document)
-    if turns is not None:
-        written["turns"] = turns
-    return write_json_atomic(path, written)
+    return write_json_atomic(path, redact_data(runner_input(request, image_id, cells, turns_folder)))
