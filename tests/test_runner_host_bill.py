@@ -138,3 +138,18 @@ def test_host_noise_says_what_a_comparison_resolves_and_warns_on_a_noisy_host():
     assert quiet.block_cv < 1e-9 and quiet.resolvable_pct < 1e-6 and quiet.steal_share == 0.05
     assert noisy.resolvable_pct > host_noise.UNDECIDED_PCT
     assert any("undecided" in line for line in noisy.lines()) and not any("undecided" in line for line in quiet.lines())
+
+
+def test_turns_add_one_more_loop_and_a_record_in_turns_costs_its_blocks_less_without():
+    """Issue 34's turns: as many calls again as the timed loop (10 blocks of iterations / 10)."""
+    record = _record("resnet_bs1_eager_float32.json")               # 300 calls: past no minimum (min_time_s 0)
+    loop_s = record["timing"]["loop_wall_ms"] / 1000.0
+    plain = {"paired": True, "min_time_s": 0}
+    assert settings_delta_s(record, {**plain, "turns": True}) == pytest.approx(loop_s)
+    assert settings_delta_s(record, {**plain, "turns": False}) == 0.0
+    samples = record["timing"]["samples_ms"]
+    calls = len(samples) // 10
+    blocks = [sum(samples[i * calls:(i + 1) * calls]) / calls for i in range(10)]
+    record["timing"]["turns"] = {"block_ms": blocks, "block_calls": calls}
+    assert settings_delta_s(record, {**plain, "turns": True}) == 0.0
+    assert settings_delta_s(record, {**plain, "turns": False}) == pytest.approx(-sum(samples[:10 * calls]) / 1000.0)

@@ -227,8 +227,9 @@ class Outcome:
 
 
 def bill_settings(matrix: Matrix) -> Dict[str, Union[bool, float, str]]:
-    """The runner settings the bill depends on (issue 32): paired blocks, the loop's minimum duration."""
-    return {"paired": getattr(matrix, "paired", True), "min_time_s": getattr(matrix, "min_time_s", "auto")}
+    """The settings the bill depends on: paired blocks, the loop's minimum duration (issue 32), turns (issue 34)."""
+    return {"paired": getattr(matrix, "paired", True), "min_time_s": getattr(matrix, "min_time_s", "auto"),
+            "turns": getattr(matrix, "turns", False)}
 
 
 def bill_seconds(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,

@@ -121,7 +121,7 @@ def record_duration(path: Path, torch: Optional[str] = None,
     """The ``duration_s`` of the record at ``path``; None when it is missing, unreadable, or (with
     ``torch``, a version) it ran another torch release. With ``settings`` (the run's runner settings) the
     duration is what the record's process would take under them (``settings_delta_s``: paired blocks,
-    the loop's minimum duration)."""
+    the loop's minimum duration, turns)."""
     try:
         record = read_record(path) if os.path.lexists(path) else None
     except Unvouched as exc:   # another run's hand-edited or corrupt record: said once, never estimated from
@@ -151,7 +151,11 @@ def settings_delta_s(record: Mapping[str, object], settings: Mapping[str, object
     """Seconds a process like ``record``'s takes more (or less) under ``settings`` than it took: issue 32's
     paired blocks (about one more eager loop and its warm-up per compiled process; a record that has them
     under --no-paired costs their duration less) and the timed loop's minimum duration (``min_time_s``;
-    "auto": energy.ENERGY_MIN_S where the record's loop had an energy counter)."""
+    "auto": energy.ENERGY_MIN_S where the record's loop had an energy counter); and issue 34's ``turns``: the blocks
+    in turns are as many calls as the timed loop, about one more loop (a record that has them, in a run without
+    turns, costs their calls less). A pair's waits are not counted: its two processes take turns, so their wall
+    time is about the sum of their own, as one after the other. Every pending repeat is billed as in turns, though
+    an image outside any image comparison, or a repeat only one side needs, runs alone."""
     timing = fields(record.get("timing"))
     if not timing:
         return 0.0
@@ -167,6 +171,13 @@ def settings_delta_s(record: Mapping[str, object], settings: Mapping[str, object
     if wanted == "auto":
         wanted = ENERGY_MIN_S if fields(timing.get("energy")).get("source") else 0.0
     delta += max(0.0, number(wanted) - loop_s)
+    turns = timing.get("turns")
+    if settings.get("turns") and not turns:
+        delta += loop_s
+    elif turns and not settings.get("turns"):
+        done = fields(turns)
+        delta -= sum(number(ms) for ms in done.get("block_ms") or [] if isinstance(ms, (int, float))) * \
+            number(done.get("block_calls")) / 1000.0
     return delta
 
 
