@@ -3,6 +3,10 @@
 # a preinstalled torch, no Docker, no network, in one command of at most 8 minutes (BUDGET_S, default 420 s
 # of work after the set-up):
 #   1. matrixbench selftest (the measuring apparatus on this GPU),
+#   1b. issue 34's A/A through the product, without and with turns (benchmarks/bench_turns_aa.py: `run --aa
+#      latest` on TURNS_AA, default resnet, eager, TURNS_REPEATS rounds, default 4; TURNS_AA= skips it): the
+#      SD of the rounds' log ratios of each design decides whether turns become the default (docs/turns.md);
+#      each of its runs starts with the noise check (issue 32's probe on the GPU, run/noise_check.json),
 #   2. the full-size seed models MODELS (default resnet,vit) at batch size 1 in eager, default and
 #      reduce-overhead with the local backend, REPEATS (default 2) processes a cell, and the report,
 #   3. the harness-vs-plain-loop benchmark on the GPU (resnet eager: the launch-bound cell),
@@ -100,6 +104,9 @@ run "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir
 { [ "$DEVICE" = cpu ] || { nvidia-smi; nvidia-smi -q -d CLOCK,POWER,PERFORMANCE; }; lscpu; echo; uptime; nproc; echo "torch $torch ($PYTHON)"; } \
   > "$RESULTS/machine.txt" 2>&1 || true
 run $mb selftest --results "$RESULTS" --run acceptance --python "$PYTHON" --device "$DEVICE"
+[ -n "${TURNS_AA-resnet}" ] && run "$PYTHON" benchmarks/bench_turns_aa.py --matrix "$RESULTS/acceptance.yaml" \
+  --image latest --models "${TURNS_AA-resnet}" --modes eager --repeats "${TURNS_REPEATS:-4}" \
+  --iterations "$ITERATIONS" --device "$DEVICE" --backend local --results "$RESULTS" --out "$RESULTS" --name turns_aa
 run $mb run --matrix "$RESULTS/acceptance.yaml" --backend local --device "$DEVICE" --results "$RESULTS" \
   --run acceptance --models "$MODELS" --note "benchmarks/gpu_acceptance.sh on $gpus"
 run $mb report "$RESULTS/acceptance" --out "$RESULTS/report"

@@ -34,15 +34,18 @@ def test_one_gpu_gets_the_wheels_selftest_the_seed_models_the_report_and_the_har
     done = dry_run(tmp_path, [GPUS["H100"].name])
     assert done.returncode == 0, done.stderr
     commands = [line for line in done.stdout.splitlines() if line.startswith("+ ")]
-    assert len(commands) == 5, commands
+    assert len(commands) == 6, commands
     # the missing pure-Python dependencies, unpacked from .whl onto PYTHONPATH (no venv, no build backend)
     assert "-m pip install" in commands[0] and "--no-index --no-deps" in commands[0]
     assert "--target" in commands[0] and " .whl/" in commands[0] and commands[0].endswith(".whl")
     assert "matrixbench.cli selftest" in commands[1] and "--device cuda" in commands[1]
-    assert "matrixbench.cli run" in commands[2] and "--backend local --device cuda" in commands[2]
-    assert "--models resnet,vit" in commands[2]
-    assert "matrixbench.cli report" in commands[3]
-    assert "bench_harness_vs_plain.py --device cuda" in commands[4]
+    # issue 34's A/A through the product, without and with turns, before the matrix (the budget may not reach it)
+    assert "bench_turns_aa.py" in commands[2] and "--models resnet --modes eager --repeats 4" in commands[2]
+    assert "--device cuda --backend local" in commands[2]
+    assert "matrixbench.cli run" in commands[3] and "--backend local --device cuda" in commands[3]
+    assert "--models resnet,vit" in commands[3]
+    assert "matrixbench.cli report" in commands[4]
+    assert "bench_harness_vs_plain.py --device cuda" in commands[5]
     matrix = load_matrix(tmp_path / "out" / "acceptance.yaml")
     assert set(matrix.models) == set(load_matrix(ROOT / "matrix.yaml").models) <= set(SEED_MODELS)
     assert {"resnet", "vit"} <= set(matrix.models)   # --models picks them from the seed models
@@ -53,6 +56,12 @@ def test_one_gpu_gets_the_wheels_selftest_the_seed_models_the_report_and_the_har
 
     assert matrix.images["latest"].torch_version == torch.__version__.split("+")[0]   # what --backend local runs
     assert not (tmp_path / "out" / "not-reached.txt").read_text()   # a dry run reaches nothing and lists nothing
+
+
+def test_the_turns_aa_step_is_skipped_with_an_empty_turns_aa(tmp_path):
+    done = dry_run(tmp_path, [GPUS["H100"].name], TURNS_AA="")
+    assert done.returncode == 0, done.stderr
+    assert not any("bench_turns_aa.py" in line for line in done.stdout.splitlines())
 
 
 def test_models_and_repeats_come_from_the_environment(tmp_path):
@@ -90,5 +99,5 @@ def test_a_cpu_rehearsal_needs_no_gpu_and_takes_the_cpu_in_every_step(tmp_path):
     done = subprocess.run(["sh", str(SCRIPT), "--dry-run"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr          # no nvidia-smi on PATH, and no refusal
     commands = [line for line in done.stdout.splitlines() if line.startswith("+ ")]
-    assert [("--device cpu" in command) for command in commands[1:]] == [True, True, False, True]
+    assert [("--device cpu" in command) for command in commands[1:]] == [True, True, True, False, True]
     assert not any("--device cuda" in command for command in commands)

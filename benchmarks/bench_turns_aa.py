@@ -1,0 +1,146 @@
+"""Image changes in turns, through the product (issue 34): the same A/A run with and without ``turns``.
+
+``matrixbench run --aa IMAGE`` runs one image twice under two names (IMAGE and IMAGE-aa), so every departure of
+their ratio from 1 is noise. This runs it twice, as a user would, into two runs of one results folder: without
+turns, then with ``--set turns=true``; and reads their records:
+- without turns: each round's log(aa process mean / original's), what the report's "paired by round" judges;
+- in turns: each round's median over its block pairs of log(aa block / original's block), what "in turns" judges
+  (report.stats.turn_log_ratio).
+Over rounds, per cell: the SD of those log ratios (the noise a comparison of that design sees) and the power
+at 3 rounds to star a true +10% change (``bench_cross_process.power_at``), and the report's verdict row.
+
+    python benchmarks/bench_turns_aa.py --matrix FILE [--image latest] [--models resnet] [--modes eager]
+        [--repeats 6] [--iterations 300] [--device cpu|cuda] [--backend local] [--results DIR] [--out DIR]
+        [--name turns_aa] [--only-summarize]
+
+The runs land in ``--results`` (runs aa-turns and aa-plain); ``--only-summarize`` reads runs already there.
+"""
+import argparse
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_cross_process import power_at  # noqa: E402
+from benchmarks.machine import write_results  # noqa: E402
+from runner.schema import RecordError, read_record  # noqa: E402
+
+DESIGNS = {"aa-plain": False, "aa-turns": True}
+
+
+def run_designs(args):
+    """Both runs, one after the other, each with its own seconds."""
+    took = {}
+    for run, turns in DESIGNS.items():
+        argv = [sys.executable, "-m", "matrixbench.cli", "run", "--matrix", args.matrix, "--aa", args.image,
+                "--backend", args.backend, "--device", args.device, "--results", args.results, "--run", run,
+                "--models", args.models, "--modes", args.modes, "--repeats", str(args.repeats),
+                "--iterations", str(args.iterations), "--set", f"turns={str(turns).lower()}"]
+        started = time.monotonic()
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        done = subprocess.run(argv, cwd=ROOT, env=dict(os.environ, PYTHONPATH=path))
+        took[run] = {"seconds": time.monotonic() - started, "exit": done.returncode}
+    return took
+
+
+def records(folder):
+    """{(cell id, repeat): record} of a run's image folder (ok records only)."""
+    found = {}
+    for path in sorted(Path(folder).glob("*.json")):
+        try:
+            record = read_record(path)
+        except (RecordError, OSError, ValueError):
+            continue
+        if record.get("status") == "ok":
+            found[(record["cell_id"], record.get("repeat", 0))] = record
+    return found
+
+
+def round_logs(original, twin, turns):
+    """Per cell: [(repeat, log ratio)] of the rounds both sides have, by the design's reduction."""
+    by_cell = {}
+    for (cell, repeat), base in sorted(original.items()):
+        other = twin.get((cell, repeat))
+        if other is None:
+            continue
+        if turns:
+            a, b = base["timing"].get("turns") or {}, other["timing"].get("turns") or {}
+            pairs = [math.log(y / x) for x, y in zip(a.get("block_ms") or [], b.get("block_ms") or []) if x > 0 < y]
+            if not pairs or a.get("pair_id") != b.get("pair_id"):
+                continue
+            value = statistics.median(pairs)
+        else:
+            value = math.log(other["timing"]["mean_ms"] / base["timing"]["mean_ms"])
+        by_cell.setdefault(cell, []).append((repeat, value))
+    return by_cell
+
+
+def summarize(args):
+    results = Path(args.results)
+    out = {}
+    for run, turns in DESIGNS.items():
+        original = records(results / run / args.image)
+        twin = records(results / run / f"{args.image}-aa")
+        for cell, logs in round_logs(original, twin, turns).items():
+            values = [value for _, value in logs]
+            sd = statistics.stdev(values) if len(values) > 1 else float("nan")
+            out.setdefault(cell, {})[run] = {"rounds": len(values), "logs": values,
+                                             "mean": statistics.fmean(values), "sd": sd,
+                                             "power_3_rounds_at_10pct": power_at(sd) if sd == sd else None}
+    return out
+
+
+def markdown(result):
+    m = result["settings"]
+    lines = [f"# A/A through the product, with and without turns ({m['device']}, {m['models']} {m['modes']})", "",
+             f"Measured {result['when']} with `matrixbench run --aa {m['image']}` ({m['backend']} backend, "
+             f"{m['repeats']} rounds, {m['iterations']} iterations a process), once without turns (run aa-plain: "
+             "the report pairs by round) and once with `--set turns=true` (run aa-turns: the report judges in "
+             "turns). The true ratio is 1: every log ratio is noise. Power: a true +10% change starred at 3 "
+             "rounds (Student's t on the rounds' log ratios).", "",
+             f"Load average before {result['load_average']}; {result['seconds']:.0f} s in all.", "",
+             "| cell | design | rounds | mean log ratio | SD over rounds | power at 3 rounds |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for cell, designs in sorted(result["cells"].items()):
+        for run, found in sorted(designs.items()):
+            power = found["power_3_rounds_at_10pct"]
+            lines.append(f"| {cell} | {run} | {found['rounds']} | {found['mean']:+.3f} | {found['sd']:.3f} | "
+                         f"{'-' if power is None else f'{power:.0%}'} |")
+    lines += ["", "Runs: " + ", ".join(f"{run} {took['seconds']:.0f} s (exit {took['exit']})"
+                                       for run, took in result.get("runs", {}).items()), ""]
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--matrix", required=True)
+    parser.add_argument("--image", default="latest")
+    parser.add_argument("--models", default="resnet")
+    parser.add_argument("--modes", default="eager")
+    parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument("--iterations", type=int, default=300)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--backend", default="local")
+    parser.add_argument("--results", default="results")
+    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--name", default="turns_aa")
+    parser.add_argument("--only-summarize", action="store_true")
+    args = parser.parse_args()
+    started, load = time.monotonic(), os.getloadavg()
+    result = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "settings": {key: getattr(args, key) for key in ("image", "models", "modes", "repeats", "iterations",
+                                                                "device", "backend")}}
+    if not args.only_summarize:
+        result["runs"] = run_designs(args)
+    result["cells"] = summarize(args)
+    write_results(Path(args.out), args.name, result, markdown, load=load, started=started)
+
+
+if __name__ == "__main__":
+    main()
