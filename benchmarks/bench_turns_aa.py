@@ -10,10 +10,11 @@ Over rounds, per cell: the SD of those log ratios (the noise a comparison of tha
 at 3 rounds to star a true +10% change (``bench_cross_process.power_at``), and the report's verdict row.
 
     python benchmarks/bench_turns_aa.py --matrix FILE [--image latest] [--models resnet] [--modes eager]
-        [--repeats 6] [--iterations 300] [--device cpu|cuda] [--backend local] [--results DIR] [--out DIR]
+        [--repeats 6] [--cycles 1] [--iterations 300] [--device cpu|cuda] [--backend local] [--results DIR] [--out DIR]
         [--name turns_aa] [--only-summarize]
 
-The runs land in ``--results`` (runs aa-turns and aa-plain); ``--only-summarize`` reads runs already there.
+The runs land in ``--results`` (runs aa-plain-1, aa-turns-1, then per ``--cycles`` aa-turns-2, aa-plain-2, ...);
+``--only-summarize`` reads runs already there.
 """
 import argparse
 import math
@@ -34,10 +35,21 @@ from runner.schema import RecordError, read_record  # noqa: E402
 DESIGNS = {"aa-plain": False, "aa-turns": True}
 
 
+def runs(cycles):
+    """(run name, design, turns) of ``cycles`` cycles, the designs' order swapped every other cycle so that a
+    machine that gets busier or quieter falls on both: aa-plain-1, aa-turns-1, aa-turns-2, aa-plain-2..."""
+    found = []
+    for cycle in range(1, cycles + 1):
+        order = list(DESIGNS.items()) if cycle % 2 else list(DESIGNS.items())[::-1]
+        found += [(f"{design}-{cycle}", design, turns) for design, turns in order]
+    return found
+
+
 def run_designs(args):
-    """Both runs, one after the other, each with its own seconds."""
+    """The runs, one after the other, each with its seconds and the load average before and after."""
     took = {}
-    for run, turns in DESIGNS.items():
+    for run, _, turns in runs(args.cycles):
+        before = os.getloadavg()
         argv = [sys.executable, "-m", "matrixbench.cli", "run", "--matrix", args.matrix, "--aa", args.image,
                 "--backend", args.backend, "--device", args.device, "--results", args.results, "--run", run,
                 "--models", args.models, "--modes", args.modes, "--repeats", str(args.repeats),
@@ -45,7 +57,8 @@ def run_designs(args):
         started = time.monotonic()
         path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         done = subprocess.run(argv, cwd=ROOT, env=dict(os.environ, PYTHONPATH=path))
-        took[run] = {"seconds": time.monotonic() - started, "exit": done.returncode}
+        took[run] = {"seconds": time.monotonic() - started, "exit": done.returncode, "load_before": before,
+                     "load_after": os.getloadavg()}
     return took
 
 
@@ -82,15 +95,19 @@ def round_logs(original, twin, turns):
 
 
 def summarize(args):
+    """Per cell and design: the rounds' log ratios of all its cycles' runs, their mean, SD and power."""
     results = Path(args.results)
-    out = {}
-    for run, turns in DESIGNS.items():
+    pooled = {}
+    for run, design, turns in runs(args.cycles):
         original = records(results / run / args.image)
         twin = records(results / run / f"{args.image}-aa")
         for cell, logs in round_logs(original, twin, turns).items():
-            values = [value for _, value in logs]
+            pooled.setdefault(cell, {}).setdefault(design, []).extend(value for _, value in logs)
+    out = {}
+    for cell, designs in pooled.items():
+        for design, values in designs.items():
             sd = statistics.stdev(values) if len(values) > 1 else float("nan")
-            out.setdefault(cell, {})[run] = {"rounds": len(values), "logs": values,
+            out.setdefault(cell, {})[design] = {"rounds": len(values), "logs": values,
                                              "mean": statistics.fmean(values), "sd": sd,
                                              "power_3_rounds_at_10pct": power_at(sd) if sd == sd else None}
     return out
@@ -100,9 +117,10 @@ def markdown(result):
     m = result["settings"]
     lines = [f"# A/A through the product, with and without turns ({m['device']}, {m['models']} {m['modes']})", "",
              f"Measured {result['when']} with `matrixbench run --aa {m['image']}` ({m['backend']} backend, "
-             f"{m['repeats']} rounds, {m['iterations']} iterations a process), once without turns (run aa-plain: "
-             "the report pairs by round) and once with `--set turns=true` (run aa-turns: the report judges in "
-             "turns). The true ratio is 1: every log ratio is noise. Power: a true +10% change starred at 3 "
+             f"{m['repeats']} rounds, {m['iterations']} iterations a process), {m['cycles']} time(s) without "
+             "turns (runs aa-plain-*: the report pairs by round) and as often with `--set turns=true` (runs "
+             "aa-turns-*: the report judges in turns), the order swapped each cycle; a design's rounds pooled "
+             "over its runs. The true ratio is 1: every log ratio is noise. Power: a true +10% change starred at 3 "
              "rounds (Student's t on the rounds' log ratios).", "",
              f"Load average before {result['load_average']}; {result['seconds']:.0f} s in all.", "",
              "| cell | design | rounds | mean log ratio | SD over rounds | power at 3 rounds |",
@@ -112,8 +130,10 @@ def markdown(result):
             power = found["power_3_rounds_at_10pct"]
             lines.append(f"| {cell} | {run} | {found['rounds']} | {found['mean']:+.3f} | {found['sd']:.3f} | "
                          f"{'-' if power is None else f'{power:.0%}'} |")
-    lines += ["", "Runs: " + ", ".join(f"{run} {took['seconds']:.0f} s (exit {took['exit']})"
-                                       for run, took in result.get("runs", {}).items()), ""]
+    lines += ["", "Runs, in order (seconds, exit, load average before -> after):", ""]
+    lines += [f"- {run}: {took['seconds']:.0f} s, exit {took['exit']}, load {took['load_before'][0]:.1f} -> "
+              f"{took['load_after'][0]:.1f}" for run, took in result.get("runs", {}).items()]
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -124,6 +144,7 @@ def main():
     parser.add_argument("--models", default="resnet")
     parser.add_argument("--modes", default="eager")
     parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument("--cycles", type=int, default=1, help="runs of each design, their order swapped each cycle")
     parser.add_argument("--iterations", type=int, default=300)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--backend", default="local")
@@ -135,7 +156,7 @@ def main():
     started, load = time.monotonic(), os.getloadavg()
     result = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "settings": {key: getattr(args, key) for key in ("image", "models", "modes", "repeats", "iterations",
-                                                                "device", "backend")}}
+                                                                "cycles", "device", "backend")}}
     if not args.only_summarize:
         result["runs"] = run_designs(args)
     result["cells"] = summarize(args)
