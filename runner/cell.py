@@ -25,6 +25,7 @@ import torch
 from runner import accuracy, cudagraphs, energy, faults, gpu_state, host, memory, records, timing_board, turns
 from runner.archcheck import bf16_problem, triton_problem
 from runner.compile import compile_model, counters_snapshot, dynamo_stats, reset
+from runner.compile_cache import mark_repaired, note_repair
 from runner.core import Mode, Status
 from runner.precision import apply_precision
 from runner.syncs import count_host_syncs, timing_regime
@@ -56,6 +57,9 @@ def run_cell(job, marks=None, reply=None):
         record.status = Status.OK
     except Exception as exc:
         records.fail_with_exception(record, exc)
+        if Mode(job["cell"].mode).compiled and record.status is Status.ERROR:
+            mark_repaired(record, exc, job.get("compile_cache_dirs") or {})
+    note_repair(record, job.get("compile_cache_repaired"))
     if session is not None:
         _take_turns(session, step, record, job)
         if reply is not None:

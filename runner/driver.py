@@ -11,6 +11,7 @@ here, without a process, releases its baton; a partner that never came ends the 
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
-from runner import records, turns
+from runner import compile_cache, records, turns
 from runner.cells_file import CellsFile, Turns
 from runner.core import Cell, Record, Repeat, Status
 from runner.faults import fault_for
@@ -94,13 +95,33 @@ def run_cells_file(cells_file: CellsFile, out_dir: Union[str, Path], force: bool
         for index, repeat in enumerate(pending, 1):
             prefix = f"[{index}/{len(pending)}] {repeat.id}"
             log(f"{prefix}: running")
-            record = run_one(launcher, repeat.cell, cells_file, context, out_dir, compile_cache_dir, repeat.index,
-                             pairing)
+            run = functools.partial(run_one, launcher, repeat.cell, cells_file, context, out_dir, compile_cache_dir,
+                                    repeat.index, pairing)
+            record = run()
             log(f"{prefix}: {summary_line(record)}")
+            record = _rerun_if_repaired(record, prefix, run, log, in_turns=pairing.for_repeat(repeat) is not None)
             results.append((repeat.id, record.status.value))
     finally:
         _remove_if_empty(os.path.join(out_dir, SCRATCH_DIRNAME))
     return results
+
+
+def _rerun_if_repaired(record: Record, prefix: str, run_again: Callable[..., Record], log: Log,
+                       in_turns: bool = False) -> Record:
+    """A repeat whose process repaired the compile cache (runner.compile_cache), run once more at once in a fresh
+    process, whose record is the one kept and says so; a second failure stays as recorded. In turns the repeat is
+    not run again (its partner has gone on without it)."""
+    if not compile_cache.was_repaired(record):
+        return record
+    if in_turns:
+        log(f"{prefix}: the compile cache held unloadable compiled modules, now removed; in turns the repeat is "
+            "not run again (its partner went on): run again to measure it")
+        return record
+    log(f"{prefix}: the compile cache held unloadable compiled modules, now removed: running the repeat once more "
+        "in a fresh process")
+    record = run_again(repaired=record.error.message if record.error else "")
+    log(f"{prefix}: {summary_line(record)} (rerun after a first attempt repaired the compile cache)")
+    return record
 
 
 def _remove_if_empty(folder: str) -> None:
@@ -128,8 +149,9 @@ def probe(launcher: Launcher, cells_file: CellsFile) -> Context:
 
 def run_one(launcher: Launcher, cell: Cell, cells_file: CellsFile, context: Context, out_dir: Union[str, Path],
             compile_cache_dir: Optional[Union[str, Path]] = None, repeat: int = 0,
-            pairing: Optional[Pairing] = None) -> Record:
-    """Run one repeat of a cell in a fresh process; return its record (written by the child or here)."""
+            pairing: Optional[Pairing] = None, repaired: Optional[str] = None) -> Record:
+    """Run one repeat of a cell in a fresh process; return its record (written by the child or here).
+    ``repaired``: the message of a first attempt that repaired the compile cache, for the record to say so."""
     scratch_root = os.path.join(out_dir, SCRATCH_DIRNAME)
     os.makedirs(scratch_root, exist_ok=True)
     timeout_s = cells_file.settings["timeout_s"]
@@ -137,6 +159,7 @@ def run_one(launcher: Launcher, cell: Cell, cells_file: CellsFile, context: Cont
     job_turns = pairing.for_repeat(Repeat(cell, repeat))
     with tempfile.TemporaryDirectory(prefix="matrixbench-cell-", dir=scratch_root) as scratch_dir:
         job = make_job(cell, cells_file, context, out_dir, scratch_dir, compile_cache_dir, repeat, job_turns)
+        job["compile_cache_repaired"] = repaired
         if context.error:
             if job_turns and not turns.release(job_turns, timeout_s):
                 pairing.stop(Repeat(cell, repeat))
@@ -220,6 +243,7 @@ def summary_line(record: Record) -> str:
 
 def _write_failure(job: JSON, status: Status, error_type: str, message: str) -> Record:
     record = records.fail(records.new_record(job), status, error_type, message)
+    compile_cache.note_repair(record, job.get("compile_cache_repaired"))
     records.finish(record, job)
     write_record(job["out_dir"], record)
     return record
