@@ -43,6 +43,10 @@ FLAGS = {
     "throttled": ("▼", "the GPU throttled during the timed loop (power cap, thermal or hardware slowdown): "
                        "the latency is not the GPU's full speed, and a comparison with it is at most undecided, "
                        "never starred"),
+    "compile_cache_repaired": ("‡", "a first attempt found a broken module in the compile cache and removed it "
+                                    "(runner.compile_cache; the runner log names it): this process "
+                                    "compiled it again, so its compile time is a partly cold one; its latency is "
+                                    "unaffected"),
     "timer_mismatch": ("≠", "event mean and wall-clock mean disagree beyond what launch overhead explains: "
                             "the per-call timer may not have measured the model"),
 }
