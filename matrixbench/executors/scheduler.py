@@ -176,7 +176,8 @@ def settings_delta_s(record: Mapping[str, object], settings: Mapping[str, object
         delta += loop_s
     elif turns and not settings.get("turns"):
         done = fields(turns)
-        delta -= sum(number(ms) for ms in done.get("block_ms") or [] if isinstance(ms, (int, float))) * \
+        blocks = done.get("block_ms")
+        delta -= sum(number(ms) for ms in (blocks if isinstance(blocks, list) else [])) * \
             number(done.get("block_calls")) / 1000.0
     return delta
 
