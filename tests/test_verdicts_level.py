@@ -130,6 +130,10 @@ def test_the_aa_line_carries_the_simulated_rate_of_its_design():
     rate = stats.simulated_false_star_rate(3, 3)
     assert f"stars {rate:.1%} of them at 3 vs 3 processes; nominal 5%" in line
     assert 0.01 <= rate <= 0.06
+    for pairing in (stats.PAIRED_BY_ROUND, stats.IN_TURNS):   # in turns: t on the rounds' log ratios, as by round
+        paired = [dict(row, pairing=pairing) for row in rows]
+        rate = stats.simulated_false_star_rate(3, 3, paired=True)
+        assert f"stars {rate:.1%} of them at 3 vs 3 processes {pairing}; nominal 5%" in verdict_summary.aa_line(paired)
 
 
 # --- 4. the host: fit, robust estimates, paired speed-ups ---------------------------------------------

@@ -33,7 +33,7 @@ def verdict_table(rows, margin_pct):
 def aa_line(rows):
     """"On this machine, N of M no-change (A/A) comparisons were starred (a simulator of known truth
     stars X% at B vs C processes; nominal 5%).", or None without A/A rows; M counts the tested ones,
-    B vs C the process counts most of them had, and how they were judged (paired by round or not:
+    B vs C the process counts most of them had, and how they were judged (paired by round, in turns, or not:
     stats.simulated_false_star_rate measures X at that design)."""
     found = [row for row in rows if row["kind"] == "aa_change"]
     if not found:
@@ -44,13 +44,15 @@ def aa_line(rows):
     untested = len(found) - len(tested)
     extra = f" ({untested} more not tested: one process per cell)" if untested else ""
     measured = f"nominal {nominal}%"
-    counts = Counter((row.get("baseline_processes"), row.get("candidate_processes"),
-                      row.get("pairing") == stats.PAIRED_BY_ROUND) for row in tested)
+    counts = Counter((row.get("baseline_processes"), row.get("candidate_processes"), row.get("pairing"))
+                     for row in tested)
     if counts:
-        (baseline, candidate, paired), _ = counts.most_common(1)[0]
+        (baseline, candidate, pairing), _ = counts.most_common(1)[0]
         if isinstance(baseline, int) and isinstance(candidate, int) and min(baseline, candidate) >= stats.MIN_PROCESSES:
+            # in turns: Student's t on the rounds' log ratios, the statistics of pairing by round
+            paired = pairing in (stats.PAIRED_BY_ROUND, stats.IN_TURNS)
             rate = stats.simulated_false_star_rate(baseline, candidate, paired=paired)
-            design = " paired by round" if paired else ""
+            design = f" {pairing}" if paired else ""
             measured = (f"a simulator of known truth stars {rate:.1%} of them at {baseline} vs {candidate} "
                         f"processes{design}; nominal {nominal}%")
     return (f"On this machine, {starred} of {len(tested)} no-change (A/A) comparisons were starred "
