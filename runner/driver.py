@@ -96,8 +96,8 @@ def run_cells_file(cells_file: CellsFile, out_dir: Union[str, Path], force: bool
             prefix = f"[{index}/{len(pending)}] {repeat.id}"
             log(f"{prefix}: running")
             run = functools.partial(run_one, launcher, repeat.cell, cells_file, context, out_dir, compile_cache_dir,
-                                    repeat.index, pairing)
-            record = run()
+                                    repeat.index)
+            record = run(pairing=pairing)
             log(f"{prefix}: {summary_line(record)}")
             record = _rerun_if_repaired(record, prefix, run, log, in_turns=pairing.for_repeat(repeat) is not None)
             results.append((repeat.id, record.status.value))
@@ -109,17 +109,14 @@ def run_cells_file(cells_file: CellsFile, out_dir: Union[str, Path], force: bool
 def _rerun_if_repaired(record: Record, prefix: str, run_again: Callable[..., Record], log: Log,
                        in_turns: bool = False) -> Record:
     """A repeat whose process repaired the compile cache (runner.compile_cache), run once more at once in a fresh
-    process, whose record is the one kept and says so; a second failure stays as recorded. In turns the repeat is
-    not run again (its partner has gone on without it)."""
+    process, whose record is the one kept and says so; a second failure stays as recorded. A repeat in turns runs
+    again alone (its partner went on without it, its record saying the baton was lost): the record has no turns."""
     if not compile_cache.was_repaired(record):
         return record
-    if in_turns:
-        log(f"{prefix}: the compile cache held unloadable compiled modules, now removed; in turns the repeat is "
-            "not run again (its partner went on): run again to measure it")
-        return record
+    alone = " alone (its partner in turns went on without it)" if in_turns else ""
     log(f"{prefix}: the compile cache held unloadable compiled modules, now removed: running the repeat once more "
-        "in a fresh process")
-    record = run_again(repaired=record.error.message if record.error else "")
+        f"in a fresh process{alone}")
+    record = run_again(pairing=None, repaired=record.error.message if record.error else "")
     log(f"{prefix}: {summary_line(record)} (rerun after a first attempt repaired the compile cache)")
     return record
 

@@ -126,6 +126,22 @@ def test_the_rerun_record_says_a_first_attempt_repaired_the_cache():
     assert untouched.timing["flags"] == []
 
 
+@pytest.mark.parametrize("in_turns", [False, True])
+def test_a_repaired_repeat_runs_once_more_and_alone_if_it_was_in_turns(in_turns):
+    """The rerun after a repair: one more attempt, never in turns (the partner went on without this repeat)."""
+    from runner.driver import _rerun_if_repaired
+
+    calls, lines = [], []
+    first = _record(CellError(REPAIRED, "removed /c/x.so"))
+    again = _record(CellError("RuntimeError", "second failure"))
+    found = _rerun_if_repaired(first, "[1/1] cell", lambda **kwargs: calls.append(kwargs) or again, lines.append,
+                               in_turns=in_turns)
+    assert found is again and calls == [{"pairing": None, "repaired": "removed /c/x.so"}]
+    assert ("alone (its partner in turns went on without it)" in lines[0]) is in_turns
+    other = _record(CellError("RuntimeError", "boom"))
+    assert _rerun_if_repaired(other, "[1/1] cell", lambda **kwargs: pytest.fail("ran again"), lines.append) is other
+
+
 def _run(cells, out, cache):
     env = dict(os.environ, PYTHONPATH=str(ROOT), TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
                TRITON_CACHE_DIR=str(cache / "triton"))
