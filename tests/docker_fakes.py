@@ -25,6 +25,7 @@ class FakeContainer:
         self.labels = kwargs.get("labels") or {}
         self.log, self.exit_code, self.on_wait, self.log_raises = log, exit_code, on_wait, log_raises
         self.calls = []
+        self.start_tried = False
 
     def logs(self, stream=False, follow=False, tail=None):
         if stream:
@@ -36,6 +37,13 @@ class FakeContainer:
         yield from [self.log[i:i + 7] for i in range(0, len(self.log), 7)]
         if self.log_raises:
             raise self.log_raises
+
+    def start(self):
+        """Docker starts a created container; a start refused (sdk.run_error: no GPU driver, a bad mount) leaves
+        the created container behind, as the real daemon does."""
+        self.start_tried = True
+        if self.sdk.run_error:
+            raise self.sdk.run_error
 
     def wait(self):
         self.calls.append("wait")
@@ -91,9 +99,10 @@ class FakeContainers:
     def __init__(self, sdk):
         self.sdk = sdk
 
-    def run(self, image, command, **kwargs):
-        if self.sdk.run_error:
-            raise self.sdk.run_error
+    def create(self, image, command, **kwargs):
+        """A created container (started with its start(); the SDK's containers.run is create + start)."""
+        if self.sdk.create_error:
+            raise self.sdk.create_error
         answer = {"log": self.sdk.python_answer} if kwargs.get("entrypoint") == "python" else {}   # build_facts.PROBE
         container = FakeContainer(self.sdk, image, command, kwargs, **{**self.sdk.next_container, **answer})
         self.sdk.started.append(container)
@@ -140,7 +149,8 @@ class FakeSDK:
         self.build_calls, self.started, self.started_live, self.removed_images = [], [], [], []
         self.images_by_tag = {}
         self.next_container = {}
-        self.run_error = None
+        self.run_error = None     # raised by a container's start() (the created container stays, as in Docker)
+        self.create_error = None  # raised by containers.create (no such image)
         self.pull_error = None   # raised by images.pull (a base image neither local nor pullable)
         self.pulled = []
         self.remote = {}        # a registry: reference -> the FakeImage pushed there (share it between SDKs)

@@ -86,6 +86,7 @@ def test_gpu_probe_without_gpus_is_empty():
     sdk = FakeSDK()
     sdk.run_error = APIError('could not select device driver "" with capabilities: [[gpu]]')
     assert DockerClient(sdk).gpu_probe("matrixbench:stable") == []
+    assert sdk.started and not sdk.started_live   # the container Docker created but could not start: removed
     sdk.run_error = None
     sdk.next_container = {"log": b"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n",
                           "exit_code": 9}
@@ -113,7 +114,7 @@ def test_start_container_asks_for_all_gpus_with_a_device_request():
     (request,) = kwargs["device_requests"]
     assert request["Count"] == -1 and request["Capabilities"] == [["gpu"]]
     assert kwargs["volumes"] == {"/host/results": {"bind": "/results", "mode": "rw"}}
-    assert kwargs["user"] == "1000:1000" and kwargs["detach"] is True and kwargs["init"] is True
+    assert kwargs["user"] == "1000:1000" and kwargs["init"] is True and sdk.started[0].start_tried
 
 
 def test_start_container_without_gpus_has_no_device_request():
@@ -145,6 +146,14 @@ def test_a_container_docker_cannot_start_is_a_run_error_naming_the_image():
     with pytest.raises(RunError, match="could not start a container of matrixbench:stable: .*device driver"):
         DockerClient(sdk).start_container("matrixbench:stable", [], user="0:0", env={"HF_TOKEN": "x"},
                                           mounts={}, labels={}, gpus=True)
+    assert sdk.started[0].start_tried and sdk.started[0].calls == ["remove"] and not sdk.started_live   # no "Created"
+
+
+def test_a_python_probe_docker_cannot_start_leaves_no_container():
+    sdk = FakeSDK()
+    sdk.run_error = APIError("error while creating mount source path")
+    code, why = DockerClient(sdk).python_output("matrixbench:stable", "print(1)")
+    assert code is None and "mount source path" in why and not sdk.started_live
 
 
 def test_connect_without_the_docker_package_says_what_to_install(monkeypatch):

@@ -203,9 +203,8 @@ class DockerClient:
         from docker.errors import DockerException
 
         try:
-            container = self._sdk.containers.run(
-                image, GPU_PROBE_ARGS, entrypoint=GPU_PROBE_ENTRYPOINT, detach=True,
-                labels={LABEL_MARK: "1"}, device_requests=[gpu_request(device_ids)])
+            container = self._started(image, GPU_PROBE_ARGS, entrypoint=GPU_PROBE_ENTRYPOINT,
+                                      labels={LABEL_MARK: "1"}, device_requests=[gpu_request(device_ids)])
         except DockerException:
             return []
         try:
@@ -223,8 +222,8 @@ class DockerClient:
         from docker.errors import DockerException
 
         try:
-            container = self._sdk.containers.run(image, ["-c", code], entrypoint="python", detach=True,
-                                                 labels={LABEL_MARK: "1"}, network_disabled=True)
+            container = self._started(image, ["-c", code], entrypoint="python", labels={LABEL_MARK: "1"},
+                                      network_disabled=True)
         except DockerException as exc:
             return None, str(exc)
         try:
@@ -235,6 +234,20 @@ class DockerClient:
         finally:
             _ignore_missing(container.remove, force=True)
 
+    def _started(self, image, command, **kwargs):
+        """A container of ``image`` created, then started (detached). One whose start fails (no GPU driver for
+        its device request, a bad mount) is removed before the error passes on: ``containers.run`` would leave
+        it behind in "Created", where nothing of matrixbench's would ever look for it."""
+        from docker.errors import DockerException
+
+        container = self._sdk.containers.create(image, command, **kwargs)
+        try:
+            container.start()
+        except DockerException:
+            _ignore_missing(container.remove, force=True)
+            raise
+        return container
+
     def start_container(self, image, command, *, user, env, mounts, labels, gpus=False, name=None,
                         gpu_ids=None, cpuset_cpus=None, cpuset_mems=None):
         """Start a detached container; ``mounts`` maps host path -> (container path, mode);
@@ -244,8 +257,8 @@ class DockerClient:
 
         volumes = {str(host): {"bind": path, "mode": mode} for host, (path, mode) in mounts.items()}
         try:
-            sdk_container = self._sdk.containers.run(
-                image, command, detach=True, user=user, environment=env, volumes=volumes,
+            sdk_container = self._started(
+                image, command, user=user, environment=env, volumes=volumes,
                 labels=labels, name=name, shm_size="2g", init=True,  # init: forwards SIGTERM, reaps cells
                 device_requests=[gpu_request(gpu_ids)] if gpus else None,
                 **_cpusets(cpuset_cpus, cpuset_mems),
