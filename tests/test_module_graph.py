@@ -20,7 +20,8 @@ LAYERS = (
 # What of the runner the host may import: stdlib-only modules of the host <-> runner contract.
 RUNNER_CONTRACT = {"runner", "runner.axes", "runner.core", "runner.schema", "runner.settings", "runner.cells_file",
                    "runner.records", "runner.registry", "runner.timing_board", "runner.machine", "runner.archcheck",
-                   "runner.files", "runner.lifetime", "runner.host", "runner.energy", "runner.noise_probe"}
+                   "runner.files", "runner.lifetime", "runner.host", "runner.energy", "runner.noise_probe",
+                   "runner.baton"}   # its ROLES: the cells file's turns.role (docs/turns.md)
 WALLS = {  # third-party package -> where it may be imported
     "click": ("matrixbench.cli",),
     "docker": ("matrixbench.build.docker_client",),
