@@ -56,4 +56,6 @@ def test_matplotlib_draws_every_chart_mark_without_a_missing_glyph():
 
 def test_the_marks_are_distinct():
     flags = [mark for mark, _ in tables.FLAGS.values()]
-    assert len(set(flags)) == len(flags) and not set(flags) & {tables.PER_CALL_MARK, tables.NOISY_MARK}
+    others = [tables.PER_CALL_MARK, tables.NOISY_MARK, tables.BETWEEN_NOISY_MARK, tables.ACCURACY_MARK,
+              tables.EAGER_FAILED_MARK, tables.PUBLISHED_NOTE_MARK, tables.UNKNOWN_FLAG_MARK]
+    assert len(set(flags)) == len(flags) and len(set(others)) == len(others) and not set(flags) & set(others)

@@ -43,7 +43,7 @@ FLAGS = {
     "throttled": ("▼", "the GPU throttled during the timed loop (power cap, thermal or hardware slowdown): "
                        "the latency is not the GPU's full speed, and a comparison with it is at most undecided, "
                        "never starred"),
-    "compile_cache_repaired": ("‡", "a first attempt found a broken module in the compile cache and removed it "
+    "compile_cache_repaired": ("○", "a first attempt found a broken module in the compile cache and removed it "
                                     "(runner.compile_cache; the runner log names it): this process "
                                     "compiled it again, so its compile time is a partly cold one; its latency is "
                                     "unaffected"),
