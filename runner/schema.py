@@ -348,6 +348,7 @@ RECORD_SCHEMA = {
                 "block_median_ms": {"type": "array", "items": {"type": "number"}},   # ... and median call
                 "lost": _STR,                           # why the turns stopped early; null when all were taken
                 "omp_wait_policy": _STR,                # the process's OMP_WAIT_POLICY, if set (docs/turns.md)
+                "waited_s": _NUM,                       # in the baton (for the partner, for turns): in duration_s
             }, nullable=True),
             # no_cudagraphs, partial_cudagraphs, cudagraph_recaptured, throttled (edge readings or violation
             # time), timer_mismatch

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
@@ -47,6 +48,7 @@ class Session:
         self.block_ms: List[float] = []
         self.block_median_ms: List[float] = []
         self.calls = 1
+        self.waited_s = 0.0         # in the baton: for the partner to come, for each of this side's turns
 
     @classmethod
     def connect(cls, turns: Optional[Turns], timeout_s: float) -> Optional["Session"]:
@@ -56,12 +58,14 @@ class Session:
             return None
         session = cls(turns, timeout_s)
         Path(turns.folder).mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
         try:
             assert session.baton is not None
             session.baton.connect()
         except BatonLost as exc:
             session.no_partner = True
             session._lose(f"{NO_PARTNER}: {exc}")
+        session.waited_s += time.monotonic() - started
         return session
 
     def own_turn(self) -> None:
@@ -69,10 +73,12 @@ class Session:
         if self.baton is None:
             return
         self._turns = self.baton.take(2 + 2 * TURN_BLOCKS)
+        started = time.monotonic()
         try:
             next(self._turns)
         except BatonLost as exc:
             self._lose(str(exc))
+        self.waited_s += time.monotonic() - started
 
     def blocks(self, step: Optional[Callable[[], Any]], own_ok: bool, iterations: int, device: str,
                time_loop: Callable[..., Any] = time_iterations) -> None:
@@ -83,13 +89,17 @@ class Session:
             return
         if not own_ok or step is None:
             return self._lose(OWN_PART_FAILED)
+        waiting = time.monotonic()
         try:
             for _ in self._turns:
+                self.waited_s += time.monotonic() - waiting
                 block = time_loop(step, self.calls, device)
                 self.block_ms.append(statistics.fmean(block.samples_ms))
                 self.block_median_ms.append(statistics.median(block.samples_ms))
                 block = None
+                waiting = time.monotonic()
         except BatonLost as exc:
+            self.waited_s += time.monotonic() - waiting
             return self._lose(str(exc))
         except Exception as exc:    # a block that failed: the own measurement stands, the turns stop
             return self._lose(f"a block failed: {type(exc).__name__}: {exc}")
@@ -110,7 +120,7 @@ class Session:
         return {"role": self.turns.role, "partner": self.turns.partner, "pair_id": self.turns.pair_id,
                 "blocks": TURN_BLOCKS, "block_calls": self.calls, "block_ms": list(self.block_ms),
                 "block_median_ms": list(self.block_median_ms), "lost": self.lost,
-                "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
+                "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "waited_s": self.waited_s}
 
 
 def release(turns: Turns, timeout_s: float) -> bool:

@@ -146,7 +146,7 @@ def _blocks(name, image, repeat, key, count=10, partner=None):
     return {"role": "first" if (image == "old") == (repeat % 2 == 0) else "second",
             "partner": partner or ("new" if image == "old" else "old"), "pair_id": key, "blocks": 10, "block_calls": 30,
             "block_ms": ms, "block_median_ms": ms, "lost": None if count == 10 else "no partner",
-            "omp_wait_policy": None}
+            "omp_wait_policy": None, "waited_s": 1.0}
 
 
 # Per cell and image, each round's timing.turns (None: the cell did not run in turns)

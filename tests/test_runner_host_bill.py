@@ -153,3 +153,24 @@ def test_turns_add_one_more_loop_and_a_record_in_turns_costs_its_blocks_less_wit
     record["timing"]["turns"] = {"block_ms": blocks, "block_calls": calls}
     assert settings_delta_s(record, {**plain, "turns": True}) == 0.0
     assert settings_delta_s(record, {**plain, "turns": False}) == pytest.approx(-sum(samples[:10 * calls]) / 1000.0)
+
+
+
+def test_a_process_in_turns_is_billed_without_its_waits_for_the_partner(tmp_path):
+    """The second side of a pair waits for the first's whole own part: its duration_s holds that wait, which is
+    the partner's time (timing.turns.waited_s), not its own."""
+    import json
+
+    from matrixbench.executors.scheduler import record_duration
+
+    record = _record("resnet_bs1_eager_float32.json")
+    path = tmp_path / "alone.json"
+    path.write_text(json.dumps(record))
+    alone = record_duration(path)
+    record["timing"]["turns"] = {"role": "second", "partner": "stable", "pair_id": "p", "blocks": 10,
+                                 "block_calls": 30, "block_ms": [], "block_median_ms": [], "lost": None,
+                                 "omp_wait_policy": None, "waited_s": 4.0}
+    record["duration_s"] += 4.0
+    path = tmp_path / "in_turns.json"
+    path.write_text(json.dumps(record))
+    assert alone and record_duration(path) == pytest.approx(alone)

@@ -65,6 +65,7 @@ def test_two_runners_of_a_cell_take_turns(tmp_path):
         assert turns["blocks"] == TURN_BLOCKS and turns["block_calls"] == 20 // TURN_BLOCKS
         assert len(turns["block_ms"]) == len(turns["block_median_ms"]) == TURN_BLOCKS
         assert all(ms > 0 for ms in turns["block_ms"])
+        assert turns["waited_s"] > 0 and turns["waited_s"] < record["duration_s"]   # the partner's turns, timed
         assert_valid(record)
     assert (tmp_path / "turns" / CELL.id).is_dir() and not (tmp_path / "turns" / CELL.id / "baton.sock").exists()
 

@@ -121,7 +121,8 @@ def record_duration(path: Path, torch: Optional[str] = None,
     """The ``duration_s`` of the record at ``path``; None when it is missing, unreadable, or (with
     ``torch``, a version) it ran another torch release. With ``settings`` (the run's runner settings) the
     duration is what the record's process would take under them (``settings_delta_s``: paired blocks,
-    the loop's minimum duration, turns)."""
+    the loop's minimum duration, turns). A process in turns waited for its partner (``timing.turns.waited_s``):
+    that is the partner's time, not this process's, and is left out."""
     try:
         record = read_record(path) if os.path.lexists(path) else None
     except Unvouched as exc:   # another run's hand-edited or corrupt record: said once, never estimated from
@@ -134,7 +135,8 @@ def record_duration(path: Path, torch: Optional[str] = None,
     ran = fields(record.get("environment")).get("torch")
     if torch is not None and not (ran and same_release(str(ran), torch)):
         return None
-    return number(record["duration_s"]) + (settings_delta_s(record, settings) if settings else 0.0)
+    waited = number(fields(fields(record.get("timing")).get("turns")).get("waited_s"))   # in turns: its partner's time
+    return max(number(record["duration_s"]) - waited, 0.0) + (settings_delta_s(record, settings) if settings else 0.0)
 
 
 def fields(value: object) -> Mapping[str, object]:
