@@ -1,20 +1,23 @@
-"""Image changes in turns, through the product (issue 34): the same A/A run with and without ``turns``.
+"""Image changes in turns, through the product (issue 34): the same A/A run with and without ``turns``, and in
+turns with both sides' blocks pinned to the same cores (``turns_cores``).
 
 ``matrixbench run --aa IMAGE`` runs one image twice under two names (IMAGE and IMAGE-aa), so every departure of
-their ratio from 1 is noise. This runs it twice, as a user would, into two runs of one results folder: without
-turns, then with ``--set turns=true``; and reads their records:
+their ratio from 1 is noise. This runs it once per design (``--designs``), as a user would, into runs of one
+results folder: ``plain`` without turns, ``turns`` with ``--set turns=true``, ``pinned`` with that and
+``--set turns_cores=N`` (``--pin``); and reads their records:
 - without turns: each round's log(aa process mean / original's), what the report's "paired by round" judges;
-- in turns: each round's median over its block pairs of log(aa block / original's block), what "in turns" judges
-  (report.stats.turn_log_ratio).
+- in turns (pinned or not): each round's median over its block pairs of log(aa block / original's block), what
+  "in turns" judges (report.stats.turn_log_ratio); the records' ``timing.turns.cores`` and ``threads`` are
+  counted, so the table says what the blocks really ran on.
 Over rounds, per cell: the SD of those log ratios (the noise a comparison of that design sees) and the power
 at 3 rounds to star a true +10% change (``bench_cross_process.power_at``), and the report's verdict row.
 
     python benchmarks/bench_turns_aa.py --matrix FILE [--image latest] [--models resnet] [--modes eager]
         [--repeats 6] [--cycles 1] [--iterations 300] [--device cpu|cuda] [--backend local] [--results DIR] [--out DIR]
-        [--name turns_aa] [--only-summarize]
+        [--designs plain,turns] [--pin 1] [--name turns_aa] [--only-summarize]
 
-The runs land in ``--results`` (runs aa-plain-1, aa-turns-1, then per ``--cycles`` aa-turns-2, aa-plain-2, ...);
-``--only-summarize`` reads runs already there.
+The runs land in ``--results`` (runs aa-plain-1, aa-turns-1, then per ``--cycles`` the designs in reverse order:
+aa-turns-2, aa-plain-2, ...); ``--only-summarize`` reads runs already there.
 """
 import argparse
 import math
@@ -32,28 +35,34 @@ from benchmarks.bench_cross_process import power_at  # noqa: E402
 from benchmarks.machine import write_results  # noqa: E402
 from runner.schema import RecordError, read_record  # noqa: E402
 
-DESIGNS = {"aa-plain": False, "aa-turns": True}
+DESIGNS = ("plain", "turns", "pinned")   # without turns; in turns; in turns, the blocks pinned (turns_cores)
 
 
-def runs(cycles):
-    """(run name, design, turns) of ``cycles`` cycles, the designs' order swapped every other cycle so that a
-    machine that gets busier or quieter falls on both: aa-plain-1, aa-turns-1, aa-turns-2, aa-plain-2..."""
+def design_settings(design, pin):
+    """The ``--set`` values of a design."""
+    return {"plain": ["turns=false"], "turns": ["turns=true"], "pinned": ["turns=true", f"turns_cores={pin}"]}[design]
+
+
+def runs(cycles, designs=("plain", "turns")):
+    """(run name, design, in turns) of ``cycles`` cycles, the designs' order reversed every other cycle so that a
+    machine that gets busier or quieter falls on all: aa-plain-1, aa-turns-1, aa-turns-2, aa-plain-2..."""
     found = []
     for cycle in range(1, cycles + 1):
-        order = list(DESIGNS.items()) if cycle % 2 else list(DESIGNS.items())[::-1]
-        found += [(f"{design}-{cycle}", design, turns) for design, turns in order]
+        order = list(designs) if cycle % 2 else list(designs)[::-1]
+        found += [(f"aa-{design}-{cycle}", f"aa-{design}", design != "plain") for design in order]
     return found
 
 
 def run_designs(args):
     """The runs, one after the other, each with its seconds and the load average before and after."""
     took = {}
-    for run, _, turns in runs(args.cycles):
+    for run, design, _ in runs(args.cycles, args.designs):
         before = os.getloadavg()
         argv = [sys.executable, "-m", "matrixbench.cli", "run", "--matrix", args.matrix, "--aa", args.image,
                 "--backend", args.backend, "--device", args.device, "--results", args.results, "--run", run,
                 "--models", args.models, "--modes", args.modes, "--repeats", str(args.repeats),
-                "--iterations", str(args.iterations), "--set", f"turns={str(turns).lower()}"]
+                "--iterations", str(args.iterations)]
+        argv += [item for value in design_settings(design[len("aa-"):], args.pin) for item in ("--set", value)]
         started = time.monotonic()
         path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         done = subprocess.run(argv, cwd=ROOT, env=dict(os.environ, PYTHONPATH=path))
@@ -75,6 +84,25 @@ def records(folder):
     return found
 
 
+def pinning(found):
+    """How the blocks of a run's records in turns ran: {"cores C, threads T": processes} (``unpinned`` where the
+    record says no cores; ``unknown`` for a record without the fields)."""
+    counts = {}
+    for record in found.values():
+        turns = (record.get("timing") or {}).get("turns")
+        if not turns:
+            continue
+        if "cores" not in turns:
+            how = "unknown"
+        else:
+            cores = turns.get("cores")
+            how = f"cores {','.join(map(str, cores))}" if cores else "unpinned"
+            how += f", {turns.get('threads')} torch thread(s)" + (f", pin failed: {turns['pin_error']}"
+                                                                  if turns.get("pin_error") else "")
+        counts[how] = counts.get(how, 0) + 1
+    return counts
+
+
 def round_logs(original, twin, turns):
     """Per cell: [(repeat, log ratio)] of the rounds both sides have, by the design's reduction."""
     by_cell = {}
@@ -85,7 +113,7 @@ def round_logs(original, twin, turns):
         if turns:
             a, b = base["timing"].get("turns") or {}, other["timing"].get("turns") or {}
             pairs = [math.log(y / x) for x, y in zip(a.get("block_ms") or [], b.get("block_ms") or []) if x > 0 < y]
-            if not pairs or a.get("pair_id") != b.get("pair_id"):
+            if not pairs or a.get("pair_id") != b.get("pair_id") or a.get("cores") != b.get("cores"):
                 continue
             value = statistics.median(pairs)
         else:
@@ -97,10 +125,14 @@ def round_logs(original, twin, turns):
 def summarize(args):
     """Per cell and design: the rounds' log ratios of all its cycles' runs, their mean, SD and power."""
     results = Path(args.results)
-    pooled = {}
-    for run, design, turns in runs(args.cycles):
+    pooled, pins = {}, {}
+    for run, design, turns in runs(args.cycles, args.designs):
         original = records(results / run / args.image)
         twin = records(results / run / f"{args.image}-aa")
+        for how, count in pinning({**{("a",) + key: r for key, r in original.items()},
+                                   **{("b",) + key: r for key, r in twin.items()}}).items():
+            pins.setdefault(design, {}).setdefault(how, 0)
+            pins[design][how] += count
         for cell, logs in round_logs(original, twin, turns).items():
             pooled.setdefault(cell, {}).setdefault(design, []).extend(value for _, value in logs)
     out = {}
@@ -110,18 +142,22 @@ def summarize(args):
             out.setdefault(cell, {})[design] = {"rounds": len(values), "logs": values,
                                              "mean": statistics.fmean(values), "sd": sd,
                                              "power_3_rounds_at_10pct": power_at(sd) if sd == sd else None}
-    return out
+    return out, pins
 
 
 def markdown(result):
     m = result["settings"]
+    designs = m.get("designs", ["plain", "turns"])
+    said = {"plain": "without turns (runs aa-plain-*: the report pairs by round)",
+            "turns": "with `--set turns=true` (runs aa-turns-*: the report judges in turns)",
+            "pinned": f"with `--set turns=true --set turns_cores={m.get('pin')}` (runs aa-pinned-*: in turns, both "
+                      "sides' blocks pinned to the same cores)"}
     lines = [f"# A/A through the product, with and without turns ({m['device']}, {m['models']} {m['modes']})", "",
              f"Measured {result['when']} with `matrixbench run --aa {m['image']}` ({m['backend']} backend, "
-             f"{m['repeats']} rounds, {m['iterations']} iterations a process), {m['cycles']} time(s) without "
-             "turns (runs aa-plain-*: the report pairs by round) and as often with `--set turns=true` (runs "
-             "aa-turns-*: the report judges in turns), the order swapped each cycle; a design's rounds pooled "
-             "over its runs. The true ratio is 1: every log ratio is noise. Power: a true +10% change starred at 3 "
-             "rounds (Student's t on the rounds' log ratios).", "",
+             f"{m['repeats']} rounds, {m['iterations']} iterations a process), {m['cycles']} time(s) each: "
+             + "; ".join(said[design] for design in designs) + ". The order was reversed each cycle; a design's "
+             "rounds are pooled over its runs. The true ratio is 1: every log ratio is noise. Power: a true +10% "
+             "change starred at 3 rounds (Student's t on the rounds' log ratios).", "",
              f"Load average before {result['load_average']}; {result['seconds']:.0f} s in all.", "",
              "| cell | design | rounds | mean log ratio | SD over rounds | power at 3 rounds |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]
@@ -130,6 +166,10 @@ def markdown(result):
             power = found["power_3_rounds_at_10pct"]
             lines.append(f"| {cell} | {run} | {found['rounds']} | {found['mean']:+.3f} | {found['sd']:.3f} | "
                          f"{'-' if power is None else f'{power:.0%}'} |")
+    if result.get("pinning"):
+        lines += ["", "Where the blocks in turns ran, as the records say (processes):", ""]
+        lines += [f"- {design}: " + "; ".join(f"{how}: {count}" for how, count in sorted(hows.items()))
+                  for design, hows in sorted(result["pinning"].items())]
     lines += ["", "Runs, in order (seconds, exit, load average before -> after):", ""]
     lines += [f"- {run}: {took['seconds']:.0f} s, exit {took['exit']}, load {took['load_before'][0]:.1f} -> "
               f"{took['load_after'][0]:.1f}" for run, took in result.get("runs", {}).items()]
@@ -151,15 +191,22 @@ def main():
     parser.add_argument("--results", default="results")
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--name", default="turns_aa")
+    parser.add_argument("--designs", default="plain,turns",
+                        help=f"comma-separated, of {', '.join(DESIGNS)}: the runs of each cycle, in order")
+    parser.add_argument("--pin", type=int, default=1, help="turns_cores of the pinned design")
     parser.add_argument("--only-summarize", action="store_true")
     args = parser.parse_args()
+    args.designs = [design.strip() for design in args.designs.split(",") if design.strip()]
+    if not args.designs or set(args.designs) - set(DESIGNS):
+        parser.error(f"--designs: comma-separated, of {', '.join(DESIGNS)}; got {','.join(args.designs)!r}")
     started, load = time.monotonic(), os.getloadavg()
     result = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "settings": {key: getattr(args, key) for key in ("image", "models", "modes", "repeats", "iterations",
-                                                                "cycles", "device", "backend")}}
+                                                                "cycles", "device", "backend", "designs",
+                                                                "pin")}}
     if not args.only_summarize:
         result["runs"] = run_designs(args)
-    result["cells"] = summarize(args)
+    result["cells"], result["pinning"] = summarize(args)
     write_results(Path(args.out), args.name, result, markdown, load=load, started=started)
 
 

@@ -28,6 +28,7 @@ from matrixbench.executors.ray.options import RayOptions
 from matrixbench.executors.scheduler import Estimates, run_order, takes_units
 from matrixbench.executors.turns import describe as describe_step
 from matrixbench.executors.turns import pairs_of as turn_pairs
+from matrixbench.executors.turns import pinned_cores
 from matrixbench.executors.turns import steps as turn_steps
 from matrixbench.gpu import host_gpus
 from matrixbench.host_noise import NOISE_CHECK_S
@@ -44,6 +45,7 @@ from matrixbench.run.layout import run_dir
 from matrixbench.run.manifest import unfinished_runs
 from matrixbench.run.noise_check import plan_check
 from matrixbench.run.pending import first_repeats, pending_work, recorded_failures_line, unreadable_lines
+from matrixbench.run.placement import usable_cores
 from matrixbench.run.progress import make_progress
 from matrixbench.run.signals import exit_code, signal_name, stop_signals
 from runner import axes
@@ -601,6 +603,7 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
     torch_of = {name: image.torch_version for name, image in matrix.images.items()}
     order = run_order(plans, units, torch_of)
     steps = turn_steps(plans, turn_pairs(plans, matrix)) if matrix.turns and not units else order
+    cores = pinned_cores(matrix.turns_cores, usable_cores()[0]) if steps is not order else ()
     if order:
         how = ("model by model (one model and batch size at a time, longest first; images in turn, round by "
                "round)" if units else "image by image, round by round, one runner at a time")
@@ -611,7 +614,7 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
         lines += [f"  [runner {number}] {work.label}: {r.cell.model} {r.cell.mode} bs={r.cell.batch_size} "
                   f"{r.cell.dtype}{_more_words(r.cell)}" + (f" repeat {r.index + 1}" if repeats else "")
                   + (f" ({how_run})" if how_run else "")
-                  for number, step in enumerate(steps, 1) for work, r, how_run in describe_step(step)]
+                  for number, step in enumerate(steps, 1) for work, r, how_run in describe_step(step, cores)]
     pending = [plan for plan in plans if plan.pending]
     check = plan_check(gpus, pending, noise_check, executor)
     estimates = Estimates(settings=bill_settings(matrix))

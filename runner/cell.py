@@ -72,9 +72,17 @@ def _take_turns(session, step, record, job):
     where the cell got as far as timing."""
     own_ok = record.status is Status.OK
     with torch.no_grad():
-        session.blocks(step if own_ok else None, own_ok, record.settings["iterations"], job["device"])
+        session.blocks(step if own_ok else None, own_ok, record.settings["iterations"], job["device"],
+                       threads=_torch_threads)
     if isinstance(record.timing, dict):
         record.timing["turns"] = session.record()
+
+
+def _torch_threads(count):
+    """torch's intra-op threads: set to ``count`` (None: left as they are); returns them."""
+    if count is not None:
+        torch.set_num_threads(count)
+    return torch.get_num_threads()
 
 
 def _measure(job, record, marks):

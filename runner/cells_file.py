@@ -7,13 +7,14 @@ The file's shape (the host writes it; ``python -m runner --cells FILE`` reads it
      "image_name": "stable", "image_id": "sha256:...",
      "cells": [{"model": "vit", "task": "image-classification", ...}, ...],
      "repeats": [[0, 0], [1, 0], [1, 1], [0, 1]], "order_seed": 1234,
-     "turns": {"folder": "/turns", "role": "first", "partner": "nightly", "pair_id": "3f2a..."}}
+     "turns": {"folder": "/turns", "role": "first", "partner": "nightly", "pair_id": "3f2a...", "cores": [15]}}
 
 ``repeats`` (optional) is the run order: [index into cells, repeat index] pairs, one process
 each; without it every cell runs once, as repeat 0, in the order of ``cells``. ``order_seed``
 is the seed the host shuffled the order with (recorded, not used here). ``turns`` (optional, v4):
 this runner runs at the same time as another image's runner of the same cells and repeats, and each
-repeat's process takes turns with the partner's (runner.turns; absent or null: no turns).
+repeat's process takes turns with the partner's (runner.turns; absent or null: no turns); its optional
+``cores`` (v5) pin both sides' blocks to those CPU cores (runner.turns.pin).
 
 Validation is minimal and stdlib-only: required keys, types and allowed values, with an
 error that names the field. Stdlib only: the parent process never imports torch.
@@ -40,6 +41,7 @@ class CellsFileError(ValueError):
 
 TOP_LEVEL_KEYS = ("settings", "cells", "image_name", "image_id", "repeats", "order_seed", "turns")
 TURNS_KEYS = ("folder", "role", "partner", "pair_id")
+TURNS_OPTIONAL_KEYS = ("cores",)    # v5
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class Turns:
     role: str
     partner: str
     pair_id: str
+    cores: Tuple[int, ...] = ()     # the CPU cores both sides' blocks are pinned to; empty: not pinned
 
     def for_repeat(self, stem: str) -> "Turns":
         """One repeat's baton folder: ``<folder>/<repeat stem>`` (runner.core.repeat_stem)."""
@@ -131,16 +134,22 @@ def validate_turns(turns: Any, source: str = "<dict>") -> Optional[Turns]:
     if not isinstance(turns, dict):
         raise CellsFileError(f"{source}: 'turns' must be an object {{{', '.join(TURNS_KEYS)}}} or null, "
                              f"got {turns!r}")
-    unknown, missing = sorted(set(turns) - set(TURNS_KEYS)), [key for key in TURNS_KEYS if key not in turns]
+    known = TURNS_KEYS + TURNS_OPTIONAL_KEYS
+    unknown, missing = sorted(set(turns) - set(known)), [key for key in TURNS_KEYS if key not in turns]
     if unknown or missing:
         raise CellsFileError(f"{source}: 'turns' has unknown keys {unknown} / lacks {missing}; "
-                             f"expected {list(TURNS_KEYS)}")
+                             f"expected {list(TURNS_KEYS)} and optionally {list(TURNS_OPTIONAL_KEYS)}")
     for key in TURNS_KEYS:
         if not isinstance(turns[key], str) or not turns[key]:
             raise CellsFileError(f"{source}: 'turns.{key}' must be a non-empty string, got {turns[key]!r}")
     if turns["role"] not in BATON_ROLES:
         raise CellsFileError(f"{source}: 'turns.role' must be one of {list(BATON_ROLES)}, got {turns['role']!r}")
-    return Turns(**turns)
+    cores = turns.get("cores", [])
+    if (not isinstance(cores, list) or any(isinstance(core, bool) or not isinstance(core, int) or core < 0
+                                           for core in cores) or len(set(cores)) != len(cores)):
+        raise CellsFileError(f"{source}: 'turns.cores' must be a list of distinct CPU core numbers (integers >= 0), "
+                             f"got {cores!r}")
+    return Turns(**dict(turns, cores=tuple(cores)))
 
 
 def validate_repeats(pairs: Any, cells: List[Cell], source: str = "<dict>") -> List[Repeat]:

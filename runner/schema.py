@@ -53,8 +53,10 @@ CHECK_FILENAME = "check.json"
 # version 2 refuses it (unknown settings) and asks for a rebuild.
 # 4 (issue 34: the optional ``turns``, the pair this runner takes turns with, runner.cells_file.Turns): a runner
 # of version 3 refuses it and asks for a rebuild.
-CELLS_SCHEMA_VERSION = 4
-SUPPORTED_CELLS_VERSIONS = (1, 2, 3, 4)
+# 5 (issue 34: the optional ``turns.cores``, the CPU cores both sides' blocks are pinned to): a runner of version 4
+# refuses it and asks for a rebuild.
+CELLS_SCHEMA_VERSION = 5
+SUPPORTED_CELLS_VERSIONS = (1, 2, 3, 4, 5)
 
 
 # Settings a record of schema v3 or older lacks: not required in a record's settings block.
@@ -207,6 +209,9 @@ _GPU_SAMPLE = _obj({"sm_clock_mhz": _NUM, "mem_clock_mhz": _NUM, "temperature_c"
 _CUDAGRAPH_COUNTS = ("warmup_captures", "warmup_replays", "timed_captures", "timed_replays")
 _TIMING_REQUIRED = ["load_s", "first_call_s", "warmup_s", "timer", "n", "mean_ms", "median_ms", "p90_ms",
                     "p99_ms", "stdev_ms", "min_ms", "max_ms", "cv", "noisy", "samples_ms"]
+# timing.turns: the v5 fields every record in turns has (the pinning ones came later, optional)
+_TURNS_REQUIRED = ["role", "partner", "pair_id", "blocks", "block_calls", "block_ms", "block_median_ms", "lost",
+                   "omp_wait_policy", "waited_s"]
 
 _ENVIRONMENT_REQUIRED = ["python", "torch", "torch_git", "transformers", "cuda", "cudnn", "gpu_name", "gpu_count",
                          "driver", "cpu_model", "threads", "platform", "hostname", "image_name", "image_id"]
@@ -349,7 +354,13 @@ RECORD_SCHEMA = {
                 "lost": _STR,                           # why the turns stopped early; null when all were taken
                 "omp_wait_policy": _STR,                # the process's OMP_WAIT_POLICY, if set (docs/turns.md)
                 "waited_s": _NUM,                       # in the baton (for the partner, for turns): in duration_s
-            }, nullable=True),
+                # optional (records before pinning lack them: unknown): the cores the blocks ran pinned to, as
+                # the process's affinity read back after pinning (null: not pinned), the torch threads during
+                # the blocks, and why a requested pin failed (the blocks then ran unpinned)
+                "cores": {"type": ["array", "null"], "items": {"type": "integer"}},
+                "threads": _INT,
+                "pin_error": _STR,
+            }, required=_TURNS_REQUIRED, nullable=True),
             # no_cudagraphs, partial_cudagraphs, cudagraph_recaptured, throttled (edge readings or violation
             # time), timer_mismatch
             "flags": {"type": "array", "items": {"type": "string"}},
@@ -468,6 +479,9 @@ CELLS_SCHEMA = {
                   "required": ["folder", "role", "partner", "pair_id"],
                   "properties": {"folder": {"type": "string", "minLength": 1}, "role": {"enum": list(BATON_ROLES)},
                                  "partner": {"type": "string", "minLength": 1},
-                                 "pair_id": {"type": "string", "minLength": 1}}},
+                                 "pair_id": {"type": "string", "minLength": 1},
+                                 # v5: both sides' blocks pinned to these cores (runner.turns.pin)
+                                 "cores": {"type": "array", "uniqueItems": True,
+                                           "items": {"type": "integer", "minimum": 0}}}},
     },
 }

@@ -7,6 +7,11 @@ accuracy, paired blocks), then TURN_BLOCKS blocks of the cell's step a side, alt
 timed with the timed loop's per-call timer (runner.timing.time_iterations) and no warm-up between turns, so that
 what the host does to the processes falls on both sides of each block pair. The record's ``timing.turns``.
 
+With ``cores`` in the cells file's turns (matrix setting ``turns_cores``), each side pins every thread of its
+process to those cores, and sets as many torch threads, right before its blocks (``pin``): both sides' blocks then
+run on the same cores, whatever the scheduler would have done; the own part (the compile uses every core) is
+left unpinned. The record says the cores read back, the threads and why a pin failed (the blocks then run unpinned).
+
 A lost baton (the partner never came, died, failed its own part, or went silent) never costs the own
 measurement: the cell goes on alone and ``lost`` says why; the blocks measured so far stay. A side whose own
 part failed closes the baton at once, so the partner does not wait ``timeout_s`` for it. Stdlib only (torch
@@ -18,7 +23,7 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from runner.baton import Baton, BatonLost
 from runner.cells_file import Turns
@@ -28,6 +33,21 @@ JSON = Dict[str, Any]
 TURN_BLOCKS = 10     # blocks a side, after the own parts
 NO_PARTNER = "no partner"   # the start of ``lost`` when the partner never connected (the driver stops turns)
 OWN_PART_FAILED = "its own part failed"
+Threads = Callable[[Optional[int]], int]   # sets the torch threads to a count (None: leaves them); returns them
+
+
+def pin(cores: Sequence[int]) -> List[int]:
+    """Pin every thread of this process (``/proc/self/task``: torch's OpenMP pool too; threads started later
+    inherit the calling thread's) to ``cores``; returns the process's affinity read back, sorted. Raises OSError
+    (or AttributeError where the platform has no affinity) when the cores cannot be had."""
+    wanted = set(cores)
+    os.sched_setaffinity(0, wanted)
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), wanted)
+        except ProcessLookupError:   # a thread that ended meanwhile
+            pass
+    return sorted(os.sched_getaffinity(0))
 
 
 def block_calls(iterations: int) -> int:
@@ -49,6 +69,9 @@ class Session:
         self.block_median_ms: List[float] = []
         self.calls = 1
         self.waited_s = 0.0         # in the baton: for the partner to come, for each of this side's turns
+        self.cores: Optional[List[int]] = None     # pinned to, read back (None: not pinned)
+        self.threads: Optional[int] = None          # torch threads during the blocks
+        self.pin_error: Optional[str] = None
 
     @classmethod
     def connect(cls, turns: Optional[Turns], timeout_s: float) -> Optional["Session"]:
@@ -81,14 +104,16 @@ class Session:
         self.waited_s += time.monotonic() - started
 
     def blocks(self, step: Optional[Callable[[], Any]], own_ok: bool, iterations: int, device: str,
-               time_loop: Callable[..., Any] = time_iterations) -> None:
-        """This side's blocks of ``step`` (the cell's step, compiled for compiled cells), each in its turn; a
-        failed own part (``own_ok`` false, or no step) closes the baton at once instead."""
+               time_loop: Callable[..., Any] = time_iterations, threads: Optional[Threads] = None) -> None:
+        """This side's blocks of ``step`` (the cell's step, compiled for compiled cells), each in its turn, pinned
+        first where the turns have cores (``threads``: the torch threads' setter); a failed own part (``own_ok``
+        false, or no step) closes the baton at once instead."""
         self.calls = block_calls(iterations)
         if self.baton is None or self._turns is None:
             return
         if not own_ok or step is None:
             return self._lose(OWN_PART_FAILED)
+        self._pin(threads)
         waiting = time.monotonic()
         try:
             for _ in self._turns:
@@ -105,6 +130,17 @@ class Session:
             return self._lose(f"a block failed: {type(exc).__name__}: {exc}")
         self.close()
 
+    def _pin(self, threads: Optional[Threads]) -> None:
+        """Pin to the turns' cores with one torch thread a core (none: only the threads are read)."""
+        count = None
+        if self.turns.cores:
+            try:
+                self.cores = pin(self.turns.cores)
+                count = len(self.cores)
+            except (OSError, AttributeError) as exc:   # the blocks run unpinned, and the record says why
+                self.pin_error = f"{type(exc).__name__}: {exc}"
+        self.threads = threads(count) if threads is not None else None
+
     def _lose(self, why: str) -> None:
         self.lost = self.lost or why
         self.close()
@@ -120,7 +156,8 @@ class Session:
         return {"role": self.turns.role, "partner": self.turns.partner, "pair_id": self.turns.pair_id,
                 "blocks": TURN_BLOCKS, "block_calls": self.calls, "block_ms": list(self.block_ms),
                 "block_median_ms": list(self.block_median_ms), "lost": self.lost,
-                "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "waited_s": self.waited_s}
+                "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "waited_s": self.waited_s,
+                "cores": self.cores, "threads": self.threads, "pin_error": self.pin_error}
 
 
 def release(turns: Turns, timeout_s: float) -> bool:

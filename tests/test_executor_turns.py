@@ -26,12 +26,13 @@ from matrixbench.errors import OptionConflictError, RunError
 from matrixbench.executors import check_options, create_executor
 from matrixbench.executors.scheduler import takes_units
 from matrixbench.executors.sequential import SequentialExecutor
-from matrixbench.executors.turns import TurnPair, image_pairs, round_steps, steps
+from matrixbench.executors.turns import TurnPair, image_pairs, pinned_cores, round_steps, steps
 from matrixbench.matrix import Overrides, expand_cells, load_matrix
 from matrixbench.matrix.comparisons import AA_CHANGE, IMAGE_CHANGE, SPEEDUP, Comparison
 from matrixbench.run.command import RunOptions, run_matrix
 from matrixbench.run.layout import image_dir, turns_dir
 from matrixbench.run.pending import ImageWork, interleaved
+from matrixbench.run.placement import usable_cores
 from runner.core import Cell, Repeat
 from runner.schema import CELLS_SCHEMA_VERSION, write_record
 
@@ -222,3 +223,51 @@ def test_turns_with_slots_given_and_no_executor_are_refused_and_without_slots_ru
     assert isinstance(create_executor(None, RunOptions(), matrix=matrix, gpus=True, environ={}, note=lambda line: None),
                       SequentialExecutor)
     assert not takes_units(None, "auto", True, turns=True) and takes_units(None, "auto", True)
+
+
+# --- pinning (matrix setting turns_cores) ------------------------------------------------------
+
+def test_pinned_cores_are_the_last_usable_ones_and_more_than_there_are_is_refused_naming_the_setting():
+    assert pinned_cores(0, (0, 1, 2, 3)) == ()
+    assert pinned_cores(2, (3, 0, 2, 1)) == (2, 3)
+    assert pinned_cores(1, (4, 6)) == (6,)
+    with pytest.raises(OptionConflictError, match=r"turns_cores: 5: this run may use 2 CPU core\(s\) \(0-1\); set "
+                                                  r"turns_cores to at most 2 .*or 0 not to pin"):
+        pinned_cores(5, (0, 1))
+
+
+def test_turns_cores_without_turns_is_refused_naming_both_settings(tmp_path):
+    with pytest.raises(OptionConflictError, match="turns_cores: 1 pins .* set turns: true .* or drop turns_cores"):
+        check_options(turns_matrix(tmp_path, turns=False, turns_cores=1), RunOptions())
+    check_options(turns_matrix(tmp_path, turns_cores=1), RunOptions())
+
+
+def test_a_pinned_pair_gets_the_last_usable_core_in_its_turns_and_cells_file(tmp_path, monkeypatch):
+    """Both runners of every pair get the same cores (the last this run may use: run.placement.usable_cores),
+    written into the cells file's turns; a matrix without turns_cores writes no cores (cells file as before)."""
+    backend = use_backend(monkeypatch, PairedBackend())
+    run_matrix(turns_matrix(tmp_path, turns_cores=1), local_run_options(tmp_path, executor="sequential"))
+    core = usable_cores()[0][-1]
+    assert {turns.cores for _, turns, _, _ in backend.seen} == {(core,)} and len(backend.seen) == 4   # 2 rounds, 2 sides
+    cells_file = json.loads((image_dir(tmp_path / "results" / "r1", "stable") / "cells.json").read_text())
+    assert cells_file["turns"]["cores"] == [core]
+    request = turns_request(tmp_path)
+    assert "cores" not in request.work.turns.to_dict()
+    assert "turns_cores" not in turns_matrix(tmp_path).to_dict()   # not pinned: the matrix hashes as before
+
+
+def test_run_dry_run_says_which_cores_a_pinned_pair_uses(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from matrixbench.cli import main
+
+    use_backend(monkeypatch, RecordingBackend())
+    matrix_file = write_matrix(tmp_path, {**small_matrix_data(), "turns": True, "turns_cores": 1})
+    result = CliRunner().invoke(main, ["run", "--matrix", str(matrix_file), "--backend", "local", "--models", "vit",
+                                       "--dry-run"])
+    assert result.exit_code == 0, result.output
+    core = usable_cores()[0][-1]
+    assert f"in turns with latest, first, blocks pinned to cores {core})" in result.output
+    too_many = write_matrix(tmp_path, {**small_matrix_data(), "turns": True, "turns_cores": 1024})
+    result = CliRunner().invoke(main, ["run", "--matrix", str(too_many), "--backend", "local", "--dry-run"])
+    assert result.exit_code != 0 and "turns_cores: 1024: this run may use" in result.output

@@ -46,9 +46,22 @@ def test_a_rounds_log_ratio_is_the_median_over_the_blocks_both_sides_measured():
     _turns("new", "other key", "old", [4.4]),       # another pair launch
     _turns("new", "k", "third", [4.4]),              # named another partner
     _turns("new", "k", "old", []),                   # lost before its first block
+    stats.Turns("new", "k", "old", (4.4,), cores=(3,)),   # pinned, and old was not (its pin failed)
     None])                                           # not run in turns
 def test_a_round_whose_processes_did_not_take_turns_together_has_no_log_ratio(candidate):
     assert stats.turn_log_ratio(_turns("old", "k", "new", [4.0]), candidate) is None
+
+
+def test_the_reader_takes_the_pinned_cores_and_a_pin_unlike_the_partners_is_no_pair():
+    from matrixbench.report.cells import process_turns
+
+    row = {"image": "old", "timing.turns.pair_id": "k", "timing.turns.partner": "new", "timing.turns.block_ms": [4.0],
+           "timing.turns.role": "first"}
+    assert process_turns(row).cores is None                         # a record before pinning: not pinned
+    assert process_turns(dict(row, **{"timing.turns.cores": [7, 6]})).cores == (7, 6)
+    assert process_turns(dict(row, **{"timing.turns.cores": ["7"]})).cores is None   # not what the runner writes
+    pinned = stats.Turns("new", "k", "old", (4.4,), cores=(7, 6))
+    assert stats.turn_log_ratio(process_turns(dict(row, **{"timing.turns.cores": [7, 6]})), pinned) is not None
 
 
 def test_rounds_without_turns_are_left_out_and_counted():
@@ -140,18 +153,19 @@ def _record(name, image, repeat, turns):
     return record
 
 
-def _blocks(name, image, repeat, key, count=10, partner=None):
+def _blocks(name, image, repeat, key, count=10, partner=None, cores=None):
     base = 4.0 * PROCESS_NOISE[repeat] * (BLOCK_CHANGE[repeat] if image == "new" else 1.0)
     ms = [base * (1.0 + 0.002 * (index % 3)) for index in range(count)]
     return {"role": "first" if (image == "old") == (repeat % 2 == 0) else "second",
             "partner": partner or ("new" if image == "old" else "old"), "pair_id": key, "blocks": 10, "block_calls": 30,
             "block_ms": ms, "block_median_ms": ms, "lost": None if count == 10 else "no partner",
-            "omp_wait_policy": None, "waited_s": 1.0}
+            "omp_wait_policy": None, "waited_s": 1.0, "cores": cores, "threads": 1 if cores else 2, "pin_error": None}
 
 
 # Per cell and image, each round's timing.turns (None: the cell did not run in turns)
 TURNS = {
-    "vit_bs1_eager_float32": {image: [_blocks("vit", image, repeat, f"v{repeat}") for repeat in range(3)]
+    # both sides' blocks pinned to core 7 (turns_cores): the report pairs them as any
+    "vit_bs1_eager_float32": {image: [_blocks("vit", image, repeat, f"v{repeat}", cores=[7]) for repeat in range(3)]
                               for image in ("old", "new")},
     # new's round 2 lost the baton before its first block: rounds 0 and 1 in turns
     "resnet_bs1_eager_float32": {"old": [_blocks("resnet", "old", repeat, f"r{repeat}") for repeat in range(3)],

@@ -98,7 +98,7 @@ def test_no_paired_and_the_loop_settings_flow_from_the_host_to_the_runner(tmp_pa
     settings = runner_settings(matrix, "cpu")
     assert settings["paired"] is False and settings["min_time_s"] == 3.0 and settings["target_stdrel"] == 0.01
     assert validate_settings(settings)["paired"] is False
-    assert CELLS_SCHEMA_VERSION == 4
+    assert CELLS_SCHEMA_VERSION == 5
     default = runner_settings(load_matrix(root / "matrix-cpu-smoke.yaml"), "cpu")
     assert default["paired"] is True and default["min_time_s"] == "auto" and default["target_stdrel"] is None
 

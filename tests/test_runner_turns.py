@@ -24,18 +24,19 @@ TIMEOUT_S = 60
 CELL = tiny_cell()
 
 
-def cells(role, folder, partner):
-    """A cells file of one tiny eager cell in turns."""
+def cells(role, folder, partner, cores=None):
+    """A cells file of one tiny eager cell in turns (pinned to ``cores`` if given)."""
+    turns = {"folder": str(folder), "role": role, "partner": partner, "pair_id": "pair-1"}
     return {"schema_version": CELLS_SCHEMA_VERSION, "image_name": role,
             "settings": settings(iterations=20, warmup=2, timeout_s=TIMEOUT_S, paired=False),
             "cells": [CELL.to_dict()],
-            "turns": {"folder": str(folder), "role": role, "partner": partner, "pair_id": "pair-1"}}
+            "turns": dict(turns, cores=cores) if cores is not None else turns}
 
 
-def runner(tmp_path, role, folder, fault=None):
+def runner(tmp_path, role, folder, fault=None, cores=None):
     """``python -m runner`` of one side; ``fault`` (runner.faults) for this side's cell only."""
     path = tmp_path / f"{role}.json"
-    path.write_text(json.dumps(cells(role, folder, "second" if role == "first" else "first")))
+    path.write_text(json.dumps(cells(role, folder, "second" if role == "first" else "first", cores)))
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")  # a waiting side's OpenMP threads spin
     env.pop(FAULTS_VARIABLE, None)
     if fault:
@@ -44,11 +45,11 @@ def runner(tmp_path, role, folder, fault=None):
                             env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-def both(tmp_path, faults=None):
+def both(tmp_path, faults=None, cores=None):
     """Both sides at once; their records (as read) and stderr."""
     faults = faults or {}
     folder = tmp_path / "turns"
-    procs = {role: runner(tmp_path, role, folder, faults.get(role)) for role in ("first", "second")}
+    procs = {role: runner(tmp_path, role, folder, faults.get(role), cores) for role in ("first", "second")}
     logs = {role: proc.communicate(timeout=4 * TIMEOUT_S)[1] for role, proc in procs.items()}
     assert all(proc.returncode == 0 for proc in procs.values()), logs
     return {role: read_record(record_path(tmp_path / role, CELL)) for role in procs}, logs
@@ -66,8 +67,73 @@ def test_two_runners_of_a_cell_take_turns(tmp_path):
         assert len(turns["block_ms"]) == len(turns["block_median_ms"]) == TURN_BLOCKS
         assert all(ms > 0 for ms in turns["block_ms"])
         assert turns["waited_s"] > 0 and turns["waited_s"] < record["duration_s"]   # the partner's turns, timed
+        assert (turns["cores"], turns["threads"], turns["pin_error"]) == (None, 1, None)   # not pinned
         assert_valid(record)
     assert (tmp_path / "turns" / CELL.id).is_dir() and not (tmp_path / "turns" / CELL.id / "baton.sock").exists()
+
+
+def test_a_pinned_pair_runs_its_blocks_on_the_cores_asked_with_a_torch_thread_each(tmp_path):
+    """``turns.cores``: both sides' blocks run pinned to the same core (the last this test may use), one torch
+    thread; the record reads the affinity back."""
+    core = sorted(os.sched_getaffinity(0))[-1]
+    records, logs = both(tmp_path, cores=[core])
+    for role in ("first", "second"):
+        turns = records[role]["timing"]["turns"]
+        assert records[role]["status"] == "ok" and turns["lost"] is None, logs[role]
+        assert (turns["cores"], turns["threads"], turns["pin_error"]) == ([core], 1, None)
+        assert len(turns["block_ms"]) == TURN_BLOCKS
+        assert_valid(records[role])
+
+
+PIN_SCRIPT = """
+import json, os, sys, threading
+from pathlib import Path
+from runner.turns import pin
+stop = threading.Event()
+workers = [threading.Thread(target=stop.wait) for _ in range(3)]
+for worker in workers:
+    worker.start()
+core = int(sys.argv[1])
+got = pin([core])
+later = threading.Thread(target=stop.wait)
+later.start()
+allowed = {task.name: [line.split(":")[1].strip() for line in (task / "status").read_text().splitlines()
+                       if line.startswith("Cpus_allowed_list")][0] for task in Path("/proc/self/task").iterdir()}
+stop.set()
+print(json.dumps({"got": got, "allowed": allowed}))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux's /proc")
+def test_pin_moves_every_thread_of_the_process_and_those_started_later(tmp_path):
+    """runner.turns.pin pins the threads already running (torch's OpenMP pool, in a runner), not only the caller,
+    and a thread started afterwards inherits it (in a process of its own: pinning this one would pin the tests)."""
+    core = sorted(os.sched_getaffinity(0))[-1]
+    out = subprocess.run([sys.executable, "-c", PIN_SCRIPT, str(core)], cwd=ROOT, capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=60, check=True).stdout
+    result = json.loads(out)
+    assert result["got"] == [core]
+    assert len(result["allowed"]) == 5 and set(result["allowed"].values()) == {str(core)}, result
+
+
+def test_a_pin_that_fails_is_recorded_and_the_blocks_run_unpinned(tmp_path):
+    """Cores this process may not use: the blocks run all the same, unpinned, and the record says why (never
+    claiming cores it did not run on)."""
+    before = os.sched_getaffinity(0)
+    session = Session(Turns(str(tmp_path / "t"), "first", "nightly", "k", cores=(100000,)), timeout_s=5)
+    session._turns = iter(range(3))     # this side's turns, without a partner (the baton is not used)
+    session.blocks(lambda: None, True, 20, "cpu", threads=lambda count: 7 if count is None else count)
+    record = session.record()
+    assert record["cores"] is None and record["threads"] == 7 and "OSError" in record["pin_error"]
+    assert len(record["block_ms"]) == 3 and os.sched_getaffinity(0) == before
+
+
+def test_a_bad_cores_list_is_refused_naming_the_field(tmp_path):
+    base = {key: value for key, value in cells("first", tmp_path, "second").items() if key != "schema_version"}
+    for bad in ([-1], [1, 1], ["1"], 3, [True]):
+        with pytest.raises(CellsFileError, match="turns.cores"):
+            cells_file_from_dict(dict(base, turns=dict(base["turns"], cores=bad)))
+    assert cells_file_from_dict(dict(base, turns=dict(base["turns"], cores=[3, 0]))).turns.cores == (3, 0)
 
 
 def test_a_partner_whose_own_part_fails_costs_neither_the_record_nor_the_timeout(tmp_path):

@@ -53,23 +53,28 @@ class Turns:
     """A runner that takes turns with another image's runner, started at the same time on the same repeats in the
     same order (matrixbench.executors.turns; docs/turns.md): its ``role`` (runner.baton.ROLES: ``first`` starts with
     the turn), the ``partner`` image's name, the pair launch's ``pair_id`` and the host ``folder`` both runners share
-    (their batons: ``<folder>/<repeat stem>``)."""
+    (their batons: ``<folder>/<repeat stem>``), and the CPU ``cores`` both sides' blocks are pinned to (empty: not
+    pinned; matrix setting ``turns_cores``)."""
 
     role: str
     partner: str
     pair_id: str
     folder: Path
+    cores: Tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise RunError(f"turns role: must be one of {', '.join(ROLES)}, got {self.role!r} (a bug of the executor "
                            "that paired the runners: matrixbench.executors.turns)")
 
-    def to_dict(self, folder: Optional[str] = None) -> Dict[str, str]:
-        """The cells file's ``turns`` object (runner.schema CELLS_SCHEMA 4); ``folder``: the shared folder as the
-        runner sees it (a container's mount point), default the host's."""
-        return {"folder": folder or str(self.folder), "role": self.role, "partner": self.partner,
-                "pair_id": self.pair_id}
+    def to_dict(self, folder: Optional[str] = None) -> Dict[str, object]:
+        """The cells file's ``turns`` object (runner.schema CELLS_SCHEMA 5; ``cores`` only where pinned);
+        ``folder``: the shared folder as the runner sees it (a container's mount point), default the host's."""
+        data: Dict[str, object] = {"folder": folder or str(self.folder), "role": self.role, "partner": self.partner,
+                                   "pair_id": self.pair_id}
+        if self.cores:
+            data["cores"] = list(self.cores)
+        return data
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,10 @@ def check_turns(matrix: Matrix, executor: Optional[str]) -> None:
     """Runners in turns (matrix setting ``turns``) start a pair at once with nothing else running: only the
     sequential executor does (without --executor: unless slots are given)."""
     if not matrix.turns:
+        if matrix.turns_cores:
+            raise OptionConflictError(
+                f"turns_cores: {matrix.turns_cores} pins the blocks of runners in turns, and this run has none "
+                "(turns: false); set turns: true (--set turns=true), or drop turns_cores")
         return
     if executor in ("slots", RAY):
         raise OptionConflictError(

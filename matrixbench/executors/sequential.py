@@ -5,6 +5,7 @@ turns (``executors.turns``): one pair, or one runner, at a time."""
 import functools
 import shutil
 import threading
+from typing import Tuple
 
 from matrixbench.environments.base import Turns
 from matrixbench.executors import turns
@@ -13,6 +14,7 @@ from matrixbench.executors.calibration import say_nothing_to_calibrate
 from matrixbench.executors.scheduler import run_order
 from matrixbench.executors.threads import run_threads
 from matrixbench.run.layout import turns_dir
+from matrixbench.run.placement import usable_cores
 
 
 class SequentialExecutor(Executor):
@@ -29,23 +31,24 @@ class SequentialExecutor(Executor):
             for work, repeats in run_order(run.works, units=False):
                 run.launch(work, run.request(work).for_repeats(repeats))
             return
+        cores = turns.pinned_cores(run.matrix.turns_cores, usable_cores()[0])
         for step in turns.steps(run.works, turns.pairs_of(run.works, run.matrix)):
             if isinstance(step, turns.TurnPair):
-                run_pair(run, step)
+                run_pair(run, step, cores)
             else:
                 work, repeats = step
                 run.launch(work, run.request(work).for_repeats(repeats))
 
 
-def run_pair(run: Run, pair: turns.TurnPair) -> None:
+def run_pair(run: Run, pair: turns.TurnPair, cores: Tuple[int, ...] = ()) -> None:
     """Both runners of ``pair`` at once, each in a thread of its own (``threads.run_threads``), sharing the baton
-    folder ``<run>/.turns/<pair_id>``, removed once both are done."""
+    folder ``<run>/.turns/<pair_id>``, removed once both are done; their blocks pinned to ``cores`` (if any)."""
     folder = turns_dir(run.path, pair.pair_id)
     folder.mkdir(parents=True, exist_ok=True)
 
     def launch(side: turns.Side, stopping: threading.Event) -> None:
         request = run.request(side.work).for_repeats(side.repeats)
-        run.launch(side.work, request.in_turns(Turns(side.role, side.partner, pair.pair_id, folder)))
+        run.launch(side.work, request.in_turns(Turns(side.role, side.partner, pair.pair_id, folder, cores)))
 
     try:
         run_threads([functools.partial(launch, side) for side in pair.sides], run.environment.stop_all,

@@ -7,6 +7,8 @@ A -> B -> C pairs A with B and leaves C alone. In each round (``scheduler.rounds
 runners get the repeats both still need, in one order (``round_steps``); the pair's baseline takes the ``first``
 role in even rounds and the candidate in odd ones, so neither image always starts; each pair launch gets an id of
 its own. A repeat only one side needs (the other's is recorded: a resumed run) runs alone, as without turns.
+With ``turns_cores`` N, every pair's blocks are pinned to the same N cores (``pinned_cores``: the last N this run
+may use; one pair runs at a time).
 
 Pure functions over the run's works: the sequential executor runs ``steps`` and ``run --dry-run`` prints them.
 """
@@ -14,9 +16,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
+from matrixbench.errors import OptionConflictError
 from matrixbench.executors.scheduler import Part, rounds
 from matrixbench.matrix.comparisons import Comparison
 from matrixbench.run.pending import ImageWork
+from matrixbench.run.placement import format_cpulist
 from runner.baton import ROLES
 from runner.core import Repeat
 
@@ -45,6 +49,19 @@ class TurnPair:
 
 
 Step = Union[Part[ImageWork], TurnPair]   # a runner alone (image work, repeats), or a pair in turns
+
+
+def pinned_cores(count: int, usable: Sequence[int]) -> Tuple[int, ...]:
+    """The cores a pair's blocks are pinned to (matrix setting ``turns_cores``): the last ``count`` of ``usable``
+    (run.placement.usable_cores: core 0 takes most interrupts); () for 0. Raises OptionConflictError, naming the
+    setting, when there are fewer."""
+    if count <= 0:
+        return ()
+    if count > len(usable):
+        raise OptionConflictError(
+            f"turns_cores: {count}: this run may use {len(usable)} CPU core(s) ({format_cpulist(usable)}); set "
+            f"turns_cores to at most {len(usable)} (--set turns_cores={len(usable)}), or 0 not to pin")
+    return tuple(sorted(usable)[-count:])
 
 
 def new_pair_id() -> str:
@@ -126,11 +143,12 @@ def _turn_pair(baseline: Part[ImageWork], candidate: Part[ImageWork], common: Se
     return TurnPair(pair_id, (Side(first[0], first[1], FIRST, first[2]), Side(second[0], second[1], SECOND, second[2])))
 
 
-def describe(step: Step) -> List[Tuple[ImageWork, Repeat, Optional[str]]]:
-    """A step's processes as (image work, repeat, how it runs: "in turns with <partner>, <role>" or None alone), for
-    ``run --dry-run``."""
+def describe(step: Step, cores: Sequence[int] = ()) -> List[Tuple[ImageWork, Repeat, Optional[str]]]:
+    """A step's processes as (image work, repeat, how it runs: "in turns with <partner>, <role>[, blocks pinned to
+    cores C]" or None alone), for ``run --dry-run``; ``cores``: the pairs' (``pinned_cores``)."""
     if isinstance(step, TurnPair):
-        return [(side.work, repeat, f"in turns with {side.partner}, {side.role}")
+        pinned = f", blocks pinned to cores {format_cpulist(cores)}" if cores else ""
+        return [(side.work, repeat, f"in turns with {side.partner}, {side.role}{pinned}")
                 for side in step.sides for repeat in side.repeats]
     work, repeats = step
     return [(work, repeat, None) for repeat in repeats]

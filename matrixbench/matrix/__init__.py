@@ -135,6 +135,7 @@ class Matrix:
     calibration_models: Tuple[str, ...] = _default("calibration_models")
     exclusive_timing: bool = _default("exclusive_timing")   # slots time one at a time
     turns: bool = _default("turns")     # image changes in turns (matrixbench.executors.turns), sequential only
+    turns_cores: int = _default("turns_cores")   # with turns: the pair's blocks pinned to this many cores (0: not)
     gpu_types: Tuple[str, ...] = _default("gpu_types")   # () = no GPU-type axis (matrixbench.run.pending)
     # matrix.yaml's ``prices:`` as written (matrixbench.matrix.prices): the report's, not the run's
     prices: Dict[str, JSON] = field(default_factory=dict)
@@ -152,6 +153,8 @@ class Matrix:
             del data["tf32"]        # off, a matrix is (and hashes) as before the tf32 axis existed
         if not data["turns"]:
             del data["turns"]       # off, a matrix is (and hashes) as before turns existed
+        if not data["turns_cores"]:
+            del data["turns_cores"]   # not pinned: likewise
         if not data["gpu_types"]:
             del data["gpu_types"]   # without the axis, a matrix is (and hashes) as before it existed
         if not data["prices"]:

@@ -39,6 +39,10 @@ HOST_SETTINGS: Tuple[Setting, ...] = (
             "run their runners at once and take turns over a baton (each cell's own part, then alternating blocks), "
             "so the host's state falls on both sides; the report judges those rounds \"in turns\". Only with the "
             "sequential executor.", "boolean", default=False),
+    Setting("turns_cores", "With turns: pin both runners of a pair to this many CPU cores (the same ones: the last of "
+            "the cores this run may use) for their blocks in turns, each with as many torch threads, so that both "
+            "sides' blocks run where the other's ran; 0: not pinned (docs/turns.md). The own part (the compile) "
+            "stays unpinned.", "integer", default=0, minimum=0, maximum=1024),
     Setting("attribution", "Split each change between two images that differ in torch and in transformers into "
             "torch's share and transformers' share: derives and runs bridge images (the torch of one side with "
             "the transformers of the other; matrixbench.matrix.attribution). `run --dry-run` prints what it costs.",

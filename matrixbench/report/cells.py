@@ -233,7 +233,11 @@ def process_turns(row):
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
                for v in blocks):
         return None
-    return Turns(image, key, partner, tuple(float(value) for value in blocks), role if isinstance(role, str) else None)
+    cores = row.get("timing.turns.cores")
+    pinned = (tuple(cores) if isinstance(cores, list) and cores
+              and all(isinstance(core, int) and not isinstance(core, bool) for core in cores) else None)
+    return Turns(image, key, partner, tuple(float(value) for value in blocks), role if isinstance(role, str) else None,
+                 pinned)
 
 
 def require_positive(row):

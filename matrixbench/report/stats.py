@@ -474,18 +474,21 @@ def judge_sides(baseline_estimates, candidate_estimates, *, margin_pct: float, r
 class Turns:
     """One process's blocks timed in turns with a partner process of another image (the record's
     ``timing.turns``, read by report.cells.process_turns): its own ``image``, the pair launch's ``pair_id``, the
-    ``partner``'s image, and the mean ms a call of each block it measured, in block order."""
+    ``partner``'s image, the mean ms a call of each block it measured, in block order, and the ``cores`` its blocks
+    ran pinned to (None: not pinned, or a record before pinning)."""
 
     image: str
     pair_id: str
     partner: str
     block_ms: Tuple[float, ...]
     role: Optional[str] = None        # "first" or "second": who took the first turn
+    cores: Optional[Tuple[int, ...]] = None
 
     def took_turns_with(self, other: "Turns") -> bool:
-        """The two processes took turns together: one pair_id, each naming the other's image as its partner."""
+        """The two processes took turns together: one pair_id, each naming the other's image as its partner, and
+        their blocks pinned alike (a side whose pin failed ran elsewhere than its partner: not a pair)."""
         return (self.image != other.image and self.pair_id == other.pair_id and self.partner == other.image
-                and other.partner == self.image)
+                and other.partner == self.image and self.cores == other.cores)
 
 
 def turn_log_ratio(baseline: Optional[Turns], candidate: Optional[Turns]) -> Optional[float]:

@@ -21,7 +21,7 @@ class _Image(Protocol):
 
 
 class _Turns(Protocol):
-    def to_dict(self, folder: Optional[str] = None) -> Dict[str, str]: ...
+    def to_dict(self, folder: Optional[str] = None) -> Dict[str, object]: ...
 
 
 class _Work(Protocol):
