@@ -26,10 +26,8 @@ from matrixbench.executors import EXECUTORS, RAY
 from matrixbench.executors.adaptive import bill, bill_settings, policy_of
 from matrixbench.executors.ray.options import RayOptions
 from matrixbench.executors.scheduler import Estimates, run_order, takes_units
+from matrixbench.executors.turns import TurnPair, launches, pinned_cores
 from matrixbench.executors.turns import describe as describe_step
-from matrixbench.executors.turns import pairs_of as turn_pairs
-from matrixbench.executors.turns import pinned_cores
-from matrixbench.executors.turns import steps as turn_steps
 from matrixbench.gpu import host_gpus
 from matrixbench.host_noise import NOISE_CHECK_S
 from matrixbench.matrix import Overrides, attribution, expand_cells, load_matrix
@@ -602,12 +600,13 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
     units = takes_units(executor, matrix.slots, gpus, matrix.turns)
     torch_of = {name: image.torch_version for name, image in matrix.images.items()}
     order = run_order(plans, units, torch_of)
-    steps = turn_steps(plans, turn_pairs(plans, matrix)) if matrix.turns and not units else order
-    cores = pinned_cores(matrix.turns_cores, usable_cores()[0]) if steps is not order else ()
+    steps = launches(plans, matrix, units, order)
+    in_turns = any(isinstance(step, TurnPair) for step in steps)
+    cores = pinned_cores(matrix.turns_cores, usable_cores()[0]) if in_turns else ()
     if order:
         how = ("model by model (one model and batch size at a time, longest first; images in turn, round by "
                "round)" if units else "image by image, round by round, one runner at a time")
-        how += "; an image comparison's two runners at once, in turns (turns: true)" if steps is not order else ""
+        how += "; an image comparison's two runners at once, in turns (turns: true)" if in_turns else ""
         lines.append(f"in the order the run takes them, {how}; each runner's modes in an order the run's seed "
                      "shuffles:")
         repeats = first_repeats(matrix) > 1
@@ -621,7 +620,7 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
     start = estimates.runner_start_s(pending)
     lines.append(check.dry_run_line(start))
     parallel = matrix.slots if isinstance(matrix.slots, int) else 1
-    return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel, estimates, runners=len(order),
+    return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel, estimates, runners=len(steps),
                                    noise_check_s=check.seconds(start))])   # the estimates carry the settings
 
 

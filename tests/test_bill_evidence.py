@@ -73,6 +73,17 @@ def test_the_runner_start_is_measured_from_the_gaps_between_runners(tmp_path):
     assert start is not None and 2.0 <= start < longest
 
 
+def test_a_new_run_bills_runner_starts_as_the_earlier_run_beside_it_measured_them(tmp_path):
+    """A new run has no records of its own, so no gaps: its runner starts are the newest earlier run's (the H100
+    run under the same results root), not 0 (the make-matrix bill left them out); with no earlier run, None."""
+    run_path = results_with_the_h100_records(tmp_path)
+    earlier = Estimates().runner_start_s(pending_work(matrix(), run_path))
+    new_works = pending_work(matrix(), run_path.parent / "acc2")
+    assert all(work.done == 0 for work in new_works)
+    assert earlier is not None and Estimates().runner_start_s(new_works) == earlier
+    assert Estimates().runner_start_s(pending_work(matrix(), tmp_path / "elsewhere" / "acc2")) is None
+
+
 def test_the_dry_run_lists_the_order_the_slots_executor_takes(tmp_path):
     """On a GPU the run went model by model (run.log: DETR's six processes, then ResNet's): the dry run
     prints make_units' order, the one the slots executor runs, not the images' interleaved one."""
@@ -109,3 +120,37 @@ def test_the_cli_dry_run_prints_the_order_and_this_machines_bill(tmp_path):
     assert "latest: 7 to run, 11 done" in result.output
     assert "image by image, round by round" in result.output
     assert "this machine's pace" in result.output and "runner start(s)" in result.output
+
+
+def _timeline(run_path, spans):
+    """Records of one cell in two image folders at the given (image, repeat, start s, duration s)."""
+    from types import SimpleNamespace
+
+    from host_helpers import make_record
+    from matrixbench.run.layout import image_dir
+    from runner.core import Cell
+    from runner.schema import write_record
+
+    cell = Cell("vit", "image-classification", "random", "tiny", 1, "eager", False, "float32")
+    for image, repeat, start, duration in spans:
+        record = make_record(cell)
+        record.repeat, record.duration_s = repeat, duration
+        record.started_at = datetime.fromtimestamp(1_780_000_000 + start).astimezone().isoformat()
+        write_record(image_dir(run_path, image), record)
+    return [SimpleNamespace(out_dir=image_dir(run_path, image)) for image in ("stable", "latest")]
+
+
+def test_runner_starts_are_read_on_one_timeline_across_the_images(tmp_path):
+    """A sequential run takes the images in turn: one image's folder alone would count the other image's runner
+    (20 s here) as its own start (5 s)."""
+    works = _timeline(tmp_path / "r", [("stable", 0, 0, 10), ("latest", 0, 15, 10), ("stable", 1, 30, 10),
+                                       ("latest", 1, 45, 10)])
+    assert Estimates().runner_start_s(works) == 5
+
+
+def test_a_pair_in_turns_overlaps_and_its_next_start_counts_from_the_later_end(tmp_path):
+    """Two runners in turns run at once (their records overlap): the next pair's start is counted from the end of
+    the later one, and the overlap is no gap."""
+    works = _timeline(tmp_path / "r", [("stable", 0, 0, 10), ("latest", 0, 1, 12), ("stable", 1, 17, 10),
+                                       ("latest", 1, 18, 9)])
+    assert Estimates().runner_start_s(works) == 4

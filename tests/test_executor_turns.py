@@ -248,7 +248,8 @@ def test_a_pinned_pair_gets_the_last_usable_core_in_its_turns_and_cells_file(tmp
     backend = use_backend(monkeypatch, PairedBackend())
     run_matrix(turns_matrix(tmp_path, turns_cores=1), local_run_options(tmp_path, executor="sequential"))
     core = usable_cores()[0][-1]
-    assert {turns.cores for _, turns, _, _ in backend.seen} == {(core,)} and len(backend.seen) == 4   # 2 rounds, 2 sides
+    assert {turns.cores for _, turns, _, _ in backend.seen} == {(core,)}
+    assert len(backend.seen) == 4   # 2 rounds, 2 sides
     cells_file = json.loads((image_dir(tmp_path / "results" / "r1", "stable") / "cells.json").read_text())
     assert cells_file["turns"]["cores"] == [core]
     request = turns_request(tmp_path)
@@ -271,3 +272,17 @@ def test_run_dry_run_says_which_cores_a_pinned_pair_uses(tmp_path, monkeypatch):
     too_many = write_matrix(tmp_path, {**small_matrix_data(), "turns": True, "turns_cores": 1024})
     result = CliRunner().invoke(main, ["run", "--matrix", str(too_many), "--backend", "local", "--dry-run"])
     assert result.exit_code != 0 and "turns_cores: 1024: this run may use" in result.output
+
+
+def test_a_pair_in_turns_is_one_launch_so_the_bill_counts_one_runner_start(tmp_path):
+    """``launches``: what the bill counts as runner starts; a pair starts its two runners at once (one start on
+    the wall clock), a run without turns or in units starts each runner of ``order``."""
+    from matrixbench.executors.scheduler import run_order
+    from matrixbench.executors.turns import launches
+
+    matrix = turns_matrix(tmp_path)
+    plans = [work(image, interleaved(CELLS, 3, seed=5)) for image in ("stable", "latest")]
+    order = run_order(plans, units=False)
+    assert len(order) == 6 and len(launches(plans, matrix, False, order)) == 3
+    assert launches(plans, turns_matrix(tmp_path, turns=False), False, order) == order
+    assert launches(plans, matrix, True, order) == order

@@ -21,7 +21,21 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Deque, Dict, Generic, List, Mapping, Optional, Protocol, Sequence, Tuple, TypeVar, Union
+from typing import (
+    Callable,
+    Deque,
+    Dict,
+    Generic,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+    TypeVar,
+    Union,
+)
 
 from matrixbench.build.versions import same_release
 from matrixbench.executors.threads import run_threads
@@ -234,8 +248,9 @@ class Estimates:
             repeat.cell.mode != "eager" else 0.0
         return MODEL_S.get(repeat.cell.mode, max(MODEL_S.values())) + paired
 
-    def _records_here(self, out_dir: Path) -> List[Tuple[float, float, str]]:
-        """(started at, duration, mode) of every readable record in ``out_dir``, by start."""
+    def _records_here(self, out_dir: Path) -> List[Tuple[float, float, str, object]]:
+        """(started at, duration, mode, slot) of every readable record in ``out_dir``, by start (slot: the
+        record's ``placement.slot``, None for a run without slots)."""
         if out_dir not in self._here:
             found = []
             for path in sorted(out_dir.glob("*.json")) if out_dir.is_dir() else ():
@@ -248,32 +263,55 @@ class Estimates:
                     continue
                 start, duration = _started_s(record.get("started_at")), number(record.get("duration_s"))
                 mode = fields(record.get("cell")).get("mode")
+                slot = fields(record.get("placement")).get("slot")
                 if duration and mode:
-                    found.append((start if start is not None else float("nan"), duration, str(mode)))
+                    found.append((start if start is not None else float("nan"), duration, str(mode),
+                                  slot if isinstance(slot, int) and not isinstance(slot, bool) else None))
             self._here[out_dir] = sorted(found, key=lambda item: item[0])
         return self._here[out_dir]
 
     def pace_here(self, work: ImageWork, mode: str) -> Optional[float]:
         """The mean duration of this image folder's records of ``mode`` (measured on this machine)."""
-        durations = [duration for _, duration, recorded in self._records_here(Path(work.out_dir)) if recorded == mode]
+        here = self._records_here(Path(work.out_dir))
+        durations = [duration for _, duration, recorded, _ in here if recorded == mode]
         return statistics.fmean(durations) if durations else None
 
     def runner_start_s(self, works: Sequence[ImageWork]) -> Optional[float]:
-        """The median gap (RUNNER_GAP_S to RUNNER_GAP_MAX_S) between a record's end and the next record's
-        start in ``works``' folders: a runner starting; None where there is none."""
-        gaps = []
-        for out_dir in dict.fromkeys(Path(work.out_dir) for work in works):
-            timed = [(start, duration) for start, duration, _ in self._records_here(out_dir) if start == start]
-            gaps += [following[0] - (start + duration) for (start, duration), following in zip(timed, timed[1:])]
-        gaps = [gap for gap in gaps if RUNNER_GAP_S <= gap <= RUNNER_GAP_MAX_S]
+        """The median gap (RUNNER_GAP_S to RUNNER_GAP_MAX_S) between the end of every record so far and the next
+        record's start, over ``works``' folders together, slot by slot (``_runner_gaps``): a runner starting;
+        where they show none (a new run), in the same images' folders of the newest earlier run beside it
+        (``previous_image_dirs``); None where neither does."""
+        gaps = self._runner_gaps(dict.fromkeys(Path(work.out_dir) for work in works))
+        if not gaps:
+            earlier = (self._previous_dirs(Path(work.out_dir)) for work in works)
+            gaps = self._runner_gaps(dict.fromkeys(dirs[0] for dirs in earlier if dirs))
         return statistics.median(gaps) if gaps else None
 
-    def previous_duration(self, work: ImageWork, repeat: Repeat) -> Optional[float]:
-        out_dir = Path(work.out_dir)
+    def _runner_gaps(self, folders: Iterable[Path]) -> List[float]:
+        """The gaps of ``folders``' records on one timeline per slot: one image's folder alone would count the
+        other images' runners (run in between) as its runner's start, and a pair in turns overlaps."""
+        by_slot: Dict[object, List[Tuple[float, float]]] = {}
+        for out_dir in folders:
+            for start, duration, _, slot in self._records_here(out_dir):
+                if start == start:
+                    by_slot.setdefault(slot, []).append((start, duration))
+        gaps = []
+        for timed in by_slot.values():
+            timed.sort()
+            ended = timed[0][0] + timed[0][1]
+            for start, duration in timed[1:]:
+                gaps.append(start - ended)
+                ended = max(ended, start + duration)
+        return [gap for gap in gaps if RUNNER_GAP_S <= gap <= RUNNER_GAP_MAX_S]
+
+    def _previous_dirs(self, out_dir: Path) -> List[Path]:
         if out_dir not in self._previous:
             self._previous[out_dir] = previous_image_dirs(out_dir)
+        return self._previous[out_dir]
+
+    def previous_duration(self, work: ImageWork, repeat: Repeat) -> Optional[float]:
         torch = self._torch_of.get(work.image_name)
-        for folder in self._previous[out_dir]:
+        for folder in self._previous_dirs(Path(work.out_dir)):
             for stem in dict.fromkeys((repeat.id, repeat.cell.id)):
                 duration = record_duration(folder / f"{stem}.json", torch, self._settings)
                 if duration is not None:

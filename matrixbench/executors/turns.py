@@ -101,6 +101,15 @@ def steps(works: Sequence[ImageWork], pairs: Sequence[Pair], new_id: Callable[[]
     return [step for index, parts in by_round.items() for step in round_steps(parts, pairs, index, new_id)]
 
 
+def launches(works: Sequence[ImageWork], matrix: object, units: bool, order: Sequence[Part[ImageWork]]) -> List[Step]:
+    """What a run starts, in order: ``steps`` of the pairs in turns where the matrix has ``turns`` and the run is
+    not in units (the sequential executor), else ``order`` (``scheduler.run_order``). A pair starts its two
+    runners at once, so the bill counts it as one runner start."""
+    if not getattr(matrix, "turns", False) or units:
+        return list(order)
+    return steps(works, pairs_of(works, matrix))
+
+
 def round_steps(parts: Sequence[Part[ImageWork]], pairs: Sequence[Pair], index: int,
                 new_id: Callable[[], str] = new_pair_id) -> List[Step]:
     """One round's runners (``parts``: its (image work, repeats) in the round's order) as they start: at the

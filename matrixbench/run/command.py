@@ -23,6 +23,7 @@ from matrixbench.executors import adaptive, check_options, create_environment, c
 from matrixbench.executors.base import Run, RunSummary
 from matrixbench.executors.ray.options import RayOptions
 from matrixbench.executors.scheduler import Estimates, positions, run_order, takes_units
+from matrixbench.executors.turns import launches
 from matrixbench.gpu import GpusUnreachableError, host_gpus
 from matrixbench.matrix import Matrix
 from matrixbench.matrix.comparisons import roles_of
@@ -116,7 +117,8 @@ def _run_with(environment: Environment, matrix: Matrix, options: RunOptions, run
                               note=options.note, command=options.command, order_seed=seed)
     progress.note(environment.describe())
     torch_of = {name: image.torch_version for name, image in matrix.images.items()}
-    order = run_order(works, takes_units(options.executor, matrix.slots, gpus, matrix.turns), torch_of)
+    units = takes_units(options.executor, matrix.slots, gpus, matrix.turns)
+    order = run_order(works, units, torch_of)
     run = Run(matrix, options, environment, run_path, gpus, environ, works, progress)
     status, stopped_by = "failed", None
     try:
@@ -127,7 +129,8 @@ def _run_with(environment: Environment, matrix: Matrix, options: RunOptions, run
             refuse_builds({name: matrix.images[name] for name in builds}, environment.build_facts, progress.note)
         manifest = _noise_check(environment, run, manifest, progress)   # what the host resolves, then the bill
         progress.note(adaptive.bill(policy, works, parallel=matrix.slots if isinstance(matrix.slots, int) else 1,
-                                    runners=len(order), settings=adaptive.bill_settings(matrix)))
+                                    runners=len(launches(works, matrix, units, order)),
+                                    settings=adaptive.bill_settings(matrix)))
         progress.start(sum(len(w.pending) for w in works), sum(w.done for w in works))
         _note_recorded(works, progress)
         executor = create_executor(environment, options, matrix=matrix, gpus=gpus, environ=environ,
