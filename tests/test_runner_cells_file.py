@@ -71,7 +71,7 @@ def test_unknown_setting_is_refused():
         validate_settings({"iteration": 3})
 
 
-@pytest.mark.parametrize("version", [None, 0, 5, "1"])
+@pytest.mark.parametrize("version", [None, 0, 6, "1"])
 def test_a_cells_file_of_an_unknown_version_is_refused(tmp_path, version):
     path = tmp_path / "cells.json"
     data = {"settings": {}, "cells": [cell()]}
@@ -79,7 +79,7 @@ def test_a_cells_file_of_an_unknown_version_is_refused(tmp_path, version):
         data["schema_version"] = version
     path.write_text(json.dumps(data))
     with pytest.raises(CellsFileError,
-                       match="schema_version .* is not supported; this runner reads versions \\[1, 2, 3, 4\\]"):
+                       match="schema_version .* is not supported; this runner reads versions \\[1, 2, 3, 4, 5\\]"):
         load_cells_file(path)
 
 
