@@ -17,11 +17,14 @@ at 3 rounds to star a true +10% change (``bench_cross_process.power_at``), and t
         [--designs plain,turns] [--pin 1] [--name turns_aa] [--only-summarize]
 
 The runs land in ``--results`` (runs aa-plain-1, aa-turns-1, then per ``--cycles`` the designs in reverse order:
-aa-turns-2, aa-plain-2, ...); ``--only-summarize`` reads runs already there.
+aa-turns-2, aa-plain-2, ...); ``--only-summarize`` reads runs already there. SIGTERM (a budget's ``timeout``, which
+signals the run too: it stops, keeping its records) starts no further run, and the results are written from the
+runs so far, saying which were not reached.
 """
 import argparse
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -54,10 +57,23 @@ def runs(cycles, designs=("plain", "turns")):
     return found
 
 
+STOPPED = {"by": None}
+
+
+def _stop(signum, frame):
+    """SIGTERM: let the run in progress stop by itself (it got the signal too), start no other."""
+    STOPPED["by"] = signal.Signals(signum).name
+
+
 def run_designs(args):
-    """The runs, one after the other, each with its seconds and the load average before and after."""
+    """The runs, one after the other, each with its seconds and the load average before and after; after a
+    SIGTERM, none more (``not reached``)."""
     took = {}
+    signal.signal(signal.SIGTERM, _stop)
     for run, design, _ in runs(args.cycles, args.designs):
+        if STOPPED["by"]:
+            took[run] = {"not_reached": STOPPED["by"]}
+            continue
         before = os.getloadavg()
         argv = [sys.executable, "-m", "matrixbench.cli", "run", "--matrix", args.matrix, "--aa", args.image,
                 "--backend", args.backend, "--device", args.device, "--results", args.results, "--run", run,
@@ -176,7 +192,8 @@ def markdown(result):
         lines += [f"- {design}: " + "; ".join(f"{how}: {count}" for how, count in sorted(hows.items()))
                   for design, hows in sorted(result["pinning"].items())]
     lines += ["", "Runs, in order (seconds, exit, load average before -> after):", ""]
-    lines += [f"- {run}: {took['seconds']:.0f} s, exit {took['exit']}, load {took['load_before'][0]:.1f} -> "
+    lines += [f"- {run}: not reached ({took['not_reached']} before it started)" if "not_reached" in took else
+              f"- {run}: {took['seconds']:.0f} s, exit {took['exit']}, load {took['load_before'][0]:.1f} -> "
               f"{took['load_after'][0]:.1f}" for run, took in result.get("runs", {}).items()]
     lines.append("")
     return "\n".join(lines)
