@@ -210,6 +210,9 @@ def previous_image_dirs(out_dir: Path) -> List[Path]:
     return sorted(found, key=lambda path: (path.stat().st_mtime_ns, str(path)), reverse=True)
 
 
+Timed = Tuple[float, float, str, Optional[int]]   # a record's start, duration, mode and slot (Estimates)
+
+
 class Estimates:
     """Seconds a pending repeat is expected to take, for ordering units and the bill: the duration of its
     earlier record in this run (a forced or failed rerun), else of this run's nearest earlier repeat of the
@@ -229,7 +232,7 @@ class Estimates:
         self._torch_of = dict(torch_of or {})
         self._settings = dict(settings) if settings else None   # the run's: paired, min_time_s (the bill)
         self._previous: Dict[Path, List[Path]] = {}
-        self._here: Dict[Path, List[Tuple[float, float, str]]] = {}
+        self._here: Dict[Path, List[Timed]] = {}
 
     def __call__(self, work: ImageWork, repeat: Repeat) -> float:
         out_dir = Path(work.out_dir)
@@ -248,11 +251,11 @@ class Estimates:
             repeat.cell.mode != "eager" else 0.0
         return MODEL_S.get(repeat.cell.mode, max(MODEL_S.values())) + paired
 
-    def _records_here(self, out_dir: Path) -> List[Tuple[float, float, str, object]]:
+    def _records_here(self, out_dir: Path) -> List[Timed]:
         """(started at, duration, mode, slot) of every readable record in ``out_dir``, by start (slot: the
         record's ``placement.slot``, None for a run without slots)."""
         if out_dir not in self._here:
-            found = []
+            found: List[Timed] = []
             for path in sorted(out_dir.glob("*.json")) if out_dir.is_dir() else ():
                 try:
                     record = read_record(path)
@@ -290,7 +293,7 @@ class Estimates:
     def _runner_gaps(self, folders: Iterable[Path]) -> List[float]:
         """The gaps of ``folders``' records on one timeline per slot: one image's folder alone would count the
         other images' runners (run in between) as its runner's start, and a pair in turns overlaps."""
-        by_slot: Dict[object, List[Tuple[float, float]]] = {}
+        by_slot: Dict[Optional[int], List[Tuple[float, float]]] = {}
         for out_dir in folders:
             for start, duration, _, slot in self._records_here(out_dir):
                 if start == start:
