@@ -40,13 +40,17 @@ def pin(cores: Sequence[int]) -> List[int]:
     """Pin every thread of this process (``/proc/self/task``: torch's OpenMP pool too; threads started later
     inherit the calling thread's) to ``cores``; returns the process's affinity read back, sorted. Raises OSError
     (or AttributeError where the platform has no affinity) when the cores cannot be had."""
-    wanted = set(cores)
+    wanted, before = set(cores), os.sched_getaffinity(0)
     os.sched_setaffinity(0, wanted)
-    for task in Path("/proc/self/task").iterdir():
-        try:
-            os.sched_setaffinity(int(task.name), wanted)
-        except ProcessLookupError:   # a thread that ended meanwhile
-            pass
+    try:
+        for task in Path("/proc/self/task").iterdir():
+            try:
+                os.sched_setaffinity(int(task.name), wanted)
+            except ProcessLookupError:   # a thread that ended meanwhile
+                pass
+    except OSError:   # no /proc: the calling thread alone would be pinned, so none is
+        os.sched_setaffinity(0, before)
+        raise
     return sorted(os.sched_getaffinity(0))
 
 
