@@ -253,7 +253,8 @@ def test_the_cells_timed_loop_on_a_fake_gpu_with_an_energy_counter(monkeypatch):
         *a, **k, time_loop=lambda s, n, d: time_iterations(s, n, "cuda", cuda=cuda, clock=cuda.clock)))
     marks = {}
     job = {"environment": {}, "settings": {"min_time_s": "auto", "target_stdrel": None, "max_time_s": 10.0}}
-    watch = host.Watch(speed=lambda: 5.0)
+    ticks = iter(range(1000, 10**9, 1000))   # a quiet host: no steal (this machine's own /proc/stat steals under load)
+    watch = host.Watch(speed=lambda: 5.0, snap=lambda: host.snapshot(read=lambda: [0, next(ticks)]))
     loop, state, counted = cell_module._timed_loop(step, 300, "cuda", job, None, marks, None, watch)
     extended = marks["extended"]
     assert len(loop.samples_ms) == 300 and extended["stop"] == "min_time"
