@@ -43,7 +43,6 @@ from matrixbench.run.layout import run_dir
 from matrixbench.run.manifest import unfinished_runs
 from matrixbench.run.noise_check import plan_check
 from matrixbench.run.pending import first_repeats, pending_work, recorded_failures_line, unreadable_lines
-from matrixbench.run.placement import usable_cores
 from matrixbench.run.progress import make_progress
 from matrixbench.run.signals import exit_code, signal_name, stop_signals
 from runner import axes
@@ -602,7 +601,7 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
     order = run_order(plans, units, torch_of)
     steps = launches(plans, matrix, units, order)
     in_turns = any(isinstance(step, TurnPair) for step in steps)
-    cores = pinned_cores(matrix.turns_cores, usable_cores()[0]) if in_turns else ()
+    cores = pinned_cores(matrix.turns_cores) if in_turns else ()
     if order:
         how = ("model by model (one model and batch size at a time, longest first; images in turn, round by "
                "round)" if units else "image by image, round by round, one runner at a time")

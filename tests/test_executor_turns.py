@@ -286,3 +286,9 @@ def test_a_pair_in_turns_is_one_launch_so_the_bill_counts_one_runner_start(tmp_p
     assert len(order) == 6 and len(launches(plans, matrix, False, order)) == 3
     assert launches(plans, turns_matrix(tmp_path, turns=False), False, order) == order
     assert launches(plans, matrix, True, order) == order
+
+
+def test_more_turns_cores_than_the_run_may_use_is_refused_before_anything_is_built(tmp_path):
+    """check_options (the start of a run, before the images are built) refuses it, not the executor mid-run."""
+    with pytest.raises(OptionConflictError, match="turns_cores: 1024: this run may use"):
+        check_options(turns_matrix(tmp_path, turns_cores=1024), RunOptions())

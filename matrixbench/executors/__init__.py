@@ -13,6 +13,7 @@ from matrixbench.environments import create_backend
 from matrixbench.environments.base import Environment
 from matrixbench.errors import OptionConflictError
 from matrixbench.executors.base import Executor, Options
+from matrixbench.executors.turns import pinned_cores
 from matrixbench.matrix import Matrix
 from matrixbench.run.placement import AUTO
 
@@ -98,6 +99,7 @@ def check_turns(matrix: Matrix, executor: Optional[str]) -> None:
                 f"turns_cores: {matrix.turns_cores} pins the blocks of runners in turns, and this run has none "
                 "(turns: false); set turns: true (--set turns=true), or drop turns_cores")
         return
+    pinned_cores(matrix.turns_cores)   # more cores than this run may use: refused before anything is built
     if executor in ("slots", RAY):
         raise OptionConflictError(
             f"turns: true runs an image comparison's two runners at once, alone on the machine, which only "

@@ -14,7 +14,6 @@ from matrixbench.executors.calibration import say_nothing_to_calibrate
 from matrixbench.executors.scheduler import run_order
 from matrixbench.executors.threads import run_threads
 from matrixbench.run.layout import turns_dir
-from matrixbench.run.placement import usable_cores
 
 
 class SequentialExecutor(Executor):
@@ -31,7 +30,7 @@ class SequentialExecutor(Executor):
             for work, repeats in run_order(run.works, units=False):
                 run.launch(work, run.request(work).for_repeats(repeats))
             return
-        cores = turns.pinned_cores(run.matrix.turns_cores, usable_cores()[0])
+        cores = turns.pinned_cores(run.matrix.turns_cores)
         for step in turns.steps(run.works, turns.pairs_of(run.works, run.matrix)):
             if isinstance(step, turns.TurnPair):
                 run_pair(run, step, cores)

@@ -20,7 +20,7 @@ from matrixbench.errors import OptionConflictError
 from matrixbench.executors.scheduler import Part, rounds
 from matrixbench.matrix.comparisons import Comparison
 from matrixbench.run.pending import ImageWork
-from matrixbench.run.placement import format_cpulist
+from matrixbench.run.placement import format_cpulist, usable_cores
 from runner.baton import ROLES
 from runner.core import Repeat
 
@@ -51,12 +51,14 @@ class TurnPair:
 Step = Union[Part[ImageWork], TurnPair]   # a runner alone (image work, repeats), or a pair in turns
 
 
-def pinned_cores(count: int, usable: Sequence[int]) -> Tuple[int, ...]:
+def pinned_cores(count: int, usable: Optional[Sequence[int]] = None) -> Tuple[int, ...]:
     """The cores a pair's blocks are pinned to (matrix setting ``turns_cores``): the last ``count`` of ``usable``
-    (run.placement.usable_cores: core 0 takes most interrupts); () for 0. Raises OptionConflictError, naming the
-    setting, when there are fewer."""
+    (default: this run's, run.placement.usable_cores; core 0 takes most interrupts); () for 0. Raises
+    OptionConflictError, naming the setting, when there are fewer."""
     if count <= 0:
         return ()
+    if usable is None:
+        usable = usable_cores()[0]
     if count > len(usable):
         raise OptionConflictError(
             f"turns_cores: {count}: this run may use {len(usable)} CPU core(s) ({format_cpulist(usable)}); set "
