@@ -229,7 +229,8 @@ def test_progress_leaves_out_docker_bookkeeping_but_the_error_tail_keeps_it(monk
     with pytest.raises(BuildError) as caught:
         images.build_images(MATRIX, ["stable"], on_progress=lambda name, line: lines.append(line))
     assert lines == ["building matrixbench:stable from python:3.10-slim-bookworm",
-                     "Step 14/25 : RUN sh /opt/matrixbench/pip-install.sh torch", "Collecting torch==2.0.1"]
+                     "Step 14/25 : RUN sh /opt/matrixbench/pip-install.sh torch", "Collecting torch==2.0.1",
+                     "ERROR: boom"]
     assert not any("--->" in line or "intermediate" in line for line in lines)
     assert " ---> Running in 8d2ae4217556" in str(caught.value)
 
