@@ -25,8 +25,8 @@ from matrixbench.errors import FILESYSTEM_EXIT_CODE, FolderError, MatrixbenchErr
 from matrixbench.executors import EXECUTORS, RAY
 from matrixbench.executors.adaptive import bill, bill_settings, policy_of
 from matrixbench.executors.ray.options import RayOptions
-from matrixbench.executors.scheduler import Estimates, run_order, takes_units
-from matrixbench.executors.turns import TurnPair, launches, pinned_cores
+from matrixbench.executors.scheduler import Estimates, takes_units
+from matrixbench.executors.turns import TurnPair, launches, pinned_text
 from matrixbench.executors.turns import describe as describe_step
 from matrixbench.gpu import host_gpus
 from matrixbench.host_noise import NOISE_CHECK_S
@@ -596,13 +596,12 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
         lines.append(f"{plan.label}: {len(plan.pending)} to run, {plan.done} done{failed} -> {plan.out_dir}")
         lines += [f"  {line}" for line in unreadable_lines(plan)]
     gpus = device == "cuda" or (device == "auto" and bool(host_gpus()))
-    units = takes_units(executor, matrix.slots, gpus, matrix.turns)
+    units = takes_units(executor, matrix.slots, gpus)
     torch_of = {name: image.torch_version for name, image in matrix.images.items()}
-    order = run_order(plans, units, torch_of)
-    steps = launches(plans, matrix, units, order)
+    steps = launches(plans, matrix, units, torch_of)
     in_turns = any(isinstance(step, TurnPair) for step in steps)
-    cores = pinned_cores(matrix.turns_cores) if in_turns else ()
-    if order:
+    pinned = pinned_text(matrix.turns_cores, units) if in_turns else ""
+    if steps:
         how = ("model by model (one model and batch size at a time, longest first; images in turn, round by "
                "round)" if units else "image by image, round by round, one runner at a time")
         how += "; an image comparison's two runners at once, in turns (turns: true)" if in_turns else ""
@@ -612,7 +611,7 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
         lines += [f"  [runner {number}] {work.label}: {r.cell.model} {r.cell.mode} bs={r.cell.batch_size} "
                   f"{r.cell.dtype}{_more_words(r.cell)}" + (f" repeat {r.index + 1}" if repeats else "")
                   + (f" ({how_run})" if how_run else "")
-                  for number, step in enumerate(steps, 1) for work, r, how_run in describe_step(step, cores)]
+                  for number, step in enumerate(steps, 1) for work, r, how_run in describe_step(step, pinned)]
     pending = [plan for plan in plans if plan.pending]
     check = plan_check(gpus, pending, noise_check, executor)
     estimates = Estimates(settings=bill_settings(matrix))

@@ -72,8 +72,9 @@ def _take_turns(session, step, record, job):
     where the cell got as far as timing."""
     own_ok = record.status is Status.OK
     with torch.no_grad():
+        board = timing_board.from_env()
         session.blocks(step if own_ok else None, own_ok, record.settings["iterations"], job["device"],
-                       threads=_torch_threads)
+                       threads=_torch_threads, timing=lambda: timing_board.timing(board))
     if isinstance(record.timing, dict):
         record.timing["turns"] = session.record()
 

@@ -11,6 +11,8 @@ With ``cores`` in the cells file's turns (matrix setting ``turns_cores``), each 
 process to those cores, and sets as many torch threads, right before its blocks (``pin``): both sides' blocks then
 run on the same cores, whatever the scheduler would have done; the own part (the compile uses every core) is
 left unpinned. The record says the cores read back, the threads and why a pin failed (the blocks then run unpinned).
+In a slot (the slots executor puts a pair in one slot) each block is timed inside the timing board's mark, as a
+timed loop is: the other slots see it, and exclusive timing times it alone.
 
 A lost baton (the partner never came, died, failed its own part, or went silent) never costs the own
 measurement: the cell goes on alone and ``lost`` says why; the blocks measured so far stay. A side whose own
@@ -19,11 +21,12 @@ comes in through the step).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Sequence
 
 from runner.baton import Baton, BatonLost
 from runner.cells_file import Turns
@@ -108,10 +111,12 @@ class Session:
         self.waited_s += time.monotonic() - started
 
     def blocks(self, step: Optional[Callable[[], Any]], own_ok: bool, iterations: int, device: str,
-               time_loop: Callable[..., Any] = time_iterations, threads: Optional[Threads] = None) -> None:
+               time_loop: Callable[..., Any] = time_iterations, threads: Optional[Threads] = None,
+               timing: Callable[[], ContextManager[Any]] = contextlib.nullcontext) -> None:
         """This side's blocks of ``step`` (the cell's step, compiled for compiled cells), each in its turn, pinned
-        first where the turns have cores (``threads``: the torch threads' setter); a failed own part (``own_ok``
-        false, or no step) closes the baton at once instead."""
+        first where the turns have cores (``threads``: the torch threads' setter), each block inside ``timing()``
+        (in a slot: runner.timing_board's timing mark, so that other slots see it and exclusive timing holds); a
+        failed own part (``own_ok`` false, or no step) closes the baton at once instead."""
         self.calls = block_calls(iterations)
         if self.baton is None or self._turns is None:
             return
@@ -122,7 +127,8 @@ class Session:
         try:
             for _ in self._turns:
                 self.waited_s += time.monotonic() - waiting
-                block = time_loop(step, self.calls, device)
+                with timing():
+                    block = time_loop(step, self.calls, device)
                 self.block_ms.append(statistics.fmean(block.samples_ms))
                 self.block_median_ms.append(statistics.median(block.samples_ms))
                 block = None

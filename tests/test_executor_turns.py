@@ -3,6 +3,7 @@ cells file's ``turns`` object each backend writes, the sequential executor start
 executors that refuse turns."""
 import dataclasses
 import json
+import re
 import threading
 from pathlib import Path
 
@@ -26,7 +27,8 @@ from matrixbench.errors import OptionConflictError, RunError
 from matrixbench.executors import check_options, create_executor
 from matrixbench.executors.scheduler import takes_units
 from matrixbench.executors.sequential import SequentialExecutor
-from matrixbench.executors.turns import TurnPair, image_pairs, pinned_cores, round_steps, steps
+from matrixbench.executors.slots import SlotsExecutor
+from matrixbench.executors.turns import TurnPair, image_pairs, pinned_cores, round_steps, slot_cores, steps, steps_of
 from matrixbench.matrix import Overrides, expand_cells, load_matrix
 from matrixbench.matrix.comparisons import AA_CHANGE, IMAGE_CHANGE, SPEEDUP, Comparison
 from matrixbench.run.command import RunOptions, run_matrix
@@ -208,24 +210,55 @@ def test_the_sequential_executor_starts_a_pair_at_once_and_a_repeat_one_side_has
     assert cells_file["turns"]["role"] == "first" and cells_file["turns"]["partner"] == "stable"
 
 
-@pytest.mark.parametrize("executor", ["slots", "ray"])
-def test_turns_refuse_the_slots_and_ray_executors_naming_the_fix(tmp_path, executor):
-    matrix = turns_matrix(tmp_path)
-    with pytest.raises(OptionConflictError, match="turns: true .* use --executor sequential, or set turns: false"):
-        check_options(matrix, RunOptions(executor=executor))
+def test_turns_refuse_the_ray_executor_naming_the_fix(tmp_path):
+    with pytest.raises(OptionConflictError, match="turns: true .* --executor ray does not .* use --executor slots or "
+                                                  "sequential on one machine, or set turns: false"):
+        check_options(turns_matrix(tmp_path), RunOptions(executor="ray"))
 
 
-def test_turns_with_slots_given_and_no_executor_are_refused_and_without_slots_run_sequential(tmp_path):
-    with pytest.raises(OptionConflictError, match="turns: true with slots 2: .* drop slots"):
-        check_options(turns_matrix(tmp_path, slots=2), RunOptions())
-    matrix = turns_matrix(tmp_path)
-    check_options(matrix, RunOptions())
-    assert isinstance(create_executor(None, RunOptions(), matrix=matrix, gpus=True, environ={}, note=lambda line: None),
-                      SequentialExecutor)
-    assert not takes_units(None, "auto", True, turns=True) and takes_units(None, "auto", True)
+def test_turns_take_the_executor_a_run_without_them_would(tmp_path):
+    """Slots where the run has them (given, or auto on a GPU run), else one runner, or pair, at a time."""
+    note = []
+    for executor in (None, "slots", "sequential"):
+        check_options(turns_matrix(tmp_path, slots=2), RunOptions(executor=executor))
+    made = create_executor(None, RunOptions(), matrix=turns_matrix(tmp_path, slots=2), gpus=False, environ={},
+                           note=note.append)
+    assert isinstance(made, SlotsExecutor) and len(made.slot_plan.slots) == 2
+    made = create_executor(None, RunOptions(), matrix=turns_matrix(tmp_path), gpus=False, environ={}, note=note.append)
+    assert isinstance(made, SequentialExecutor)
+    assert takes_units(None, "auto", True) and not takes_units(None, "auto", False)
+
+
+def test_in_units_each_units_images_take_turns_round_by_round_and_only_on_its_model():
+    """The slots executor's steps: a unit (one model and batch size in every image) pairs its images round by
+    round as the sequential run pairs the run's, never across units."""
+    from matrixbench.executors.scheduler import make_units
+
+    repeats = interleaved(CELLS, 2, seed=3)
+    works = [work(name, repeats) for name in ("stable", "latest")]
+    units = make_units(works)
+    assert len(units) == 2
+    for unit in units:
+        found = steps_of(unit.parts, [("stable", "latest")], keys())
+        assert all(isinstance(step, TurnPair) for step in found) and len(found) == 2   # one pair a round
+        for index, step in enumerate(found):
+            assert [side.role for side in step.sides] == ["first", "second"]
+            assert step.sides[0].work.label == ("stable" if index % 2 == 0 else "latest")
+            assert {repeat.cell.model for side in step.sides for repeat in side.repeats} == {unit.model}
+            assert {repeat.index for side in step.sides for repeat in side.repeats} == {index}
 
 
 # --- pinning (matrix setting turns_cores) ------------------------------------------------------
+
+def test_slot_cores_are_each_slots_last_ones_and_a_slot_with_too_few_is_refused_naming_it():
+    from matrixbench.run.placement import Slot
+
+    slots = (Slot(0, (0, 1, 2)), Slot(1, (5, 3, 4)))
+    assert slot_cores(2, slots) == {0: (1, 2), 1: (4, 5)}
+    assert slot_cores(0, slots) == {0: (), 1: ()}
+    with pytest.raises(OptionConflictError, match=r"turns_cores: 2: slot 1 has 1 CPU core\(s\) \(7\), .* at most 1 "
+                                                  r"\(--set turns_cores=1\), fewer slots, or 0 not to pin"):
+        slot_cores(2, (Slot(0, (0, 1)), Slot(1, (7,))))
 
 def test_pinned_cores_are_the_last_usable_ones_and_more_than_there_are_is_refused_naming_the_setting():
     assert pinned_cores(0, (0, 1, 2, 3)) == ()
@@ -257,6 +290,27 @@ def test_a_pinned_pair_gets_the_last_usable_core_in_its_turns_and_cells_file(tmp
     assert "turns_cores" not in turns_matrix(tmp_path).to_dict()   # not pinned: the matrix hashes as before
 
 
+@pytest.mark.skipif(len(usable_cores()[0]) < 2, reason="needs 2 usable cores")
+def test_the_slots_executor_runs_each_units_pairs_in_its_slot_their_blocks_on_its_last_core(tmp_path, monkeypatch):
+    """slots 2 on the CPU (a core each), two units (vit at batch sizes 1 and 4), 2 rounds: every pair's two
+    runners are placed in one slot and pinned to that slot's last core, and both slots ran pairs."""
+    backend = use_backend(monkeypatch, PairedBackend())
+    data = {**small_matrix_data(), "turns": True, "turns_cores": 1, "repeats": 2, "slots": 2}
+    run_matrix(load_matrix(write_matrix(tmp_path, data), Overrides(models=["vit"])),
+               local_run_options(tmp_path, executor="slots"))
+    assert len(backend.seen) == 8 and all(turns is not None for _, turns, _, _ in backend.seen)   # 2 units x 2 rounds
+    by_pair = {}
+    for request in backend.requests:
+        slot = request.placement.slot
+        by_pair.setdefault(request.work.turns.pair_id, []).append((slot.index, slot.cores, request.work.turns.cores))
+    assert len(by_pair) == 4
+    for sides in by_pair.values():
+        assert len(sides) == 2 and sides[0] == sides[1]                         # one slot for both runners
+        index, slot_cores_, pinned = sides[0]
+        assert len(slot_cores_) >= 1 and pinned == (max(slot_cores_),)
+    assert {sides[0][0] for sides in by_pair.values()} <= {0, 1}
+
+
 def test_run_dry_run_says_which_cores_a_pinned_pair_uses(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
@@ -269,9 +323,18 @@ def test_run_dry_run_says_which_cores_a_pinned_pair_uses(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     core = usable_cores()[0][-1]
     assert f"in turns with latest, first, blocks pinned to cores {core})" in result.output
-    too_many = write_matrix(tmp_path, {**small_matrix_data(), "turns": True, "turns_cores": 1024})
+    too_many = write_matrix(tmp_path, {**small_matrix_data(), "turns": True, "turns_cores": 1024}, name="many.yaml")
     result = CliRunner().invoke(main, ["run", "--matrix", str(too_many), "--backend", "local", "--dry-run"])
     assert result.exit_code != 0 and "turns_cores: 1024: this run may use" in result.output
+    if len(usable_cores()[0]) >= 2:   # in slots: each slot's last core, and a slot of one core is refused 2
+        in_slots = ["run", "--matrix", str(matrix_file), "--backend", "local", "--models", "vit", "--dry-run",
+                    "--executor", "slots", "--device", "cpu"]
+        result = CliRunner().invoke(main, in_slots + ["--slots", "2"])
+        assert result.exit_code == 0, result.output
+        assert "in turns with latest, first, blocks pinned to the last 1 core(s) of its slot)" in result.output
+        slots = len(usable_cores()[0])
+        result = CliRunner().invoke(main, in_slots + ["--slots", str(slots), "--set", "turns_cores=2"])
+        assert result.exit_code != 0 and re.search(r"turns_cores: 2: slot \d+ has 1 CPU core\(s\)", result.output)
 
 
 def test_a_pair_in_turns_is_one_launch_so_the_bill_counts_one_runner_start(tmp_path):
@@ -282,10 +345,11 @@ def test_a_pair_in_turns_is_one_launch_so_the_bill_counts_one_runner_start(tmp_p
 
     matrix = turns_matrix(tmp_path)
     plans = [work(image, interleaved(CELLS, 3, seed=5)) for image in ("stable", "latest")]
-    order = run_order(plans, units=False)
-    assert len(order) == 6 and len(launches(plans, matrix, False, order)) == 3
-    assert launches(plans, turns_matrix(tmp_path, turns=False), False, order) == order
-    assert launches(plans, matrix, True, order) == order
+    for units in (False, True):
+        order = run_order(plans, units=units)
+        assert len(order) == (12 if units else 6)   # in units: a runner per model, image and round
+        assert len(launches(plans, matrix, units)) == len(order) // 2
+        assert launches(plans, turns_matrix(tmp_path, turns=False), units) == order
 
 
 def test_more_turns_cores_than_the_run_may_use_is_refused_before_anything_is_built(tmp_path):

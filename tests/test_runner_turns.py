@@ -24,19 +24,19 @@ TIMEOUT_S = 60
 CELL = tiny_cell()
 
 
-def cells(role, folder, partner, cores=None):
+def cells(role, folder, partner, cores=None, iterations=20):
     """A cells file of one tiny eager cell in turns (pinned to ``cores`` if given)."""
     turns = {"folder": str(folder), "role": role, "partner": partner, "pair_id": "pair-1"}
     return {"schema_version": CELLS_SCHEMA_VERSION, "image_name": role,
-            "settings": settings(iterations=20, warmup=2, timeout_s=TIMEOUT_S, paired=False),
+            "settings": settings(iterations=iterations, warmup=2, timeout_s=TIMEOUT_S, paired=False),
             "cells": [CELL.to_dict()],
             "turns": dict(turns, cores=cores) if cores is not None else turns}
 
 
-def runner(tmp_path, role, folder, fault=None, cores=None):
+def runner(tmp_path, role, folder, fault=None, cores=None, iterations=20):
     """``python -m runner`` of one side; ``fault`` (runner.faults) for this side's cell only."""
     path = tmp_path / f"{role}.json"
-    path.write_text(json.dumps(cells(role, folder, "second" if role == "first" else "first", cores)))
+    path.write_text(json.dumps(cells(role, folder, "second" if role == "first" else "first", cores, iterations)))
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")  # a waiting side's OpenMP threads spin
     env.pop(FAULTS_VARIABLE, None)
     if fault:
@@ -45,11 +45,11 @@ def runner(tmp_path, role, folder, fault=None, cores=None):
                             env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-def both(tmp_path, faults=None, cores=None):
+def both(tmp_path, faults=None, cores=None, iterations=20):
     """Both sides at once; their records (as read) and stderr."""
     faults = faults or {}
     folder = tmp_path / "turns"
-    procs = {role: runner(tmp_path, role, folder, faults.get(role), cores) for role in ("first", "second")}
+    procs = {role: runner(tmp_path, role, folder, faults.get(role), cores, iterations) for role in ("first", "second")}
     logs = {role: proc.communicate(timeout=4 * TIMEOUT_S)[1] for role, proc in procs.items()}
     assert all(proc.returncode == 0 for proc in procs.values()), logs
     return {role: read_record(record_path(tmp_path / role, CELL)) for role in procs}, logs
@@ -231,3 +231,77 @@ def test_a_v4_record_still_reads_without_turns(tmp_path):
     path.write_text(json.dumps(data))
     read = read_record(path)
     assert read["schema_version"] == 5 and read["timing"].get("turns") is None
+
+
+def test_each_block_is_timed_inside_the_timing_context_one_side_at_a_time(tmp_path):
+    """``Session.blocks``' ``timing`` (runner.cell passes the timing board's mark: in a slot the other slots see
+    the blocks, and exclusive timing times them alone): every block is inside it, and the two sides' never overlap.
+    Two sessions in two threads of this process, over a real baton."""
+    import contextlib
+    import threading
+
+    events, lock = [], threading.Lock()
+
+    def side(role):
+        @contextlib.contextmanager
+        def timing():
+            with lock:
+                events.append((role, "in"))
+            yield
+            with lock:
+                events.append((role, "out"))
+
+        turns = Turns(str(tmp_path / "baton"), role, "other", "pair-1")
+        session = Session.connect(turns, timeout_s=TIMEOUT_S)
+        session.own_turn()
+        session.blocks(lambda: time.sleep(0.001), True, 20, "cpu", timing=timing)
+        assert session.lost is None and len(session.block_ms) == TURN_BLOCKS
+
+    threads = [threading.Thread(target=side, args=(role,)) for role in ("first", "second")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=4 * TIMEOUT_S)
+    assert len(events) == 4 * TURN_BLOCKS
+    inside = 0
+    for _, what in events:            # in, out, in, out, ...: one side's block at a time
+        inside += 1 if what == "in" else -1
+        assert inside in (0, 1)
+    assert [role for role, what in events if what == "in"] == ["first", "second"] * TURN_BLOCKS
+
+
+def test_a_pair_in_one_slot_under_exclusive_timing_takes_its_turns_and_its_blocks_hold_the_slots_mark(tmp_path):
+    """The slots executor puts both runners of a pair in one slot: under --exclusive-timing each block takes the
+    board's exclusive lock and the slot's timing mark, one side at a time (the baton), and the pair never waits
+    on itself. A watcher on another slot's board sees slot 0 timing in the blocks' phase (200 iterations: blocks
+    of 20 calls, 20 of them, well after the own loops' timing marks are gone)."""
+    import threading
+
+    from runner.timing_board import BOARD_ENV, Board
+
+    board = tmp_path / "board"
+    board.mkdir()
+    os.environ[BOARD_ENV] = Board(str(board), 0, exclusive=True).to_env()
+    watcher, stop, seen = Board(str(board), 1), threading.Event(), []
+
+    def watch():
+        while not stop.is_set():
+            seen.append((time.time(), watcher.others_timing()))
+            time.sleep(0.002)
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    try:
+        records, logs = both(tmp_path, iterations=200)
+    finally:
+        stop.set()
+        thread.join()
+        del os.environ[BOARD_ENV]
+    last_own_end = max(records[role]["timing"]["windows"]["timed"][1] for role in records)
+    for role in ("first", "second"):
+        turns = records[role]["timing"]["turns"]
+        assert records[role]["status"] == "ok" and turns["lost"] is None, logs[role]
+        assert len(turns["block_ms"]) == TURN_BLOCKS
+    blocks_s = sum(sum(records[role]["timing"]["turns"]["block_ms"]) * 20 / 1000 for role in records)
+    assert blocks_s > 0.2, blocks_s
+    assert any(count == 1 for at, count in seen if at > last_own_end + 0.1)   # slot 0 timing after both own loops

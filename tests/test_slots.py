@@ -262,6 +262,46 @@ def test_two_slots_on_tiny_models_pin_each_runner_to_its_core(tmp_path, monkeypa
     assert not (out_dir.parent / ".timing-board").exists()                 # the board goes with the run
 
 
+@pytest.mark.skipif(not TWO_CORES, reason="needs 2 usable cores")
+@pytest.mark.slow
+def test_two_slots_run_an_aa_pair_in_turns_each_pair_in_one_slot_its_blocks_on_its_core(tmp_path, monkeypatch):
+    """The real runner, local backend, --slots 2, ``run --aa latest`` in turns (turns_cores 1): tiny ResNet and
+    ViT eager, 2 rounds. Each pair's two records share a pair id, a slot and that slot's core, their blocks all
+    measured; both models ran, each model's pairs in one slot (a unit)."""
+    from click.testing import CliRunner
+
+    from matrixbench.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    args = ["run", "--matrix", str(PROJECT_ROOT / "matrix-cpu-smoke.yaml"), "--aa", "latest",
+            "--models", "resnet,vit", "--modes", "eager", "--iterations", "20", "--warmup", "1", "--repeats", "2",
+            "--backend", "local", "--device", "cpu", "--slots", "2", "--set", "turns=true", "--set", "turns_cores=1",
+            "--cache-dir", str(tmp_path / "cache")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    run_path = tmp_path / "results" / "aa-latest"
+    records = [read_record(path) for name in ("latest", "latest-aa")
+               for path in sorted((run_path / name).glob("*-tiny_*.json"))]
+    assert len(records) == 8 and all(record["status"] == "ok" for record in records), result.output
+    by_pair = {}
+    for record in records:
+        turns = record["timing"]["turns"]
+        assert turns["lost"] is None and len(turns["block_ms"]) == 10
+        by_pair.setdefault(turns["pair_id"], []).append(record)
+    assert len(by_pair) == 4                                           # 2 models x 2 rounds
+    slot_of = {}
+    for pair in by_pair.values():
+        assert sorted(r["environment"]["image_name"] for r in pair) == ["latest", "latest-aa"]
+        assert sorted(r["timing"]["turns"]["role"] for r in pair) == ["first", "second"]
+        (slot,) = {r["placement"]["slot"] for r in pair}
+        (cores,) = {tuple(r["placement"]["cores"]) for r in pair}
+        assert all(r["timing"]["turns"]["cores"] == [cores[-1]] for r in pair)
+        slot_of.setdefault(pair[0]["cell"]["model"], set()).add(slot)
+    assert set(slot_of) == {"resnet", "vit"} and all(len(slots) == 1 for slots in slot_of.values())
+    assert not any((run_path / ".turns").iterdir()) if (run_path / ".turns").exists() else True
+
+
 GPU_DATA = Path(__file__).parent / "data" / "gpu" / "nvidia-smi"
 
 

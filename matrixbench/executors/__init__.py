@@ -53,9 +53,6 @@ def _slots(environment: Environment, options: Options, *, matrix: Matrix, gpus: 
     from matrixbench.executors import slots
     from matrixbench.executors.sequential import SequentialExecutor
 
-    if matrix.turns:   # (check_options refused slots given): a pair of runners at once, one pair at a time
-        note("turns: one runner, or one pair of runners in turns, at a time (the sequential executor)")
-        return SequentialExecutor()
     slot_plan = slots.plan(matrix, options, gpus, environ, note, required=required)
     return SequentialExecutor() if slot_plan is None else slots.SlotsExecutor(slot_plan)
 
@@ -91,8 +88,10 @@ def check_gpu_types(matrix: Matrix, executor: Optional[str]) -> None:
 
 
 def check_turns(matrix: Matrix, executor: Optional[str]) -> None:
-    """Runners in turns (matrix setting ``turns``) start a pair at once with nothing else running: only the
-    sequential executor does (without --executor: unless slots are given)."""
+    """Runners in turns (matrix setting ``turns``) start a pair at once, on one machine: the sequential executor
+    (one pair at a time, its blocks on ``pinned_cores``) and the slots executor (a pair in a slot, on the slot's
+    last cores: ``slot_cores``, checked where the slots are planned) do; Ray, whose tasks run one runner each,
+    does not."""
     if not matrix.turns:
         if matrix.turns_cores:
             raise OptionConflictError(
@@ -100,15 +99,11 @@ def check_turns(matrix: Matrix, executor: Optional[str]) -> None:
                 "(turns: false); set turns: true (--set turns=true), or drop turns_cores")
         return
     pinned_cores(matrix.turns_cores)   # more cores than this run may use: refused before anything is built
-    if executor in ("slots", RAY):
+    if executor == RAY:
         raise OptionConflictError(
-            f"turns: true runs an image comparison's two runners at once, alone on the machine, which only "
-            f"--executor sequential does (this is --executor {executor}); use --executor sequential, or set "
+            "turns: true runs an image comparison's two runners at once on one machine, which --executor ray does "
+            "not (each of its tasks runs one runner); use --executor slots or sequential on one machine, or set "
             "turns: false (--set turns=false)")
-    if executor is None and matrix.slots != AUTO:
-        raise OptionConflictError(
-            f"turns: true with slots {matrix.slots}: runners in turns run one pair at a time, never in slots; drop "
-            "slots (or use --executor sequential), or set turns: false (--set turns=false)")
 
 
 @dataclass(frozen=True)

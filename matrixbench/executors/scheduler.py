@@ -338,14 +338,14 @@ def _started_s(value: object) -> Optional[float]:
         return None
 
 
-def takes_units(executor: Optional[str], slots: Union[str, int], gpus: bool, turns: bool = False) -> bool:
+def takes_units(executor: Optional[str], slots: Union[str, int], gpus: bool) -> bool:
     """Whether a run takes its work as units (``make_units``: model by model, longest first; the slots and
     ray executors) or image by image, round by round (the sequential executor): as
     ``matrixbench.executors.create_executor`` chooses (no --executor: slots where the run has them,
-    ``slots`` auto giving them only to a GPU run and none to a run in ``turns``)."""
+    ``slots`` auto giving them only to a GPU run)."""
     if executor in ("sequential", "slots", "ray"):
         return executor != "sequential"
-    return not turns and (slots != "auto" or gpus)
+    return slots != "auto" or gpus
 
 
 def run_order(works: Sequence[ImageWork], units: bool,

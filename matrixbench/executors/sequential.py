@@ -5,9 +5,9 @@ turns (``executors.turns``): one pair, or one runner, at a time."""
 import functools
 import shutil
 import threading
-from typing import Tuple
+from typing import Callable, Optional, Tuple
 
-from matrixbench.environments.base import Turns
+from matrixbench.environments.base import RunRequest, Turns
 from matrixbench.executors import turns
 from matrixbench.executors.base import Executor, Run
 from matrixbench.executors.calibration import say_nothing_to_calibrate
@@ -39,15 +39,17 @@ class SequentialExecutor(Executor):
                 run.launch(work, run.request(work).for_repeats(repeats))
 
 
-def run_pair(run: Run, pair: turns.TurnPair, cores: Tuple[int, ...] = ()) -> None:
+def run_pair(run: Run, pair: turns.TurnPair, cores: Tuple[int, ...] = (),
+             place: Callable[[RunRequest], RunRequest] = lambda request: request, slot: Optional[int] = None) -> None:
     """Both runners of ``pair`` at once, each in a thread of its own (``threads.run_threads``), sharing the baton
-    folder ``<run>/.turns/<pair_id>``, removed once both are done; their blocks pinned to ``cores`` (if any)."""
+    folder ``<run>/.turns/<pair_id>``, removed once both are done; their blocks pinned to ``cores`` (if any); in
+    slot ``slot`` (the slots executor), both requests ``place``d there."""
     folder = turns_dir(run.path, pair.pair_id)
     folder.mkdir(parents=True, exist_ok=True)
 
     def launch(side: turns.Side, stopping: threading.Event) -> None:
-        request = run.request(side.work).for_repeats(side.repeats)
-        run.launch(side.work, request.in_turns(Turns(side.role, side.partner, pair.pair_id, folder, cores)))
+        request = place(run.request(side.work).for_repeats(side.repeats))
+        run.launch(side.work, request.in_turns(Turns(side.role, side.partner, pair.pair_id, folder, cores)), slot)
 
     try:
         run_threads([functools.partial(launch, side) for side in pair.sides], run.environment.stop_all,

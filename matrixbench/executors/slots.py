@@ -3,13 +3,17 @@ the pending repeats as units (``scheduler.make_units``: one model at one batch s
 taken from one queue by one thread per slot (``executors.threads``); with ``--calibrate``, the slots'
 interference calibration first (``executors.calibration``: its phases are units of the same scheduler,
 each pinned to its slot). The runners share the run's timing board
-(runner.timing_board), removed after."""
+(runner.timing_board), removed after. With ``turns``, a unit's image pairs run in its slot, two runners at once
+taking turns (``executors.turns``: ``steps_of`` the unit), their blocks on the slot's last ``turns_cores`` cores."""
 import shutil
 from typing import Callable, Mapping, Optional
 
+from matrixbench.environments.base import RunRequest
+from matrixbench.executors import turns
 from matrixbench.executors.base import Executor, Options, Run, gpu_choice
 from matrixbench.executors.calibration import run_calibration
 from matrixbench.executors.scheduler import Unit, make_units, run_on_slots
+from matrixbench.executors.sequential import run_pair
 from matrixbench.matrix import Matrix
 from matrixbench.run import folder as run_folder
 from matrixbench.run.pending import ImageWork
@@ -29,12 +33,20 @@ class SlotsExecutor(Executor):
         board = run_folder.make_timing_board(run.path)
 
         def run_unit(slot: Slot, unit: Unit[ImageWork], busy: int) -> None:
-            for work, repeats in unit.rounds():
-                request = run.request(work).for_repeats(repeats).placed(
-                    slot, slots=len(slots), busy_units=busy, timing_board=board,
-                    exclusive_timing=run.matrix.exclusive_timing)
-                run.launch(work, request, slot.index)
+            def place(request: RunRequest) -> RunRequest:
+                return request.placed(slot, slots=len(slots), busy_units=busy, timing_board=board,
+                                      exclusive_timing=run.matrix.exclusive_timing)
+
+            for step in turns.steps_of(unit.parts, pairs) if pairs else unit.rounds():
+                if isinstance(step, turns.TurnPair):   # both runners in this slot, their blocks on its last cores
+                    run_pair(run, step, cores[slot.index], place, slot.index)
+                else:
+                    work, repeats = step
+                    run.launch(work, place(run.request(work).for_repeats(repeats)), slot.index)
             progress.slot_running(slot.index)          # idle until its next unit
+
+        pairs = turns.pairs_of(run.works, run.matrix) if run.matrix.turns else []
+        cores = turns.slot_cores(run.matrix.turns_cores if pairs else 0, slots)
 
         torch_of = {name: image.torch_version for name, image in run.matrix.images.items()}
         try:
@@ -66,6 +78,8 @@ def plan(matrix: Matrix, options: Options, gpus: bool, environ: Mapping[str, str
             raise
         note("slots auto: the host's nvidia-smi lists no GPU to place; one runner per image")
         return None
+    if matrix.turns:
+        turns.slot_cores(matrix.turns_cores, slot_plan.slots)   # refused before any cell runs
     note(slot_plan.describe())
     if gpus:
         check_gpus_free(slot_plan, allow=options.allow_busy_gpus, note=note)

@@ -8,19 +8,21 @@ runners get the repeats both still need, in one order (``round_steps``); the pai
 role in even rounds and the candidate in odd ones, so neither image always starts; each pair launch gets an id of
 its own. A repeat only one side needs (the other's is recorded: a resumed run) runs alone, as without turns.
 With ``turns_cores`` N, every pair's blocks are pinned to the same N cores (``pinned_cores``: the last N this run
-may use; one pair runs at a time).
+may use; one pair runs at a time). In slots (the slots executor) a unit's pairs run in its slot, both runners
+placed there, their blocks pinned to the slot's last N cores (``slot_cores``).
 
-Pure functions over the run's works: the sequential executor runs ``steps`` and ``run --dry-run`` prints them.
+Pure functions over the run's works: the sequential executor runs ``steps``, the slots executor ``steps_of`` each
+unit, and ``run --dry-run`` prints them (``launches``).
 """
 import uuid
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from matrixbench.errors import OptionConflictError
-from matrixbench.executors.scheduler import Part, rounds
+from matrixbench.executors.scheduler import Part, make_units, rounds, run_order
 from matrixbench.matrix.comparisons import Comparison
 from matrixbench.run.pending import ImageWork
-from matrixbench.run.placement import format_cpulist, usable_cores
+from matrixbench.run.placement import Slot, format_cpulist, usable_cores
 from runner.baton import ROLES
 from runner.core import Repeat
 
@@ -66,6 +68,19 @@ def pinned_cores(count: int, usable: Optional[Sequence[int]] = None) -> Tuple[in
     return tuple(sorted(usable)[-count:])
 
 
+def slot_cores(count: int, slots: Sequence[Slot]) -> Dict[int, Tuple[int, ...]]:
+    """The cores each slot's pairs pin their blocks to (``turns_cores`` ``count``, the slots executor): the last
+    ``count`` of the slot's (by slot index; () for 0). Raises OptionConflictError, naming the setting and the
+    smallest slot, when a slot has fewer."""
+    smallest = min(slots, key=lambda slot: len(slot.cores), default=None)
+    if count > 0 and smallest is not None and count > len(smallest.cores):
+        raise OptionConflictError(
+            f"turns_cores: {count}: slot {smallest.index} has {len(smallest.cores)} CPU core(s) "
+            f"({smallest.cpuset}), and a pair in turns pins its blocks within its slot's; set turns_cores to at "
+            f"most {len(smallest.cores)} (--set turns_cores={len(smallest.cores)}), fewer slots, or 0 not to pin")
+    return {slot.index: tuple(sorted(slot.cores)[-count:]) if count > 0 else () for slot in slots}
+
+
 def new_pair_id() -> str:
     """A pair launch's id: unique per launch (uuid4 hex)."""
     return uuid.uuid4().hex
@@ -96,20 +111,31 @@ def pairs_of(works: Sequence[ImageWork], matrix: object) -> List[Pair]:
 def steps(works: Sequence[ImageWork], pairs: Sequence[Pair], new_id: Callable[[], str] = new_pair_id) -> List[Step]:
     """The sequential run's runners in order (``scheduler.rounds`` across the images, one runner at a time), with
     the runners of each pair in ``pairs`` started at once on the repeats both need (``round_steps``)."""
-    ordered = rounds([(work, work.pending) for work in works if work.pending])
+    return steps_of([(work, work.pending) for work in works if work.pending], pairs, new_id)
+
+
+def steps_of(parts: Sequence[Part[ImageWork]], pairs: Sequence[Pair],
+             new_id: Callable[[], str] = new_pair_id) -> List[Step]:
+    """``parts`` (image work, repeats: a run's, or a unit's, ``scheduler.Unit.parts``) as they start: round by
+    round (``scheduler.rounds``), the runners of each pair in ``pairs`` at once on the repeats both need
+    (``round_steps``)."""
     by_round: Dict[int, List[Part[ImageWork]]] = {}
-    for work, repeats in ordered:
+    for work, repeats in rounds(parts):
         by_round.setdefault(repeats[0].index, []).append((work, repeats))
     return [step for index, parts in by_round.items() for step in round_steps(parts, pairs, index, new_id)]
 
 
-def launches(works: Sequence[ImageWork], matrix: object, units: bool, order: Sequence[Part[ImageWork]]) -> List[Step]:
-    """What a run starts, in order: ``steps`` of the pairs in turns where the matrix has ``turns`` and the run is
-    not in units (the sequential executor), else ``order`` (``scheduler.run_order``). A pair starts its two
-    runners at once, so the bill counts it as one runner start."""
-    if not getattr(matrix, "turns", False) or units:
-        return list(order)
-    return steps(works, pairs_of(works, matrix))
+def launches(works: Sequence[ImageWork], matrix: object, units: bool,
+             torch_of: Optional[Mapping[str, Optional[str]]] = None) -> List[Step]:
+    """What a run starts, in order (``scheduler.run_order``'s order): with ``turns``, the pairs' runners at once
+    (``steps``; in units, ``steps_of`` each unit, as the slots executor runs them). A pair starts its two runners
+    at once, so the bill counts it as one runner start."""
+    if not getattr(matrix, "turns", False):
+        return list(run_order(works, units, torch_of))
+    pairs = pairs_of(works, matrix)
+    if not units:
+        return steps(works, pairs)
+    return [step for unit in make_units(works, torch_of) for step in steps_of(unit.parts, pairs)]
 
 
 def round_steps(parts: Sequence[Part[ImageWork]], pairs: Sequence[Pair], index: int,
@@ -154,11 +180,21 @@ def _turn_pair(baseline: Part[ImageWork], candidate: Part[ImageWork], common: Se
     return TurnPair(pair_id, (Side(first[0], first[1], FIRST, first[2]), Side(second[0], second[1], SECOND, second[2])))
 
 
-def describe(step: Step, cores: Sequence[int] = ()) -> List[Tuple[ImageWork, Repeat, Optional[str]]]:
+def pinned_text(count: int, units: bool) -> str:
+    """Where a pair's blocks are pinned (``turns_cores`` ``count``), for ``run --dry-run``: "cores 7" (one runner at
+    a time: ``pinned_cores``), "the last 2 cores of its slot" (in units: each slot's own, ``slot_cores``); "" for 0."""
+    if count <= 0:
+        return ""
+    if units:
+        return f"the last {count} core(s) of its slot"
+    return f"cores {format_cpulist(pinned_cores(count))}"
+
+
+def describe(step: Step, pinned: str = "") -> List[Tuple[ImageWork, Repeat, Optional[str]]]:
     """A step's processes as (image work, repeat, how it runs: "in turns with <partner>, <role>[, blocks pinned to
-    cores C]" or None alone), for ``run --dry-run``; ``cores``: the pairs' (``pinned_cores``)."""
+    cores C]" or None alone), for ``run --dry-run``; ``pinned``: where the pairs' blocks are (``pinned_text``)."""
     if isinstance(step, TurnPair):
-        pinned = f", blocks pinned to cores {format_cpulist(cores)}" if cores else ""
+        pinned = f", blocks pinned to {pinned}" if pinned else ""
         return [(side.work, repeat, f"in turns with {side.partner}, {side.role}{pinned}")
                 for side in step.sides for repeat in side.repeats]
     work, repeats = step

@@ -22,8 +22,8 @@ from matrixbench.errors import RunError
 from matrixbench.executors import adaptive, check_options, create_environment, create_executor
 from matrixbench.executors.base import Run, RunSummary
 from matrixbench.executors.ray.options import RayOptions
-from matrixbench.executors.scheduler import Estimates, positions, run_order, takes_units
-from matrixbench.executors.turns import launches
+from matrixbench.executors.scheduler import Estimates, positions, takes_units
+from matrixbench.executors.turns import launches, slot_cores
 from matrixbench.gpu import GpusUnreachableError, host_gpus
 from matrixbench.matrix import Matrix
 from matrixbench.matrix.comparisons import roles_of
@@ -117,8 +117,7 @@ def _run_with(environment: Environment, matrix: Matrix, options: RunOptions, run
                               note=options.note, command=options.command, order_seed=seed)
     progress.note(environment.describe())
     torch_of = {name: image.torch_version for name, image in matrix.images.items()}
-    units = takes_units(options.executor, matrix.slots, gpus, matrix.turns)
-    order = run_order(works, units, torch_of)
+    units = takes_units(options.executor, matrix.slots, gpus)
     run = Run(matrix, options, environment, run_path, gpus, environ, works, progress)
     status, stopped_by = "failed", None
     try:
@@ -129,7 +128,7 @@ def _run_with(environment: Environment, matrix: Matrix, options: RunOptions, run
             refuse_builds({name: matrix.images[name] for name in builds}, environment.build_facts, progress.note)
         manifest = _noise_check(environment, run, manifest, progress)   # what the host resolves, then the bill
         progress.note(adaptive.bill(policy, works, parallel=matrix.slots if isinstance(matrix.slots, int) else 1,
-                                    runners=len(launches(works, matrix, units, order)),
+                                    runners=len(launches(works, matrix, units, torch_of)),
                                     settings=adaptive.bill_settings(matrix)))
         progress.start(sum(len(w.pending) for w in works), sum(w.done for w in works))
         _note_recorded(works, progress)
@@ -207,8 +206,10 @@ def check_dry_run(matrix: Matrix, options: RunOptions) -> None:
         _resolve_gpus(environment, device, NullProgress())
     environment.refuse(list(matrix.images.values()))
     if isinstance(matrix.slots, int) and device is not None and takes_units(options.executor, matrix.slots,
-                                                                              device == "cuda", matrix.turns):
-        plan_slots(matrix.slots, device == "cuda")   # more slots than cores (or GPUs) is refused here too
+                                                                              device == "cuda"):
+        slot_plan = plan_slots(matrix.slots, device == "cuda")   # more slots than cores (or GPUs) is refused here too
+        if matrix.turns:
+            slot_cores(matrix.turns_cores, slot_plan.slots)      # and more turns_cores than a slot has
     run_path = run_dir(options.results_root, options.run_name)
     works = pending_work(matrix, run_path, force=options.force, retry_failed=options.retry_failed)
     check_resume(works, matrix, device, read_manifest(run_path), run_path)
