@@ -23,7 +23,7 @@ from multiprocessing.connection import wait
 from typing import Any, List, Optional, Tuple
 
 from runner.core import Status
-from runner.lifetime import die_with_parent, mark_forkserver_parent
+from runner.lifetime import cell_dies_with_forkserver, mark_forkserver_parent
 
 # runner.forkserver_lifetime first: the forkserver dies with the runner even while it imports the rest
 PRELOAD = ["runner.forkserver_lifetime", "runner.worker"]
@@ -91,7 +91,7 @@ def _call(module_name, function_name, args, channel):
     """The child's target: picklable without importing torch in the parent. It dies with the
     forkserver it was forked from (which ends with the runner): a killed runner leaves no cell
     behind to write a record later."""
-    die_with_parent(signal.SIGKILL)
+    cell_dies_with_forkserver()
     _let_go_of_the_forkserver()
     function = getattr(importlib.import_module(module_name), function_name)
     function(*args, channel)

@@ -173,3 +173,31 @@ def test_the_forkserver_guard_ends_a_forkserver_whose_runner_is_gone_and_nothing
     assert (unnamed.returncode, unnamed.stdout.strip()) == (0, "False"), unnamed
     named = guard({"MATRIXBENCH_FORKSERVER_PARENT": str(os.getpid())})
     assert (named.returncode, named.stdout.strip()) == (0, "True"), named
+
+
+def test_a_cell_whose_forkserver_died_before_its_first_line_ends_at_once():
+    """runner.lifetime.cell_dies_with_forkserver: a cell's process forked just as its forkserver was killed (with
+    its runner: on a loaded machine the child's first line can run long after the fork) would never get the death
+    signal and live on, orphaned. Where the forkserver's pid is known (its preload noted it) and is no longer the
+    parent, the cell ends at once; its parent alive, it goes on; no pid noted, the death signal alone."""
+    def cell(noted):
+        code = ("import runner.lifetime as lifetime; "
+                f"lifetime._forkserver_pid = {noted}; print(lifetime.cell_dies_with_forkserver())")
+        return subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(os.path.dirname(__file__)),
+                              capture_output=True, text=True, timeout=120)
+
+    orphaned = cell(1)               # its forkserver gone: the parent is another process now
+    assert (orphaned.returncode, orphaned.stdout) == (-9, ""), orphaned
+    alive = cell(os.getpid())        # this test is the child's parent
+    assert (alive.returncode, alive.stdout.strip()) == (0, "True"), alive
+    unnoted = cell(None)
+    assert (unnoted.returncode, unnoted.stdout.strip()) == (0, "True"), unnoted
+
+
+def test_the_forkserver_notes_its_pid_for_the_cells_it_forks():
+    code = ("import os, runner.lifetime as lifetime; "
+            "lifetime.forkserver_dies_with_runner({'MATRIXBENCH_FORKSERVER_PARENT': str(os.getppid())}); "
+            "print(lifetime._forkserver_pid == os.getpid())")
+    found = subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(os.path.dirname(__file__)),
+                           capture_output=True, text=True, timeout=120)
+    assert (found.returncode, found.stdout.strip()) == (0, "True"), found
