@@ -84,6 +84,17 @@ def test_a_new_run_bills_runner_starts_as_the_earlier_run_beside_it_measured_the
     assert Estimates().runner_start_s(pending_work(matrix(), tmp_path / "elsewhere" / "acc2")) is None
 
 
+def test_an_image_folders_cells_file_is_no_record_and_no_warning(tmp_path, capsys):
+    """Every image folder holds its cells.json beside the records (the backends write it): the bill reads the
+    folder's records and leaves it out, without the "not a complete record" warning a new run printed."""
+    run_path = results_with_the_h100_records(tmp_path)
+    before = Estimates().runner_start_s(pending_work(matrix(), run_path.parent / "acc2"))
+    (run_path / "latest" / "cells.json").write_text('{"schema_version": 5, "cells": []}')
+    capsys.readouterr()
+    assert Estimates().runner_start_s(pending_work(matrix(), run_path.parent / "acc2")) == before
+    assert "cells.json" not in capsys.readouterr().err
+
+
 def test_the_dry_run_lists_the_order_the_slots_executor_takes(tmp_path):
     """On a GPU the run went model by model (run.log: DETR's six processes, then ResNet's): the dry run
     prints make_units' order, the one the slots executor runs, not the images' interleaved one."""

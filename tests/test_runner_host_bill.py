@@ -2,7 +2,7 @@
 extended loop (matrixbench.report.cells), on the H100 records."""
 import pytest
 
-from matrixbench.executors.scheduler import MODEL_S, Estimates, settings_delta_s
+from matrixbench.executors.scheduler import MODEL_S, TINY_MODEL_S, Estimates, settings_delta_s
 from runner.energy import ENERGY_MIN_S
 from runner.schema import read_record
 from tests.hostsim import RECORDS
@@ -40,10 +40,12 @@ def test_the_model_estimate_adds_an_eager_loop_for_paired_compiled_cells(tmp_pat
         out_dir = tmp_path / "run" / "image"
         image_name = "image"
 
-    cell = Cell(model="resnet", task="image-classification", weights="random", size="tiny", batch_size=1,
-                mode="default", fullgraph=False, dtype="float32")
-    assert Estimates(settings={"paired": True})(Work(), Repeat(cell)) == MODEL_S["default"] + MODEL_S["eager"]
-    assert Estimates(settings={"paired": False})(Work(), Repeat(cell)) == MODEL_S["default"]
+    for size, table in (("full", MODEL_S), ("tiny", TINY_MODEL_S)):
+        cell = Cell(model="resnet", task="image-classification", weights="random", size=size, batch_size=1,
+                    mode="default", fullgraph=False, dtype="float32")
+        assert Estimates(settings={"paired": True})(Work(), Repeat(cell)) == table["default"] + table["eager"]
+        assert Estimates(settings={"paired": False})(Work(), Repeat(cell)) == table["default"]
+    assert TINY_MODEL_S["default"] < MODEL_S["default"] / 2    # the CPU smoke matrix's tiny models compile in seconds
 
 
 def test_energy_per_image_counts_the_calls_the_counter_covered():

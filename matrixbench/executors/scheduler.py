@@ -39,6 +39,7 @@ from typing import (
 
 from matrixbench.build.versions import same_release
 from matrixbench.executors.threads import run_threads
+from matrixbench.run.layout import NOT_RECORDS
 from matrixbench.run.pending import ImageWork, round_order
 from matrixbench.run.placement import Slot
 from matrixbench.run.progress import Progress
@@ -47,9 +48,26 @@ from runner.core import Repeat
 from runner.energy import ENERGY_MIN_S
 from runner.schema import RecordError
 
-# Seconds a cell takes when no earlier record says: compiled modes compile, eager does not.
-# A coarse model, used only to order the units; durations of earlier records take precedence.
+# Seconds a cell's process takes when no earlier record says (a new results folder: the bill, the units' order),
+# by the matrix's model size: compiled modes compile, eager does not; a compiled cell adds its paired blocks' eager
+# loop (generic_s). Durations of earlier records, and this machine's pace, take precedence.
+# Full size: full-size GPU cells. Tiny (size: tiny, the CPU smoke matrix): the means of make matrix's 48 processes
+# on a 2-core machine (benchmarks/results/model_s_tiny_cpu.md: eager 0.2 s; default 11.5 s with its paired blocks,
+# 3.9-38 s, the first compiles the longest), where the full-size model billed 1,920 s for 281 s; reduce-overhead
+# and max-autotune were not measured tiny and take the full-size model's ratios to default.
 MODEL_S = {"eager": 10.0, "default": 60.0, "reduce-overhead": 75.0, "max-autotune": 300.0}
+TINY_EAGER_S = 0.3
+TINY_DEFAULT_S = 11.5 - TINY_EAGER_S     # generic_s adds the paired blocks' eager loop back
+TINY_MODEL_S = {mode: TINY_EAGER_S if mode == "eager" else TINY_DEFAULT_S * seconds / MODEL_S["default"]
+                for mode, seconds in MODEL_S.items()}
+
+
+def generic_s(mode: str, size: Optional[str] = None, paired: bool = True) -> float:
+    """The generic model's seconds for a process of ``mode`` at model ``size`` ("tiny": TINY_MODEL_S, else
+    MODEL_S), with the eager loop of the paired blocks a compiled cell adds unless not ``paired``."""
+    table = TINY_MODEL_S if size == "tiny" else MODEL_S
+    extra = table["eager"] if paired and mode != "eager" else 0.0
+    return table.get(mode, max(table.values())) + extra
 
 
 class Labelled(Protocol):
@@ -247,9 +265,8 @@ class Estimates:
             duration = self.pace_here(work, repeat.cell.mode)
         if duration is not None:
             return duration
-        paired = MODEL_S["eager"] if self._settings and self._settings.get("paired", True) and \
-            repeat.cell.mode != "eager" else 0.0
-        return MODEL_S.get(repeat.cell.mode, max(MODEL_S.values())) + paired
+        paired = self._settings is not None and bool(self._settings.get("paired", True))
+        return generic_s(repeat.cell.mode, repeat.cell.size, paired)
 
     def _records_here(self, out_dir: Path) -> List[Timed]:
         """(started at, duration, mode, slot) of every readable record in ``out_dir``, by start (slot: the
@@ -257,6 +274,8 @@ class Estimates:
         if out_dir not in self._here:
             found: List[Timed] = []
             for path in sorted(out_dir.glob("*.json")) if out_dir.is_dir() else ():
+                if path.name in NOT_RECORDS:   # cells.json: no process, and no warning
+                    continue
                 try:
                     record = read_record(path)
                 except Unvouched as exc:   # a NaN, negative or text duration: never this machine's pace

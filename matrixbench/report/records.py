@@ -19,21 +19,13 @@ import pandas as pd
 from matrixbench.errors import ReportError
 from matrixbench.report.overlap import flag_compile_overlaps
 from matrixbench.report.published import match_gpu
-from matrixbench.run.layout import (
-    CALIBRATION_RUN_DEPTH,
-    CELLS_FILENAME,
-    MANIFEST_FILENAME,
-    NOISE_CHECK_FILENAME,
-    SELFTEST_FILENAME,
-)
+from matrixbench.run.layout import CALIBRATION_RUN_DEPTH, MANIFEST_FILENAME, NOT_RECORDS
 from matrixbench.run.manifest import read_manifest
 from matrixbench.run.results_files import NewerUnvouched, Unvouched, read_record
 from matrixbench.run.resume import MEASUREMENT_SETTINGS
 from runner import axes
 from runner.schema import RECORD_SCHEMA
 
-# selftest.json: the selftest notes read it; noise_check.json: a run's host-noise check (matrixbench.host_noise)
-NOT_RECORDS = (CELLS_FILENAME, MANIFEST_FILENAME, SELFTEST_FILENAME, NOISE_CHECK_FILENAME)
 # Columns computed here, ahead of the record's own flattened (dotted) keys. ``run_id``, ``machine`` and
 # ``process`` are a measurement's identity (docs/contract.md); ``settings_label`` tells apart rows of one
 # cell measured with other settings by two runs.

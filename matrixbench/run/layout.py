@@ -37,6 +37,8 @@ CELLS_FILENAME = "cells.json"
 LOG_FILENAME = "runner.log"        # every environment appends the runner's output to it
 SELFTEST_FILENAME = "selftest.json"   # `matrixbench selftest`'s result, in the run folder (the report shows it)
 NOISE_CHECK_FILENAME = "noise_check.json"   # the run's host-noise check (matrixbench.host_noise), in the run folder
+# The .json files of a results folder that are no record: every other *.json is one cell's process.
+NOT_RECORDS = (CELLS_FILENAME, MANIFEST_FILENAME, SELFTEST_FILENAME, NOISE_CHECK_FILENAME)
 NOISE_CHECK_DIRNAME = ".noise-check"        # its runner's work folder (cells.json, runner.log, the probe's output)
 CALIBRATION_DIRNAME = "calibration"
 # A calibration record's run folder is this many folders above its own: <run>/<image>/calibration/<phase>/slot-<i>
