@@ -10,6 +10,7 @@ wall time (run.json), and what the generic model of each size would have billed 
     python benchmarks/bench_model_s.py results/cpu-smoke --name model_s_tiny_cpu --note "make matrix, ..."
 """
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -61,16 +62,23 @@ def measure(run_paths):
         for record in records:
             key = f"{record['cell']['size']} {record['cell']['mode']}"
             by_mode.setdefault(key, []).append(float(record["duration_s"]))
-        billed = {size: sum(generic_s(record["cell"]["mode"], size, paired) for record in records)
-                  for size in ("full", "tiny")}
         runs.append({"run": str(run_path), "processes": len(records), "wall_s": wall, "runner_start_s": start_s,
                      "runners": len(folders), "paired": paired,
                      "processes_s": sum(sum(values) for values in by_mode.values()),
                      "by_mode": {key: {"n": len(values), "mean_s": statistics.fmean(values),
                                        "median_s": statistics.median(values), "min_s": min(values),
-                                       "max_s": max(values)} for key, values in sorted(by_mode.items())},
-                     "generic_billed_s": billed})
-    return {"runs": runs, "model_s": {"full": MODEL_S, "tiny": TINY_MODEL_S}}
+                                       "max_s": max(values)} for key, values in sorted(by_mode.items())}})
+    return rebill({"runs": runs})
+
+
+def rebill(result):
+    """``result`` with what today's generic model (scheduler.generic_s, full and tiny) bills for each run's
+    processes (by size and mode, from ``by_mode``), and the model's table."""
+    for run in result["runs"]:
+        counts = [(key.split(" ", 1), row["n"]) for key, row in run["by_mode"].items()]
+        run["generic_billed_s"] = {size: sum(n * generic_s(mode, size, run["paired"]) for (_, mode), n in counts)
+                                   for size in ("full", "tiny")}
+    return {**result, "model_s": {"full": MODEL_S, "tiny": TINY_MODEL_S}}
 
 
 def markdown(result):
@@ -99,10 +107,22 @@ def markdown(result):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="finished runs' folders (results/<run>)")
+    parser.add_argument("runs", nargs="*", type=Path, help="finished runs' folders (results/<run>)")
+    parser.add_argument("--rebill", action="store_true",
+                        help="no runs: bill results/<name>.json's measured processes again with today's model "
+                             "(after the model changed), keeping its measurements, machine and load")
     parser.add_argument("--name", default="model_s", help="results/<name>.{json,md}")
     parser.add_argument("--note", default="", help="how the runs were made (the command, the load), for the file")
     args = parser.parse_args(argv)
+    if args.rebill:
+        path = ROOT / "benchmarks" / "results" / f"{args.name}.json"
+        result = rebill(json.loads(path.read_text()))
+        path.write_text(json.dumps(result, indent=2, default=float) + "\n")
+        path.with_suffix(".md").write_text(markdown(result))
+        print(markdown(result))
+        return
+    if not args.runs:
+        parser.error("give finished runs' folders, or --rebill")
     started = time.monotonic()
     load = list(os.getloadavg())
     write_results(ROOT / "benchmarks" / "results", args.name, {**measure(args.runs), "note": args.note}, markdown,

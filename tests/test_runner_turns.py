@@ -270,7 +270,8 @@ def test_each_block_is_timed_inside_the_timing_context_one_side_at_a_time(tmp_pa
     assert [role for role, what in events if what == "in"] == ["first", "second"] * TURN_BLOCKS
 
 
-def test_a_pair_in_one_slot_under_exclusive_timing_takes_its_turns_and_its_blocks_hold_the_slots_mark(tmp_path):
+def test_a_pair_in_one_slot_under_exclusive_timing_takes_its_turns_and_its_blocks_hold_the_slots_mark(tmp_path,
+                                                                                                       monkeypatch):
     """The slots executor puts both runners of a pair in one slot: under --exclusive-timing each block takes the
     board's exclusive lock and the slot's timing mark, one side at a time (the baton), and the pair never waits
     on itself. A watcher on another slot's board sees slot 0 timing in the blocks' phase (200 iterations: blocks
@@ -281,7 +282,7 @@ def test_a_pair_in_one_slot_under_exclusive_timing_takes_its_turns_and_its_block
 
     board = tmp_path / "board"
     board.mkdir()
-    os.environ[BOARD_ENV] = Board(str(board), 0, exclusive=True).to_env()
+    monkeypatch.setenv(BOARD_ENV, Board(str(board), 0, exclusive=True).to_env())   # both runners inherit it
     watcher, stop, seen = Board(str(board), 1), threading.Event(), []
 
     def watch():
@@ -296,7 +297,6 @@ def test_a_pair_in_one_slot_under_exclusive_timing_takes_its_turns_and_its_block
     finally:
         stop.set()
         thread.join()
-        del os.environ[BOARD_ENV]
     last_own_end = max(records[role]["timing"]["windows"]["timed"][1] for role in records)
     for role in ("first", "second"):
         turns = records[role]["timing"]["turns"]

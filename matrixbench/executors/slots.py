@@ -31,6 +31,8 @@ class SlotsExecutor(Executor):
             self._calibrate(run)
         run.start()
         board = run_folder.make_timing_board(run.path)
+        pairs = turns.pairs_of(run.works, run.matrix) if run.matrix.turns else []
+        cores = turns.slot_cores(run.matrix.turns_cores if pairs else 0, slots)
 
         def run_unit(slot: Slot, unit: Unit[ImageWork], busy: int) -> None:
             def place(request: RunRequest) -> RunRequest:
@@ -44,9 +46,6 @@ class SlotsExecutor(Executor):
                     work, repeats = step
                     run.launch(work, place(run.request(work).for_repeats(repeats)), slot.index)
             progress.slot_running(slot.index)          # idle until its next unit
-
-        pairs = turns.pairs_of(run.works, run.matrix) if run.matrix.turns else []
-        cores = turns.slot_cores(run.matrix.turns_cores if pairs else 0, slots)
 
         torch_of = {name: image.torch_version for name, image in run.matrix.images.items()}
         try:
