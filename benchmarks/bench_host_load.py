@@ -65,6 +65,7 @@ def summarize(out, load=None):
             "paired_speedup_median": paired["speedup_median"] if paired else None,
             "paired_speedup_median_of_medians": paired.get("speedup_median_of_medians") if paired else None,
             "paired_ratios": [p["eager_ms"] / p["compiled_ms"] for p in paired["pairs"]] if paired else None,
+            "paired_pairs_ms": [[p["eager_ms"], p["compiled_ms"]] for p in paired["pairs"]] if paired else None,
             "paired_ratios_of_medians": [p["eager_median_ms"] / p["compiled_median_ms"] for p in paired["pairs"]
                                          if p.get("compiled_median_ms")] if paired else None,
             "unpaired_median_ms": timing["median_ms"],
@@ -83,6 +84,28 @@ def unpaired_median_ratios(rows):
     eager = [r["median_ms"] for r in rows if r["mode"] == "eager"]
     default = [r["median_ms"] for r in rows if r["mode"] == "default"]
     return [e / d for e, d in zip(eager, default)]
+
+
+def judged(rows, margin_pct=3.0):
+    """What the report would say of eager / default from these processes: the paired speed-up
+    (stats.judge_paired on each default process's block pairs) and the unpaired one (stats.judge on the
+    eager and default process means), each as {speedup, low, high, verdict}."""
+    from matrixbench.report import stats
+
+    pairs = [[tuple(p) for p in r["paired_pairs_ms"]] for r in rows if r.get("paired_pairs_ms")]
+    paired = stats.judge_paired(pairs, margin_pct=margin_pct)
+    eager = [r["mean_ms"] for r in rows if r["mode"] == "eager"]
+    default = [r["mean_ms"] for r in rows if r["mode"] == "default"]
+    unpaired = stats.judge(eager, default, margin_pct=margin_pct)
+
+    def speedup(judgement, invert):
+        flip = (lambda x: None if x is None else 1.0 / x) if invert else (lambda x: x)
+        low, high = flip(judgement.low), flip(judgement.high)
+        return {"speedup": flip(judgement.ratio), "low": min(low, high) if low is not None else None,
+                "high": max(low, high) if high is not None else None, "verdict": judgement.verdict}
+
+    # judge_paired reads speed-ups already; judge reads default / eager, a speed-up's inverse
+    return {"paired": speedup(paired, False), "unpaired": speedup(unpaired, True)}
 
 
 def main():
@@ -116,6 +139,7 @@ def main():
               "unpaired_eager_over_default": {"quiet": unpaired_ratios(quiet), "loaded": unpaired_ratios(loaded)},
               "unpaired_median_eager_over_default": {"quiet": unpaired_median_ratios(quiet),
                                                      "loaded": unpaired_median_ratios(loaded)},
+              "judged": {"quiet": judged(quiet), "loaded": judged(loaded)},
               "machine": {"lscpu": lscpu(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
                           "contention": contention()},
               "measured_at": utc_now()}
@@ -166,6 +190,16 @@ def write(report, out, describe, describe_contention):
               f"- paired, block medians (median over the pairs of the blocks' median calls): quiet "
               f"{', '.join(f'{x:.3f}' for x in robust['quiet'])}; loaded "
               f"{', '.join(f'{x:.3f}' for x in robust['loaded'])}"]
+    if report.get("judged"):
+        lines += ["", "As the report judges eager / default (margin 3%, 95% intervals):"]
+        for kind, text in (("paired", "paired speed-up (stats.judge_paired, each process one draw)"),
+                           ("unpaired", "unpaired speed-up (stats.judge on the process means)")):
+            parts = []
+            for name in ("quiet", "loaded"):
+                j = report["judged"][name][kind]
+                interval = f" [{j['low']:.3f}, {j['high']:.3f}]" if j["low"] is not None else ""
+                parts.append(f"{name} {j['speedup']:.3f}x{interval} {j['verdict']}")
+            lines.append(f"- {text}: {'; '.join(parts)}")
     write_summary(out / "host_load.md", lines)
 
 

@@ -113,3 +113,22 @@ def test_the_adaptive_repeats_benchmark_on_the_matrix_shape_charges_wrong_claims
     for row in result["policies"]:
         assert row["net"] == pytest.approx(row["correct"] - row["wrong_claim"])
     assert (tmp_path / "adaptive_repeats_matrix.md").read_text().startswith("# repeats auto vs fixed repeats on the")
+
+
+def test_the_host_load_benchmark_judges_speed_ups_the_right_way_round():
+    """Eager twice as slow as default: both views say about 2x "faster" (a flipped ratio would say 0.5x or
+    "slower"); the paired one reads each process's block pairs, the unpaired one the process means."""
+    import bench_host_load as host_load
+
+    def row(mode, mean_ms, pairs=None):
+        return {"mode": mode, "mean_ms": mean_ms, "paired_pairs_ms": pairs}
+
+    rows = [row("eager", ms) for ms in (2.0, 2.1, 1.9)]
+    rows += [row("default", ms, [[2.0 * drift * ms * (1 + 0.01 * k), ms] for k in range(-2, 3)])
+             for ms, drift in ((1.0, 1.0), (1.05, 1.02), (0.95, 0.98))]
+    judged = host_load.judged(rows)
+    for kind in ("paired", "unpaired"):
+        found = judged[kind]
+        assert found["verdict"] == "faster", kind
+        assert found["low"] < found["speedup"] < found["high"], kind
+        assert found["speedup"] == pytest.approx(2.0, rel=0.03), kind
