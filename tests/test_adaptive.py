@@ -212,9 +212,11 @@ def test_the_bill_gives_the_minimum_and_maximum_from_earlier_records(tmp_path):
     run_path = tmp_path / "results" / "r1"
     text = describe_plan(matrix, run_path, False, False, budget_min=30)
     # 4 cells x 3 processes: 2 eager at 10 s, 2 default at 60 s by the scheduler's model, each default
-    # process with its paired eager blocks (issue 32: one more eager loop, 10 s)
-    assert "estimated duration: 8m00s at the minimum (3 processes a cell)" in text
-    assert "up to 16m00s if every comparison stays undecided (6 a cell)" in text and "--budget 30 min" in text
+    # process with its paired eager blocks (issue 32: one more eager loop, 10 s); and 6 runner starts at the
+    # typical 8.8 s (scheduler.RUNNER_START_S: no record here or beside shows a start)
+    assert "estimated duration: 8m53s at the minimum (3 processes a cell)" in text
+    assert "up to 16m53s if every comparison stays undecided (6 a cell)" in text and "--budget 30 min" in text
+    assert "6 runner start(s) at 9 s each, a typical start" in text
     earlier = tmp_path / "results" / "r0" / "stable"
     for plan in pending_work(matrix, run_path)[:1]:
         for cell in plan.cells:
@@ -224,8 +226,9 @@ def test_the_bill_gives_the_minimum_and_maximum_from_earlier_records(tmp_path):
             write_record(earlier, record)
     assert record_path(earlier, plan.cells[0]).exists()
     text = describe_plan(matrix, run_path, False, False)
-    # stable's 6 processes now take 1 s each (latest's 4 default processes keep their paired eager blocks)
-    assert "estimated duration: 4m06s at the minimum" in text and "up to 8m13s" in text
+    # stable's 6 processes now take 1 s each (latest's 4 default processes keep their paired eager blocks); the
+    # earlier records show no gap between runners, so the 6 starts stay typical
+    assert "estimated duration: 4m59s at the minimum" in text and "up to 9m05s" in text
 
 
 class NoisyBackend(RecordingBackend):
@@ -382,9 +385,10 @@ def test_run_prints_the_bill_before_any_process_starts(tmp_path, monkeypatch):
     notes = Notes()
     run_matrix(_matrix(tmp_path, models=["vit"]), local_run_options(tmp_path, order_seed=1, budget_min=60), notes)
     bill = [note for note in backend.notes_then if note.startswith("estimated duration")]
-    assert bill == ["estimated duration: 8m00s at the minimum (3 processes a cell), up to 16m00s if every comparison "
+    assert bill == ["estimated duration: 8m53s at the minimum (3 processes a cell), up to 16m53s if every comparison "
                     "stays undecided (6 a cell), one runner at a time (earlier records, else this machine's pace, "
-                    "else the scheduler's model); --budget 60 min stops admitting processes past it"]
+                    "else the scheduler's model; 6 runner start(s) at 9 s each, a typical start: no record here "
+                    "shows one yet); --budget 60 min stops admitting processes past it"]
 
 
 def test_a_forced_auto_run_judges_only_what_it_measured_itself(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ import shutil
 from datetime import datetime
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from matrixbench.cli import describe_plan, main
@@ -165,3 +166,46 @@ def test_a_pair_in_turns_overlaps_and_its_next_start_counts_from_the_later_end(t
     works = _timeline(tmp_path / "r", [("stable", 0, 0, 10), ("latest", 0, 1, 12), ("stable", 1, 17, 10),
                                        ("latest", 1, 18, 9)])
     assert Estimates().runner_start_s(works) == 4
+
+
+GPU_RESULTS = Path(__file__).parents[1] / "benchmarks" / "results" / "gpu"
+GPU_RUNS = [EVIDENCE / "run-acc" / "acc" / "latest", *sorted(GPU_RESULTS.glob("NVIDIA-H200-*/acceptance/latest"))]
+
+
+def test_the_generic_runner_start_is_what_the_committed_gpu_runs_measured():
+    """scheduler.RUNNER_START_S["full"] (a new folder's runner start, and the noise check's PROBE_START_S) is the
+    median of the runner gaps in the committed H100 and H200 runs, each folder on its own timeline; tiny is make
+    matrix's CPU smoke run's median gap (benchmarks/results/model_s_tiny_cpu.json)."""
+    import json
+    import statistics
+
+    from matrixbench.executors.scheduler import RUNNER_START_S
+    from matrixbench.host_noise import PROBE_START_S
+
+    assert len(GPU_RUNS) == 3 and all(folder.is_dir() for folder in GPU_RUNS)
+    gaps = [gap for folder in GPU_RUNS for gap in Estimates()._runner_gaps([folder])]
+    assert len(gaps) == 7
+    assert RUNNER_START_S["full"] == round(statistics.median(gaps), 1) == PROBE_START_S
+    tiny = json.loads((Path(__file__).parents[1] / "benchmarks" / "results" / "model_s_tiny_cpu.json").read_text())
+    assert RUNNER_START_S["tiny"] == round(tiny["runs"][0]["runner_start_s"], 1)
+
+
+def test_a_new_folder_with_no_run_beside_it_bills_a_typical_runner_start_and_says_so(tmp_path):
+    """Where no record here or beside shows a start, the bill counts RUNNER_START_S a runner (it counted 0) and
+    its line says the figure is typical, not measured; with the H100 records beside, the line says measured."""
+    from matrixbench.executors.adaptive import bill
+    from matrixbench.executors.scheduler import RUNNER_START_S
+
+    m = matrix()
+    works = pending_work(m, tmp_path / "elsewhere" / "acc2")
+    none, _ = bill_seconds(policy_of(m), works, estimates=Estimates(), runners=0)
+    three, _ = bill_seconds(policy_of(m), works, estimates=Estimates(), runners=3)
+    assert three - none == pytest.approx(3 * RUNNER_START_S["full"])
+    assert Estimates().start_s(works) == (RUNNER_START_S["full"], False)
+    assert "3 runner start(s) at 9 s each, a typical start: no record here shows one yet" in \
+        bill(policy_of(m), works, estimates=Estimates(), runners=3)
+    beside = pending_work(m, results_with_the_h100_records(tmp_path).parent / "acc2")
+    measured = Estimates().runner_start_s(beside)
+    assert Estimates().start_s(beside) == (measured, True)
+    assert f"3 runner start(s) at {measured:.0f} s as measured here" in \
+        bill(policy_of(m), beside, estimates=Estimates(), runners=3)

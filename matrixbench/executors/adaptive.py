@@ -236,11 +236,11 @@ def bill_seconds(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
                  estimates: Optional[Estimates] = None, runners: int = 0,
                  settings: Optional[Mapping[str, object]] = None, first_s: float = 0.0) -> Tuple[float, float]:
     """The run's estimated wall seconds, (at the minimum, at the maximum): its pending processes
-    (``Estimates``) plus ``runners`` runner starts at what a start costs here (``Estimates.runner_start_s``,
-    0 where the records show none), over ``parallel`` runners, after ``first_s`` seconds that run alone before
+    (``Estimates``) plus ``runners`` runner starts at what a start costs here (``Estimates.start_s``: as
+    measured, else the generic start), over ``parallel`` runners, after ``first_s`` seconds that run alone before
     them (a dry run's noise check, run.noise_check.CheckPlan.seconds)."""
     estimate = estimates or Estimates(settings=settings)
-    starts = (estimate.runner_start_s(works) or 0.0) * runners
+    starts = estimate.start_s(works)[0] * runners if runners else 0.0
     first = starts + sum(estimate(work, repeat) for work in works for repeat in work.pending)
     extra = 0.0
     if policy.adaptive:
@@ -260,10 +260,12 @@ def bill(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
     still ahead (a dry run's; a run prints its bill once the check is done, so 0 there)."""
     estimate = estimates or Estimates(settings=settings)
     low, high = bill_seconds(policy, works, parallel, estimate, runners, first_s=noise_check_s)
-    start = estimate.runner_start_s(works) if runners else None
+    start, measured = estimate.start_s(works) if runners else (0.0, False)
     runners_text = f"{parallel} runner(s) at once" if parallel > 1 else "one runner at a time"
     source = "(earlier records, else this machine's pace, else the scheduler's model"
-    source += f"; {runners} runner start(s) at {start:.0f} s as measured here" if start else ""
+    if runners:
+        source += f"; {runners} runner start(s) at {start:.0f} s " + \
+            ("as measured here" if measured else "each, a typical start: no record here shows one yet")
     source += f"; the noise check first, {noise_check_s:.0f} s)" if noise_check_s else ")"
     budget = f"; --budget {policy.budget_s / 60:g} min stops admitting processes past it" if policy.budget_s else ""
     if not policy.adaptive:

@@ -62,6 +62,20 @@ TINY_MODEL_S = {mode: TINY_EAGER_S if mode == "eager" else TINY_DEFAULT_S * seco
                 for mode, seconds in MODEL_S.items()}
 
 
+# A runner's start (the interpreter, torch's import, the cache: the gap between one runner's last record and the next
+# runner's first) where no record of this run, or of the newest earlier run beside it, shows one (Estimates.start_s),
+# by the matrix's model size as above. Tiny: make matrix's CPU smoke run (model_s_tiny_cpu.md: 6.7 s, the median
+# of its gaps). Full size: the GPU runs committed from an H100 and an H200 VM (the median of their 7 gaps, 8.4-11.2
+# s; tests/test_bill_evidence.py measures it again from those records).
+RUNNER_START_S = {"tiny": 6.7, "full": 8.8}
+
+
+def generic_start_s(sizes: Iterable[Optional[str]]) -> float:
+    """RUNNER_START_S for runners of cells of these model ``sizes``: tiny only where every one is tiny."""
+    sizes = list(sizes)
+    return RUNNER_START_S["tiny" if sizes and all(size == "tiny" for size in sizes) else "full"]
+
+
 def generic_s(mode: str, size: Optional[str] = None, paired: bool = True) -> float:
     """The generic model's seconds for a process of ``mode`` at model ``size`` ("tiny": TINY_MODEL_S, else
     MODEL_S), with the eager loop of the paired blocks a compiled cell adds unless not ``paired``."""
@@ -308,6 +322,14 @@ class Estimates:
             earlier = (self._previous_dirs(Path(work.out_dir)) for work in works)
             gaps = self._runner_gaps(dict.fromkeys(dirs[0] for dirs in earlier if dirs))
         return statistics.median(gaps) if gaps else None
+
+    def start_s(self, works: Sequence[ImageWork]) -> Tuple[float, bool]:
+        """What a runner's start costs: (``runner_start_s``, True) where records show one, else (the generic start
+        of ``works``' cells, ``generic_start_s``, False)."""
+        measured = self.runner_start_s(works)
+        if measured is not None:
+            return measured, True
+        return generic_start_s(repeat.cell.size for work in works for repeat in work.pending), False
 
     def _runner_gaps(self, folders: Iterable[Path]) -> List[float]:
         """The gaps of ``folders``' records on one timeline per slot: one image's folder alone would count the
