@@ -79,6 +79,11 @@ class InterpreterNotFoundError(BuildError):
     """The venv backend finds no Python of the version an image asks for."""
 
 
+class IndexUnreachableError(BuildError):
+    """The main pip index (INDEX_URL) does not answer from this host and the wheelhouse lacks wheels a build
+    needs: said at once, instead of pip retrying for minutes (matrixbench/build/indexes.py)."""
+
+
 FILESYSTEM_EXIT_CODE = 9   # an OSError no other error covers: disk full, read-only, permission denied
 
 

@@ -4,14 +4,16 @@ import dataclasses
 import json
 import os
 import shlex
+import socket
 
 import pytest
 
 from matrixbench.build import venvs
 from matrixbench.build.facts import BuildFacts
 from matrixbench.build.interpreters import Finder
+from matrixbench.build.reachable import Checker
 from matrixbench.build.wheelhouse import wheelhouse_dir
-from matrixbench.errors import BuildError
+from matrixbench.errors import BuildError, IndexUnreachableError
 from matrixbench.matrix import Image, Matrix
 
 STABLE = Image(name="stable", torch="torch==2.0.1", python="3.10", transformers="transformers==4.43.4",
@@ -101,9 +103,19 @@ echo "3.10 $0"
             "PYTHONPATH": "/host/site-packages"}
 
 
-def build(plan, environ, emitted=None):
+def answering(*unresolved):
+    """Every index host answers but ``unresolved`` (its name does not resolve); no socket is opened."""
+    def resolver(host, port):
+        if host in unresolved:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET, ("192.0.2.1", port))]
+    return Checker(resolver, lambda family, address, timeout: None)
+
+
+def build(plan, environ, emitted=None, checker=None):
     emit = (lambda name, line: emitted.append((name, line))) if emitted is not None else (lambda *_: None)
-    return venvs.ensure_venv(plan, emit=emit, finder=Finder(environ=environ), environ=environ)
+    return venvs.ensure_venv(plan, emit=emit, finder=Finder(environ=environ), environ=environ,
+                             checker=checker or answering())
 
 
 def test_download_then_install_each_layer_with_the_images_index_settings(tmp_path, fake_host):
@@ -115,10 +127,10 @@ def test_download_then_install_each_layer_with_the_images_index_settings(tmp_pat
     common = ["--progress-bar", "off", "--find-links", str(wheels), "--extra-index-url", "https://extra/simple"]
     torch_index = ["--index-url", "https://download.pytorch.org/whl/cu118", "--extra-index-url", "https://pypi.org/simple"]
     rest = ["torch==2.0.1", "transformers==4.43.4", "pillow", "scipy", "nvidia-ml-py==13.615.71", "numpy<2"]
-    assert calls == [
+    assert calls == [   # torch from its own index (it answers); the rest offline first: the fake pip finds all
         ["download", "--dest", str(wheels), "torch==2.0.1", *common, *torch_index],
         ["install", "--no-index", "torch==2.0.1", *common, *torch_index],
-        ["download", "--dest", str(wheels), *rest, *common, "--index-url", "https://pypi.org/simple"],
+        ["download", "--dest", str(wheels), "--no-index", *rest, *common, "--index-url", "https://pypi.org/simple"],
         ["install", "--no-index", *rest, *common, "--index-url", "https://pypi.org/simple"],
     ]
     assert wheels.is_dir()
@@ -128,6 +140,11 @@ def test_download_then_install_each_layer_with_the_images_index_settings(tmp_pat
     assert (plan.path / "pip-freeze.txt").read_text() == "torch==2.0.1\n"
     assert json.loads(plan.marker.read_text())["interpreter"] == str(tmp_path / "bin" / "python3.10")
     assert ("stable", "Successfully ran pip install") in emitted  # pip's lines, per image
+    used = {key: json.loads(plan.marker.read_text())[key]
+            for key in ("torch_index_used", "indexes_left_out", "layers_from_wheelhouse")}
+    assert used == {"torch_index_used": "https://download.pytorch.org/whl/cu118", "indexes_left_out": [],
+                    "layers_from_wheelhouse": ["rest"]}
+    assert ("stable", f"wheelhouse: every wheel of the rest layer is in {wheels}; no index asked") in emitted
 
 
 def test_an_incomplete_wheelhouse_falls_back_to_the_indexes(tmp_path, fake_host):
@@ -149,6 +166,68 @@ def test_pip_runs_in_the_venv_without_the_hosts_pythonpath(tmp_path, fake_host):
     assert "PYTHONPATH" not in env
     assert env["PATH"].split(os.pathsep)[0] == str(plan.path / "bin")
     assert env["CA_BUNDLE"] == os.devnull and env["PIP_NO_CACHE_DIR"] == "1"
+
+
+# --- indexes that do not answer --------------------------------------------------------------
+
+OFFLINE_DOWNLOAD_FAILS = ('[ "$1" != download ] || case "$*" in *--no-index*) '
+                          'echo "ERROR: No matching distribution"; exit 1;; esac\n')
+
+
+def lacking_wheelhouse(tmp_path):
+    """The fake pip's offline downloads fail: the wheelhouse lacks the wheels."""
+    pip = tmp_path / "templates" / "pip"
+    pip.write_text(pip.read_text().replace('[ -z "${PIP_FAIL:-}" ]', OFFLINE_DOWNLOAD_FAILS + '[ -z "${PIP_FAIL:-}" ]'))
+
+
+def test_an_unreachable_torch_index_is_left_out_said_and_recorded(tmp_path, fake_host):
+    lacking_wheelhouse(tmp_path)
+    plan = venvs.plan_venv(STABLE, root=tmp_path / "venvs", extra_index_urls=["https://extra/simple"])
+    emitted = []
+    build(plan, fake_host, emitted, answering("download.pytorch.org"))
+    calls = [shlex.split(line) for line in (tmp_path / "pip.log").read_text().splitlines()]
+    online = [call for call in calls if "--no-index" not in call]
+    assert [call[:4] for call in online] == [["download", "--dest", str(tmp_path / "wheels"), "torch==2.0.1"],
+                                             ["download", "--dest", str(tmp_path / "wheels"), "torch==2.0.1"]]
+    for call in calls:   # every host pip call: the torch index left out, the extra and the main index kept
+        assert "https://download.pytorch.org/whl/cu118" not in call
+        assert call[-4:] == ["--extra-index-url", "https://extra/simple", "--index-url", "https://pypi.org/simple"]
+    assert ("stable", "images.stable.index_url https://download.pytorch.org/whl/cu118 is left out of this host's pip "
+                      "download (cannot resolve download.pytorch.org): torch==2.0.1 comes from https://pypi.org/simple "
+                      "instead, as pip would after its retries; note: PyPI's Linux torch wheels are CUDA builds"
+            ) in emitted
+    marker = json.loads(plan.marker.read_text())
+    assert marker["torch_index_used"] == "https://pypi.org/simple" and marker["layers_from_wheelhouse"] == []
+    assert marker["indexes_left_out"] == [{"field": "images.stable.index_url", "url": "https://download.pytorch.org/whl/cu118",
+                                           "reason": "cannot resolve download.pytorch.org"}]
+    assert marker["buildargs"]["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cu118"   # what was asked for
+    assert plan.content_hash == STABLE.content_hash()
+
+
+def test_a_filled_wheelhouse_asks_no_index_and_the_marker_says_so(tmp_path, fake_host):
+    """The torch index does not answer, the wheelhouse holds every wheel: nothing is downloaded from anywhere."""
+    plan = venvs.plan_venv(STABLE, root=tmp_path / "venvs")
+    build(plan, fake_host, checker=answering("download.pytorch.org", "pypi.org"))
+    calls = [shlex.split(line) for line in (tmp_path / "pip.log").read_text().splitlines()]
+    assert all("--no-index" in call for call in calls) and len(calls) == 4
+    marker = json.loads(plan.marker.read_text())
+    assert marker["torch_index_used"] is None and marker["layers_from_wheelhouse"] == ["torch", "rest"]
+    assert [out["field"] for out in marker["indexes_left_out"]] == ["images.stable.index_url"]
+
+
+def test_an_unreachable_main_index_fails_fast_when_the_wheelhouse_lacks_wheels(tmp_path, fake_host):
+    lacking_wheelhouse(tmp_path)
+    plan = venvs.plan_venv(STABLE, root=tmp_path / "venvs", index_url="https://user:s3cret@mirror.example/simple")
+    with pytest.raises(IndexUnreachableError) as raised:
+        build(plan, fake_host, checker=answering("mirror.example"))
+    message = str(raised.value)
+    assert message.startswith("image 'stable': the index https://***@mirror.example/simple (the build setting "
+                              "index_url: matrix.yaml, --set index_url=URL or build --index-url) does not answer from "
+                              "this host (cannot resolve mirror.example), and the wheelhouse ")
+    assert "s3cret" not in message and "Give an index this host reaches (--index-url" in message
+    calls = (tmp_path / "pip.log").read_text().splitlines()
+    assert len(calls) == 1 and "--no-index" in calls[0]   # the offline try only: no pip retried the index
+    assert not plan.marker.exists()
 
 
 def test_a_complete_venv_is_reused_and_a_half_built_one_is_rebuilt(tmp_path, fake_host):

@@ -4,9 +4,11 @@ A venv lives in ``<cache>/venvs/<image>-<content hash>/`` (``paths.cache_home()`
 ``Image.content_hash()``, so changed pins get a new folder and a venv is never reused for other
 pins. It is built with the Docker build's own pip logic (images/pip-install.sh,
 fed the build args ``images.build_spec`` derives) in two steps per layer (torch, then the rest): ``pip download`` into
-the shared wheelhouse (``wheelhouse.wheelhouse_dir()``), then ``pip install --no-index`` from
+the shared wheelhouse (``wheelhouse.wheelhouse_dir()``; offline first, then from the indexes that answer:
+``wheelhouse.Download``), then ``pip install --no-index`` from
 there (the indexes only for what it lacks), so each wheel is downloaded once for every venv and test. A marker file
-(``MARKER_FILENAME``, written last) holds the hash, the installed torch and a hash of pip-install.sh:
+(``MARKER_FILENAME``, written last) holds the hash, the installed torch, the indexes really used (``torch_index_used``,
+``indexes_left_out``) and a hash of pip-install.sh:
 a folder without it is a half-built venv and is rebuilt, and so is one made by another version of
 the script.
 """
@@ -25,7 +27,7 @@ from matrixbench.build import facts as build_facts
 from matrixbench.build import images, pip_script, turns
 from matrixbench.build.interpreters import find_interpreter
 from matrixbench.build.versions import pinned_version, same_release
-from matrixbench.build.wheelhouse import downloading, wheelhouse_dir
+from matrixbench.build.wheelhouse import Download, downloading, wheelhouse_dir
 from matrixbench.errors import BuildError, RunError
 from matrixbench.paths import cache_home
 from matrixbench.redact import redact_urls
@@ -112,9 +114,10 @@ def recipe_hash():
     return hashlib.sha256(script).hexdigest()[:12]
 
 
-def ensure_venv(plan, *, emit, rebuild=False, finder=None, environ=None):
+def ensure_venv(plan, *, emit, rebuild=False, finder=None, environ=None, checker=None):
     """The venv of ``plan``: reused when complete (and not ``rebuild``), else built afresh; in its turn
-    (``building``), so a venv another process is building is waited for and then found complete."""
+    (``building``), so a venv another process is building is waited for and then found complete. ``checker``
+    replaces reachable's (tests)."""
     with building(plan.path, plan.name, emit=emit):
         venv = None if rebuild else read_marker(plan)
         if venv is not None and venv.facts is None:   # built before venvs recorded their build: ask it now
@@ -122,7 +125,7 @@ def ensure_venv(plan, *, emit, rebuild=False, finder=None, environ=None):
         if venv is not None:
             emit(plan.name, f"using {plan.path} ({venv.facts.describe() if venv.facts else f'torch {venv.torch}'})")
             return venv
-        return build_venv(plan, emit=emit, finder=finder, environ=environ)
+        return build_venv(plan, emit=emit, finder=finder, environ=environ, checker=checker)
 
 
 def building(path, name, *, emit):
@@ -135,7 +138,7 @@ def building(path, name, *, emit):
                               waiting=f"waiting for another build of the venv {path} on this machine to finish")
 
 
-def build_venv(plan, *, emit, finder=None, environ=None):
+def build_venv(plan, *, emit, finder=None, environ=None, checker=None):
     """Make the venv from nothing, streaming pip's lines to ``emit``; BuildError with the tail on failure."""
     environ = os.environ if environ is None else environ
     interpreter = find_interpreter(plan.python, finder)
@@ -146,16 +149,18 @@ def build_venv(plan, *, emit, finder=None, environ=None):
     started = datetime.now(timezone.utc)
     wheelhouse_dir(environ).mkdir(parents=True, exist_ok=True)
     _step(plan, create_command(interpreter, plan.path, environ), environ, emit)
+    download = Download(plan.name, plan.build.buildargs, lambda action, args: pip_env(plan, action, environ, args),
+                        wheelhouse_dir(environ), emit=emit, environ=environ, checker=checker)
     for layer in pip_script.LAYERS:
-        download, install = pip_actions(environ)
+        download_action, install = pip_actions(environ)
         with downloading(plan.name, emit=emit, environ=environ):
-            _step(plan, pip_script.command(layer), pip_env(plan, download, environ), emit)
-        _step(plan, pip_script.command(layer), pip_env(plan, install, environ), emit)
+            _check_step(plan, pip_script.command(layer), download.layer(layer, download_action))
+        _step(plan, pip_script.command(layer), pip_env(plan, install, environ, download.host_buildargs), emit)
     torch = _torch_installed(plan)
     _check_torch(plan, torch)
     facts = build_facts.probe_python(plan.python_bin, f"venv {plan.name!r} ({plan.path})")
     (plan.path / FREEZE_FILENAME).write_text(_output(plan, [str(plan.python_bin), "-m", "pip", "freeze"]))
-    write_json_atomic(plan.marker, marker(plan, interpreter, torch, started, facts))
+    write_json_atomic(plan.marker, marker(plan, interpreter, torch, started, facts, download.record()))
     emit(plan.name, f"built {plan.path} ({facts.describe()}) in "
                     f"{(datetime.now(timezone.utc) - started).total_seconds():.0f} s")
     return read_marker(plan)
@@ -182,10 +187,10 @@ def pip_actions(environ):
     return (f"download --dest {wheelhouse_dir(environ)}", "install")
 
 
-def pip_env(plan, action, environ):
+def pip_env(plan, action, environ, buildargs=None):
     """pip-install.sh's environment for this venv: its bin/ first on PATH, so `pip` and `python`
-    are the venv's."""
-    env = pip_script.environment(plan.build.buildargs, environ, action=action,
+    are the venv's; ``buildargs`` (those of the indexes that answer) replace the plan's."""
+    env = pip_script.environment(buildargs or plan.build.buildargs, environ, action=action,
                                  find_links=wheelhouse_dir(environ), ca_bundle=plan.build.ca_bundle)
     env.update(PATH=os.pathsep.join([str(plan.path / "bin"), environ.get("PATH", os.defpath)]),
                VIRTUAL_ENV=str(plan.path))
@@ -194,7 +199,12 @@ def pip_env(plan, action, environ):
 
 def _step(plan, argv, env, emit):
     """Run one build command, its output line by line to ``emit``; BuildError when it fails."""
-    code, tail = pip_script.run_streamed(argv, env, lambda line: emit(plan.name, line))
+    _check_step(plan, argv, pip_script.run_streamed(argv, env, lambda line: emit(plan.name, line)))
+
+
+def _check_step(plan, argv, result):
+    """BuildError with the tail when a build command's (exit code, last lines) say it failed."""
+    code, tail = result
     if code != 0:
         raise BuildError(
             f"building the venv of image {plan.name!r} ({plan.path}) failed: `{' '.join(argv[:4])} ...` "
@@ -227,9 +237,11 @@ def torch_matches(torch_spec, installed):
     return pinned is None or same_release(installed, pinned)
 
 
-def marker(plan, interpreter, torch, started, facts=None):
+def marker(plan, interpreter, torch, started, facts=None, used=None):
     """What the marker file says: written last, so its presence means the venv is complete; ``build``:
-    what its torch says it is (build_facts), read by doctor and the run's pre-flight."""
+    what its torch says it is (build_facts), read by doctor and the run's pre-flight; ``used``: what the
+    downloads used (``wheelhouse.Download.record``: ``torch_index_used``, ``indexes_left_out``,
+    ``layers_from_wheelhouse``), which may differ from the buildargs when an index did not answer."""
     return {
         "image_name": plan.name,
         "image_id": plan.content_hash,
@@ -240,6 +252,7 @@ def marker(plan, interpreter, torch, started, facts=None):
         "buildargs": {key: redact_urls(plan.build.buildargs[key]) for key in pip_script.PIP_BUILDARGS},
         "built_at": started.isoformat(timespec="seconds"),
         "build": facts.to_dict() if facts else None,
+        **(used or {}),
     }
 
 

@@ -9,6 +9,9 @@ this host's pip, serves it on 127.0.0.1 for the length of the build, and the bui
 network) passes ``--find-links`` that URL to pip through the FIND_LINKS build arg. Both run
 images/pip-install.sh (matrixbench/build/pip_script.py). ``$MATRIXBENCH_WHEELHOUSE`` moves it (CI keeps
 it between runs); it defaults to ``<cache>/wheels``.
+
+Both download a layer offline first (``Download``): with ``--no-index``, so a wheelhouse that holds every
+wheel asks no index at all; else from the indexes that answer (matrixbench/build/indexes.py).
 """
 import functools
 import os
@@ -18,7 +21,8 @@ from contextlib import contextmanager
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from matrixbench.build import pip_script, turns
+from matrixbench.build import indexes, pip_script, turns
+from matrixbench.errors import IndexUnreachableError
 from matrixbench.paths import cache_home
 
 WHEELHOUSE_VARIABLE = "MATRIXBENCH_WHEELHOUSE"
@@ -53,17 +57,89 @@ def download_action(directory, python=None):
     return f"{action} --only-binary=:all: --python-version {python}" if python else action
 
 
-def fill(plan, python, *, emit, environ=None):
+class Download:
+    """One build's downloads into the wheelhouse ``directory`` with this host's pip, a layer at a time.
+
+    Offline first (``--no-index``): when the wheelhouse holds every wheel of the layer, no index is asked.
+    Else from the indexes that answer (``indexes.choose``, once a build; its lines say what was left out),
+    or IndexUnreachableError when the main index does not. The torch layer of an image whose own torch
+    index answers (and the main index) asks those first: offline, a torch of the pinned version from
+    another index (PyPI's CUDA build where the CPU index serves ``+cpu``) would do, silently.
+    ``env_for(action, buildargs)`` is pip-install.sh's environment; ``checker`` replaces reachable's (tests).
+    """
+
+    def __init__(self, name, buildargs, env_for, directory, *, emit, environ, checker=None):
+        self.name, self.buildargs, self.directory = name, buildargs, directory
+        self._env_for, self._emit, self._environ, self._checker = env_for, emit, environ, checker
+        self.indexes = None            # chosen when a layer first needs the network
+        self.from_wheelhouse = []      # the layers whose wheels were all in the wheelhouse
+
+    def layer(self, layer, action):
+        """pip-install.sh ``layer`` with PIP_ACTION ``action`` (a download); (exit code, last lines)."""
+        if not self._torch_index_first(layer):
+            code, tail = self._pip(layer, f"{action} --no-index", self.host_buildargs, quiet=True)
+            if code == 0:
+                self.from_wheelhouse.append(layer)
+                self._emit(self.name, f"wheelhouse: every wheel of the {layer} layer is in {self.directory}; "
+                                      "no index asked")
+                return code, tail
+            self._emit(self.name, f"wheelhouse: {self.directory} lacks some of the {layer} layer's wheels "
+                                  f"({tail[-1] if tail else code}); asking the indexes")
+        chosen = self.chosen()
+        chosen.require_main(layer, self.directory)
+        return self._pip(layer, action, chosen.buildargs)
+
+    def chosen(self):
+        """The indexes that answer, chosen (and said) once."""
+        if self.indexes is None:
+            self.indexes = indexes.choose(self.name, self.buildargs, self._environ, self._checker)
+            for line in self.indexes.lines():
+                self._emit(self.name, line)
+        return self.indexes
+
+    @property
+    def host_buildargs(self):
+        """The build args the host's pip gets: those of the indexes that answer, once chosen."""
+        return self.indexes.buildargs if self.indexes else self.buildargs
+
+    def record(self):
+        """What the downloads used, for a venv's marker: torch's index (None: no index asked, the wheelhouse
+        held it), the indexes left out, the layers the wheelhouse held."""
+        torch_from_index = "torch" not in self.from_wheelhouse and self.indexes is not None
+        return {"torch_index_used": self.indexes.torch_index if torch_from_index else None,
+                "indexes_left_out": [out.to_dict() for out in self.indexes.left_out] if self.indexes else [],
+                "layers_from_wheelhouse": list(self.from_wheelhouse)}
+
+    def _torch_index_first(self, layer):
+        """The torch layer of an image whose own torch index answers (and the main index too, which pip asks
+        beside it): those are asked first, not the wheelhouse."""
+        if layer != "torch" or not self.buildargs["TORCH_INDEX_URL"]:
+            return False
+        chosen = self.chosen()
+        return bool(chosen.buildargs["TORCH_INDEX_URL"]) and chosen.main.ok
+
+    def _pip(self, layer, action, buildargs, quiet=False):
+        emit_line = (lambda line: None) if quiet else (lambda line: self._emit(self.name, line))
+        return pip_script.run_streamed(pip_script.command(layer), self._env_for(action, buildargs), emit_line)
+
+
+def fill(plan, python, *, emit, environ=None, checker=None):
     """Download a Docker build's pins for Python ``python`` into the wheelhouse with this host's
-    pip; True when every layer's wheels are there. A failure is a note, not an error: the build
-    then downloads what it needs itself."""
+    pip (``Download``); True when every layer's wheels are there. A failure is a note, not an error:
+    the build then downloads what it needs itself (its own pip gets the build args as they are: the
+    Docker daemon's network and proxy may reach an index this host does not)."""
     environ = os.environ if environ is None else environ
     with downloading(plan.name, emit=emit, environ=environ) as directory:
-        env = pip_script.environment(plan.buildargs, environ, action=download_action(directory, python),
-                                     find_links=directory, ca_bundle=plan.ca_bundle, pip=f"{sys.executable} -m pip")
+        def env_for(action, buildargs):
+            return pip_script.environment(buildargs, environ, action=action, find_links=directory,
+                                          ca_bundle=plan.ca_bundle, pip=f"{sys.executable} -m pip")
+        download = Download(plan.name, plan.buildargs, env_for, directory, emit=emit, environ=environ,
+                            checker=checker)
         for layer in pip_script.LAYERS:
-            code, tail = pip_script.run_streamed(pip_script.command(layer), env,
-                                                 lambda line: emit(plan.name, line))
+            try:
+                code, tail = download.layer(layer, download_action(directory, python))
+            except IndexUnreachableError as exc:
+                code, tail = 1, [str(exc)]
             if code != 0:
                 emit(plan.name, f"wheelhouse: pip download failed ({tail[-1] if tail else code}); "
                                 "the build downloads its wheels itself")
@@ -95,11 +171,11 @@ def served(directory, port=SERVE_PORT):
 
 
 @contextmanager
-def offered(plan, python, *, emit, environ=None):
+def offered(plan, python, *, emit, environ=None, checker=None):
     """For one Docker build: the wheelhouse's URL, filled and served while the block runs; None
     when the image's Python version is unknown or the download failed."""
     environ = os.environ if environ is None else environ
-    if not python or not fill(plan, python, emit=emit, environ=environ):
+    if not python or not fill(plan, python, emit=emit, environ=environ, checker=checker):
         yield None
         return
     with serving(plan.name, emit=emit, environ=environ), served(wheelhouse_dir(environ)) as url:
