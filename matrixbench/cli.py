@@ -29,7 +29,6 @@ from matrixbench.executors.scheduler import Estimates, takes_units
 from matrixbench.executors.turns import TurnPair, launches, pinned_text
 from matrixbench.executors.turns import describe as describe_step
 from matrixbench.gpu import host_gpus
-from matrixbench.host_noise import NOISE_CHECK_S
 from matrixbench.matrix import Overrides, attribution, expand_cells, load_matrix
 from matrixbench.matrix import strict_yaml as matrix_yaml
 from matrixbench.matrix.aa import aa_matrix
@@ -41,7 +40,7 @@ from matrixbench.report_formats import REPORT_FORMATS
 from matrixbench.run.command import DEFAULT_RUN, RunOptions, check_dry_run, run_matrix
 from matrixbench.run.layout import run_dir
 from matrixbench.run.manifest import unfinished_runs
-from matrixbench.run.noise_check import plan_check
+from matrixbench.run.noise_check import NOISE_CHECK_S, plan_check
 from matrixbench.run.pending import first_repeats, pending_work, recorded_failures_line, unreadable_lines
 from matrixbench.run.progress import make_progress
 from matrixbench.run.signals import exit_code, signal_name, stop_signals

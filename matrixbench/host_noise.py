@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
-from matrixbench.executors.scheduler import RUNNER_START_S
 from runner import host
 
 # Above this launch-bound figure the verdicts of a true 10% change at 3 processes a side come out mostly undecided:
@@ -118,11 +117,6 @@ def resolvable_pct(cv: float, processes: int) -> float:
 # --- the runner's probe: a small launch-bound model (and on a GPU its CUDA-graph replay) -------------------
 
 PROBE_S = 8.0                 # the probe's own seconds (torch's import and the model's build come on top)
-# A run's noise check beside PROBE_S: its runner's start (torch, the model's build), where this run's records show
-# no runner start yet (Estimates.runner_start_s, measured here, replaces it): a full-size GPU run's generic start
-# (scheduler.RUNNER_START_S, from the committed H100 and H200 records; the check runs on GPU runs only).
-PROBE_START_S = RUNNER_START_S["full"]
-NOISE_CHECK_S = PROBE_S + PROBE_START_S   # --no-noise-check's help: about what a check costs
 CPU_LOOP_S = 12.0             # doctor --measure's CPU loop when a probe follows: about 20 s in all
 PROBE_TIMEOUT_S = 180         # a probe not done by then is reported as not measured
 

@@ -180,7 +180,7 @@ def test_the_generic_runner_start_is_what_the_committed_gpu_runs_measured():
     import statistics
 
     from matrixbench.executors.scheduler import RUNNER_START_S
-    from matrixbench.host_noise import PROBE_START_S
+    from matrixbench.run.noise_check import PROBE_START_S
 
     assert len(GPU_RUNS) == 3 and all(folder.is_dir() for folder in GPU_RUNS)
     gaps = [gap for folder in GPU_RUNS for gap in Estimates()._runner_gaps([folder])]

@@ -105,7 +105,8 @@ def test_a_gpu_dry_run_says_the_noise_check_and_its_bill_includes_it(matrix_file
     """Issue 32: a real GPU run spends about NOISE_CHECK_S on the host-noise check before its bill; the dry run
     says so (and how to skip it), and its estimate counts it; with --no-noise-check it says the check is skipped
     and the estimate leaves it out."""
-    from matrixbench.host_noise import PROBE_S, PROBE_START_S
+    from matrixbench.host_noise import PROBE_S
+    from matrixbench.run.noise_check import PROBE_START_S
 
     _on_a_gpu_host(monkeypatch)
     args = ("run", "--matrix", matrix_file, "--backend", "local", "--images", "stable", "--dry-run")
@@ -123,9 +124,9 @@ def test_a_gpu_dry_run_says_the_noise_check_and_its_bill_includes_it(matrix_file
 
 def test_the_noise_checks_time_takes_a_runners_start_as_measured_here_where_the_records_show_one():
     """The check is PROBE_S and a runner's start: Estimates.runner_start_s where this run's records show one (a
-    slow host's 30 s start is in the bill), the CPU-machine guess PROBE_START_S only where none does."""
-    from matrixbench.host_noise import PROBE_S, PROBE_START_S
-    from matrixbench.run.noise_check import plan_check
+    slow host's 30 s start is in the bill), the generic PROBE_START_S only where none does."""
+    from matrixbench.host_noise import PROBE_S
+    from matrixbench.run.noise_check import PROBE_START_S, plan_check
 
     measure, skipped = plan_check(True, [object()], True, None), plan_check(True, [object()], False, None)
     assert measure.seconds(30.0) == PROBE_S + 30.0 and measure.seconds(None) == PROBE_S + PROBE_START_S
@@ -136,7 +137,7 @@ def test_the_noise_checks_time_takes_a_runners_start_as_measured_here_where_the_
 
 def test_a_gpu_dry_run_bills_the_noise_check_with_the_runner_start_its_records_show(matrix_file, monkeypatch):
     """Where this run's records show runners starting (a gap between one record's end and the next one's start),
-    the dry run's noise-check line and its estimate take that start, not the PROBE_START_S guess."""
+    the dry run's noise-check line and its estimate take that start, not the generic PROBE_START_S."""
     import json
     from datetime import datetime, timedelta, timezone
 

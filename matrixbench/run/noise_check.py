@@ -13,11 +13,18 @@ from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence
 
 from matrixbench.environments.base import Paths, RunRequest, Starter
-from matrixbench.host_noise import PROBE_S, PROBE_START_S, ProbeNoise, read_probe
+from matrixbench.executors.scheduler import RUNNER_START_S
+from matrixbench.host_noise import PROBE_S, ProbeNoise, read_probe
 from matrixbench.run.launch import Outcome, launch
 from matrixbench.run.layout import NOISE_CHECK_DIRNAME, NOISE_CHECK_FILENAME
 from runner.noise_probe import PROBE_FILENAME
 from runner.schema import write_json_atomic
+
+# A run's noise check beside PROBE_S: its runner's start (torch, the model's build), where this run's records show
+# no runner start yet (Estimates.runner_start_s, measured here, replaces it): a full-size GPU run's generic start
+# (scheduler.RUNNER_START_S, from the committed H100 and H200 records; the check runs on GPU runs only).
+PROBE_START_S = RUNNER_START_S["full"]
+NOISE_CHECK_S = PROBE_S + PROBE_START_S   # --no-noise-check's help: about what a check costs
 
 
 @dataclass(frozen=True)
