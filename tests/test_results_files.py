@@ -245,6 +245,28 @@ def test_two_runs_with_other_settings_are_rows_of_their_own(tmp_path):
     assert any("with other settings" in note and "a row of their own" in note for note in notes)
 
 
+def test_a_cell_measured_with_other_settings_is_judged_against_the_eager_row_of_its_own_settings(tmp_path):
+    """Two runs of every cell, the second at other iterations and with eager 5x slower: each compiled row's
+    speed-up (and every other comparison) takes the eager row measured with its settings, never the other run's
+    (the audit's +809.8% for a cell whose own records give +68.9%)."""
+    one = copy_run(tmp_path / "a" / "acc")
+    two = copy_run(tmp_path / "b" / "acc", hostname="vm-b", gpu_uuid="GPU-bbbb", shift_s=3)
+    for path in (two / "latest").glob("*.json"):
+        def slower(data):
+            data["settings"].update(iterations=100)
+            if data["cell"]["mode"] == "eager":
+                data["timing"]["mean_ms"] *= 5
+        edit(path, slower)
+    frame = records.load_results([one, two], [], [], records.manifests_by_folder([one, two]))
+    cells = CellIndex(frame)
+    compiled = [row for row in cells.rows if row["cell.mode"] != "eager" and row["settings_label"]]
+    assert len({row["settings_label"] for row in compiled}) == 2
+    for row in compiled:
+        eager = cells.speedup_baseline(row)
+        assert eager is not None and eager["cell.mode"] == "eager"
+        assert eager["settings_label"] == row["settings_label"], (row["row_key"], eager["row_key"])
+
+
 def test_a_newer_schema_record_beside_good_ones_refuses_the_report_exit_6(tmp_path):
     run = copy_run(tmp_path / "r" / "acc")
     edit(run / "latest" / "resnet_bs1_eager_float32.json", lambda data: data.update(schema_version=SCHEMA_VERSION + 1))

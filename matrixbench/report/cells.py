@@ -5,6 +5,7 @@ exist, in which order devices, images, models and modes come, and how a model is
 """
 
 import math
+from typing import Dict, List, Tuple
 
 from scipy.stats import variation
 
@@ -15,7 +16,7 @@ from matrixbench.matrix.comparisons import comparisons as listed
 from matrixbench.matrix.settings import BY_NAME
 from matrixbench.report import host_notes
 from matrixbench.report.published import MODEL_NAMES
-from matrixbench.report.records import cell_fields, plain_value
+from matrixbench.report.records import cell_fields, plain_value, settings_of
 from matrixbench.report.stats import Turns, cell_estimate
 from runner import axes
 from runner.core import MODES, TASKS
@@ -59,7 +60,10 @@ class CellIndex:
         """matrixbench.matrix.comparisons' one list, per device (its images in report order): what every view
         judges, as the planner of repeats auto does."""
         self._cell_ids = {id(row): cell_of(row).id for row in self.rows}
-        self._by_id = {(row["device_name"], row["image"], self._cell_ids[id(row)]): row for row in self.rows}
+        # a cell's rows: one, or one per settings where runs measured it with other settings (records.merge)
+        self._by_id: Dict[Tuple[str, str, str], List[dict]] = {}
+        for row in self.rows:
+            self._by_id.setdefault((row["device_name"], row["image"], self._cell_ids[id(row)]), []).append(row)
         roles = Roles(self.aa_twins, self.attribution.bridges if self.attribution else {})
         self.comparisons, self._baselines = {}, {}
         for device in self.values("device"):
@@ -70,10 +74,18 @@ class CellIndex:
 
     def baseline(self, row, kind):
         """The row ``row`` is judged against in a ``kind`` comparison (matrixbench.matrix.comparisons.SINGLE
-        kinds); None when the list has no such comparison."""
+        kinds); None when the list has no such comparison. Where the baseline cell has a row per settings
+        (records.merge: runs measured it with other settings), the one measured with ``row``'s settings; None when
+        none was."""
         device = row["device_name"]
         found = self._baselines[device].of(kind, row["image"], self._cell_ids[id(row)])
-        return None if found is None else self._by_id[(device, found[0], found[1].id)]
+        if found is None:
+            return None
+        rows = self._by_id[(device, found[0], found[1].id)]
+        if len(rows) == 1:
+            return rows[0]
+        same = [other for other in rows if settings_of(other) == settings_of(row)]
+        return same[0] if same else None
 
     def images(self):
         """Every image, in report (matrix) order."""
