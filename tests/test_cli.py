@@ -197,12 +197,15 @@ def test_a_dry_run_refuses_another_torch_and_more_slots_than_cores_as_the_real_r
     assert not list((matrix_file.parent / "results").rglob("*_float32*.json"))   # nothing ran
 
 
-def test_a_dry_run_refuses_options_the_executor_would_ignore_as_the_real_run_does_exit_2(matrix_file, monkeypatch):
+@pytest.mark.parametrize("executor, fix", [("ray", "--executor slots"), ("sequential", "--executor slots")])
+def test_a_dry_run_refuses_options_the_executor_would_ignore_as_the_real_run_does_exit_2(matrix_file, monkeypatch,
+                                                                                        executor, fix):
     use_backend(monkeypatch, RecordingBackend())
-    args = ("run", "--matrix", matrix_file, "--backend", "local", "--executor", "ray", "--slots", "2")
+    args = ("run", "--matrix", matrix_file, "--backend", "local", "--executor", executor, "--slots", "2")
     dry, real = invoke(*args, "--dry-run"), invoke(*args)
     assert dry.exit_code == real.exit_code == 2   # a usage error (errors.OptionConflictError)
-    assert dry.stderr == real.stderr and "--slots / slots: not with --executor ray" in dry.stderr
+    assert dry.stderr == real.stderr and f"--slots / slots: not with --executor {executor}" in dry.stderr
+    assert fix in dry.stderr
     assert not (matrix_file.parent / "results").exists()
 
 
