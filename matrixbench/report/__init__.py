@@ -22,6 +22,7 @@ from matrixbench.report.published import load_published
 from matrixbench.report.selftest_notes import selftest_notes
 from matrixbench.report_formats import REPORT_FORMATS
 from matrixbench.report_writer import relocate, staged_report
+from matrixbench.run.manifest import unfinished
 
 
 def build_report(results_dirs, out_dir, formats=REPORT_FORMATS, prices=(), margin_pct=None):
@@ -61,7 +62,8 @@ def _write_all(out_dir, formats, frame, calibration, cells, sources, prices, giv
     written = []
     manifests = list(by_folder.values())
     if "md" in formats or "html" in formats:
-        notes = records.run_notes(manifests) + [f"Left out, not a readable record: {error}" for error in unreadable]
+        notes = unfinished_notes(by_folder) + records.run_notes(manifests)
+        notes += [f"Left out, not a readable record: {error}" for error in unreadable]
         notes += merging + selftests + [f"Left out, not a readable selftest result: {line}"
                                         for line in selftest_problems]
         notes += precision_notes(frame) + margin_notes(margin_pct, runs_margin)
@@ -74,6 +76,14 @@ def _write_all(out_dir, formats, frame, calibration, cells, sources, prices, giv
         written.append(write_comparisons(derived, out_dir))
         written += write_costs(cells, prices, out_dir)
     return written
+
+
+def unfinished_notes(by_folder):
+    """A note per run whose run.json says it did not finish (run.manifest.Unfinished.note): its name, how it
+    stopped, how many of its planned processes have a record, and the command that resumes it. A run.json
+    without a status (an older matrixbench's) gets only report's warning: whether it finished is not known."""
+    found = (unfinished(Path(folder), manifest) for folder, manifest in by_folder.items())
+    return [run.note() for run in found if run is not None and run.status is not None]
 
 
 def margin_notes(given, runs):
