@@ -60,7 +60,9 @@ def _marked(rows: Sequence[Mapping[str, Any]]):
         if not processes:
             continue
         shares = [p["launch_bound_share"] for p in processes if p["launch_bound_share"] is not None]
-        if not shares:
+        if row.get("device") == "cpu":
+            pass   # the host does the work: launch-bound share 1 by construction (docs/method.md), no mark to give
+        elif not shares:
             unknown += 1
         elif any(p["launch_bound"] for p in processes):
             bound.append(f"{_label(row)} ({max(shares):.0%})")
