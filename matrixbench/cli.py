@@ -188,7 +188,7 @@ def handles_errors(command):
             with stop_signals():
                 return command(*args, **kwargs)
         except MatrixbenchError as exc:
-            click.echo(f"error: {redact_urls(exc)}", err=True)   # an index URL's credentials never shown
+            click.echo(f"error: {redact_urls(exc.worded_for(command.__name__))}", err=True)   # no URL's credentials
             sys.exit(exc.exit_code)
         except OSError as exc:   # the filesystem said no: one line, never a traceback
             click.echo(f"error: {describe_os_error(exc)}", err=True)

@@ -96,6 +96,12 @@ def _history(previous):
     return previous.get("history", []) + [entry]
 
 
+UNREADABLE_FIXES = {   # an unreadable run.json: each command's way out (errors.ManifestError.worded_for)
+    "run": "move it aside or use another --run name",
+    "report": "move it aside (the records stay and are reported) or leave its run's folder out of the report",
+}
+
+
 def read_manifest(run_path):
     """The run's manifest as a dict, or None when the run has none; the only reader of run.json.
 
@@ -107,7 +113,7 @@ def read_manifest(run_path):
     try:
         manifest = read_manifest_file(path)
     except Unvouched as exc:
-        raise ManifestError(f"{exc.line()}; move it aside or use another --run name") from None
+        raise ManifestError(exc.line(), UNREADABLE_FIXES) from None
     version = manifest.get("schema_version")
     if version not in SUPPORTED_MANIFEST_VERSIONS or isinstance(version, bool):
         shown = repr(version) if len(repr(version)) <= 60 else repr(version)[:60] + "..."
@@ -156,7 +162,8 @@ class Unfinished:
     def note(self) -> str:
         """The report's note for a run that says it did not finish: a reader of the report alone learns that
         part of the run's plan is missing, and how to finish it."""
-        how = STATUS_WORDS.get(self.status or "", self.status) + (f" by {self.stopped_by}" if self.stopped_by else "")
+        how = STATUS_WORDS.get(self.status or "", self.status or "of no status")
+        how += f" by {self.stopped_by}" if self.stopped_by else ""
         have = "has a record" if self.recorded == 1 else "have records"
         rerun = f"`{self.command}`" if self.command else "the same `matrixbench run`"
         return (f"Run {self.name} did not finish: it is {how} (run.json). {self.recorded} of its "
