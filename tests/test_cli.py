@@ -51,6 +51,8 @@ def test_an_invalid_matrix_exits_2_naming_the_field(matrix_file):
     (["--batch-sizes", "1,x"], ["--batch-sizes", "integers"]),
     (["--size", "huge"], ["--size", "full", "tiny"]),
     (["--set", "repeats=abc"], ["--set repeats must be 'auto' or an integer >= 1", "got 'abc'"]),
+    (["--set", "iterations=true"], ["--set iterations must be an integer, got true (a boolean)"]),   # not "True"
+    (["--set", "iterations=null"], ["--set iterations must be an integer, got null (no value)"]),
     (["--repeats-min", "5", "--repeats-max", "2"], ["--repeats-max 2 leaves repeats_min 5 > repeats_max 2"]),
 ])
 def test_bad_overrides_exit_2(matrix_file, args, words):
