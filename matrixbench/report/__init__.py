@@ -2,6 +2,7 @@
 
 ``build_report`` is the one entry point (``matrixbench report`` calls it).
 """
+import os
 import sys
 from pathlib import Path
 
@@ -38,7 +39,8 @@ def build_report(results_dirs, out_dir, formats=REPORT_FORMATS, prices=(), margi
     """
     formats = _check_formats(formats)
     unreadable = []   # files that are not readable records: left out, listed in the notes
-    merging = []      # what merging the runs did (records.merge): measurements reached twice, runs counted together
+    # folders given twice, then what merging the runs did (records.merge): measurements reached twice, runs together
+    merging = given_twice_notes(results_dirs)
     by_folder = records.manifests_by_folder(results_dirs)
     manifests = list(by_folder.values())
     frame, calibration = records.split_calibration(records.load_results(results_dirs, unreadable, merging, by_folder))
@@ -76,6 +78,17 @@ def _write_all(out_dir, formats, frame, calibration, cells, sources, prices, giv
         written.append(write_comparisons(derived, out_dir))
         written += write_costs(cells, prices, out_dir)
     return written
+
+
+def given_twice_notes(results_dirs):
+    """A note per folder given more than once (by its real path: "a a", "a ./a", a link to it): its records
+    count once (docs/contract.md)."""
+    spellings = {}
+    for folder in results_dirs:
+        spellings.setdefault(os.path.realpath(folder), []).append(str(folder))
+    return [f"Folder {given[0]} was given {len(given)} times"
+            + (f" (as {', '.join(dict.fromkeys(given))})" if len(set(given)) > 1 else "")
+            + "; its records count once." for given in spellings.values() if len(given) > 1]
 
 
 def unfinished_notes(by_folder):
