@@ -25,7 +25,8 @@ from matrixbench.errors import FILESYSTEM_EXIT_CODE, FolderError, MatrixbenchErr
 from matrixbench.executors import EXECUTORS, RAY
 from matrixbench.executors.adaptive import bill, bill_settings, policy_of
 from matrixbench.executors.ray.options import RayOptions
-from matrixbench.executors.scheduler import Estimates, takes_units
+from matrixbench.executors.scheduler import Estimates, runners_at_once, takes_units
+from matrixbench.executors.slots import gpus_placed
 from matrixbench.executors.turns import TurnPair, launches, pinned_text
 from matrixbench.executors.turns import describe as describe_step
 from matrixbench.gpu import host_gpus
@@ -187,7 +188,7 @@ def handles_errors(command):
             with stop_signals():
                 return command(*args, **kwargs)
         except MatrixbenchError as exc:
-            click.echo(f"error: {redact_urls(exc)}", err=True)   # an index URL's credentials never shown
+            click.echo(f"error: {redact_urls(exc.worded_for(command.__name__))}", err=True)   # no URL's credentials
             sys.exit(exc.exit_code)
         except OSError as exc:   # the filesystem said no: one line, never a traceback
             click.echo(f"error: {describe_os_error(exc)}", err=True)
@@ -544,7 +545,7 @@ def run(matrix_path, run_name, results_root, backend, executor, ray_address, dev
     if dry_run:
         check_dry_run(matrix, dataclasses.replace(run_options, backend="local") if backend == AUTO else run_options)
         click.echo(describe_plan(matrix, run_dir(results_root, run_name), force, retry_failed, budget_min,
-                                 executor=executor, device=device, noise_check=not no_noise_check))
+                                 executor=executor, device=device, noise_check=not no_noise_check, gpu=gpu))
         return
     summary = run_matrix(matrix, run_options, progress=make_progress())
     click.echo(summary.describe())
@@ -584,7 +585,7 @@ def _more_words(cell):
 
 
 def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, executor=None, device="auto",
-                  noise_check=True):
+                  noise_check=True, gpu=None):
     """What `run --dry-run` prints: each image's count, the processes in the order the run takes them
     (``scheduler.run_order``, the executors' own order), what the run's noise check would spend (``plan_check``:
     a GPU run's, before the bill; said too where a GPU run skips it) and the bill, which includes it."""
@@ -616,7 +617,8 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
     estimates = Estimates(settings=bill_settings(matrix))
     start = estimates.runner_start_s(pending)
     lines.append(check.dry_run_line(start))
-    parallel = matrix.slots if isinstance(matrix.slots, int) else 1
+    gpu_count = gpus_placed(gpu, os.environ) if gpus and matrix.slots == AUTO and executor != RAY else 0
+    parallel = runners_at_once(executor, matrix.slots, gpus, gpu_count)   # what the executor will run at once
     return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel, estimates, runners=len(steps),
                                    noise_check_s=check.seconds(start))])   # the estimates carry the settings
 

@@ -3,12 +3,17 @@ import errno
 import os
 import shutil
 from pathlib import Path
+from typing import Mapping, Optional
 
 
 class MatrixbenchError(Exception):
     """Base of all matrixbench errors. The message says what is wrong and how to fix it."""
 
     exit_code = 1
+
+    def worded_for(self, command: str) -> str:
+        """The message as ``matrixbench <command>`` says it (one that a command words its own fix for: ``fixes``)."""
+        return str(self)
 
 
 class MatrixError(MatrixbenchError):
@@ -45,6 +50,14 @@ class ManifestError(MatrixbenchError):
     schema version: named, never overwritten (docs/reliability.md)."""
 
     exit_code = 8
+
+    def __init__(self, problem: str, fixes: Optional[Mapping[str, str]] = None) -> None:
+        """``fixes``: the way out each command offers ({"run": ..., "report": ...}); "run"'s is the message's."""
+        self.problem, self.fixes = problem, dict(fixes or {})
+        super().__init__(f"{problem}; {self.fixes['run']}" if "run" in self.fixes else problem)
+
+    def worded_for(self, command: str) -> str:
+        return f"{self.problem}; {self.fixes[command]}" if command in self.fixes else str(self)
 
 
 class ReportError(MatrixbenchError):

@@ -402,3 +402,15 @@ def test_a_forced_auto_run_judges_only_what_it_measured_itself(tmp_path, monkeyp
         os.utime(path, (1.0, 1.0))            # written long before the forced run
     run_matrix(_matrix(tmp_path, models=["vit"]), local_run_options(tmp_path, order_seed=1, force=True))
     assert sum(len(request.repeats()) for request in backend.requests) == 4 * 5
+
+
+@pytest.mark.parametrize("executor, slots, device, at_once", [
+    ("sequential", 2, "cpu", "one runner at a time"),    # the audit: the bill said 2 while one ran at a time
+    (None, 2, "cpu", "2 runner(s) at once"),
+    ("slots", 2, "cpu", "2 runner(s) at once"),
+    (None, "auto", "cpu", "one runner at a time"),
+])
+def test_the_bill_counts_the_runners_the_executor_runs_at_once(tmp_path, executor, slots, device, at_once):
+    matrix = load_matrix(write_matrix(tmp_path), Overrides(models=["vit"], slots=slots))
+    text = describe_plan(matrix, tmp_path / "results" / "r1", False, False, executor=executor, device=device)
+    assert at_once in text.splitlines()[-1]

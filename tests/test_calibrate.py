@@ -269,7 +269,7 @@ def test_the_report_renders_the_calibration_table_and_keeps_it_out_of_the_matrix
     alone, loaded = (float(np.exp(np.mean(np.log([MEANS[(phase, "eager")] * f for f in spread]))))
                      for phase in ("alone", "loaded"))
     assert f"| Image Classification/ResNet | 1 | eager | {alone:.3f} | {loaded:.3f} | 1.200×* |" in section
-    assert "1 cells from run1." in markdown                            # the matrix's one record
+    assert "1 cell from run1." in markdown                             # the matrix's one record (was "1 cells")
     assert "99.000" in markdown and "12.000" not in markdown.replace(section, "")
     lines = (tmp_path / "results.csv").read_text(encoding="utf-8").splitlines()
     assert len(lines) == 1 + 17 and "calibration.phase" in lines[0]

@@ -51,6 +51,8 @@ def test_an_invalid_matrix_exits_2_naming_the_field(matrix_file):
     (["--batch-sizes", "1,x"], ["--batch-sizes", "integers"]),
     (["--size", "huge"], ["--size", "full", "tiny"]),
     (["--set", "repeats=abc"], ["--set repeats must be 'auto' or an integer >= 1", "got 'abc'"]),
+    (["--set", "iterations=true"], ["--set iterations must be an integer, got true (a boolean)"]),   # not "True"
+    (["--set", "iterations=null"], ["--set iterations must be an integer, got null (no value)"]),
     (["--repeats-min", "5", "--repeats-max", "2"], ["--repeats-max 2 leaves repeats_min 5 > repeats_max 2"]),
 ])
 def test_bad_overrides_exit_2(matrix_file, args, words):
@@ -197,12 +199,15 @@ def test_a_dry_run_refuses_another_torch_and_more_slots_than_cores_as_the_real_r
     assert not list((matrix_file.parent / "results").rglob("*_float32*.json"))   # nothing ran
 
 
-def test_a_dry_run_refuses_options_the_executor_would_ignore_as_the_real_run_does_exit_2(matrix_file, monkeypatch):
+@pytest.mark.parametrize("executor, fix", [("ray", "--executor slots"), ("sequential", "--executor slots")])
+def test_a_dry_run_refuses_options_the_executor_would_ignore_as_the_real_run_does_exit_2(matrix_file, monkeypatch,
+                                                                                        executor, fix):
     use_backend(monkeypatch, RecordingBackend())
-    args = ("run", "--matrix", matrix_file, "--backend", "local", "--executor", "ray", "--slots", "2")
+    args = ("run", "--matrix", matrix_file, "--backend", "local", "--executor", executor, "--slots", "2")
     dry, real = invoke(*args, "--dry-run"), invoke(*args)
     assert dry.exit_code == real.exit_code == 2   # a usage error (errors.OptionConflictError)
-    assert dry.stderr == real.stderr and "--slots / slots: not with --executor ray" in dry.stderr
+    assert dry.stderr == real.stderr and f"--slots / slots: not with --executor {executor}" in dry.stderr
+    assert fix in dry.stderr
     assert not (matrix_file.parent / "results").exists()
 
 

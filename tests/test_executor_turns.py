@@ -219,8 +219,8 @@ def test_turns_refuse_the_ray_executor_naming_the_fix(tmp_path):
 def test_turns_take_the_executor_a_run_without_them_would(tmp_path):
     """Slots where the run has them (given, or auto on a GPU run), else one runner, or pair, at a time."""
     note = []
-    for executor in (None, "slots", "sequential"):
-        check_options(turns_matrix(tmp_path, slots=2), RunOptions(executor=executor))
+    for executor, slots in ((None, 2), ("slots", 2), ("sequential", "auto")):   # sequential: no slots to give
+        check_options(turns_matrix(tmp_path, slots=slots), RunOptions(executor=executor))
     made = create_executor(None, RunOptions(), matrix=turns_matrix(tmp_path, slots=2), gpus=False, environ={},
                            note=note.append)
     assert isinstance(made, SlotsExecutor) and len(made.slot_plan.slots) == 2

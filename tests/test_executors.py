@@ -15,6 +15,7 @@ from matrixbench.run.command import RunOptions
 
 SETTERS = {   # how a run gives each scoped option
     "--slots / slots": ({"slots": 2}, {}),
+    "--slots 1 / slots: 1": ({"slots": 1}, {}),
     "--calibrate / calibrate": ({"calibrate": True}, {}),
     "--exclusive-timing / exclusive_timing": ({"exclusive_timing": True}, {}),
     "--gpu": ({}, {"gpu": "0"}),
@@ -41,7 +42,15 @@ def test_an_option_is_refused_exactly_where_its_executor_ignores_it(tmp_path, sc
         return
     with pytest.raises(OptionConflictError, match=scope.flag.split(" ")[0]) as refused:
         check_options(matrix, options)
-    assert ("not with --executor ray" if executor == "ray" else "only with --executor ray") in str(refused.value)
+    one_machine = "ray" not in scope.executors   # refused by the executor that ignores it, naming that executor
+    assert (f"not with --executor {executor}" if one_machine else "only with --executor ray") in str(refused.value)
+
+
+def test_slots_auto_and_one_slot_stay_accepted_with_the_sequential_executor(tmp_path):
+    """Only a count above 1 contradicts one runner at a time; auto means what the run has (none on a CPU run)."""
+    for slots in ("auto", 1):
+        matrix = load_matrix(write_matrix(tmp_path, dict(small_matrix_data(), slots=slots)))
+        check_options(matrix, RunOptions(executor="sequential"))
 
 
 def test_an_unknown_executor_names_the_valid_ones(tmp_path):

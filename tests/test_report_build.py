@@ -85,3 +85,16 @@ def test_one_corrupt_record_is_listed_and_the_rest_reported(tmp_path):
     assert f"Left out, not a readable record: {corrupt}: not a readable record" in markdown
     rows = (tmp_path / "out" / "results.csv").read_text().splitlines()
     assert len(rows) - 1 == len(list((FIXTURES / "cpu-run").rglob("*_float32.json"))) - 1
+
+
+def test_a_folder_given_twice_is_reported_once_with_a_note(tmp_path, charts_drawn_not_rendered):
+    """docs/contract.md: a folder given twice counts once, and a note says so (it was deduplicated silently)."""
+    once, twice, link = tmp_path / "once", tmp_path / "twice", tmp_path / "link"
+    build_report([FIXTURES / "cpu-run"], once, ["md"])
+    build_report([FIXTURES / "cpu-run", FIXTURES / "cpu-run"], twice, ["md"])
+    note = f"> **Note:** Folder {FIXTURES / 'cpu-run'} was given 2 times; its records count once.\n\n"
+    assert (twice / "report.md").read_text().replace(note, "") == (once / "report.md").read_text()
+    link.symlink_to(FIXTURES / "cpu-run")   # another spelling of the same folder: both named
+    build_report([FIXTURES / "cpu-run", link], tmp_path / "linked", ["md"])
+    assert (f"Folder {FIXTURES / 'cpu-run'} was given 2 times (as {FIXTURES / 'cpu-run'}, {link}); its records "
+            "count once.") in (tmp_path / "linked" / "report.md").read_text()

@@ -531,6 +531,20 @@ def test_a_hand_edited_run_json_is_exit_8_naming_the_file_in_report_and_run(tmp_
     assert f"{run / 'run.json'}: field " in result.output
 
 
+def test_an_unreadable_run_json_gives_each_command_its_own_fix(tmp_path):
+    """The audit: `report` said "use another --run name", an option it does not have."""
+    run = copy_run(tmp_path / "results" / "acc")
+    (run / "run.json").write_text("{broken")
+    report = CliRunner().invoke(main, ["report", str(run), "--out", str(tmp_path / "out"), "--format", "csv"])
+    assert report.exit_code == 8 and f"error: {run / 'run.json'}: not a readable run.json" in report.output
+    assert "--run" not in report.output and "move it aside (the records stay and are reported) or leave its run's " \
+        "folder out of the report" in report.output
+    ran = CliRunner().invoke(main, ["run", "--matrix", str(ROOT / "matrix-cpu-smoke.yaml"), "--backend", "local",
+                                    "--device", "cpu", "--images", "latest", "--results", str(tmp_path / "results"),
+                                    "--run", "acc", "--dry-run"])
+    assert ran.exit_code == 8 and ran.output.rstrip().endswith("move it aside or use another --run name"), ran.output
+
+
 # --- smaller items --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("budget", ["nan", "inf", "-inf", "1e400", "0", "soon"])

@@ -410,7 +410,10 @@ def test_a_rerun_replacing_a_corrupt_record_says_so(matrix, tmp_path, monkeypatc
     progress = RecordingProgress()
     run_matrix(matrix, _options(tmp_path), progress=progress)
     notes = [event[1] for event in progress.events if event[0] == "note"]
-    assert any(note.startswith(f"{corrupt}: unreadable record, its cell reruns and replaces it") for note in notes)
+    line, = [note for note in notes if note.startswith(f"{corrupt}: unreadable record, its cell reruns and replace")]
+    assert line.count(str(corrupt)) == 1 and line.endswith("(not a readable record (not valid JSON: Expecting "
+                                                           "property name enclosed in double quotes: line 1 column "
+                                                           "23 (char 22)))"), line   # the path once, then why
     assert ("start", 1, 15) in progress.events
 
 

@@ -85,6 +85,20 @@ def test_report_notes_mark_launch_bound_cells_stall_laden_processes_and_a_moved_
     assert host_notes.host_moved(old) is None
 
 
+def test_cpu_cells_are_not_called_launch_bound_the_host_is_their_device():
+    """On the CPU the launch-bound share is 1 by construction (docs/method.md): the GPU-waited-for-the-host note
+    would list every CPU cell and say nothing; a GPU cell beside them is still marked."""
+    from matrixbench.report import host_notes
+
+    bound = [{"launch_bound_share": 1.0, "launch_bound": True, "stall_laden": False, "stall_share": 0.0,
+              "speed_before": 10.0, "speed_after": 10.0, "speed_moved": False, "steal_share": 0.0}] * 2
+    cpu = {"image": "latest", "cell.model": "resnet", "cell.batch_size": 1, "cell.mode": "eager", "device": "cpu",
+           "process_host": bound}
+    assert not any("aunch-bound" in line for line in host_notes.lines([cpu]))
+    text = "\n".join(host_notes.lines([cpu, dict(cpu, image="h100", device="cuda")]))
+    assert "Launch-bound" in text and "h100: resnet bs1 eager (100%)" in text and "latest:" not in text
+
+
 def test_no_paired_and_the_loop_settings_flow_from_the_host_to_the_runner(tmp_path):
     """run --no-paired --min-time 3 --target-stdrel 0.01: the matrix, the cells file the host writes (v3), the
     settings the runner reads from it."""

@@ -15,7 +15,6 @@ from matrixbench.errors import OptionConflictError
 from matrixbench.executors.base import Executor, Options
 from matrixbench.executors.turns import pinned_cores
 from matrixbench.matrix import Matrix
-from matrixbench.run.placement import AUTO
 
 EXECUTORS = ("sequential", "slots", "ray")
 RAY = "ray"
@@ -117,8 +116,12 @@ class Scope:
 
 
 ONE_MACHINE: Tuple[Optional[str], ...] = (None, "sequential", "slots")
+AT_ONCE: Tuple[Optional[str], ...] = (None, "slots")   # the executors that run several runners at once
 SCOPES = (
-    Scope("--slots / slots", ONE_MACHINE, lambda matrix, options: matrix.slots != AUTO),
+    # More than one slot runs runners at once: the sequential executor (one at a time) would ignore it. One slot
+    # is one runner at a time on one machine, which the sequential executor runs too; slots auto: what the run has.
+    Scope("--slots / slots", AT_ONCE, lambda matrix, options: isinstance(matrix.slots, int) and matrix.slots > 1),
+    Scope("--slots 1 / slots: 1", ONE_MACHINE, lambda matrix, options: matrix.slots == 1),
     Scope("--calibrate / calibrate", ONE_MACHINE, lambda matrix, options: matrix.calibrate),
     Scope("--exclusive-timing / exclusive_timing", ONE_MACHINE, lambda matrix, options: matrix.exclusive_timing),
     Scope("--gpu", ONE_MACHINE, lambda matrix, options: options.gpu is not None),
@@ -131,19 +134,23 @@ SCOPES = (
 WHY_NOT = {
     RAY: "not with --executor ray, which places each unit on one GPU Ray assigns, with that GPU's share of its "
          "node's cores; drop them, or run on one machine with --executor slots (docs/cluster.md)",
+    "sequential": "not with --executor sequential, which runs one runner at a time (no slots); drop --slots, or "
+                  "run several at once with --executor slots",
 }
 
 
 def check_options(matrix: Matrix, options: Options) -> None:
     """Refuse what the chosen executor would ignore (derived from SCOPES): the slot options under --executor
-    ray (Ray gives each task one GPU and that GPU's share of its node's cores), the cluster options without it."""
+    ray (Ray gives each task one GPU and that GPU's share of its node's cores), more than one slot under
+    --executor sequential (one runner at a time), the cluster options without --executor ray."""
     if options.executor not in (None, *EXECUTORS):
         raise OptionConflictError(f"--executor {options.executor!r}: valid are {', '.join(EXECUTORS)}")
     check_gpu_types(matrix, options.executor)
     check_turns(matrix, options.executor)
     ignored = [scope for scope in SCOPES if scope.given(matrix, options) and options.executor not in scope.executors]
-    if ignored and options.executor in WHY_NOT:
-        raise OptionConflictError(f"{', '.join(scope.flag for scope in ignored)}: {WHY_NOT[options.executor]}")
+    here = [scope for scope in ignored if RAY not in scope.executors]   # an option of another executor on one machine
+    if here and options.executor in WHY_NOT:
+        raise OptionConflictError(f"{', '.join(scope.flag for scope in here)}: {WHY_NOT[options.executor]}")
     if ignored:
         raise OptionConflictError(f"{', '.join(scope.flag for scope in ignored)}: only with --executor ray (this is "
                                   f"--executor {options.executor or 'sequential/slots'}); drop them, or add "

@@ -389,6 +389,17 @@ def takes_units(executor: Optional[str], slots: Union[str, int], gpus: bool) -> 
     return slots != "auto" or gpus
 
 
+def runners_at_once(executor: Optional[str], slots: Union[str, int], gpus: bool, gpu_count: int = 1) -> int:
+    """How many runners the run's executor runs at once, for the bill: one (the sequential executor, and slots
+    auto on a CPU run), a slot's count (``slots`` N), one per GPU (slots auto on a GPU run: ``gpu_count``, the
+    GPUs it places); a Ray cluster's is its own, not known here: one."""
+    if executor == "ray" or not takes_units(executor, slots, gpus):
+        return 1
+    if slots == "auto":
+        return max(1, gpu_count) if gpus else 1   # auto on a CPU run is one slot of every core
+    return int(slots)
+
+
 def run_order(works: Sequence[ImageWork], units: bool,
               torch_of: Optional[Mapping[str, Optional[str]]] = None) -> List[Part[ImageWork]]:
     """The runners of ``works``' pending repeats in the order the run starts them, as

@@ -9,15 +9,17 @@ import shutil
 from typing import Callable, Mapping, Optional
 
 from matrixbench.environments.base import RunRequest
+from matrixbench.errors import RunError
 from matrixbench.executors import turns
 from matrixbench.executors.base import Executor, Options, Run, gpu_choice
 from matrixbench.executors.calibration import run_calibration
 from matrixbench.executors.scheduler import Unit, make_units, run_on_slots
 from matrixbench.executors.sequential import run_pair
+from matrixbench.gpu import host_gpus
 from matrixbench.matrix import Matrix
 from matrixbench.run import folder as run_folder
 from matrixbench.run.pending import ImageWork
-from matrixbench.run.placement import AUTO, NoHostGpusError, Slot, SlotPlan, check_gpus_free, plan_slots
+from matrixbench.run.placement import AUTO, NoHostGpusError, Slot, SlotPlan, check_gpus_free, choose_gpus, plan_slots
 
 
 class SlotsExecutor(Executor):
@@ -61,6 +63,16 @@ class SlotsExecutor(Executor):
             run_calibration(run, run.request(run.works[0]), self.slot_plan.slots, board)
         finally:
             shutil.rmtree(board, ignore_errors=True)
+
+
+def gpus_placed(gpu: Optional[str], environ: Mapping[str, str]) -> int:
+    """How many GPUs slots auto gives a slot each on a GPU run (the bill's runners at once): those --gpu (else
+    CUDA_VISIBLE_DEVICES) chooses of the host's nvidia-smi list; 0 where it lists none or not those (``plan`` then
+    runs one runner per image, or refuses the run)."""
+    try:
+        return len(choose_gpus(host_gpus(), gpu_choice(gpu, environ)))
+    except RunError:
+        return 0
 
 
 def plan(matrix: Matrix, options: Options, gpus: bool, environ: Mapping[str, str], note: Callable[[str], None],

@@ -60,8 +60,14 @@ def dotted(parts):
     return text
 
 
+YAML_WORDS = {True: "true (a boolean)", False: "false (a boolean)", None: "null (no value)"}
+
+
 def _shown(value):
-    """A value for a message, cut short: an error never echoes a whole file."""
+    """A value for a message, cut short: an error never echoes a whole file. A boolean or null as YAML spells it,
+    which is how matrix.yaml and --set KEY=VALUE gave it ("true", not Python's "True")."""
+    if value is None or isinstance(value, bool):
+        return YAML_WORDS[value]
     text = repr(value)
     return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS] + "..."
 

@@ -2,6 +2,7 @@
 
 ``build_report`` is the one entry point (``matrixbench report`` calls it).
 """
+import os
 import sys
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from matrixbench.report.published import load_published
 from matrixbench.report.selftest_notes import selftest_notes
 from matrixbench.report_formats import REPORT_FORMATS
 from matrixbench.report_writer import relocate, staged_report
+from matrixbench.run.manifest import unfinished
 
 
 def build_report(results_dirs, out_dir, formats=REPORT_FORMATS, prices=(), margin_pct=None):
@@ -37,7 +39,8 @@ def build_report(results_dirs, out_dir, formats=REPORT_FORMATS, prices=(), margi
     """
     formats = _check_formats(formats)
     unreadable = []   # files that are not readable records: left out, listed in the notes
-    merging = []      # what merging the runs did (records.merge): measurements reached twice, runs counted together
+    # folders given twice, then what merging the runs did (records.merge): measurements reached twice, runs together
+    merging = given_twice_notes(results_dirs)
     by_folder = records.manifests_by_folder(results_dirs)
     manifests = list(by_folder.values())
     frame, calibration = records.split_calibration(records.load_results(results_dirs, unreadable, merging, by_folder))
@@ -61,7 +64,8 @@ def _write_all(out_dir, formats, frame, calibration, cells, sources, prices, giv
     written = []
     manifests = list(by_folder.values())
     if "md" in formats or "html" in formats:
-        notes = records.run_notes(manifests) + [f"Left out, not a readable record: {error}" for error in unreadable]
+        notes = unfinished_notes(by_folder) + records.run_notes(manifests)
+        notes += [f"Left out, not a readable record: {error}" for error in unreadable]
         notes += merging + selftests + [f"Left out, not a readable selftest result: {line}"
                                         for line in selftest_problems]
         notes += precision_notes(frame) + margin_notes(margin_pct, runs_margin)
@@ -74,6 +78,25 @@ def _write_all(out_dir, formats, frame, calibration, cells, sources, prices, giv
         written.append(write_comparisons(derived, out_dir))
         written += write_costs(cells, prices, out_dir)
     return written
+
+
+def given_twice_notes(results_dirs):
+    """A note per folder given more than once (by its real path: "a a", "a ./a", a link to it): its records
+    count once (docs/contract.md)."""
+    spellings = {}
+    for folder in results_dirs:
+        spellings.setdefault(os.path.realpath(folder), []).append(str(folder))
+    return [f"Folder {given[0]} was given {len(given)} times"
+            + (f" (as {', '.join(dict.fromkeys(given))})" if len(set(given)) > 1 else "")
+            + "; its records count once." for given in spellings.values() if len(given) > 1]
+
+
+def unfinished_notes(by_folder):
+    """A note per run whose run.json says it did not finish (run.manifest.Unfinished.note): its name, how it
+    stopped, how many of its planned processes have a record, and the command that resumes it. A run.json
+    without a status (an older matrixbench's) gets only report's warning: whether it finished is not known."""
+    found = (unfinished(Path(folder), manifest) for folder, manifest in by_folder.items())
+    return [run.note() for run in found if run is not None and run.status is not None]
 
 
 def margin_notes(given, runs):

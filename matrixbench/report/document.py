@@ -19,6 +19,7 @@ from matrixbench.report.comparisons import comparisons as comparison_rows
 from matrixbench.report.published import DATASET_NOTES, source_for
 from matrixbench.report.tables import Table
 from matrixbench.report.verdict_summary import aa_line, multiplicity_line, verdict_table
+from matrixbench.words import count
 
 _FAILED = "Cells that did not run show their status (OOM, ERR, TIMEOUT, CRASH); the footnote gives the reason."
 def _verdict_legend(margin_pct):
@@ -191,6 +192,11 @@ class Report:
     attribution: list = field(default_factory=list)   # per mixed pair: how much of its change each factor explains
     summary_details: Optional[Table] = None           # the summary's other columns (tables.summary_details_table)
     paired: list = field(default_factory=list)        # speed-ups paired in one process (report.paired_tables)
+
+    @property
+    def cells_line(self):
+        """The report's first line: "12 cells from run-a, run-b." ("1 cell from ...")."""
+        return f"{count(self.record_count, 'cell')} from {', '.join(self.runs)}."
 
     @property
     def sections(self):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from matrixbench.host_noise import HELPS, UNDECIDED_PCT
+from matrixbench.words import count
 from runner import host
 
 JSON = Dict[str, Any]
@@ -60,7 +61,9 @@ def _marked(rows: Sequence[Mapping[str, Any]]):
         if not processes:
             continue
         shares = [p["launch_bound_share"] for p in processes if p["launch_bound_share"] is not None]
-        if not shares:
+        if row.get("device") == "cpu":
+            pass   # the host does the work: launch-bound share 1 by construction (docs/method.md), no mark to give
+        elif not shares:
             unknown += 1
         elif any(p["launch_bound"] for p in processes):
             bound.append(f"{_label(row)} ({max(shares):.0%})")
@@ -86,7 +89,8 @@ def lines(rows: Sequence[Mapping[str, Any]]) -> List[str]:
         out.append(f"The host moved (its speed reference changed by more than {host.SPEED_MOVED:.0%} within or "
                    "between processes): " + "; ".join(moved) + ".")
     if unknown and (bound or moved):
-        out.append(f"{unknown} cell(s) have records older than schema v4: how launch-bound they were is unknown.")
+        out.append(f"{count(unknown, 'cell')} {'has' if unknown == 1 else 'have'} records older than schema v4: how "
+                   f"launch-bound {'it was' if unknown == 1 else 'they were'} is unknown.")
     return out
 
 

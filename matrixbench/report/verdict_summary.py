@@ -3,6 +3,7 @@ from collections import Counter
 
 from matrixbench.report import stats
 from matrixbench.report.tables import Cell, Table, drop_empty_columns, label
+from matrixbench.words import count
 
 KIND_TITLES = {"speedup": "compiled against eager (speed-up)",
                "paired_speedup": "compiled against eager, paired in one process",
@@ -55,8 +56,8 @@ def aa_line(rows):
             design = f" {pairing}" if paired else ""
             measured = (f"a simulator of known truth stars {rate:.1%} of them at {baseline} vs {candidate} "
                         f"processes{design}; nominal {nominal}%")
-    return (f"On this machine, {starred} of {len(tested)} no-change (A/A) comparisons were starred "
-            f"({measured}){extra}.")
+    return (f"On this machine, {starred} of {count(len(tested), 'no-change (A/A) comparison')} "
+            f"{'was' if starred == 1 else 'were'} starred ({measured}){extra}.")
 
 
 def multiplicity_line(rows):
@@ -70,7 +71,8 @@ def multiplicity_line(rows):
         return None
     starred = sum(row["verdict"] in stats.STARRED for row in tested)
     expected, any_star = stats.chance_stars(len(tested))
-    line = (f"{starred} of {len(tested)} tested comparisons are starred; if nothing had changed, chance alone "
+    line = (f"{starred} of {count(len(tested), 'tested comparison')} {'is' if starred == 1 else 'are'} starred; if "
+            "nothing had changed, chance alone "
             f"would star about {expected:.1f} of them (at least one in {any_star:.0%} of such reports).")
     p_values = [row.get("p_value") for row in tested]
     if all(isinstance(value, float) for value in p_values):
@@ -78,5 +80,5 @@ def multiplicity_line(rows):
         kept = sum(keep and row["verdict"] in stats.STARRED for keep, row in zip(found, tested))
         q = round((1.0 - stats.CONFIDENCE) * 100)
         line += (f" At a {q}% false-discovery rate (Benjamini-Hochberg over these {len(tested)}), {kept} of the "
-                 f"{starred} stars stand.")
+                 f"{count(starred, 'star')} {'stands' if kept == 1 else 'stand'}.")
     return line

@@ -19,10 +19,10 @@ from matrixbench.build.cuda_builds import refuse_builds
 from matrixbench.build.images import BuildOptions
 from matrixbench.environments.base import Environment, Starter
 from matrixbench.errors import RunError
-from matrixbench.executors import adaptive, check_options, create_environment, create_executor
+from matrixbench.executors import adaptive, check_options, create_environment, create_executor, slots
 from matrixbench.executors.base import Run, RunSummary
 from matrixbench.executors.ray.options import RayOptions
-from matrixbench.executors.scheduler import Estimates, positions, takes_units
+from matrixbench.executors.scheduler import Estimates, positions, runners_at_once, takes_units
 from matrixbench.executors.turns import launches, slot_cores
 from matrixbench.gpu import GpusUnreachableError, host_gpus
 from matrixbench.matrix import Matrix
@@ -31,7 +31,7 @@ from matrixbench.run import folder as run_folder
 from matrixbench.run.layout import run_dir
 from matrixbench.run.manifest import finish_manifest, read_manifest, record_order, start_manifest, update_manifest
 from matrixbench.run.pending import ImageWork, new_order_seed, pending_work, recorded_failures_line, unreadable_lines
-from matrixbench.run.placement import plan_slots
+from matrixbench.run.placement import AUTO, plan_slots
 from matrixbench.run.progress import NullProgress, Progress
 from matrixbench.run.resume import check_resume
 from matrixbench.run.signals import signal_name
@@ -127,7 +127,7 @@ def _run_with(environment: Environment, matrix: Matrix, options: RunOptions, run
         if gpus and environment.builds_images:   # before any cell runs (a Ray driver builds nothing here)
             refuse_builds({name: matrix.images[name] for name in builds}, environment.build_facts, progress.note)
         manifest = _noise_check(environment, run, manifest, progress)   # what the host resolves, then the bill
-        progress.note(adaptive.bill(policy, works, parallel=matrix.slots if isinstance(matrix.slots, int) else 1,
+        progress.note(adaptive.bill(policy, works, parallel=_runners_at_once(matrix, options, gpus, environ),
                                     runners=len(launches(works, matrix, units, torch_of)),
                                     settings=adaptive.bill_settings(matrix)))
         progress.start(sum(len(w.pending) for w in works), sum(w.done for w in works))
@@ -154,6 +154,12 @@ def _run_with(environment: Environment, matrix: Matrix, options: RunOptions, run
         progress.close()
         finish_manifest(run_path, manifest, status, _cell_counts(run.summary), stopped_by=stopped_by)
     return run.summary
+
+
+def _runners_at_once(matrix: Matrix, options: RunOptions, gpus: bool, environ: Mapping[str, str]) -> int:
+    """The bill's runners at once: what the executor will run (``scheduler.runners_at_once``)."""
+    placed = slots.gpus_placed(options.gpu, environ) if gpus and matrix.slots == AUTO else 0
+    return runners_at_once(options.executor, matrix.slots, gpus, placed)
 
 
 def _noise_check(environment: Environment, run: Run, manifest: Dict[str, object],

@@ -25,7 +25,7 @@ from typing import Dict, Hashable, Iterator, List, Optional, Sequence, Tuple, Ty
 from matrixbench.errors import ResumeConflictError
 from matrixbench.matrix import Matrix, cells_by_image
 from matrixbench.run.layout import image_dir
-from matrixbench.run.results_files import read_record
+from matrixbench.run.results_files import Unvouched, read_record
 from runner.cells_file import schedule_pairs
 from runner.core import Cell, Repeat
 from runner.schema import NewerRecordError, RecordError, needs_run, record_path
@@ -147,8 +147,8 @@ def _unreadable(out_dir: Path, repeats: Sequence[Repeat]) -> Iterator[Tuple[Path
         if os.path.lexists(path):
             try:
                 read_record(path)
-            except RecordError as exc:
-                yield path, str(exc)
+            except RecordError as exc:   # why, without the path the line names already (Unvouched.problem)
+                yield path, exc.problem if isinstance(exc, Unvouched) else str(exc)
 
 
 def unreadable_lines(work: ImageWork) -> List[str]:
