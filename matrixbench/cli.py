@@ -605,8 +605,8 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
         how = ("model by model (one model and batch size at a time, longest first; images in turn, round by "
                "round)" if units else "image by image, round by round, one runner at a time")
         how += "; an image comparison's two runners at once, in turns (turns: true)" if in_turns else ""
-        lines.append(f"in the order the run takes them, {how}; each runner's modes in an order the run's seed "
-                     "shuffles:")
+        lines.append(f"in the order the run takes them, {how}; each runner's modes in an order the run's own seed "
+                     "shuffles (a fresh one each run, kept in run.json's order_seed; shown here in one such order):")
         repeats = first_repeats(matrix) > 1
         lines += [f"  [runner {number}] {work.label}: {r.cell.model} {r.cell.mode} bs={r.cell.batch_size} "
                   f"{r.cell.dtype}{_more_words(r.cell)}" + (f" repeat {r.index + 1}" if repeats else "")
