@@ -122,6 +122,33 @@ def test_two_runs_of_a_cell_both_count_and_the_report_says_so(tmp_path):
                for note in notes)
 
 
+def _write(folder, repeat, started_at="2024-11-02T10:00:00+00:00", settings=None, environment=None, mean_ms=None):
+    """A_RECORD as process ``repeat`` of its cell under ``folder`` (an image folder), changed as given."""
+    record = read_record(A_RECORD)
+    record.update(repeat=repeat, started_at=started_at, settings={**record["settings"], **(settings or {})},
+                  environment={**record["environment"], **(environment or {})})
+    record["timing"]["mean_ms"] = mean_ms or record["timing"]["mean_ms"]
+    write_record(folder, Record.from_dict(record))
+
+
+def _rows(frame, cell_id="vit_bs1_eager_float32"):
+    from matrixbench.report.cells import CellIndex
+    return [row for row in CellIndex(frame).rows if row["cell_id"] == cell_id]
+
+
+@pytest.mark.parametrize("other", [{"started_at": "2024-11-02T11:00:00+00:00"}, {"mean_ms": 1.5}],
+                         ids=["start", "measurement"])
+def test_two_processes_that_differ_only_in_their_start_or_measurement_both_count(tmp_path, other):
+    """No part of the identity comes from the folder's name: what keeps two runs' records of a cell apart is
+    the process (its start) or, for records made with one start time, what they measured."""
+    _write(tmp_path / "run-1" / "stable", 0)
+    _write(tmp_path / "run-2" / "stable", 0, **other)
+    notes = []
+    frame = records.load_results([tmp_path], notes=notes)
+    assert [row["processes"] for row in _rows(frame)] == [2]
+    assert not any("reached twice" in note for note in notes), notes
+
+
 def test_image_falls_back_to_the_folder_name():
     frame = records.load_results([FIXTURES / "cpu-run"])
     assert set(frame["image"]) == {"local"}

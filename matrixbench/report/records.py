@@ -7,8 +7,9 @@ in range); a file it cannot vouch for is left out with a note, a record of a new
 refuses the report. Run manifests are read through ``matrixbench.run.manifest.read_manifest``, once each.
 
 Merging is a union by the identity of a measurement (docs/contract.md): every record counts once,
-whichever folder it came from, and two runs of one cell both count.
+whichever folder or run name it came from, and two runs of one cell both count.
 """
+import hashlib
 import json
 import os
 import re
@@ -26,11 +27,11 @@ from matrixbench.run.resume import MEASUREMENT_SETTINGS
 from runner import axes
 from runner.schema import RECORD_SCHEMA
 
-# Columns computed here, ahead of the record's own flattened (dotted) keys. ``run_id``, ``machine`` and
-# ``process`` are a measurement's identity (docs/contract.md); ``settings_label`` tells apart rows of one
-# cell measured with other settings by two runs.
+# Columns computed here, ahead of the record's own flattened (dotted) keys. ``machine``, ``process`` and
+# ``record_hash`` are a measurement's identity (docs/contract.md), ``run_id`` its run's (rounds pair by it);
+# ``settings_label`` tells apart rows of one cell measured with other settings by two runs.
 DERIVED_COLUMNS = ("run", "image", "device_name", "published_gpu", "row_key", "mode_label", "repeat", "source",
-                   "run_id", "machine", "process", "settings_label")
+                   "run_id", "machine", "process", "record_hash", "settings_label")
 LIST_COLUMNS = ("timing.samples_ms", "dynamo.break_reasons")
 # How results.csv writes the other list fields (timing.flags, placement.cores, ...): items joined.
 CSV_LIST_SEPARATOR = ";"
@@ -119,8 +120,15 @@ def to_row(record, path, run_ids=None):
     flat = flatten(record)
     row = {column: flat.get(column) for column in record_columns()}
     row.update(_derived(row, Path(path)), repeat=int(record.get("repeat") or 0))
-    row.update(identity_columns(row, Path(path), run_ids or {}))
+    row.update(identity_columns(row, Path(path), run_ids or {}), record_hash=record_hash(record))
     return row
+
+
+def record_hash(record):
+    """The record's content, hashed (sha256 of its JSON with sorted keys, 16 hex digits): a copy of a record has
+    the same hash whatever folder it lies in; two processes' records never do."""
+    text = json.dumps(record, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def run_identity(folder, manifest):
@@ -195,7 +203,9 @@ def cell_fields(row):
     return {axis.name: row.get(f"cell.{axis.name}") for axis in axes.AXES}
 
 
-IDENTITY = ("run_id", "machine", "image", "process")
+# A measurement's identity: no part of it comes from run.json or a folder's name, so a copy of a run folder
+# (with or without its run.json, under any name) is the same measurement.
+IDENTITY = ("machine", "image", "process", "record_hash")
 
 
 def merge(rows, notes=None):
@@ -213,17 +223,19 @@ def merge(rows, notes=None):
 
 
 def _unique(rows, notes):
+    """Each measurement once: of copies, the one whose run has a run.json (its run identity is more than the
+    folder's name), then the first by path."""
     seen = {}
     twice = []
-    for row in sorted(rows, key=lambda row: row["source"]):
+    for row in sorted(rows, key=lambda row: (row["run_id"] == row["run"], row["source"])):
         key = tuple(str(row[column]) for column in IDENTITY)
         if key in seen:
             twice.append((seen[key]["source"], row["source"]))
             continue
         seen[key] = row
     for first, again in twice[:20]:
-        notes.append(f"The same measurement reached twice: {again} is {first} (same run, machine and process); "
-                     "counted once.")
+        notes.append(f"The same measurement reached twice: {again} is {first} (same machine, process and record, "
+                     "whatever the folder or run name); counted once.")
     if len(twice) > 20:
         notes.append(f"... and {len(twice) - 20} more measurements reached twice, each counted once.")
     return list(seen.values())
