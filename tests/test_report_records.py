@@ -149,6 +149,20 @@ def test_two_processes_that_differ_only_in_their_start_or_measurement_both_count
     assert not any("reached twice" in note for note in notes), notes
 
 
+def test_one_runs_processes_with_other_settings_are_rows_of_their_own(tmp_path):
+    """run --force with fewer --repeats replaced repeat 0 only: repeat 1 kept the old iterations, and the two
+    were pooled in one row without a word (the settings were compared across runs only)."""
+    _write(tmp_path / "run-1" / "stable", 0, settings={"iterations": 50})
+    _write(tmp_path / "run-1" / "stable", 1, started_at="2024-11-02T09:00:00+00:00", settings={"iterations": 20})
+    notes = []
+    rows = _rows(records.load_results([tmp_path], notes=notes))
+    assert sorted((row["settings_label"], row["processes"]) for row in rows) == [
+        ("iterations 20, warmup 10, accuracy_tolerance 0.01", 1),
+        ("iterations 50, warmup 10, accuracy_tolerance 0.01", 1)]
+    assert any(note.startswith("Processes of run run-1 measured the same 1 cell(s) (vit_bs1_eager_float32) with "
+                               "other settings") and "a row of their own" in note for note in notes), notes
+
+
 def test_image_falls_back_to_the_folder_name():
     frame = records.load_results([FIXTURES / "cpu-run"])
     assert set(frame["image"]) == {"local"}

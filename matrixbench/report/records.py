@@ -211,9 +211,9 @@ IDENTITY = ("machine", "image", "process", "record_hash")
 def merge(rows, notes=None):
     """Rows -> one DataFrame: the union of the measurements by their identity (IDENTITY,
     docs/contract.md). A measurement reached twice (the same file through two folders, a copy) counts
-    once; two runs' records of one cell all count: as processes of that cell when their measurement
-    settings agree, else as rows of their own (``settings_label`` says which settings). ``notes``:
-    a list the report's notes on each of these go to."""
+    once; the processes of one cell all count (one run's or several): as processes of that cell when their
+    measurement settings agree, else as rows of their own (``settings_label`` says which settings).
+    ``notes``: a list the report's notes on each of these go to."""
     notes = [] if notes is None else notes
     rows = _unique(rows, notes)
     _settings_apart(rows, notes)
@@ -247,8 +247,9 @@ def settings_of(row):
 
 
 def _settings_apart(rows, notes):
-    """Where two or more runs measured one cell: a note per pair of run sets, and rows of another
-    settings kept apart (row_key and settings_label name the settings)."""
+    """A cell's processes pool only when their measurement settings agree, within one run (a resume or
+    ``run --force`` with other settings) and across runs: else each settings' processes are a row of their own
+    (row_key and settings_label name the settings). A note per set of runs either way."""
     cells = {}
     for row in rows:
         where = (row["device_name"], row["image"], row["cell_id"], row["calibration.phase"], row.get("placement.slot")
@@ -257,11 +258,9 @@ def _settings_apart(rows, notes):
     together, apart = {}, {}
     for group in cells.values():
         runs = sorted({row["run_id"] for row in group})
-        if len(runs) < 2:
-            continue
-        kinds = sorted({settings_of(row) for row in group}, key=str)
-        if len(kinds) == 1:
-            together.setdefault(tuple(runs), []).append(group[0]["cell_id"])
+        if len({settings_of(row) for row in group}) == 1:
+            if len(runs) > 1:
+                together.setdefault(tuple(runs), []).append(group[0]["cell_id"])
             continue
         apart.setdefault(tuple(runs), []).append(group[0]["cell_id"])
         for row in group:
@@ -272,7 +271,8 @@ def _settings_apart(rows, notes):
         notes.append(f"Runs {_names(runs)} measured the same {_cells(cell_ids)} with the same settings: their "
                      "processes count together.")
     for runs, cell_ids in apart.items():
-        notes.append(f"Runs {_names(runs)} measured the same {_cells(cell_ids)} with other settings "
+        who = f"Runs {_names(runs)}" if len(runs) > 1 else f"Processes of run {runs[0]}"
+        notes.append(f"{who} measured the same {_cells(cell_ids)} with other settings "
                      f"({', '.join(MEASUREMENT_SETTINGS)}): each settings' processes are a row of their own.")
 
 
