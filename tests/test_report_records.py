@@ -163,6 +163,35 @@ def test_one_runs_processes_with_other_settings_are_rows_of_their_own(tmp_path):
                                "other settings") and "a row of their own" in note for note in notes), notes
 
 
+def test_processes_under_other_torch_versions_are_rows_of_their_own_and_the_environment_lists_both(tmp_path):
+    """A resume after pip install -U torch (the local backend) pooled both torches' processes in one cell,
+    and the Environment table showed one of them."""
+    from matrixbench.report.cells import CellIndex, row_label
+    from matrixbench.report.tables import environment_table
+
+    _write(tmp_path / "run-1" / "stable", 0, environment={"torch": "2.9.1+cpu"})
+    _write(tmp_path / "run-1" / "stable", 1, started_at="2024-11-02T11:00:00+00:00",
+           environment={"torch": "2.13.0+cpu"})
+    notes = []
+    frame = records.load_results([tmp_path], notes=notes)
+    rows = _rows(frame)
+    assert sorted((row_label(row), row["processes"]) for row in rows) == [
+        ("Image Classification/ViT (torch 2.13.0+cpu)", 1), ("Image Classification/ViT (torch 2.9.1+cpu)", 1)]
+    assert ("Processes of run run-1 measured the same 1 cell(s) (vit_bs1_eager_float32) under other versions "
+            "(torch 2.9.1+cpu, 2.13.0+cpu)") in " ".join(notes), notes
+    table = environment_table(CellIndex(frame))
+    assert sorted(table.rows[0][table.header.index("torch")].text.split(", ")) == ["2.13.0+cpu", "2.9.1+cpu"]
+
+
+def test_two_machines_under_other_transformers_are_rows_of_their_own(tmp_path):
+    _write(tmp_path / "a" / "run-1" / "stable", 0)
+    _write(tmp_path / "b" / "run-1" / "stable", 0, environment={"hostname": "other", "transformers": "5.0.0"})
+    notes = []
+    rows = _rows(records.load_results([tmp_path / "a", tmp_path / "b"], notes=notes))
+    assert sorted(row["settings_label"] for row in rows) == ["transformers 4.43.4", "transformers 5.0.0"]
+    assert any("under other versions (transformers 4.43.4, 5.0.0)" in note for note in notes), notes
+
+
 def test_image_falls_back_to_the_folder_name():
     frame = records.load_results([FIXTURES / "cpu-run"])
     assert set(frame["image"]) == {"local"}
