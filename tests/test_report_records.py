@@ -122,6 +122,76 @@ def test_two_runs_of_a_cell_both_count_and_the_report_says_so(tmp_path):
                for note in notes)
 
 
+def _write(folder, repeat, started_at="2024-11-02T10:00:00+00:00", settings=None, environment=None, mean_ms=None):
+    """A_RECORD as process ``repeat`` of its cell under ``folder`` (an image folder), changed as given."""
+    record = read_record(A_RECORD)
+    record.update(repeat=repeat, started_at=started_at, settings={**record["settings"], **(settings or {})},
+                  environment={**record["environment"], **(environment or {})})
+    record["timing"]["mean_ms"] = mean_ms or record["timing"]["mean_ms"]
+    write_record(folder, Record.from_dict(record))
+
+
+def _rows(frame, cell_id="vit_bs1_eager_float32"):
+    from matrixbench.report.cells import CellIndex
+    return [row for row in CellIndex(frame).rows if row["cell_id"] == cell_id]
+
+
+@pytest.mark.parametrize("other", [{"started_at": "2024-11-02T11:00:00+00:00"}, {"mean_ms": 1.5}],
+                         ids=["start", "measurement"])
+def test_two_processes_that_differ_only_in_their_start_or_measurement_both_count(tmp_path, other):
+    """No part of the identity comes from the folder's name: what keeps two runs' records of a cell apart is
+    the process (its start) or, for records made with one start time, what they measured."""
+    _write(tmp_path / "run-1" / "stable", 0)
+    _write(tmp_path / "run-2" / "stable", 0, **other)
+    notes = []
+    frame = records.load_results([tmp_path], notes=notes)
+    assert [row["processes"] for row in _rows(frame)] == [2]
+    assert not any("reached twice" in note for note in notes), notes
+
+
+def test_one_runs_processes_with_other_settings_are_rows_of_their_own(tmp_path):
+    """run --force with fewer --repeats replaced repeat 0 only: repeat 1 kept the old iterations, and the two
+    were pooled in one row without a word (the settings were compared across runs only)."""
+    _write(tmp_path / "run-1" / "stable", 0, settings={"iterations": 50})
+    _write(tmp_path / "run-1" / "stable", 1, started_at="2024-11-02T09:00:00+00:00", settings={"iterations": 20})
+    notes = []
+    rows = _rows(records.load_results([tmp_path], notes=notes))
+    assert sorted((row["settings_label"], row["processes"]) for row in rows) == [
+        ("iterations 20, warmup 10, accuracy_tolerance 0.01", 1),
+        ("iterations 50, warmup 10, accuracy_tolerance 0.01", 1)]
+    assert any(note.startswith("Processes of run run-1 measured the same 1 cell(s) (vit_bs1_eager_float32) with "
+                               "other settings") and "a row of their own" in note for note in notes), notes
+
+
+def test_processes_under_other_torch_versions_are_rows_of_their_own_and_the_environment_lists_both(tmp_path):
+    """A resume after pip install -U torch (the local backend) pooled both torches' processes in one cell,
+    and the Environment table showed one of them."""
+    from matrixbench.report.cells import CellIndex, row_label
+    from matrixbench.report.tables import environment_table
+
+    _write(tmp_path / "run-1" / "stable", 0, environment={"torch": "2.9.1+cpu"})
+    _write(tmp_path / "run-1" / "stable", 1, started_at="2024-11-02T11:00:00+00:00",
+           environment={"torch": "2.13.0+cpu"})
+    notes = []
+    frame = records.load_results([tmp_path], notes=notes)
+    rows = _rows(frame)
+    assert sorted((row_label(row), row["processes"]) for row in rows) == [
+        ("Image Classification/ViT (torch 2.13.0+cpu)", 1), ("Image Classification/ViT (torch 2.9.1+cpu)", 1)]
+    assert ("Processes of run run-1 measured the same 1 cell(s) (vit_bs1_eager_float32) under other versions "
+            "(torch 2.9.1+cpu, 2.13.0+cpu)") in " ".join(notes), notes
+    table = environment_table(CellIndex(frame))
+    assert sorted(table.rows[0][table.header.index("torch")].text.split(", ")) == ["2.13.0+cpu", "2.9.1+cpu"]
+
+
+def test_two_machines_under_other_transformers_are_rows_of_their_own(tmp_path):
+    _write(tmp_path / "a" / "run-1" / "stable", 0)
+    _write(tmp_path / "b" / "run-1" / "stable", 0, environment={"hostname": "other", "transformers": "5.0.0"})
+    notes = []
+    rows = _rows(records.load_results([tmp_path / "a", tmp_path / "b"], notes=notes))
+    assert sorted(row["settings_label"] for row in rows) == ["transformers 4.43.4", "transformers 5.0.0"]
+    assert any("under other versions (transformers 4.43.4, 5.0.0)" in note for note in notes), notes
+
+
 def test_image_falls_back_to_the_folder_name():
     frame = records.load_results([FIXTURES / "cpu-run"])
     assert set(frame["image"]) == {"local"}

@@ -231,6 +231,26 @@ def test_the_same_measurement_reached_twice_counts_once_and_says_so(tmp_path):
     assert sum("reached twice" in note and "counted once" in note for note in notes) == len(frame)
 
 
+def test_a_copy_of_a_run_folder_without_its_run_json_counts_once(tmp_path):
+    """The run's identity came from run.json, so a copy without it (under any name) was another run whose
+    byte-identical records counted again and narrowed every interval."""
+    one = copy_run(tmp_path / "a" / "acc")
+    copy = Path(shutil.copytree(one, tmp_path / "backup" / "acc-copy"))
+    (copy / "run.json").unlink()
+    notes = []
+    frame = records.load_results([copy, one], [], notes, records.manifests_by_folder([copy, one]))
+    count = len(list((REAL / "latest").glob("*.json")))
+    assert len(frame) == count
+    assert _cell(frame, "resnet_bs1_eager_float32")["processes"] == 2
+    assert all(run_id.startswith("acc@") for run_id in frame["run_id"])   # the copy with run.json kept
+    assert sum("reached twice" in note and "acc-copy" in note for note in notes) == count
+    assert not any("count together" in note for note in notes), notes
+    out = tmp_path / "report"
+    result = CliRunner().invoke(main, ["report", str(one), str(copy), "--out", str(out), "--format", "csv"])
+    assert result.exit_code == 0, result.output
+    assert len((out / "results.csv").read_text().splitlines()) == count + 1
+
+
 def test_two_runs_with_other_settings_are_rows_of_their_own(tmp_path):
     one = copy_run(tmp_path / "a" / "acc")
     two = copy_run(tmp_path / "b" / "acc", hostname="vm-b", gpu_uuid="GPU-bbbb", shift_s=3)

@@ -7,8 +7,9 @@ in range); a file it cannot vouch for is left out with a note, a record of a new
 refuses the report. Run manifests are read through ``matrixbench.run.manifest.read_manifest``, once each.
 
 Merging is a union by the identity of a measurement (docs/contract.md): every record counts once,
-whichever folder it came from, and two runs of one cell both count.
+whichever folder or run name it came from, and two runs of one cell both count.
 """
+import hashlib
 import json
 import os
 import re
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from matrixbench.build.versions import release
 from matrixbench.errors import ReportError
 from matrixbench.report.overlap import flag_compile_overlaps
 from matrixbench.report.published import match_gpu
@@ -26,11 +28,13 @@ from matrixbench.run.resume import MEASUREMENT_SETTINGS
 from runner import axes
 from runner.schema import RECORD_SCHEMA
 
-# Columns computed here, ahead of the record's own flattened (dotted) keys. ``run_id``, ``machine`` and
-# ``process`` are a measurement's identity (docs/contract.md); ``settings_label`` tells apart rows of one
-# cell measured with other settings by two runs.
+# Columns computed here, ahead of the record's own flattened (dotted) keys. ``machine``, ``process`` and
+# ``record_hash`` are a measurement's identity (docs/contract.md), ``run_id`` its run's (rounds pair by it);
+# ``settings_label`` tells apart rows of one cell whose processes measured with other settings or versions.
 DERIVED_COLUMNS = ("run", "image", "device_name", "published_gpu", "row_key", "mode_label", "repeat", "source",
-                   "run_id", "machine", "process", "settings_label")
+                   "run_id", "machine", "process", "record_hash", "settings_label")
+# What a process ran under besides its settings (environment.*): processes that differ in one are not pooled.
+VERSIONS = ("torch", "transformers")
 LIST_COLUMNS = ("timing.samples_ms", "dynamo.break_reasons")
 # How results.csv writes the other list fields (timing.flags, placement.cores, ...): items joined.
 CSV_LIST_SEPARATOR = ";"
@@ -119,8 +123,15 @@ def to_row(record, path, run_ids=None):
     flat = flatten(record)
     row = {column: flat.get(column) for column in record_columns()}
     row.update(_derived(row, Path(path)), repeat=int(record.get("repeat") or 0))
-    row.update(identity_columns(row, Path(path), run_ids or {}))
+    row.update(identity_columns(row, Path(path), run_ids or {}), record_hash=record_hash(record))
     return row
+
+
+def record_hash(record):
+    """The record's content, hashed (sha256 of its JSON with sorted keys, 16 hex digits): a copy of a record has
+    the same hash whatever folder it lies in; two processes' records never do."""
+    text = json.dumps(record, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def run_identity(folder, manifest):
@@ -195,35 +206,39 @@ def cell_fields(row):
     return {axis.name: row.get(f"cell.{axis.name}") for axis in axes.AXES}
 
 
-IDENTITY = ("run_id", "machine", "image", "process")
+# A measurement's identity: no part of it comes from run.json or a folder's name, so a copy of a run folder
+# (with or without its run.json, under any name) is the same measurement.
+IDENTITY = ("machine", "image", "process", "record_hash")
 
 
 def merge(rows, notes=None):
     """Rows -> one DataFrame: the union of the measurements by their identity (IDENTITY,
     docs/contract.md). A measurement reached twice (the same file through two folders, a copy) counts
-    once; two runs' records of one cell all count: as processes of that cell when their measurement
-    settings agree, else as rows of their own (``settings_label`` says which settings). ``notes``:
-    a list the report's notes on each of these go to."""
+    once; the processes of one cell all count (one run's or several): as processes of that cell when their
+    measurement settings and versions agree, else as rows of their own (``settings_label`` says which).
+    ``notes``: a list the report's notes on each of these go to."""
     notes = [] if notes is None else notes
     rows = _unique(rows, notes)
-    _settings_apart(rows, notes)
+    _apart(rows, notes)
     frame = pd.DataFrame(rows, columns=COLUMNS).astype({column: "Int64" for column in integer_columns()})
     return frame.sort_values(["device_name", "image", "cell_id", "repeat", "calibration.phase", "placement.slot",
                               "started_at", "source"], kind="stable", na_position="first").reset_index(drop=True)
 
 
 def _unique(rows, notes):
+    """Each measurement once: of copies, the one whose run has a run.json (its run identity is more than the
+    folder's name), then the first by path."""
     seen = {}
     twice = []
-    for row in sorted(rows, key=lambda row: row["source"]):
+    for row in sorted(rows, key=lambda row: (row["run_id"] == row["run"], row["source"])):
         key = tuple(str(row[column]) for column in IDENTITY)
         if key in seen:
             twice.append((seen[key]["source"], row["source"]))
             continue
         seen[key] = row
     for first, again in twice[:20]:
-        notes.append(f"The same measurement reached twice: {again} is {first} (same run, machine and process); "
-                     "counted once.")
+        notes.append(f"The same measurement reached twice: {again} is {first} (same machine, process and record, "
+                     "whatever the folder or run name); counted once.")
     if len(twice) > 20:
         notes.append(f"... and {len(twice) - 20} more measurements reached twice, each counted once.")
     return list(seen.values())
@@ -234,9 +249,11 @@ def settings_of(row):
     return tuple((name, row.get(f"settings.{name}")) for name in MEASUREMENT_SETTINGS)
 
 
-def _settings_apart(rows, notes):
-    """Where two or more runs measured one cell: a note per pair of run sets, and rows of another
-    settings kept apart (row_key and settings_label name the settings)."""
+def _apart(rows, notes):
+    """A cell's processes pool only when their measurement settings and versions agree, within one run and
+    across runs: else each kind is a row of its own (row_key and settings_label name its settings and the
+    versions that differ). A note per set of runs: that their processes count together, or which cells and
+    versions were kept apart."""
     cells = {}
     for row in rows:
         where = (row["device_name"], row["image"], row["cell_id"], row["calibration.phase"], row.get("placement.slot")
@@ -244,24 +261,63 @@ def _settings_apart(rows, notes):
         cells.setdefault(where, []).append(row)
     together, apart = {}, {}
     for group in cells.values():
-        runs = sorted({row["run_id"] for row in group})
-        if len(runs) < 2:
-            continue
-        kinds = sorted({settings_of(row) for row in group}, key=str)
-        if len(kinds) == 1:
-            together.setdefault(tuple(runs), []).append(group[0]["cell_id"])
-            continue
-        apart.setdefault(tuple(runs), []).append(group[0]["cell_id"])
-        for row in group:
-            label = ", ".join(f"{name} {value}" for name, value in settings_of(row))
-            row["settings_label"] = label
-            row["row_key"] = f"{row['row_key']} [{label}]"
+        runs = tuple(sorted({row["run_id"] for row in group}))
+        differ = _differing(group)
+        if not differ and len(runs) > 1:
+            together.setdefault(runs, []).append(group[0]["cell_id"])
+        if differ:
+            _keep_apart(group, differ, apart.setdefault(runs, {}))
     for runs, cell_ids in together.items():
         notes.append(f"Runs {_names(runs)} measured the same {_cells(cell_ids)} with the same settings: their "
                      "processes count together.")
-    for runs, cell_ids in apart.items():
-        notes.append(f"Runs {_names(runs)} measured the same {_cells(cell_ids)} with other settings "
-                     f"({', '.join(MEASUREMENT_SETTINGS)}): each settings' processes are a row of their own.")
+    for runs, found in apart.items():
+        notes += [_apart_note(runs, what, cell_ids, values) for what, (cell_ids, values) in found.items()]
+
+
+def _keep_apart(group, differ, found):
+    """Label the group's rows by what they differ in (``_differing``); ``found``: {"settings" | "versions":
+    (cell ids, {version name: its values})}, for the notes."""
+    cell_id = group[0]["cell_id"]
+    if "settings" in differ:
+        found.setdefault("settings", ([], {}))[0].append(cell_id)
+    versions = [name for name in differ if name in VERSIONS]
+    if versions:
+        cell_ids, values = found.setdefault("versions", ([], {}))
+        cell_ids.append(cell_id)
+        for name in versions:
+            values.setdefault(name, set()).update(_version(row, name) for row in group)
+    for row in group:
+        row["settings_label"] = _label(row, differ)
+        row["row_key"] = f"{row['row_key']} [{row['settings_label']}]"
+
+
+def _differing(group):
+    """What the group's processes disagree on: "settings" (one or more MEASUREMENT_SETTINGS) and each of
+    VERSIONS that differs, in that order."""
+    differ = [name for name in VERSIONS if len({_version(row, name) for row in group}) > 1]
+    return (["settings"] if len({settings_of(row) for row in group}) > 1 else []) + differ
+
+
+def _version(row, name):
+    value = row.get(f"environment.{name}")
+    return "unknown" if value is None else str(value)
+
+
+def _label(row, differ):
+    """A kept-apart row's label: its settings (where settings differ), then each version that differs."""
+    parts = [f"{name} {value}" for name, value in settings_of(row)] if "settings" in differ else []
+    return ", ".join(parts + [f"{name} {_version(row, name)}" for name in differ if name in VERSIONS])
+
+
+def _apart_note(runs, what, cell_ids, values):
+    who = f"Runs {_names(runs)}" if len(runs) > 1 else f"Processes of run {runs[0]}"
+    if what == "settings":
+        return (f"{who} measured the same {_cells(cell_ids)} with other settings ({', '.join(MEASUREMENT_SETTINGS)}): "
+                "each settings' processes are a row of their own.")
+    versions = "; ".join(f"{name} {', '.join(sorted(values[name], key=lambda v: (release(v), v)))}"
+                         for name in VERSIONS if name in values)
+    return (f"{who} measured the same {_cells(cell_ids)} under other versions ({versions}): each version's processes "
+            "are a row of their own, labelled with it; the Environment table lists every version.")
 
 
 def _names(runs):
