@@ -287,6 +287,39 @@ def test_a_cell_measured_with_other_settings_is_judged_against_the_eager_row_of_
         assert eager["settings_label"] == row["settings_label"], (row["row_key"], eager["row_key"])
 
 
+def test_a_speed_up_never_compares_two_torch_versions(tmp_path):
+    """A resume after pip install -U torch: the eager cells ran under one torch, the compiled under another.
+    Nothing was pooled, so nothing was split, but no speed-up compares the two: each compiled row has none; and
+    where the second run split every cell by version, each compiled row takes the eager row of its own torch."""
+    one = copy_run(tmp_path / "a" / "acc")
+    for path in (one / "latest").glob("*_eager_*.json"):
+        edit(path, lambda data: data["environment"].update(torch="2.9.1+cpu"))
+    cells = CellIndex(records.load_results([one], [], [], records.manifests_by_folder([one])))
+    compiled = [row for row in cells.rows if row["cell.mode"] != "eager"]
+    assert compiled and all(cells.speedup_baseline(row) is None for row in compiled)
+
+    two = copy_run(tmp_path / "b" / "acc", hostname="vm-b", gpu_uuid="GPU-bbbb", shift_s=3)
+    for path in (two / "latest").glob("*.json"):
+        edit(path, lambda data: data["environment"].update(torch="2.9.1+cpu"))
+    fresh = copy_run(tmp_path / "c" / "acc")
+    cells = CellIndex(records.load_results([fresh, two], [], [], records.manifests_by_folder([fresh, two])))
+    compiled = [row for row in cells.rows if row["cell.mode"] != "eager"]
+    real_torch = read_record(A_RECORD)["environment"]["torch"]
+    assert {row["environment.torch"] for row in compiled} == {"2.9.1+cpu", real_torch}
+    for row in compiled:
+        eager = cells.speedup_baseline(row)
+        assert eager is not None and eager["environment.torch"] == row["environment.torch"], row["row_key"]
+
+
+def test_the_host_notes_name_a_kept_apart_row_with_its_label(tmp_path):
+    from matrixbench.report.host_notes import _label
+
+    row = {"image": "latest", "cell.model": "resnet", "cell.batch_size": 1, "cell.mode": "default",
+           "settings_label": "torch 2.9.1+cpu"}
+    assert _label(row) == "latest: resnet bs1 default [torch 2.9.1+cpu]"
+    assert _label({**row, "settings_label": None}) == "latest: resnet bs1 default"
+
+
 def test_a_newer_schema_record_beside_good_ones_refuses_the_report_exit_6(tmp_path):
     run = copy_run(tmp_path / "r" / "acc")
     edit(run / "latest" / "resnet_bs1_eager_float32.json", lambda data: data.update(schema_version=SCHEMA_VERSION + 1))

@@ -16,7 +16,7 @@ from matrixbench.matrix.comparisons import comparisons as listed
 from matrixbench.matrix.settings import BY_NAME
 from matrixbench.report import host_notes
 from matrixbench.report.published import MODEL_NAMES
-from matrixbench.report.records import cell_fields, plain_value, settings_of
+from matrixbench.report.records import cell_fields, plain_value, settings_of, versions_of
 from matrixbench.report.stats import Turns, cell_estimate
 from runner import axes
 from runner.core import MODES, TASKS
@@ -74,18 +74,21 @@ class CellIndex:
 
     def baseline(self, row, kind):
         """The row ``row`` is judged against in a ``kind`` comparison (matrixbench.matrix.comparisons.SINGLE
-        kinds); None when the list has no such comparison. Where the baseline cell has a row per settings
-        (records.merge: runs measured it with other settings), the one measured with ``row``'s settings; None when
-        none was."""
+        kinds); None when the list has no such comparison. Within one image (a speed-up, a mode change) only a row
+        that ran under ``row``'s torch and transformers (records.versions_of); where the baseline cell has several
+        rows (records.merge kept other settings or versions apart), the one measured with ``row``'s settings, and
+        None when not exactly one was."""
         device = row["device_name"]
         found = self._baselines[device].of(kind, row["image"], self._cell_ids[id(row)])
         if found is None:
             return None
         rows = self._by_id[(device, found[0], found[1].id)]
+        if found[0] == row["image"]:
+            rows = [other for other in rows if versions_of(other) == versions_of(row)]
         if len(rows) == 1:
             return rows[0]
         same = [other for other in rows if settings_of(other) == settings_of(row)]
-        return same[0] if same else None
+        return same[0] if len(same) == 1 else None
 
     def images(self):
         """Every image, in report (matrix) order."""

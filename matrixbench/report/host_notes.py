@@ -51,7 +51,8 @@ def host_moved(processes: Sequence[Mapping[str, Any]]) -> Optional[bool]:
 
 def _label(row: Mapping[str, Any]) -> str:
     image = f"{row['image']}: " if row.get("image") else ""
-    return f"{image}{row.get('cell.model')} bs{row.get('cell.batch_size')} {row.get('cell.mode')}"
+    apart = f" [{row['settings_label']}]" if row.get("settings_label") else ""   # records.merge kept it apart
+    return f"{image}{row.get('cell.model')} bs{row.get('cell.batch_size')} {row.get('cell.mode')}{apart}"
 
 
 def _marked(rows: Sequence[Mapping[str, Any]]):

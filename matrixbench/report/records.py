@@ -249,6 +249,11 @@ def settings_of(row):
     return tuple((name, row.get(f"settings.{name}")) for name in MEASUREMENT_SETTINGS)
 
 
+def versions_of(row):
+    """The VERSIONS a process ran under ("unknown" where the record does not say)."""
+    return tuple(_version(row, name) for name in VERSIONS)
+
+
 def _apart(rows, notes):
     """A cell's processes pool only when their measurement settings and versions agree, within one run and
     across runs: else each kind is a row of its own (row_key and settings_label name its settings and the
