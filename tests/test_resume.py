@@ -77,3 +77,40 @@ def test_the_cli_exits_2_and_names_the_setting(tmp_path, monkeypatch):
     assert CliRunner().invoke(main, args).exit_code == 0
     result = CliRunner().invoke(main, args + ["--iterations", "50"])
     assert result.exit_code == 2 and "iterations: recorded 5, this run asks 50" in result.stderr
+
+
+class Upgraded(RecordingBackend):
+    """The local backend's view after pip install -U torch: its runners import another torch than the records'
+    (host_helpers.make_record's 2.13.0 / 5.23.0)."""
+
+    def __init__(self, versions):
+        super().__init__()
+        self.versions = versions
+
+    def installed_versions(self):
+        return self.versions
+
+
+def test_a_resume_under_another_interpreter_torch_is_refused_naming_both(matrix, tmp_path, monkeypatch):
+    """--backend local runs this interpreter's torch, which no image build pins: a resume after an upgrade would
+    pool two torches' processes in one cell, so it is refused (the real run and its dry run), naming both."""
+    use_backend(monkeypatch, RecordingBackend())
+    run(matrix, tmp_path)
+    backend = use_backend(monkeypatch, Upgraded({"torch": "2.14.0+cpu", "transformers": "5.23.0"}))
+    with pytest.raises(ResumeConflictError) as caught:
+        run(matrix, tmp_path)
+    assert "torch (this interpreter, --backend local): recorded '2.13.0', this run asks '2.14.0+cpu'" in \
+        str(caught.value)
+    assert "transformers" not in str(caught.value) and backend.requests == []
+    use_backend(monkeypatch, Upgraded({"torch": "2.13.0", "transformers": "5.23.0"}))
+    assert run(matrix, tmp_path).statuses() == {}                       # the same versions: every cell skipped
+
+
+def test_the_local_backend_reads_this_interpreters_versions_from_package_metadata():
+    from importlib import metadata
+
+    from matrixbench.environments.local import LocalBackend
+
+    versions = LocalBackend().installed_versions()
+    assert versions == {"torch": metadata.version("torch"), "transformers": metadata.version("transformers")}
+    assert LocalBackend(python="/other/python").installed_versions() is None

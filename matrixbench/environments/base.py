@@ -249,6 +249,12 @@ class Environment:
         as they ask: raise a RunError naming the image and the fix. Default: none refused."""
         return None
 
+    def installed_versions(self) -> Optional[Dict[str, str]]:
+        """The torch and transformers versions every runner of this environment imports, where no image build
+        pins them (the local backend: this interpreter's); None where each image's build does (its content hash
+        names what it runs, run.resume compares that). A resume compares its records' with these."""
+        return None
+
     def prepare(self, images: List[Image], emit: Optional[Callable[[str, str], None]] = None) -> None:
         """Make ready what the matrix Images need before any cell runs (the venv backend builds
         their venvs); ``emit(image_name, line)`` gets progress lines. Default: nothing to do."""

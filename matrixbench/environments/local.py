@@ -48,6 +48,13 @@ class LocalBackend(Backend):
             for image in images:
                 check_torch_pin(image, _installed_torch())
 
+    def installed_versions(self) -> Optional[Dict[str, str]]:
+        """This interpreter's torch and transformers (package metadata: nothing is imported); None for another
+        interpreter."""
+        if self.python != sys.executable:
+            return None
+        return {"torch": _installed_torch(), "transformers": _installed("transformers")}
+
     def run(self, request: RunRequest) -> int:
         if self.python == sys.executable:
             check_torch_pin(request.image, _installed_torch())
@@ -104,8 +111,12 @@ def child_setup(slot: Optional[Slot]) -> Callable[[], None]:
 
 
 def _installed_torch() -> str:
+    return _installed("torch")
+
+
+def _installed(package: str) -> str:
     try:
-        return metadata.version("torch")
+        return metadata.version(package)
     except metadata.PackageNotFoundError:
         return "not installed"
 

@@ -110,7 +110,8 @@ def _run_with(environment: Environment, matrix: Matrix, options: RunOptions, run
     gpus = _resolve_gpus(environment, options.device, progress)
     seed = new_order_seed() if options.order_seed is None else options.order_seed
     works = pending_work(matrix, run_path, force=options.force, retry_failed=options.retry_failed, order_seed=seed)
-    check_resume(works, matrix, "cuda" if gpus else "cpu", read_manifest(run_path), run_path)
+    check_resume(works, matrix, "cuda" if gpus else "cpu", read_manifest(run_path), run_path,
+                 environment.installed_versions())
     environment.refuse([matrix.images[w.image_name] for w in works if w.pending])
     manifest = start_manifest(run_path, run_name=options.run_name, matrix=matrix,
                               backend=environment.name, device=options.device, gpus=gpus,
@@ -218,7 +219,7 @@ def check_dry_run(matrix: Matrix, options: RunOptions) -> None:
             slot_cores(matrix.turns_cores, slot_plan.slots)      # and more turns_cores than a slot has
     run_path = run_dir(options.results_root, options.run_name)
     works = pending_work(matrix, run_path, force=options.force, retry_failed=options.retry_failed)
-    check_resume(works, matrix, device, read_manifest(run_path), run_path)
+    check_resume(works, matrix, device, read_manifest(run_path), run_path, environment.installed_versions())
 
 
 def _resolve_gpus(environment: Environment, device: str, progress: Progress) -> bool:

@@ -21,12 +21,15 @@ MAX_SHOWN = 8
 WHERE_NOT_WHAT = ("config_path",)
 
 
-def check_resume(works, matrix, device, previous_manifest, run_path):
-    """Raise ResumeConflictError when a record this run would skip was measured differently."""
+def check_resume(works, matrix, device, previous_manifest, run_path, installed=None):
+    """Raise ResumeConflictError when a record this run would skip was measured differently. ``installed``: the
+    torch and transformers versions this run's runners import where no image build pins them (the local backend,
+    ``Environment.installed_versions``), compared with each skipped record's own."""
     differences = Counter()
     for work in works:
         for record, cell in _skipped(work):
             differences.update(record_differences(record, cell, matrix, device))
+            differences.update(_version_differences(record, installed))
         differences.update(_image_change(work, matrix, previous_manifest))
     if differences:
         raise ResumeConflictError(_message(differences, run_path))
@@ -47,6 +50,15 @@ def record_differences(record, cell, matrix, device):
     if device is not None and record.get("device") != device:   # None: not known (a dry run on --device auto)
         found.append(("device", record.get("device"), device))
     return found
+
+
+def _version_differences(record, installed):
+    """(what, recorded, installed) for the torch or transformers a record ran that this interpreter no longer
+    has (a resume after pip install -U torch under --backend local)."""
+    environment = record.get("environment") or {}
+    return [(f"{name} (this interpreter, --backend local)", environment.get(name), version)
+            for name, version in (installed or {}).items()
+            if environment.get(name) is not None and environment.get(name) != version]
 
 
 def _skipped(work):
