@@ -106,6 +106,20 @@ def test_a_resume_under_another_interpreter_torch_is_refused_naming_both(matrix,
     assert run(matrix, tmp_path).statuses() == {}                       # the same versions: every cell skipped
 
 
+@pytest.mark.parametrize("recorded, installed, same", [
+    ("2.13.0+cu130", "2.13.0", True),        # PyPI's CUDA wheel: torch.__version__ has the tag, metadata not
+    ("2.13.0+cpu", "2.13.0+cpu", True),
+    ("2.13.0+cpu", "2.13.0+cu130", False),   # another build of one version
+    ("2.13.0", "2.14.0", False),
+    ("2.13.0+cu130", "2.14.0", False),
+])
+def test_a_build_tag_only_one_side_has_is_the_same_build(recorded, installed, same):
+    from matrixbench.run.resume import _version_differences
+
+    record = {"environment": {"torch": recorded}}
+    assert (_version_differences(record, {"torch": installed}) == []) is same
+
+
 def test_the_local_backend_reads_this_interpreters_versions_from_package_metadata():
     from importlib import metadata
 

@@ -9,6 +9,7 @@ name; the error names what differs and offers ``--force`` or a new ``--run`` nam
 """
 from collections import Counter
 
+from matrixbench.build.versions import same_release
 from matrixbench.errors import ResumeConflictError
 from matrixbench.run.results_files import read_record
 from runner.records import effective_warmup
@@ -54,11 +55,20 @@ def record_differences(record, cell, matrix, device):
 
 def _version_differences(record, installed):
     """(what, recorded, installed) for the torch or transformers a record ran that this interpreter no longer
-    has (a resume after pip install -U torch under --backend local)."""
+    has (a resume after pip install -U torch under --backend local). Package metadata may lack the build tag
+    that ``torch.__version__`` has (PyPI's CUDA wheel: "2.13.0" against "2.13.0+cu130"): then the public
+    versions are compared."""
     environment = record.get("environment") or {}
     return [(f"{name} (this interpreter, --backend local)", environment.get(name), version)
             for name, version in (installed or {}).items()
-            if environment.get(name) is not None and environment.get(name) != version]
+            if environment.get(name) is not None and not _same_build(str(environment[name]), version)]
+
+
+def _same_build(recorded, installed):
+    if recorded == installed:
+        return True
+    untagged = "+" not in recorded or "+" not in installed
+    return untagged and same_release(recorded, installed)
 
 
 def _skipped(work):
