@@ -246,6 +246,8 @@ def bill_seconds(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
     if policy.adaptive:
         extra = sum(estimate(work, Repeat(cell, 0)) * (policy.maximum - policy.minimum)
                     for work in works for cell in work.cells)
+        if runners:   # the later waves' runners: as many a repeat index as the first wave's minimum ones
+            extra += estimate.start_s(works)[0] * runners / max(policy.minimum, 1) * (policy.maximum - policy.minimum)
     return first_s + first / parallel, first_s + (first + extra) / parallel
 
 
@@ -506,11 +508,18 @@ class Waves:
         return wave
 
     def _admitted(self, parts: List[Tuple[ImageWork, List[Repeat]]], keep_empty: bool = False) -> List[ImageWork]:
-        """``parts`` narrowed to what the budget admits, repeat index by repeat index (run order)."""
+        """``parts`` narrowed to what the budget admits, repeat index by repeat index (run order). Each process
+        costs its estimate, and the first of each runner (a repeat index of an image) a runner's start too
+        (``Estimates.start_s``, as the bill counts them)."""
         queue = sorted(((repeat.index, number, work, repeat) for number, (work, repeats) in enumerate(parts)
                         for repeat in repeats), key=lambda item: (item[0], item[1]))
-        fits = self.budget.admit([self._estimate(work, repeat) for _, _, work, repeat in queue]
-                                 if self.budget.budget_s is not None else [0.0] * len(queue))
+        costs = [0.0] * len(queue)
+        if self.budget.budget_s is not None:
+            start, runner = self._start_s(), None
+            for position, (index, number, work, repeat) in enumerate(queue):
+                costs[position] = self._estimate(work, repeat) + (start if (index, number) != runner else 0.0)
+                runner = (index, number)
+        fits = self.budget.admit(costs)
         if queue:   # the last wave that asked for any: what the budget kept from running (a later wave that
             self.outcome.held_back = len(queue) - fits     # asks for nothing leaves it as it was)
         admitted = {(work.label, repeat) for _, _, work, repeat in queue[:fits]}
@@ -521,6 +530,12 @@ class Waves:
                 known = [repeat for repeat in pending if repeat not in work.repeats]
                 wave.append(dataclasses.replace(work, pending=pending, repeats=tuple(work.repeats) + tuple(known)))
         return wave
+
+    def _start_s(self) -> float:
+        """What a runner's start costs (``Estimates.start_s``: as measured here, else the typical start); 0 for
+        an estimate without starts (a simulation's)."""
+        start_s = getattr(self._estimates, "start_s", None)
+        return float(start_s(self.works)[0]) if start_s is not None else 0.0
 
     def _estimate(self, work: ImageWork, repeat: Repeat) -> float:
         durations = self._read(work, repeat.cell, self.policy.maximum).durations
