@@ -28,6 +28,7 @@ from matrixbench.gpu import compute_apps, query_gpus, run_command
 AUTO = "auto"             # --backend auto: docker when it answers, else venvs
 IMAGE_DISK_GIB = 10       # one image's torch CUDA build and its layers, to build
 RESULTS_DISK_GIB = 5      # results, compile and HF caches
+DRIVER = "driver and GPUs"
 
 
 class DoctorError(MatrixbenchError):
@@ -64,12 +65,12 @@ class Commands:
 def check_driver(commands):
     gpus = query_gpus(commands.run)
     if not gpus:
-        return [], Check("driver and GPUs", "fail", "nvidia-smi finds no NVIDIA GPU" if gpus is not None
+        return [], Check(DRIVER, "fail", "nvidia-smi finds no NVIDIA GPU" if gpus is not None
                          else "nvidia-smi is not installed",
                          "install the NVIDIA driver (e.g. `sudo apt-get install nvidia-driver-550`), reboot, "
                          "and check that `nvidia-smi` lists the GPUs")
     listing = "; ".join(f"{g.index}: {g.name} ({g.uuid})" for g in gpus)
-    return gpus, Check("driver and GPUs", "ok", f"driver {gpus[0].driver}, {len(gpus)} GPU(s): {listing}")
+    return gpus, Check(DRIVER, "ok", f"driver {gpus[0].driver}, {len(gpus)} GPU(s): {listing}")
 
 
 def check_driver_cuda(commands):
@@ -355,13 +356,33 @@ def image_checks(matrix, gpus, driver_cuda, client, backend, first, venv_root=No
     return checks
 
 
+def checklist(checks):
+    """The checklist as text, one or two lines a check."""
+    return "\n".join(line for check in checks for line in check.lines())
+
+
 def report(checks):
     """The checklist as text; raises DoctorError (with the text) when a check failed."""
-    text = "\n".join(line for check in checks for line in check.lines())
+    text = checklist(checks)
     failed = [check.name for check in checks if check.status == "fail"]
     if failed:
         raise DoctorError(f"{len(failed)} check(s) failed ({', '.join(failed)}):\n{text}")
     return text
+
+
+NO_GPU_MEASURE = ("measuring without a GPU (nvidia-smi finds none): the CPU loop, the noise probe and the selftest "
+                  "on the CPU; the GPU-bound probe (CUDA-graph replay) and the selftest's GPU checks are skipped for "
+                  "want of a GPU")
+
+
+def measure_device(checks) -> Optional[str]:
+    """What ``doctor --measure`` measures after this checklist (docs/method.md, "Before the bill"): "auto" when
+    no check failed; "cpu" when the only failure is that there is no GPU (the CPU loop needs none, and the probe
+    and the selftest have a CPU part); None when another failure stops it."""
+    failed = {check.name for check in checks if check.status == "fail"}
+    if not failed:
+        return "auto"
+    return "cpu" if failed == {DRIVER} else None
 
 
 def _connect():

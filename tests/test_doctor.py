@@ -217,3 +217,34 @@ def test_backend_venv_checks_the_venvs_only(tmp_path):
 def test_a_fallback_venv_not_built_is_only_information():
     venv = checks_for()["image stable (venv)"]    # Docker hands the GPUs to containers: venvs only where a build fails
     assert venv.status == "info" and "only where the Docker build fails" in venv.detail
+
+
+def measured(monkeypatch, checks):
+    """doctor --measure over ``checks`` with the noise check and the selftest faked: (result, their calls)."""
+    from click.testing import CliRunner
+
+    from matrixbench import doctor, host_noise, selftest
+    from matrixbench.cli import main
+
+    calls = []
+    monkeypatch.setattr(doctor, "diagnose", lambda matrix, backend: list(checks.values()))
+    monkeypatch.setattr(host_noise, "doctor_check", lambda python, emit: calls.append(("noise", python)))
+    monkeypatch.setattr(selftest, "run_selftest", lambda path, device, python, emit: calls.append(("selftest", device)))
+    return CliRunner().invoke(main, ["doctor", "--matrix", str(SMOKE), "--measure"]), calls
+
+
+def test_measure_without_a_gpu_measures_the_cpu_part_and_says_the_gpu_part_was_skipped(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    result, calls = measured(monkeypatch, checks_for(machine=None, matrix=SMOKE))
+    assert calls == [("noise", None), ("selftest", "cpu")]
+    assert "the selftest's GPU checks are skipped for want of a GPU" in result.output
+    assert "selftest not run" not in result.output and "[FAIL] driver and GPUs" in result.output
+    assert result.exit_code == 7 and "measured the CPU part only" in result.output
+
+
+def test_measure_after_another_failure_measures_nothing(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    result, calls = measured(monkeypatch, checks_for(apps="apps-busy.csv"))
+    assert calls == [] and result.exit_code == 7 and "selftest not run: fix the failures above first" in result.output
+    result, calls = measured(monkeypatch, checks_for())
+    assert calls == [("noise", None), ("selftest", "auto")] and result.exit_code == 0
