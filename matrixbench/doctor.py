@@ -139,11 +139,15 @@ def check_container_gpus(client, images):
 
 
 def check_image(name, image, gpus, driver_cuda, client, modes=(), facts=None):
-    """One matrix image for the local backend (neither its Docker image nor its venv runs): its CUDA build as
-    inferred from the entry against this driver and these GPUs (matrixbench.build.cuda_builds). A CPU build
-    fails on a GPU host when the entry asked for a CUDA one, and warns when it asked for the CPU."""
+    """One matrix image for the local backend (neither its Docker image nor its venv runs): its CUDA build
+    (``facts``, else inferred from the entry) against this driver and these GPUs (matrixbench.build.cuda_builds).
+    A CPU build fails on a GPU host when the entry asked for a CUDA one, and warns when it asked for the CPU."""
     known = known_build(image, facts)
     problems = build_problems(name, image, gpus, driver_cuda, modes, facts)
+    other = not_as_asked(image, known)
+    if other and not any(other in p[2] for p in problems):   # (a GPU problem's fix already says it)
+        problems.append(("warn", f"{known.torch} is another build than the entry asks for",
+                         other.removeprefix("note: ")))
     if not problems:
         return Check(f"image {name}", "ok", f"{known.torch}, {_build_name(known)} ({known.source}): "
                      f"{'runs on these GPUs' if gpus else 'no GPU here to check it against'}")
@@ -172,11 +176,14 @@ def check_docker_image(name, image, gpus, driver_cuda, client, modes=(), first=T
     if other and not any(other in p[2] for p in problems):   # (a GPU problem's fix already says it)
         problems.append(("warn", f"{tag} holds {known.torch}, another build than the entry asks for",
                          other.removeprefix("note: ")))
+    if not info and not first:
+        return Check(f"image {name} (Docker)", "info", f"{tag} is not built (a run here uses the venvs)",
+                     f"`matrixbench build --images {name}`")
     if not info:
-        problems.insert(0, ("warn" if first else "info", f"{tag} is not built" + (
-            "" if first else " (a run here uses the venvs)"), f"`matrixbench build --images {name}`"))
+        problems.insert(0, ("warn", f"{tag} is not built; a run builds it first: {_summary(known, gpus, problems)}",
+                            f"`matrixbench build --images {name}`"))
     return _line(f"image {name} (Docker)", problems, first,
-                 f"{tag} built: {known.torch}, {_build_name(known)} ({known.source}): {_runs(gpus)}")
+                 f"{tag} built: {_summary(known, gpus)}")
 
 
 def check_venv(name, image, gpus, driver_cuda, modes=(), first=True, root=None):
@@ -191,15 +198,17 @@ def check_venv(name, image, gpus, driver_cuda, modes=(), first=True, root=None):
         if not first:
             return Check(f"image {name} (venv)", "info", f"not built ({plan.path}); a run builds it only where "
                          "the Docker build fails")
-        return _line(f"image {name} (venv)", [("warn", f"not built ({plan.path}); a run builds it first",
-                                              f"`matrixbench build --backend venv --images {name}`")], first, "")
+        problems = build_problems(name, image, gpus, driver_cuda, modes, None)
+        return _worst(f"image {name} (venv)", [
+            ("warn", f"not built ({plan.path}); a run builds it first: {_summary(known_build(image), gpus, problems)}",
+             f"`matrixbench build --backend venv --images {name}`"), *problems])
     known = known_build(image, venv.facts)
     problems = build_problems(name, image, gpus, driver_cuda, modes, venv.facts)
     other = not_as_asked(image, known)
     if other and not any(other in p[2] for p in problems):
         problems.append(venv_not_as_asked(name, image, known, _marker(plan), gpus))
     return _line(f"image {name} (venv)", problems, first,
-                 f"built ({plan.path}): {known.torch}, {_build_name(known)} ({known.source}): {_runs(gpus)}")
+                 f"built ({plan.path}): {_summary(known, gpus)}")
 
 
 def venv_not_as_asked(name, image, known, marker, gpus):
@@ -253,6 +262,11 @@ def _worst(name, problems):
     order = ("info", "warn", "fail")
     worst = max((p[0] for p in problems), key=order.index)
     return Check(name, worst, "; ".join(p[1] for p in problems), "; ".join(p[2] for p in problems) or None)
+
+
+def _summary(known, gpus, problems=()):
+    """The build, and whether it runs here: said only when no problem says otherwise."""
+    return f"{known.torch}, {_build_name(known)} ({known.source})" + ("" if problems else f": {_runs(gpus)}")
 
 
 def _build_name(known):

@@ -174,7 +174,8 @@ def test_the_docker_image_and_the_venv_each_get_a_line_of_their_own(tmp_path):
     checks = checks_for(machine=None, client=FakeClient(built=()), matrix=SMOKE, venv_root=tmp_path)
     docker, venv = checks["image stable (Docker)"], checks["image stable (venv)"]
     assert docker.status == "warn" and "matrixbench:stable is not built" in docker.detail
-    assert "torch" not in docker.detail and docker.fix == "`matrixbench build --images stable`"
+    assert "cu117" not in docker.detail and "a CPU build (inferred from its index_url" in docker.detail
+    assert docker.fix == "`matrixbench build --images stable`"
     assert venv.status == "warn" and "2.0.1+cu117, a CUDA 11.7 build" in venv.detail
     assert "asks for the CPU build of https://download.pytorch.org/whl/cpu" in venv.detail
     assert "marker does not say why" in venv.detail and "a CPU smoke run is sound" in venv.detail
