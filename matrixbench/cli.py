@@ -293,7 +293,7 @@ def selftest(run_name, results_root, python, device):
 @click.option("--measure", is_flag=True, help="Then measure this host's noise (about 20 s: steal, preemptions, the "
               "jitter of a CPU loop and, in the selftest's interpreter, of a small launch-bound model, on the GPU "
               "with its CUDA-graph replay; what change a comparison can resolve here) and run `matrixbench "
-              "selftest` (the measuring apparatus).")
+              "selftest` (the measuring apparatus). Without a GPU, their CPU part (exit 7 all the same).")
 @selftest_options
 @handles_errors
 def doctor(matrix_path, backend, measure, run_name, results_root, python):
@@ -301,22 +301,33 @@ def doctor(matrix_path, backend, measure, run_name, results_root, python):
     container, which backend runs, each image's CUDA build against the driver and GPUs, other GPU
     processes, persistence and clocks, disk, HF cache. Every failure comes with its fix; exit code 7
     when a check fails."""
-    from matrixbench.doctor import DoctorError, diagnose, report
+    from matrixbench.doctor import DRIVER, NO_GPU_MEASURE, DoctorError, checklist, diagnose, measure_device, report
 
+    checks = diagnose(load_matrix(matrix_path), backend=backend)
     try:
-        click.echo(report(diagnose(load_matrix(matrix_path), backend=backend)))
+        click.echo(report(checks))
     except DoctorError as exc:
         if not measure:
             raise
-        raise DoctorError(f"{exc}\nselftest not run: fix the failures above first (or run `matrixbench "
-                          "selftest`)") from None
+        if measure_device(checks) is None:
+            raise DoctorError(f"{exc}\nselftest not run: fix the failures above first (or run `matrixbench "
+                              "selftest`)") from None
+        click.echo(checklist(checks) + "\n" + NO_GPU_MEASURE)
+        measure_host(python, results_root, run_name, "cpu")
+        raise DoctorError(f"1 check failed ({DRIVER}): no GPU here, so --measure measured the CPU part only "
+                          "(above)") from None
     if measure:
-        from matrixbench.host_noise import doctor_check
-        from matrixbench.selftest import run_selftest
+        measure_host(python, results_root, run_name, "auto")
 
-        doctor_check(python=python, emit=click.echo)
-        with names_folder("--results", results_root):
-            run_selftest(run_dir(results_root, run_name), python=python, emit=click.echo)
+
+def measure_host(python, results_root, run_name, device):
+    """doctor --measure: the host's noise, then the selftest (``device``: auto, or cpu without a GPU)."""
+    from matrixbench.host_noise import doctor_check
+    from matrixbench.selftest import run_selftest
+
+    doctor_check(python=python, emit=click.echo)
+    with names_folder("--results", results_root):
+        run_selftest(run_dir(results_root, run_name), device=device, python=python, emit=click.echo)
 
 
 def describe_matrix(matrix):

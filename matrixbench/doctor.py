@@ -6,6 +6,7 @@ fail or measure the wrong thing), every one not ok with its fix. Facts come from
 the Docker daemon and the matrix; the commands are run through one ``Commands`` seam so tests
 replay recorded outputs.
 """
+import json
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from matrixbench.gpu import compute_apps, query_gpus, run_command
 AUTO = "auto"             # --backend auto: docker when it answers, else venvs
 IMAGE_DISK_GIB = 10       # one image's torch CUDA build and its layers, to build
 RESULTS_DISK_GIB = 5      # results, compile and HF caches
+DRIVER = "driver and GPUs"
 
 
 class DoctorError(MatrixbenchError):
@@ -63,12 +65,12 @@ class Commands:
 def check_driver(commands):
     gpus = query_gpus(commands.run)
     if not gpus:
-        return [], Check("driver and GPUs", "fail", "nvidia-smi finds no NVIDIA GPU" if gpus is not None
+        return [], Check(DRIVER, "fail", "nvidia-smi finds no NVIDIA GPU" if gpus is not None
                          else "nvidia-smi is not installed",
                          "install the NVIDIA driver (e.g. `sudo apt-get install nvidia-driver-550`), reboot, "
                          "and check that `nvidia-smi` lists the GPUs")
     listing = "; ".join(f"{g.index}: {g.name} ({g.uuid})" for g in gpus)
-    return gpus, Check("driver and GPUs", "ok", f"driver {gpus[0].driver}, {len(gpus)} GPU(s): {listing}")
+    return gpus, Check(DRIVER, "ok", f"driver {gpus[0].driver}, {len(gpus)} GPU(s): {listing}")
 
 
 def check_driver_cuda(commands):
@@ -95,16 +97,29 @@ def check_docker(connect, backend=AUTO):
                            "environment per image, the same torch comparison)", f"for containers: {fix}")
 
 
-def check_backend(client, container_check, backend=AUTO):
-    """Which backend runs the matrix on this machine, and why."""
+def first_backend(client, container_check, backend=AUTO):
+    """The backend a run here tries first (environments.auto.choose): the one given, else docker when the
+    daemon answers (and, on a GPU host, hands the GPUs to a container), else venv."""
     if backend != AUTO:
-        return Check("backend", "info", f"{backend} (--backend {backend})")
-    if client is None:
-        return Check("backend", "info", "venv: Docker does not answer")
-    if container_check is not None and container_check.status != "ok" and "sees none" in container_check.detail:
-        return Check("backend", "info", "venv: Docker cannot hand the GPUs to a container")
-    return Check("backend", "info", "docker: the daemon answers" + (
-        " and hands the GPUs to containers" if container_check is not None and container_check.status == "ok" else ""))
+        return backend
+    if client is None or (container_check is not None and container_check.status != "ok"
+                          and "sees none" in container_check.detail):
+        return "venv"
+    return "docker"
+
+
+def check_backend(client, container_check, backend=AUTO, unbuilt=()):
+    """Which backend runs the matrix on this machine, and why; ``unbuilt``: its images not built yet."""
+    first = first_backend(client, container_check, backend)
+    todo = f"; a run builds {', '.join(unbuilt)} first" if unbuilt else ""
+    if backend != AUTO:
+        return Check("backend", "info", f"{backend} (--backend {backend}){todo}")
+    if first == "venv":
+        why = ("Docker does not answer" if client is None else "Docker cannot hand the GPUs to a container")
+        return Check("backend", "info", f"venv: {why}{todo}")
+    gpus = " and hands the GPUs to containers" if container_check is not None and container_check.status == "ok" else ""
+    fallback = "; where a Docker build fails, the venvs" if unbuilt else ""
+    return Check("backend", "info", f"docker: the daemon answers{gpus}{todo}{fallback}")
 
 
 def check_container_gpus(client, images):
@@ -124,32 +139,142 @@ def check_container_gpus(client, images):
 
 
 def check_image(name, image, gpus, driver_cuda, client, modes=(), facts=None):
-    """One matrix image: its CUDA build runs under this driver and has kernels for these GPUs
-    (matrixbench.build.cuda_builds), the build as it recorded itself (``facts``) when it is built, else as
-    inferred; and, when Docker answers, whether it is built. A CPU build fails on a GPU host when the
-    entry asked for a CUDA one, and warns when it asked for the CPU (the smoke matrix)."""
-    from matrixbench.build.images import image_tag
-
-    wanted_cpu = image_cuda(image) is None
-    problems = [("warn" if p.kind == "cpu" and wanted_cpu else "fail", p.what, p.fix)
-                for p in image_problems(name, image, gpus, driver_cuda, facts, cpu=True)]
-    problems += [("warn", p.what, p.fix) for p in mode_problems(name, image, gpus, modes)]
-    built = client is not None and client.inspect_image(image_tag(name))
-    if client is not None and not built:
-        problems.append(("warn", f"not built ({image_tag(name)})", f"`matrixbench build --images {name}`"))
+    """One matrix image for the local backend (neither its Docker image nor its venv runs): its CUDA build
+    (``facts``, else inferred from the entry) against this driver and these GPUs (matrixbench.build.cuda_builds).
+    A CPU build fails on a GPU host when the entry asked for a CUDA one, and warns when it asked for the CPU."""
     known = known_build(image, facts)
+    problems = build_problems(name, image, gpus, driver_cuda, modes, facts)
     other = not_as_asked(image, known)
     if other and not any(other in p[2] for p in problems):   # (a GPU problem's fix already says it)
         problems.append(("warn", f"{known.torch} is another build than the entry asks for",
                          other.removeprefix("note: ")))
-    build = f"CUDA {known.cuda}" if known.cuda else "a CPU build"
     if not problems:
-        runs = "runs on these GPUs" if gpus else "no GPU here to check it against"
-        where = (f"built, {runs}" if built else f"{runs} (not checked whether it is built: Docker "
-                 "was not asked; the venv backend builds its venv)" if client is None else runs)
-        return Check(f"image {name}", "ok", f"{known.torch}, {build} ({known.source}): {where}")
-    worst = "fail" if any(p[0] == "fail" for p in problems) else "warn"
-    return Check(f"image {name}", worst, "; ".join(p[1] for p in problems), "; ".join(p[2] for p in problems))
+        return Check(f"image {name}", "ok", f"{known.torch}, {_build_name(known)} ({known.source}): "
+                     f"{'runs on these GPUs' if gpus else 'no GPU here to check it against'}")
+    return _worst(f"image {name}", problems)
+
+
+def build_problems(name, image, gpus, driver_cuda, modes, facts):
+    """(status, what, fix) of a build (``facts``, else inferred) on these GPUs under this driver, its modes."""
+    wanted_cpu = image_cuda(image) is None
+    problems = [("warn" if p.kind == "cpu" and wanted_cpu else "fail", p.what, p.fix)
+                for p in image_problems(name, image, gpus, driver_cuda, facts, cpu=True)]
+    return problems + [("warn", p.what, p.fix) for p in mode_problems(name, image, gpus, modes)]
+
+
+def check_docker_image(name, image, gpus, driver_cuda, client, modes=(), first=True):
+    """The Docker image of one entry: built or not (the Docker fix), and its build (its label, else inferred)
+    against this driver and these GPUs. ``first``: Docker is what a run here tries first."""
+    from matrixbench.build.images import image_tag
+
+    tag = image_tag(name)
+    info = client.inspect_image(tag)
+    facts = recorded_facts(image, "docker", client) if info else None
+    known = known_build(image, facts)
+    problems = build_problems(name, image, gpus, driver_cuda, modes, facts)
+    other = not_as_asked(image, known)
+    if other and not any(other in p[2] for p in problems):   # (a GPU problem's fix already says it)
+        problems.append(("warn", f"{tag} holds {known.torch}, another build than the entry asks for",
+                         other.removeprefix("note: ")))
+    if not info and not first:
+        return Check(f"image {name} (Docker)", "info", f"{tag} is not built (a run here uses the venvs)",
+                     f"`matrixbench build --images {name}`")
+    if not info:
+        problems.insert(0, ("warn", f"{tag} is not built; a run builds it first: {_summary(known, gpus, problems)}",
+                            f"`matrixbench build --images {name}`"))
+    return _line(f"image {name} (Docker)", problems, first,
+                 f"{tag} built: {_summary(known, gpus)}")
+
+
+def check_venv(name, image, gpus, driver_cuda, modes=(), first=True, root=None):
+    """The venv of one entry (build.venvs): built or not (the venv fix), the torch build its marker recorded
+    against what the entry asks for (and why they differ, as far as the marker says), and against this driver
+    and these GPUs. ``first``: venvs are what a run here tries first; else a fallback."""
+    from matrixbench.build import venvs
+
+    plan = venvs.plan_venv(image, root=root)
+    venv = venvs.read_marker(plan)
+    if venv is None:
+        if not first:
+            return Check(f"image {name} (venv)", "info", f"not built ({plan.path}); a run builds it only where "
+                         "the Docker build fails")
+        problems = build_problems(name, image, gpus, driver_cuda, modes, None)
+        return _worst(f"image {name} (venv)", [
+            ("warn", f"not built ({plan.path}); a run builds it first: {_summary(known_build(image), gpus, problems)}",
+             f"`matrixbench build --backend venv --images {name}`"), *problems])
+    known = known_build(image, venv.facts)
+    problems = build_problems(name, image, gpus, driver_cuda, modes, venv.facts)
+    other = not_as_asked(image, known)
+    if other and not any(other in p[2] for p in problems):
+        problems.append(venv_not_as_asked(name, image, known, _marker(plan), gpus))
+    return _line(f"image {name} (venv)", problems, first,
+                 f"built ({plan.path}): {_summary(known, gpus)}")
+
+
+def venv_not_as_asked(name, image, known, marker, gpus):
+    """(warn, what, fix): the venv holds another torch build than its entry asks for; why, from its marker."""
+    asked = image_cuda(image)
+    index = (image.index_url or "PyPI").rstrip("/")
+    held = f"CUDA {known.cuda}" if known.cuda else "CPU"
+    what = (f"it holds {known.torch}, a {held} build, but the entry asks for the "
+            f"{f'CUDA {asked}' if asked else 'CPU'} build of {index}: {_why_other(name, marker)}")
+    if not gpus and not asked:
+        what += (f"; without a GPU it runs on the CPU all the same, and each record names the torch that ran "
+                 f"({known.torch.split()[-1]}), so a CPU smoke run is sound")
+    version = known.torch.split()[-1].split("+")[0]
+    tag = f"cu{asked.replace('.', '')}" if asked else "cpu"
+    return ("warn", what, f"once {index} answers: `matrixbench build --backend venv --no-cache --images {name}` "
+            f"(or pin images.{name}.torch to torch=={version}+{tag})")
+
+
+def _why_other(name, marker):
+    """Why a venv got another build, as far as its marker (``torch_index_used``, ``indexes_left_out``) says."""
+    if "torch_index_used" not in marker:
+        return ("its marker does not say why (built before venvs recorded the indexes they used): that index "
+                "did not answer, or the shared wheelhouse held PyPI's wheel of the same version")
+    left = [out for out in marker.get("indexes_left_out") or [] if out.get("field") == f"images.{name}.index_url"]
+    if left:
+        return (f"that index did not answer when it was built ({left[0].get('reason', 'no answer')}), so pip "
+                "took PyPI's wheel of the same version")
+    if marker["torch_index_used"] is None:
+        return "torch came from the shared wheelhouse, which held another build of the same version"
+    return f"pip took it from {marker['torch_index_used']}"
+
+
+def _marker(plan):
+    try:
+        data = json.loads(plan.marker.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _line(name, problems, first, ok_detail):
+    """A check from its problems (a fallback's at most warn), or ok with ``ok_detail``."""
+    if not first:
+        problems = [("warn" if status == "fail" else status, what, fix) for status, what, fix in problems]
+    if not problems:
+        return Check(name, "ok", ok_detail)
+    return _worst(name, problems)
+
+
+def _worst(name, problems):
+    order = ("info", "warn", "fail")
+    worst = max((p[0] for p in problems), key=order.index)
+    return Check(name, worst, "; ".join(p[1] for p in problems), "; ".join(p[2] for p in problems) or None)
+
+
+def _summary(known, gpus, problems=()):
+    """The build, and whether it runs here: said only when no problem says otherwise."""
+    return f"{known.torch}, {_build_name(known)} ({known.source})" + ("" if problems else f": {_runs(gpus)}")
+
+
+def _build_name(known):
+    return f"CUDA {known.cuda}" if known.cuda else "a CPU build"
+
+
+def _runs(gpus):
+    return "runs on these GPUs" if gpus else "no GPU here to check it against"
 
 
 def check_other_processes(commands):
@@ -195,9 +320,10 @@ def check_hf(environ, hf_cache):
                  None if environ.get("HF_TOKEN") else "only needed for gated models with weights: pretrained")
 
 
-def diagnose(matrix, commands=None, connect=None, hf_cache=None, docker_root="/var/lib/docker", backend=AUTO):
+def diagnose(matrix, commands=None, connect=None, hf_cache=None, docker_root="/var/lib/docker", backend=AUTO,
+             venv_root=None):
     """The whole checklist, in order. Docker's checks fail only for ``backend`` "docker": without a
-    working Docker, ``auto`` runs the venv backend."""
+    working Docker, ``auto`` runs the venv backend. ``venv_root``: where the venvs live (build.venvs)."""
     commands = commands or Commands()
     gpus, driver = check_driver(commands)
     checks: List[Check] = [driver]
@@ -214,25 +340,63 @@ def diagnose(matrix, commands=None, connect=None, hf_cache=None, docker_root="/v
             container_check = Check(container_check.name, "warn", container_check.detail + ": the venv backend "
                                     "runs instead", container_check.fix)
         checks.append(container_check)
-    checks.append(check_backend(client, container_check, backend))
-    checks += [check_image(name, image, gpus, driver_cuda, client, matrix.modes,
-                           recorded_facts(image, backend, client))
-               for name, image in matrix.images.items()]
+    first = first_backend(client, container_check, backend)
+    images = image_checks(matrix, gpus, driver_cuda, client, backend, first, venv_root)
+    unbuilt = [name for name, image in matrix.images.items()
+               if any(c.name == f"image {name} ({_LABEL.get(first)})" and "not built" in c.detail for c in images)]
+    checks += [check_backend(client, container_check, backend, unbuilt), *images]
     if gpus:
         checks += [check_other_processes(commands), *check_persistence_and_clocks(gpus)]
-    unbuilt = sum(1 for check in checks if check.name.startswith("image ") and "not built" in check.detail)
     disk_path = docker_root if os.path.isdir(docker_root) else "."
-    checks += [check_disk(commands, unbuilt, disk_path), check_hf(commands.environ, hf_cache or _hf_cache())]
+    checks += [check_disk(commands, len(unbuilt), disk_path), check_hf(commands.environ, hf_cache or _hf_cache())]
     return checks
+
+
+_LABEL = {"docker": "Docker", "venv": "venv"}
+
+
+def image_checks(matrix, gpus, driver_cuda, client, backend, first, venv_root=None):
+    """Per image, one line for each environment a run here may use: its Docker image (when Docker answers,
+    for docker or auto) and its venv (for venv or auto; under auto behind Docker, the fallback); for the
+    local backend, the entry's build as inferred."""
+    checks = []
+    for name, image in matrix.images.items():
+        if client is not None and backend in (AUTO, "docker"):
+            checks.append(check_docker_image(name, image, gpus, driver_cuda, client, matrix.modes, first == "docker"))
+        if backend in (AUTO, "venv"):
+            checks.append(check_venv(name, image, gpus, driver_cuda, matrix.modes, first == "venv", venv_root))
+        if backend == "local":
+            checks.append(check_image(name, image, gpus, driver_cuda, None, matrix.modes))
+    return checks
+
+
+def checklist(checks):
+    """The checklist as text, one or two lines a check."""
+    return "\n".join(line for check in checks for line in check.lines())
 
 
 def report(checks):
     """The checklist as text; raises DoctorError (with the text) when a check failed."""
-    text = "\n".join(line for check in checks for line in check.lines())
+    text = checklist(checks)
     failed = [check.name for check in checks if check.status == "fail"]
     if failed:
         raise DoctorError(f"{len(failed)} check(s) failed ({', '.join(failed)}):\n{text}")
     return text
+
+
+NO_GPU_MEASURE = ("measuring without a GPU (nvidia-smi finds none): the CPU loop, the noise probe and the selftest "
+                  "on the CPU; the GPU-bound probe (CUDA-graph replay) and the selftest's GPU checks are skipped for "
+                  "want of a GPU")
+
+
+def measure_device(checks) -> Optional[str]:
+    """What ``doctor --measure`` measures after this checklist (docs/method.md, "Before the bill"): "auto" when
+    no check failed; "cpu" when the only failure is that there is no GPU (the CPU loop needs none, and the probe
+    and the selftest have a CPU part); None when another failure stops it."""
+    failed = {check.name for check in checks if check.status == "fail"}
+    if not failed:
+        return "auto"
+    return "cpu" if failed == {DRIVER} else None
 
 
 def _connect():

@@ -122,19 +122,19 @@ def doctor(matrix, facts, driver="550", tmp_path=None):
 def test_doctor_checks_the_recorded_build_and_says_when_it_infers(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))   # no venv of this matrix: the Docker label or nothing
     checks = doctor(MATRIX, {"latest": CU128})
-    assert checks["image latest"].status == "ok"
-    assert "torch 2.13.0+cu128, CUDA 12.8 (read from the build)" in checks["image latest"].detail
-    assert "CUDA 11.8 (inferred from its index_url; not read from a build)" in checks["image stable"].detail
-    failed = doctor(MATRIX, {"latest": CU130}, driver="570")["image latest"]
+    assert checks["image latest (Docker)"].status == "ok"
+    assert "torch 2.13.0+cu128, CUDA 12.8 (read from the build)" in checks["image latest (Docker)"].detail
+    assert "CUDA 11.8 (inferred from its index_url; not read from a build)" in checks["image stable (Docker)"].detail
+    failed = doctor(MATRIX, {"latest": CU130}, driver="570")["image latest (Docker)"]
     assert failed.status == "fail" and "CUDA 13.0 build (read from the build)" in failed.detail
     assert "570.133.20" in failed.detail and "whl/cu128" in failed.fix
 
 
 def test_doctor_fails_a_cpu_build_the_entry_did_not_ask_for_and_warns_for_the_smoke_matrix(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    check = doctor(MATRIX, {"latest": CPU})["image latest"]
+    check = doctor(MATRIX, {"latest": CPU})["image latest (Docker)"]
     assert check.status == "fail" and "CPU build (read from the build" in check.detail and "--device cpu" in check.fix
-    assert doctor(SMOKE, {"latest": CPU})["image latest"].status == "warn"
+    assert doctor(SMOKE, {"latest": CPU})["image latest (Docker)"].status == "warn"
 
 
 def test_doctor_reads_a_venvs_marker_when_docker_does_not_answer(monkeypatch, tmp_path):
@@ -151,8 +151,8 @@ def test_doctor_reads_a_venvs_marker_when_docker_does_not_answer(monkeypatch, tm
     def no_docker():
         raise docker_client.DockerUnavailableError("no Docker daemon answers; start it")
     checks = {c.name: c for c in diagnose(MATRIX, commands, connect=no_docker, hf_cache=Path("/hf"))}
-    assert checks["image latest"].status == "fail" and "CUDA 13.0 build (read from the build)" in \
-        checks["image latest"].detail
+    assert checks["image latest (venv)"].status == "fail" and "CUDA 13.0 build (read from the build)" in \
+        checks["image latest (venv)"].detail
 
 
 def test_a_docker_build_is_labelled_with_what_its_python_says():

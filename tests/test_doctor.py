@@ -11,6 +11,8 @@ from matrixbench.matrix import load_matrix
 
 DATA = Path(__file__).parent / "data" / "gpu" / "nvidia-smi"
 MATRIX = Path(__file__).resolve().parents[1] / "matrix.yaml"
+SMOKE = Path(__file__).resolve().parents[1] / "matrix-cpu-smoke.yaml"
+NO_VENVS = Path("/nonexistent/matrixbench-venvs")
 GiB = 2**30
 
 
@@ -43,11 +45,26 @@ class FakeClient:
         return self.container_gpus
 
 
-def checks_for(machine="a100x8", apps="", client=None, free_gib=500, environ=None, connect=None):
+def checks_for(machine="a100x8", apps="", client=None, free_gib=500, environ=None, connect=None, matrix=MATRIX,
+               backend="auto", venv_root=NO_VENVS):
     commands = Commands(run=smi(machine, apps), environ=environ or {}, disk_free=lambda path: free_gib * GiB)
     client = client or FakeClient()
-    return {check.name: check for check in diagnose(load_matrix(MATRIX), commands,
-                                                    connect=connect or (lambda: client), hf_cache=Path("/hf"))}
+    return {check.name: check for check in diagnose(load_matrix(matrix), commands, connect=connect or (lambda: client),
+                                                    hf_cache=Path("/hf"), backend=backend, venv_root=venv_root)}
+
+
+def fake_venv(root, image, torch, cuda, **used):
+    """A built venv of ``image`` under ``root`` as build.venvs leaves one: its marker (``used``: what the
+    downloads used, absent in a marker from before they were recorded) and its interpreter."""
+    import json
+
+    from matrixbench.build import venvs
+
+    plan = venvs.plan_venv(image, root=root)
+    (plan.path / "bin").mkdir(parents=True)
+    plan.python_bin.touch()
+    plan.marker.write_text(json.dumps({"image_id": plan.content_hash, "recipe": venvs.recipe_hash(), "torch": torch,
+                                       "build": {"torch": torch, "cuda": cuda, "arch_list": []}, **used}))
 
 
 def test_parse_the_documented_csv():
@@ -85,7 +102,8 @@ def test_gpus_not_reachable_from_a_container_warns_and_venvs_run():
 
 def test_unbuilt_images_warn_and_count_against_disk():
     checks = checks_for(client=FakeClient(built=()), free_gib=20)
-    assert checks["image stable"].status == "warn" and "matrixbench build --images stable" in checks["image stable"].fix
+    docker = checks["image stable (Docker)"]
+    assert docker.status == "warn" and "matrixbench build --images stable" in docker.fix
     assert checks["GPUs in a container"].status == "warn"
     assert checks["free disk"].status == "fail" and "45 GiB needed" in checks["free disk"].detail   # 4 images
 
@@ -93,16 +111,17 @@ def test_unbuilt_images_warn_and_count_against_disk():
 def test_a_gpu_the_cu118_wheels_cannot_run_fails_those_images():
     checks = checks_for(machine="b200")
     for name in ("stable", "nightly"):
-        assert checks[f"image {name}"].status == "fail"
-        assert "NVIDIA B200" in checks[f"image {name}"].detail and "cu128" in checks[f"image {name}"].fix
-    assert checks["image latest"].status == "ok"
+        docker = checks[f"image {name} (Docker)"]
+        assert docker.status == "fail" and "NVIDIA B200" in docker.detail and "cu128" in docker.fix
+    assert checks["image latest (Docker)"].status == "ok"
 
 
 def test_a_driver_too_old_for_the_images_cuda_fails():
     checks = checks_for(machine="v100")
-    assert checks["image latest"].status == "fail" and "needs a driver for CUDA 12.x" in checks["image latest"].detail
-    assert "whl/cu118 for this driver" in checks["image latest"].fix
-    assert checks["image stable"].status == "ok"    # CUDA 11.8 on a CUDA 11.4 driver: same major
+    latest = checks["image latest (Docker)"]
+    assert latest.status == "fail" and "needs a driver for CUDA 12.x" in latest.detail
+    assert "whl/cu118 for this driver" in latest.fix
+    assert checks["image stable (Docker)"].status == "ok"    # CUDA 11.8 on a CUDA 11.4 driver: same major
 
 
 def test_other_processes_on_the_gpus_fail_naming_them():
@@ -140,3 +159,93 @@ def test_the_command_prints_the_checklist_and_exits_7_on_a_failure(monkeypatch):
     monkeypatch.setattr(doctor, "diagnose", lambda matrix, backend: list(checks_for().values()))
     result = CliRunner().invoke(main, ["doctor", "--matrix", str(MATRIX)])
     assert result.exit_code == 0 and "[ ok ] driver and GPUs" in result.output
+
+
+def smoke_venvs(root, **used):
+    """The CPU smoke matrix's venvs as the test machine built them: asked for the CPU index, they hold PyPI's
+    CUDA wheels of the same versions."""
+    smoke = load_matrix(SMOKE)
+    fake_venv(root, smoke.images["stable"], "2.0.1+cu117", "11.7", **used)
+    fake_venv(root, smoke.images["latest"], "2.13.0+cu130", "13.0", **used)
+
+
+def test_the_docker_image_and_the_venv_each_get_a_line_of_their_own(tmp_path):
+    smoke_venvs(tmp_path)       # no GPU; Docker answers, no image built; the venvs built (the audit's machine)
+    checks = checks_for(machine=None, client=FakeClient(built=()), matrix=SMOKE, venv_root=tmp_path)
+    docker, venv = checks["image stable (Docker)"], checks["image stable (venv)"]
+    assert docker.status == "warn" and "matrixbench:stable is not built" in docker.detail
+    assert "cu117" not in docker.detail and "a CPU build (inferred from its index_url" in docker.detail
+    assert docker.fix == "`matrixbench build --images stable`"
+    assert venv.status == "warn" and "2.0.1+cu117, a CUDA 11.7 build" in venv.detail
+    assert "asks for the CPU build of https://download.pytorch.org/whl/cpu" in venv.detail
+    assert "marker does not say why" in venv.detail and "a CPU smoke run is sound" in venv.detail
+    assert venv.fix.startswith("once https://download.pytorch.org/whl/cpu answers: "
+                               "`matrixbench build --backend venv --no-cache --images stable`")
+    assert "torch==2.0.1+cpu" in venv.fix and "not built" not in venv.detail
+
+
+def test_a_venv_whose_index_did_not_answer_says_so(tmp_path):
+    left_out = {"field": "images.stable.index_url", "url": "https://download.pytorch.org/whl/cpu",
+                "reason": "connection refused"}
+    smoke_venvs(tmp_path, torch_index_used=None, indexes_left_out=[left_out], layers_from_wheelhouse=[])
+    checks = checks_for(machine=None, client=FakeClient(built=()), matrix=SMOKE, venv_root=tmp_path)
+    venv = checks["image stable (venv)"]
+    assert "that index did not answer when it was built (connection refused)" in venv.detail
+    assert "PyPI's wheel of the same version" in venv.detail
+
+
+def test_the_backend_line_says_which_environment_a_run_uses(tmp_path):
+    def no_docker():
+        raise DockerUnavailableError("no Docker daemon answers; start it")
+    unbuilt = checks_for(machine=None, client=FakeClient(built=()), matrix=SMOKE)["backend"].detail
+    assert unbuilt == ("docker: the daemon answers; a run builds stable, latest first; where a Docker build fails, "
+                       "the venvs")
+    assert checks_for(machine=None, matrix=SMOKE)["backend"].detail == "docker: the daemon answers"
+    checks = checks_for(machine=None, connect=no_docker, matrix=SMOKE)
+    assert checks["backend"].detail == "venv: Docker does not answer; a run builds stable, latest first"
+    assert "image stable (Docker)" not in checks and checks["image stable (venv)"].status == "warn"
+    assert checks["image stable (venv)"].fix == "`matrixbench build --backend venv --images stable`"
+
+
+def test_backend_venv_checks_the_venvs_only(tmp_path):
+    smoke_venvs(tmp_path)
+    checks = checks_for(machine=None, matrix=SMOKE, backend="venv", venv_root=tmp_path)
+    assert checks["Docker"].status == "info" and not [name for name in checks if name.endswith("(Docker)")]
+    assert checks["backend"].detail == "venv (--backend venv)"
+    assert "--backend venv --no-cache --images latest" in checks["image latest (venv)"].fix
+
+
+def test_a_fallback_venv_not_built_is_only_information():
+    venv = checks_for()["image stable (venv)"]    # Docker hands the GPUs to containers: venvs only where a build fails
+    assert venv.status == "info" and "only where the Docker build fails" in venv.detail
+
+
+def measured(monkeypatch, checks):
+    """doctor --measure over ``checks`` with the noise check and the selftest faked: (result, their calls)."""
+    from click.testing import CliRunner
+
+    from matrixbench import doctor, host_noise, selftest
+    from matrixbench.cli import main
+
+    calls = []
+    monkeypatch.setattr(doctor, "diagnose", lambda matrix, backend: list(checks.values()))
+    monkeypatch.setattr(host_noise, "doctor_check", lambda python, emit: calls.append(("noise", python)))
+    monkeypatch.setattr(selftest, "run_selftest", lambda path, device, python, emit: calls.append(("selftest", device)))
+    return CliRunner().invoke(main, ["doctor", "--matrix", str(SMOKE), "--measure"]), calls
+
+
+def test_measure_without_a_gpu_measures_the_cpu_part_and_says_the_gpu_part_was_skipped(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    result, calls = measured(monkeypatch, checks_for(machine=None, matrix=SMOKE))
+    assert calls == [("noise", None), ("selftest", "cpu")]
+    assert "the selftest's GPU checks are skipped for want of a GPU" in result.output
+    assert "selftest not run" not in result.output and "[FAIL] driver and GPUs" in result.output
+    assert result.exit_code == 7 and "measured the CPU part only" in result.output
+
+
+def test_measure_after_another_failure_measures_nothing(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    result, calls = measured(monkeypatch, checks_for(apps="apps-busy.csv"))
+    assert calls == [] and result.exit_code == 7 and "selftest not run: fix the failures above first" in result.output
+    result, calls = measured(monkeypatch, checks_for())
+    assert calls == [("noise", None), ("selftest", "auto")] and result.exit_code == 0
