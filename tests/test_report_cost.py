@@ -203,14 +203,14 @@ def test_a_throttled_side_is_never_starred():
 
 # ---- the whole report, from records on disk -------------------------------------------------
 
-def _record(mode, mean_ms, first_call_s, energy_j, repeat=0, duration_s=90.0):
+def _record(mode, mean_ms, first_call_s, energy_j, repeat=0, duration_s=90.0, image="new"):
     cell = {"model": "vit", "task": "image-classification", "weights": "random", "size": "full", "batch_size": 2,
             "mode": mode, "fullgraph": False, "dtype": "float32", "attention": "eager"}
-    plan = cells_file_from_dict({"settings": {"iterations": 10}, "image_name": "new", "cells": [cell]})
+    plan = cells_file_from_dict({"settings": {"iterations": 10}, "image_name": image, "cells": [cell]})
     environment = {"python": "3.10", "torch": "2.1.0", "torch_git": None, "transformers": "4.43.4", "cuda": "11.8",
                    "cudnn": 8700, "gpu_name": GPU, "gpu_uuid": None, "gpu_count": 1, "driver": "SYNTHETIC",
                    "cpu_model": "SYNTHETIC CPU", "threads": 1, "platform": "SYNTHETIC", "hostname": "synthetic",
-                   "image_name": "new", "image_id": None}
+                   "image_name": image, "image_id": None}
     record = synthetic_record(plan, "cuda", environment)
     record.status, record.duration_s, record.repeat = Status.OK, duration_s, repeat
     record.memory = {"peak_bytes": 1, "kind": "cuda_max_allocated"}
@@ -326,3 +326,39 @@ def test_a_price_that_matches_no_device_gets_a_note_naming_the_devices(tmp_path)
     assert f"> **Note:** {note}" in markdown and markdown.count("prices nothing") == 1   # CPU=0.5 matches
     assert note.replace("'", "&#39;") in (tmp_path / "report.html").read_text()
     assert "| $/M images |" in markdown      # the CPU price prices the CPU cells
+
+
+def test_the_bill_lists_images_in_matrix_order_and_shows_a_small_amount_as_it_is(tmp_path):
+    """run.json's order (stable, then latest), not the records' (latest/ is read first); a bill of $0.0005 is not
+    shown as 0.00, and bill.csv keeps every digit."""
+    run = tmp_path / "run"
+    for image in ("stable", "latest"):
+        (run / image).mkdir(parents=True)
+        data = _record("eager", 50.0, 0.5, 100.0, image=image, duration_s=9.0)
+        (run / image / f"{data['cell_id']}.json").write_text(json.dumps(data))
+    (run / "run.json").write_text(json.dumps({"schema_version": 1, "images": ["stable", "latest"]}))
+    build_report([run], tmp_path / "out", ["md", "csv"], [Price("SYNTHETIC-A100", 0.2, FROM_COMMAND_LINE)])
+    bill = _csv(tmp_path / "out" / "bill.csv")
+    assert [line["image"] for line in bill] == ["stable", "latest"]
+    # 9 s = 0.0025 device-hours x $0.2 = $0.0005 a line
+    assert float(bill[0]["cost_usd"]) == pytest.approx(0.0005, rel=1e-12)
+    text = (tmp_path / "out" / "report.md").read_text()
+    section = text[text.index("### The run's bill"):text.index("## Environment")]
+    lines = [line for line in section.splitlines() if line.startswith("| ")][2:]
+    assert [line.split(" | ")[1] for line in lines] == ["stable", "latest", "all images"]
+    assert lines[0].endswith("| 0.0025 | 0.000500 |") and lines[2].endswith("| 0.0050 | 0.00100 |"), lines
+
+
+def test_the_throughput_table_marks_the_ms_as_the_other_tables_do(tmp_path):
+    """A flagged cell's marks (†, ▼, ...) follow its latency, as in every other table (tables.latency), not its
+    images/s: they say how the ms were measured."""
+    run = _write_run(tmp_path)
+    path = next((run / "new").glob("*eager*.json"))
+    data = json.loads(path.read_text())
+    data["timing"]["noisy"] = True
+    path.write_text(json.dumps(data))
+    build_report([run], tmp_path / "out", ["md"])
+    text = (tmp_path / "out" / "report.md").read_text()
+    section = text[text.index("### Throughput, energy and price"):]
+    row = next(line for line in section.splitlines() if "| eager |" in line)
+    assert f"| 50.000{tables.NOISY_MARK}" in row and f"| 40.0{tables.NOISY_MARK}" not in row, row

@@ -56,6 +56,18 @@ def test_the_report_shows_the_paired_table_and_counts_it_apart(tmp_path):
     assert report.verdict_lines[0].startswith("2 of 6 tested comparisons are starred")
 
 
+def test_the_paired_section_heads_its_table_once_in_markdown_and_html():
+    """The section's title is the table's: one heading, not "## X" then "### X"."""
+    from matrixbench.report.render import render_html, render_markdown
+
+    cells, _ = derived_rows(H200)
+    report = assemble(cells, load_published(), [], charts=[])
+    markdown, html = render_markdown(report), render_html(report)
+    assert markdown.count("Speed-ups paired in one process") == 1 and "## Speed-ups paired in one process" in markdown
+    assert html.count("Speed-ups paired in one process") == 1 and "<h2>Speed-ups paired in one process</h2>" in html
+    assert "<h3></h3>" not in html and "\n### \n" not in markdown
+
+
 def test_records_without_pairs_or_with_bad_pairs_give_no_paired_row(tmp_path):
     run = tmp_path / "acceptance"
     shutil.copytree(H200, run)

@@ -14,9 +14,13 @@ A cell that did not run is labelled inside the plot (OOM, ERR, ...), and so is a
 whose eager cell did not run ("no eager"). A flagged cell (noisy, accuracy failed, a timing flag:
 no_cudagraphs, throttled, ...) gets the tables' marks (†, Ø, ▼, ...) as markers beside its bar's
 end or its point, each mark with a legend entry. Speed-up and change bars carry their 95% interval
-as an error bar (report.verdicts.judge_speedup / judge_cells: the judgements comparisons.csv
-holds; none with one process per cell) and an undecided one a "?" beside its bar.
+as a line (report.verdicts.judge_speedup / judge_cells: the judgements comparisons.csv holds; none with
+one process per cell), clipped at the frame the bars set (_frame: an arrow where it reaches past), and
+an undecided one a "?" beside its bar, inside the frame. A change bar whose % is not the ratio of the two
+cells' ms (in turns, or paired on some rounds: verdicts.not_the_ms_ratio) is marked at its base, and the
+axis label says "unless marked".
 """
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,9 +44,18 @@ HATCHES = ("", "//", "..", "xx", "\\\\", "++")   # one per image; colour is per 
 MARKERS = ("o", "s", "^", "D", "v", "P")         # one per mode in scatter plots
 SPEEDUP_AXIS = "speed-up over eager (eager ms / compiled ms, ×; log scale)"
 RATIO_FRAME = 1.6       # the speed-up frame reaches this factor past the bars (and ×1) on either side
+CHANGE_FRAME = 0.4      # a change chart's frame reaches this share of the bars' span (and 0) past them on either side
+CHANGE_REACH = 1.0      # ... and takes in intervals up to this share of that span past the bars (clipped beyond)
+MARK_ROOM = 45          # points the frame keeps past a bar's end for its marks and its "?" (MARK_STEP * 4 away)
 ARROW_SIZE = 40         # an interval's end past the frame: an arrow marker's area (points^2)
 PAST_FRAME = "interval reaches past the frame"
-CHANGE_AXIS = "% change (ms / {} ms − 1; negative is faster)"
+CHANGE_AXIS = "% change (ms / {} ms − 1{}; negative is faster)"
+INTERVAL = "95% interval"   # the gid of a bar's interval line
+NOT_MS_RATIO = "not the ms ratio"   # the gid of the marks on change bars judged on something else
+# A change bar whose % is not the ratio of the two cells' ms (verdicts.not_the_ms_ratio), by pairing: its mark at
+# the bar's base and the mark's legend entry
+NOT_MS_MARKS = {stats.IN_TURNS: ("⇄", "in turns: the median of the blocks' ratios, not the ms' (docs/turns.md)"),
+                stats.PAIRED_BY_ROUND: ("∩", "on the rounds both cells ran (others left out), not the ms' ratio")}
 JUDGED = ("speedup", "image_change", "mode_change")   # the kinds of bar with a judgement (an interval, a verdict)
 LATENCY_AXIS = "mean latency (ms)"
 MARK_SIZE = 60          # a flag marker's area (points^2)
@@ -139,13 +152,17 @@ class _Plot:
         for index, (image, mode) in enumerate(series):
             labels += self._bars(axes, index, len(series), image, mode, kind, drawn)
         origin = 1.0 if kind == "speedup" else 0.0
-        if kind == "speedup":
-            _ratio_frame(axes, [(x, y, self._judgement(row, kind)) for x, y, row in drawn], bool(labels))
+        apart = {}
+        if kind in JUDGED:
+            _frame(axes, [(x, y, *self._interval(row, kind)) for x, y, row in drawn], kind == "speedup",
+                   bool(labels))
+            apart = self._not_ms_ratio(drawn, kind)
+            _mark_not_ms_ratio(axes, apart, origin)
         _mark_flagged(axes, drawn, origin)
         if kind in JUDGED:
             _mark_undecided(axes, [(x, y) for x, y, row in drawn if self._undecided(row, kind)], self.cells.margin_pct,
                             "speed-up" if kind == "speedup" else "change", origin)
-        self._decorate(axes, title, _axis_text(kind), origin)
+        self._decorate(axes, title, _axis_text(kind, bool(apart)), origin)
         _place_labels(axes, labels, origin)
         return _save(figure, folder, f"{self.name}_{kind}.png", title)
 
@@ -153,7 +170,7 @@ class _Plot:
         """One series' bars; failure labels returned, (value, position, row) of each bar appended
         to ``drawn`` (_mark_flagged draws the marks of those that have any)."""
         offset = (index - (count - 1) / 2) * BAR_HEIGHT / count
-        positions, values, errors, labels = [], [], ([], []), []
+        positions, values, labels = [], [], []
         for position, row_key in enumerate(self.row_keys):
             row = self._get(image, row_key, mode)
             value = self._value(row, kind)
@@ -161,25 +178,35 @@ class _Plot:
                 positions.append(position + offset)
                 values.append(value)
                 drawn.append((value, position + offset, row))
-                below, above = self._error(row, value, kind)
-                errors[0].append(below)
-                errors[1].append(above)
             elif row is not None:
                 labels.append((position + offset, f"{self._why_no_bar(row, kind)}: {image} {mode}"))
-        ratio = kind == "speedup"   # bars from ×1 to the ratio; its intervals are drawn by _ratio_frame
+        ratio = kind == "speedup"   # bars from ×1 to the ratio; intervals are drawn by _frame
         axes.barh(positions, [value - 1.0 for value in values] if ratio else values, left=1.0 if ratio else None,
                   height=BAR_HEIGHT / count, label=f"{self.cells.image_labels[image]} {mode}",
                   color=f"C{self.modes.index(mode)}", edgecolor="white",
-                  hatch=HATCHES[self.images.index(image) % len(HATCHES)],
-                  xerr=errors if kind in JUDGED and values and not ratio else None, error_kw=ERROR_STYLE)
+                  hatch=HATCHES[self.images.index(image) % len(HATCHES)])
         return labels
 
-    def _error(self, row, value, kind):
-        """How far the bar's 95% interval reaches below and above its value (0, 0: none)."""
-        found = self._judgement(row, kind) if kind in JUDGED else None
-        if found is None or found.low is None:
-            return 0.0, 0.0
-        return value - arithmetic.percent(found.low), arithmetic.percent(found.high) - value
+    def _interval(self, row, kind):
+        """The bar's 95% interval in the chart's unit (a speed-up's ratio, a change's %); (None, None): none."""
+        found = self._judgement(row, kind)
+        if found.low is None or found.high is None:
+            return None, None
+        if kind == "speedup":
+            return found.low, found.high
+        return arithmetic.percent(found.low), arithmetic.percent(found.high)
+
+    def _not_ms_ratio(self, drawn, kind):
+        """{pairing: [(x, y) of each change bar judged on something other than the ms ratio that way]}
+        (verdicts.not_the_ms_ratio); a speed-up's is always eager ms / compiled ms."""
+        found: dict = {}
+        if kind == "speedup":
+            return found
+        for x, y, row in drawn:
+            why = verdicts.not_the_ms_ratio(self._judgement(row, kind))
+            if why:
+                found.setdefault(why, []).append((x, y))
+        return found
 
     def _undecided(self, row, kind):
         return self._judgement(row, kind).verdict == stats.UNDECIDED
@@ -252,24 +279,30 @@ class _Plot:
         return labels
 
 
-def _ratio_frame(axes, bars, room_for_labels=False):
-    """The speed-up chart's log axis: the frame spans the bars (x, y, judgement) and ×1, RATIO_FRAME
-    past them; each bar's 95% interval as an error bar, clipped at the frame, with an arrow at the
-    edge where it reaches past it (one legend entry)."""
-    axes.set_xscale("log")
-    values = [x for x, _, _ in bars] + [1.0]
-    low, high = min(values) / RATIO_FRAME, max(values) * RATIO_FRAME * (2.0 if room_for_labels else 1.0)
+def _frame(axes, bars, log, room_for_labels=False):
+    """A judged chart's frame from its bars (x, y, low, high), not from their intervals: it spans the bars and the
+    origin (×1 on the speed-up's log axis, 0 on a change's %), RATIO_FRAME (log) or CHANGE_FRAME of that span
+    (linear) past them, and at least MARK_ROOM points (a bar's marks and "?" stay inside); a change chart's frame
+    also takes in the intervals, up to CHANGE_REACH of the span past the bars. Each bar's 95% interval (low, high;
+    None: none) is a line clipped at the frame, with a cap at each end inside it and an arrow at the edge where it
+    reaches past (one legend entry)."""
+    ends = [] if log else [end for _, _, start, stop in bars for end in (start, stop) if end is not None]
+    low, high = _frame_limits([x for x, _, _, _ in bars], log, _points_wide(axes), ends)
+    if log:
+        axes.set_xscale("log")
+        high *= 2.0 if room_for_labels else 1.0
+        axes.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"×{value:g}"))
+        axes.xaxis.set_minor_formatter(NullFormatter())
     axes.set_xlim(low, high)
-    axes.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"×{value:g}"))
-    axes.xaxis.set_minor_formatter(NullFormatter())
     past = {"<": [], ">": []}
-    for _, y, found in bars:
-        if found is None or found.low is None:
+    for _, y, start, end in bars:
+        if start is None or end is None:
             continue
-        start, end = max(found.low, low), min(found.high, high)
-        axes.plot([start, end], [y, y], color=ERROR_STYLE["ecolor"], linewidth=ERROR_STYLE["elinewidth"], zorder=2.5)
-        for value, clipped, side in ((found.low, start, "<"), (found.high, end, ">")):
+        shown = max(start, low), min(end, high)
+        axes.plot(shown, [y, y], color=ERROR_STYLE["ecolor"], linewidth=ERROR_STYLE["elinewidth"], zorder=2.5,
+                  gid=INTERVAL)
+        for value, clipped, side in ((start, shown[0], "<"), (end, shown[1], ">")):
             if value == clipped:
                 axes.plot([value], [y], marker="|", markersize=2 * ERROR_STYLE["capsize"],
                           color=ERROR_STYLE["ecolor"], zorder=2.5)
@@ -282,6 +315,27 @@ def _ratio_frame(axes, bars, room_for_labels=False):
                          color=ERROR_STYLE["ecolor"], zorder=3, clip_on=False, gid=PAST_FRAME,
                          label="_nolegend_" if labelled else PAST_FRAME)
             labelled = True
+
+
+def _points_wide(axes):
+    """The axes' width in points (its figure's layout, before savefig's tight box, which crops only)."""
+    return axes.get_window_extent().width * 72.0 / axes.figure.dpi
+
+
+def _frame_limits(values, log, width_points, reach=()):
+    """(low, high) of a frame around ``values`` and the origin (1 on a log axis, 0 else): RATIO_FRAME times past
+    them (log) or CHANGE_FRAME of their span (linear), and at least MARK_ROOM of ``width_points`` each side; widened
+    to take in the values of ``reach`` (interval ends) up to CHANGE_REACH of the span past ``values``."""
+    scale = (lambda value: math.log(value)) if log else (lambda value: value)
+    found = [scale(value) for value in values] + [0.0]
+    low, high = min(found), max(found)
+    span = (high - low) or (math.log(RATIO_FRAME) if log else 1.0)
+    share = min(MARK_ROOM / width_points, 0.45)
+    pad = max(math.log(RATIO_FRAME) if log else CHANGE_FRAME * span, share * span / (1.0 - 2.0 * share))
+    ends = [scale(value) for value in reach]
+    low, high = (min([low - pad] + [max(end, low - CHANGE_REACH * span) for end in ends]),
+                 max([high + pad] + [min(end, high + CHANGE_REACH * span) for end in ends]))
+    return (math.exp(low), math.exp(high)) if log else (low, high)
 
 
 def _mark_flagged(axes, points, origin=0.0):
@@ -301,12 +355,31 @@ def _mark_flagged(axes, points, origin=0.0):
                      color="black", linewidths=0, transform=shift, label=label, zorder=3)
 
 
-def _axis_text(kind):
+def _axis_text(kind, marked=False):
+    """The x axis' label; ``marked``: some change bars are not the ms ratio (_mark_not_ms_ratio marks them)."""
     if kind == "duration":
         return LATENCY_AXIS
     if kind == "speedup":
         return SPEEDUP_AXIS
-    return CHANGE_AXIS.format("previous image's" if kind == "image_change" else "default mode's")
+    return CHANGE_AXIS.format("previous image's" if kind == "image_change" else "default mode's",
+                              " unless marked" if marked else "")
+
+
+def _mark_not_ms_ratio(axes, found, origin=0.0):
+    """A mark at the base of each change bar judged on something other than the ms ratio ({pairing: [(x, y)]}:
+    NOT_MS_MARKS), beside the origin on the side away from the bar, one legend entry per pairing."""
+    for pairing, points in found.items():
+        mark, text = NOT_MS_MARKS[pairing]
+        label = text
+        for negative in (False, True):
+            chosen = [y for x, y in points if (x < origin) == negative]
+            if not chosen:
+                continue
+            shift = offset_copy(axes.transData, fig=axes.figure, units="points", x=(1 if negative else -1) * MARK_STEP,
+                                y=0)
+            axes.scatter([origin] * len(chosen), chosen, s=MARK_SIZE, marker=f"${mark}$", color="black",
+                         linewidths=0, transform=shift, label=label, zorder=3, gid=NOT_MS_RATIO)
+            label = "_nolegend_"
 
 
 def _mark_undecided(axes, points, margin_pct, what, origin=0.0):
@@ -336,7 +409,7 @@ def _legend_entries(axes_list):
 def _place_labels(axes, labels, origin=0.0):
     """Failure labels inside the plot area, beside the bars' zero on the missing bar: to its right,
     or to its left where the bars are mostly negative (a change chart: faster). On the speed-up's log
-    axis (``origin`` ×1, its frame already widened by _ratio_frame) just right of ×1."""
+    axis (``origin`` ×1, its frame already widened by _frame) just right of ×1."""
     if not labels:
         return
     if origin:

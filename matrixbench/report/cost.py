@@ -203,13 +203,17 @@ class BillLine:
 
 
 def bill(cells, prices) -> List[BillLine]:
-    """Device-hours per device and image: every process's wall time (failed ones too), as the
-    records give it. One process holds one GPU, so on a GPU these are GPU-hours."""
+    """Device-hours per device and image, in report order (devices as the tables, images in matrix order:
+    CellIndex.images()): every process's wall time (failed ones too), as the records give it. One process holds
+    one GPU, so on a GPU these are GPU-hours."""
     totals: dict = {}
     for row in cells.rows:
         durations = [value for value in row.get("process_duration_s") or () if value is not None]
         key = (row["device_name"], row["image"])
         processes, seconds = totals.get(key, (0, 0.0))
         totals[key] = (processes + len(durations), seconds + sum(durations))
-    return [BillLine(device, image, processes, seconds / SECONDS_PER_HOUR, price_for(device, prices))
-            for (device, image), (processes, seconds) in totals.items()]
+    devices, images = cells.values("device"), cells.images()
+    order = sorted(totals, key=lambda key: (devices.index(key[0]) if key[0] in devices else len(devices),
+                                            images.index(key[1]) if key[1] in images else len(images)))
+    return [BillLine(device, image, totals[(device, image)][0], totals[(device, image)][1] / SECONDS_PER_HOUR,
+                     price_for(device, prices)) for device, image in order]

@@ -13,7 +13,7 @@ from pathlib import Path
 from matrixbench.matrix.prices import FROM_COMMAND_LINE
 from matrixbench.report import cost, stats, verdicts
 from matrixbench.report.cells import row_label
-from matrixbench.report.tables import Cell, Table, label, marks_of, missing
+from matrixbench.report.tables import Cell, Table, label, latency, missing
 
 COSTS_FILENAME = "costs.csv"
 BILL_FILENAME = "bill.csv"
@@ -56,7 +56,8 @@ def cost_tables(cells, prices, notes):
 
 def _device_table(cells, costs, notes, device):
     """images/s of every cell that ran; J/image and W unless no record of the device has the
-    energy fields (records older than schema v3: absent, not a column of dashes); $/M with a price."""
+    energy fields (records older than schema v3: absent, not a column of dashes); $/M with a price. The ms
+    carries the cell's marks and flag footnote as in every other table (tables.latency)."""
     priced = any(c.price for c in costs)
     energy = any(c.energy.reason != cost.NOT_RECORDED for c in costs)
     header = (["Task/Model", "Batch", "Image", "Mode", "ms", "images/s"] + (["J/image", "W"] if energy else [])
@@ -65,10 +66,9 @@ def _device_table(cells, costs, notes, device):
     for c in costs:
         row = c.row
         line = [label(row_label(row)), label(row["cell.batch_size"]), label(row["image_label"]),
-                label(row["mode_label"]), Cell(f"{row['timing.mean_ms']:.3f}"),
-                Cell(f"{c.images_per_s:.1f}", marks="".join(m for m, _ in marks_of(row)))]
+                label(row["mode_label"]), latency(row, notes), Cell(f"{c.images_per_s:.1f}")]
         line += [_energy_cell(c.energy, notes), _number(c.energy.average_power_w, "{:.1f}")] if energy else []
-        rows.append(line + ([_number(c.usd_per_million, "{:.2f}")] if priced else []))
+        rows.append(line + ([_dollars(c.usd_per_million)] if priced else []))
     return Table(f"Throughput, energy and price · {device}", header, rows)
 
 
@@ -91,10 +91,20 @@ def _number(value, spec):
     return missing() if value is None else Cell(spec.format(value))
 
 
+def dollars(value):
+    """Dollars to the cent, or under a cent to three significant figures (0.000667: a short run's bill at a CPU's
+    price), never shown as 0.00; the CSVs keep every digit."""
+    return f"{value:.2f}" if value == 0 or abs(value) >= 0.01 else _significant(value)
+
+
+def _dollars(value):
+    return missing() if value is None else Cell(dollars(value))
+
+
 def _cheapest_table(best):
     header = ["Task/Model", "Batch", "Device", "Image", "Mode", "$/M images", "images/s"]
     rows = [[label(row_label(c.row)), label(c.row["cell.batch_size"]), label(c.row["device_name"]),
-             label(c.row["image_label"]), label(c.row["mode_label"]), Cell(f"{c.usd_per_million:.2f}"),
+             label(c.row["image_label"]), label(c.row["mode_label"]), Cell(dollars(c.usd_per_million)),
              Cell(f"{c.images_per_s:.1f}")] for c in best]
     return Table("Cheapest image × mode per model and batch size", header, rows)
 
@@ -135,10 +145,10 @@ def _bill_table(lines):
     priced = any(line.price for line in lines)
     header = ["Device", "Image", "Processes", "device-hours"] + (["$"] if priced else [])
     rows = [[label(line.device), label(line.image), Cell(str(line.processes)), Cell(f"{line.hours:.4f}")]
-            + ([_number(line.usd, "{:.2f}")] if priced else []) for line in lines]
+            + ([_dollars(line.usd)] if priced else []) for line in lines]
     total_usd = sum(line.usd for line in lines if line.usd is not None)
     rows.append([label("Total"), label("all images"), Cell(str(sum(line.processes for line in lines))),
-                 Cell(f"{sum(line.hours for line in lines):.4f}")] + ([Cell(f"{total_usd:.2f}")] if priced else []))
+                 Cell(f"{sum(line.hours for line in lines):.4f}")] + ([Cell(dollars(total_usd))] if priced else []))
     return Table("The run's bill", header, rows)
 
 

@@ -24,13 +24,14 @@ HEADER = ["Device", "Image", "Task/Model", "Batch size", "Mode", "paired speed-u
 
 def paired_tables(derived):
     """One table of the ``paired_speedup`` rows of comparisons.csv (``derived``), each beside its
-    ``speedup`` row; [] when no record has paired blocks."""
+    ``speedup`` row, without a title of its own (the report's section "Speed-ups paired in one process" heads
+    it; the templates give an untitled table no heading); [] when no record has paired blocks."""
     unpaired = {_where(row): row for row in derived if row["kind"] == "speedup"}
     rows = [[Cell(row["device"], "label"), Cell(row["image"], "label"), Cell(row["task_model"], "label"),
              Cell(str(row["batch_size"]), "label"), Cell(row["mode"], "label"), Cell(_speedup(row)),
              Cell(_speedup(unpaired.get(_where(row)))), Cell(str(row["processes"]))]
             for row in derived if row["kind"] == PAIRED_SPEEDUP]
-    return [Table("Speed-ups paired in one process", HEADER, rows)] if rows else []
+    return [Table("", HEADER, rows)] if rows else []   # untitled: the section's title says it
 
 
 def _where(row):

@@ -110,6 +110,16 @@ def rounds_judged_text(judgement):
     return f"{judgement.paired_rounds} of {judgement.paired_rounds + left_out} rounds"
 
 
+def not_the_ms_ratio(judgement):
+    """Why ``percent(judgement)`` is not the ratio of the two cells' ms (each the geometric mean of its processes'
+    means), as its pairing (stats.IN_TURNS: the blocks' change; stats.PAIRED_BY_ROUND: on the rounds both cells
+    ran, others left out); "" where it is (unpaired, or paired by round on every round: the same ratio)."""
+    found = pairing_text(judgement)
+    if found == stats.IN_TURNS or (found == stats.PAIRED_BY_ROUND and judgement.rounds_left_out):
+        return found
+    return ""
+
+
 def pairing_description(judgement):
     """``pairing_text`` in words for a table, with the rounds left out where there were any: "paired by round (5 of
     7 rounds; 2 only one side ran)", "in turns (2 of 3 rounds; 1 not in turns)"."""
