@@ -144,14 +144,19 @@ def check_image(name, image, gpus, driver_cuda, client, modes=(), facts=None):
     A CPU build fails on a GPU host when the entry asked for a CUDA one, and warns when it asked for the CPU."""
     known = known_build(image, facts)
     problems = build_problems(name, image, gpus, driver_cuda, modes, facts)
-    other = not_as_asked(image, known)
-    if other and not any(other in p[2] for p in problems):   # (a GPU problem's fix already says it)
-        problems.append(("warn", f"{known.torch} is another build than the entry asks for",
-                         other.removeprefix("note: ")))
+    _add_not_as_asked(problems, image, known, f"{known.torch} is another build than the entry asks for")
     if not problems:
         return Check(f"image {name}", "ok", f"{known.torch}, {_build_name(known)} ({known.source}): "
                      f"{'runs on these GPUs' if gpus else 'no GPU here to check it against'}")
     return _worst(f"image {name}", problems)
+
+
+def _add_not_as_asked(problems, image, known, what):
+    """A warning ``what`` where the build is not the one the entry asks for (not_as_asked), unless a GPU
+    problem's fix already says so."""
+    other = not_as_asked(image, known)
+    if other and not any(other in p[2] for p in problems):
+        problems.append(("warn", what, other.removeprefix("note: ")))
 
 
 def build_problems(name, image, gpus, driver_cuda, modes, facts):
@@ -172,10 +177,7 @@ def check_docker_image(name, image, gpus, driver_cuda, client, modes=(), first=T
     facts = recorded_facts(image, "docker", client) if info else None
     known = known_build(image, facts)
     problems = build_problems(name, image, gpus, driver_cuda, modes, facts)
-    other = not_as_asked(image, known)
-    if other and not any(other in p[2] for p in problems):   # (a GPU problem's fix already says it)
-        problems.append(("warn", f"{tag} holds {known.torch}, another build than the entry asks for",
-                         other.removeprefix("note: ")))
+    _add_not_as_asked(problems, image, known, f"{tag} holds {known.torch}, another build than the entry asks for")
     if not info and not first:
         return Check(f"image {name} (Docker)", "info", f"{tag} is not built (a run here uses the venvs)",
                      f"`matrixbench build --images {name}`")

@@ -212,3 +212,30 @@ def tmpfs(folder, size):
         yield folder
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def answering(*unresolved):
+    """A reachability checker (matrixbench.build.reachable) for which every index host answers but
+    ``unresolved`` (its name does not resolve); no socket is opened."""
+    import socket
+
+    from matrixbench.build.reachable import Checker
+
+    def resolver(host, port):
+        if host in unresolved:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET, ("192.0.2.1", port))]
+    return Checker(resolver, lambda family, address, timeout: None)
+
+
+def report_with_figures(runs, out, formats=("md", "csv")):
+    """``build_report`` of ``runs`` into ``out``, keeping every chart's Figure: {chart file name: Figure}."""
+    from matrixbench.report import build_report, charts
+
+    figures = {}
+    real = charts._save
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(charts, "_save", lambda figure, folder, name, title: (
+            figures.setdefault(name, figure), real(figure, folder, name, title))[1])
+        build_report(list(runs), out, list(formats))
+    return figures

@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from matrixbench.report import build_report, charts
+from host_helpers import report_with_figures
+from matrixbench.report import charts
 from test_report_verdict_rows import _record
 
 MEANS = {
@@ -44,12 +45,7 @@ def _build(root, images=("base", "new"), modes=("eager", "default", "max-autotun
             for repeat, mean in enumerate(means):
                 path = run / image / f"{model}_bs1_{mode}_float32.r{repeat}.json"
                 path.write_text(json.dumps(_record(image, model, mode, repeat, mean)))
-    figures = {}
-    real = charts._save
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(charts, "_save", lambda figure, folder, name, title: (
-            figures.setdefault(name, figure), real(figure, folder, name, title))[1])
-        build_report([run], root / "out", ["md", "csv"])
+    figures = report_with_figures([run], root / "out")
     return pd.read_csv(root / "out" / "comparisons.csv"), figures
 
 
@@ -176,12 +172,7 @@ def in_turns(tmp_path_factory):
             for repeat, blocks in enumerate(rounds):
                 record = turns._record(name, image, repeat, blocks)
                 (run / image / f"{name}.r{repeat}.json").write_text(json.dumps(record))
-    figures = {}
-    real = charts._save
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(charts, "_save", lambda figure, folder, name, title: (
-            figures.setdefault(name, figure), real(figure, folder, name, title))[1])
-        build_report([run], root / "out", ["md", "csv"])
+    figures = report_with_figures([run], root / "out")
     image_change = next(figure for name, figure in figures.items() if name.endswith("_image_change.png"))
     return pd.read_csv(root / "out" / "comparisons.csv"), image_change
 

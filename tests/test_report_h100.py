@@ -8,7 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from matrixbench.report import build_report, charts
+from host_helpers import report_with_figures
+from matrixbench.report import charts
 from matrixbench.report.tables import SUMMARY_FRONT
 
 EVIDENCE = Path(__file__).parent / "data" / "gpu" / "h100-2026-11-26"
@@ -20,12 +21,7 @@ def h100(tmp_path_factory):
     """(report.md, comparisons.csv as a frame, {chart file name: Figure}) of the H100 run."""
     root = tmp_path_factory.mktemp("h100")
     run = Path(shutil.copytree(EVIDENCE / "run-acc", root / "run-acc"))
-    figures = {}
-    real = charts._save
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(charts, "_save", lambda figure, folder, name, title: (
-            figures.setdefault(name, figure), real(figure, folder, name, title))[1])
-        build_report([run], root / "out", ["md", "csv"])
+    figures = report_with_figures([run], root / "out")
     return ((root / "out" / "report.md").read_text(encoding="utf-8"),
             pd.read_csv(root / "out" / "comparisons.csv"), figures)
 

@@ -4,14 +4,13 @@ import dataclasses
 import json
 import os
 import shlex
-import socket
 
 import pytest
 
+from host_helpers import answering
 from matrixbench.build import venvs
 from matrixbench.build.facts import BuildFacts
 from matrixbench.build.interpreters import Finder
-from matrixbench.build.reachable import Checker
 from matrixbench.build.wheelhouse import wheelhouse_dir
 from matrixbench.errors import BuildError, IndexUnreachableError
 from matrixbench.matrix import Image, Matrix
@@ -101,15 +100,6 @@ echo "3.10 $0"
     return {"PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.defpath}", "PYENV_ROOT": str(tmp_path / "no-pyenv"),
             "PIP_LOG": str(tmp_path / "pip.log"), "MATRIXBENCH_WHEELHOUSE": str(tmp_path / "wheels"),
             "PYTHONPATH": "/host/site-packages"}
-
-
-def answering(*unresolved):
-    """Every index host answers but ``unresolved`` (its name does not resolve); no socket is opened."""
-    def resolver(host, port):
-        if host in unresolved:
-            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-        return [(socket.AF_INET, ("192.0.2.1", port))]
-    return Checker(resolver, lambda family, address, timeout: None)
 
 
 def build(plan, environ, emitted=None, checker=None):

@@ -12,8 +12,9 @@ from threading import Thread
 
 import pytest
 
+from host_helpers import answering
 from matrixbench.build import images, indexes, wheelhouse
-from matrixbench.build.reachable import Checker, Reach
+from matrixbench.build.reachable import Reach
 from matrixbench.matrix import Image
 
 STABLE = Image(name="stable", torch="torch==2.0.1", python="3.10", transformers="transformers==4.43.4",
@@ -43,15 +44,6 @@ def fake_interpreter(tmp_path, monkeypatch, fail=False):
     script.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(script))
     return tmp_path / "pip.log"
-
-
-def answering(*unresolved):
-    """Every index host answers but ``unresolved`` (its name does not resolve); no socket is opened."""
-    def resolver(host, port):
-        if host in unresolved:
-            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-        return [(socket.AF_INET, ("192.0.2.1", port))]
-    return Checker(resolver, lambda family, address, timeout: None)
 
 
 def test_fill_downloads_each_layer_for_the_images_python_with_the_dockerfiles_arguments(tmp_path, monkeypatch):
