@@ -27,6 +27,9 @@ from matrixbench.gpu import compute_apps, query_gpus, run_command
 
 AUTO = "auto"             # --backend auto: docker when it answers, else venvs
 IMAGE_DISK_GIB = 10       # one image's torch CUDA build and its layers, to build
+# One venv's torch CUDA build with its wheels in the wheelhouse: a fresh make matrix (stop 22, the CPU smoke
+# matrix's two images from PyPI's CUDA wheels) left 9.6 GB of venvs (4.6 and 5.1) and 4.9 GB of wheels.
+VENV_DISK_GIB = 7.5
 RESULTS_DISK_GIB = 5      # results, compile and HF caches
 DRIVER = "driver and GPUs"
 
@@ -306,14 +309,27 @@ def check_persistence_and_clocks(gpus):
     return checks
 
 
-def check_disk(commands, unbuilt, path):
+def check_disk(commands, unbuilt, path, backend="docker"):
+    """Room for ``unbuilt`` images of ``backend`` (docker: IMAGE_DISK_GIB each, under Docker's root; venv:
+    VENV_DISK_GIB each, under the cache) and for results and caches, at ``path``."""
     free_gib = commands.disk_free(str(path)) / 2**30
-    need = unbuilt * IMAGE_DISK_GIB + RESULTS_DISK_GIB
+    each = VENV_DISK_GIB if backend == "venv" else IMAGE_DISK_GIB
+    need = unbuilt * each + RESULTS_DISK_GIB
+    kind = "venv(s)" if backend == "venv" else "image(s)"
     if free_gib < need:
-        return Check("free disk", "fail", f"{free_gib:.0f} GiB free at {path}, {need} GiB needed "
-                     f"({unbuilt} image(s) to build at ~{IMAGE_DISK_GIB} GiB, results and caches)",
-                     "free space (`docker system prune`), or use a larger disk")
-    return Check("free disk", "ok", f"{free_gib:.0f} GiB free at {path} ({need} GiB needed)")
+        fix = ("free space (`matrixbench clean --venvs`, or old wheels in the wheelhouse), or use a larger disk"
+               if backend == "venv" else "free space (`docker system prune`), or use a larger disk")
+        return Check("free disk", "fail", f"{free_gib:.0f} GiB free at {path}, {need:g} GiB needed "
+                     f"({unbuilt} {kind} to build at ~{each:g} GiB, results and caches)", fix)
+    return Check("free disk", "ok", f"{free_gib:.0f} GiB free at {path} ({need:g} GiB needed)")
+
+
+def _existing(path):
+    """``path``, or its nearest existing parent (where a folder not made yet will be)."""
+    path = Path(path)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
 
 
 def check_hf(environ, hf_cache):
@@ -349,8 +365,14 @@ def diagnose(matrix, commands=None, connect=None, hf_cache=None, docker_root="/v
     checks += [check_backend(client, container_check, backend, unbuilt), *images]
     if gpus:
         checks += [check_other_processes(commands), *check_persistence_and_clocks(gpus)]
-    disk_path = docker_root if os.path.isdir(docker_root) else "."
-    checks += [check_disk(commands, len(unbuilt), disk_path), check_hf(commands.environ, hf_cache or _hf_cache())]
+    if first == "venv":
+        from matrixbench.build.venvs import venvs_root
+
+        disk_path = _existing(venv_root or venvs_root(commands.environ))
+    else:
+        disk_path = docker_root if os.path.isdir(docker_root) else "."
+    checks += [check_disk(commands, len(unbuilt), disk_path, first),
+               check_hf(commands.environ, hf_cache or _hf_cache())]
     return checks
 
 

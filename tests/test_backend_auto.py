@@ -3,6 +3,7 @@ says which ran and why; a GPU host with Docker never falls to the local backend.
 (GPU or not, Docker or not, builds ok or failed) with fake probes and builds; the CLI wiring with a
 fake build and the local runner's stand-in."""
 import itertools
+import shutil
 
 import pytest
 from click.testing import CliRunner
@@ -124,6 +125,9 @@ def test_make_matrix_on_a_gpu_host_without_docker_builds_venvs(tmp_path, monkeyp
     def no_daemon():
         raise DockerUnavailableError("no Docker daemon answers at unix:///var/run/docker.sock; start it")
     monkeypatch.setattr(docker_client, "connect", no_daemon)
+    # a roomy disk: this machine's own free space is not what the flow tests (CI failed here at 25 GiB free)
+    roomy = shutil.disk_usage("/")._replace(free=500 * 2**30)
+    monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: roomy)
     data = small_matrix_data()
     for image in data["images"].values():   # CUDA builds this driver runs (doctor checks them)
         image.setdefault("index_url", "https://download.pytorch.org/whl/cu128")

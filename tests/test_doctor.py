@@ -249,3 +249,22 @@ def test_measure_after_another_failure_measures_nothing(monkeypatch, tmp_path):
     assert calls == [] and result.exit_code == 7 and "selftest not run: fix the failures above first" in result.output
     result, calls = measured(monkeypatch, checks_for())
     assert calls == [("noise", None), ("selftest", "auto")] and result.exit_code == 0
+
+
+def test_unbuilt_venvs_count_against_the_cache_disk_at_what_a_venv_takes(tmp_path):
+    """A run that builds venvs needs room where they go (the cache), VENV_DISK_GIB each with its wheels (measured:
+    a fresh make matrix's two venvs and wheels), not Docker's 10 GiB an image under /var/lib/docker."""
+    from matrixbench import doctor
+
+    seen = []
+    commands = Commands(run=smi("a100x8", ""), environ={}, disk_free=lambda path: seen.append(path) or 30 * GiB)
+    root = tmp_path / "cache" / "venvs"      # not made yet: its nearest existing parent is measured
+    checks = {check.name: check for check in diagnose(load_matrix(MATRIX), commands, connect=lambda: None,
+                                                      hf_cache=Path("/hf"), venv_root=root)}
+    disk = checks["free disk"]
+    unbuilt = len(load_matrix(MATRIX).images)
+    need = unbuilt * doctor.VENV_DISK_GIB + doctor.RESULTS_DISK_GIB
+    assert seen == [str(tmp_path)] and f"{need:g} GiB needed" in disk.detail and "venv(s)" in disk.detail
+    assert disk.status == ("fail" if need > 30 else "ok")
+    if disk.status == "fail":
+        assert "matrixbench clean --venvs" in disk.fix
