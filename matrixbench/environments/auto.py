@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, ContextManager, FrozenSet, Mapping, Optional, Tuple
 
 from matrixbench.build.images import BuildOptions
+from matrixbench.build.venvs import venvs_root
 from matrixbench.errors import MatrixbenchError, RunError
 from matrixbench.matrix import Matrix
 
@@ -23,7 +24,7 @@ AUTO = "auto"
 LOCAL_IMAGE = "latest"     # the local fallback records this interpreter as the image "latest"
 HOW = {
     "docker": "one Docker container per image",
-    "venv": "one virtual environment per image, built from its pins under ~/.cache/matrixbench/venvs",
+    "venv": "one virtual environment per image, built from its pins",
     "local": f"the local backend (this interpreter's torch, recorded as image '{LOCAL_IMAGE}')",
 }
 NO_DOCKER = "Docker is not available (no Docker daemon answers)"
@@ -66,7 +67,8 @@ def choose(machine: Machine, build_docker: Build, build_venv: Build, try_venv: b
     if try_venv:
         failed = _build(build_venv)
         if failed is None:
-            return Choice("venv", f"--backend auto ran {HOW['venv']}. Not Docker: {why_not_docker}.", None)
+            return Choice("venv", f"--backend auto ran {HOW['venv']}. They are in {venvs_root()}. Not Docker: "
+                                  f"{why_not_docker}.", None)
         why_not_venv = f"the venv build failed ({failed})"
     if machine.gpu and machine.docker:
         raise RunError(f"--backend auto: not Docker: {why_not_docker}; not venvs: {why_not_venv}. With a GPU and "
