@@ -444,3 +444,25 @@ def test_the_budget_charges_each_runner_its_start(tmp_path):
                            estimates=Stub(), read=lambda work, cell, maximum: adaptive.Processes())
     wave = waves._admitted([(work, list(work.pending)) for work in works])
     assert sum(len(work.pending) for work in wave) == 1 and waves.outcome.held_back == 3
+
+
+@pytest.mark.parametrize("gpu, visible, at_once", [
+    (None, None, "8 runner(s) at once"),          # slots auto on a GPU run: one per GPU nvidia-smi lists
+    ("0,1", None, "2 runner(s) at once"),         # --gpu chooses two of them
+    (None, "3", "one runner at a time"),          # CUDA_VISIBLE_DEVICES one
+    ("9", None, "one runner at a time"),          # not on this host: none placed (the run then refuses it)
+])
+def test_the_bill_of_a_gpu_run_counts_one_runner_per_gpu_it_places(tmp_path, monkeypatch, gpu, visible, at_once):
+    """The GPU-only branch of the bill's runners at once (slots.gpus_placed), against the recorded nvidia-smi
+    output of an 8-GPU A100 host (tests/data/a100x8-*)."""
+    from matrixbench import gpu as gpu_module
+    from test_doctor import smi
+
+    monkeypatch.setattr(gpu_module, "run_command", smi("a100x8"))
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    matrix = load_matrix(write_matrix(tmp_path), Overrides(models=["vit"]))
+    text = describe_plan(matrix, tmp_path / "results" / "r1", False, False, device="cuda", gpu=gpu)
+    assert at_once in text.splitlines()[-1]
