@@ -47,13 +47,14 @@ def run_cell(job, marks=None, reply=None):
     if session is not None:
         session.own_turn()
     record = records.new_record(job)
-    step = None
+    step, board = None, None
     try:
+        board = timing_board.from_env()   # read once: the cell's timed loop and its blocks in turns mark the same board
         available = (job.get("precision") or {}).get("tf32_available")
         record.precision = dict(apply_precision(job["cell"]), tf32_available=available)
         reset()
         with torch.no_grad():
-            step = _measure(job, record, marks)
+            step = _measure(job, record, marks, board)
         record.status = Status.OK
     except Exception as exc:
         records.fail_with_exception(record, exc)
@@ -61,18 +62,17 @@ def run_cell(job, marks=None, reply=None):
             mark_repaired(record, exc, job.get("compile_cache_dirs") or {})
     note_repair(record, job.get("compile_cache_repaired"))
     if session is not None:
-        _take_turns(session, step, record, job)
+        _take_turns(session, step, record, job, board)
         if reply is not None:
             reply["no_partner"] = session.no_partner
     return records.finish(record, job)
 
 
-def _take_turns(session, step, record, job):
+def _take_turns(session, step, record, job, board):
     """This side's blocks after its own part (a failed own part closes the baton at once); ``timing.turns``
     where the cell got as far as timing."""
     own_ok = record.status is Status.OK
     with torch.no_grad():
-        board = timing_board.from_env()
         session.blocks(step if own_ok else None, own_ok, record.settings["iterations"], job["device"],
                        threads=_torch_threads, timing=lambda: timing_board.timing(board))
     if isinstance(record.timing, dict):
@@ -86,12 +86,12 @@ def _torch_threads(count):
     return torch.get_num_threads()
 
 
-def _measure(job, record, marks):
-    """The cell's measurement into ``record``; returns the step it timed (the compiled one for compiled cells)."""
+def _measure(job, record, marks, board):
+    """The cell's measurement into ``record``; returns the step it timed (the compiled one for compiled cells).
+    ``board``: the slot's timing board (runner.timing_board), None without slots."""
     cell, settings, device = job["cell"], record.settings, job["device"]
     compiled = Mode(cell.mode).compiled
     refuse_unsupported(cell, device)
-    board = timing_board.from_env()
     preparing = contextlib.ExitStack()
     preparing.enter_context(timing_board.preparing(board))   # exclusive timing: shared until timing
     with preparing:

@@ -305,3 +305,16 @@ def test_a_pair_in_one_slot_under_exclusive_timing_takes_its_turns_and_its_block
     blocks_s = sum(sum(records[role]["timing"]["turns"]["block_ms"]) * 20 / 1000 for role in records)
     assert blocks_s > 0.2, blocks_s
     assert any(count == 1 for at, count in seen if at > last_own_end + 0.1)   # slot 0 timing after both own loops
+
+
+def test_an_unreadable_timing_board_fails_the_cell_not_the_pair(tmp_path, monkeypatch):
+    """The board is read once, inside the cell's failure handling: a board variable this runner cannot read fails
+    each side's record with the reason, and the pair still ends (no second read outside it to crash on)."""
+    from runner.timing_board import BOARD_ENV
+    monkeypatch.setenv(BOARD_ENV, json.dumps({"version": 9, "dir": str(tmp_path), "slot": 0}))   # both inherit it
+    records, logs = both(tmp_path)
+    for role in ("first", "second"):
+        record = records[role]
+        assert record["status"] == "error", logs[role]
+        assert BOARD_ENV in record["error"]["message"] and "version 9" in record["error"]["message"]
+        assert record["timing"] is None
