@@ -15,11 +15,10 @@ from matrixbench.executors.base import Executor, Options, Run, gpu_choice
 from matrixbench.executors.calibration import run_calibration
 from matrixbench.executors.scheduler import Unit, make_units, run_on_slots
 from matrixbench.executors.sequential import run_pair
-from matrixbench.gpu import host_gpus
 from matrixbench.matrix import Matrix
 from matrixbench.run import folder as run_folder
 from matrixbench.run.pending import ImageWork
-from matrixbench.run.placement import AUTO, NoHostGpusError, Slot, SlotPlan, check_gpus_free, choose_gpus, plan_slots
+from matrixbench.run.placement import AUTO, NoHostGpusError, Slot, SlotPlan, check_gpus_free, chosen_gpus, plan_slots
 
 
 class SlotsExecutor(Executor):
@@ -70,7 +69,7 @@ def gpus_placed(gpu: Optional[str], environ: Mapping[str, str]) -> int:
     CUDA_VISIBLE_DEVICES) chooses of the host's nvidia-smi list; 0 where it lists none or not those (``plan`` then
     runs one runner per image, or refuses the run)."""
     try:
-        return len(choose_gpus(host_gpus(), gpu_choice(gpu, environ)))
+        return len(chosen_gpus(gpu_choice(gpu, environ)))
     except RunError:
         return 0
 

@@ -194,6 +194,12 @@ def choose_gpus(gpus, chosen: Sequence[str]):
     return [by_key[key] for key in chosen]
 
 
+def chosen_gpus(gpu_choice: Sequence[str], run: Optional[Runner] = None):
+    """The host's GPUs (nvidia-smi) that ``--gpu`` (else CUDA_VISIBLE_DEVICES: ``gpu_choice``) chooses: what a
+    GPU run's slots are made of, and what the bill counts as runners at once."""
+    return choose_gpus(host_gpus(run), gpu_choice)
+
+
 def gpu_slots(gpus, topology: Dict[int, GpuPlace], cores: Sequence[int]) -> Tuple[List[Slot], List[str]]:
     """One slot per GPU; each NUMA node's usable cores split among that node's GPUs."""
     found = [topology.get(int(gpu.index)) for gpu in gpus]
@@ -230,7 +236,7 @@ def plan_slots(slots, use_gpus: bool, gpu_choice: Sequence[str] = (), run: Optio
     if not use_gpus:
         count = 1 if slots == AUTO else int(slots)
         return SlotPlan(tuple(Slot(i, part) for i, part in enumerate(split_evenly(cores, count))), tuple(notes))
-    gpus = choose_gpus(host_gpus(run), gpu_choice)
+    gpus = chosen_gpus(gpu_choice, run)
     if not gpus:
         raise NoHostGpusError("slots on GPUs: the host's nvidia-smi lists no GPU to place")
     if slots != AUTO:
