@@ -3,10 +3,11 @@
 # a preinstalled torch, no Docker, no network, in one command of at most 8 minutes (BUDGET_S, default 420 s
 # of work after the set-up):
 #   1. matrixbench selftest (the measuring apparatus on this GPU),
-#   1b. issue 34's A/A through the product, without turns, in turns, and in turns pinned to TURNS_PIN cores
-#      (default 1) (benchmarks/bench_turns_aa.py: `run --aa latest` on TURNS_AA, default resnet, eager,
-#      TURNS_REPEATS rounds, default 4; TURNS_DESIGNS, default pinned,turns,plain: the most telling first, should the
-#      budget cut the step short; TURNS_AA= skips it): the
+#   1b. issue 34's A/A through the product, in turns pinned to TURNS_PIN cores (default 1) and in turns
+#      (benchmarks/bench_turns_aa.py: `run --aa latest` on TURNS_AA, default resnet, eager, TURNS_REPEATS rounds,
+#      default 6, enough for the SD's 90% upper bound to decide; TURNS_DESIGNS, default pinned,turns, the most
+#      telling first, should the budget cut the step short; add plain for the design without turns, whose spread
+#      the H200 run already showed; TURNS_AA= skips it): the
 #      SD of the rounds' log ratios of each design decides whether turns become the default (docs/turns.md);
 #      each of its runs starts with the noise check (issue 32's probe on the GPU, run/noise_check.json),
 #   2. the full-size seed models MODELS (default resnet,vit) at batch size 1 in eager, default and
@@ -107,9 +108,9 @@ run "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir
   > "$RESULTS/machine.txt" 2>&1 || true
 run $mb selftest --results "$RESULTS" --run acceptance --python "$PYTHON" --device "$DEVICE"
 [ -n "${TURNS_AA-resnet}" ] && run "$PYTHON" benchmarks/bench_turns_aa.py --matrix "$RESULTS/acceptance.yaml" \
-  --image latest --models "${TURNS_AA-resnet}" --modes eager --repeats "${TURNS_REPEATS:-4}" \
+  --image latest --models "${TURNS_AA-resnet}" --modes eager --repeats "${TURNS_REPEATS:-6}" \
   --iterations "$ITERATIONS" --device "$DEVICE" --backend local --results "$RESULTS" --out "$RESULTS" --name turns_aa \
-  --designs "${TURNS_DESIGNS:-pinned,turns,plain}" --pin "${TURNS_PIN:-1}"
+  --designs "${TURNS_DESIGNS:-pinned,turns}" --pin "${TURNS_PIN:-1}"
 run $mb run --matrix "$RESULTS/acceptance.yaml" --backend local --device "$DEVICE" --results "$RESULTS" \
   --run acceptance --models "$MODELS" --note "benchmarks/gpu_acceptance.sh on $gpus"
 run $mb report "$RESULTS/acceptance" --out "$RESULTS/report"

@@ -132,3 +132,25 @@ def test_the_host_load_benchmark_judges_speed_ups_the_right_way_round():
         assert found["verdict"] == "faster", kind
         assert found["low"] < found["speedup"] < found["high"], kind
         assert found["speedup"] == pytest.approx(2.0, rel=0.03), kind
+
+
+def test_the_turns_aa_upper_bound_of_an_sd_holds_the_truth_at_its_level_and_the_goal_line_says_both():
+    """bench_turns_aa decides issue 34 from a few rounds: the SD's 90% upper bound holds a known SD about 90% of
+    the time at 4 and 12 rounds (simulated normal log ratios), and a design met only at the SD seen is said so."""
+    import random
+    import statistics
+
+    from benchmarks.bench_turns_aa import goal_line, sd_upper
+    rng = random.Random(34)
+    for rounds in (4, 12):
+        held = sum(sd_upper(statistics.stdev([rng.gauss(0.0, 0.05) for _ in range(rounds)]), rounds) >= 0.05
+                   for _ in range(4000))
+        assert 0.88 <= held / 4000 <= 0.92, (rounds, held)
+    lucky = {"rounds": 4, "power_3_rounds_at_10pct": 0.6, "power_at_sd_upper": 0.1}
+    sure = {"rounds": 12, "power_3_rounds_at_10pct": 0.8, "power_at_sd_upper": 0.55}
+    poor = {"rounds": 4, "power_3_rounds_at_10pct": 0.2, "power_at_sd_upper": 0.05}
+    line = goal_line({"resnet": {"aa-pinned": lucky, "aa-plain": poor}})
+    assert "met by aa-pinned (resnet) at the SD seen; by none at its 90% upper bound" in line
+    line = goal_line({"resnet": {"aa-pinned": sure}})
+    assert line.endswith("at its 90% upper bound too by aa-pinned (resnet).")
+    assert goal_line({"resnet": {"aa-plain": poor}}).endswith("met by no design here.")
