@@ -22,6 +22,7 @@ from matrixbench.build.cuda_builds import (
     not_as_asked,
     recorded_facts,
 )
+from matrixbench.build.indexes import from_labels as indexes_used
 from matrixbench.errors import MatrixbenchError
 from matrixbench.gpu import compute_apps, query_gpus, run_command
 
@@ -180,7 +181,11 @@ def check_docker_image(name, image, gpus, driver_cuda, client, modes=(), first=T
     facts = recorded_facts(image, "docker", client) if info else None
     known = known_build(image, facts)
     problems = build_problems(name, image, gpus, driver_cuda, modes, facts)
-    _add_not_as_asked(problems, image, known, f"{tag} holds {known.torch}, another build than the entry asks for")
+    used = indexes_used(getattr(info, "labels", None) or {}) if info else {}
+    if used:    # its label says which indexes its build used
+        _add_why_not_as_asked(problems, name, image, known, used, gpus, "docker")
+    else:
+        _add_not_as_asked(problems, image, known, f"{tag} holds {known.torch}, another build than the entry asks for")
     if not info and not first:
         return Check(f"image {name} (Docker)", "info", f"{tag} is not built (a run here uses the venvs)",
                      f"`matrixbench build --images {name}`")
@@ -209,41 +214,53 @@ def check_venv(name, image, gpus, driver_cuda, modes=(), first=True, root=None):
              f"`matrixbench build --backend venv --images {name}`"), *problems])
     known = known_build(image, venv.facts)
     problems = build_problems(name, image, gpus, driver_cuda, modes, venv.facts)
-    other = not_as_asked(image, known)
-    if other and not any(other in p[2] for p in problems):
-        problems.append(venv_not_as_asked(name, image, known, _marker(plan), gpus))
+    _add_why_not_as_asked(problems, name, image, known, _marker(plan), gpus, "venv")
     return _line(f"image {name} (venv)", problems, first,
                  f"built ({plan.path}): {_summary(known, gpus)}")
 
 
-def venv_not_as_asked(name, image, known, marker, gpus):
-    """(warn, what, fix): the venv holds another torch build than its entry asks for; why, from its marker."""
+# A build's record of the indexes it used (indexes.Indexes.record), by backend: where it is kept, and the rebuild
+RECORDS = {"venv": ("its marker", "matrixbench build --backend venv --no-cache"),
+           "docker": ("its label", "matrixbench build --no-cache")}
+
+
+def _add_why_not_as_asked(problems, name, image, known, used, gpus, backend):
+    """The warning of ``not_as_asked_why`` where the build is not the one the entry asks for (not_as_asked),
+    unless a GPU problem's fix already says so."""
+    other = not_as_asked(image, known)
+    if other and not any(other in p[2] for p in problems):
+        problems.append(not_as_asked_why(name, image, known, used, gpus, backend))
+
+
+def not_as_asked_why(name, image, known, used, gpus, backend):
+    """(warn, what, fix): the build (a venv, a Docker image: ``backend``) holds another torch build than its entry
+    asks for; why, from what it recorded of its indexes (``used``: a venv's marker, an image's label)."""
     asked = image_cuda(image)
     index = (image.index_url or "PyPI").rstrip("/")
     held = f"CUDA {known.cuda}" if known.cuda else "CPU"
     what = (f"it holds {known.torch}, a {held} build, but the entry asks for the "
-            f"{f'CUDA {asked}' if asked else 'CPU'} build of {index}: {_why_other(name, marker)}")
+            f"{f'CUDA {asked}' if asked else 'CPU'} build of {index}: {_why_other(name, used, backend)}")
     if not gpus and not asked:
         what += (f"; without a GPU it runs on the CPU all the same, and each record names the torch that ran "
                  f"({known.torch.split()[-1]}), so a CPU smoke run is sound")
     version = known.torch.split()[-1].split("+")[0]
     tag = f"cu{asked.replace('.', '')}" if asked else "cpu"
-    return ("warn", what, f"once {index} answers: `matrixbench build --backend venv --no-cache --images {name}` "
+    return ("warn", what, f"once {index} answers: `{RECORDS[backend][1]} --images {name}` "
             f"(or pin images.{name}.torch to torch=={version}+{tag})")
 
 
-def _why_other(name, marker):
-    """Why a venv got another build, as far as its marker (``torch_index_used``, ``indexes_left_out``) says."""
-    if "torch_index_used" not in marker:
-        return ("its marker does not say why (built before venvs recorded the indexes they used): that index "
-                "did not answer, or the shared wheelhouse held PyPI's wheel of the same version")
-    left = [out for out in marker.get("indexes_left_out") or [] if out.get("field") == f"images.{name}.index_url"]
+def _why_other(name, used, backend):
+    """Why a build got another torch build, as far as its record (``torch_index_used``, ``indexes_left_out``) says."""
+    if "torch_index_used" not in used:
+        return (f"{RECORDS[backend][0]} does not say why (built before builds recorded the indexes they used): "
+                "that index did not answer, or the shared wheelhouse held PyPI's wheel of the same version")
+    left = [out for out in used.get("indexes_left_out") or [] if out.get("field") == f"images.{name}.index_url"]
     if left:
         return (f"that index did not answer when it was built ({left[0].get('reason', 'no answer')}), so pip "
                 "took PyPI's wheel of the same version")
-    if marker["torch_index_used"] is None:
+    if used["torch_index_used"] is None:
         return "torch came from the shared wheelhouse, which held another build of the same version"
-    return f"pip took it from {marker['torch_index_used']}"
+    return f"pip took it from {used['torch_index_used']}"
 
 
 def _marker(plan):

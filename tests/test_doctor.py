@@ -1,9 +1,12 @@
 """matrixbench doctor against nvidia-smi outputs written from NVIDIA's documented formats
 (tests/data/gpu/nvidia-smi/README.md), a fake Docker client and a fake disk."""
+import json
 from pathlib import Path
 
 import pytest
 
+from matrixbench.build import docker_client, indexes
+from matrixbench.build import facts as build_facts
 from matrixbench.doctor import Commands, DoctorError, diagnose, report
 from matrixbench.errors import DockerUnavailableError
 from matrixbench.gpu import parse_gpus
@@ -56,8 +59,6 @@ def checks_for(machine="a100x8", apps="", client=None, free_gib=500, environ=Non
 def fake_venv(root, image, torch, cuda, **used):
     """A built venv of ``image`` under ``root`` as build.venvs leaves one: its marker (``used``: what the
     downloads used, absent in a marker from before they were recorded) and its interpreter."""
-    import json
-
     from matrixbench.build import venvs
 
     plan = venvs.plan_venv(image, root=root)
@@ -192,6 +193,37 @@ def test_a_venv_whose_index_did_not_answer_says_so(tmp_path):
     venv = checks["image stable (venv)"]
     assert "that index did not answer when it was built (connection refused)" in venv.detail
     assert "PyPI's wheel of the same version" in venv.detail
+
+
+class LabelledClient(FakeClient):
+    """Docker with ``image`` built from its entry, holding ``torch`` (CUDA ``cuda``), its labels as a build leaves
+    them (``labels``: more of them)."""
+
+    def __init__(self, image, torch, cuda, labels):
+        super().__init__(built=(image.name,))
+        self.labels = {docker_client.LABEL_CONTENT_HASH: image.content_hash(),
+                       build_facts.LABEL: build_facts.BuildFacts(torch, cuda, ()).to_label(), **labels}
+
+    def inspect_image(self, tag):
+        return docker_client.ImageInfo("sha256:1", self.labels) if super().inspect_image(tag) else None
+
+
+def test_a_docker_image_whose_index_did_not_answer_says_so_from_its_label(tmp_path):
+    """The venv marker's twin: a Docker image's label (indexes.LABEL) records that its build left out the torch
+    index, and doctor says so, with the Docker rebuild."""
+    left_out = {"field": "images.stable.index_url", "url": "https://download.pytorch.org/whl/cpu",
+                "reason": "cannot resolve download.pytorch.org"}
+    used = {"torch_index_used": "https://pypi.org/simple", "indexes_left_out": [left_out],
+            "layers_from_wheelhouse": []}
+    client = LabelledClient(load_matrix(SMOKE).images["stable"], "2.0.1+cu117", "11.7",
+                            {indexes.LABEL: json.dumps(used)})
+    docker = checks_for(machine=None, client=client, matrix=SMOKE, venv_root=tmp_path)["image stable (Docker)"]
+    assert docker.status == "warn"
+    assert ("2.0.1+cu117, a CUDA 11.7 build, but the entry asks for the CPU build of "
+            "https://download.pytorch.org/whl/cpu: that index did not answer when it was built (cannot resolve "
+            "download.pytorch.org), so pip took PyPI's wheel of the same version") in docker.detail
+    assert docker.fix.startswith("once https://download.pytorch.org/whl/cpu answers: "
+                                 "`matrixbench build --no-cache --images stable`")
 
 
 def test_the_backend_line_says_which_environment_a_run_uses(tmp_path):

@@ -1,14 +1,16 @@
 """Build planning (build args, labels, dry-run) and the build loop, with the SDK faked."""
 import contextlib
 import dataclasses
+import json
 import tarfile
 from pathlib import Path
 
 import pytest
 
 from docker_fakes import FakeSDK
+from host_helpers import answering
 from matrixbench import resources
-from matrixbench.build import docker_client, images
+from matrixbench.build import docker_client, images, indexes, reachable, wheelhouse
 from matrixbench.build.versions import torch_label
 from matrixbench.errors import BuildError, MatrixError
 from matrixbench.matrix import Image, Matrix
@@ -28,6 +30,12 @@ def own_cache_home(tmp_path, monkeypatch):
     """A cache folder of the test's own: a build holds a lock file there (images.building), and under the
     real one a faked build of matrixbench:stable waits for a real one of the docker tests beside it."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+@pytest.fixture(autouse=True)
+def indexes_answer(monkeypatch):
+    """Every index host answers (no socket opened): a build asks which do before it starts (images.choose_indexes)."""
+    monkeypatch.setattr(reachable, "CHECKER", answering())
 
 
 def test_build_args_come_from_the_image_entry():
@@ -153,9 +161,9 @@ def _fake_client(monkeypatch, sdk, wheelhouse_url=None):
     monkeypatch.setattr(docker_client, "connect", lambda: docker_client.DockerClient(sdk))
 
     @contextlib.contextmanager
-    def offered(plan, python, *, emit):
+    def offered(plan, python, *, emit, indexes):
         offers.append((plan.name, python))
-        yield wheelhouse_url
+        yield wheelhouse.Offer(wheelhouse_url, indexes.record() if wheelhouse_url else None)
 
     offers = []
     monkeypatch.setattr(images.wheelhouse, "offered", offered)
@@ -179,6 +187,45 @@ def test_without_a_wheelhouse_the_build_uses_dockers_own_network(monkeypatch):
     images.build_images(MATRIX, ["stable"], on_progress=lambda *_: None)
     call, _label = sdk.build_calls   # the build, then the label of what it holds (build_facts)
     assert "network_mode" not in call and call["buildargs"]["FIND_LINKS"] == ""
+
+
+def test_an_unreachable_torch_index_is_left_out_of_the_docker_build_said_in_one_line_and_labelled(monkeypatch):
+    """download.pytorch.org does not resolve: the build's pip is not told it (it would retry it for minutes), one
+    line says so in the venvs' wording, and the image's label records where torch came from instead."""
+    monkeypatch.setattr(reachable, "CHECKER", answering("download.pytorch.org"))
+    sdk = FakeSDK(build_chunks=[{"stream": "Step 1/2 : FROM x\n"}])
+    _fake_client(monkeypatch, sdk)
+    lines = []
+    images.build_images(MATRIX, ["stable"], on_progress=lambda name, line: lines.append(line))
+    left_out = [line for line in lines if "left out" in line]
+    assert left_out == [
+        "images.stable.index_url https://download.pytorch.org/whl/cu118 is left out of this host's pip download and "
+        "the Docker build (cannot resolve download.pytorch.org): torch==2.0.1 comes from https://pypi.org/simple "
+        "instead, as pip would after its retries; note: PyPI's Linux torch wheels are CUDA builds"]
+    build, label = sdk.build_calls   # the build, then the label of what it holds (build_facts)
+    assert build["buildargs"] == {**images.build_spec(STABLE).buildargs, "TORCH_INDEX_URL": ""}
+    assert build["labels"][docker_client.LABEL_CONTENT_HASH] == STABLE.content_hash()   # the entry is unchanged
+    used = {"torch_index_used": "https://pypi.org/simple", "layers_from_wheelhouse": [], "indexes_left_out": [
+        {"field": "images.stable.index_url", "url": "https://download.pytorch.org/whl/cu118",
+         "reason": "cannot resolve download.pytorch.org"}]}
+    assert json.loads(build["labels"][indexes.LABEL]) == used
+    assert indexes.from_labels(sdk.images_by_tag["matrixbench:stable"].labels) == used   # kept by the label build
+    assert label["labels"][indexes.LABEL] == build["labels"][indexes.LABEL]
+
+
+def test_an_unreachable_extra_index_is_left_out_of_the_docker_build_and_the_others_kept(monkeypatch):
+    monkeypatch.setattr(reachable, "CHECKER", answering("down.example"))
+    sdk = FakeSDK(build_chunks=[{"stream": "Step 1/2 : FROM x\n"}])
+    _fake_client(monkeypatch, sdk)
+    images.build_images(MATRIX, ["newest"], extra_index_urls=["https://down.example/simple",
+                                                              "https://up.example/simple"],
+                        on_progress=lambda *_: None)
+    build, _label = sdk.build_calls
+    assert build["buildargs"]["EXTRA_INDEX_URLS"] == "https://up.example/simple"
+    used = json.loads(build["labels"][indexes.LABEL])
+    assert used["torch_index_used"] == "https://pypi.org/simple"   # newest names no torch index of its own
+    assert [(out["field"], out["url"]) for out in used["indexes_left_out"]] == [
+        ("images.newest.extra_index_urls / --extra-index-url", "https://down.example/simple")]
 
 
 def test_the_python_version_comes_from_the_python_build_arg():

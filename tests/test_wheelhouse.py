@@ -1,6 +1,7 @@
 """The wheelhouse offered to Docker builds: filled with this host's pip for the image's Python
 (through images/pip-install.sh), served on 127.0.0.1 for the build."""
 import dataclasses
+import json
 import shlex
 import socket
 import sys
@@ -15,7 +16,8 @@ import pytest
 from host_helpers import answering
 from matrixbench.build import images, indexes, wheelhouse
 from matrixbench.build.reachable import Reach
-from matrixbench.matrix import Image
+from matrixbench.errors import IndexUnreachableError
+from matrixbench.matrix import Image, Matrix
 
 STABLE = Image(name="stable", torch="torch==2.0.1", python="3.10", transformers="transformers==4.43.4",
                base_image="python:3.10-slim-bookworm", extra_pins=("numpy<2",),
@@ -66,15 +68,15 @@ def test_a_failed_download_offers_nothing_and_says_so(tmp_path, monkeypatch):
     environ = {"PATH": "/usr/bin:/bin", wheelhouse.WHEELHOUSE_VARIABLE: str(tmp_path / "wheels")}
     lines = []
     with wheelhouse.offered(images.build_spec(STABLE), "3.10", emit=lambda name, line: lines.append(line),
-                            environ=environ, checker=answering()) as url:
-        assert url is None
+                            environ=environ, checker=answering()) as offer:
+        assert offer == wheelhouse.Offer(None, None)
     assert "the build downloads its wheels itself" in lines[-1]
 
 
 def test_no_python_version_offers_nothing(tmp_path, monkeypatch):
     log = fake_interpreter(tmp_path, monkeypatch)
-    with wheelhouse.offered(images.build_spec(STABLE), None, emit=lambda *_: None, environ={}) as url:
-        assert url is None
+    with wheelhouse.offered(images.build_spec(STABLE), None, emit=lambda *_: None, environ={}) as offer:
+        assert offer.url is None
     assert not log.exists()
 
 
@@ -99,19 +101,47 @@ def test_an_unreachable_extra_index_is_left_out_and_the_others_kept():
     assert chosen.torch_index == "https://download.pytorch.org/whl/cu118" and chosen.main == Reach(True)
 
 
-def test_a_docker_builds_fill_with_an_unreachable_main_index_is_a_note_and_its_build_args_stay(tmp_path, monkeypatch):
-    """The Docker build's own pip gets the build args as they are (its network may differ); the host's does not
-    retry the index."""
+def docker_build(tmp_path, monkeypatch, *unresolved):
+    """A Docker build of STABLE with the SDK faked and the real wheelhouse (this host's pip faked by
+    ``fake_interpreter``), where the index hosts ``unresolved`` do not resolve; the FakeSDK."""
+    from docker_fakes import FakeSDK
+    from matrixbench.build import docker_client, reachable
+
+    monkeypatch.setenv(wheelhouse.WHEELHOUSE_VARIABLE, str(tmp_path / "wheels"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(reachable, "CHECKER", answering(*unresolved))
+    sdk = FakeSDK(build_chunks=[{"stream": "Step 1/2 : FROM x\n"}])
+    monkeypatch.setattr(docker_client, "connect", lambda: docker_client.DockerClient(sdk))
+    return sdk
+
+
+def test_a_docker_build_whose_main_index_does_not_answer_is_refused_before_it_starts(tmp_path, monkeypatch):
+    """pypi.org does not resolve and the wheelhouse lacks wheels: the build's own pip would retry it for minutes
+    (its network is taken for this host's), so the build stops at once, after the offline try only."""
     log = fake_interpreter(tmp_path, monkeypatch, fail=True)
-    environ = {"PATH": "/usr/bin:/bin", wheelhouse.WHEELHOUSE_VARIABLE: str(tmp_path / "wheels")}
-    plan = images.build_spec(STABLE)
-    before = dict(plan.buildargs)
-    lines = []
-    assert not wheelhouse.fill(plan, "3.10", emit=lambda name, line: lines.append(line), environ=environ,
-                               checker=answering("pypi.org"))
+    sdk = docker_build(tmp_path, monkeypatch, "pypi.org")
+    with pytest.raises(IndexUnreachableError) as refused:
+        images.build_images(Matrix(images={"stable": STABLE}, models={}, batch_sizes=(1,), modes=("eager",)),
+                            ["stable"], on_progress=lambda *_: None)
+    assert str(refused.value).startswith(
+        "image 'stable': the index https://pypi.org/simple (the build setting index_url: matrix.yaml, --set "
+        "index_url=URL or build --index-url) does not answer from this host (cannot resolve pypi.org)")
     assert len(log.read_text().splitlines()) == 1 and "--no-index" in log.read_text()   # the offline try only
-    assert "does not answer from this host (cannot resolve pypi.org)" in lines[-1]
-    assert lines[-1].endswith("the build downloads its wheels itself") and plan.buildargs == before
+    assert sdk.build_calls == []
+
+
+def test_a_docker_builds_label_records_the_indexes_its_wheelhouse_download_used(tmp_path, monkeypatch):
+    """The torch layer from the image's own index (it answers), the rest from the wheelhouse: the image's label
+    says so, as a venv's marker would."""
+    fake_interpreter(tmp_path, monkeypatch)
+    sdk = docker_build(tmp_path, monkeypatch)
+    images.build_images(Matrix(images={"stable": STABLE}, models={}, batch_sizes=(1,), modes=("eager",)),
+                        ["stable"], on_progress=lambda *_: None)
+    build, _label = sdk.build_calls
+    assert build["network_mode"] == "host" and build["buildargs"]["FIND_LINKS"].startswith("http://127.0.0.1:")
+    assert json.loads(build["labels"][indexes.LABEL]) == {
+        "torch_index_used": "https://download.pytorch.org/whl/cu118", "indexes_left_out": [],
+        "layers_from_wheelhouse": ["rest"]}
 
 
 WHEELS = {"torch": "2.0.1", "transformers": "4.43.4", "pillow": "10.0.0", "scipy": "1.11.0",

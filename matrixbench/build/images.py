@@ -4,21 +4,25 @@ Each build is one matrix.Image (its fields already checked by the matrix schema)
 ``transformers`` requirements, ``index_url`` (where torch comes from; CUDA builds), ``python``,
 ``base_image``, ``extra_pins``, ``extra_index_urls``. ``env`` is a run-time setting and is not
 baked into the image. Images are labelled with the entry's ``content_hash()``, which
-`matrixbench run` compares with the matrix's to refuse a stale image.
+`matrixbench run` compares with the matrix's to refuse a stale image. Before a build, an index that does not
+answer from this host is left out of its build args as it is of a venv's pip (``choose_indexes``), and the
+image's label ``indexes.LABEL`` records the indexes it used.
 """
 import hashlib
 import io
+import json
+import os
 import re
 import tarfile
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
 from matrixbench import resources
-from matrixbench.build import docker_client, turns, wheelhouse
+from matrixbench.build import docker_client, indexes, turns, wheelhouse
 from matrixbench.build import facts as build_facts
 from matrixbench.build.versions import torch_label
 from matrixbench.errors import BuildError, MatrixError
@@ -27,6 +31,7 @@ from matrixbench.redact import redact_urls
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple"
 TAG_REPOSITORY = "matrixbench"
+DOCKER_PIP = "this host's pip download and the Docker build"
 
 
 @dataclass(frozen=True)
@@ -224,9 +229,11 @@ def _run_build(client, plan, *, no_cache, emit):
     missing_base = client.ensure_image(plan.buildargs["BASE_IMAGE"])
     if missing_base:  # before the wheelhouse is filled: that can take minutes, the build would fail at FROM
         raise BuildError(f"building image {plan.name!r} ({plan.tag}) failed: {missing_base}{_base_image_hint(plan)}")
-    with wheelhouse.offered(plan, python_version(plan), emit=emit) as find_links:
+    chosen = choose_indexes(plan, emit)
+    with wheelhouse.offered(plan, python_version(plan), emit=emit, indexes=chosen) as offer:
+        plan = with_indexes(plan, chosen, offer.used or chosen.record())
         emit(plan.name, f"building {plan.tag} from {plan.buildargs['BASE_IMAGE']}")
-        stream = _stream_build(client, plan, no_cache, find_links, emit)
+        stream = _stream_build(client, plan, no_cache, offer.url, emit)
     if stream.error:
         tail = "\n".join(stream.tail)
         raise BuildError(
@@ -238,6 +245,24 @@ def _run_build(client, plan, *, no_cache, emit):
         client.discard_image(previous.id)  # the old build would linger untagged
     emit(plan.name, f"built {plan.tag} ({facts.describe()}) in {time.monotonic() - started:.0f} s")
     return plan.tag
+
+
+def choose_indexes(plan, emit):
+    """The plan's indexes that answer from this host (matrixbench/build/indexes.py), each left out said in one
+    line: the build's pip is taken to reach what this host reaches (the build runs on the host's network when
+    the wheelhouse is served to it; Docker's default network has the host's routes, and its DNS unless the
+    daemon names another). Proxies are read from this process's environment, as for the host's pip."""
+    chosen = indexes.choose(plan.name, plan.buildargs, os.environ)
+    for line in chosen.lines(of=DOCKER_PIP):
+        emit(plan.name, line)
+    return chosen
+
+
+def with_indexes(plan, chosen, used):
+    """``plan`` with the build args of the indexes ``chosen`` and the label of what the build ``used``
+    (indexes.Indexes.record: torch's index, the indexes left out), which doctor reads."""
+    labels = {**plan.labels, indexes.LABEL: json.dumps(used, sort_keys=True)}
+    return replace(plan, buildargs=chosen.buildargs, labels=labels)
 
 
 def record_facts(client, plan, emit):

@@ -11,18 +11,21 @@ images/pip-install.sh (matrixbench/build/pip_script.py). ``$MATRIXBENCH_WHEELHOU
 it between runs); it defaults to ``<cache>/wheels``.
 
 Both download a layer offline first (``Download``): with ``--no-index``, so a wheelhouse that holds every
-wheel asks no index at all; else from the indexes that answer (matrixbench/build/indexes.py).
+wheel asks no index at all; else from the indexes that answer (matrixbench/build/indexes.py). A Docker build
+chooses its indexes before the wheelhouse is filled (images.py) and hands the choice in: the host's download
+and the build's own pip leave out the same indexes, and the image's label records what was used.
 """
 import functools
 import os
 import sys
 import threading
 from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Dict, Optional
 
 from matrixbench.build import indexes, pip_script, turns
-from matrixbench.errors import IndexUnreachableError
 from matrixbench.paths import cache_home
 
 WHEELHOUSE_VARIABLE = "MATRIXBENCH_WHEELHOUSE"
@@ -65,13 +68,14 @@ class Download:
     or IndexUnreachableError when the main index does not. The torch layer of an image whose own torch
     index answers (and the main index) asks those first: offline, a torch of the pinned version from
     another index (PyPI's CUDA build where the CPU index serves ``+cpu``) would do, silently.
-    ``env_for(action, buildargs)`` is pip-install.sh's environment; ``checker`` replaces reachable's (tests).
+    ``env_for(action, buildargs)`` is pip-install.sh's environment; ``checker`` replaces reachable's (tests);
+    ``indexes``: the indexes already chosen (and said) for the build, else chosen here when first needed.
     """
 
-    def __init__(self, name, buildargs, env_for, directory, *, emit, environ, checker=None):
+    def __init__(self, name, buildargs, env_for, directory, *, emit, environ, checker=None, indexes=None):
         self.name, self.buildargs, self.directory = name, buildargs, directory
         self._env_for, self._emit, self._environ, self._checker = env_for, emit, environ, checker
-        self.indexes = None            # chosen when a layer first needs the network
+        self.indexes = indexes         # else chosen when a layer first needs the network
         self.from_wheelhouse = []      # the layers whose wheels were all in the wheelhouse
 
     def layer(self, layer, action):
@@ -103,12 +107,12 @@ class Download:
         return self.indexes.buildargs if self.indexes else self.buildargs
 
     def record(self):
-        """What the downloads used, for a venv's marker: torch's index (None: no index asked, the wheelhouse
-        held it), the indexes left out, the layers the wheelhouse held."""
-        torch_from_index = "torch" not in self.from_wheelhouse and self.indexes is not None
-        return {"torch_index_used": self.indexes.torch_index if torch_from_index else None,
-                "indexes_left_out": [out.to_dict() for out in self.indexes.left_out] if self.indexes else [],
-                "layers_from_wheelhouse": list(self.from_wheelhouse)}
+        """What the downloads used, for a venv's marker or an image's label: torch's index (None: no index
+        asked, the wheelhouse held it), the indexes left out, the layers the wheelhouse held."""
+        if self.indexes is None:
+            return {"torch_index_used": None, "indexes_left_out": [],
+                    "layers_from_wheelhouse": list(self.from_wheelhouse)}
+        return self.indexes.record(self.from_wheelhouse)
 
     def _torch_index_first(self, layer):
         """The torch layer of an image whose own torch index answers (and the main index too, which pip asks
@@ -123,28 +127,26 @@ class Download:
         return pip_script.run_streamed(pip_script.command(layer), self._env_for(action, buildargs), emit_line)
 
 
-def fill(plan, python, *, emit, environ=None, checker=None):
+def fill(plan, python, *, emit, environ=None, checker=None, indexes=None):
     """Download a Docker build's pins for Python ``python`` into the wheelhouse with this host's
-    pip (``Download``); True when every layer's wheels are there. A failure is a note, not an error:
-    the build then downloads what it needs itself (its own pip gets the build args as they are: the
-    Docker daemon's network and proxy may reach an index this host does not)."""
+    pip (``Download``, with the ``indexes`` chosen for the build); the Download when every layer's wheels are
+    there. A failed pip is a note, not an error: None, and the build then downloads what it needs itself. The
+    main index not answering while the wheelhouse lacks wheels is IndexUnreachableError, at once: the
+    build's own pip, taken to reach what this host reaches, would retry it for minutes too."""
     environ = os.environ if environ is None else environ
     with downloading(plan.name, emit=emit, environ=environ) as directory:
         def env_for(action, buildargs):
             return pip_script.environment(buildargs, environ, action=action, find_links=directory,
                                           ca_bundle=plan.ca_bundle, pip=f"{sys.executable} -m pip")
         download = Download(plan.name, plan.buildargs, env_for, directory, emit=emit, environ=environ,
-                            checker=checker)
+                            checker=checker, indexes=indexes)
         for layer in pip_script.LAYERS:
-            try:
-                code, tail = download.layer(layer, download_action(directory, python))
-            except IndexUnreachableError as exc:
-                code, tail = 1, [str(exc)]
+            code, tail = download.layer(layer, download_action(directory, python))
             if code != 0:
                 emit(plan.name, f"wheelhouse: pip download failed ({tail[-1] if tail else code}); "
                                 "the build downloads its wheels itself")
-                return False
-    return True
+                return None
+    return download
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
@@ -170,17 +172,27 @@ def served(directory, port=SERVE_PORT):
         server.server_close()
 
 
+@dataclass(frozen=True)
+class Offer:
+    """The wheelhouse as one Docker build gets it: its URL (None: not offered) and what the host's download
+    used (``Download.record``; None: not offered)."""
+
+    url: Optional[str] = None
+    used: Optional[Dict[str, object]] = None
+
+
 @contextmanager
-def offered(plan, python, *, emit, environ=None, checker=None):
-    """For one Docker build: the wheelhouse's URL, filled and served while the block runs; None
-    when the image's Python version is unknown or the download failed."""
+def offered(plan, python, *, emit, environ=None, checker=None, indexes=None):
+    """For one Docker build: the wheelhouse filled (``fill``, with the build's ``indexes``) and served while
+    the block runs, as an Offer; Offer() when the image's Python version is unknown or the download failed."""
     environ = os.environ if environ is None else environ
-    if not python or not fill(plan, python, emit=emit, environ=environ, checker=checker):
-        yield None
+    download = fill(plan, python, emit=emit, environ=environ, checker=checker, indexes=indexes) if python else None
+    if download is None:
+        yield Offer()
         return
     with serving(plan.name, emit=emit, environ=environ), served(wheelhouse_dir(environ)) as url:
         emit(plan.name, f"wheelhouse: {wheelhouse_dir(environ)} served at {url} for this build")
-        yield url
+        yield Offer(url, download.record())
 
 
 def serving(name, *, emit, environ=None):
