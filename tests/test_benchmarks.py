@@ -154,3 +154,12 @@ def test_the_turns_aa_upper_bound_of_an_sd_holds_the_truth_at_its_level_and_the_
     line = goal_line({"resnet": {"aa-pinned": sure}})
     assert line.endswith("at its 90% upper bound too by aa-pinned (resnet).")
     assert goal_line({"resnet": {"aa-plain": poor}}).endswith("met by no design here.")
+
+
+def test_the_report_scale_benchmark_writes_the_matrix_shape_and_reports_it(tmp_path):
+    """bench_report_scale at 1 model x 2 processes: every record of the shape written, the report made (exit 0)."""
+    from benchmarks.bench_report_scale import main
+    assert main(["--models", "1", "--repeats", "2", "--samples", "30", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "report_scale.json").read_text())
+    assert result["records"] == 1 * 3 * 3 * 4 * 2 and result["report_exit"] == 0 and result["files"] > 5
+    assert "SYNTHETIC records" in (tmp_path / "report_scale.md").read_text()
