@@ -114,12 +114,12 @@ def test_make_matrix_on_a_gpu_host_without_docker_builds_venvs(tmp_path, monkeyp
     """What `make matrix` runs on a GPU host (faked: an H100 on driver 550) without a Docker daemon:
     doctor passes and says venv runs, then `run --backend auto` builds the venvs and runs on the GPU."""
     from gpu_fakes import nvidia_smi
-    from matrixbench import doctor
     from matrixbench.build import cuda_builds, venvs
+    from matrixbench.doctor import check
     from matrixbench.errors import DockerUnavailableError
 
     smi = nvidia_smi("H100", "550")
-    for module in (gpu, cuda_builds, doctor):
+    for module in (gpu, cuda_builds, check):
         monkeypatch.setattr(module, "run_command", smi)
 
     def no_daemon():
@@ -127,7 +127,7 @@ def test_make_matrix_on_a_gpu_host_without_docker_builds_venvs(tmp_path, monkeyp
     monkeypatch.setattr(docker_client, "connect", no_daemon)
     # a roomy disk: this machine's own free space is not what the flow tests (CI failed here at 25 GiB free)
     roomy = shutil.disk_usage("/")._replace(free=500 * 2**30)
-    monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: roomy)
+    monkeypatch.setattr(check.shutil, "disk_usage", lambda path: roomy)
     data = small_matrix_data()
     for image in data["images"].values():   # CUDA builds this driver runs (doctor checks them)
         image.setdefault("index_url", "https://download.pytorch.org/whl/cu128")

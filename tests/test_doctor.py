@@ -254,7 +254,7 @@ def test_measure_after_another_failure_measures_nothing(monkeypatch, tmp_path):
 def test_unbuilt_venvs_count_against_the_cache_disk_at_what_a_venv_takes(tmp_path):
     """A run that builds venvs needs room where they go (the cache), VENV_DISK_GIB each with its wheels (measured:
     a fresh make matrix's two venvs and wheels), not Docker's 10 GiB an image under /var/lib/docker."""
-    from matrixbench import doctor
+    from matrixbench.doctor import machine
 
     seen = []
     commands = Commands(run=smi("a100x8", ""), environ={}, disk_free=lambda path: seen.append(path) or 30 * GiB)
@@ -263,7 +263,7 @@ def test_unbuilt_venvs_count_against_the_cache_disk_at_what_a_venv_takes(tmp_pat
                                                       hf_cache=Path("/hf"), venv_root=root)}
     disk = checks["free disk"]
     unbuilt = len(load_matrix(MATRIX).images)
-    need = unbuilt * doctor.VENV_DISK_GIB + doctor.RESULTS_DISK_GIB
+    need = unbuilt * machine.VENV_DISK_GIB + machine.RESULTS_DISK_GIB
     assert seen == [str(tmp_path)] and f"{need:g} GiB needed" in disk.detail and "venv(s)" in disk.detail
     assert disk.status == ("fail" if need > 30 else "ok")
     if disk.status == "fail":
