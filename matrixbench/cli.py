@@ -289,7 +289,8 @@ def selftest(run_name, results_root, python, device):
 @main.command()
 @matrix_option
 @click.option("--backend", type=click.Choice(["auto", "docker", "venv", "local"]), default="auto", show_default=True,
-              help="The backend to check for: Docker's checks fail only for docker; auto falls back to venvs.")
+              help="The backend to check for: Docker's checks fail only for docker; auto falls back to venvs, and "
+              "skips what MATRIXBENCH_AUTO_SKIP names (gpu, docker, venv) as `run --backend auto` does.")
 @click.option("--measure", is_flag=True, help="Then measure this host's noise (about 20 s: steal, preemptions, the "
               "jitter of a CPU loop and, in the selftest's interpreter, of a small launch-bound model, on the GPU "
               "with its CUDA-graph replay; what change a comparison can resolve here) and run `matrixbench "

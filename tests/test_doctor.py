@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from matrixbench.doctor import Commands, DoctorError, diagnose, report
+from matrixbench.environments.auto import SKIP_VARIABLE
 from matrixbench.errors import DockerUnavailableError
 from matrixbench.gpu import parse_gpus
 from matrixbench.matrix import load_matrix
@@ -268,3 +269,54 @@ def test_unbuilt_venvs_count_against_the_cache_disk_at_what_a_venv_takes(tmp_pat
     assert disk.status == ("fail" if need > 30 else "ok")
     if disk.status == "fail":
         assert "matrixbench clean --venvs" in disk.fix
+
+
+# --- MATRIXBENCH_AUTO_SKIP (make matrix HAS_GPU=no HAS_DOCKER=no TRY_VENV=no): what run --backend auto skips ---
+
+def no_docker():
+    raise DockerUnavailableError("no Docker daemon answers; start it")
+
+
+def test_a_docker_skipped_by_the_variable_is_not_asked_and_the_venvs_run():
+    """HAS_DOCKER=no: `run --backend auto` never asks Docker (environments.auto.this_machine), so doctor does not
+    either, even where a daemon would answer: its backend line names the venvs and says the variable skipped Docker,
+    and no image gets a Docker line."""
+    def asked():
+        raise AssertionError(f"Docker asked though {SKIP_VARIABLE} skips it")
+    checks = checks_for(machine=None, connect=asked, matrix=SMOKE, environ={SKIP_VARIABLE: "docker"})
+    assert checks["backend"].detail == (f"venv: Docker skipped ({SKIP_VARIABLE}=docker); a run builds stable, "
+                                        "latest first")
+    assert checks["Docker"].status == "info" and f"Docker skipped ({SKIP_VARIABLE}=docker)" in checks["Docker"].detail
+    assert not [name for name in checks if name.endswith("(Docker)")]
+    venv = checks["image stable (venv)"]
+    assert venv.status == "warn" and "a run builds it first" in venv.detail
+    assert checks_for(machine=None, matrix=SMOKE, environ={SKIP_VARIABLE: "docker"},
+                      backend="docker")["Docker"].status == "ok"   # the variable is --backend auto's alone
+
+
+def test_venvs_skipped_by_the_variable_get_no_lines_and_the_fallback_is_what_auto_falls_to():
+    """TRY_VENV=no: no venv is built, so none gets a line; where a Docker build fails, a CPU host runs the local
+    backend (image 'latest' in this interpreter), and with Docker skipped too that is what runs."""
+    checks = checks_for(machine=None, client=FakeClient(built=()), matrix=SMOKE, environ={SKIP_VARIABLE: "venv"})
+    assert checks["backend"].detail == ("docker: the daemon answers; a run builds stable, latest first; where a Docker "
+                                        f"build fails, the local backend: venvs skipped ({SKIP_VARIABLE}=venv)")
+    assert not [name for name in checks if name.endswith("(venv)")] and checks["image stable (Docker)"].status == "warn"
+    checks = checks_for(machine=None, connect=no_docker, matrix=SMOKE, environ={SKIP_VARIABLE: "venv, docker"})
+    backend = checks["backend"]
+    assert backend.detail.startswith("local: the local backend (this interpreter's torch, recorded as image 'latest')")
+    assert backend.detail.endswith(f"not compared: Docker and the venvs skipped ({SKIP_VARIABLE}=docker,venv)")
+    assert [name for name in checks if name.startswith("image ")] == ["image latest"]   # what that run runs
+
+
+def test_venvs_skipped_on_a_gpu_host_whose_docker_cannot_hand_over_the_gpus_fail_as_the_run_would():
+    """With a GPU and Docker, run --backend auto stops rather than fall to the local backend (auto.choose): with the
+    venvs skipped and no GPU in a container, doctor fails its backend line, and the container check stays a failure."""
+    checks = checks_for(client=FakeClient(container_gpus=()), environ={SKIP_VARIABLE: "venv"})
+    backend = checks["backend"]
+    assert backend.status == "fail" and "`run --backend auto` would stop" in backend.detail
+    assert "not venvs: venvs were not tried (TRY_VENV=no)" in backend.detail
+    assert "nvidia-container-toolkit" not in backend.fix and f"take venv out of {SKIP_VARIABLE}" in backend.fix
+    assert checks["GPUs in a container"].status == "fail" and "venv backend" not in checks["GPUs in a container"].detail
+    gpu_skipped = checks_for(client=FakeClient(container_gpus=()), environ={SKIP_VARIABLE: "gpu,venv"})
+    assert "GPUs in a container" not in gpu_skipped   # a run told to skip the GPU asks no container for one
+    assert gpu_skipped["backend"].detail.startswith("docker: the daemon answers; GPUs skipped")

@@ -1,17 +1,22 @@
 """Docker: the daemon answers, a container of a matrix image sees the GPUs, and each entry's Docker image is
 built (its build, from its label or inferred, against this driver and these GPUs)."""
 from matrixbench.build.cuda_builds import known_build, recorded_facts
+from matrixbench.doctor.backend import skipped_by_variable
 from matrixbench.doctor.check import Check
 from matrixbench.doctor.images import add_not_as_asked, build_problems, line, summary
 from matrixbench.environments.auto import AUTO
 from matrixbench.errors import MatrixbenchError
 
 
-def check_docker(connect, backend=AUTO):
+def check_docker(connect, backend=AUTO, skip=frozenset()):
     """Docker answers; when it does not, a failure only for ``--backend docker``: otherwise the venv
-    backend runs the images (and still compares their torch versions)."""
+    backend runs the images (and still compares their torch versions). Not asked where ``skip``
+    (MATRIXBENCH_AUTO_SKIP, doctor.backend.skip_of) skips Docker, as ``run --backend auto`` does not ask it."""
     if backend in ("venv", "local"):
         return None, Check("Docker", "info", f"not checked (--backend {backend})")
+    if "docker" in skip:
+        return None, Check("Docker", "info", f"not checked: {skipped_by_variable('Docker', skip)}, as "
+                           "`run --backend auto` skips it")
     try:
         return connect(), Check("Docker", "ok", "the daemon answers")
     except MatrixbenchError as exc:
@@ -36,6 +41,12 @@ def check_container_gpus(client, images):
                      "install the NVIDIA container toolkit: `sudo apt-get install -y nvidia-container-toolkit && "
                      "sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker`")
     return Check("GPUs in a container", "ok", f"{len(lines)} GPU(s): " + "; ".join(lines))
+
+
+def sees_gpus(container_check):
+    """False where a container asking for GPUs saw none; True where it saw them, or was not asked."""
+    return not (container_check is not None and container_check.status != "ok"
+                and "sees none" in container_check.detail)
 
 
 def check_docker_image(name, image, gpus, driver_cuda, client, modes=(), first=True):
