@@ -320,3 +320,47 @@ def test_venvs_skipped_on_a_gpu_host_whose_docker_cannot_hand_over_the_gpus_fail
     gpu_skipped = checks_for(client=FakeClient(container_gpus=()), environ={SKIP_VARIABLE: "gpu,venv"})
     assert "GPUs in a container" not in gpu_skipped   # a run told to skip the GPU asks no container for one
     assert gpu_skipped["backend"].detail.startswith("docker: the daemon answers; GPUs skipped")
+
+
+def half_speed_timer_python(tmp_path):
+    """This interpreter, but for ``-m runner.selftest`` with its timer (time.perf_counter, the cells' timed loop's)
+    running at half speed: the real selftest, on this real CPU, against a timer that under-measures."""
+    import sys
+
+    script = tmp_path / "python-half-speed-timer"
+    script.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = -m ] && [ "$2" = runner.selftest ]; then\n'
+        "  shift 2\n"
+        f'  exec {sys.executable} -c "import runpy, time; real = time.perf_counter; '
+        "time.perf_counter = lambda: real() / 2; runpy.run_module('runner.selftest', run_name='__main__', "
+        'alter_sys=True)" "$@"\n'
+        "fi\n"
+        f'exec {sys.executable} "$@"\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_measure_without_a_gpu_exits_7_when_the_cpu_selftest_fails(monkeypatch, tmp_path):
+    """No GPU (nvidia-smi not installed): doctor --measure runs the selftest's CPU part, which fails for real here
+    (its timer under-measures); doctor exits 7 all the same (cli.py's help, docs/gpu.md), not the selftest's 10,
+    and says both: no GPU, and the selftest's failure with where its numbers are."""
+    import json
+
+    from click.testing import CliRunner
+
+    from matrixbench import doctor, host_noise
+    from matrixbench.cli import main
+
+    no_gpu = list(checks_for(machine=None, matrix=SMOKE).values())   # nvidia-smi not installed, as on this host
+    monkeypatch.setattr(doctor, "diagnose", lambda matrix, backend: no_gpu)
+    monkeypatch.setattr(host_noise, "CPU_LOOP_S", 0.2)   # 12 s in real use
+    monkeypatch.setattr(host_noise, "PROBE_S", 0.5)      # 8 s
+    result = CliRunner().invoke(main, ["doctor", "--measure", "--results", str(tmp_path), "--run", "m",
+                                       "--python", half_speed_timer_python(tmp_path)])
+    written = json.loads((tmp_path / "m" / "selftest.json").read_text())
+    assert not written["passed"] and written["device"] == "cpu"
+    assert "[FAIL   ] CPU known-duration step" in result.output   # its line, with what it means
+    assert result.exit_code == 7, result.output
+    assert "measured the CPU part only" in result.stderr
+    assert "selftest failed (CPU known-duration step" in result.stderr and str(tmp_path / "m") in result.stderr
