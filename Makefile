@@ -81,7 +81,7 @@ matrix: $(STAMP)
 	@echo "make matrix: $(WHAT); backends tried in order: docker, venv, local"
 	@echo "Results: results/$(RUN)/   Report: report/"
 	@echo "$(RULE)"
-	@if [ "$(HAS_GPU)" = yes ]; then $(MB) doctor --matrix $(MATRIX_FILE); fi
+	@if [ "$(HAS_GPU)" = yes ]; then MATRIXBENCH_AUTO_SKIP="$(AUTO_SKIP)" $(MB) doctor --matrix $(MATRIX_FILE); fi
 	@if [ "$(HAS_GPU)" = yes ]; then $(MB) selftest --run $(RUN); fi
 	MATRIXBENCH_AUTO_SKIP="$(AUTO_SKIP)" $(MB) run --matrix $(MATRIX_FILE) --run $(RUN) --backend auto \
 	  --device $(DEVICE) --note "$(strip make matrix ran $(WHAT). $(WHY_DEVICE))" $(RUN_OPTS)

@@ -289,7 +289,8 @@ def selftest(run_name, results_root, python, device):
 @main.command()
 @matrix_option
 @click.option("--backend", type=click.Choice(["auto", "docker", "venv", "local"]), default="auto", show_default=True,
-              help="The backend to check for: Docker's checks fail only for docker; auto falls back to venvs.")
+              help="The backend to check for: Docker's checks fail only for docker; auto falls back to venvs, and "
+              "skips what MATRIXBENCH_AUTO_SKIP names (gpu, docker, venv) as `run --backend auto` does.")
 @click.option("--measure", is_flag=True, help="Then measure this host's noise (about 20 s: steal, preemptions, the "
               "jitter of a CPU loop and, in the selftest's interpreter, of a small launch-bound model, on the GPU "
               "with its CUDA-graph replay; what change a comparison can resolve here) and run `matrixbench "
@@ -302,6 +303,7 @@ def doctor(matrix_path, backend, measure, run_name, results_root, python):
     processes, persistence and clocks, disk, HF cache. Every failure comes with its fix; exit code 7
     when a check fails."""
     from matrixbench.doctor import DRIVER, NO_GPU_MEASURE, DoctorError, checklist, diagnose, measure_device, report
+    from matrixbench.selftest import SelftestError
 
     checks = diagnose(load_matrix(matrix_path), backend=backend)
     try:
@@ -313,9 +315,12 @@ def doctor(matrix_path, backend, measure, run_name, results_root, python):
             raise DoctorError(f"{exc}\nselftest not run: fix the failures above first (or run `matrixbench "
                               "selftest`)") from None
         click.echo(checklist(checks) + "\n" + NO_GPU_MEASURE)
-        measure_host(python, results_root, run_name, "cpu")
-        raise DoctorError(f"1 check failed ({DRIVER}): no GPU here, so --measure measured the CPU part only "
-                          "(above)") from None
+        no_gpu = f"1 check failed ({DRIVER}): no GPU here, so --measure measured the CPU part only (above)"
+        try:
+            measure_host(python, results_root, run_name, "cpu")
+        except SelftestError as failed:   # its own exit code is 10; doctor's failure stays exit 7
+            raise DoctorError(f"{no_gpu}; and {failed}") from None
+        raise DoctorError(no_gpu) from None
     if measure:
         measure_host(python, results_root, run_name, "auto")
 

@@ -114,12 +114,12 @@ def test_make_matrix_on_a_gpu_host_without_docker_builds_venvs(tmp_path, monkeyp
     """What `make matrix` runs on a GPU host (faked: an H100 on driver 550) without a Docker daemon:
     doctor passes and says venv runs, then `run --backend auto` builds the venvs and runs on the GPU."""
     from gpu_fakes import nvidia_smi
-    from matrixbench import doctor
     from matrixbench.build import cuda_builds, venvs
+    from matrixbench.doctor import check
     from matrixbench.errors import DockerUnavailableError
 
     smi = nvidia_smi("H100", "550")
-    for module in (gpu, cuda_builds, doctor):
+    for module in (gpu, cuda_builds, check):
         monkeypatch.setattr(module, "run_command", smi)
 
     def no_daemon():
@@ -127,7 +127,7 @@ def test_make_matrix_on_a_gpu_host_without_docker_builds_venvs(tmp_path, monkeyp
     monkeypatch.setattr(docker_client, "connect", no_daemon)
     # a roomy disk: this machine's own free space is not what the flow tests (CI failed here at 25 GiB free)
     roomy = shutil.disk_usage("/")._replace(free=500 * 2**30)
-    monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: roomy)
+    monkeypatch.setattr(check.shutil, "disk_usage", lambda path: roomy)
     data = small_matrix_data()
     for image in data["images"].values():   # CUDA builds this driver runs (doctor checks them)
         image.setdefault("index_url", "https://download.pytorch.org/whl/cu128")
@@ -148,3 +148,30 @@ def test_make_matrix_on_a_gpu_host_without_docker_builds_venvs(tmp_path, monkeyp
     assert backend.requests and all(request.placement.gpus for request in backend.requests)
     note = read_manifest(tmp_path / "results" / "default")["note"]
     assert note.startswith(f"--backend auto ran {auto.HOW['venv']}") and auto.NO_DOCKER in note
+
+
+def test_make_matrix_has_docker_no_doctor_names_the_venvs_the_run_then_uses(tmp_path, monkeypatch):
+    """`make matrix HAS_DOCKER=no` (MATRIXBENCH_AUTO_SKIP=docker) where a daemon would answer: doctor's backend line
+    names the venvs and the variable, and `run --backend auto` runs the venvs; neither asks Docker."""
+    from matrixbench.build import venvs
+    from matrixbench.doctor import check
+
+    monkeypatch.setenv(auto.SKIP_VARIABLE, "docker")
+    monkeypatch.setattr(docker_client, "connect", lambda: pytest.fail("Docker asked though skipped"))
+    for module in (gpu, check):   # a host without nvidia-smi, as this one, wherever the test runs
+        monkeypatch.setattr(module, "run_command", lambda argv: (None, ""))
+    roomy = shutil.disk_usage("/")._replace(free=500 * 2**30)
+    monkeypatch.setattr(check.shutil, "disk_usage", lambda path: roomy)
+    path = write_matrix(tmp_path, small_matrix_data())
+    doctor = CliRunner().invoke(main, ["doctor", "--matrix", str(path)])
+    assert doctor.exit_code == 7 and "[FAIL] driver and GPUs" in doctor.output   # no GPU: the one failure
+    assert f"[info] backend: venv: Docker skipped ({auto.SKIP_VARIABLE}=docker)" in doctor.output
+    assert "(Docker)" not in doctor.output
+    monkeypatch.setattr(venvs, "build_venvs", lambda matrix, names, **options: None)
+    from matrixbench import environments
+
+    monkeypatch.setitem(environments.FACTORIES, "venv", lambda build_options=None, run_id=None: RecordingBackend())
+    result = CliRunner().invoke(main, ["run", "--matrix", str(path), "--backend", "auto", "--device", "cpu",
+                                       "--results", str(tmp_path / "results")])
+    assert result.exit_code == 0, result.output
+    assert read_manifest(tmp_path / "results" / "default")["note"].startswith(f"--backend auto ran {auto.HOW['venv']}")

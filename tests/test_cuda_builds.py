@@ -148,15 +148,15 @@ def test_doctor_warns_before_the_run_that_stables_max_autotune_cells_will_be_ref
 def test_doctor_on_a_host_without_gpus_claims_no_gpu_and_warns_of_a_build_other_than_asked():
     """No GPU: an image line never says it runs on "these GPUs"; a recorded CUDA build where the entry asks
     for the CPU index (a wheelhouse served it) is a warning naming the pin, not silence."""
-    from matrixbench import doctor as doctor_module
     from matrixbench.build.facts import BuildFacts
+    from matrixbench.doctor.images import check_image
 
     cpu_entry = load_matrix(ROOT / "matrix-cpu-smoke.yaml").images["stable"]   # the CPU index
-    as_asked = doctor_module.check_image("cpu", cpu_entry, [], None, None,
-                                         facts=BuildFacts("2.0.1+cpu", None, ()))
+    as_asked = check_image("cpu", cpu_entry, [], None, None,
+                           facts=BuildFacts("2.0.1+cpu", None, ()))
     assert as_asked.status == "ok" and "no GPU here" in as_asked.detail and "these GPUs" not in as_asked.detail
-    other = doctor_module.check_image("cpu", cpu_entry, [], None, None,
-                                      facts=BuildFacts("2.0.1+cu117", "11.7", ("sm_80",)))
+    other = check_image("cpu", cpu_entry, [], None, None,
+                        facts=BuildFacts("2.0.1+cu117", "11.7", ("sm_80",)))
     assert other.status == "warn" and "another build than the entry asks for" in other.detail
     assert "torch==2.0.1+cpu" in other.fix and not other.fix.startswith("note:")
 

@@ -8,6 +8,7 @@ import pytest
 from matrixbench.build import docker_client, indexes
 from matrixbench.build import facts as build_facts
 from matrixbench.doctor import Commands, DoctorError, diagnose, report
+from matrixbench.environments.auto import SKIP_VARIABLE
 from matrixbench.errors import DockerUnavailableError
 from matrixbench.gpu import parse_gpus
 from matrixbench.matrix import load_matrix
@@ -286,7 +287,7 @@ def test_measure_after_another_failure_measures_nothing(monkeypatch, tmp_path):
 def test_unbuilt_venvs_count_against_the_cache_disk_at_what_a_venv_takes(tmp_path):
     """A run that builds venvs needs room where they go (the cache), VENV_DISK_GIB each with its wheels (measured:
     a fresh make matrix's two venvs and wheels), not Docker's 10 GiB an image under /var/lib/docker."""
-    from matrixbench import doctor
+    from matrixbench.doctor import machine
 
     seen = []
     commands = Commands(run=smi("a100x8", ""), environ={}, disk_free=lambda path: seen.append(path) or 30 * GiB)
@@ -295,8 +296,103 @@ def test_unbuilt_venvs_count_against_the_cache_disk_at_what_a_venv_takes(tmp_pat
                                                       hf_cache=Path("/hf"), venv_root=root)}
     disk = checks["free disk"]
     unbuilt = len(load_matrix(MATRIX).images)
-    need = unbuilt * doctor.VENV_DISK_GIB + doctor.RESULTS_DISK_GIB
+    need = unbuilt * machine.VENV_DISK_GIB + machine.RESULTS_DISK_GIB
     assert seen == [str(tmp_path)] and f"{need:g} GiB needed" in disk.detail and "venv(s)" in disk.detail
     assert disk.status == ("fail" if need > 30 else "ok")
     if disk.status == "fail":
         assert "matrixbench clean --venvs" in disk.fix
+
+
+# --- MATRIXBENCH_AUTO_SKIP (make matrix HAS_GPU=no HAS_DOCKER=no TRY_VENV=no): what run --backend auto skips ---
+
+def no_docker():
+    raise DockerUnavailableError("no Docker daemon answers; start it")
+
+
+def test_a_docker_skipped_by_the_variable_is_not_asked_and_the_venvs_run():
+    """HAS_DOCKER=no: `run --backend auto` never asks Docker (environments.auto.this_machine), so doctor does not
+    either, even where a daemon would answer: its backend line names the venvs and says the variable skipped Docker,
+    and no image gets a Docker line."""
+    def asked():
+        raise AssertionError(f"Docker asked though {SKIP_VARIABLE} skips it")
+    checks = checks_for(machine=None, connect=asked, matrix=SMOKE, environ={SKIP_VARIABLE: "docker"})
+    assert checks["backend"].detail == (f"venv: Docker skipped ({SKIP_VARIABLE}=docker); a run builds stable, "
+                                        "latest first")
+    assert checks["Docker"].status == "info" and f"Docker skipped ({SKIP_VARIABLE}=docker)" in checks["Docker"].detail
+    assert not [name for name in checks if name.endswith("(Docker)")]
+    venv = checks["image stable (venv)"]
+    assert venv.status == "warn" and "a run builds it first" in venv.detail
+    assert checks_for(machine=None, matrix=SMOKE, environ={SKIP_VARIABLE: "docker"},
+                      backend="docker")["Docker"].status == "ok"   # the variable is --backend auto's alone
+
+
+def test_venvs_skipped_by_the_variable_get_no_lines_and_the_fallback_is_what_auto_falls_to():
+    """TRY_VENV=no: no venv is built, so none gets a line; where a Docker build fails, a CPU host runs the local
+    backend (image 'latest' in this interpreter), and with Docker skipped too that is what runs."""
+    checks = checks_for(machine=None, client=FakeClient(built=()), matrix=SMOKE, environ={SKIP_VARIABLE: "venv"})
+    assert checks["backend"].detail == ("docker: the daemon answers; a run builds stable, latest first; where a Docker "
+                                        f"build fails, the local backend: venvs skipped ({SKIP_VARIABLE}=venv)")
+    assert not [name for name in checks if name.endswith("(venv)")] and checks["image stable (Docker)"].status == "warn"
+    checks = checks_for(machine=None, connect=no_docker, matrix=SMOKE, environ={SKIP_VARIABLE: "venv, docker"})
+    backend = checks["backend"]
+    assert backend.detail.startswith("local: the local backend (this interpreter's torch, recorded as image 'latest')")
+    assert backend.detail.endswith(f"not compared: Docker and the venvs skipped ({SKIP_VARIABLE}=docker,venv)")
+    assert [name for name in checks if name.startswith("image ")] == ["image latest"]   # what that run runs
+
+
+def test_venvs_skipped_on_a_gpu_host_whose_docker_cannot_hand_over_the_gpus_fail_as_the_run_would():
+    """With a GPU and Docker, run --backend auto stops rather than fall to the local backend (auto.choose): with the
+    venvs skipped and no GPU in a container, doctor fails its backend line, and the container check stays a failure."""
+    checks = checks_for(client=FakeClient(container_gpus=()), environ={SKIP_VARIABLE: "venv"})
+    backend = checks["backend"]
+    assert backend.status == "fail" and "`run --backend auto` would stop" in backend.detail
+    assert "not venvs: venvs were not tried (TRY_VENV=no)" in backend.detail
+    assert "nvidia-container-toolkit" not in backend.fix and f"take venv out of {SKIP_VARIABLE}" in backend.fix
+    assert checks["GPUs in a container"].status == "fail" and "venv backend" not in checks["GPUs in a container"].detail
+    gpu_skipped = checks_for(client=FakeClient(container_gpus=()), environ={SKIP_VARIABLE: "gpu,venv"})
+    assert "GPUs in a container" not in gpu_skipped   # a run told to skip the GPU asks no container for one
+    assert gpu_skipped["backend"].detail.startswith("docker: the daemon answers; GPUs skipped")
+
+
+def half_speed_timer_python(tmp_path):
+    """This interpreter, but for ``-m runner.selftest`` with its timer (time.perf_counter, the cells' timed loop's)
+    running at half speed: the real selftest, on this real CPU, against a timer that under-measures."""
+    import sys
+
+    script = tmp_path / "python-half-speed-timer"
+    script.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = -m ] && [ "$2" = runner.selftest ]; then\n'
+        "  shift 2\n"
+        f'  exec {sys.executable} -c "import runpy, time; real = time.perf_counter; '
+        "time.perf_counter = lambda: real() / 2; runpy.run_module('runner.selftest', run_name='__main__', "
+        'alter_sys=True)" "$@"\n'
+        "fi\n"
+        f'exec {sys.executable} "$@"\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_measure_without_a_gpu_exits_7_when_the_cpu_selftest_fails(monkeypatch, tmp_path):
+    """No GPU (nvidia-smi not installed): doctor --measure runs the selftest's CPU part, which fails for real here
+    (its timer under-measures); doctor exits 7 all the same (cli.py's help, docs/gpu.md), not the selftest's 10,
+    and says both: no GPU, and the selftest's failure with where its numbers are."""
+    import json
+
+    from click.testing import CliRunner
+
+    from matrixbench import doctor, host_noise
+    from matrixbench.cli import main
+
+    no_gpu = list(checks_for(machine=None, matrix=SMOKE).values())   # nvidia-smi not installed, as on this host
+    monkeypatch.setattr(doctor, "diagnose", lambda matrix, backend: no_gpu)
+    monkeypatch.setattr(host_noise, "CPU_LOOP_S", 0.2)   # 12 s in real use
+    monkeypatch.setattr(host_noise, "PROBE_S", 0.5)      # 8 s
+    result = CliRunner().invoke(main, ["doctor", "--measure", "--results", str(tmp_path), "--run", "m",
+                                       "--python", half_speed_timer_python(tmp_path)])
+    written = json.loads((tmp_path / "m" / "selftest.json").read_text())
+    assert not written["passed"] and written["device"] == "cpu"
+    assert "[FAIL   ] CPU known-duration step" in result.output   # its line, with what it means
+    assert result.exit_code == 7, result.output
+    assert "measured the CPU part only" in result.stderr
+    assert "selftest failed (CPU known-duration step" in result.stderr and str(tmp_path / "m") in result.stderr
