@@ -616,7 +616,7 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
     torch_of = {name: image.torch_version for name, image in matrix.images.items()}
     steps = launches(plans, matrix, units, torch_of)
     in_turns = any(isinstance(step, TurnPair) for step in steps)
-    pinned = pinned_text(matrix.turns_cores, units) if in_turns else ""
+    pinned = pinned_text(matrix.turns_cores, units, executor == RAY) if in_turns else ""
     if steps:
         how = ("model by model (one model and batch size at a time, longest first; images in turn, round by "
                "round)" if units else "image by image, round by round, one runner at a time")

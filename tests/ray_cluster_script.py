@@ -4,13 +4,15 @@ Run by tests/test_executor_ray.py as root inside ``unshare --net --pid --fork --
 (a fresh network namespace: Ray binds only to its loopback; a fresh PID namespace: every Ray process dies when
 this script, its PID 1's child, ends):
 
-    python ray_cluster_script.py WORK_DIR MATRIX OUT_JSON
+    python ray_cluster_script.py WORK_DIR MATRIX OUT_JSON [TURNS_MATRIX]
 
 Head on 127.0.0.1 with 2 fake GPUs of type A100, a second node on 127.0.0.2 with 1 fake T4 (Ray's
 ``accelerator_type:<T>`` resources, as it sets them for real GPUs). It runs the driver twice: once with
 an unknown GPU type (H100), which must fail before submitting, then with A100,T4 (and a fake HF_TOKEN
-in the driver's environment), killing the T4 node's raylet once its first record has arrived. It
-writes what it saw to OUT_JSON for the test to assert on.
+in the driver's environment), killing the T4 node's raylet once its first record has arrived. With
+TURNS_MATRIX (two images, turns: true, turns_cores: 1), before that: a run of it on A100 (both runners of
+the pair at once in one task on the head), and the same with more turns_cores than an A100 task's share of the
+head has (refused). It writes what it saw to OUT_JSON for the test to assert on.
 """
 import hashlib
 import json
@@ -77,10 +79,10 @@ def raylets():
     return found
 
 
-def driver(matrix, results, gpu_types, env, log_path, run="cluster"):
+def driver(matrix, results, gpu_types, env, log_path, run="cluster", extra=()):
     argv = [str(BIN / "python"), "-m", "matrixbench.cli", "run", "--matrix", str(matrix), "--results", str(results),
             "--run", run, "--executor", "ray", "--ray-address", f"{HEAD}:6379", "--backend", "local",
-            "--device", "cpu", "--gpu-types", gpu_types]
+            "--device", "cpu", "--gpu-types", gpu_types, *extra]
     log = open(log_path, "w")
     return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO)), log
 
@@ -89,7 +91,7 @@ def sha(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def main(work, matrix, out_json):
+def main(work, matrix, out_json, turns_matrix=None):
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     work, started = Path(work), time.monotonic()
     temp = tempfile.mkdtemp(prefix="mbray", dir="/tmp")   # short: Ray's socket paths must fit 107 bytes
@@ -111,6 +113,8 @@ def main(work, matrix, out_json):
         result["unauthenticated"] = {name: unauthenticated(matrix, work, env, name, drop)
                                      for name, drop in (("no_token", ("RAY_AUTH_TOKEN",)),
                                                         ("no_auth_mode", ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE")))}
+        if turns_matrix:
+            result["turns"] = in_turns(turns_matrix, work, env)
 
         t0 = time.monotonic()
         results = work / "results"
@@ -156,6 +160,23 @@ def unauthenticated(matrix, work, env, name, drop):
     log.close()
     return {"code": code, "output": (work / f"{name}.log").read_text(), "s": time.monotonic() - t0,
             "results_folder": results.exists()}
+
+
+def in_turns(matrix, work, env):
+    """More turns_cores than an A100 task's share of the head (its 2 fake GPUs split the cores) has: refused; then
+    the run in turns on A100 (one unit: both runners of its pair at once in one task)."""
+    found = {}
+    for name, extra in (("refused", ("--set", "turns_cores=1024")), ("run", ())):
+        t0, results = time.monotonic(), work / f"results-turns-{name}"
+        process, log = driver(matrix, results, "A100", env, work / f"turns-{name}.log", run="turns",
+                              extra=extra)
+        code = process.wait(timeout=RUN_TIMEOUT_S)
+        log.close()
+        found[name] = {"code": code, "s": time.monotonic() - t0, "output": (work / f"turns-{name}.log").read_text(),
+                       "results_folder": results.exists(),
+                       "records": {str(p.relative_to(results)): json.loads(p.read_text())
+                                   for p in results.rglob("*.json") if p.name not in ("run.json", "cells.json")}}
+    return found
 
 
 def interrupt(matrix, results, env, work):
@@ -211,4 +232,4 @@ def files_containing(text, roots):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

@@ -66,10 +66,25 @@ def run_in_namespaces(script, work, matrix, *extra, timeout):
     return json.loads(out.read_text()), done
 
 
+def turns_matrix(folder):
+    """Two images of this interpreter's torch (an image comparison, "latest" against "copy"), one tiny model at one
+    batch size in eager: one unit, one pair, in turns, its blocks pinned to one core."""
+    image = {"torch": "torch==2.13.0", "python": "3.12", "transformers": "transformers==5.23.0"}
+    data = {
+        "images": {"latest": image, "copy": dict(image)},
+        "models": {"resnet": {"id": "microsoft/resnet-50", "task": "image-classification"}},
+        "size": "tiny", "weights": "random", "batch_sizes": [1], "modes": ["eager"],
+        "iterations": 3, "warmup": 0, "timeout_s": 120, "turns": True, "turns_cores": 1,
+    }
+    path = Path(folder) / "turns.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
 @pytest.fixture(scope="module")
 def cluster_run(tmp_path_factory):
     work = tmp_path_factory.mktemp("ray")
-    result, done = run_in_namespaces(SCRIPT, work, cluster_matrix(work), timeout=TIMEOUT_S)
+    result, done = run_in_namespaces(SCRIPT, work, cluster_matrix(work), turns_matrix(work), timeout=TIMEOUT_S)
     assert "records" in result, f"the cluster script stopped early: {result.get('failure')}\n{done.stderr[-4000:]}"
     return result
 
@@ -138,3 +153,30 @@ def test_a_driver_without_the_clusters_token_is_refused_saying_how_to_give_it(cl
     assert "Traceback" not in refused["output"]
     assert "RAY_AUTH_TOKEN" in refused["output"] and "docs/cluster.md" in refused["output"]
     assert not refused["results_folder"]
+
+
+def test_an_image_pair_runs_in_turns_in_one_task_on_its_node_pinned_to_its_last_core(cluster_run):
+    """An image comparison in turns on A100: the unit's task runs both runners at once on the head; they meet over
+    the baton and take turns (one pair_id, roles first and second, each other's partner, every block measured,
+    nothing lost), their blocks pinned to the last core of the task's share of the head; both records reach the
+    driver."""
+    run = cluster_run["turns"]["run"]
+    assert run["code"] == 0, run["output"][-3000:]
+    records = {name.split("/")[-2]: record for name, record in run["records"].items()}
+    assert set(records) == {"latest", "copy"} and {r["status"] for r in records.values()} == {"ok"}, sorted(records)
+    sides = {name: record["timing"]["turns"] for name, record in records.items()}
+    assert sides["latest"]["pair_id"] == sides["copy"]["pair_id"]
+    assert (sides["latest"]["role"], sides["copy"]["role"]) == ("first", "second")   # the baseline, in round 0
+    assert (sides["latest"]["partner"], sides["copy"]["partner"]) == ("copy", "latest")
+    for name, side in sides.items():
+        placement = records[name]["placement"]
+        assert side["lost"] is None and len(side["block_ms"]) == side["blocks"] == 10, (name, side)
+        assert (placement["node_ip"], placement["gpu_type"]) == ("127.0.0.1", "A100")
+        assert side["cores"] == placement["cores"][-1:] and side["threads"] == 1   # the task's share's last core
+    assert records["latest"]["placement"]["ray_gpu_ids"] == records["copy"]["placement"]["ray_gpu_ids"]   # one task
+
+
+def test_more_turns_cores_than_a_task_gets_on_its_node_is_refused_before_anything_is_written(cluster_run):
+    refused = cluster_run["turns"]["refused"]
+    assert refused["code"] != 0 and not refused["results_folder"]
+    assert re.search(r"turns_cores: 1024: a unit's task on node 127.0.0.1 may use \d+ CPU core", refused["output"])

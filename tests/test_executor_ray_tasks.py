@@ -10,7 +10,7 @@ import pytest
 
 from host_helpers import RecordingBackend, small_matrix_data, write_matrix
 from matrixbench.environments.base import Backend
-from matrixbench.errors import OptionConflictError
+from matrixbench.errors import OptionConflictError, RunError
 from matrixbench.executors.ray import executor as ray_executor
 from matrixbench.executors.ray.options import RayOptions
 from matrixbench.executors.ray.tasks import (
@@ -26,6 +26,7 @@ from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.run.command import RunOptions, run_matrix
 from runner.core import Status
 from runner.schema import RECORD_SCHEMA, read_record
+from test_executor_turns import PairedBackend
 
 FAKE_TOKEN = "hf_FAKE_token_never_shipped_0123456789"
 CLUSTER = {"CPU": 4.0, "GPU": 3.0, "accelerator_type:A100": 1.0, "accelerator_type:T4": 1.0, "node:10.0.0.1": 1.0}
@@ -64,9 +65,17 @@ class InProcessCluster(Backend):
     def __init__(self):
         self.tasks, self.inner = [], RecordingBackend()
         self.secrets_seen = []
+        self.turns_checks, self.node_cores = [], [0]   # what run_matrix asked of turns_cores; each node's cores
 
     def check_gpu_types(self, gpu_types):
         check_gpu_types(gpu_types, CLUSTER, "in-process")
+
+    def check_turns_cores(self, count, gpu_types, device):
+        """As RayBackend does, with one node of one GPU whose cores are ``node_cores``."""
+        from matrixbench.executors.ray.tasks import check_turns_cores, task_shares
+
+        self.turns_checks.append((count, tuple(gpu_types), device))
+        check_turns_cores(count, [("node 10.0.0.1", share) for share in task_shares(self.node_cores, 1, True)])
 
     def run(self, request):
         raise AssertionError("the driver runs units, not requests")
@@ -125,7 +134,10 @@ def test_a_units_task_runs_its_images_in_turn_repeat_by_repeat(tmp_path, cluster
     run_matrix(matrix, RunOptions(results_root=tmp_path / "results", executor="ray", device="cpu"))
     (task,) = [pickle.loads(shipped) for shipped in cluster.tasks]
     assert [(r.image.name, [x.index for x in r.repeats()]) for r in task.requests] == [
+        ("stable", [0, 1]), ("latest", [0, 1])]   # the unit's parts; its node runs them round by round:
+    assert [(r.image.name, [x.index for x in r.repeats()]) for r in cluster.inner.requests] == [
         ("stable", [0]), ("latest", [0]), ("latest", [1]), ("stable", [1])]   # counterbalanced (ABBA)
+    assert task.pairs == () and all(r.work.turns is None for r in cluster.inner.requests)   # no turns asked
     folder = tmp_path / "results" / "default" / "A100"
     assert sorted(p.name for p in folder.glob("*/vit_*.json")) == ["vit_bs1_eager_float32.json",
                                                                   "vit_bs1_eager_float32.json",
@@ -295,3 +307,141 @@ def test_the_driver_prints_what_a_unit_said_on_its_node_before_writing_its_recor
     assert len(notes) == 1 and notes[0].startswith("A100 vit bs=1 on node 10.0.0.7")
     assert notes[0].endswith(": stopped container 0123456789ab (image latest): left running")
     assert written == [("record", "latest"), ("logs", {"latest": "tail"})]
+
+
+# --- turns: a unit's pairs run at once on its node (executors.turns) ----------------------------------------------
+
+def _turns_matrix(tmp_path, **settings):
+    data = dict(small_matrix_data(), gpu_types=["A100"], turns=True, repeats=2, **settings)
+    return load_matrix(write_matrix(tmp_path, data), Overrides(models=["vit"], batch_sizes=[1], modes=["eager"]))
+
+
+def test_a_units_task_carries_its_pairs_and_its_node_runs_each_rounds_pair_at_once_in_its_share(tmp_path, cluster):
+    """The driver ships the unit's image pairs (turns.pairs_of, by label) and turns_cores; the node runs each round's
+    pair at once (a barrier of two: a side started alone fails), both sides in the task's share of the node, the
+    first role alternating by round, their blocks on the share's last core, the baton folder in the task's scratch
+    folder, removed after; every record reaches the driver."""
+    cluster.inner = PairedBackend()
+    run_matrix(_turns_matrix(tmp_path, turns_cores=1),
+               RunOptions(results_root=tmp_path / "results", executor="ray", device="cpu"))
+    assert cluster.turns_checks == [(1, ("A100",), "cpu")]   # asked of the cluster before anything was written
+    (task,) = [pickle.loads(shipped) for shipped in cluster.tasks]
+    assert (task.pairs, task.turns_cores) == ((("A100/stable", "A100/latest"),), 1)
+    by_pair = {}
+    for request in cluster.inner.requests:
+        turns = request.work.turns
+        assert turns is not None and turns.cores == (0,) == request.placement.slot.cores
+        by_pair.setdefault(turns.pair_id, {})[request.image.name] = (turns.role, turns.partner, turns.folder,
+                                                                     [r.id for r in request.repeats()])
+        assert turns.folder.name == turns.pair_id and turns.folder.parent.name == ".turns"
+        assert turns.folder.parent.parent.name.startswith("matrixbench-ray-") and not turns.folder.exists()
+    first, second = by_pair.values()   # one pair a round
+    assert (first["stable"][:2], first["latest"][:2]) == (("first", "latest"), ("second", "stable"))
+    assert (second["latest"][:2], second["stable"][:2]) == (("first", "stable"), ("second", "latest"))
+    assert all(pair["stable"][2:] == pair["latest"][2:] for pair in (first, second))   # one folder, same repeats
+    folder = tmp_path / "results" / "default" / "A100"
+    assert sorted(str(p.relative_to(folder)) for p in folder.glob("*/vit_*.json")) == [
+        "latest/vit_bs1_eager_float32.json", "latest/vit_bs1_eager_float32.r1.json",
+        "stable/vit_bs1_eager_float32.json", "stable/vit_bs1_eager_float32.r1.json"]
+
+
+def test_turns_cores_more_than_a_nodes_task_gets_are_refused_before_anything_is_written(tmp_path, cluster):
+    cluster.node_cores = [0, 1, 2]
+    with pytest.raises(OptionConflictError, match=r"turns_cores: 4: a unit's task on node 10.0.0.1 may use 3 CPU "
+                                                  r"core\(s\) \(0-2: .*at most 3 \(--set turns_cores=3\)"):
+        run_matrix(_turns_matrix(tmp_path, turns_cores=4),
+                   RunOptions(results_root=tmp_path / "results", executor="ray", device="cpu"))
+    assert cluster.tasks == [] and not (tmp_path / "results").exists()
+
+
+def test_the_nodes_a_task_may_land_on_and_its_share_of_their_cores_bound_turns_cores():
+    from matrixbench.executors.ray.tasks import check_turns_cores, task_nodes, task_shares, turns_cores_here
+    from matrixbench.run.placement import Slot
+
+    def node(name, alive=True, **resources):
+        return {"NodeID": name, "Alive": alive, "NodeManagerAddress": name, "Resources": resources}
+
+    nodes = [node("a", CPU=8, GPU=2, **{"accelerator_type:A100": 1}),
+             node("b", CPU=4, GPU=1, **{"accelerator_type:T4": 1}),
+             node("c", alive=False, CPU=8, GPU=1, **{"accelerator_type:A100": 1}), node("d", CPU=2)]
+    assert [n["NodeID"] for n in task_nodes(nodes, ("A100",), gpus=False)] == ["a"]   # its type's, alive
+    assert [n["NodeID"] for n in task_nodes(nodes, (), gpus=True)] == ["a", "b"]
+    assert [n["NodeID"] for n in task_nodes(nodes, (), gpus=False)] == ["a", "b", "d"]
+    assert [share.cores for share in task_shares(range(3), 2, True)] == [(0, 1), (2,)]   # one per GPU
+    assert [share.cores for share in task_shares(range(3), 2, False)] == [(0, 1)]       # a task without a GPU
+    shares = [("node a", share) for share in task_shares(range(3), 2, True)]
+    check_turns_cores(1, shares)
+    check_turns_cores(0, shares)
+    with pytest.raises(OptionConflictError, match=r"turns_cores: 2: a unit's task on node a may use 1 CPU core\(s\) "
+                                                  r"\(2: its GPU's share.* at most 1 \(--set turns_cores=1\), or 0"):
+        check_turns_cores(2, shares)
+    assert turns_cores_here(2, Slot(0, (6, 4, 5)), "node a") == (5, 6)   # the share's last ones
+    assert turns_cores_here(0, Slot(0, (4,)), "node a") == ()
+
+
+def _turns_task(tmp_path, repeats=1):
+    from matrixbench.environments.base import ImageRef, Paths, RunRequest, Work
+    from matrixbench.executors.ray.tasks import UnitTask
+    from matrixbench.matrix import expand_cells, runner_settings
+    from runner.core import Repeat
+
+    matrix = _turns_matrix(tmp_path)
+    (cell,) = expand_cells(matrix)
+    work = Work([cell], runner_settings(matrix, "cpu")).for_repeats([Repeat(cell, index) for index in range(repeats)])
+    requests = tuple(shippable(RunRequest(ImageRef(name), work, Paths(tmp_path / name)))
+                     for name in ("stable", "latest"))
+    return cell, UnitTask("A100 vit bs=1", "A100", requests, "local", pairs=(("A100/stable", "A100/latest"),))
+
+
+class OneSideFails(PairedBackend):
+    """A PairedBackend whose ``latest`` runner meets its partner, then dies without a record or (``raises``)
+    raises instead of starting."""
+
+    def __init__(self, raises):
+        super().__init__()
+        self.raises = raises
+
+    def run(self, request):
+        if request.image.name != "latest":
+            return super().run(request)
+        self.seen.append((request.image.name, request.work.turns, None, [r.id for r in request.repeats()]))
+        self.barrier.wait()   # its partner runs meanwhile
+        if self.raises:
+            raise RunError("image 'latest' is gone from this node")
+        return 1
+
+
+@pytest.mark.parametrize("raises", [False, True])
+def test_a_pair_whose_one_side_fails_on_the_node_keeps_the_other_sides_record(tmp_path, raises):
+    cell, task = _turns_task(tmp_path)
+    backend, emitted = OneSideFails(raises), []
+    node = {"node_id": "n1", "node_ip": "10.0.0.1", "gpu_type": "A100", "ray_gpu_ids": ["0"]}
+
+    def run():
+        return run_unit_here(task, node, node_slot(["0"], 1, False, cores=[0]), [],
+                             lambda image, data: emitted.append((image, data["cell_id"])), backend=backend, environ={})
+
+    if raises:
+        with pytest.raises(RunError, match="image 'latest' is gone"):
+            run()
+    else:
+        assert [(image, data["cell_id"]) for image, data in run().records] == [("stable", cell.id)]
+    assert emitted == [("stable", cell.id)]   # sent to the driver as it appeared, whatever its partner did
+    sides = sorted((name, turns.role, turns.pair_id) for name, turns, _, _ in backend.seen)
+    assert [side[:2] for side in sides] == [("latest", "second"), ("stable", "first")] and sides[0][2] == sides[1][2]
+
+
+def test_a_retried_task_in_turns_runs_only_what_is_missing_alone_where_its_partner_has_it(tmp_path):
+    from runner.core import Repeat
+
+    cell, task = _turns_task(tmp_path, repeats=2)
+    backend, emitted = PairedBackend(), []
+    node = {"node_id": "n1", "node_ip": "10.0.0.1", "gpu_type": "A100", "ray_gpu_ids": ["0"]}
+    done = [("latest", Repeat(cell, 0).id)]   # the first attempt's record of latest, round 0, reached the driver
+    run_unit_here(task, node, node_slot(["0"], 1, False, cores=[0]), done,
+                  lambda image, data: emitted.append((image, data["repeat"])), backend=backend, environ={})
+    alone = [(name, ids) for name, turns, _, ids in backend.seen if turns is None]
+    paired = sorted((name, turns.role, ids) for name, turns, _, ids in backend.seen if turns is not None)
+    assert alone == [("stable", [Repeat(cell, 0).id])]
+    assert paired == [("latest", "first", [Repeat(cell, 1).id]), ("stable", "second", [Repeat(cell, 1).id])]
+    assert sorted(emitted) == [("latest", 1), ("stable", 0), ("stable", 1)]   # nothing recorded ran again

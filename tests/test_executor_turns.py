@@ -210,10 +210,15 @@ def test_the_sequential_executor_starts_a_pair_at_once_and_a_repeat_one_side_has
     assert cells_file["turns"]["role"] == "first" and cells_file["turns"]["partner"] == "stable"
 
 
-def test_turns_refuse_the_ray_executor_naming_the_fix(tmp_path):
-    with pytest.raises(OptionConflictError, match="turns: true .* --executor ray does not .* use --executor slots or "
-                                                  "sequential on one machine, or set turns: false"):
-        check_options(turns_matrix(tmp_path), RunOptions(executor="ray"))
+def test_turns_run_under_ray_whose_turns_cores_are_its_nodes_not_this_machines(tmp_path):
+    """--executor ray takes turns (a unit's task runs its pairs on its node); its turns_cores are checked against
+    the cluster's nodes as the run starts (tests/test_executor_ray_tasks.py), not against the driver's cores."""
+    check_options(turns_matrix(tmp_path), RunOptions(executor="ray"))
+    check_options(turns_matrix(tmp_path, turns_cores=1024), RunOptions(executor="ray"))
+    with pytest.raises(OptionConflictError, match="turns_cores: 1024: this run may use"):   # one machine: its own
+        check_options(turns_matrix(tmp_path, turns_cores=1024), RunOptions(executor="slots"))
+    with pytest.raises(OptionConflictError, match="turns_cores: 1 pins .* set turns: true"):
+        check_options(turns_matrix(tmp_path, turns=False, turns_cores=1), RunOptions(executor="ray"))
 
 
 def test_turns_take_the_executor_a_run_without_them_would(tmp_path):
@@ -335,6 +340,20 @@ def test_run_dry_run_says_which_cores_a_pinned_pair_uses(tmp_path, monkeypatch):
         slots = len(usable_cores()[0])
         result = CliRunner().invoke(main, in_slots + ["--slots", str(slots), "--set", "turns_cores=2"])
         assert result.exit_code != 0 and re.search(r"turns_cores: 2: slot \d+ has 1 CPU core\(s\)", result.output)
+
+
+def test_run_dry_run_under_ray_marks_the_pairs_and_pins_within_each_tasks_share_of_its_node(tmp_path):
+    from click.testing import CliRunner
+
+    from matrixbench.cli import main
+
+    matrix_file = write_matrix(tmp_path, {**small_matrix_data(), "turns": True, "turns_cores": 1024})
+    result = CliRunner().invoke(main, ["run", "--matrix", str(matrix_file), "--backend", "local", "--models", "vit",
+                                       "--executor", "ray", "--device", "cpu", "--dry-run"])
+    assert result.exit_code == 0, result.output   # the nodes' cores are checked as the run starts, not here
+    assert "model by model" in result.output and "in turns (turns: true)" in result.output
+    assert ("in turns with latest, first, blocks pinned to the last 1024 core(s) of its task's share of its node)"
+            in result.output)
 
 
 def test_a_pair_in_turns_is_one_launch_so_the_bill_counts_one_runner_start(tmp_path):

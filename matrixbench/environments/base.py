@@ -270,6 +270,13 @@ class Environment:
         that places work on GPU types gets a GPU-type axis (run.check_gpu_types); default: nothing."""
         return None
 
+    def check_turns_cores(self, count: int, gpu_types: Tuple[str, ...], device: str) -> None:
+        """Refuse, before anything is written, ``turns_cores`` ``count`` (> 0, with turns) that the cores its
+        runners get cannot honour, naming the setting: the ray backend asks its nodes (a unit's task pins within
+        its GPU's share of its node's cores, for a run of ``gpu_types`` on ``device``). One machine's cores are
+        checked with the options (executors.check_turns); default: nothing."""
+        return None
+
     def close(self) -> None:
         """Let go of what the backend connected to (the ray backend's cluster). Default: nothing."""
         return None

@@ -87,22 +87,19 @@ def check_gpu_types(matrix: Matrix, executor: Optional[str]) -> None:
 
 
 def check_turns(matrix: Matrix, executor: Optional[str]) -> None:
-    """Runners in turns (matrix setting ``turns``) start a pair at once, on one machine: the sequential executor
-    (one pair at a time, its blocks on ``pinned_cores``) and the slots executor (a pair in a slot, on the slot's
-    last cores: ``slot_cores``, checked where the slots are planned) do; Ray, whose tasks run one runner each,
-    does not."""
+    """Runners in turns (matrix setting ``turns``) start a pair at once: on one machine the sequential executor (one
+    pair at a time, its blocks on ``pinned_cores``, checked here) and the slots executor (a pair in a slot, on the
+    slot's last cores: ``slot_cores``, checked where the slots are planned); on a Ray cluster a unit's task on its
+    node (on the last cores of its share of the node: the cluster's nodes are asked as the run starts,
+    ``Environment.check_turns_cores``, not this machine's)."""
     if not matrix.turns:
         if matrix.turns_cores:
             raise OptionConflictError(
                 f"turns_cores: {matrix.turns_cores} pins the blocks of runners in turns, and this run has none "
                 "(turns: false); set turns: true (--set turns=true), or drop turns_cores")
         return
-    pinned_cores(matrix.turns_cores)   # more cores than this run may use: refused before anything is built
-    if executor == RAY:
-        raise OptionConflictError(
-            "turns: true runs an image comparison's two runners at once on one machine, which --executor ray does "
-            "not (each of its tasks runs one runner); use --executor slots or sequential on one machine, or set "
-            "turns: false (--set turns=false)")
+    if executor != RAY:
+        pinned_cores(matrix.turns_cores)   # more cores than this run may use: refused before anything is built
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,6 @@
 (``scheduler.rounds``: repeat 0 in every image, then repeat 1, ...; one runner per image when each
 cell runs once). With ``turns`` the two runners of an image comparison's pair start at once and take
 turns (``executors.turns``): one pair, or one runner, at a time."""
-import functools
-import shutil
-import threading
 from typing import Callable, Optional, Tuple
 
 from matrixbench.environments.base import RunRequest, Turns
@@ -12,8 +9,7 @@ from matrixbench.executors import turns
 from matrixbench.executors.base import Executor, Run
 from matrixbench.executors.calibration import say_nothing_to_calibrate
 from matrixbench.executors.scheduler import run_order
-from matrixbench.executors.threads import run_threads
-from matrixbench.run.layout import turns_dir
+from matrixbench.run.pending import ImageWork
 
 
 class SequentialExecutor(Executor):
@@ -39,20 +35,14 @@ class SequentialExecutor(Executor):
                 run.launch(work, run.request(work).for_repeats(repeats))
 
 
-def run_pair(run: Run, pair: turns.TurnPair, cores: Tuple[int, ...] = (),
+def run_pair(run: Run, pair: turns.TurnPair[ImageWork], cores: Tuple[int, ...] = (),
              place: Callable[[RunRequest], RunRequest] = lambda request: request, slot: Optional[int] = None) -> None:
-    """Both runners of ``pair`` at once, each in a thread of its own (``threads.run_threads``), sharing the baton
-    folder ``<run>/.turns/<pair_id>``, removed once both are done; their blocks pinned to ``cores`` (if any); in
+    """Both runners of ``pair`` at once (``turns.take_turns``: a thread each, the baton folder
+    ``<run>/.turns/<pair_id>``, removed once both are done); their blocks pinned to ``cores`` (if any); in
     slot ``slot`` (the slots executor), both requests ``place``d there."""
-    folder = turns_dir(run.path, pair.pair_id)
-    folder.mkdir(parents=True, exist_ok=True)
 
-    def launch(side: turns.Side, stopping: threading.Event) -> None:
+    def launch(side: turns.Side[ImageWork], in_turns: Turns) -> None:
         request = place(run.request(side.work).for_repeats(side.repeats))
-        run.launch(side.work, request.in_turns(Turns(side.role, side.partner, pair.pair_id, folder, cores)), slot)
+        run.launch(side.work, request.in_turns(in_turns), slot)
 
-    try:
-        run_threads([functools.partial(launch, side) for side in pair.sides], run.environment.stop_all,
-                    [f"turns-{side.role}" for side in pair.sides])
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    turns.take_turns(pair, run.path, cores, launch, run.environment.stop_all)

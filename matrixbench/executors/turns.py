@@ -9,18 +9,42 @@ role in even rounds and the candidate in odd ones, so neither image always start
 its own. A repeat only one side needs (the other's is recorded: a resumed run) runs alone, as without turns.
 With ``turns_cores`` N, every pair's blocks are pinned to the same N cores (``pinned_cores``: the last N this run
 may use; one pair runs at a time). In slots (the slots executor) a unit's pairs run in its slot, both runners
-placed there, their blocks pinned to the slot's last N cores (``slot_cores``).
+placed there, their blocks pinned to the slot's last N cores (``slot_cores``). On a Ray cluster (the ray executor)
+a unit's task carries the unit's pairs (``pairs_of``, by label) and runs ``steps_of`` its parts on its node, both
+runners of a pair in its GPU's share of the node, their blocks on that share's last N cores.
 
-Pure functions over the run's works: the sequential executor runs ``steps``, the slots executor ``steps_of`` each
-unit, and ``run --dry-run`` prints them (``launches``).
+Pure functions over the run's works: the sequential executor runs ``steps``, the slots executor and a Ray task
+``steps_of`` each unit, and ``run --dry-run`` prints them (``launches``); and ``take_turns``, the one way a pair's
+two runners start at once (each executor gives it its own way to launch one side).
 """
+import functools
+import shutil
+import threading
 import uuid
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from pathlib import Path
+from typing import (
+    Callable,
+    Dict,
+    Generic,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    Set,
+    Tuple,
+    TypeVar,
+    Union,
+)
 
+from matrixbench.environments.base import Turns
 from matrixbench.errors import OptionConflictError
 from matrixbench.executors.scheduler import Part, make_units, rounds, run_order
+from matrixbench.executors.threads import run_threads
 from matrixbench.matrix.comparisons import Comparison
+from matrixbench.run.layout import turns_dir
 from matrixbench.run.pending import ImageWork
 from matrixbench.run.placement import Slot, format_cpulist, usable_cores
 from runner.baton import ROLES
@@ -30,27 +54,41 @@ FIRST, SECOND = ROLES
 Pair = Tuple[str, str]   # (baseline image label, candidate image label)
 
 
+class Paired(Protocol):
+    """What takes a side of a pair: an image's work under its label (``pending.ImageWork`` on the driver; a Ray
+    task's ``tasks.NodeWork`` on its node), whose image name the partner's runner is told."""
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def image_name(self) -> str: ...
+
+
+PW = TypeVar("PW", bound=Paired)
+
+
 @dataclass(frozen=True)
-class Side:
+class Side(Generic[PW]):
     """One runner of a pair in turns: its image's work, the repeats it runs (the pair's, in the pair's order), its
     role (``first``/``second``) and its partner's image name."""
 
-    work: ImageWork
+    work: PW
     repeats: List[Repeat]
     role: str
     partner: str
 
 
 @dataclass(frozen=True)
-class TurnPair:
+class TurnPair(Generic[PW]):
     """Two runners started at once that take turns on the same repeats: ``sides`` (first, second) and ``pair_id``,
     the pair launch's own (its baton folder's name, the records' ``timing.turns.pair_id``)."""
 
     pair_id: str
-    sides: Tuple[Side, Side]
+    sides: Tuple[Side[PW], Side[PW]]
 
 
-Step = Union[Part[ImageWork], TurnPair]   # a runner alone (image work, repeats), or a pair in turns
+Step = Union[Part[PW], TurnPair[PW]]   # a runner alone (image work, repeats), or a pair in turns
 
 
 def pinned_cores(count: int, usable: Optional[Sequence[int]] = None) -> Tuple[int, ...]:
@@ -108,25 +146,26 @@ def pairs_of(works: Sequence[ImageWork], matrix: object) -> List[Pair]:
     return image_pairs(comparisons(works, roles_of(matrix)))
 
 
-def steps(works: Sequence[ImageWork], pairs: Sequence[Pair], new_id: Callable[[], str] = new_pair_id) -> List[Step]:
+def steps(works: Sequence[ImageWork], pairs: Sequence[Pair],
+          new_id: Callable[[], str] = new_pair_id) -> List[Step[ImageWork]]:
     """The sequential run's runners in order (``scheduler.rounds`` across the images, one runner at a time), with
     the runners of each pair in ``pairs`` started at once on the repeats both need (``round_steps``)."""
     return steps_of([(work, work.pending) for work in works if work.pending], pairs, new_id)
 
 
-def steps_of(parts: Sequence[Part[ImageWork]], pairs: Sequence[Pair],
-             new_id: Callable[[], str] = new_pair_id) -> List[Step]:
-    """``parts`` (image work, repeats: a run's, or a unit's, ``scheduler.Unit.parts``) as they start: round by
-    round (``scheduler.rounds``), the runners of each pair in ``pairs`` at once on the repeats both need
-    (``round_steps``)."""
-    by_round: Dict[int, List[Part[ImageWork]]] = {}
+def steps_of(parts: Sequence[Part[PW]], pairs: Sequence[Pair],
+             new_id: Callable[[], str] = new_pair_id) -> List[Step[PW]]:
+    """``parts`` (image work, repeats: a run's, or a unit's, ``scheduler.Unit.parts``; on a Ray node, the task's)
+    as they start: round by round (``scheduler.rounds``), the runners of each pair in ``pairs`` at once on the
+    repeats both need (``round_steps``). Without pairs, ``scheduler.rounds`` itself."""
+    by_round: Dict[int, List[Part[PW]]] = {}
     for work, repeats in rounds(parts):
         by_round.setdefault(repeats[0].index, []).append((work, repeats))
     return [step for index, parts in by_round.items() for step in round_steps(parts, pairs, index, new_id)]
 
 
 def launches(works: Sequence[ImageWork], matrix: object, units: bool,
-             torch_of: Optional[Mapping[str, Optional[str]]] = None) -> List[Step]:
+             torch_of: Optional[Mapping[str, Optional[str]]] = None) -> List[Step[ImageWork]]:
     """What a run starts, in order (``scheduler.run_order``'s order): with ``turns``, the pairs' runners at once
     (``steps``; in units, ``steps_of`` each unit, as the slots executor runs them). A pair starts its two runners
     at once, so the bill counts it as one runner start."""
@@ -138,8 +177,8 @@ def launches(works: Sequence[ImageWork], matrix: object, units: bool,
     return [step for unit in make_units(works, torch_of) for step in steps_of(unit.parts, pairs)]
 
 
-def round_steps(parts: Sequence[Part[ImageWork]], pairs: Sequence[Pair], index: int,
-                new_id: Callable[[], str] = new_pair_id) -> List[Step]:
+def round_steps(parts: Sequence[Part[PW]], pairs: Sequence[Pair], index: int,
+                new_id: Callable[[], str] = new_pair_id) -> List[Step[PW]]:
     """One round's runners (``parts``: its (image work, repeats) in the round's order) as they start: at the
     place of a pair's first image in the round, the pair in turns on the repeats both sides have (by cell id, in
     the baseline's order; ``first``: the baseline in even rounds, the candidate in odd ones), then at each image's
@@ -147,7 +186,7 @@ def round_steps(parts: Sequence[Part[ImageWork]], pairs: Sequence[Pair], index: 
     by_label = {work.label: (work, repeats) for work, repeats in parts}
     partner_of = {label: pair for pair in pairs for label in pair if all(side in by_label for side in pair)}
     shared = {pair: _shared(by_label[pair[0]][1], by_label[pair[1]][1]) for pair in set(partner_of.values())}
-    found: List[Step] = []
+    found: List[Step[PW]] = []
     started: Set[Pair] = set()
     for work, repeats in parts:
         pair = partner_of.get(work.label)
@@ -168,8 +207,8 @@ def _shared(baseline: Sequence[Repeat], candidate: Sequence[Repeat]) -> List[Rep
     return [repeat for repeat in baseline if repeat.cell.id in wanted]
 
 
-def _turn_pair(baseline: Part[ImageWork], candidate: Part[ImageWork], common: Sequence[Repeat], index: int,
-               pair_id: str) -> TurnPair:
+def _turn_pair(baseline: Part[PW], candidate: Part[PW], common: Sequence[Repeat], index: int,
+               pair_id: str) -> TurnPair[PW]:
     """The pair's two sides on ``common`` (the baseline's repeats; the candidate runs its own repeats of the same
     cell ids, in that order); ``first``: the baseline on even rounds, the candidate on odd ones."""
     own = {repeat.cell.id: repeat for repeat in candidate[1]}
@@ -180,17 +219,21 @@ def _turn_pair(baseline: Part[ImageWork], candidate: Part[ImageWork], common: Se
     return TurnPair(pair_id, (Side(first[0], first[1], FIRST, first[2]), Side(second[0], second[1], SECOND, second[2])))
 
 
-def pinned_text(count: int, units: bool) -> str:
+def pinned_text(count: int, units: bool, ray: bool = False) -> str:
     """Where a pair's blocks are pinned (``turns_cores`` ``count``), for ``run --dry-run``: "cores 7" (one runner at
-    a time: ``pinned_cores``), "the last 2 cores of its slot" (in units: each slot's own, ``slot_cores``); "" for 0."""
+    a time: ``pinned_cores``), "the last 2 cores of its slot" (in units: each slot's own, ``slot_cores``), on a Ray
+    cluster (``ray``) the last of its task's share of its node (checked against the nodes as the run starts); ""
+    for 0."""
     if count <= 0:
         return ""
+    if ray:
+        return f"the last {count} core(s) of its task's share of its node"
     if units:
         return f"the last {count} core(s) of its slot"
     return f"cores {format_cpulist(pinned_cores(count))}"
 
 
-def describe(step: Step, pinned: str = "") -> List[Tuple[ImageWork, Repeat, Optional[str]]]:
+def describe(step: Step[ImageWork], pinned: str = "") -> List[Tuple[ImageWork, Repeat, Optional[str]]]:
     """A step's processes as (image work, repeat, how it runs: "in turns with <partner>, <role>[, blocks pinned to
     cores C]" or None alone), for ``run --dry-run``; ``pinned``: where the pairs' blocks are (``pinned_text``)."""
     if isinstance(step, TurnPair):
@@ -199,3 +242,25 @@ def describe(step: Step, pinned: str = "") -> List[Tuple[ImageWork, Repeat, Opti
                 for side in step.sides for repeat in side.repeats]
     work, repeats = step
     return [(work, repeat, None) for repeat in repeats]
+
+
+def take_turns(pair: TurnPair[PW], root: Path, cores: Tuple[int, ...], launch: Callable[[Side[PW], Turns], None],
+               stop: Callable[[], None]) -> None:
+    """Both runners of ``pair`` at once: the one way a pair starts, on one machine (the sequential and slots
+    executors: ``sequential.run_pair``) or on a Ray task's node (``ray.tasks``). Each side's ``launch(side, turns)``
+    runs its runner to its end (blocking) in a thread of its own (``threads.run_threads``: ``stop`` stops the runners
+    on Ctrl-C, or a Ray task's cancel), both sharing the baton folder ``<root>/.turns/<pair_id>`` (``turns_dir``:
+    the run folder, or the task's scratch folder on its node), removed once both are done, their blocks pinned to
+    ``cores`` (none: not pinned). A side that raises stops neither its partner nor its records: both run to their
+    end, then the first error passes on."""
+    folder = turns_dir(root, pair.pair_id)
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def start(side: Side[PW], stopping: threading.Event) -> None:
+        launch(side, Turns(side.role, side.partner, pair.pair_id, folder, cores))
+
+    try:
+        run_threads([functools.partial(start, side) for side in pair.sides], stop,
+                    [f"turns-{side.role}" for side in pair.sides])
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

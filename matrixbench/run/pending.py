@@ -48,8 +48,8 @@ class ImageWork:
 
     @property
     def label(self) -> str:
-        """The image's name, led by its GPU type where the run has that axis: "A100/stable"."""
-        return self.image_name if self.gpu_type is None else f"{self.gpu_type}/{self.image_name}"
+        """The image's name, led by its GPU type where the run has that axis: "A100/stable" (``image_label``)."""
+        return image_label(self.image_name, self.gpu_type)
 
     @property
     def all(self) -> List[Repeat]:
@@ -62,6 +62,12 @@ class ImageWork:
     def schedule(self) -> Tuple[List[Cell], List[List[int]]]:
         """The pending repeats as the cells file says them: (cells, [cell index, repeat] pairs)."""
         return schedule_pairs(self.pending)
+
+
+def image_label(image_name: str, gpu_type: Optional[str]) -> str:
+    """An image's work's label: its name, led by its GPU type where the run has that axis ("A100/stable"); a Ray
+    task's node names its images' parts the same way (executors/ray/tasks.py)."""
+    return image_name if gpu_type is None else f"{gpu_type}/{image_name}"
 
 
 def new_order_seed() -> int:

@@ -42,8 +42,10 @@ from matrixbench.executors.ray import tasks as cluster
 from matrixbench.executors.ray.api import ray_api
 from matrixbench.executors.ray.tasks import Node, RecordData, TaskValue
 from matrixbench.executors.scheduler import make_units
+from matrixbench.executors.turns import pairs_of
 from matrixbench.gpu import host_gpus
 from matrixbench.matrix import Image
+from matrixbench.run.placement import Slot, usable_cores
 from runner.core import Status
 
 if TYPE_CHECKING:
@@ -53,6 +55,7 @@ POLL_S = 0.5
 MAX_RETRIES = 2
 LOST_CHECK_S = 2.0
 CANCEL_GRACE_S = 20.0
+RECORDS_WAIT_S = 30.0   # a task's end waits at most this long for the records it sent to reach the Board
 NAMESPACE = "matrixbench"
 Note = Callable[[str], None]
 Event = Tuple[str, str, Union[Node, Tuple[str, RecordData]]]   # ("started", unit, node) or ("record", unit, ...)
@@ -133,14 +136,25 @@ def node_task(task: cluster.UnitTask, board: BoardHandle) -> TaskValue:
     slot = cluster.node_slot(gpu_ids, node_gpus, any(request.placement.gpus for request in task.requests),
                              node_uuids=[gpu.uuid for gpu in host_gpus()])
 
-    def emit(image: str, data: RecordData) -> None:
-        board.record.remote(task.name, image, data)
+    sent: List[Ref[None]] = []
+
+    def emit(image: str, data: RecordData) -> None:   # (from a thread of each runner of a pair in turns)
+        sent.append(board.record.remote(task.name, image, data))
 
     try:
         result = cluster.run_unit_here(task, node, slot, done, emit, environ=environ)
     finally:
         board.finished.remote(task.name, node)
+        # Every record sent is on the Board before the task ends: the driver drains it before it judges the task,
+        # so a task that raises (one side of a pair, say) never has its sent records written over as lost.
+        if sent:
+            ray.wait(list(sent), num_returns=len(sent), timeout=RECORDS_WAIT_S)
     return TaskValue(node=cluster.placement_of(node), records=result.records, logs=result.logs, notes=result.notes)
+
+
+def node_cores() -> List[int]:
+    """The CPU cores a task may use on its node (a Ray task's, as ``tasks.node_slot`` reads them)."""
+    return list(usable_cores()[0])
 
 
 def build_on_node(images: Sequence[Image], options: Optional[BuildOptions] = None,
@@ -224,6 +238,25 @@ class RayBackend(Environment):
 
     def check_gpu_types(self, gpu_types: Tuple[str, ...]) -> None:
         cluster.check_gpu_types(gpu_types, self._connect().cluster_resources(), self.address or "")
+
+    def check_turns_cores(self, count: int, gpu_types: Tuple[str, ...], device: str) -> None:
+        """Refuse ``turns_cores`` ``count`` where a node a unit's task may land on gives a task fewer cores (its
+        GPU's share of the node's: ``tasks.task_shares``), naming the node: a small task on each such node reads
+        the cores it may use there."""
+        if count <= 0:
+            return
+        ray = self._connect()
+        gpus = device != "cpu" and self.gpus_available()   # as run.command resolves the run's device
+        nodes = cluster.task_nodes(ray.nodes(), gpu_types, gpus)
+        probe = ray.remote(node_cores)
+        refs = [(node, probe.options(num_cpus=0, scheduling_strategy=_on(str(node["NodeID"]))).remote())
+                for node in nodes]
+        shares: List[Tuple[str, Slot]] = []
+        for node, ref in refs:
+            resources = cast("Dict[str, float]", node["Resources"])
+            for share in cluster.task_shares(ray.get(ref), resources.get("GPU", 0), bool(gpu_types) or gpus):
+                shares.append((f"node {node['NodeManagerAddress']}", share))
+        cluster.check_turns_cores(count, shares)
 
     def prepare(self, images: List[Image], emit: Optional[Callable[[str, str], None]] = None) -> None:
         """With docker on the nodes: have the images on every GPU node, as a Ray task each: found current
@@ -389,8 +422,9 @@ class Cluster(Protocol):
 
 class RayExecutor(Executor):
     """``--executor ray``: the run's units (the scheduler's, per GPU type) as one Ray task each; on each
-    node, ``--backend`` (docker or local) runs the runner. Its ``environment`` is the driver's side of
-    the cluster (RayBackend: GPUs, images on the nodes, GPU types, the connection)."""
+    node, ``--backend`` (docker or local) runs the runner. With ``turns``, each task carries its unit's image pairs
+    (``turns.pairs_of``) and runs a pair's two runners at once on its node. Its ``environment`` is the driver's
+    side of the cluster (RayBackend: GPUs, images on the nodes, GPU types, the connection)."""
 
     def __init__(self, environment: Environment) -> None:
         if not isinstance(environment, Cluster):
@@ -403,16 +437,19 @@ class RayExecutor(Executor):
         tasks: List[cluster.UnitTask] = []
         parts: List[Dict[str, cluster.UnitPart]] = []
         torch_of = {name: image.torch_version for name, image in run.matrix.images.items()}
+        pairs = pairs_of(run.works, run.matrix) if run.matrix.turns else []   # (labels: across the GPU types)
         for gpu_type in run.matrix.gpu_types or (None,):
             for unit in make_units([work for work in run.works if work.gpu_type == gpu_type], torch_of):
                 unit_parts = {work.image_name: cluster.UnitPart(work, run.request(work).for_repeats(repeats),
                                                                 list(repeats))
                               for work, repeats in unit.parts}
                 name = " ".join(filter(None, [gpu_type, unit.name]))
-                runners = tuple(cluster.shippable(unit_parts[work.image_name].request.for_repeats(repeats))
-                                for work, repeats in unit.rounds())
-                tasks.append(cluster.UnitTask(name, gpu_type, runners, self.environment.node_backend,
-                                              run.options.run_name))
+                requests = tuple(cluster.shippable(part.request) for part in unit_parts.values())
+                labels = {work.label for work, _ in unit.parts}
+                in_unit = tuple(pair for pair in pairs if set(pair) <= labels)
+                tasks.append(cluster.UnitTask(name, gpu_type, requests, self.environment.node_backend,
+                                              run.options.run_name, pairs=in_unit,
+                                              turns_cores=run.matrix.turns_cores if in_unit else 0))
                 parts.append(unit_parts)
         cluster_run = cluster.ClusterRun(tasks, parts, run.gpus,
                                          lambda work, cell, record: run.record_arrived(work, cell, record))

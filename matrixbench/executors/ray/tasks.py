@@ -2,28 +2,34 @@
 and what the driver writes when a unit is lost. ``matrixbench.executors.ray.executor`` moves these over Ray.
 
 A task is one unit of the scheduler (``matrixbench.executors.scheduler.Unit``: one model at one batch size,
-its pending repeats in every image) on one GPU type. It carries one RunRequest per image, made on
-the driver exactly as a local run makes it, minus run-time secrets (HF_TOKEN reaches the node only
-when the task fetches it from the driver's Board actor as it starts) and minus the driver's paths;
-on its node it runs them one after another through the node's backend (local or docker), in a
-scratch folder, pinned to the GPU ids Ray assigned, and hands back every record it finds there.
+its pending repeats in every image) on one GPU type. It carries one RunRequest per image (the unit's repeats of
+that image), made on the driver exactly as a local run makes it, minus run-time secrets (HF_TOKEN reaches the
+node only when the task fetches it from the driver's Board actor as it starts) and minus the driver's paths;
+on its node it runs them round by round (``executors.scheduler.rounds``) through the node's backend (local or
+docker), in a scratch folder, pinned to the GPU ids Ray assigned, and hands back every record it finds there.
+With ``turns`` the task carries the unit's image pairs too (``executors.turns.pairs_of``): its node starts both
+runners of a pair at once (``executors.turns.steps_of`` and ``take_turns``, as one machine does), with the
+baton folder in its scratch folder and their blocks on the last ``turns_cores`` cores of its share of the node.
 """
+import functools
 import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, TypedDict, TypeVar, Union
 
-from matrixbench.environments.base import Backend, Paths, RunRequest
+from matrixbench.environments.base import Backend, Paths, RunRequest, Turns
 from matrixbench.environments.environment import RUNTIME_SECRETS, runtime_secrets
-from matrixbench.errors import RunError
+from matrixbench.errors import OptionConflictError, RunError
+from matrixbench.executors import turns
+from matrixbench.executors.scheduler import Part
 from matrixbench.executors.threads import run_in_thread
 from matrixbench.paths import cache_home, hf_cache_home
 from matrixbench.redact import redact_text
 from matrixbench.run.launch import launch
 from matrixbench.run.layout import LOG_FILENAME
-from matrixbench.run.pending import ImageWork
-from matrixbench.run.placement import Slot, split_evenly, usable_cores
+from matrixbench.run.pending import ImageWork, image_label
+from matrixbench.run.placement import Slot, format_cpulist, split_evenly, usable_cores
 from runner.core import Cell, Record, Repeat, Status, repeat_stem
 from runner.machine import fallback_environment
 from runner.records import NO_PRECISION, fail, new_record, utc_now
@@ -101,13 +107,91 @@ def task_resources(gpu_type: Optional[str], gpus: bool) -> Dict[str, Union[int, 
 
 @dataclass(frozen=True)
 class UnitTask:
-    """What a unit's task carries to its node: no driver path, no secret."""
+    """What a unit's task carries to its node: no driver path, no secret. ``requests``: one per image of the unit
+    (``scheduler.Unit.parts``, in order), each with the unit's repeats of that image; ``pairs``: the images that
+    take turns (``executors.turns.pairs_of``: (baseline, candidate) labels, both in the unit; none without
+    ``turns``), their blocks pinned to the last ``turns_cores`` cores of the task's share of its node (0: not)."""
 
     name: str                       # "A100 vit bs=1", for logs, progress and crashed records
     gpu_type: Optional[str]
     requests: Tuple[RunRequest, ...]
     node_backend: str               # one of NODE_BACKENDS
     run_name: str = "default"
+    pairs: Tuple[Tuple[str, str], ...] = ()
+    turns_cores: int = 0
+
+
+@dataclass(frozen=True)
+class NodeWork:
+    """One image's part of a unit on its node, as ``executors.turns`` pairs it: the driver's label for it
+    (``pending.image_label``: "A100/stable") and its shipped request (its image's name: the partner's)."""
+
+    label: str
+    request: RunRequest
+
+    @property
+    def image_name(self) -> str:
+        return self.request.image.name
+
+
+def node_parts(task: UnitTask, done: Sequence[Tuple[str, str]] = ()) -> List[Part[NodeWork]]:
+    """The task's parts (image work, repeats) still to run on its node: each image's repeats but those in ``done``
+    ((image, repeat id) pairs the driver already holds: a retried task resumes), in the unit's order."""
+    skip = set(done)
+    parts: List[Part[NodeWork]] = []
+    for shipped in task.requests:
+        repeats = [r for r in shipped.repeats() if (shipped.image.name, r.id) not in skip]
+        if repeats:
+            parts.append((NodeWork(image_label(shipped.image.name, task.gpu_type), shipped), repeats))
+    return parts
+
+
+def task_nodes(nodes: Sequence[Mapping[str, object]], gpu_types: Sequence[str],
+               gpus: bool) -> List[Mapping[str, object]]:
+    """The nodes (``ray.nodes()``'s, alive) a unit's task may land on (``task_resources``): those of the run's GPU
+    types, else (a GPU run) those with a GPU, else any with a CPU."""
+    def has(node: Mapping[str, object], resource: str, least: float) -> bool:
+        resources = node.get("Resources")
+        return isinstance(resources, Mapping) and float(resources.get(resource, 0) or 0) >= least
+
+    def fits(node: Mapping[str, object]) -> bool:
+        if gpu_types:
+            return any(has(node, f"{ACCELERATOR_PREFIX}{gpu_type}", ACCELERATOR_SHARE) for gpu_type in gpu_types)
+        return has(node, "GPU", 1) if gpus else has(node, "CPU", 1)
+
+    return [node for node in nodes if node.get("Alive") and fits(node)]
+
+
+def task_shares(cores: Sequence[int], node_gpus: float, gpu_tasks: bool) -> List[Slot]:
+    """The shares of a node's ``cores`` its units' tasks may get (``node_slot``): one per GPU for tasks that ask
+    for one (``gpu_tasks``), else the one a task without a GPU gets."""
+    if not gpu_tasks:
+        return [node_slot([], node_gpus, False, cores)]
+    return [node_slot([str(index)], node_gpus, True, cores) for index in range(max(int(node_gpus), 1))]
+
+
+def turns_cores_here(count: int, slot: Slot, where: str) -> Tuple[int, ...]:
+    """The cores a pair's blocks are pinned to in a task's share ``slot`` of its node (``where``: "node
+    10.0.0.2"): its last ``count`` (() for 0). Raises OptionConflictError, naming the setting, the node and its
+    share, when the share has fewer: refused as the run starts (``check_turns_cores``), or on a node that joined
+    later, by its task."""
+    if count <= 0:
+        return ()
+    if count > len(slot.cores):
+        raise OptionConflictError(
+            f"turns_cores: {count}: a unit's task on {where} may use {len(slot.cores)} CPU core(s) "
+            f"({format_cpulist(slot.cores)}: its GPU's share of the node's cores), and a pair in turns pins its "
+            f"blocks within its task's share; set turns_cores to at most {len(slot.cores)} "
+            f"(--set turns_cores={len(slot.cores)}), or 0 not to pin")
+    return tuple(sorted(slot.cores)[-count:])
+
+
+def check_turns_cores(count: int, shares: Sequence[Tuple[str, Slot]]) -> None:
+    """Refuse ``turns_cores`` ``count`` where some share a task may get (``shares``: (where, share) of each node a
+    unit's task may land on, ``task_shares``) has fewer cores, naming the smallest (``turns_cores_here``)."""
+    if count > 0 and shares:
+        where, smallest = min(shares, key=lambda share: len(share[1].cores))
+        turns_cores_here(count, smallest, where)
 
 
 def shippable(request: RunRequest) -> RunRequest:
@@ -166,32 +250,48 @@ def run_unit_here(task: UnitTask, node: Node, slot: Slot, done: Sequence[Tuple[s
                   emit: Callable[[str, RecordData], None], backend: Optional[Backend] = None,
                   environ: Optional[Dict[str, str]] = None) -> NodeRun:
     """Run ``task`` on this node: each image's repeats not in ``done`` ((image, repeat id) pairs the
-    driver already holds: a retried task resumes), ``emit(image, record)`` as each record appears. First it stops
-    what a killed run of the same name left running on this node (a container whose owner is gone)."""
+    driver already holds: a retried task resumes), round by round, a pair of ``task.pairs`` at once in turns
+    (``executors.turns.steps_of``; a repeat only one side still needs runs alone), ``emit(image, record)`` as each
+    record appears. First it stops what a killed run of the same name left running on this node (a container whose
+    owner is gone)."""
     from matrixbench.environments import create_backend
 
+    cores = turns_cores_here(task.turns_cores if task.pairs else 0, slot, describe_node(node))
     backend = backend or create_backend(task.node_backend, run_id=task.run_name)   # its folder here is a scratch one
     environ = dict(os.environ if environ is None else environ)
-    result, skip = NodeRun(), {(image, stem) for image, stem in done}
+    result = NodeRun()
     result.notes += backend.stop_run_leftovers(task.run_name)
     with tempfile.TemporaryDirectory(prefix="matrixbench-ray-") as scratch:
-        for shipped in task.requests:
-            repeats = [r for r in shipped.repeats() if (shipped.image.name, r.id) not in skip]
-            if repeats:
-                request = on_node(shipped, repeats, Path(scratch), node, slot, environ)
-                _run_request(backend, request, repeats, result, emit)
+        here = Path(scratch)
+
+        def run_one(work: NodeWork, repeats: Sequence[Repeat], in_turns: Optional[Turns] = None) -> None:
+            request = on_node(work.request, repeats, here, node, slot, environ)
+            request = request if in_turns is None else request.in_turns(in_turns)
+            try:
+                _run_request(backend, request, result, emit)
+            finally:
                 result.logs[request.image.name] = _log_tail(request, environ)
+
+        for step in turns.steps_of(node_parts(task, done), task.pairs):
+            if isinstance(step, turns.TurnPair):   # both runners at once, in this task's share of the node
+                turns.take_turns(step, here, cores, lambda side, in_turns: run_one(side.work, side.repeats, in_turns),
+                                 backend.stop_all)
+            else:
+                work, repeats = step
+                interruptible(functools.partial(run_one, work, repeats), backend.stop_all)
     return result
 
 
-def _run_request(backend: Backend, request: RunRequest, repeats: Sequence[Repeat], result: NodeRun,
+def _run_request(backend: Backend, request: RunRequest, result: NodeRun,
                  emit: Callable[[str, RecordData], None]) -> None:
+    """One runner for ``request`` on this node (blocking), each record appended to ``result`` and emitted as it
+    appears."""
     def on_record(cell: Cell, record: Record) -> None:
         data = read_record(record_path(request.paths.out_dir, cell, record.repeat))
         result.records.append((request.image.name, data))
         emit(request.image.name, data)
 
-    interruptible(lambda: launch(backend, request, on_record), backend.stop_all)
+    launch(backend, request, on_record)
 
 
 def interruptible(work: Callable[[], R], stop: Callable[[], None]) -> R:
