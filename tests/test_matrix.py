@@ -223,6 +223,24 @@ def test_a_save_pretrained_folder_is_its_config_with_its_weights(tmp_path):
     assert (matrix.models["mine"].weights, matrix.models["mine-random"].weights) == ("pretrained", "random")
 
 
+def test_a_local_model_carries_its_files_hash_and_a_hub_model_none(tmp_path):
+    """What a local model is (not where): its cells and the matrix's hash follow its files' content."""
+    (tmp_path / "configs").mkdir()
+    config = tmp_path / "configs" / "mine.json"
+    config.write_text('{"model_type": "vit"}')
+    data = small_matrix_data()
+    data["models"]["mine"] = {"config": "configs/mine.json", "task": "image-classification"}
+    before = load_matrix(write_matrix(tmp_path, data))
+    assert before.models["mine"].model_hash.startswith("sha256:") and before.models["vit"].model_hash is None
+    hashes = {cell.model_hash for cell in expand_cells(before) if cell.model == "mine"}
+    assert hashes == {before.models["mine"].model_hash}
+    assert "model_hash" not in before.to_dict()["models"]["vit"]
+    config.write_text('{"model_type": "vit", "num_hidden_layers": 4}')
+    after = load_matrix(write_matrix(tmp_path, data))
+    assert after.models["mine"].model_hash != before.models["mine"].model_hash
+    assert after.content_hash() != before.content_hash()
+
+
 def test_a_missing_local_config_is_named(tmp_path):
     data = small_matrix_data()
     data["models"]["mine"] = {"config": "configs/absent.json", "task": "image-classification"}

@@ -35,7 +35,7 @@ from matrixbench.run.layout import MAX_NAME, shorter_name
 from runner import axes
 from runner.core import Cell
 from runner.files import describe_kind, read_bounded_text
-from runner.registry import shipped_spec
+from runner.registry import local_model_hash, shipped_spec
 
 JSON = Dict[str, Any]
 
@@ -102,6 +102,7 @@ class Model:
     weights: str
     model_id: Optional[str] = None
     config_path: Optional[str] = None
+    model_hash: Optional[str] = None   # a local model's files (runner.registry.local_model_hash)
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,9 @@ class Matrix:
         """Plain data (for run.json and hashing); ``path`` left out."""
         data = dataclasses.asdict(self)
         del data["path"]
+        for model in data["models"].values():
+            if model["model_hash"] is None:
+                del model["model_hash"]   # a hub or shipped model: as (and hashes as) before local models had one
         if not data["tf32"]:
             del data["tf32"]        # off, a matrix is (and hashes) as before the tf32 axis existed
         if not data["turns"]:
@@ -420,7 +424,19 @@ def _model(name: str, entry: JSON, default_weights: str, matrix_path: Path) -> M
         weights = entry.get("weights", "pretrained")
     _check_shipped_task(name, entry, matrix_path)
     return Model(name=name, task=entry["task"], weights=weights, model_id=entry.get("id"),
-                 config_path=config)
+                 config_path=config, model_hash=_model_hash(name, entry, config, weights, matrix_path))
+
+
+def _model_hash(name: str, entry: JSON, config: Optional[str], weights: str, matrix_path: Path) -> Optional[str]:
+    """The local model's files' hash (runner.registry.local_model_hash), None for a hub or shipped model."""
+    if config is None:
+        return None
+    key = "path" if entry.get("path") is not None else "config"
+    try:
+        return local_model_hash(config, weights)
+    except OSError as exc:
+        raise MatrixError(f"{matrix_path}: models.{name}.{key}: cannot read {exc.filename or config}: "
+                          f"{exc.strerror or exc}") from None
 
 
 def _check_shipped_task(name: str, entry: JSON, matrix_path: Path) -> None:
@@ -545,7 +561,7 @@ def make_cell(matrix: Matrix, model: Model, dtype: str, batch_size: int, mode: s
 
 def _model_axes(model: Model) -> JSON:
     return {"model": model.name, "model_id": model.model_id, "config_path": model.config_path, "task": model.task,
-            "weights": model.weights}
+            "weights": model.weights, "model_hash": model.model_hash}
 
 
 def _axis_values(matrix: Matrix) -> JSON:
