@@ -23,6 +23,7 @@ from runner.registry import (  # noqa: F401
     SEED_MODELS,
     ModelSpec,
     local_model_hash,
+    missing_weights,
     shipped_spec,
 )
 from runner.settings import BY_NAME
@@ -283,6 +284,9 @@ def _local_recipe(cell):
     model_class = task_model_class(config, cell.task)
     if cell.weights == "pretrained":
         folder = str(config_path.parent)
+        missing = missing_weights(folder, f"use weights=random for model {cell.model!r}")
+        if missing:
+            raise ModelError(missing)
         return _pretrained_recipe(model_class, folder, f"{folder} (pretrained)", _local_processor(config_path, config))
     return Recipe(
         model_class=model_class,

@@ -76,6 +76,19 @@ def shipped_spec(name: str, model_id: Optional[str] = None,
 PREPROCESSOR_FILE = "preprocessor_config.json"
 CHECKPOINT_SUFFIXES = (".json", ".safetensors", ".bin", ".txt", ".model")
 HASH_CHUNK = 1 << 20
+# The weights from_pretrained loads into a torch model from a folder (one file, or the index of its shards).
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+
+
+def missing_weights(folder: str, random_instead: str) -> Optional[str]:
+    """Why ``folder`` cannot give a model its own weights (no WEIGHT_FILES in it), with the fixes (``random_instead``:
+    how to ask for random weights instead, e.g. "set weights: random on models.mine"); None when it has them."""
+    if any((Path(folder) / name).is_file() for name in WEIGHT_FILES):
+        return None
+    return (f"{folder} holds no weights ({', '.join(WEIGHT_FILES)}), and weights=pretrained measures the model with "
+            f"the folder's own; write them there with model.save_pretrained(folder), or {random_instead} to measure "
+            "its architecture with random weights")
 
 
 def local_model_files(config_path: str, weights: str) -> List[Path]:

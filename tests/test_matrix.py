@@ -215,6 +215,7 @@ def test_a_local_config_resolves_relative_to_the_matrix_file(tmp_path):
 def test_a_save_pretrained_folder_is_its_config_with_its_weights(tmp_path):
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "config.json").write_text('{"model_type": "vit"}')
+    (tmp_path / "ckpt" / "model.safetensors").write_bytes(b"weights")
     data = small_matrix_data()
     data["models"]["mine"] = {"path": "ckpt", "task": "image-classification"}
     data["models"]["mine-random"] = {"path": "ckpt", "task": "image-classification", "weights": "random"}
@@ -239,6 +240,25 @@ def test_a_local_model_carries_its_files_hash_and_a_hub_model_none(tmp_path):
     after = load_matrix(write_matrix(tmp_path, data))
     assert after.models["mine"].model_hash != before.models["mine"].model_hash
     assert after.content_hash() != before.content_hash()
+
+
+def test_a_folder_without_weights_run_with_its_own_is_refused_saying_how_to_fix(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text('{"model_type": "vit"}')
+    data = small_matrix_data()
+    data["models"]["mine"] = {"path": "ckpt", "task": "image-classification"}
+    path = write_matrix(tmp_path, data)
+    with pytest.raises(MatrixError, match=r"models.mine.path: .*ckpt holds no weights \(model.safetensors, .*"
+                                          r"model.save_pretrained\(folder\), or set weights: random on models.mine"):
+        load_matrix(path)
+    data["models"]["mine"]["weights"] = "random"
+    assert load_matrix(write_matrix(tmp_path, data)).models["mine"].weights == "random"
+    data["models"]["mine"] = {"config": "ckpt/config.json", "task": "image-classification"}
+    with pytest.raises(MatrixError, match=r"models.mine.config: .*holds no weights.*or give --weights random"):
+        load_matrix(write_matrix(tmp_path, data), Overrides(weights="pretrained"))
+    (tmp_path / "ckpt" / "model.safetensors.index.json").write_text("{}")    # a sharded checkpoint
+    assert load_matrix(write_matrix(tmp_path, data), Overrides(weights="pretrained")).models["mine"].weights == (
+        "pretrained")
 
 
 def test_a_missing_local_config_is_named(tmp_path):

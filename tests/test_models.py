@@ -267,6 +267,14 @@ def test_a_local_models_hash_covers_what_it_is_measured_from(tmp_path):
     assert models.local_model_hash(str(renamed), "random") == models.local_model_hash(str(path), "random")
 
 
+def test_a_local_folder_without_weights_says_to_save_them_not_to_mount_a_hub_cache(tmp_path):
+    local = cell("my-vit", task="image-classification", config_path=str(_local_config(tmp_path, "vit")),
+                 weights="pretrained")
+    with pytest.raises(models.ModelError, match=r"holds no weights.*save_pretrained.*weights=random") as raised:
+        models.make_recipe(local)
+    assert "HF_HOME" not in str(raised.value) and "hub" not in str(raised.value)
+
+
 def test_pretrained_seed_model_offline_without_cache_says_how_to_fix():
     with pytest.raises(models.ModelError, match="(?s)google/vit-base-patch16-224.*weights=random"):
         models.make_recipe(cell("vit", weights="pretrained"))

@@ -35,7 +35,7 @@ from matrixbench.run.layout import MAX_NAME, shorter_name
 from runner import axes
 from runner.core import Cell
 from runner.files import describe_kind, read_bounded_text
-from runner.registry import local_model_hash, shipped_spec
+from runner.registry import local_model_hash, missing_weights, shipped_spec
 
 JSON = Dict[str, Any]
 
@@ -313,8 +313,8 @@ def _build(data: JSON, path: Path, weights: Optional[str] = None) -> Matrix:
     models = values.pop("models")
     return Matrix(
         images={name: _image(name, entry) for name, entry in values.pop("images").items()},
-        models={name: _model(name, dict(entry, **({"weights": weights} if weights else {})),
-                             default_weights, path) for name, entry in models.items()},
+        models={name: _model(name, dict(entry, **({"weights": weights} if weights else {})), default_weights, path,
+                             weights_flag=weights is not None) for name, entry in models.items()},
         batch_sizes=tuple(int(size) for size in values.pop("batch_sizes")),
         modes=tuple(values.pop("modes")),
         dtypes=tuple(values.pop("dtypes")),
@@ -413,15 +413,22 @@ def _image(name: str, entry: JSON) -> Image:
     )
 
 
-def _model(name: str, entry: JSON, default_weights: str, matrix_path: Path) -> Model:
+def _model(name: str, entry: JSON, default_weights: str, matrix_path: Path, weights_flag: bool = False) -> Model:
     """A model by hub id, by ``config`` (a config.json), or by ``path`` (a save_pretrained
-    folder: its config.json, and its weights unless the entry says ``weights: random``)."""
+    folder: its config.json, and its weights unless the entry says ``weights: random``); ``weights_flag``: its
+    weights are --weights'."""
     config, weights = entry.get("config"), entry.get("weights", default_weights)
     if config is not None:
         config = str(_existing_config(name, config, matrix_path))
     if entry.get("path") is not None:
         config = str(_checkpoint_config(name, entry["path"], matrix_path))
         weights = entry.get("weights", "pretrained")
+    if config is not None and weights == "pretrained":
+        key = "path" if entry.get("path") is not None else "config"
+        missing = missing_weights(str(Path(config).parent), "give --weights random" if weights_flag
+                                  else f"set weights: random on models.{name}")
+        if missing:
+            raise MatrixError(f"{matrix_path}: models.{name}.{key}: {missing}")
     _check_shipped_task(name, entry, matrix_path)
     return Model(name=name, task=entry["task"], weights=weights, model_id=entry.get("id"),
                  config_path=config, model_hash=_model_hash(name, entry, config, weights, matrix_path))
