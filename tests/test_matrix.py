@@ -261,6 +261,28 @@ def test_a_folder_without_weights_run_with_its_own_is_refused_saying_how_to_fix(
         "pretrained")
 
 
+@pytest.mark.parametrize("entry, key", [
+    ({"config": "configs/mine.json", "task": "image-classification"}, "config configs/mine.json"),
+    ({"path": "configs", "task": "image-classification", "weights": "random"}, "path configs"),
+    ({"id": "google/vit-large-patch16-224", "task": "image-classification"}, "id google/vit-large-patch16-224"),
+])
+def test_another_model_under_a_shipped_models_name_is_refused(tmp_path, entry, key):
+    """The report labels rows by name and compares the shipped models with the published tables: another
+    model named vit would pass for google/vit-base-patch16-224."""
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "mine.json").write_text('{"model_type": "vit"}')
+    (tmp_path / "configs" / "config.json").write_text('{"model_type": "vit"}')
+    data = small_matrix_data()
+    data["models"]["vit"] = entry
+    with pytest.raises(MatrixError) as caught:
+        load_matrix(write_matrix(tmp_path, data))
+    assert (f"models.vit: 'vit' is the shipped model google/vit-base-patch16-224's name, but this entry gives {key};"
+            in str(caught.value))
+    assert "Name it otherwise (e.g. my-vit)" in str(caught.value)
+    data["models"]["my-vit"] = data["models"].pop("vit")
+    assert load_matrix(write_matrix(tmp_path, data)).models["my-vit"].task == "image-classification"
+
+
 def test_a_missing_local_config_is_named(tmp_path):
     data = small_matrix_data()
     data["models"]["mine"] = {"config": "configs/absent.json", "task": "image-classification"}

@@ -50,10 +50,14 @@ def test_force_or_a_new_run_name_measures_afresh(matrix, tmp_path, monkeypatch):
     assert sum(len(request.work.cells) for request in backend.requests) == 16 * 3
 
 
-def test_a_changed_image_or_cell_definition_is_refused(matrix, tmp_path, monkeypatch):
+def test_a_changed_image_or_cell_definition_is_refused(tmp_path, monkeypatch):
+    from host_helpers import small_matrix_data
+
     use_backend(monkeypatch, RecordingBackend())
-    run(matrix, tmp_path)
-    path = tmp_path / "matrix.yaml"
+    data = small_matrix_data()
+    data["models"] = {"hub-vit": {"id": "google/vit-base-patch16-224", "task": "image-classification"}}
+    path = write_matrix(tmp_path, data)
+    run(load_matrix(path), tmp_path)
     path.write_text(path.read_text().replace("torch==2.13.0", "torch==2.12.0")
                     .replace("google/vit-base-patch16-224", "google/vit-large-patch16-224"))
     with pytest.raises(ResumeConflictError) as caught:

@@ -35,7 +35,7 @@ from matrixbench.run.layout import MAX_NAME, shorter_name
 from runner import axes
 from runner.core import Cell
 from runner.files import describe_kind, read_bounded_text
-from runner.registry import local_model_hash, missing_weights, shipped_spec
+from runner.registry import SEED_MODELS, local_model_hash, missing_weights, shipped_spec
 
 JSON = Dict[str, Any]
 
@@ -447,12 +447,26 @@ def _model_hash(name: str, entry: JSON, config: Optional[str], weights: str, mat
 
 
 def _check_shipped_task(name: str, entry: JSON, matrix_path: Path) -> None:
-    """A shipped model (by its name and hub id) has one task; another fails every cell."""
+    """A shipped model (by its name and hub id) has one task; another fails every cell. A shipped model's name is
+    that model's: the report labels rows by name (vit: "Image Classification/ViT") and compares the shipped models
+    with the published tables, so another model under it would pass for the shipped one."""
+    _check_shipped_name(name, entry, matrix_path)
     spec = shipped_spec(name, entry.get("id"), entry.get("config") or entry.get("path"))
     if spec is not None and entry["task"] != spec.task:
         raise MatrixError(
             f"{matrix_path}: models.{name}.task: {entry['task']!r} does not fit the shipped model "
             f"{name} ({spec.model_id}), whose task is {spec.task!r}")
+
+
+def _check_shipped_name(name: str, entry: JSON, matrix_path: Path) -> None:
+    shipped = SEED_MODELS.get(name)
+    if shipped is None or shipped_spec(name, entry.get("id"), entry.get("config") or entry.get("path")) is not None:
+        return
+    key = next(key for key in ("id", "config", "path") if entry.get(key) is not None)
+    raise MatrixError(
+        f"{matrix_path}: models.{name}: {name!r} is the shipped model {shipped.model_id}'s name, but this entry gives "
+        f"{key} {entry[key]}; the report would label it and compare it with the published tables as that model. "
+        f"Name it otherwise (e.g. my-{name}), or drop {key} to run the shipped {name}")
 
 
 def _checkpoint_config(name: str, folder: str, matrix_path: Path) -> Path:
