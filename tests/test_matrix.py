@@ -283,6 +283,18 @@ def test_another_model_under_a_shipped_models_name_is_refused(tmp_path, entry, k
     assert load_matrix(write_matrix(tmp_path, data)).models["my-vit"].task == "image-classification"
 
 
+def test_size_tiny_refuses_only_the_local_models_that_models_selects(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text('{"model_type": "vit"}')
+    data = small_matrix_data()
+    data["models"]["mine"] = {"path": "ckpt", "task": "image-classification", "weights": "random"}
+    path = write_matrix(tmp_path, data)
+    with pytest.raises(MatrixError, match="models.mine: --size tiny cannot be combined with a model given by "
+                                          "`config` or `path`"):
+        load_matrix(path, Overrides(size="tiny"))
+    assert list(load_matrix(path, Overrides(size="tiny", models=["vit"])).models) == ["vit"]
+
+
 def test_a_missing_local_config_is_named(tmp_path):
     data = small_matrix_data()
     data["models"]["mine"] = {"config": "configs/absent.json", "task": "image-classification"}

@@ -249,8 +249,8 @@ def load_matrix(path: Path | str, overrides: Optional[Overrides] = None,
     _check_index_urls(data, path, flags)
     _check_name_lengths(data, path, flags)
     matrix = _build(data, path, weights=overrides.weights)
-    _check_tiny(matrix, overrides)
     matrix = _select_entries(matrix, overrides)
+    _check_tiny(matrix, overrides)   # of the models --models selects: a local model left out runs in no size
     if matrix.attribution:
         matrix = attribution.derive(matrix, metadata or attribution.wheel_metadata)
     return check_size(matrix)
@@ -547,8 +547,8 @@ def _check_tiny(matrix: Matrix, overrides: Overrides) -> None:
     for model in matrix.models.values():
         if model.config_path is not None:
             raise MatrixError(
-                f"models.{model.name}: {size} cannot be combined with a model given by `config`: "
-                "tiny variants exist only for the shipped models; use size full")
+                f"models.{model.name}: {size} cannot be combined with a model given by `config` or `path`: "
+                "tiny variants exist only for the shipped models; use size full (or leave it out with --models)")
         if model.weights == "pretrained":
             given = "--weights pretrained" if overrides.weights == "pretrained" else (
                 f"weights: pretrained (models.{model.name})")
