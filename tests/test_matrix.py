@@ -295,6 +295,17 @@ def test_size_tiny_refuses_only_the_local_models_that_models_selects(tmp_path):
     assert list(load_matrix(path, Overrides(size="tiny", models=["vit"])).models) == ["vit"]
 
 
+def test_a_path_that_names_the_config_file_says_to_give_its_folder(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text('{"model_type": "vit"}')
+    data = small_matrix_data()
+    data["models"]["mine"] = {"path": "ckpt/config.json", "task": "image-classification", "weights": "random"}
+    with pytest.raises(MatrixError, match=r"models.mine.path: ckpt/config.json is a file; `path` takes the "
+                                          r"save_pretrained folder \(here ckpt\), and a config.json alone is "
+                                          r"`config: ckpt/config.json`"):
+        load_matrix(write_matrix(tmp_path, data))
+
+
 def test_a_missing_local_config_is_named(tmp_path):
     data = small_matrix_data()
     data["models"]["mine"] = {"config": "configs/absent.json", "task": "image-classification"}

@@ -471,6 +471,10 @@ def _check_shipped_name(name: str, entry: JSON, matrix_path: Path) -> None:
 
 def _checkpoint_config(name: str, folder: str, matrix_path: Path) -> Path:
     resolved = (matrix_path.parent / folder).resolve()
+    if resolved.is_file():
+        raise MatrixError(
+            f"{matrix_path}: models.{name}.path: {folder} is a file; `path` takes the save_pretrained folder (here "
+            f"{Path(folder).parent.as_posix()}), and a config.json alone is `config: {folder}`")
     if not (resolved / "config.json").is_file():
         raise MatrixError(
             f"{matrix_path}: models.{name}.path: {folder} is not a save_pretrained folder (looked for "
