@@ -335,12 +335,20 @@ def measure_host(python, results_root, run_name, device):
         run_selftest(run_dir(results_root, run_name), device=device, python=python, emit=click.echo)
 
 
+def _local_source(model):
+    """Where a local model comes from: its config.json, or with its own weights the folder they are in."""
+    folder = str(Path(model.config_path).parent)
+    return f"folder {folder}" if model.weights == "pretrained" else f"config {model.config_path}"
+
+
 def describe_matrix(matrix):
     cells = len(matrix.models) * len(matrix.batch_sizes) * len(matrix.modes) * len(matrix.dtypes)
     lines = [f"{matrix.path}: valid"]
     lines += [f"  image {name}: {image.torch}, python {image.python}, {image.transformers}"
               for name, image in matrix.images.items()]
     lines.append(f"  models: {', '.join(matrix.models)}")
+    lines += [f"  model {name}: {_local_source(model)}, {model.weights} weights, {model.task}, files {model.model_hash}"
+              for name, model in matrix.models.items() if model.model_hash]
     lines.append(f"  batch sizes {list(matrix.batch_sizes)}, modes {list(matrix.modes)}, "
                  f"dtypes {list(matrix.dtypes)}, size {matrix.size}, {matrix.iterations} iterations")
     lines.append(f"  {cells} cells per image, {cells * len(matrix.images)} in all")

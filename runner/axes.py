@@ -148,6 +148,10 @@ AXES: Tuple[Axis, ...] = (      # in the record schema's order, which is also th
                       "high, cuda.matmul.allow_tf32 and cudnn.allow_tf32); off: the seed's flags (precision highest, "
                       "no TF32 matmuls). The report names its rows \"tf32\"; only cells without it compare with the "
                       "published tables."),
+    # What a model given by a local config or checkpoint was measured from (runner.registry.local_model_hash: its
+    # config, preprocessor config and, with pretrained weights, its weight files): the runner refuses files that no
+    # longer hash to it, and a resume refuses records whose hash is not the files' now (matrixbench.run.resume).
+    Axis("model_hash", CONTEXT, "string", default=None, nullable=True, omit_default=True),
 )
 BY_NAME: Dict[str, Axis] = {axis.name: axis for axis in AXES}
 # The order a matrix's lists multiply in (after the models): model x dtype x batch size x mode.

@@ -109,6 +109,7 @@ class Cell:
     config_path: Optional[str] = None
     attention: Optional[str] = None   # None: not recorded (cells before it existed ran transformers' choice)
     tf32: bool = False                # TF32 matmuls (runner.precision); absent from a cell's JSON when off
+    model_hash: Optional[str] = None  # a local model's files (runner.registry.local_model_hash); absent: none
 
     @property
     def id(self) -> str:

@@ -17,7 +17,15 @@ import transformers
 
 from runner import inputs as model_inputs
 from runner.core import ATTENTION
-from runner.registry import CONFIG_DIR, DEFAULT_MODELS, SEED_MODELS, ModelSpec, shipped_spec  # noqa: F401
+from runner.registry import (  # noqa: F401
+    CONFIG_DIR,
+    DEFAULT_MODELS,
+    SEED_MODELS,
+    ModelSpec,
+    local_model_hash,
+    missing_weights,
+    shipped_spec,
+)
 from runner.settings import BY_NAME
 
 # Where a model of each task may live; the first auto class that knows the config wins.
@@ -271,10 +279,14 @@ def _local_recipe(cell):
     config_path = Path(cell.config_path)
     if not config_path.is_file():
         raise ModelError(f"config_path={str(config_path)!r} is not a file: point it at a config.json")
+    _check_model_hash(cell)
     config = config_from_dict(_read_json(config_path))
     model_class = task_model_class(config, cell.task)
     if cell.weights == "pretrained":
         folder = str(config_path.parent)
+        missing = missing_weights(folder, f"use weights=random for model {cell.model!r}")
+        if missing:
+            raise ModelError(missing)
         return _pretrained_recipe(model_class, folder, f"{folder} (pretrained)", _local_processor(config_path, config))
     return Recipe(
         model_class=model_class,
@@ -284,6 +296,19 @@ def _local_recipe(cell):
         text_inputs=_shipped_text_inputs(model_class, config, SEED_MODELS["owlvit"].config_dir),
         source=f"{config_path} (random weights)",
     )
+
+
+def _check_model_hash(cell):
+    """A cell that names its local model's hash is measured from those files only: a record never claims a config
+    or weights it was not measured with (the files edited after the host planned the run)."""
+    if cell.model_hash is None:
+        return
+    found = local_model_hash(cell.config_path, cell.weights)
+    if found != cell.model_hash:
+        raise ModelError(
+            f"model {cell.model!r}: its files changed since the run was planned ({cell.config_path}"
+            f"{' and the weights beside it' if cell.weights == 'pretrained' else ''} hash to {found}, the cell "
+            f"says {cell.model_hash}); rerun matrixbench run, which plans with the files as they are now")
 
 
 def config_from_dict(config_dict):

@@ -4,8 +4,10 @@ Stdlib only, so the host can check a matrix against it (``validate``: a shipped 
 wrong task) without importing torch; ``runner.models`` builds them.
 """
 import dataclasses
+import hashlib
+import os
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -66,3 +68,52 @@ def shipped_spec(name: str, model_id: Optional[str] = None,
     if spec is None or config_path or model_id not in (None, spec.model_id):
         return None
     return spec
+
+
+# What a local model is made of, beside its config.json: the preprocessing read from the config's folder, and with
+# weights=pretrained the files from_pretrained and a tokenizer read from it (weights, their shard index, tokenizer
+# files); not a Trainer's optimizer.pt / scheduler.pt / rng_state.pth, which no measurement reads.
+PREPROCESSOR_FILE = "preprocessor_config.json"
+CHECKPOINT_SUFFIXES = (".json", ".safetensors", ".bin", ".txt", ".model")
+HASH_CHUNK = 1 << 20
+# The weights from_pretrained loads into a torch model from a folder (one file, or the index of its shards).
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+
+
+def missing_weights(folder: str, random_instead: str) -> Optional[str]:
+    """Why ``folder`` cannot give a model its own weights (no WEIGHT_FILES in it), with the fixes (``random_instead``:
+    how to ask for random weights instead, e.g. "set weights: random on models.mine"); None when it has them."""
+    if any((Path(folder) / name).is_file() for name in WEIGHT_FILES):
+        return None
+    return (f"{folder} holds no weights ({', '.join(WEIGHT_FILES)}), and weights=pretrained measures the model with "
+            f"the folder's own; write them there with model.save_pretrained(folder), or {random_instead} to measure "
+            "its architecture with random weights")
+
+
+def local_model_files(config_path: str, weights: str) -> List[Path]:
+    """The files a model given by a local config.json (or save_pretrained folder) is measured from, sorted: the
+    config itself, the preprocessor config beside it, and with ``weights`` "pretrained" the folder's weight and
+    tokenizer files (top level, not hidden)."""
+    config = Path(config_path)
+    folder = config.parent
+    if weights != "pretrained":
+        found = [config, folder / PREPROCESSOR_FILE]
+    else:
+        found = [config, *(path for path in folder.iterdir()
+                            if path.name.endswith(CHECKPOINT_SUFFIXES) and not path.name.startswith("."))]
+    return sorted({path for path in found if path.is_file()}, key=lambda path: path.name)
+
+
+def local_model_hash(config_path: str, weights: str) -> str:
+    """A short sha256 of what ``local_model_files`` names, each file by its name and content: a record of a local
+    model says which config (and weights) it measured, and a resume can tell that they changed since. OSError
+    when a file cannot be read."""
+    digest = hashlib.sha256()
+    for path in local_model_files(config_path, weights):
+        label = "config" if path == Path(config_path) else path.name   # the config's own name is no part of it
+        with open(path, "rb") as handle:
+            digest.update(f"{label}\0{os.fstat(handle.fileno()).st_size}\0".encode())
+            for chunk in iter(lambda: handle.read(HASH_CHUNK), b""):
+                digest.update(chunk)
+    return f"sha256:{digest.hexdigest()[:16]}"

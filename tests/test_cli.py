@@ -38,6 +38,25 @@ def test_validate_summarises_the_matrix(matrix_file):
     assert "4 cells per image, 8 in all" in result.stdout
 
 
+def test_validate_says_where_each_local_model_comes_from_and_its_files_hash(matrix_file, tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text('{"model_type": "vit"}')
+    (tmp_path / "ckpt" / "model.safetensors").write_bytes(b"weights")
+    data = small_matrix_data()
+    data["models"]["mine"] = {"config": "ckpt/config.json", "task": "image-classification"}
+    data["models"]["saved"] = {"path": "ckpt", "task": "image-classification"}
+    result = invoke("validate", "--matrix", write_matrix(tmp_path, data))
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    mine = next(line for line in lines if line.startswith("  model mine: "))
+    saved = next(line for line in lines if line.startswith("  model saved: "))
+    assert mine.startswith(f"  model mine: config {tmp_path / 'ckpt' / 'config.json'}, random weights, "
+                           "image-classification, files sha256:")
+    assert saved.startswith(f"  model saved: folder {tmp_path / 'ckpt'}, pretrained weights, image-classification, "
+                            "files sha256:")
+    assert not any(line.startswith("  model vit") for line in lines)   # a shipped model: its name says it
+
+
 def test_an_invalid_matrix_exits_2_naming_the_field(matrix_file):
     matrix_file.write_text(matrix_file.read_text().replace("- default", "- fastest"))
     result = invoke("validate", "--matrix", matrix_file)

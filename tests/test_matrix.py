@@ -215,12 +215,95 @@ def test_a_local_config_resolves_relative_to_the_matrix_file(tmp_path):
 def test_a_save_pretrained_folder_is_its_config_with_its_weights(tmp_path):
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "config.json").write_text('{"model_type": "vit"}')
+    (tmp_path / "ckpt" / "model.safetensors").write_bytes(b"weights")
     data = small_matrix_data()
     data["models"]["mine"] = {"path": "ckpt", "task": "image-classification"}
     data["models"]["mine-random"] = {"path": "ckpt", "task": "image-classification", "weights": "random"}
     matrix = load_matrix(write_matrix(tmp_path, data))
     assert matrix.models["mine"].config_path == str(tmp_path / "ckpt" / "config.json")
     assert (matrix.models["mine"].weights, matrix.models["mine-random"].weights) == ("pretrained", "random")
+
+
+def test_a_local_model_carries_its_files_hash_and_a_hub_model_none(tmp_path):
+    """What a local model is (not where): its cells and the matrix's hash follow its files' content."""
+    (tmp_path / "configs").mkdir()
+    config = tmp_path / "configs" / "mine.json"
+    config.write_text('{"model_type": "vit"}')
+    data = small_matrix_data()
+    data["models"]["mine"] = {"config": "configs/mine.json", "task": "image-classification"}
+    before = load_matrix(write_matrix(tmp_path, data))
+    assert before.models["mine"].model_hash.startswith("sha256:") and before.models["vit"].model_hash is None
+    hashes = {cell.model_hash for cell in expand_cells(before) if cell.model == "mine"}
+    assert hashes == {before.models["mine"].model_hash}
+    assert "model_hash" not in before.to_dict()["models"]["vit"]
+    config.write_text('{"model_type": "vit", "num_hidden_layers": 4}')
+    after = load_matrix(write_matrix(tmp_path, data))
+    assert after.models["mine"].model_hash != before.models["mine"].model_hash
+    assert after.content_hash() != before.content_hash()
+
+
+def test_a_folder_without_weights_run_with_its_own_is_refused_saying_how_to_fix(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text('{"model_type": "vit"}')
+    data = small_matrix_data()
+    data["models"]["mine"] = {"path": "ckpt", "task": "image-classification"}
+    path = write_matrix(tmp_path, data)
+    with pytest.raises(MatrixError, match=r"models.mine.path: .*ckpt holds no weights \(model.safetensors, .*"
+                                          r"model.save_pretrained\(folder\), or set weights: random on models.mine"):
+        load_matrix(path)
+    data["models"]["mine"]["weights"] = "random"
+    assert load_matrix(write_matrix(tmp_path, data)).models["mine"].weights == "random"
+    data["models"]["mine"] = {"config": "ckpt/config.json", "task": "image-classification"}
+    with pytest.raises(MatrixError, match=r"models.mine.config: .*holds no weights.*or give --weights random"):
+        load_matrix(write_matrix(tmp_path, data), Overrides(weights="pretrained"))
+    (tmp_path / "ckpt" / "model.safetensors.index.json").write_text("{}")    # a sharded checkpoint
+    assert load_matrix(write_matrix(tmp_path, data), Overrides(weights="pretrained")).models["mine"].weights == (
+        "pretrained")
+
+
+@pytest.mark.parametrize("entry, key", [
+    ({"config": "configs/mine.json", "task": "image-classification"}, "config configs/mine.json"),
+    ({"path": "configs", "task": "image-classification", "weights": "random"}, "path configs"),
+    ({"id": "google/vit-large-patch16-224", "task": "image-classification"}, "id google/vit-large-patch16-224"),
+])
+def test_another_model_under_a_shipped_models_name_is_refused(tmp_path, entry, key):
+    """The report labels rows by name and compares the shipped models with the published tables: another
+    model named vit would pass for google/vit-base-patch16-224."""
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "mine.json").write_text('{"model_type": "vit"}')
+    (tmp_path / "configs" / "config.json").write_text('{"model_type": "vit"}')
+    data = small_matrix_data()
+    data["models"]["vit"] = entry
+    with pytest.raises(MatrixError) as caught:
+        load_matrix(write_matrix(tmp_path, data))
+    assert (f"models.vit: 'vit' is the shipped model google/vit-base-patch16-224's name, but this entry gives {key};"
+            in str(caught.value))
+    assert "Name it otherwise (e.g. my-vit)" in str(caught.value)
+    data["models"]["my-vit"] = data["models"].pop("vit")
+    assert load_matrix(write_matrix(tmp_path, data)).models["my-vit"].task == "image-classification"
+
+
+def test_size_tiny_refuses_only_the_local_models_that_models_selects(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text('{"model_type": "vit"}')
+    data = small_matrix_data()
+    data["models"]["mine"] = {"path": "ckpt", "task": "image-classification", "weights": "random"}
+    path = write_matrix(tmp_path, data)
+    with pytest.raises(MatrixError, match="models.mine: --size tiny cannot be combined with a model given by "
+                                          "`config` or `path`"):
+        load_matrix(path, Overrides(size="tiny"))
+    assert list(load_matrix(path, Overrides(size="tiny", models=["vit"])).models) == ["vit"]
+
+
+def test_a_path_that_names_the_config_file_says_to_give_its_folder(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text('{"model_type": "vit"}')
+    data = small_matrix_data()
+    data["models"]["mine"] = {"path": "ckpt/config.json", "task": "image-classification", "weights": "random"}
+    with pytest.raises(MatrixError, match=r"models.mine.path: ckpt/config.json is a file; `path` takes the "
+                                          r"save_pretrained folder \(here ckpt\), and a config.json alone is "
+                                          r"`config: ckpt/config.json`"):
+        load_matrix(write_matrix(tmp_path, data))
 
 
 def test_a_missing_local_config_is_named(tmp_path):

@@ -238,6 +238,43 @@ def test_pretrained_weights_load_from_a_local_checkpoint_folder(tmp_path):
     assert built.inputs["pixel_values"].shape == (2, 3, 32, 32)
 
 
+def test_a_local_model_whose_files_changed_since_the_run_was_planned_is_not_built(tmp_path):
+    """The cell's model_hash is what its record will claim: files that hash otherwise are refused, not measured."""
+    path = _local_config(tmp_path, "vit")
+    planned = models.local_model_hash(str(path), "random")
+    mine = cell("my-vit", task="image-classification", config_path=str(path), model_hash=planned)
+    assert isinstance(models.build(mine, "cpu", "float32").model, transformers.ViTForImageClassification)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "num_hidden_layers": 3}))
+    with pytest.raises(models.ModelError, match=f"'my-vit': its files changed.*the cell says {planned}"):
+        models.build(mine, "cpu", "float32")
+
+
+def test_a_local_models_hash_covers_what_it_is_measured_from(tmp_path):
+    path = _local_config(tmp_path, "vit")
+    config_only = models.local_model_hash(str(path), "random")
+    (tmp_path / "model.safetensors").write_bytes(b"one")
+    assert models.local_model_hash(str(path), "random") == config_only        # random weights: no weights read
+    with_weights = models.local_model_hash(str(path), "pretrained")
+    (tmp_path / "model.safetensors").write_bytes(b"two")
+    assert models.local_model_hash(str(path), "pretrained") != with_weights
+    with_weights = models.local_model_hash(str(path), "pretrained")
+    (tmp_path / "optimizer.pt").write_bytes(b"a Trainer's state")             # read by no measurement
+    assert models.local_model_hash(str(path), "pretrained") == with_weights
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(shipped("vit", "preprocessor_config.json")))
+    assert models.local_model_hash(str(path), "random") != config_only         # the inputs' preprocessing
+    renamed = tmp_path / "mine.json"
+    renamed.write_text(path.read_text())
+    assert models.local_model_hash(str(renamed), "random") == models.local_model_hash(str(path), "random")
+
+
+def test_a_local_folder_without_weights_says_to_save_them_not_to_mount_a_hub_cache(tmp_path):
+    local = cell("my-vit", task="image-classification", config_path=str(_local_config(tmp_path, "vit")),
+                 weights="pretrained")
+    with pytest.raises(models.ModelError, match=r"holds no weights.*save_pretrained.*weights=random") as raised:
+        models.make_recipe(local)
+    assert "HF_HOME" not in str(raised.value) and "hub" not in str(raised.value)
+
+
 def test_pretrained_seed_model_offline_without_cache_says_how_to_fix():
     with pytest.raises(models.ModelError, match="(?s)google/vit-base-patch16-224.*weights=random"):
         models.make_recipe(cell("vit", weights="pretrained"))

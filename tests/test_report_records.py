@@ -192,6 +192,44 @@ def test_two_machines_under_other_transformers_are_rows_of_their_own(tmp_path):
     assert any("under other versions (transformers 4.43.4, 5.0.0)" in note for note in notes), notes
 
 
+def _write_own(folder, started_at, **cell):
+    """A_RECORD as a local model's ("mine", from a config.json) process."""
+    record = read_record(A_RECORD)
+    record.update(started_at=started_at, cell={**record["cell"], "model": "mine", "model_id": None,
+                                               "config_path": "/models/mine/config.json", **cell})
+    write_record(folder, Record.from_dict(record))
+
+
+def test_runs_of_a_local_model_whose_files_changed_between_them_are_rows_of_their_own(tmp_path):
+    """The config edited between two runs: the same cell id measured two models, which were pooled as one ("their
+    processes count together")."""
+    from matrixbench.report.cells import CellIndex, row_label
+
+    _write_own(tmp_path / "run-1" / "stable", "2024-11-02T10:00:00+00:00", model_hash="sha256:0000000000000001")
+    _write_own(tmp_path / "run-2" / "stable", "2024-11-02T11:00:00+00:00", model_hash="sha256:0000000000000002")
+    _write_own(tmp_path / "run-3" / "stable", "2024-11-02T12:00:00+00:00", model_hash="sha256:0000000000000002")
+    notes = []
+    frame = records.load_results([tmp_path], notes=notes)
+    rows = [row for row in CellIndex(frame).rows if row["cell_id"] == "mine_bs1_eager_float32"]
+    assert sorted((row_label(row), row["processes"]) for row in rows) == [
+        ("Image Classification/mine (model sha256:0000000000000001, random weights)", 1),
+        ("Image Classification/mine (model sha256:0000000000000002, random weights)", 2)]
+    assert any("measured the same 1 cell(s) (mine_bs1_eager_float32) of another model under one name" in note
+               for note in notes), notes
+    assert not any("count together" in note for note in notes), notes
+
+
+def test_a_local_models_record_without_its_hash_is_not_pooled_with_one_that_has_it(tmp_path):
+    from matrixbench.report.cells import CellIndex
+
+    _write_own(tmp_path / "run-1" / "stable", "2024-11-02T10:00:00+00:00")
+    _write_own(tmp_path / "run-2" / "stable", "2024-11-02T11:00:00+00:00", model_hash="sha256:0000000000000002")
+    frame = records.load_results([tmp_path])
+    rows = [row for row in CellIndex(frame).rows if row["cell_id"] == "mine_bs1_eager_float32"]
+    assert sorted(row["settings_label"] for row in rows) == ["model sha256:0000000000000002, random weights",
+                                                             "model unknown, random weights"]
+
+
 def test_image_falls_back_to_the_folder_name():
     frame = records.load_results([FIXTURES / "cpu-run"])
     assert set(frame["image"]) == {"local"}

@@ -50,10 +50,14 @@ def test_force_or_a_new_run_name_measures_afresh(matrix, tmp_path, monkeypatch):
     assert sum(len(request.work.cells) for request in backend.requests) == 16 * 3
 
 
-def test_a_changed_image_or_cell_definition_is_refused(matrix, tmp_path, monkeypatch):
+def test_a_changed_image_or_cell_definition_is_refused(tmp_path, monkeypatch):
+    from host_helpers import small_matrix_data
+
     use_backend(monkeypatch, RecordingBackend())
-    run(matrix, tmp_path)
-    path = tmp_path / "matrix.yaml"
+    data = small_matrix_data()
+    data["models"] = {"hub-vit": {"id": "google/vit-base-patch16-224", "task": "image-classification"}}
+    path = write_matrix(tmp_path, data)
+    run(load_matrix(path), tmp_path)
     path.write_text(path.read_text().replace("torch==2.13.0", "torch==2.12.0")
                     .replace("google/vit-base-patch16-224", "google/vit-large-patch16-224"))
     with pytest.raises(ResumeConflictError) as caught:
@@ -128,3 +132,58 @@ def test_the_local_backend_reads_this_interpreters_versions_from_package_metadat
     versions = LocalBackend().installed_versions()
     assert versions == {"torch": metadata.version("torch"), "transformers": metadata.version("transformers")}
     assert LocalBackend(python="/other/python").installed_versions() is None
+
+
+def _own_models(tmp_path):
+    """A matrix of two local models: a config.json (random weights) and a save_pretrained folder (its weights)."""
+    from host_helpers import small_matrix_data
+
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "config.json").write_text('{"model_type": "vit", "num_hidden_layers": 2}')
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text('{"model_type": "vit", "num_hidden_layers": 2}')
+    (tmp_path / "ckpt" / "model.safetensors").write_bytes(b"weights one")
+    data = small_matrix_data()
+    data["models"] = {"mine": {"config": "cfg/config.json", "task": "image-classification"},
+                      "saved": {"path": "ckpt", "task": "image-classification"}}
+    return write_matrix(tmp_path, data)
+
+
+def test_a_resume_after_the_local_config_changed_is_refused_naming_the_model(tmp_path, monkeypatch):
+    """The same config path with other content is another model: its old records are not resumed beside new ones."""
+    backend = use_backend(monkeypatch, RecordingBackend())
+    path = _own_models(tmp_path)
+    run(load_matrix(path), tmp_path)
+    run(load_matrix(path), tmp_path)    # unchanged: resumed
+    (tmp_path / "cfg" / "config.json").write_text('{"model_type": "vit", "num_hidden_layers": 4}')
+    with pytest.raises(ResumeConflictError) as caught:
+        run(load_matrix(path, Overrides(repeats=2)), tmp_path)
+    message = str(caught.value)
+    assert "model mine: its files' hash" in message and "(8 record(s))" in message
+    assert "model saved" not in message
+    assert sum(len(request.work.cells) for request in backend.requests) == 16   # nothing ran after the first
+
+
+def test_a_resume_after_a_checkpoints_weights_changed_is_refused(tmp_path, monkeypatch):
+    use_backend(monkeypatch, RecordingBackend())
+    path = _own_models(tmp_path)
+    run(load_matrix(path), tmp_path)
+    (tmp_path / "ckpt" / "model.safetensors").write_bytes(b"weights two")
+    with pytest.raises(ResumeConflictError, match="model saved: its files' hash") as caught:
+        run(load_matrix(path), tmp_path)
+    assert "model mine" not in str(caught.value)
+
+
+def test_a_record_of_a_local_model_without_its_hash_is_not_resumed():
+    """A record from before model_hash cannot show that the files are those it measured."""
+    from matrixbench.run.resume import record_differences
+
+    record = {"cell": {"model": "mine", "config_path": "/x/config.json", "task": "image-classification"},
+              "settings": {"iterations": 5, "warmup": 3}, "device": "cpu"}
+    cell = {**record["cell"], "config_path": "/y/config.json", "model_hash": "sha256:0123456789abcdef"}
+    matrix = type("M", (), {"iterations": 5, "warmup": 3, "accuracy_tolerance": None})()
+    assert [what for what, _, _ in record_differences(record, cell, matrix, "cpu")] == [
+        "model mine: its files' hash (model_hash: its config, the preprocessor config beside it and, with "
+        "pretrained weights, its weights), changed since those records"]
+    record["cell"]["model_hash"] = cell["model_hash"]
+    assert record_differences(record, cell, matrix, "cpu") == []    # the path is where, not what

@@ -35,7 +35,7 @@ from matrixbench.run.layout import MAX_NAME, shorter_name
 from runner import axes
 from runner.core import Cell
 from runner.files import describe_kind, read_bounded_text
-from runner.registry import shipped_spec
+from runner.registry import SEED_MODELS, local_model_hash, missing_weights, shipped_spec
 
 JSON = Dict[str, Any]
 
@@ -102,6 +102,7 @@ class Model:
     weights: str
     model_id: Optional[str] = None
     config_path: Optional[str] = None
+    model_hash: Optional[str] = None   # a local model's files (runner.registry.local_model_hash)
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,9 @@ class Matrix:
         """Plain data (for run.json and hashing); ``path`` left out."""
         data = dataclasses.asdict(self)
         del data["path"]
+        for model in data["models"].values():
+            if model["model_hash"] is None:
+                del model["model_hash"]   # a hub or shipped model: as (and hashes as) before local models had one
         if not data["tf32"]:
             del data["tf32"]        # off, a matrix is (and hashes) as before the tf32 axis existed
         if not data["turns"]:
@@ -245,8 +249,8 @@ def load_matrix(path: Path | str, overrides: Optional[Overrides] = None,
     _check_index_urls(data, path, flags)
     _check_name_lengths(data, path, flags)
     matrix = _build(data, path, weights=overrides.weights)
-    _check_tiny(matrix, overrides)
     matrix = _select_entries(matrix, overrides)
+    _check_tiny(matrix, overrides)   # of the models --models selects: a local model left out runs in no size
     if matrix.attribution:
         matrix = attribution.derive(matrix, metadata or attribution.wheel_metadata)
     return check_size(matrix)
@@ -309,8 +313,8 @@ def _build(data: JSON, path: Path, weights: Optional[str] = None) -> Matrix:
     models = values.pop("models")
     return Matrix(
         images={name: _image(name, entry) for name, entry in values.pop("images").items()},
-        models={name: _model(name, dict(entry, **({"weights": weights} if weights else {})),
-                             default_weights, path) for name, entry in models.items()},
+        models={name: _model(name, dict(entry, **({"weights": weights} if weights else {})), default_weights, path,
+                             weights_flag=weights is not None) for name, entry in models.items()},
         batch_sizes=tuple(int(size) for size in values.pop("batch_sizes")),
         modes=tuple(values.pop("modes")),
         dtypes=tuple(values.pop("dtypes")),
@@ -409,22 +413,44 @@ def _image(name: str, entry: JSON) -> Image:
     )
 
 
-def _model(name: str, entry: JSON, default_weights: str, matrix_path: Path) -> Model:
+def _model(name: str, entry: JSON, default_weights: str, matrix_path: Path, weights_flag: bool = False) -> Model:
     """A model by hub id, by ``config`` (a config.json), or by ``path`` (a save_pretrained
-    folder: its config.json, and its weights unless the entry says ``weights: random``)."""
+    folder: its config.json, and its weights unless the entry says ``weights: random``); ``weights_flag``: its
+    weights are --weights'."""
     config, weights = entry.get("config"), entry.get("weights", default_weights)
     if config is not None:
         config = str(_existing_config(name, config, matrix_path))
     if entry.get("path") is not None:
         config = str(_checkpoint_config(name, entry["path"], matrix_path))
         weights = entry.get("weights", "pretrained")
+    if config is not None and weights == "pretrained":
+        key = "path" if entry.get("path") is not None else "config"
+        missing = missing_weights(str(Path(config).parent), "give --weights random" if weights_flag
+                                  else f"set weights: random on models.{name}")
+        if missing:
+            raise MatrixError(f"{matrix_path}: models.{name}.{key}: {missing}")
     _check_shipped_task(name, entry, matrix_path)
     return Model(name=name, task=entry["task"], weights=weights, model_id=entry.get("id"),
-                 config_path=config)
+                 config_path=config, model_hash=_model_hash(name, entry, config, weights, matrix_path))
+
+
+def _model_hash(name: str, entry: JSON, config: Optional[str], weights: str, matrix_path: Path) -> Optional[str]:
+    """The local model's files' hash (runner.registry.local_model_hash), None for a hub or shipped model."""
+    if config is None:
+        return None
+    key = "path" if entry.get("path") is not None else "config"
+    try:
+        return local_model_hash(config, weights)
+    except OSError as exc:
+        raise MatrixError(f"{matrix_path}: models.{name}.{key}: cannot read {exc.filename or config}: "
+                          f"{exc.strerror or exc}") from None
 
 
 def _check_shipped_task(name: str, entry: JSON, matrix_path: Path) -> None:
-    """A shipped model (by its name and hub id) has one task; another fails every cell."""
+    """A shipped model (by its name and hub id) has one task; another fails every cell. A shipped model's name is
+    that model's: the report labels rows by name (vit: "Image Classification/ViT") and compares the shipped models
+    with the published tables, so another model under it would pass for the shipped one."""
+    _check_shipped_name(name, entry, matrix_path)
     spec = shipped_spec(name, entry.get("id"), entry.get("config") or entry.get("path"))
     if spec is not None and entry["task"] != spec.task:
         raise MatrixError(
@@ -432,8 +458,23 @@ def _check_shipped_task(name: str, entry: JSON, matrix_path: Path) -> None:
             f"{name} ({spec.model_id}), whose task is {spec.task!r}")
 
 
+def _check_shipped_name(name: str, entry: JSON, matrix_path: Path) -> None:
+    shipped = SEED_MODELS.get(name)
+    if shipped is None or shipped_spec(name, entry.get("id"), entry.get("config") or entry.get("path")) is not None:
+        return
+    key = next(key for key in ("id", "config", "path") if entry.get(key) is not None)
+    raise MatrixError(
+        f"{matrix_path}: models.{name}: {name!r} is the shipped model {shipped.model_id}'s name, but this entry gives "
+        f"{key} {entry[key]}; the report would label it and compare it with the published tables as that model. "
+        f"Name it otherwise (e.g. my-{name}), or drop {key} to run the shipped {name}")
+
+
 def _checkpoint_config(name: str, folder: str, matrix_path: Path) -> Path:
     resolved = (matrix_path.parent / folder).resolve()
+    if resolved.is_file():
+        raise MatrixError(
+            f"{matrix_path}: models.{name}.path: {folder} is a file; `path` takes the save_pretrained folder (here "
+            f"{Path(folder).parent.as_posix()}), and a config.json alone is `config: {folder}`")
     if not (resolved / "config.json").is_file():
         raise MatrixError(
             f"{matrix_path}: models.{name}.path: {folder} is not a save_pretrained folder (looked for "
@@ -510,8 +551,8 @@ def _check_tiny(matrix: Matrix, overrides: Overrides) -> None:
     for model in matrix.models.values():
         if model.config_path is not None:
             raise MatrixError(
-                f"models.{model.name}: {size} cannot be combined with a model given by `config`: "
-                "tiny variants exist only for the shipped models; use size full")
+                f"models.{model.name}: {size} cannot be combined with a model given by `config` or `path`: "
+                "tiny variants exist only for the shipped models; use size full (or leave it out with --models)")
         if model.weights == "pretrained":
             given = "--weights pretrained" if overrides.weights == "pretrained" else (
                 f"weights: pretrained (models.{model.name})")
@@ -545,7 +586,7 @@ def make_cell(matrix: Matrix, model: Model, dtype: str, batch_size: int, mode: s
 
 def _model_axes(model: Model) -> JSON:
     return {"model": model.name, "model_id": model.model_id, "config_path": model.config_path, "task": model.task,
-            "weights": model.weights}
+            "weights": model.weights, "model_hash": model.model_hash}
 
 
 def _axis_values(matrix: Matrix) -> JSON:

@@ -35,6 +35,9 @@ DERIVED_COLUMNS = ("run", "image", "device_name", "published_gpu", "row_key", "m
                    "run_id", "machine", "process", "record_hash", "settings_label")
 # What a process ran under besides its settings (environment.*): processes that differ in one are not pooled.
 VERSIONS = ("torch", "transformers")
+# What a cell's model is (cell.*), beyond its name: processes of one cell id that differ in one measured another model
+# (a local config or checkpoint edited between runs, another hub id under the same name) and are not pooled.
+MODEL_FIELDS = ("model_id", "model_hash", "task", "weights")
 LIST_COLUMNS = ("timing.samples_ms", "dynamo.break_reasons")
 # How results.csv writes the other list fields (timing.flags, placement.cores, ...): items joined.
 CSV_LIST_SEPARATOR = ";"
@@ -283,8 +286,9 @@ def _keep_apart(group, differ, found):
     """Label the group's rows by what they differ in (``_differing``); ``found``: {"settings" | "versions":
     (cell ids, {version name: its values})}, for the notes."""
     cell_id = group[0]["cell_id"]
-    if "settings" in differ:
-        found.setdefault("settings", ([], {}))[0].append(cell_id)
+    for kind in ("model", "settings"):
+        if kind in differ:
+            found.setdefault(kind, ([], {}))[0].append(cell_id)
     versions = [name for name in differ if name in VERSIONS]
     if versions:
         cell_ids, values = found.setdefault("versions", ([], {}))
@@ -297,10 +301,21 @@ def _keep_apart(group, differ, found):
 
 
 def _differing(group):
-    """What the group's processes disagree on: "settings" (one or more MEASUREMENT_SETTINGS) and each of
-    VERSIONS that differs, in that order."""
+    """What the group's processes disagree on: "model" (one or more MODEL_FIELDS), "settings" (one or more
+    MEASUREMENT_SETTINGS) and each of VERSIONS that differs, in that order."""
     differ = [name for name in VERSIONS if len({_version(row, name) for row in group}) > 1]
-    return (["settings"] if len({settings_of(row) for row in group}) > 1 else []) + differ
+    model = ["model"] if len({model_of(row) for row in group}) > 1 else []
+    return model + (["settings"] if len({settings_of(row) for row in group}) > 1 else []) + differ
+
+
+def model_of(row):
+    """What model a process measured, beyond the cell's name (MODEL_FIELDS; "unknown" where a record does not say)."""
+    return tuple((name, _cell_value(row, name)) for name in MODEL_FIELDS)
+
+
+def _cell_value(row, name):
+    value = row.get(f"cell.{name}")
+    return "unknown" if value is None and name == "model_hash" and row.get("cell.config_path") else value
 
 
 def _version(row, name):
@@ -310,12 +325,24 @@ def _version(row, name):
 
 def _label(row, differ):
     """A kept-apart row's label: its settings (where settings differ), then each version that differs."""
+    models = _model_parts(row) if "model" in differ else []
     parts = [f"{name} {value}" for name, value in settings_of(row)] if "settings" in differ else []
-    return ", ".join(parts + [f"{name} {_version(row, name)}" for name in differ if name in VERSIONS])
+    return ", ".join(models + parts + [f"{name} {_version(row, name)}" for name in differ if name in VERSIONS])
+
+
+def _model_parts(row):
+    """A kept-apart row's model: its hub id, or its local files' hash, and its task and weights."""
+    found = dict(model_of(row))
+    source = found["model_hash"] or found["model_id"] or "shipped"
+    return [f"model {source}", f"{found['weights']} weights"]
 
 
 def _apart_note(runs, what, cell_ids, values):
     who = f"Runs {_names(runs)}" if len(runs) > 1 else f"Processes of run {runs[0]}"
+    if what == "model":
+        return (f"{who} measured the same {_cells(cell_ids)} of another model under one name (its hub id, its local "
+                "config or weights by their hash, its task or weights differ): each model's processes are a row of "
+                "their own, labelled with it.")
     if what == "settings":
         return (f"{who} measured the same {_cells(cell_ids)} with other settings ({', '.join(MEASUREMENT_SETTINGS)}): "
                 "each settings' processes are a row of their own.")
