@@ -13,8 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from matrixbench.build import docker_client
-from matrixbench.build.images import build_images, building, image_tag, is_current
+from matrixbench.build.images import build_images, image_tag
 from matrixbench.build.venvs import build_venvs, plan_venv, read_marker
 
 HERE = Path(__file__).resolve().parent
@@ -74,9 +73,8 @@ class Builds:
                 def emit(name, line):
                     print(f"[{name}] {line}", file=log, flush=True)
 
-                stale = [name for name in missing if not _current_in_turn(matrix.images[name], emit)]
-                tags = build_images(matrix, stale, ca_bundle=CA_BUNDLE if CA_BUNDLE.is_file() else None,
-                                    on_progress=emit) if stale else []
+                tags = build_images(matrix, missing, ca_bundle=CA_BUNDLE if CA_BUNDLE.is_file() else None,
+                                    on_progress=emit, keep_current=True)
             found = sorted(set(map(image_tag, missing)) - set(tags))
             print(f"\nbuilt {', '.join(tags) or 'nothing'}, found current {', '.join(found) or 'nothing'} in "
                   f"{time.monotonic() - started:.0f} s (log: {log_path}, pid {os.getpid()})")
@@ -84,10 +82,3 @@ class Builds:
         return [image_tag(name) for name in matrix.images]
 
 
-def _current_in_turn(image, emit):
-    """Whether Docker has ``image`` current, asked once any other build of its tag on this machine has ended."""
-    with building(image_tag(image.name), emit=emit, name=image.name):
-        current = is_current(docker_client.connect(), image)
-    if current:
-        emit(image.name, f"{image_tag(image.name)} is current (content hash {image.content_hash()}): not built")
-    return current

@@ -179,3 +179,52 @@ def test_ensure_venv_looks_at_the_venv_only_in_its_turn_and_then_finds_the_first
     assert holder.wait(timeout=60) == 0
     thread.join(timeout=60)
     assert got == [made] and said[-1].startswith(f"using {plan.path}")
+
+
+def _two_builders(image, plan, current, monkeypatch, ask_in_turn):
+    """Two threads build ``plan`` at once after both found it stale; (builds made, results, lines said)."""
+    from types import SimpleNamespace
+
+    client = SimpleNamespace(built=None)
+    client.inspect_image = lambda tag: client.built
+    builds, said, results = [], [], []
+
+    def fake_build(client, plan, *, no_cache, emit):
+        builds.append(plan.tag)
+        time.sleep(0.3)                       # the first build takes a while; the other worker waits its turn
+        client.built = SimpleNamespace(labels=current)
+        return plan.tag
+
+    def worker():
+        results.append(images.run_build(client, plan, no_cache=False, emit=lambda name, line: said.append(line),
+                                        unless_current=image if ask_in_turn else None))
+
+    monkeypatch.setattr(images, "_run_build", fake_build)
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return builds, results, said
+
+
+def test_two_builders_that_found_an_image_stale_build_it_once(tmp_path, monkeypatch):
+    """Two workers (two Ray units on one node, two test workers) both found an image stale before its turn: the
+    second asks again in its turn (``unless_current``), finds the first's build current and keeps it. Asked only
+    before the turn (the old way, ``unless_current=None``), both built, and the second build moved the tag under
+    the first's running containers (CI, stop 23: a record's image_id no longer the tag's)."""
+    from pathlib import Path
+
+    from matrixbench.build import docker_client
+    from matrixbench.matrix import load_matrix
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    image = load_matrix(Path(__file__).parent / "data" / "docker-matrix.yaml").images["e2e-stable"]
+    plan = images.BuildSpec(image.name, images.image_tag(image.name), {"BASE_IMAGE": "base"}, {}, None)
+    current = {docker_client.LABEL_CONTENT_HASH: image.content_hash(),
+               docker_client.LABEL_RUNNER_HASH: images.runner_hash()}
+    builds, results, said = _two_builders(image, plan, current, monkeypatch, ask_in_turn=True)
+    assert builds == [plan.tag] and sorted(results, key=str) == [None, plan.tag], said
+    assert f"{plan.tag} is current (content hash {image.content_hash()}): not built" in said
+    builds, _, _ = _two_builders(image, plan, current, monkeypatch, ask_in_turn=False)
+    assert builds == [plan.tag, plan.tag]      # the race the turn's own question closes

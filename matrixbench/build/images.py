@@ -58,18 +58,21 @@ def image_tag(image_name):
 
 
 def build_images(matrix, image_names, *, no_cache=False, dry_run=False, ca_bundle=None,
-                 index_url=None, extra_index_urls=(), base_image=None, on_progress=None):
+                 index_url=None, extra_index_urls=(), base_image=None, on_progress=None, keep_current=False):
     """Build the named images (all when ``image_names`` is None); return their tags.
 
     ``on_progress(image_name, line)`` gets every build log line (and, with ``dry_run``, the
     description of each build); it defaults to printing ``[name] line``. ``dry_run`` needs
-    no Docker daemon. A failed build raises BuildError carrying the log tail.
+    no Docker daemon. A failed build raises BuildError carrying the log tail. ``keep_current``: an image
+    Docker already has current (``is_current``, asked in the build's turn) is kept, and only the tags built
+    are returned.
     """
     emit = on_progress or print_progress
+    images = select_images(matrix, image_names)
     plans = [
         build_spec(image, ca_bundle=ca_bundle, index_url=index_url,
                    extra_index_urls=extra_index_urls, base_image=base_image)
-        for image in select_images(matrix, image_names)
+        for image in images
     ]
     if dry_run:
         for plan in plans:
@@ -77,7 +80,9 @@ def build_images(matrix, image_names, *, no_cache=False, dry_run=False, ca_bundl
                 emit(plan.name, line)
         return [plan.tag for plan in plans]
     client = docker_client.connect()
-    return [run_build(client, plan, no_cache=no_cache, emit=emit) for plan in plans]
+    built = [run_build(client, plan, no_cache=no_cache, emit=emit, unless_current=image if keep_current else None)
+             for image, plan in zip(images, plans)]
+    return [tag for tag in built if tag is not None]
 
 
 @dataclass(frozen=True)
@@ -216,10 +221,16 @@ def building(tag, *, emit, name, environ=None):
                               waiting=f"waiting for another build of {tag} on this machine to finish")
 
 
-def run_build(client, plan, *, no_cache, emit):
+def run_build(client, plan, *, no_cache, emit, unless_current=None):
     """Build one plan, streaming its log lines to ``emit``; return the tag. One build of a tag at a time
-    (``building``)."""
+    (``building``). ``unless_current`` (its matrix.Image): asked in the build's own turn, an image Docker already
+    has current is kept and None returned, so that two processes that both found it stale (two Ray units on one
+    node, two test workers) build it once: asked before the turn, the second rebuilt it under the first's
+    running containers."""
     with building(plan.tag, emit=emit, name=plan.name):
+        if unless_current is not None and is_current(client, unless_current):
+            emit(plan.name, f"{plan.tag} is current (content hash {unless_current.content_hash()}): not built")
+            return None
         return _run_build(client, plan, no_cache=no_cache, emit=emit)
 
 

@@ -166,18 +166,16 @@ def build_on_node(images: Sequence[Image], options: Optional[BuildOptions] = Non
     from matrixbench.build.images import BuildOptions, build_spec, image_tag, is_current, run_build
 
     client, lines = docker_client.connect(), []
-    stale: List[Image] = []
+    stale: List[Image] = [image for image in images if not is_current(client, image)]
     for image in images:
-        if is_current(client, image):
+        if image not in stale:
             lines.append(f"[{image.name}] {image_tag(image.name)} is up to date on {where} "
                          f"(content hash {image.content_hash()})")
-        else:
-            stale.append(image)
     with (options or BuildOptions()).spec_options() as spec_options:
-        for image in stale:
+        for image in stale:   # asked again in the build's turn: another unit on this node may have just built it
             try:
                 run_build(client, build_spec(image, **spec_options), no_cache=False,
-                          emit=lambda name, line: lines.append(f"[{name}] {line}"))
+                          emit=lambda name, line: lines.append(f"[{name}] {line}"), unless_current=image)
             except BuildError as exc:
                 raise BuildError(f"{exc}\nBuild it on {where} with `matrixbench build --images {image.name}` and "
                                  "the --ca-bundle / --index-url / --base-image its network needs (or set ca_bundle, "
