@@ -91,32 +91,41 @@ class TurnPair(Generic[PW]):
 Step = Union[Part[PW], TurnPair[PW]]   # a runner alone (image work, repeats), or a pair in turns
 
 
-def pinned_cores(count: int, usable: Optional[Sequence[int]] = None) -> Tuple[int, ...]:
-    """The cores a pair's blocks are pinned to (matrix setting ``turns_cores``): the last ``count`` of ``usable``
-    (default: this run's, run.placement.usable_cores; core 0 takes most interrupts); () for 0. Raises
-    OptionConflictError, naming the setting, when there are fewer."""
+def last_cores(count: int, cores: Sequence[int], refusal: Callable[[int], str]) -> Tuple[int, ...]:
+    """The cores a pair's blocks are pinned to (matrix setting ``turns_cores`` ``count``): the last ``count`` of
+    ``cores`` (core 0 takes most interrupts); () for 0. Raises OptionConflictError with ``refusal(len(cores))``,
+    which names the setting and where, when there are fewer. One machine's (``pinned_cores``), a slot's
+    (``slot_cores``) and a Ray task's share of its node (``tasks.turns_cores_here``) all pin this way."""
     if count <= 0:
         return ()
-    if usable is None:
-        usable = usable_cores()[0]
-    if count > len(usable):
-        raise OptionConflictError(
-            f"turns_cores: {count}: this run may use {len(usable)} CPU core(s) ({format_cpulist(usable)}); set "
-            f"turns_cores to at most {len(usable)} (--set turns_cores={len(usable)}), or 0 not to pin")
-    return tuple(sorted(usable)[-count:])
+    if count > len(cores):
+        raise OptionConflictError(refusal(len(cores)))
+    return tuple(sorted(cores)[-count:])
+
+
+def pinned_cores(count: int, usable: Optional[Sequence[int]] = None) -> Tuple[int, ...]:
+    """The cores a pair's blocks are pinned to on one machine (the sequential executor): the last ``count`` of
+    ``usable`` (default: this run's, run.placement.usable_cores)."""
+    if count <= 0:
+        return ()
+    cores = usable_cores()[0] if usable is None else usable
+    return last_cores(count, cores, lambda have: (
+        f"turns_cores: {count}: this run may use {have} CPU core(s) ({format_cpulist(cores)}); set "
+        f"turns_cores to at most {have} (--set turns_cores={have}), or 0 not to pin"))
 
 
 def slot_cores(count: int, slots: Sequence[Slot]) -> Dict[int, Tuple[int, ...]]:
     """The cores each slot's pairs pin their blocks to (``turns_cores`` ``count``, the slots executor): the last
     ``count`` of the slot's (by slot index; () for 0). Raises OptionConflictError, naming the setting and the
     smallest slot, when a slot has fewer."""
-    smallest = min(slots, key=lambda slot: len(slot.cores), default=None)
-    if count > 0 and smallest is not None and count > len(smallest.cores):
-        raise OptionConflictError(
-            f"turns_cores: {count}: slot {smallest.index} has {len(smallest.cores)} CPU core(s) "
-            f"({smallest.cpuset}), and a pair in turns pins its blocks within its slot's; set turns_cores to at "
-            f"most {len(smallest.cores)} (--set turns_cores={len(smallest.cores)}), fewer slots, or 0 not to pin")
-    return {slot.index: tuple(sorted(slot.cores)[-count:]) if count > 0 else () for slot in slots}
+    def refusal(slot: Slot) -> Callable[[int], str]:
+        return lambda have: (
+            f"turns_cores: {count}: slot {slot.index} has {have} CPU core(s) ({slot.cpuset}), and a pair in turns "
+            f"pins its blocks within its slot's; set turns_cores to at most {have} (--set turns_cores={have}), "
+            "fewer slots, or 0 not to pin")
+
+    by_size = sorted(slots, key=lambda slot: len(slot.cores))   # the smallest first: the refusal names it
+    return {slot.index: last_cores(count, slot.cores, refusal(slot)) for slot in by_size}
 
 
 def new_pair_id() -> str:

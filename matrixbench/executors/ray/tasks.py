@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from matrixbench.environments.base import Backend, Paths, RunRequest, Turns
 from matrixbench.environments.environment import RUNTIME_SECRETS, runtime_secrets
-from matrixbench.errors import OptionConflictError, RunError
+from matrixbench.errors import RunError
 from matrixbench.executors import turns
 from matrixbench.executors.scheduler import Part
 from matrixbench.executors.threads import run_in_thread
@@ -175,15 +175,11 @@ def turns_cores_here(count: int, slot: Slot, where: str) -> Tuple[int, ...]:
     10.0.0.2"): its last ``count`` (() for 0). Raises OptionConflictError, naming the setting, the node and its
     share, when the share has fewer: refused as the run starts (``check_turns_cores``), or on a node that joined
     later, by its task."""
-    if count <= 0:
-        return ()
-    if count > len(slot.cores):
-        raise OptionConflictError(
-            f"turns_cores: {count}: a unit's task on {where} may use {len(slot.cores)} CPU core(s) "
-            f"({format_cpulist(slot.cores)}: its GPU's share of the node's cores), and a pair in turns pins its "
-            f"blocks within its task's share; set turns_cores to at most {len(slot.cores)} "
-            f"(--set turns_cores={len(slot.cores)}), or 0 not to pin")
-    return tuple(sorted(slot.cores)[-count:])
+    return turns.last_cores(count, slot.cores, lambda have: (
+        f"turns_cores: {count}: a unit's task on {where} may use {have} CPU core(s) "
+        f"({format_cpulist(slot.cores)}: its GPU's share of the node's cores), and a pair in turns pins its "
+        f"blocks within its task's share; set turns_cores to at most {have} (--set turns_cores={have}), or 0 "
+        "not to pin"))
 
 
 def check_turns_cores(count: int, shares: Sequence[Tuple[str, Slot]]) -> None:
