@@ -109,8 +109,19 @@ class FakeContainers:
         self.sdk.started_live.append(container)
         return container
 
-    def list(self, all=False, filters=None):
-        return [c for c in self.sdk.started_live if _matches(c.labels, filters["label"])]
+    def list(self, all=False, filters=None, ignore_removed=False):
+        """As docker's SDK: it lists ids, then inspects each; one removed in between (``sdk.vanishing``: ids) raises
+        NotFound unless ``ignore_removed``."""
+        from docker.errors import NotFound
+        found = []
+        for container in self.sdk.started_live:
+            if getattr(container, "id", None) in getattr(self.sdk, "vanishing", ()):
+                if not ignore_removed:
+                    raise NotFound(f"No such container: {container.id}")
+                continue
+            if _matches(container.labels, filters["label"]):
+                found.append(container)
+        return found
 
 
 class FakeAPI:

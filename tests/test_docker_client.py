@@ -140,6 +140,14 @@ def test_find_containers_and_images_select_by_label():
     assert client.find_images({"matrixbench": None}) == ["matrixbench:stable"]
 
 
+def test_a_container_removed_between_listing_and_inspection_is_left_out_not_an_error():
+    """Two Ray nodes on one daemon: one node's runner ends and its container goes while the other lists the run's
+    (CI, stop 23: the task raised NotFound for /containers/<id>/json)."""
+    sdk, client = client_with_leftovers()
+    sdk.vanishing = {sdk.containers.sdk.started_live[0].id}
+    assert len(client.find_containers({"matrixbench": None})) == 1
+
+
 def test_a_container_docker_cannot_start_is_a_run_error_naming_the_image():
     sdk = FakeSDK()
     sdk.run_error = APIError("could not select device driver \"\" with capabilities: [[gpu]]")

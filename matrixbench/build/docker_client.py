@@ -268,8 +268,9 @@ class DockerClient:
         return Container(sdk_container)
 
     def find_containers(self, labels):
-        """All containers (running or not) carrying every label in ``labels``."""
-        found = self._sdk.containers.list(all=True, filters={"label": _label_filters(labels)})
+        """All containers (running or not) carrying every label in ``labels``. One removed between the listing and its
+        inspection (another Ray node's runner ending on a shared daemon) is left out, not a NotFound (CI, stop 23)."""
+        found = self._sdk.containers.list(all=True, filters={"label": _label_filters(labels)}, ignore_removed=True)
         return [Container(c) for c in found]
 
     def find_images(self, labels):
