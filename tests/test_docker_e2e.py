@@ -44,9 +44,10 @@ def built(docker_e2e_images):
 HF_TOKEN = "hf_e2eNeverPrintThis"
 
 
-def matrixbench(*args, results, matrix=MATRIX_PATH, **popen):
-    """`matrixbench run` in a subprocess, as a user types it (with an HF_TOKEN to keep secret)."""
-    argv = [sys.executable, "-m", "matrixbench.cli", "run", "--matrix", str(matrix),
+def matrixbench(*args, results, matrix=MATRIX_PATH, prefix=(), **popen):
+    """`matrixbench run` in a subprocess, as a user types it (with an HF_TOKEN to keep secret); ``prefix`` (e.g.
+    unshare) runs it."""
+    argv = [*prefix, sys.executable, "-m", "matrixbench.cli", "run", "--matrix", str(matrix),
             "--results", str(results), "--backend", "docker", "--device", "cpu", *args]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "HF_TOKEN": HF_TOKEN}
     return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
@@ -210,28 +211,53 @@ def test_ctrl_c_removes_the_container_and_keeps_finished_records(client, built, 
 def test_a_killed_host_leaves_a_container_the_next_run_stops_and_resumes_after(client, built, tmp_path):
     """`kill -9` of the host: its container runs on (the daemon owns it); the next run on the folder
     stops and removes it before anything runs (its owner is gone), keeps the finished record and
-    runs the rest (issue 24)."""
+    runs the rest (issue 24). The host runs in a PID namespace of its own (as in a container, or a Ray node's
+    namespaces), so its pid means nothing here: while it lives, a rerun's look leaves its container alone (its lease
+    is held); once killed, its lease is free and the rerun stops the container. Without unshare(1) as root the host
+    runs in this namespace and its pid answers (the line printed says which)."""
+    from matrixbench.environments.docker import DockerBackend
+
     run_id = "e2e-host-killed"
     out_dir = tmp_path / "results" / run_id / "e2e-stable"
     # two long cells: the host is killed as the first record lands, while the second runs (the rerun redoes
     # only that one; each cell takes thousands of calls, seconds even on a quiet machine, against a 0.5 s poll)
     args = ("--run", run_id, "--images", "e2e-stable", "--models", "vit", "--modes", "eager",
             "--batch-sizes", "1,2", "--iterations", "1500")
-    process = matrixbench(*args, results=tmp_path / "results", start_new_session=True)
-    wait_for_records(out_dir, 1, process)
-    first = {cid: (out_dir / f"{cid}.json").read_bytes() for cid in records(out_dir)}
-    process.kill()
-    process.wait(timeout=60)
+    namespace = _own_pid_namespace()
+    process = matrixbench(*args, results=tmp_path / "results", start_new_session=True, prefix=namespace)
+    try:
+        wait_for_records(out_dir, 1, process)
+        first = {cid: (out_dir / f"{cid}.json").read_bytes() for cid in records(out_dir)}
+        looked = DockerBackend(client=client).stop_leftovers(tmp_path / "results" / run_id)   # the host still runs
+    finally:
+        process.kill()          # (with unshare: it kills its child, the host, with SIGKILL)
+        process.wait(timeout=60)
+    print(f"the host ran in {'a PID namespace of its own' if namespace else 'this PID namespace'}: {looked}")
+    assert len(looked) == 1 and looked[0].startswith("left container ")
+    assert ("still holds its lease" if namespace else "still runs") in looked[0]
     assert containers_of(client, run_id) != [], "the daemon keeps the killed host's container"
     code, output = finish(matrixbench(*args, results=tmp_path / "results"))
     assert code == 0, output
     assert "left running by a killed run" in output and "Traceback" not in output, output
+    assert ("no longer holds its lease" in output) == bool(namespace), output
     assert containers_of(client, run_id) == []
     for cid, content in first.items():
         assert (out_dir / f"{cid}.json").read_bytes() == content, f"{cid} was rewritten"
     assert len(records(out_dir)) == 2
+    assert not list(out_dir.glob(".*.lease")), "the stopped container's lease was left"
     history = json.loads((tmp_path / "results" / run_id / "run.json").read_text())["history"]
     assert [entry["status"] for entry in history] == ["killed"]
+
+
+def _own_pid_namespace():
+    """The argv prefix that runs a command in a PID namespace of its own (killed with unshare), or () where
+    unshare(1) cannot (not root)."""
+    prefix = ("unshare", "--pid", "--fork", "--kill-child", "--mount-proc")
+    try:
+        done = subprocess.run([*prefix, "true"], capture_output=True, check=False, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return prefix if done.returncode == 0 else ()
 
 
 def test_a_user_without_a_passwd_entry_in_the_image_runs_cells_and_owns_the_records(client, built, tmp_path):

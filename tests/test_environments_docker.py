@@ -57,6 +57,8 @@ def backend(sdk, **kwargs):
 
 def test_runs_the_runner_with_mounts_env_user_and_labels(sdk, tmp_path):
     request = request_for(tmp_path)
+    held = []
+    sdk.next_container = {"on_wait": lambda container: held.append(owner.Lease.from_labels(container.labels).held())}
     assert backend(sdk).run(request) == 0
 
     (container,) = sdk.started
@@ -78,8 +80,11 @@ def test_runs_the_runner_with_mounts_env_user_and_labels(sdk, tmp_path):
     assert kwargs["labels"] == {"matrixbench": "1", "matrixbench.run_id": "run1",
                                 "matrixbench.run_dir": str(request.paths.out_dir.parent.resolve()),
                                 "matrixbench.image": "stable", "matrixbench.torch": "2.0.1",
-                                **owner.this_process().labels()}
+                                **owner.this_process().labels(), **owner.Lease.from_labels(kwargs["labels"]).labels()}
     assert owner.Owner.from_labels(kwargs["labels"]) == owner.this_process()
+    lease = Path(kwargs["labels"]["matrixbench.owner.lease"])    # held while the container ran, removed after it
+    assert lease == (request.paths.out_dir / f".{kwargs['name']}.lease").resolve() and not lease.exists()
+    assert held == [(True, "")]
     assert kwargs["device_requests"] is None
     cells_file = json.loads((request.paths.out_dir / "cells.json").read_text())
     assert cells_file == {"schema_version": CELLS_SCHEMA_VERSION, "settings": SETTINGS, "image_name": "stable",
@@ -277,16 +282,23 @@ def test_containers_whose_owner_is_gone_are_stopped_and_removed_saying_so(sdk, t
     rebooted = dataclasses.replace(here, boot_id="another-boot")
     killed = [_leftover(sdk, tmp_path, monkeypatch, who) for who in (reused_pid, rebooted)]
     alive = _leftover(sdk, tmp_path, monkeypatch, here)
-    elsewhere = _leftover(sdk, tmp_path, monkeypatch, dataclasses.replace(here, host="another-host"))
+    elsewhere = _leftover(sdk, tmp_path, monkeypatch, dataclasses.replace(here, host="another-host",
+                                                                          boot_id="another-kernel"))
+    unleased = _leftover(sdk, tmp_path, monkeypatch, dataclasses.replace(here, pid_ns="pid:[1]"))   # no lease label
     other_run = _leftover(sdk, tmp_path, monkeypatch, rebooted, run="run2")
     lines = backend(sdk).stop_leftovers(tmp_path / "results" / "run1")
     assert [c.calls for c in killed] == [["stop", "remove"]] * 2
-    assert alive.calls == elsewhere.calls == other_run.calls == []
-    assert sorted(sdk.started_live, key=sdk.started.index) == [alive, elsewhere, other_run]
+    assert alive.calls == elsewhere.calls == unleased.calls == other_run.calls == []
+    assert sorted(sdk.started_live, key=sdk.started.index) == [alive, elsewhere, unleased, other_run]
     assert sum(line.startswith("stopped container ") and "killed run" in line for line in lines) == 2
     assert f"pid {here.pid} on {here.host}, gone" in lines[0]
+    assert sum(line.startswith(f"left container {container.id[:12]} ") for line in lines
+               for container in (alive, elsewhere, unleased)) == 3
     assert any("left container" in line and "still runs" in line for line in lines)
-    assert any("left container" in line and "ran on another host" in line for line in lines)
+    assert any("left container" in line and "ran on another machine" in line and "matrixbench clean" in line
+               for line in lines)
+    assert any("left container" in line and "carries no lease" in line and "matrixbench clean" in line
+               for line in lines)
 
 
 def test_a_leftover_another_process_removed_meanwhile_is_not_said_stopped_here(sdk, tmp_path, monkeypatch):
@@ -379,7 +391,8 @@ def test_a_ray_node_stops_what_a_killed_run_of_the_same_name_left_there_before_i
     """A run killed on the driver (kill -9) leaves its units' containers running on the nodes, labelled with the
     node's scratch folder, which the next run's driver cannot name. The next run's unit on that node stops the
     containers of the run's name whose owner is gone, and says so to the driver; a live owner's container (another
-    unit of the run, running now), one on another host and another run's stay, and are not news."""
+    unit of the run, running now) and another run's stay, and are not news; one on another machine stays, and
+    the node says so (nothing here can tell whether its owner runs: it may linger)."""
     from matrixbench.executors.ray.tasks import UnitTask, node_slot, run_unit_here, shippable
 
     here = owner.this_process()
@@ -395,12 +408,15 @@ def test_a_ray_node_stops_what_a_killed_run_of_the_same_name_left_there_before_i
         return sdk.started[-1]
 
     killed, alive = on_node(gone), on_node(here)
-    elsewhere, other_run = on_node(dataclasses.replace(here, host="another-host")), on_node(gone, "nightly-6")
+    elsewhere = on_node(dataclasses.replace(here, host="another-host", boot_id="another-kernel"))
+    other_run = on_node(gone, "nightly-6")
     task = UnitTask("A100 vit bs=1", "A100", (shippable(request_for(tmp_path)),), "docker", run_name="nightly-7")
     node = {"node_id": "n1", "node_ip": "10.0.0.1", "gpu_type": "A100"}
     result = run_unit_here(task, node, node_slot(["0"], 1, False, cores=[0]), [], lambda image, data: None,
                            backend=backend(sdk, run_id="nightly-7"), environ={})
     assert killed.calls == ["stop", "remove"]
     assert alive.calls == elsewhere.calls == other_run.calls == []
-    assert [line.split(" (")[0] for line in result.notes] == [f"stopped container {killed.id[:12]}"]   # only news
+    assert [line.split(" (")[0] for line in result.notes] == [f"stopped container {killed.id[:12]}",   # only news
+                                                              f"left container {elsewhere.id[:12]}"]
+    assert "ran on another machine" in result.notes[1]
     assert len(sdk.started) == 5     # and then the unit ran

@@ -58,3 +58,70 @@ def test_an_owner_in_another_pid_namespace_cannot_be_asked_about_from_here(tmp_p
     assert dataclasses.replace(here, pid_ns="").alive(here) is True
     assert owner.Owner.from_labels({key: value for key, value in here.labels().items()
                                     if not key.endswith("pid_ns")}).pid_ns == ""
+
+
+HOLD_LEASE = """
+import json, sys, time
+from pathlib import Path
+from matrixbench.run import owner
+with owner.holding_lease(Path(sys.argv[1])) as lease:
+    print(json.dumps({**owner.this_process().labels(), **lease.labels()}), flush=True)
+    time.sleep(120)
+"""
+
+
+def holding_a_lease(path, prefix=()):
+    """A real process (in ``prefix``: e.g. another PID namespace) that holds a lease at ``path``; (it, its labels)."""
+    import json
+    import os
+    from pathlib import Path
+
+    repo = str(Path(__file__).resolve().parents[1])
+    process = subprocess.Popen([*prefix, sys.executable, "-c", HOLD_LEASE, str(path)], stdout=subprocess.PIPE,
+                               text=True, env={**os.environ, "PYTHONPATH": repo})
+    return process, json.loads(process.stdout.readline())
+
+
+def test_a_lease_is_held_while_its_owner_lives_and_free_once_it_is_killed(tmp_path):
+    """The owner of a container in another PID namespace of this machine (same boot id) cannot be asked by its pid;
+    its lease answers: held while it lives, free after kill -9 (the kernel drops the flock). Real process."""
+    import signal
+
+    process, labels = holding_a_lease(tmp_path / ".c.lease")
+    here = owner.this_process()
+    there = dataclasses.replace(owner.Owner.from_labels(labels), pid_ns="pid:[1]")   # as if in another namespace
+    lease = owner.Lease.from_labels(labels)
+    try:
+        assert there.alive(here) is None
+        assert owner.judge(there, lease, here) == (True, f"in another PID namespace or container, still holds its "
+                                                         f"lease {tmp_path / '.c.lease'}")
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    alive, how = owner.judge(there, lease, here)
+    assert alive is False and "no longer holds its lease" in how
+    assert (tmp_path / ".c.lease").exists()     # a killed owner leaves it: discard removes it
+    lease.discard()
+    assert not (tmp_path / ".c.lease").exists()
+
+
+def test_a_lease_label_naming_another_file_a_link_or_another_machine_tells_nothing(tmp_path):
+    """A lease's path comes from a container's label: only the very file its owner locked answers (no link
+    followed, a file now at its path with another inode is not it), and only on the owner's kernel."""
+    here = owner.this_process()
+    there = dataclasses.replace(here, pid_ns="pid:[1]")
+    with owner.holding_lease(tmp_path / ".c.lease") as lease:
+        (tmp_path / ".c.lease").rename(tmp_path / "moved")     # the locked file lives on elsewhere
+        (tmp_path / ".c.lease").write_text("")                 # another file at its path
+        assert owner.judge(there, lease, here) == (None, f"ran in another PID namespace or container on this "
+                                                         f"machine, and {tmp_path / '.c.lease'} here is not the "
+                                                         f"lease its owner locked (another file)")
+    assert (tmp_path / ".c.lease").exists()     # as the lease ends, the other file at its path is left alone
+    (tmp_path / ".c.lease").unlink()
+    (tmp_path / ".c.lease").symlink_to(tmp_path / "elsewhere")
+    assert owner.judge(there, lease, here)[0] is None
+    lease.discard()
+    assert (tmp_path / ".c.lease").is_symlink()                 # not its file: left
+    alive, how = owner.judge(dataclasses.replace(there, boot_id="another-kernel", host="elsewhere"), lease, here)
+    assert alive is None and "another machine" in how
+    assert owner.judge(there, None, here)[0] is None

@@ -26,8 +26,8 @@ from matrixbench.environments.environment import compile_cache_env
 from matrixbench.errors import RunError
 from matrixbench.matrix import Image
 from matrixbench.redact import redact_text, secrets
-from matrixbench.run.layout import CALIBRATION_RUN_DEPTH, CELLS_FILENAME, LOG_FILENAME
-from matrixbench.run.owner import Owner, this_process
+from matrixbench.run.layout import CALIBRATION_RUN_DEPTH, CELLS_FILENAME, LOG_FILENAME, lease_path
+from matrixbench.run.owner import Lease, Owner, holding_lease, judge, this_process
 from matrixbench.run.runner_input import write_cells_file
 from runner.core import Cell
 
@@ -88,40 +88,44 @@ class DockerBackend(Backend):
                                       turns_folder=TURNS_MOUNT)
         slot = request.placement.slot
         argv = runner_argv(cells_file.relative_to(request.paths.out_dir)) + request.work.mode_argv()
-        container = client.start_container(
-            image_tag(request.image.built_as), argv,
-            user=self._user, env=container_env(request), mounts={**mounts(request), **models},
-            labels=self._labels(request, image), gpus=request.placement.gpus,
-            gpu_ids=(slot.gpu_uuid,) if slot is not None and slot.gpu_uuid else request.placement.gpu_ids,
-            name=self._container_name(request),
-            cpuset_cpus=slot.cpuset if slot is not None else None,
-            cpuset_mems=str(slot.numa_node) if slot is not None and slot.numa_node is not None else None,
-        )
-        self._running.add(container)
-        try:
-            return self._follow(container, request)
-        finally:
-            self._running.discard(container)
+        name = self._container_name(request)
+        with holding_lease(lease_path(request.work_dir(), name)) as lease:   # held until the container is removed
+            container = client.start_container(
+                image_tag(request.image.built_as), argv,
+                user=self._user, env=container_env(request), mounts={**mounts(request), **models},
+                labels={**self._labels(request, image), **lease.labels()}, gpus=request.placement.gpus,
+                gpu_ids=(slot.gpu_uuid,) if slot is not None and slot.gpu_uuid else request.placement.gpu_ids,
+                name=name,
+                cpuset_cpus=slot.cpuset if slot is not None else None,
+                cpuset_mems=str(slot.numa_node) if slot is not None and slot.numa_node is not None else None,
+            )
+            self._running.add(container)
+            try:
+                return self._follow(container, request)
+            finally:
+                self._running.discard(container)
 
     def stop_all(self) -> None:
         for container in list(self._running):
             container.stop(timeout=5)
 
     def stop_leftovers(self, run_path: Path) -> List[str]:
-        """Stop and remove the containers of ``run_path`` whose owning host process is gone (a
-        killed run's); a container whose owner lives, or ran on another host (or PID namespace), is left alone."""
+        """Stop and remove the containers of ``run_path`` whose owning host process is gone (a killed run's: its
+        pid, or where it ran in another PID namespace of this machine, its lease says so); a container whose owner
+        lives, or ran on another machine, is left alone."""
         return self._stop_leftovers({docker_client.LABEL_RUN_DIR: str(Path(run_path).resolve())})
 
     def stop_run_leftovers(self, run_id: str) -> List[str]:
-        """A Ray node's: the containers labelled with the run's name (``run_id``) whose owner is gone; only what
-        it stopped is said (the containers of the run's other units on this node, running now, are no news)."""
-        return self._stop_leftovers({docker_client.LABEL_RUN_ID: run_id}, stopped_only=True)
+        """A Ray node's: the containers labelled with the run's name (``run_id``) whose owner is gone; only what it
+        stopped, and what it left not knowing whether its owner runs, is said (the containers of the run's other
+        units, running now, are no news)."""
+        return self._stop_leftovers({docker_client.LABEL_RUN_ID: run_id}, news_only=True)
 
-    def _stop_leftovers(self, labels: Dict[str, str], stopped_only: bool = False) -> List[str]:
+    def _stop_leftovers(self, labels: Dict[str, str], news_only: bool = False) -> List[str]:
         here = this_process()
         selector: Dict[str, Optional[str]] = {docker_client.LABEL_MARK: None, **labels}
         said = [_stop_leftover(container, here) for container in self._connected().find_containers(selector)]
-        return [line for stopped, line in said if stopped or not stopped_only]
+        return [line for alive, stopped, line in said if stopped or not news_only or alive is None]
 
     def _connected(self) -> DockerClient:
         if self._client is None:
@@ -190,22 +194,26 @@ def run_folder_of(request: RunRequest) -> Path:
     return Path(request.paths.out_dir).resolve().parents[up]
 
 
-def _stop_leftover(container: Container, here: Owner) -> Tuple[bool, str]:
-    """Stop and remove one container of the run unless its owner may still run; (stopped, a line saying which)."""
+def _stop_leftover(container: Container, here: Owner) -> Tuple[Optional[bool], bool, str]:
+    """Stop and remove one container of the run unless its owner may still run (owner.judge: by its pid, else by
+    its lease); (whether its owner runs (None: cannot be told), whether this call stopped it, a line saying which)."""
     owner = Owner.from_labels(container.labels)
     image = container.labels.get(docker_client.LABEL_IMAGE, "?")
     name = f"container {container.id[:12]} (image {image})"
     if owner is None:
-        return False, f"left {name} of this run folder alone: it names no owner; `matrixbench clean` removes it"
-    alive = owner.alive(here)
+        return None, False, f"left {name} of this run folder alone: it names no owner; `matrixbench clean` removes it"
+    lease = Lease.from_labels(container.labels)
+    alive, how = judge(owner, lease, here)
     if alive is False:
         container.stop(timeout=5)
+        if lease is not None:
+            lease.discard()
         if not container.remove():   # another process removed it meanwhile: two Ray nodes on one Docker daemon
-            return False, f"{name} of a killed run ({owner.describe()}, gone) was removed meanwhile by another process"
-        return True, f"stopped {name}: left running by a killed run ({owner.describe()}, gone)"
-    why = (f"its owner {owner.describe()} still runs" if alive else
-           f"its owner {owner.describe()} ran on another host or in another PID namespace, which cannot be asked here")
-    return False, f"left {name} of this run folder alone: {why}; `matrixbench clean` removes it"
+            return False, False, (f"{name} of a killed run ({owner.describe()}, {how}) was removed meanwhile by "
+                                  "another process")
+        return False, True, f"stopped {name}: left running by a killed run ({owner.describe()}, {how})"
+    why = f"its owner {owner.describe()} {how}" + ("" if alive else "; `matrixbench clean` removes it")
+    return alive, False, f"left {name} of this run folder alone: {why}"
 
 
 def _refuse_stale(image: ImageInfo, tag: str, request: RunRequest) -> None:

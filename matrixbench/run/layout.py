@@ -8,6 +8,7 @@ the run's manifest, lock, log, cells file and timing board live.
         [<gpu_type>/]<image>/              image_dir (a GPU-type axis adds its folder)
             <cell_id>[.r<k>].json          the records (runner.schema.record_path: the runner's contract)
             cells.json  runner.log         CELLS_FILENAME, LOG_FILENAME (in slot-<i>/ with slots)
+            .<container>.lease             lease_path: a docker runner's owner's lease (matrixbench.run.owner)
             .scratch/                      runner.schema.SCRATCH_DIRNAME
             slot-<i>/                      slot_dir
             calibration/<phase>/slot-<i>/  calibration_dir
@@ -113,6 +114,12 @@ def turns_dir(run_path: PathLike, pair_id: Optional[str] = None) -> Path:
     """Where a pair of runners in turns keeps its batons: ``<run>/.turns/<pair_id>`` (no pair_id: all of them)."""
     folder = Path(run_path) / TURNS_DIRNAME
     return folder / pair_id if pair_id is not None else folder
+
+
+def lease_path(work_dir: PathLike, container_name: str) -> Path:
+    """The lease file the host process holds while its container ``container_name`` may run (owner.holding_lease),
+    beside the container's cells file and log."""
+    return Path(work_dir) / f".{container_name}.lease"
 
 
 def timing_board_dir(run_path: PathLike) -> Path:
