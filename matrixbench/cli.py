@@ -302,7 +302,16 @@ def doctor(matrix_path, backend, measure, run_name, results_root, python):
     container, which backend runs, each image's CUDA build against the driver and GPUs, other GPU
     processes, persistence and clocks, disk, HF cache. Every failure comes with its fix; exit code 7
     when a check fails."""
-    from matrixbench.doctor import DRIVER, NO_GPU_MEASURE, DoctorError, checklist, diagnose, measure_device, report
+    from matrixbench.doctor import (
+        DRIVER,
+        GPUS_LEFT_OUT_MEASURE,
+        NO_GPU_MEASURE,
+        DoctorError,
+        checklist,
+        diagnose,
+        measure_device,
+        report,
+    )
     from matrixbench.selftest import SelftestError
 
     checks = diagnose(load_matrix(matrix_path), backend=backend)
@@ -322,7 +331,10 @@ def doctor(matrix_path, backend, measure, run_name, results_root, python):
             raise DoctorError(f"{no_gpu}; and {failed}") from None
         raise DoctorError(no_gpu) from None
     if measure:
-        measure_host(python, results_root, run_name, "auto")
+        device = measure_device(checks)
+        if device == "cpu":
+            click.echo(GPUS_LEFT_OUT_MEASURE)
+        measure_host(python, results_root, run_name, device or "auto")
 
 
 def measure_host(python, results_root, run_name, device):

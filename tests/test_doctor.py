@@ -354,6 +354,33 @@ def test_venvs_skipped_on_a_gpu_host_whose_docker_cannot_hand_over_the_gpus_fail
     assert gpu_skipped["backend"].detail.startswith("docker: the daemon answers; GPUs skipped")
 
 
+def test_gpus_skipped_by_the_variable_check_the_builds_for_the_cpu_and_say_so(monkeypatch, tmp_path):
+    """HAS_GPU=no (MATRIXBENCH_AUTO_SKIP=gpu) on a GPU host: `run --backend auto` leaves the GPUs out, so doctor
+    checks the builds for the CPU a run uses, not against this host's GPUs (a B200 the cu118 wheels cannot run, a
+    busy GPU: both fail without the variable), asks nothing GPU-bound after the driver, says in the driver's line
+    that the variable left the GPUs out, and passes; --measure measures the CPU part, saying why."""
+    checks = checks_for(machine="b200", apps="apps-busy.csv", environ={SKIP_VARIABLE: "gpu"})
+    report(list(checks.values()))     # no failure
+    driver = checks["driver and GPUs"]
+    assert driver.status == "info" and "NVIDIA B200" in driver.detail
+    assert f"left out: GPUs skipped ({SKIP_VARIABLE}=gpu)" in driver.detail
+    for name in ("stable", "nightly"):
+        docker = checks[f"image {name} (Docker)"]
+        assert docker.status == "ok" and "B200" not in docker.detail, docker.detail
+        assert docker.detail.endswith(f"checked for the CPU, which a run here uses: GPUs skipped ({SKIP_VARIABLE}=gpu)")
+    gpu_bound = {"driver CUDA version", "GPUs in a container", "other processes on the GPUs", "persistence mode",
+                 "clocks"}
+    assert not gpu_bound & set(checks)
+    assert checks["backend"].detail.startswith("docker: the daemon answers; GPUs skipped")
+    assert gpu_bound <= set(checks_for(machine="b200", apps="apps-busy.csv"))   # without it: asked, and failing
+    no_smi = checks_for(machine=None, matrix=SMOKE, environ={SKIP_VARIABLE: "gpu"})["driver and GPUs"]
+    assert no_smi.status == "info" and "nvidia-smi is not installed, and none is needed; left out" in no_smi.detail
+    monkeypatch.chdir(tmp_path)
+    result, calls = measured(monkeypatch, checks)
+    assert calls == [("noise", None), ("selftest", "cpu")] and result.exit_code == 0, result.output
+    assert "measuring the CPU part, as a run here would use the CPU: the GPUs are left out" in result.output
+
+
 def half_speed_timer_python(tmp_path):
     """This interpreter, but for ``-m runner.selftest`` with its timer (time.perf_counter, the cells' timed loop's)
     running at half speed: the real selftest, on this real CPU, against a timer that under-measures."""

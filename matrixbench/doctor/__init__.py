@@ -13,8 +13,15 @@ here), ``machine`` (other GPU processes, persistence and clocks, disk, the HF ca
 checklist in order, its report, what ``--measure`` measures).
 """
 from matrixbench.doctor.check import Check, Commands, DoctorError
-from matrixbench.doctor.checkup import NO_GPU_MEASURE, checklist, diagnose, measure_device, report
+from matrixbench.doctor.checkup import (
+    GPUS_LEFT_OUT_MEASURE,
+    NO_GPU_MEASURE,
+    checklist,
+    diagnose,
+    measure_device,
+    report,
+)
 from matrixbench.doctor.driver import DRIVER
 
-__all__ = ["DRIVER", "NO_GPU_MEASURE", "Check", "Commands", "DoctorError", "checklist", "diagnose",
-           "measure_device", "report"]
+__all__ = ["DRIVER", "GPUS_LEFT_OUT_MEASURE", "NO_GPU_MEASURE", "Check", "Commands", "DoctorError", "checklist",
+           "diagnose", "measure_device", "report"]

@@ -3,12 +3,12 @@ checklist as text (``report``, raising DoctorError on a failure) and what ``doct
 import os
 from typing import List, Optional
 
-from matrixbench.doctor.backend import check_backend, plan_backend, skip_of
+from matrixbench.doctor.backend import check_backend, plan_backend, skip_of, skipped_by_variable
 from matrixbench.doctor.check import Check, Commands, DoctorError
 from matrixbench.doctor.docker import check_container_gpus, check_docker, check_docker_image, sees_gpus
 from matrixbench.doctor.docker import connect as docker_connect
-from matrixbench.doctor.driver import DRIVER, check_driver, check_driver_cuda
-from matrixbench.doctor.images import check_image
+from matrixbench.doctor.driver import DRIVER, check_driver, check_driver_cuda, left_out
+from matrixbench.doctor.images import GpusLeftOut, check_image
 from matrixbench.doctor.machine import (
     check_disk,
     check_hf,
@@ -25,11 +25,15 @@ def diagnose(matrix, commands=None, connect=None, hf_cache=None, docker_root="/v
              venv_root=None):
     """The whole checklist, in order. Docker's checks fail only for ``backend`` "docker": without a
     working Docker, ``auto`` runs the venv backend. Under ``auto``, what MATRIXBENCH_AUTO_SKIP (in
-    ``commands.environ``) skips is skipped here as ``run --backend auto`` skips it. ``venv_root``: where the
-    venvs live (build.venvs)."""
+    ``commands.environ``) skips is skipped here as ``run --backend auto`` skips it: with the GPUs skipped, the
+    builds are checked for the CPU (images.GpusLeftOut) and the driver's line says so (driver.left_out).
+    ``venv_root``: where the venvs live (build.venvs)."""
     commands = commands or Commands()
     skip = skip_of(backend, commands.environ)
-    gpus, driver = check_driver(commands)
+    host_gpus, driver = check_driver(commands)
+    gpus = host_gpus
+    if "gpu" in skip:   # the run uses the CPU: its builds are checked for it, and no GPU check follows
+        gpus, driver = GpusLeftOut(skipped_by_variable("GPUs", skip)), left_out(driver, host_gpus, skip)
     checks: List[Check] = [driver]
     driver_cuda = None
     if gpus:
@@ -38,9 +42,9 @@ def diagnose(matrix, commands=None, connect=None, hf_cache=None, docker_root="/v
     client, docker_check = check_docker(connect or docker_connect, backend, skip)
     checks.append(docker_check)
     container_check = None
-    if client is not None and gpus and "gpu" not in skip:
+    if client is not None and gpus:
         container_check = check_container_gpus(client, list(matrix.images))
-    plan = plan_backend(backend, skip, gpu=bool(gpus), docker=client is not None,
+    plan = plan_backend(backend, skip, gpu=bool(host_gpus), docker=client is not None,
                         docker_gpus=sees_gpus(container_check))
     if container_check is not None:
         if container_check.status == "fail" and plan.backend == AUTO and plan.first == "venv":
@@ -106,11 +110,16 @@ NO_GPU_MEASURE = ("measuring without a GPU (nvidia-smi finds none): the CPU loop
                   "want of a GPU")
 
 
+GPUS_LEFT_OUT_MEASURE = ("measuring the CPU part, as a run here would use the CPU: the GPUs are left out (the "
+                         "driver's line says why); the GPU-bound probe and the selftest's GPU checks are skipped")
+
+
 def measure_device(checks) -> Optional[str]:
     """What ``doctor --measure`` measures after this checklist (docs/method.md, "Before the bill"): "auto" when
     no check failed; "cpu" when the only failure is that there is no GPU (the CPU loop needs none, and the probe
-    and the selftest have a CPU part); None when another failure stops it."""
+    and the selftest have a CPU part), or when MATRIXBENCH_AUTO_SKIP left the GPUs out (the driver's line is
+    then information: driver.left_out); None when another failure stops it."""
     failed = {check.name for check in checks if check.status == "fail"}
-    if not failed:
-        return "auto"
-    return "cpu" if failed == {DRIVER} else None
+    if failed:
+        return "cpu" if failed == {DRIVER} else None
+    return "cpu" if any(check.name == DRIVER and check.status == "info" for check in checks) else "auto"

@@ -104,4 +104,17 @@ def build_name(known):
 
 
 def runs(gpus):
-    return "runs on these GPUs" if gpus else "no GPU here to check it against"
+    if gpus:
+        return "runs on these GPUs"
+    if isinstance(gpus, GpusLeftOut):
+        return f"checked for the CPU, which a run here uses: {gpus.why}"
+    return "no GPU here to check it against"
+
+
+class GpusLeftOut(list):
+    """No GPUs to check the builds against because the user left this host's out (MATRIXBENCH_AUTO_SKIP=gpu): an
+    empty list of GPUs (every build check sees none, as the run's CPU path) that says ``why``."""
+
+    def __init__(self, why):
+        super().__init__()
+        self.why = why
