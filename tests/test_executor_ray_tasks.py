@@ -293,20 +293,33 @@ def test_gpus_named_by_uuid_get_their_own_cores():
 
 def test_the_driver_prints_what_a_unit_said_on_its_node_before_writing_its_records():
     """A unit's task returns the lines it said on its node (the leftovers of a killed run it stopped there): the
-    driver prints each, naming the unit and its node, then writes the records and logs the task returned."""
+    driver prints each, naming the unit and its node, then writes the records and logs the task returned. A line
+    that another unit said on the same node (a container each leaves, not knowing whether its owner runs) is
+    printed once; on another node, again."""
     import types
 
+    from matrixbench.executors.ray.tasks import ClusterRun
+
     written, notes = [], []
+    left = "left container 0123456789ac (image latest) of this run folder alone: its owner ran on another machine"
     value = {"node": {"node_ip": "10.0.0.7", "node_id": "abcdef123456"}, "records": [("latest", {"cell_id": "c"})],
-             "logs": {"latest": "tail"}, "notes": ["stopped container 0123456789ab (image latest): left running"]}
-    run = types.SimpleNamespace(tasks=[types.SimpleNamespace(name="A100 vit bs=1")],
+             "logs": {"latest": "tail"}, "notes": ["stopped container 0123456789ab (image latest): left running", left]}
+    said = ClusterRun([], [], False, on_record=lambda work, cell, record: None)
+    run = types.SimpleNamespace(tasks=[types.SimpleNamespace(name="A100 vit bs=1"),
+                                       types.SimpleNamespace(name="A100 vit bs=2")], news=said.news,
                                 record=lambda index, image, data: written.append(("record", image)),
                                 logs=lambda index, node, logs: written.append(("logs", logs)))
     ray = types.SimpleNamespace(get=lambda ref: value)
     ray_executor._finish(ray, "ref", 0, run, notes.append)
-    assert len(notes) == 1 and notes[0].startswith("A100 vit bs=1 on node 10.0.0.7")
+    assert len(notes) == 2 and notes[0].startswith("A100 vit bs=1 on node 10.0.0.7")
     assert notes[0].endswith(": stopped container 0123456789ab (image latest): left running")
     assert written == [("record", "latest"), ("logs", {"latest": "tail"})]
+    value["notes"] = [left]
+    ray_executor._finish(ray, "ref", 1, run, notes.append)   # the next unit on that node
+    assert len(notes) == 2
+    value["node"] = {"node_ip": "10.0.0.8", "node_id": "fedcba654321"}
+    ray_executor._finish(ray, "ref", 1, run, notes.append)
+    assert len(notes) == 3 and notes[2].startswith("A100 vit bs=2 on node 10.0.0.8")
 
 
 # --- turns: a unit's pairs run at once on its node (executors.turns) ----------------------------------------------

@@ -373,8 +373,10 @@ def _finish(ray: Api, ref: Ref[TaskValue], index: int, run: cluster.ClusterRun, 
                                             f"{cluster.describe_node(run.node_of(index))}: {type(exc).__name__}: "
                                             f"{str(exc)[:500]}")
         return
+    where = cluster.describe_node(value["node"])
     for line in value.get("notes", ()):   # (a task of an older matrixbench on the node says none)
-        note(f"{run.tasks[index].name} on {cluster.describe_node(value['node'])}: {line}")
+        if run.news(where, line):
+            note(f"{run.tasks[index].name} on {where}: {line}")
     for image, data in value["records"]:
         run.record(index, image, data)
     run.logs(index, value["node"], value["logs"])

@@ -358,9 +358,18 @@ class ClusterRun:
         self._written: Set[Tuple[str, str]] = set()
         self._nodes: Dict[int, Node] = {}
         self._by_name = {task.name: index for index, task in enumerate(self.tasks)}
+        self._said: Set[Tuple[str, str]] = set()
 
     def index_of(self, name: str) -> int:
         return self._by_name[name]
+
+    def news(self, node: str, line: str) -> bool:
+        """Whether ``line``, said on ``node`` (describe_node), was not printed yet: each unit on a node looks at what
+        a killed run left there, and a container it leaves, not knowing whether its owner runs, is said once."""
+        if (node, line) in self._said:
+            return False
+        self._said.add((node, line))
+        return True
 
     def started(self, index: int, node: Node) -> None:
         self._nodes[index] = node
