@@ -1,5 +1,6 @@
 """`matrixbench clean`: remove the containers (and optionally images) matrixbench left behind."""
 from matrixbench.build import docker_client
+from matrixbench.run.owner import Lease
 
 
 def clean(*, images=False, run_id=None, dry_run=False, client=None):
@@ -14,6 +15,9 @@ def clean(*, images=False, run_id=None, dry_run=False, client=None):
     for container in client.find_containers(selector):
         if not dry_run:
             container.remove()
+            lease = Lease.from_labels(container.labels)   # its owner's lease file, which a killed owner left
+            if lease is not None:
+                lease.discard()
         removed.append(f"container {container.id[:12]}")
     if images:
         for tag in client.find_images({docker_client.LABEL_MARK: None}):
