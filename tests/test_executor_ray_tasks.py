@@ -53,12 +53,9 @@ def test_the_bill_counts_the_units_the_clusters_live_nodes_run_at_once_by_gpu_ty
     CPU runs one unit; a dead node none; a CPU run's units one per CPU."""
     from matrixbench.executors.ray.tasks import cluster_at_once
 
-    def node(name, alive=True, **resources):
-        return {"NodeID": name, "Alive": alive, "NodeManagerAddress": name, "Resources": resources}
-
-    nodes = [node("a", CPU=8, GPU=2, **{"accelerator_type:A100": 1}),
-             node("b", CPU=1, GPU=2, **{"accelerator_type:T4": 1}),
-             node("c", alive=False, CPU=8, GPU=4, **{"accelerator_type:A100": 1}), node("d", CPU=2)]
+    nodes = [_node("a", CPU=8, GPU=2, **{"accelerator_type:A100": 1}),
+             _node("b", CPU=1, GPU=2, **{"accelerator_type:T4": 1}),
+             _node("c", alive=False, CPU=8, GPU=4, **{"accelerator_type:A100": 1}), _node("d", CPU=2)]
     typed = cluster_at_once(nodes, ("A100", "T4"), gpus=False, where="10.0.0.1:6379")
     assert typed.runners == {"A100": 2, "T4": 1}
     assert typed.source == ("asked the Ray cluster at 10.0.0.1:6379: the units its 3 live node(s) run at once, a "
@@ -73,6 +70,11 @@ def test_a_task_gets_its_gpus_share_of_the_nodes_cores():
     assert node_slot(["1"], 2, gpus=True, cores=[0, 1, 2, 3]).gpu_index == 1
     assert node_slot(["0"], 2, gpus=False, cores=[0, 1, 2, 3]).gpu_index is None   # --device cpu
     assert node_slot(["2"], 4, gpus=True, cores=[0, 1]).cores == (0, 1)   # fewer cores than GPUs: all
+
+
+def _node(name, alive=True, **resources):
+    """A node as ray.nodes() lists it."""
+    return {"NodeID": name, "Alive": alive, "NodeManagerAddress": name, "Resources": resources}
 
 
 class InProcessCluster(Backend):
@@ -102,9 +104,8 @@ class InProcessCluster(Backend):
         """As RayBackend does, over CLUSTER's two nodes: 2 A100s and 4 CPUs, 1 T4 and no more CPUs."""
         from matrixbench.executors.ray.tasks import cluster_at_once
 
-        nodes = [{"NodeID": f"n{index}", "Alive": True, "NodeManagerAddress": f"10.0.0.{index}", "Resources": held}
-                 for index, held in enumerate([{"CPU": 4.0, "GPU": 2.0, "accelerator_type:A100": 1.0},
-                                               {"CPU": 0.0, "GPU": 1.0, "accelerator_type:T4": 1.0}], 1)]
+        nodes = [_node("10.0.0.1", CPU=4.0, GPU=2.0, **{"accelerator_type:A100": 1.0}),
+                 _node("10.0.0.2", CPU=0.0, GPU=1.0, **{"accelerator_type:T4": 1.0})]
         return cluster_at_once(nodes, gpu_types, gpus, "in-process")
 
     def run(self, request):
@@ -416,12 +417,9 @@ def test_the_nodes_a_task_may_land_on_and_its_share_of_their_cores_bound_turns_c
     from matrixbench.executors.ray.tasks import check_turns_cores, task_nodes, task_shares, turns_cores_here
     from matrixbench.run.placement import Slot
 
-    def node(name, alive=True, **resources):
-        return {"NodeID": name, "Alive": alive, "NodeManagerAddress": name, "Resources": resources}
-
-    nodes = [node("a", CPU=8, GPU=2, **{"accelerator_type:A100": 1}),
-             node("b", CPU=4, GPU=1, **{"accelerator_type:T4": 1}),
-             node("c", alive=False, CPU=8, GPU=1, **{"accelerator_type:A100": 1}), node("d", CPU=2)]
+    nodes = [_node("a", CPU=8, GPU=2, **{"accelerator_type:A100": 1}),
+             _node("b", CPU=4, GPU=1, **{"accelerator_type:T4": 1}),
+             _node("c", alive=False, CPU=8, GPU=1, **{"accelerator_type:A100": 1}), _node("d", CPU=2)]
     assert [n["NodeID"] for n in task_nodes(nodes, ("A100",), gpus=False)] == ["a"]   # its type's, alive
     assert [n["NodeID"] for n in task_nodes(nodes, (), gpus=True)] == ["a", "b"]
     assert [n["NodeID"] for n in task_nodes(nodes, (), gpus=False)] == ["a", "b", "d"]
