@@ -579,9 +579,11 @@ def run(matrix_path, run_name, results_root, backend, executor, ray_address, dev
         build_options=build_options, noise_check=not no_noise_check,
     )
     if dry_run:
-        check_dry_run(matrix, dataclasses.replace(run_options, backend="local") if backend == AUTO else run_options)
+        asked = check_dry_run(matrix, dataclasses.replace(run_options, backend="local") if backend == AUTO
+                              else run_options)
         click.echo(describe_plan(matrix, run_dir(results_root, run_name), force, retry_failed, budget_min,
-                                 executor=executor, device=device, noise_check=not no_noise_check, gpu=gpu))
+                                 executor=executor, device=device, noise_check=not no_noise_check, gpu=gpu,
+                                 at_once=asked))
         return
     summary = run_matrix(matrix, run_options, progress=make_progress())
     click.echo(summary.describe())
@@ -621,10 +623,12 @@ def _more_words(cell):
 
 
 def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, executor=None, device="auto",
-                  noise_check=True, gpu=None):
+                  noise_check=True, gpu=None, at_once=None):
     """What `run --dry-run` prints: each image's count, the processes in the order the run takes them
     (``scheduler.run_order``, the executors' own order), what the run's noise check would spend (``plan_check``:
-    a GPU run's, before the bill; said too where a GPU run skips it) and the bill, which includes it."""
+    a GPU run's, before the bill; said too where a GPU run skips it) and the bill, which includes it, over
+    ``at_once`` (a Ray cluster's, where the dry run asked it: ``check_dry_run``), else the executor's runners at
+    once here."""
     lines = attribution.describe(matrix, len(expand_cells(matrix)))
     plans = pending_work(matrix, run_path, force=force, retry_failed=retry_failed)
     for plan in plans:
@@ -654,7 +658,7 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
     start = estimates.runner_start_s(pending)
     lines.append(check.dry_run_line(start))
     gpu_count = gpus_placed(gpu, os.environ) if gpus and matrix.slots == AUTO and executor != RAY else 0
-    parallel = runners_at_once(executor, matrix.slots, gpus, gpu_count)   # what the executor will run at once
+    parallel = at_once or runners_at_once(executor, matrix.slots, gpus, gpu_count)   # what will run at once
     return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel, estimates, runners=len(steps),
                                    noise_check_s=check.seconds(start))])   # the estimates carry the settings
 

@@ -10,6 +10,8 @@ Ray binds only to the namespace's loopback; the nodes reach the host's Docker da
 socket, and the containers run in the daemon's own namespaces (the runner needs no network). Head:
 2 fake A100s on 127.0.0.1, second node: 1 fake T4 on 127.0.0.2. The driver runs one tiny model at
 batch 1, eager, in both images, on both GPU types: two units, each running both images on its node.
+That run takes image changes in turns (``TURNS``: turns, its blocks pinned to one core): each unit's task starts
+both images' containers at once on its node, sharing a baton folder and the task's share of the cores.
 Then a run of REGISTRY_MATRIX (one small image, tests/data/docker-registry-matrix.yaml) under another name with
 ``--set registry=REGISTRY`` (a registry the test started on the host's loopback, where the Docker daemon pushes
 and pulls): its outcome, or why it did not finish, under "registry". Last, a run killed (SIGKILL) while its
@@ -29,6 +31,7 @@ from pathlib import Path
 from ray_cluster_script import BIN, HEAD, REPO, RUN_TIMEOUT_S, ray_env, raylets, start_cluster
 
 RUN = "docker-cluster"
+TURNS = ("--set", "turns=true", "--set", "turns_cores=1")   # the first run's: a pair in turns a unit
 
 
 KILLED_RUN = f"{RUN}-killed"
@@ -149,7 +152,7 @@ def main(work, matrix, out_json, registry, registry_matrix):
         watcher = threading.Thread(target=watch_containers, args=(seen, stop), daemon=True)
         watcher.start()
         try:
-            result["code"] = driver(matrix, results, env, work / "driver.log")
+            result["code"] = driver(matrix, results, env, work / "driver.log", extra=TURNS)
         finally:
             stop.set()
             watcher.join(timeout=60)

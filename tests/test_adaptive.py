@@ -8,10 +8,17 @@ from dataclasses import dataclass
 
 import pytest
 
-from host_helpers import RecordingBackend, local_run_options, make_record, use_backend, write_matrix
+from host_helpers import (
+    RecordingBackend,
+    local_run_options,
+    make_record,
+    small_matrix_data,
+    use_backend,
+    write_matrix,
+)
 from matrixbench.cli import describe_plan
 from matrixbench.executors import adaptive
-from matrixbench.executors.scheduler import RUNNER_START_S
+from matrixbench.executors.scheduler import RUNNER_START_S, AtOnce
 from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.matrix.comparisons import Comparison
 from matrixbench.run.command import run_matrix
@@ -378,7 +385,7 @@ def test_the_bill_counts_seconds_that_run_alone_before_the_processes(tmp_path):
     policy = adaptive.policy_of(matrix)
     low, high = adaptive.bill_seconds(policy, works, parallel=2)
     assert adaptive.bill_seconds(policy, works, parallel=2, first_s=10.0) == pytest.approx((low + 10.0, high + 10.0))
-    assert "the noise check first, 10 s" in adaptive.bill(policy, works, parallel=2, noise_check_s=10.0)
+    assert "the noise check first, 10 s" in adaptive.bill(policy, works, AtOnce.here(2), noise_check_s=10.0)
 
 
 def test_run_prints_the_bill_before_any_process_starts(tmp_path, monkeypatch):
@@ -423,6 +430,34 @@ def test_the_bill_counts_the_runners_the_executor_runs_at_once(tmp_path, executo
     matrix = load_matrix(write_matrix(tmp_path), Overrides(models=["vit"], slots=slots))
     text = describe_plan(matrix, tmp_path / "results" / "r1", False, False, executor=executor, device=device)
     assert at_once in text.splitlines()[-1]
+
+
+def test_a_ray_runs_bill_says_a_dry_run_did_not_ask_the_cluster(tmp_path):
+    """--executor ray: a dry run that does not connect to the cluster (no --device cuda) counts one runner at a time
+    and says that it did not ask."""
+    matrix = load_matrix(write_matrix(tmp_path), Overrides(models=["vit"]))
+    text = describe_plan(matrix, tmp_path / "results" / "r1", False, False, executor="ray", device="cpu")
+    assert "one runner at a time (not asked: this dry run did not connect to the Ray cluster" in text.splitlines()[-1]
+
+
+def test_a_clusters_bill_runs_each_gpu_types_processes_over_its_own_runners_and_ends_with_the_longest(tmp_path):
+    """Two GPU types, the same cells on each: A100's units over its 2 runners, T4's over its 1; the run ends when
+    T4's do, so the bill is T4's alone (its processes and its half of the runner starts, over one runner), not
+    both types' over 3. One machine's (a group of every work) is bill_seconds' own."""
+    data = dict(small_matrix_data(), gpu_types=["A100", "T4"])
+    matrix = load_matrix(write_matrix(tmp_path, data), Overrides(models=["vit"]))
+    works = pending_work(matrix, tmp_path / "results" / "r1")
+    t4 = [work for work in works if work.gpu_type == "T4"]
+    policy, estimates = adaptive.policy_of(matrix), adaptive.Estimates()
+    at_once = AtOnce({"A100": 2, "T4": 1}, "asked the cluster")
+    span = adaptive.bill_span(policy, works, at_once, estimates, runners=8)
+    assert span == pytest.approx(adaptive.bill_seconds(policy, t4, 1, estimates, runners=4))
+    assert span[0] > adaptive.bill_seconds(policy, works, 3, estimates, runners=8)[0]   # the old pooled figure
+    assert adaptive.bill_span(policy, works, AtOnce.here(2), estimates, runners=8) == \
+        pytest.approx(adaptive.bill_seconds(policy, works, 2, estimates, runners=8))
+    line = adaptive.bill(policy, works, at_once, estimates, runners=8)
+    assert ", 3 runner(s) at once: A100 2, T4 1 (asked the cluster; earlier records, else" in line
+    assert adaptive.bill(policy, works, AtOnce({"A100": 0, "T4": 1}), estimates, runners=8).count("A100 0") == 1
 
 
 def test_the_budget_charges_each_runner_its_start(tmp_path):

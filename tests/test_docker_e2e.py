@@ -64,8 +64,13 @@ def records(out_dir):
             if path.name != "cells.json"}
 
 
-def containers_of(client, run_id):
-    return client.find_containers({docker_client.LABEL_MARK: None, docker_client.LABEL_RUN_ID: run_id})
+def containers_of(client, run_id, run_dir=None):
+    """The containers Docker has of the run named ``run_id``; with ``run_dir``, only those of that run folder (another
+    session on the same daemon may run the same test, so the same run name, meanwhile)."""
+    labels = {docker_client.LABEL_MARK: None, docker_client.LABEL_RUN_ID: run_id}
+    if run_dir is not None:
+        labels[docker_client.LABEL_RUN_DIR] = str(Path(run_dir).resolve())
+    return client.find_containers(labels)
 
 
 def wait_for_records(out_dir, count, process, timeout=900):

@@ -1,8 +1,9 @@
 """Real Docker, slots (issue 15): two slots of one core each run the tiny CPU matrix in two images
 (the e2e test's, tests/data/docker-matrix.yaml, built once per session by tests/conftest.py); every record
 shows its slot and core, the runner inside each container saw exactly its slot's core
-(``os.sched_getaffinity``), and every image of a cell ran in one slot. Needs a Docker daemon, the
-base images and 2 usable cores; skips, saying so, otherwise."""
+(``os.sched_getaffinity``), and every image of a cell ran in one slot. The exclusive-timing run takes its image
+change in turns too (``TURNS``): a unit's two containers at once in its slot, their blocks pinned to its core. Needs
+a Docker daemon, the base images and 2 usable cores; skips, saying so, otherwise."""
 import os
 import threading
 import time
@@ -18,6 +19,7 @@ from test_docker_e2e import MATRIX_PATH, containers_of, finish, matrixbench, rec
 pytestmark = pytest.mark.docker
 
 IMAGES = ("e2e-stable", "e2e-latest")
+TURNS = ("--set", "turns=true", "--set", "turns_cores=1")   # the exclusive-timing run's
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +40,7 @@ def test_two_one_core_slots_pin_each_container_to_its_core_in_both_images(client
                                                                           exclusive):
     run_id = "slots-e2e-exclusive" if exclusive else "slots-e2e"
     args = ["--run", run_id, "--slots", "2", "--cache-dir", str(tmp_path / "compile")]
-    process = matrixbench(*args, *(["--exclusive-timing"] if exclusive else []),
+    process = matrixbench(*args, *(["--exclusive-timing", *TURNS] if exclusive else []),
                           results=tmp_path / "results", matrix=MATRIX_PATH)
     # Concurrent: the host marks a slot 9 as timing on the run's board for the whole run; the
     # containers see the host's flock through the bind mount, so every cell that started after it
@@ -49,7 +51,7 @@ def test_two_one_core_slots_pin_each_container_to_its_core_in_both_images(client
     finally:
         held_since = holding.stop() if holding else None
     assert code == 0, output
-    slot_of, cores_of, late = {}, {}, []
+    slot_of, cores_of, late, turns_of = {}, {}, [], {}
     for image in IMAGES:
         found = records(tmp_path / "results" / run_id / image)
         assert len(found) == 4, (image, sorted(found), output)
@@ -67,11 +69,23 @@ def test_two_one_core_slots_pin_each_container_to_its_core_in_both_images(client
             cell = record["cell"]
             slot_of.setdefault((cell["model"], cell["batch_size"]), set()).add(block["slot"])
             cores_of.setdefault(block["slot"], set()).add(tuple(block["cores"]))
+            turns = record["timing"].get("turns")
+            if exclusive:   # in turns: the blocks pinned to the slot's one core, which the container was given
+                assert turns["lost"] is None and len(turns["block_ms"]) == 10, (image, cid, turns)
+                assert turns["cores"] == block["cores"] and turns["threads"] == 1, (image, cid, turns)
+                turns_of.setdefault(cid, {})[image] = (turns["pair_id"], turns["role"], block["slot"])
+            else:
+                assert turns is None
     assert all(len(slots) == 1 for slots in slot_of.values()), slot_of    # both images of a cell: one slot
     assert sorted(cores_of) == [0, 1] and all(len(cores) == 1 for cores in cores_of.values())
     assert cores_of[0] != cores_of[1]                                      # disjoint cores
-    assert containers_of(client, run_id) == []
+    for cid, sides in turns_of.items():   # each cell's two images: one pair, first and second, in one slot
+        (pair, role, slot), (other_pair, other_role, other_slot) = sides.values()
+        assert pair == other_pair and {role, other_role} == {"first", "second"} and slot == other_slot, (cid, sides)
+    assert len(turns_of) == (4 if exclusive else 0)
+    assert containers_of(client, run_id, tmp_path / "results" / run_id) == []
     assert not (tmp_path / "results" / run_id / ".timing-board").exists()
+    assert not any((tmp_path / "results" / run_id / ".turns").glob("*"))   # each pair's baton folder removed
     if not exclusive:
         assert len(late) >= 4 and all(busy >= 1 for busy in late), (held_since, late)
 

@@ -420,3 +420,40 @@ def test_a_ray_node_stops_what_a_killed_run_of_the_same_name_left_there_before_i
                                                               f"left container {elsewhere.id[:12]}"]
     assert "ran on another machine" in result.notes[1]
     assert len(sdk.started) == 5     # and then the unit ran
+
+
+def test_a_ray_tasks_pair_in_turns_shares_its_gpu_its_cores_and_one_baton_folder_in_two_containers(sdk, tmp_path):
+    """An image pair in turns (turns_cores: 2) in a unit's task on a 4-GPU, 16-core node whose Ray gave it GPU 2: both
+    sides' containers ask for GPU 2 only and GPU 2's quarter of the cores, bind-mount one host folder at /turns, and
+    their cells files name it, their roles and pair, and the share's last 2 cores; the folder is gone after."""
+    from matrixbench.executors.ray.tasks import UnitTask, node_slot, run_unit_here, shippable
+
+    sdk.images_by_tag["matrixbench:latest"] = FakeImage(
+        "matrixbench:latest", {"matrixbench": "1", "matrixbench.torch": "2.13.0"}, "sha256:latest")
+    seen = {}
+
+    def capture(container):   # while the container runs: its mounts and the cells file it was given
+        volumes = {bind["bind"]: Path(host) for host, bind in container.kwargs["volumes"].items()}
+        cells = volumes["/results"] / container.command[1].removeprefix("/results/")
+        seen[container.labels["matrixbench.image"]] = (container.kwargs, volumes, json.loads(cells.read_text()),
+                                                        volumes["/turns"].is_dir())
+
+    sdk.next_container = {"on_wait": capture}
+    requests = tuple(shippable(request_for(tmp_path, name, gpus=True, out_dir=tmp_path / "driver" / name))
+                     for name in ("stable", "latest"))
+    task = UnitTask("A100 vit bs=1", "A100", requests, "docker", pairs=(("A100/stable", "A100/latest"),),
+                    turns_cores=2)
+    node = {"node_id": "n1", "node_ip": "10.0.0.7", "gpu_type": "A100", "ray_gpu_ids": ["2"], "node_gpus": 4,
+            "busy": 1}
+    run_unit_here(task, node, node_slot(["2"], 4, True, cores=range(16)), [], lambda image, data: None,
+                  backend=backend(sdk), environ={})
+    assert sorted(seen) == ["latest", "stable"]
+    (kwargs, volumes, cells, baton_there), (other_kwargs, other_volumes, other_cells, _) = seen.values()
+    for started in (kwargs, other_kwargs):
+        assert started["device_requests"][0]["DeviceIDs"] == ["2"] and started["cpuset_cpus"] == "8-11"
+    assert volumes["/turns"] == other_volumes["/turns"] and baton_there
+    assert not volumes["/turns"].exists()                                   # removed once both were done
+    turns = {cells["turns"]["role"]: cells["turns"], other_cells["turns"]["role"]: other_cells["turns"]}
+    assert {side["partner"] for side in turns.values()} == {"stable", "latest"}
+    assert turns["first"]["pair_id"] == turns["second"]["pair_id"]
+    assert all(side["folder"] == "/turns" and side["cores"] == [10, 11] for side in turns.values())

@@ -2,14 +2,15 @@
 real two-node Ray cluster on this machine: tests/ray_docker_cluster_script.py, as root in fresh network
 and PID namespaces, the nodes reaching the host's Docker daemon through its socket.
 
-The real-Docker test images (tests/conftest.py's ``docker_e2e_images``: torch 2.0.1 and 2.13) are built, or
-found current, outside the namespace first, so each node finds them by their content-hash and
-runner-hash labels and builds nothing. A second run with ``--set registry=...`` (Debian's docker-registry on
-the host's loopback, tests/conftest.py's ``registry_address``) pushes one small image once
-(tests/data/docker-registry-matrix.yaml: torch's CPU build on Python 3.11, 1.85 GB, also built outside first)
-and has every node pull it and run it: pushing the two torch CUDA images (11 GB) took longer than the run's
-600 s limit on a fresh machine (issue 35). Skips, saying why, without Ray, root, unshare, Docker,
-docker-registry or the base images.
+The real-Docker test images (tests/conftest.py's ``docker_e2e_images``: torch 2.0.1 and 2.13) are built, or found
+current, outside the namespace first, so each node finds them by their content-hash and runner-hash labels and
+builds nothing; that run takes its image change in turns (``ray_docker_cluster_script.TURNS``), both containers of a
+unit's pair at once on its node. A second run with ``--set registry=...`` (Debian's docker-registry on the host's
+loopback, tests/conftest.py's ``registry_address``) pushes one small image once
+(tests/data/docker-registry-matrix.yaml: torch's CPU build on Python 3.11, 1.85 GB, also built outside first) and
+has every node pull it and run it: pushing the two torch CUDA images (11 GB) took longer than the run's 600 s limit
+on a fresh machine (issue 35). Skips, saying why, without Ray, root, unshare, Docker, docker-registry or the base
+images.
 """
 from pathlib import Path
 
@@ -72,6 +73,35 @@ def test_each_gpu_types_unit_runs_both_images_in_docker_on_its_node(docker_clust
         assert placement["node_id"] == (head if gpu_type == "A100" else node)
         assert placement["affinity"] == placement["cores"], (name, placement)   # the container saw its cores
         assert record["device"] == "cpu"
+
+
+def test_each_units_image_pair_took_turns_in_two_containers_on_its_node_pinned_to_its_shares_last_core(
+        docker_cluster_run):
+    """The first run in turns (TURNS): on each node, its unit's task started both images' containers at once; they met
+    over the baton folder bind-mounted into both and took turns (one pair_id, first and second, each other's
+    partner, every block measured, nothing lost), their blocks pinned to the last core of the task's share of the
+    node, which both containers were given."""
+    result, _ = docker_cluster_run
+    for gpu_type in ("A100", "T4"):
+        records = {image: result["records"][f"docker-cluster/{gpu_type}/{image}/{CELL}"] for image in TORCH}
+        sides = {image: record["timing"]["turns"] for image, record in records.items()}
+        assert sides["e2e-stable"]["pair_id"] == sides["e2e-latest"]["pair_id"], sides
+        assert (sides["e2e-stable"]["role"], sides["e2e-latest"]["role"]) == ("first", "second")   # round 0
+        assert (sides["e2e-stable"]["partner"], sides["e2e-latest"]["partner"]) == ("e2e-latest", "e2e-stable")
+        for image, side in sides.items():
+            placement = records[image]["placement"]
+            assert side["lost"] is None and len(side["block_ms"]) == side["blocks"] == 10, (gpu_type, image, side)
+            assert side["cores"] == placement["cores"][-1:] and side["threads"] == 1, (gpu_type, image, side)
+        assert records["e2e-stable"]["placement"]["cores"] == records["e2e-latest"]["placement"]["cores"]
+
+
+def test_the_bill_counts_the_units_the_clusters_nodes_run_at_once(docker_cluster_run):
+    """Asked of the cluster as the run started: the head's 2 A100s run one unit at a time (it was started with one
+    CPU, and a unit's task holds one), the T4 node one."""
+    result, _ = docker_cluster_run
+    (bill,) = [line for line in result["driver_log"].splitlines() if line.startswith("estimated duration")]
+    assert ", 2 runner(s) at once: A100 1, T4 1 (asked the Ray cluster at 127.0.0.1:6379: the units its 2 live " \
+           "node(s) run at once, a unit's task holding a CPU and a GPU of its type; earlier records" in bill, bill
 
 
 def test_the_nodes_found_the_images_current_and_built_nothing(docker_cluster_run):

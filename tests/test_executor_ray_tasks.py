@@ -42,9 +42,27 @@ def test_the_clusters_gpu_types_are_its_accelerator_type_resources():
 
 
 def test_a_task_asks_one_gpu_of_its_type_as_rays_accelerator_type_does():
-    assert task_resources("A100", gpus=False) == {"num_gpus": 1, "resources": {"accelerator_type:A100": 0.001}}
-    assert task_resources(None, gpus=True) == {"num_gpus": 1, "resources": {}}
-    assert task_resources(None, gpus=False) == {"num_cpus": 1}
+    assert task_resources("A100", gpus=False) == {"num_cpus": 1, "num_gpus": 1,
+                                                  "resources": {"accelerator_type:A100": 0.001}}
+    assert task_resources(None, gpus=True) == {"num_cpus": 1, "num_gpus": 1, "resources": {}}
+    assert task_resources(None, gpus=False) == {"num_cpus": 1}   # num_cpus 1: Ray's default for a task, said
+
+
+def test_the_bill_counts_the_units_the_clusters_live_nodes_run_at_once_by_gpu_type():
+    """As the units' tasks fit in each node's Ray resources (a CPU, a GPU of its type): a node with 2 GPUs but one
+    CPU runs one unit; a dead node none; a CPU run's units one per CPU."""
+    from matrixbench.executors.ray.tasks import cluster_at_once
+
+    nodes = [_node("a", CPU=8, GPU=2, **{"accelerator_type:A100": 1}),
+             _node("b", CPU=1, GPU=2, **{"accelerator_type:T4": 1}),
+             _node("c", alive=False, CPU=8, GPU=4, **{"accelerator_type:A100": 1}), _node("d", CPU=2)]
+    typed = cluster_at_once(nodes, ("A100", "T4"), gpus=False, where="10.0.0.1:6379")
+    assert typed.runners == {"A100": 2, "T4": 1}
+    assert typed.source == ("asked the Ray cluster at 10.0.0.1:6379: the units its 3 live node(s) run at once, a "
+                            "unit's task holding a CPU and a GPU of its type")
+    assert cluster_at_once(nodes, (), gpus=True, where="auto").runners == {None: 3}
+    assert cluster_at_once(nodes, (), gpus=False, where="auto").runners == {None: 11}
+    assert cluster_at_once(nodes, ("V100",), gpus=True, where="auto").runners == {"V100": 0}
 
 
 def test_a_task_gets_its_gpus_share_of_the_nodes_cores():
@@ -52,6 +70,11 @@ def test_a_task_gets_its_gpus_share_of_the_nodes_cores():
     assert node_slot(["1"], 2, gpus=True, cores=[0, 1, 2, 3]).gpu_index == 1
     assert node_slot(["0"], 2, gpus=False, cores=[0, 1, 2, 3]).gpu_index is None   # --device cpu
     assert node_slot(["2"], 4, gpus=True, cores=[0, 1]).cores == (0, 1)   # fewer cores than GPUs: all
+
+
+def _node(name, alive=True, **resources):
+    """A node as ray.nodes() lists it."""
+    return {"NodeID": name, "Alive": alive, "NodeManagerAddress": name, "Resources": resources}
 
 
 class InProcessCluster(Backend):
@@ -76,6 +99,14 @@ class InProcessCluster(Backend):
 
         self.turns_checks.append((count, tuple(gpu_types), device))
         check_turns_cores(count, [("node 10.0.0.1", share) for share in task_shares(self.node_cores, 1, True)])
+
+    def runners_at_once(self, gpu_types, gpus):
+        """As RayBackend does, over CLUSTER's two nodes: 2 A100s and 4 CPUs, 1 T4 and no more CPUs."""
+        from matrixbench.executors.ray.tasks import cluster_at_once
+
+        nodes = [_node("10.0.0.1", CPU=4.0, GPU=2.0, **{"accelerator_type:A100": 1.0}),
+                 _node("10.0.0.2", CPU=0.0, GPU=1.0, **{"accelerator_type:T4": 1.0})]
+        return cluster_at_once(nodes, gpu_types, gpus, "in-process")
 
     def run(self, request):
         raise AssertionError("the driver runs units, not requests")
@@ -125,6 +156,34 @@ def test_the_driver_writes_each_gpu_types_records_in_its_folder_and_ships_no_sec
     assert all(request.env.get("HF_TOKEN") == FAKE_TOKEN for request in cluster.inner.requests)   # on the node
     assert {request.placement.node["gpu_type"] for request in cluster.inner.requests} == {"A100", "T4"}
     assert FAKE_TOKEN not in (run_path / "run.json").read_text()
+
+
+def test_the_runs_bill_counts_the_units_the_cluster_runs_at_once_and_says_it_asked(tmp_path, cluster):
+    """The bill of a run on the cluster (RayBackend.runners_at_once): A100's units over its node's 2 GPUs, T4's node
+    holding none (no CPU for a task), said as asked."""
+    from host_helpers import Notes
+
+    notes = Notes()
+    run_matrix(_matrix(tmp_path), RunOptions(results_root=tmp_path / "results", executor="ray", device="cpu"), notes)
+    (bill,) = [note for note in notes.notes if note.startswith("estimated duration")]
+    assert ", 2 runner(s) at once: A100 2, T4 0 (asked the Ray cluster at in-process: the units its 2 live node(s) " \
+           "run at once, a unit's task holding a CPU and a GPU of its type; earlier records" in bill, bill
+
+
+def test_a_dry_run_that_connects_anyway_asks_the_cluster_for_its_bill(tmp_path, cluster, monkeypatch):
+    """--device cuda: the dry run asks the cluster whether it has GPUs, so its bill asks it too (a GPU run's units:
+    2 A100s on the first node, the T4 node without a CPU)."""
+    from matrixbench.cli import describe_plan
+    from matrixbench.run.command import check_dry_run
+
+    monkeypatch.setattr(cluster, "gpus_available", lambda: True, raising=False)
+    matrix = _matrix(tmp_path)
+    asked = check_dry_run(matrix, RunOptions(results_root=tmp_path / "results", executor="ray", device="cuda"))
+    assert asked is not None and asked.runners == {"A100": 2, "T4": 0}
+    text = describe_plan(matrix, tmp_path / "results" / "default", False, False, executor="ray", device="cuda",
+                         at_once=asked)
+    assert "2 runner(s) at once: A100 2, T4 0 (asked the Ray cluster at in-process" in text.splitlines()[-1]
+    assert check_dry_run(matrix, RunOptions(results_root=tmp_path / "results", executor="ray", device="cpu")) is None
 
 
 def test_a_units_task_runs_its_images_in_turn_repeat_by_repeat(tmp_path, cluster):
@@ -371,12 +430,9 @@ def test_the_nodes_a_task_may_land_on_and_its_share_of_their_cores_bound_turns_c
     from matrixbench.executors.ray.tasks import check_turns_cores, task_nodes, task_shares, turns_cores_here
     from matrixbench.run.placement import Slot
 
-    def node(name, alive=True, **resources):
-        return {"NodeID": name, "Alive": alive, "NodeManagerAddress": name, "Resources": resources}
-
-    nodes = [node("a", CPU=8, GPU=2, **{"accelerator_type:A100": 1}),
-             node("b", CPU=4, GPU=1, **{"accelerator_type:T4": 1}),
-             node("c", alive=False, CPU=8, GPU=1, **{"accelerator_type:A100": 1}), node("d", CPU=2)]
+    nodes = [_node("a", CPU=8, GPU=2, **{"accelerator_type:A100": 1}),
+             _node("b", CPU=4, GPU=1, **{"accelerator_type:T4": 1}),
+             _node("c", alive=False, CPU=8, GPU=1, **{"accelerator_type:A100": 1}), _node("d", CPU=2)]
     assert [n["NodeID"] for n in task_nodes(nodes, ("A100",), gpus=False)] == ["a"]   # its type's, alive
     assert [n["NodeID"] for n in task_nodes(nodes, (), gpus=True)] == ["a", "b"]
     assert [n["NodeID"] for n in task_nodes(nodes, (), gpus=False)] == ["a", "b", "d"]

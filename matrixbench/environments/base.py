@@ -17,7 +17,18 @@ import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+    runtime_checkable,
+)
 
 from matrixbench.build.facts import BuildFacts
 from matrixbench.errors import RunError
@@ -29,6 +40,9 @@ from runner.cells_file import schedule_pairs
 from runner.core import Cell, Repeat
 from runner.records import CALIBRATION_ENV, PLACEMENT_ENV
 from runner.timing_board import BOARD_ENV, Board
+
+if TYPE_CHECKING:   # (executors imports environments)
+    from matrixbench.executors.scheduler import AtOnce
 
 
 @dataclass(frozen=True)
@@ -275,6 +289,12 @@ class Environment:
         runners get cannot honour, naming the setting: the ray backend asks its nodes (a unit's task pins within
         its GPU's share of its node's cores, for a run of ``gpu_types`` on ``device``). One machine's cores are
         checked with the options (executors.check_turns); default: nothing."""
+        return None
+
+    def runners_at_once(self, gpu_types: Tuple[str, ...], gpus: bool) -> Optional["AtOnce"]:
+        """How many runners the run's units run at once, for its bill, where the environment decides it (the ray
+        backend asks its cluster's nodes, for a run of ``gpu_types``, on GPUs or not: ``tasks.cluster_at_once``);
+        None: the executor's count on this machine (``scheduler.runners_at_once``). Default: None."""
         return None
 
     def close(self) -> None:

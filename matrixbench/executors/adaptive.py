@@ -27,7 +27,7 @@ from functools import lru_cache
 from statistics import mean
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence, Set, Tuple, Union
 
-from matrixbench.executors.scheduler import Estimates, fields, number
+from matrixbench.executors.scheduler import AtOnce, Estimates, fields, number
 from matrixbench.matrix import Matrix
 from matrixbench.matrix.comparisons import PAIRED_KINDS, Comparison, ImageCells, Roles, Side
 from matrixbench.matrix.comparisons import comparisons as listed
@@ -233,7 +233,7 @@ def bill_settings(matrix: Matrix) -> Dict[str, Union[bool, float, str]]:
 
 
 def bill_seconds(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
-                 estimates: Optional[Estimates] = None, runners: int = 0,
+                 estimates: Optional[Estimates] = None, runners: float = 0,
                  settings: Optional[Mapping[str, object]] = None, first_s: float = 0.0) -> Tuple[float, float]:
     """The run's estimated wall seconds, (at the minimum, at the maximum): its pending processes
     (``Estimates``) plus ``runners`` runner starts at what a start costs here (``Estimates.start_s``: as
@@ -251,25 +251,43 @@ def bill_seconds(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
     return first_s + first / parallel, first_s + (first + extra) / parallel
 
 
-def bill(policy: Policy, works: Sequence[ImageWork], parallel: int = 1,
+def bill_span(policy: Policy, works: Sequence[ImageWork], at_once: AtOnce, estimates: Optional[Estimates] = None,
+              runners: int = 0, first_s: float = 0.0) -> Tuple[float, float]:
+    """``bill_seconds`` of a run whose works run in groups apart (``at_once``: one group on one machine; on a Ray
+    cluster each GPU type's, on its own nodes): each group's processes and its share of the ``runners`` starts (its
+    share of the pending processes: exact where every type runs the same cells) over its runners at once (a group
+    with none counted as one); the run ends with its longest group, after ``first_s``."""
+    estimate = estimates or Estimates()
+    pending = sum(len(work.pending) for work in works)
+    spans = [bill_seconds(policy, group, max(count, 1), estimate,
+                          runners * sum(len(work.pending) for work in group) / pending if pending else 0.0)
+             for group, count in at_once.groups(works)]
+    low, high = max((low for low, _ in spans), default=0.0), max((high for _, high in spans), default=0.0)
+    return first_s + low, first_s + high
+
+
+def bill(policy: Policy, works: Sequence[ImageWork], at_once: Optional[AtOnce] = None,
          estimates: Optional[Estimates] = None, runners: int = 0,
          settings: Optional[Mapping[str, object]] = None, noise_check_s: float = 0.0) -> str:
-    """The run's estimated wall time before it starts (``bill_seconds``): its pending processes
+    """The run's estimated wall time before it starts (``bill_span``): its pending processes
     (earlier records of each cell, else this machine's pace, else the scheduler's model) and
-    ``runners`` runner starts over ``parallel`` runners; with repeats auto the minimum (repeats_min a
+    ``runners`` runner starts over the runners ``at_once`` (default one; it says where its figure came from: a Ray
+    cluster's); with repeats auto the minimum (repeats_min a
     cell) and the maximum (every cell to repeats_max). ``settings``: the run's runner settings, so that the
     paired blocks and the loop's minimum duration are in the bill (issue 32); ``noise_check_s``: the noise check
     still ahead (a dry run's; a run prints its bill once the check is done, so 0 there)."""
     estimate = estimates or Estimates(settings=settings)
-    low, high = bill_seconds(policy, works, parallel, estimate, runners, first_s=noise_check_s)
+    at_once = at_once or AtOnce.here(1)
+    low, high = bill_span(policy, works, at_once, estimate, runners, first_s=noise_check_s)
     start, measured = estimate.start_s(works) if runners else (0.0, False)
-    runners_text = f"{parallel} runner(s) at once" if parallel > 1 else "one runner at a time"
-    source = "(earlier records, else this machine's pace, else the scheduler's model"
+    source = f"({at_once.source}; " if at_once.source else "("
+    source += "earlier records, else this machine's pace, else the scheduler's model"
     if runners:
         source += f"; {runners} runner start(s) at {start:.0f} s " + \
             ("as measured here" if measured else "each, a typical start: no record here shows one yet")
     source += f"; the noise check first, {noise_check_s:.0f} s)" if noise_check_s else ")"
     budget = f"; --budget {policy.budget_s / 60:g} min stops admitting processes past it" if policy.budget_s else ""
+    runners_text = at_once.describe()
     if not policy.adaptive:
         return (f"estimated duration: {format_duration(low)} for {sum(len(p.pending) for p in works)} "
                 f"process(es), {runners_text} {source}{budget}")

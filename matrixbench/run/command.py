@@ -22,7 +22,7 @@ from matrixbench.errors import RunError
 from matrixbench.executors import adaptive, check_options, create_environment, create_executor, slots
 from matrixbench.executors.base import Run, RunSummary
 from matrixbench.executors.ray.options import RayOptions
-from matrixbench.executors.scheduler import Estimates, positions, runners_at_once, takes_units
+from matrixbench.executors.scheduler import AtOnce, Estimates, positions, runners_at_once, takes_units
 from matrixbench.executors.turns import launches, slot_cores
 from matrixbench.gpu import GpusUnreachableError, host_gpus
 from matrixbench.matrix import Matrix
@@ -130,7 +130,7 @@ def _run_with(environment: Environment, matrix: Matrix, options: RunOptions, run
         if gpus and environment.builds_images:   # before any cell runs (a Ray driver builds nothing here)
             refuse_builds({name: matrix.images[name] for name in builds}, environment.build_facts, progress.note)
         manifest = _noise_check(environment, run, manifest, progress)   # what the host resolves, then the bill
-        progress.note(adaptive.bill(policy, works, parallel=_runners_at_once(matrix, options, gpus, environ),
+        progress.note(adaptive.bill(policy, works, _runners_at_once(environment, matrix, options, gpus, environ),
                                     runners=len(launches(works, matrix, units, torch_of)),
                                     settings=adaptive.bill_settings(matrix)))
         progress.start(sum(len(w.pending) for w in works), sum(w.done for w in works))
@@ -159,8 +159,13 @@ def _run_with(environment: Environment, matrix: Matrix, options: RunOptions, run
     return run.summary
 
 
-def _runners_at_once(matrix: Matrix, options: RunOptions, gpus: bool, environ: Mapping[str, str]) -> int:
-    """The bill's runners at once: what the executor will run (``scheduler.runners_at_once``)."""
+def _runners_at_once(environment: Environment, matrix: Matrix, options: RunOptions, gpus: bool,
+                     environ: Mapping[str, str]) -> AtOnce:
+    """The bill's runners at once: the environment's where it decides (a Ray cluster's nodes, asked now), else what
+    the executor will run here (``scheduler.runners_at_once``)."""
+    asked = environment.runners_at_once(matrix.gpu_types, gpus)
+    if asked is not None:
+        return asked
     placed = slots.gpus_placed(options.gpu, environ) if gpus and matrix.slots == AUTO else 0
     return runners_at_once(options.executor, matrix.slots, gpus, placed)
 
@@ -203,16 +208,20 @@ def _note_recorded(works: List[ImageWork], progress: Progress) -> None:
             progress.note(line)
 
 
-def check_dry_run(matrix: Matrix, options: RunOptions) -> None:
+def check_dry_run(matrix: Matrix, options: RunOptions) -> Optional[AtOnce]:
     """What a dry run refuses, the way the real run refuses it before anything runs: options the executor
     would ignore (``check_options``), ``--device cuda`` without a GPU the environment can give, and records
     this run would skip that were measured differently (``check_resume``; the device compared only when
-    --device names it: finding out what auto gets would start the backend). Writes nothing."""
+    --device names it: finding out what auto gets would start the backend). Writes nothing. Returns the
+    environment's runners at once where it asked the environment anyway (a Ray cluster, with --device cuda), for
+    the bill; else None."""
     check_options(matrix, options)
     device = None if options.device == "auto" else options.device
     environment = create_environment(options)
+    asked = None
     if device == "cuda":
         _resolve_gpus(environment, device, NullProgress())
+        asked = environment.runners_at_once(matrix.gpu_types, True)
     environment.refuse(list(matrix.images.values()))
     if isinstance(matrix.slots, int) and device is not None and takes_units(options.executor, matrix.slots,
                                                                               device == "cuda"):
@@ -222,6 +231,7 @@ def check_dry_run(matrix: Matrix, options: RunOptions) -> None:
     run_path = run_dir(options.results_root, options.run_name)
     works = pending_work(matrix, run_path, force=options.force, retry_failed=options.retry_failed)
     check_resume(works, matrix, device, read_manifest(run_path), run_path, environment.installed_versions())
+    return asked
 
 
 def _resolve_gpus(environment: Environment, device: str, progress: Progress) -> bool:

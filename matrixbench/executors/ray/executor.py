@@ -41,7 +41,7 @@ from matrixbench.executors.base import Executor, Run
 from matrixbench.executors.ray import tasks as cluster
 from matrixbench.executors.ray.api import ray_api
 from matrixbench.executors.ray.tasks import Node, RecordData, TaskValue
-from matrixbench.executors.scheduler import make_units
+from matrixbench.executors.scheduler import AtOnce, make_units
 from matrixbench.executors.turns import pairs_of
 from matrixbench.gpu import host_gpus
 from matrixbench.matrix import Image
@@ -255,6 +255,11 @@ class RayBackend(Environment):
             for share in cluster.task_shares(ray.get(ref), resources.get("GPU", 0), bool(gpu_types) or gpus):
                 shares.append((f"node {node['NodeManagerAddress']}", share))
         cluster.check_turns_cores(count, shares)
+
+    def runners_at_once(self, gpu_types: Tuple[str, ...], gpus: bool) -> AtOnce:
+        """The units the cluster's live nodes run at once, by GPU type, for the run's bill
+        (``tasks.cluster_at_once``)."""
+        return cluster.cluster_at_once(self._connect().nodes(), gpu_types, gpus, self.address or "auto")
 
     def prepare(self, images: List[Image], emit: Optional[Callable[[str, str], None]] = None) -> None:
         """With docker on the nodes: have the images on every GPU node, as a Ray task each: found current

@@ -22,7 +22,7 @@ from matrixbench.environments.base import Backend, Paths, RunRequest, Turns
 from matrixbench.environments.environment import RUNTIME_SECRETS, runtime_secrets
 from matrixbench.errors import RunError
 from matrixbench.executors import turns
-from matrixbench.executors.scheduler import Part
+from matrixbench.executors.scheduler import AtOnce, Part
 from matrixbench.executors.threads import run_in_thread
 from matrixbench.paths import cache_home, hf_cache_home
 from matrixbench.redact import redact_text
@@ -97,12 +97,41 @@ def check_gpu_types(asked: Sequence[str], resources: Mapping[str, float], addres
             "Start a node of that type (`ray start --address=HEAD:PORT`) or drop it from --gpu-types")
 
 
-def task_resources(gpu_type: Optional[str], gpus: bool) -> Dict[str, Union[int, Dict[str, float]]]:
-    """The Ray options of a unit's task: one GPU (of its type), or one CPU without a GPU type and GPUs."""
+def task_demand(gpu_type: Optional[str], gpus: bool) -> Dict[str, float]:
+    """What a unit's task holds of its node's Ray resources while it runs: a CPU (Ray's default for a task: a node
+    started with fewer CPUs than GPUs runs fewer units than it has GPUs) and, with a GPU type or GPUs, one GPU and a
+    sliver of its type's ``accelerator_type:<T>`` resource."""
     if gpu_type is None and not gpus:
-        return {"num_cpus": 1}
-    resources = {f"{ACCELERATOR_PREFIX}{gpu_type}": ACCELERATOR_SHARE} if gpu_type else {}
-    return {"num_gpus": 1, "resources": resources}
+        return {"CPU": 1}
+    return {"CPU": 1, "GPU": 1, **({f"{ACCELERATOR_PREFIX}{gpu_type}": ACCELERATOR_SHARE} if gpu_type else {})}
+
+
+def task_resources(gpu_type: Optional[str], gpus: bool) -> Dict[str, Union[float, Dict[str, float]]]:
+    """The Ray options of a unit's task (``task_demand``): one CPU, and one GPU (of its type) unless the run has
+    neither a GPU type nor GPUs."""
+    demand = task_demand(gpu_type, gpus)
+    if "GPU" not in demand:
+        return {"num_cpus": demand["CPU"]}
+    custom = {name: amount for name, amount in demand.items() if name not in ("CPU", "GPU")}
+    return {"num_cpus": demand["CPU"], "num_gpus": demand["GPU"], "resources": custom}
+
+
+def cluster_at_once(nodes: Sequence[Mapping[str, object]], gpu_types: Sequence[str], gpus: bool,
+                    where: str) -> AtOnce:
+    """How many units the live ``nodes`` (``ray.nodes()``'s; the cluster at ``where``) run at once, for the run's
+    bill, by GPU type (a type's units run only on nodes of that type; None: a run without types): on each node as
+    many tasks as each resource a task holds (``task_demand``) fits in the node's, summed over the nodes."""
+    def fits(node: Mapping[str, object], demand: Mapping[str, float]) -> int:
+        have = node.get("Resources")
+        held = have if isinstance(have, Mapping) else {}
+        return min(int(float(held.get(name, 0) or 0) / amount + 1e-9) for name, amount in demand.items())
+
+    alive = [node for node in nodes if node.get("Alive")]
+    runners = {gpu_type: sum(fits(node, task_demand(gpu_type, gpus)) for node in alive)
+               for gpu_type in (tuple(gpu_types) or (None,))}
+    held = "a CPU and a GPU of its type" if gpu_types else ("a CPU and a GPU" if gpus else "a CPU")
+    return AtOnce(runners, f"asked the Ray cluster at {where}: the units its {len(alive)} live node(s) run at once, "
+                           f"a unit's task holding {held}")
 
 
 @dataclass(frozen=True)
