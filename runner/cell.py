@@ -97,6 +97,7 @@ def _measure(job, record, marks, board):
     with preparing:
         built, load_s = _load(cell, device, marks)
         record.attention = attention_record(cell, built)
+        record.model_commit = built.commit
         reference = _reference(built) if compiled else None
         memory.reset_peak(device)
         before = counters_snapshot()

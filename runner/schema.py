@@ -455,6 +455,9 @@ RECORD_SCHEMA = {
             "phase": {"enum": ["alone", "loaded"]},
             "slots": {"type": "integer", "minimum": 1},
         }, required=["phase", "slots"], nullable=True),
+        # optional: the hub commit a hub model's files came from (transformers' config._commit_hash: the cell's
+        # revision resolved, or the cache's main); absent for a shipped model's random weights or a local model.
+        "model_commit": {"type": "string", "pattern": "^[0-9a-f]{40}$"},
         "duration_s": {"type": "number"},   # wall time of the whole cell, process start to record
         "repeat": {"type": "integer", "minimum": 0},   # which of the cell's processes; missing = 0
     },
