@@ -125,7 +125,7 @@ def test_a_run_with_a_model_an_image_cannot_build_is_refused_before_any_cell(tmp
     assert [request.image.name for request in backend.checks] == ["stable", "latest"]   # each environment once
     assert [cell.model for cell in backend.checks[0].work.cells] == ["vit", "detr-resnet-101"]   # one cell a model
     assert not backend.checks[0].placement.gpus and backend.checks[0].work.mode_argv() == ["--check"]
-    assert (tmp_path / "results" / "r1" / ".model-check" / "stable" / "check.json").is_file()
+    assert (tmp_path / "results" / "r1" / "stable" / ".model-check" / "check.json").is_file()
     assert json.loads((tmp_path / "results" / "r1" / "run.json").read_text())["status"] == "failed"
 
 

@@ -140,9 +140,9 @@ def environment_image(backend_name: str, image: ImageRef) -> ImageRef:
     return ImageRef(LOCAL_IMAGE) if backend_name == LOCAL_IMAGE else image
 
 
-def check_paths(folder: Path, image: ImageRef, hf_cache_dir: Optional[Path] = None) -> Paths:
-    """Where one environment's check writes its answer (and its runner's log)."""
-    return Paths(folder / image.name, hf_cache_dir=hf_cache_dir or hf_cache_home())
+def check_paths(folder: Path, hf_cache_dir: Optional[Path] = None) -> Paths:
+    """Where one environment's check writes its answer (and its runner's log): ``folder``."""
+    return Paths(folder, hf_cache_dir=hf_cache_dir or hf_cache_home())
 
 
 def check_work(cells: Sequence[Cell], matrix: Matrix) -> Work:
@@ -167,7 +167,7 @@ def _image_env(matrix: Matrix, image: ImageRef) -> Dict[str, str]:
 
 
 def _request(image: ImageRef, cells: Sequence[Cell], matrix: Matrix, folder: Path, env: Dict[str, str]) -> RunRequest:
-    return RunRequest(image, check_work(cells, matrix), check_paths(folder, image), env=env)
+    return RunRequest(image, check_work(cells, matrix), check_paths(folder / image.name), env=env)
 
 
 def describe_build(checks: Sequence[EnvironmentCheck]) -> str:

@@ -170,10 +170,10 @@ def _runners_at_once(matrix: Matrix, options: RunOptions, gpus: bool, environ: M
 
 def _model_check(environment: Environment, run: Run, progress: Progress) -> None:
     """Before any cell: each pending model built on the meta device in each environment that will run it, once
-    per environment (matrixbench.build.check: a runner's --check, its answer in <run>/.model-check/<image>/);
-    a model that does not build refuses the run (MatrixError naming model, image, versions and the fix). The Ray
-    executor starts no runner here: its nodes build each model in their first cell (``validate --build``
-    asks beforehand), and the run says so."""
+    per environment (matrixbench.build.check: a runner's --check, its answer in .model-check/ of the environment's
+    first image folder, the first thing the run writes there); a model that does not build refuses the run
+    (MatrixError naming model, image, versions and the fix). The Ray executor starts no runner here: its nodes
+    build each model in their first cell (``validate --build`` asks beforehand), and the run says so."""
     from matrixbench.build.check import check_paths, check_work, environment_image, refuse_unbuildable
 
     pending = [work for work in run.works if work.pending]
@@ -189,9 +189,9 @@ def _model_check(environment: Environment, run: Run, progress: Progress) -> None
         image = environment_image(environment.name, request.image)
         cells = asked.setdefault(image.built_as, (dataclasses.replace(request, image=image), []))[1]
         cells.extend(repeat.cell for repeat in work.pending)
-    folder = run.path / MODEL_CHECK_DIRNAME
     requests = [dataclasses.replace(request, work=check_work(cells, run.matrix), placement=Placement(),
-                                    paths=check_paths(folder, request.image, run.options.hf_cache_dir))
+                                    paths=check_paths(Path(request.paths.out_dir) / MODEL_CHECK_DIRNAME,
+                                                      run.options.hf_cache_dir))
                 for request, cells in asked.values()]
     refuse_unbuildable(environment, requests, progress.note)
 
