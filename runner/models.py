@@ -98,9 +98,10 @@ def preload(names=DEFAULT_MODELS):
         model_inputs.processor_class(spec.processor_class)
 
 
-def build(cell, device, dtype):
-    """The cell's model and its batch of real inputs, ready for ``model(**inputs)``."""
-    recipe = make_recipe(cell)
+def build(cell, device, dtype, hashes=None):
+    """The cell's model and its batch of real inputs, ready for ``model(**inputs)``; ``hashes``: the
+    runner.hash_cache file a local model's files' hash is remembered in."""
+    recipe = make_recipe(cell, hashes)
     torch_dtype = _torch_dtype(dtype)
     model = instantiate(recipe, requested_attention(cell)).to(device=device, dtype=torch_dtype).eval()
     batch = model_inputs.to_device(batch_inputs(recipe, cell.batch_size), device, torch_dtype)
@@ -196,7 +197,7 @@ def attention_kwargs(attention):
     return {"attn_implementation": attention}
 
 
-def make_recipe(cell):
+def make_recipe(cell, hashes=None):
     """Resolve a cell to its model class, config or checkpoint, processor and text inputs."""
     spec = seed_spec(cell)
     if spec is not None:
@@ -212,7 +213,7 @@ def make_recipe(cell):
             f"{sorted(SEED_MODELS)}. Use size=full"
         )
     if cell.config_path:
-        return _local_recipe(cell)
+        return _local_recipe(cell, hashes)
     if cell.model_id:
         return _hub_recipe(cell)
     raise ModelError(
@@ -306,11 +307,11 @@ def hub_snapshot(model_id, revision, instead):
     return (found.group(1), found.group(1)) if found else (None, revision)
 
 
-def _local_recipe(cell):
+def _local_recipe(cell, hashes=None):
     config_path = Path(cell.config_path)
     if not config_path.is_file():
         raise ModelError(f"config_path={str(config_path)!r} is not a file: point it at a config.json")
-    _check_model_hash(cell)
+    _check_model_hash(cell, hashes)
     config = config_from_dict(_read_json(config_path))
     model_class = task_model_class(config, cell.task)
     if cell.weights == "pretrained":
@@ -330,12 +331,12 @@ def _local_recipe(cell):
     )
 
 
-def _check_model_hash(cell):
+def _check_model_hash(cell, hashes=None):
     """A cell that names its local model's hash is measured from those files only: a record never claims a config
     or weights it was not measured with (the files edited after the host planned the run)."""
     if cell.model_hash is None:
         return
-    found = local_model_hash(cell.config_path, cell.weights)
+    found = local_model_hash(cell.config_path, cell.weights, hashes)
     if found != cell.model_hash:
         raise ModelError(
             f"model {cell.model!r}: its files changed since the run was planned ({cell.config_path}"

@@ -7,6 +7,9 @@ The hub cannot be reached here: the real test builds a real offline Hugging Face
 ``matrixbench run --backend local`` on it with ``HF_HUB_OFFLINE=1``.
 """
 import json
+import os
+import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,7 @@ from matrixbench.matrix import expand_cells, load_matrix
 from matrixbench.run.resume import record_differences
 
 MAIN, V2 = "1" * 40, "2" * 40   # the two snapshots' commits: refs/main and refs/v2
+OLD_NS = time.time_ns() - 3600 * 10**9
 IMAGE = {"latest": {"torch": "torch==2.13.0", "python": "3.12", "transformers": "transformers==5.23.0"}}
 
 
@@ -45,12 +49,18 @@ def _hub_cache(home):
 
 def _matrix(tmp_path, pinned="v2"):
     """Three models of one hub id: at main (random weights), pinned (its weights, at ``pinned``), and at main with
-    weights, which main's snapshot lacks (the model check builds without weights: its cell fails saying so)."""
+    weights, which main's snapshot lacks (the model check builds without weights: its cell fails saying so); and a
+    local model (v2's snapshot copied, dated an hour back), whose files' hash the host and the runner remember."""
     hub = {"id": "org/tiny-vit", "task": "image-classification"}
     data = {"images": IMAGE, "weights": "random", "size": "full", "batch_sizes": [1], "modes": ["eager"],
             "iterations": 3, "warmup": 1,
             "models": {"main": hub, "pinned": {**hub, "revision": pinned, "weights": "pretrained"},
-                       "at-main": {**hub, "revision": "main", "weights": "pretrained"}}}
+                       "at-main": {**hub, "revision": "main", "weights": "pretrained"},
+                       "own": {"path": "own", "task": "image-classification"}}}
+    if not (tmp_path / "own").exists():
+        shutil.copytree(tmp_path / "hf" / "hub" / "models--org--tiny-vit" / "snapshots" / V2, tmp_path / "own")
+        for path in (tmp_path / "own").iterdir():
+            os.utime(path, ns=(OLD_NS, OLD_NS))
     path = tmp_path / "m.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -64,6 +74,7 @@ def _run(tmp_path, *extra):
 
 def test_each_model_loads_its_revisions_snapshot_and_its_records_say_the_commit(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))   # the host's cache of local models' hashes
     _hub_cache(tmp_path / "hf")
     _matrix(tmp_path)
     result = _run(tmp_path)
@@ -77,6 +88,11 @@ def test_each_model_loads_its_revisions_snapshot_and_its_records_say_the_commit(
     at_main = json.loads((folder / "at-main_bs1_eager_float32.json").read_text())
     assert at_main["status"] == "error" and at_main["cell"]["revision"] == "main"   # the weights asked at main too
     assert f"cannot load 'org/tiny-vit' at revision 'main' (commit {MAIN})" in at_main["error"]["message"]
+    own = json.loads((folder / "own_bs1_eager_float32.json").read_text())
+    assert own["status"] == "ok" and "model_commit" not in own and own["cell"]["model_hash"].startswith("sha256:")
+    for cache in (tmp_path / "xdg" / "matrixbench" / "model-hashes.json",            # the host's
+                  folder / ".model-hashes" / "model-hashes.json"):                    # the runner's, in its folder
+        assert [value for _, value in json.loads(cache.read_text())["entries"]] == [own["cell"]["model_hash"]]
 
     _matrix(tmp_path, pinned=MAIN)   # the same cells asked at another revision: the records are not resumed
     result = _run(tmp_path, "--dry-run")

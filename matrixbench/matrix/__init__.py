@@ -30,6 +30,7 @@ from matrixbench.matrix import strict_yaml as matrix_yaml
 from matrixbench.matrix import validation as matrix_errors
 from matrixbench.matrix.schema import DEFAULTS, MATRIX_SCHEMA
 from matrixbench.matrix.settings import BUILD_SETTINGS, BY_NAME, OVERRIDES, RUNNER_SETTINGS
+from matrixbench.paths import model_hash_cache
 from matrixbench.redact import redact_urls
 from matrixbench.run.layout import MAX_NAME, shorter_name
 from runner import axes
@@ -465,7 +466,7 @@ def _model_hash(name: str, entry: JSON, config: Optional[str], weights: str, mat
         return None
     key = "path" if entry.get("path") is not None else "config"
     try:
-        return local_model_hash(config, weights)
+        return local_model_hash(config, weights, model_hash_cache())
     except OSError as exc:
         raise MatrixError(f"{matrix_path}: models.{name}.{key}: cannot read {exc.filename or config}: "
                           f"{exc.strerror or exc}") from None
