@@ -358,3 +358,25 @@ def test_csv_value(value, written):
 def test_flatten_uses_dotted_keys_and_keeps_lists():
     flat = records.flatten({"a": {"b": 1, "c": {"d": [1, 2]}}, "e": None})
     assert flat == {"a.b": 1, "a.c.d": [1, 2], "e": None}
+
+
+def test_the_models_table_names_each_models_source_weights_task_and_files(tmp_path):
+    """Shipped, hub at main and at a revision (two commits of main: two rows), local with and without its hash."""
+    from matrixbench.report.cells import CellIndex
+    from matrixbench.report.model_table import models_table
+
+    shutil.copy(A_RECORD, tmp_path / "vit.json")   # the shipped vit, random weights
+    _write_hub(tmp_path / "run-1" / "stable", "2024-11-02T10:00:00+00:00", commit="1" * 40)
+    _write_hub(tmp_path / "run-2" / "stable", "2024-11-02T11:00:00+00:00", commit="2" * 40)
+    _write_hub(tmp_path / "run-3" / "stable", "2024-11-02T12:00:00+00:00", revision="v2", commit="2" * 40)
+    _write_own(tmp_path / "run-4" / "stable", "2024-11-02T13:00:00+00:00", model_hash="sha256:0000000000000002")
+    _write_own(tmp_path / "run-5" / "stable", "2024-11-02T14:00:00+00:00", weights="pretrained")
+    table = models_table(CellIndex(records.load_results([tmp_path])))
+    assert table.header == ["Model", "Source", "Weights", "Task", "Files"]
+    assert sorted([cell.text for cell in row] for row in table.rows) == [
+        ["hubby", "hub org/hubby (main)", "random", "image-classification", "commit 111111111111"],
+        ["hubby", "hub org/hubby (main)", "random", "image-classification", "commit 222222222222"],
+        ["hubby", "hub org/hubby@v2", "random", "image-classification", "commit 222222222222"],
+        ["mine", "local /models/mine/config.json", "pretrained", "image-classification", "unknown"],
+        ["mine", "local /models/mine/config.json", "random", "image-classification", "sha256:0000000000000002"],
+        ["vit", "shipped (google/vit-base-patch16-224)", "random", "image-classification", "shipped config"]]
