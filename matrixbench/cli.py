@@ -612,7 +612,8 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
                   noise_check=True, gpu=None):
     """What `run --dry-run` prints: each image's count, the processes in the order the run takes them
     (``scheduler.run_order``, the executors' own order), what the run's noise check would spend (``plan_check``:
-    a GPU run's, before the bill; said too where a GPU run skips it) and the bill, which includes it."""
+    a GPU run's, before the bill; said too where a GPU run skips it), the model check's runner starts
+    (matrixbench.build.check, one an environment) and the bill, which includes both."""
     lines = attribution.describe(matrix, len(expand_cells(matrix)))
     plans = pending_work(matrix, run_path, force=force, retry_failed=retry_failed)
     for plan in plans:
@@ -641,9 +642,20 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
     estimates = Estimates(settings=bill_settings(matrix))
     start = estimates.runner_start_s(pending)
     lines.append(check.dry_run_line(start))
+    from matrixbench.build.check import needs_run_check
+
+    checked = [plan for plan in pending if any(needs_run_check(repeat.cell) for repeat in plan.pending)]
+    checks = 0 if executor == RAY else len({matrix.images[plan.image_name].build_of or plan.image_name
+                                            for plan in checked})
+    if checks:
+        lines.append(f"model check: before any cell, each pending model but the shipped ones with random weights "
+                     f"built on the meta device (no weights, no timing) once in each environment: {checks} runner "
+                     "start(s) with docker or venv (one build each), 1 with --backend local; a model that does not "
+                     "build refuses the run")
     gpu_count = gpus_placed(gpu, os.environ) if gpus and matrix.slots == AUTO and executor != RAY else 0
     parallel = runners_at_once(executor, matrix.slots, gpus, gpu_count)   # what the executor will run at once
-    return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel, estimates, runners=len(steps),
+    return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel, estimates,
+                                   runners=len(steps) + checks,   # the model check's starts
                                    noise_check_s=check.seconds(start))])   # the estimates carry the settings
 
 

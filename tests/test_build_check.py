@@ -110,39 +110,45 @@ def test_a_check_that_fails_says_so_with_the_log_tail(sdk, tmp_path):
 
 # --- the run's model check (run_matrix, before any cell) -------------------------------------------
 
+def _with_own(**models):
+    """The small matrix (shipped vit and detr-resnet-101, random weights) with hub models of the user's."""
+    data = small_matrix_data()
+    data["models"].update({name: {"id": f"org/{name}", "task": "image-classification"} for name in models})
+    return data
+
+
 def test_a_run_with_a_model_an_image_cannot_build_is_refused_before_any_cell(tmp_path, monkeypatch):
     backend = use_backend(monkeypatch, RecordingBackend(
-        unbuildable={"detr-resnet-101": "ValueError: Unrecognized model in config.json: model_type 'detr2'"}))
-    matrix = load_matrix(write_matrix(tmp_path), None)
+        unbuildable={"mine": "ValueError: Unrecognized model in config.json: model_type 'vit2'"}))
+    matrix = load_matrix(write_matrix(tmp_path, _with_own(mine=1, theirs=1)), None)
     with pytest.raises(MatrixError) as raised:
         run_matrix(matrix, local_run_options(tmp_path))
     message = str(raised.value)
     assert "2 model build(s) fail before any cell ran" in message
-    assert ("model detr-resnet-101 in image stable (torch 2.13.0, transformers 5.23.0): ValueError: Unrecognized "
-            "model in config.json: model_type 'detr2'") in message
-    assert "--models leaving out detr-resnet-101" in message and "`transformers:` pin" in message
+    assert ("model mine in image stable (torch 2.13.0, transformers 5.23.0): ValueError: Unrecognized "
+            "model in config.json: model_type 'vit2'") in message
+    assert "--models leaving out mine" in message and "`transformers:` pin" in message
     assert backend.requests == []                                    # no cell ran
     assert [request.image.name for request in backend.checks] == ["stable", "latest"]   # each environment once
-    assert [cell.model for cell in backend.checks[0].work.cells] == ["vit", "detr-resnet-101"]   # one cell a model
-    assert not backend.checks[0].placement.gpus and backend.checks[0].work.mode_argv() == ["--check"]
+    assert [cell.model for cell in backend.checks[0].work.cells] == ["mine", "theirs"]  # one cell a model; shipped:
+    assert not backend.checks[0].placement.gpus and backend.checks[0].work.mode_argv() == ["--check"]   # not asked
     assert (tmp_path / "results" / "r1" / "stable" / ".model-check" / "check.json").is_file()
     assert json.loads((tmp_path / "results" / "r1" / "run.json").read_text())["status"] == "failed"
 
 
-def test_the_run_checks_only_pending_models_once_per_build(tmp_path, monkeypatch):
+def test_the_run_checks_only_pending_models_of_the_users_once_per_build(tmp_path, monkeypatch):
     backend = use_backend(monkeypatch, RecordingBackend())
-    matrix = load_matrix(write_matrix(tmp_path), None)
-    run_matrix(matrix, local_run_options(tmp_path, order_seed=1))
-    assert len(backend.checks) == 2 and len(backend.requests) == 2
-    first = len(backend.requests)
-    data = small_matrix_data()
-    data["models"]["mine"] = {"id": "org/mine", "task": "image-classification"}
-    run_matrix(load_matrix(write_matrix(tmp_path, data), None), local_run_options(tmp_path, order_seed=1))
-    assert len(backend.requests) == first + 2   # the new model's cells ran, in both images
-    assert [[cell.model for cell in check.work.cells] for check in backend.checks[2:]] == [["mine"], ["mine"]]
-    twins = aa_matrix(load_matrix(write_matrix(tmp_path, {**small_matrix_data(), "repeats": 2}), None), "stable")
-    run_matrix(twins, local_run_options(tmp_path, run_name="aa", order_seed=1))
-    assert [check.image.name for check in backend.checks[4:]] == ["stable"]   # the twin runs in its original's build
+    run_matrix(load_matrix(write_matrix(tmp_path), None), local_run_options(tmp_path, order_seed=1))
+    assert backend.checks == [] and len(backend.requests) == 2   # shipped models with random weights: no check
+    run_matrix(load_matrix(write_matrix(tmp_path, _with_own(mine=1)), None), local_run_options(tmp_path, order_seed=1))
+    assert len(backend.requests) == 4   # the new model's cells ran, in both images
+    assert [[cell.model for cell in check.work.cells] for check in backend.checks] == [["mine"], ["mine"]]
+    data = {**_with_own(mine=1), "repeats": 2}
+    data["models"]["vit"]["weights"] = "pretrained"   # a shipped model read from the hub is checked too
+    run_matrix(aa_matrix(load_matrix(write_matrix(tmp_path, data), None), "stable"),
+               local_run_options(tmp_path, run_name="aa", order_seed=1))
+    assert [check.image.name for check in backend.checks[2:]] == ["stable"]   # the twin runs in its original's build
+    assert [cell.model for cell in backend.checks[2].work.cells] == ["vit", "mine"]
 
 
 def test_a_check_answer_of_another_version_refuses_the_run_naming_the_rebuild(tmp_path, monkeypatch):
@@ -158,7 +164,7 @@ def test_a_check_answer_of_another_version_refuses_the_run_naming_the_rebuild(tm
     backend = use_backend(monkeypatch, OldRunner())
     with pytest.raises(RunError, match=r"image 'stable': the model check's answer: .*check\.json: schema_version "
                                        r"None, not 1: its runner is not this matrixbench's; rebuild the image"):
-        run_matrix(load_matrix(write_matrix(tmp_path), None), local_run_options(tmp_path))
+        run_matrix(load_matrix(write_matrix(tmp_path, _with_own(mine=1)), None), local_run_options(tmp_path))
     assert backend.requests == []
 
 
@@ -172,7 +178,8 @@ def test_a_ray_run_says_its_nodes_check_nothing_first():
     class Driver(Environment):   # the Ray executor's driver side starts no runner here
         name = "ray"
 
-    run = SimpleNamespace(works=[SimpleNamespace(pending=[object()])])
+    own = SimpleNamespace(model="mine", model_id="org/mine", config_path=None, weights="random")
+    run = SimpleNamespace(works=[SimpleNamespace(pending=[SimpleNamespace(cell=own)])])
     _model_check(Driver(), run, Notes)
     assert Notes.lines == ["model check: not run (the Ray executor starts its runners on its nodes; `matrixbench "
                            "validate --build` builds each model in each image beforehand)"]

@@ -112,8 +112,7 @@ def test_run_in_a_folder_this_user_may_not_write_exits_9_naming_the_folder_and_t
 
 
 def test_run_whose_image_folder_this_user_may_not_write_exits_9_and_says_so_in_run_json(work, base):
-    """The run folder is the user's, its image folder root's: refused at the first file the run writes there (the
-    model check's folder in it, before any runner starts)."""
+    """The run folder is the user's, its image folder root's: refused at the first file the run writes there."""
     run_path = base / "mixed" / "results" / "default"
     for image in ("stable", "latest"):
         (run_path / image).mkdir(parents=True)
@@ -121,8 +120,7 @@ def test_run_whose_image_folder_this_user_may_not_write_exits_9_and_says_so_in_r
         os.chown(path, 65534, 65534)
     code, output = cli(work, "run", "--matrix", "m.yaml", "--backend", "local", "--device", "cpu",
                        "--images", "latest", "--results", run_path.parent, as_nobody=True)
-    image_dir = next(run_path / image for image in ("stable", "latest")
-                     if f"{run_path / image}/.model-check:" in output)
+    image_dir = next(run_path / image for image in ("stable", "latest") if f"{run_path / image}:" in output)
     refused(code, output, image_dir, "permission denied for this user", "give it write access")
     assert ".tmp" not in output and not list(image_dir.iterdir())
     assert yaml.safe_load((run_path / "run.json").read_text())["status"] == "failed"

@@ -4,8 +4,9 @@ broken config, or a model an image's transformers lacks, is found before a GPU i
 
 Two callers: ``matrixbench validate --build`` (every model of the matrix, in every image) and
 ``matrixbench run`` (``refuse_unbuildable``: the models of the pending cells, in the environment of each
-image that has some, before any cell runs). Both ask the runner's ``--check`` (runner/check.py),
-started through a backend exactly as a run starts the runner: the docker backend runs it in a
+image that has some, before any cell runs; but a shipped model with random weights, ``needs_run_check``: a
+run of only those starts no check runner). Both ask the runner's ``--check`` (runner/check.py), started
+through a backend exactly as a run starts the runner: the docker backend runs it in a
 container of each built image, the venv backend in each image's venv, the local backend once in this
 interpreter (image "local"); an A/A twin is checked in its original's build. The answer is
 ``check.json`` (runner.schema.CHECK_SCHEMA, versioned), vouched for by ``results_files.read_check``.
@@ -31,6 +32,7 @@ from matrixbench.paths import hf_cache_home
 from matrixbench.run.launch import last_line, launch
 from matrixbench.run.results_files import read_check
 from runner.core import Cell
+from runner.registry import shipped_spec
 from runner.schema import CHECK_FILENAME, RecordError
 
 LOCAL_IMAGE = "local"
@@ -82,8 +84,9 @@ def build_models(matrix: Matrix, backend: object = "docker",
 def refuse_unbuildable(environment: Starter, requests: Sequence[RunRequest], note: Callable[[str], None]) -> None:
     """``matrixbench run``, before any cell: ask each request's environment (one per built environment:
     ``environment_images``) whether each of its models builds; MatrixError naming each one that does not."""
-    note(f"model check: building each model on the meta device in {len(requests)} environment(s) (no weights, "
-         "no timing)")
+    models = list(dict.fromkeys(cell.model for request in requests for cell in request.work.cells))
+    note(f"model check: building {', '.join(models)} on the meta device in {len(requests)} environment(s) (no "
+         "weights, no timing; shipped models with random weights are not asked)")
     checks = [check_in(environment, request, "run", RunError) for request in requests]
     for check in checks:
         built = [model.model for model in check.models if model.error is None]
@@ -148,6 +151,13 @@ def check_paths(folder: Path, hf_cache_dir: Optional[Path] = None) -> Paths:
 def check_work(cells: Sequence[Cell], matrix: Matrix) -> Work:
     """The check asked of a runner: one cell per model, on the CPU settings (nothing is timed)."""
     return Work(one_cell_per_model(cells), runner_settings(matrix, "cpu"), check=True)
+
+
+def needs_run_check(cell: Cell) -> bool:
+    """Whether the run checks the cell's model: every model but a shipped one with random weights, which is built
+    from the config matrixbench ships (runner/configs), with the classes its own tests build in its images (a run
+    of the shipped models starts no check runner; ``validate --build`` checks them in any image)."""
+    return not (cell.weights == "random" and shipped_spec(cell.model, cell.model_id, cell.config_path) is not None)
 
 
 def one_cell_per_model(cells: Sequence[Cell]) -> List[Cell]:

@@ -169,16 +169,17 @@ def _runners_at_once(matrix: Matrix, options: RunOptions, gpus: bool, environ: M
 
 
 def _model_check(environment: Environment, run: Run, progress: Progress) -> None:
-    """Before any cell: each pending model built on the meta device in each environment that will run it, once
+    """Before any cell: each pending model (but a shipped one with random weights: ``needs_run_check``) built on the
+    meta device in each environment that will run it, once
     per environment (matrixbench.build.check: a runner's --check, its answer in .model-check/ of the environment's
     first image folder, the first thing the run writes there); a model that does not build refuses the run
     (MatrixError naming model, image, versions and the fix). The Ray executor starts no runner here: its nodes
     build each model in their first cell (``validate --build`` asks beforehand), and the run says so."""
-    from matrixbench.build.check import check_paths, check_work, environment_image, refuse_unbuildable
+    from matrixbench.build.check import check_paths, check_work, environment_image, needs_run_check, refuse_unbuildable
 
-    pending = [work for work in run.works if work.pending]
+    pending = [work for work in run.works if any(needs_run_check(repeat.cell) for repeat in work.pending)]
     if not pending:
-        return
+        return   # nothing pending, or only shipped models with random weights: no check runner starts
     if not isinstance(environment, Starter):
         progress.note("model check: not run (the Ray executor starts its runners on its nodes; `matrixbench "
                       "validate --build` builds each model in each image beforehand)")
@@ -188,7 +189,7 @@ def _model_check(environment: Environment, run: Run, progress: Progress) -> None
         request = run.request(work)
         image = environment_image(environment.name, request.image)
         cells = asked.setdefault(image.built_as, (dataclasses.replace(request, image=image), []))[1]
-        cells.extend(repeat.cell for repeat in work.pending)
+        cells.extend(repeat.cell for repeat in work.pending if needs_run_check(repeat.cell))
     requests = [dataclasses.replace(request, work=check_work(cells, run.matrix), placement=Placement(),
                                     paths=check_paths(Path(request.paths.out_dir) / MODEL_CHECK_DIRNAME,
                                                       run.options.hf_cache_dir))
