@@ -183,3 +183,18 @@ def test_a_ray_run_says_its_nodes_check_nothing_first():
     _model_check(Driver(), run, Notes)
     assert Notes.lines == ["model check: not run (the Ray executor starts its runners on its nodes; `matrixbench "
                            "validate --build` builds each model in each image beforehand)"]
+
+
+def test_a_dry_run_names_the_model_checks_runner_starts_and_bills_them(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    dry_run = ["run", "--backend", "local", "--device", "cpu", "--images", "latest", "--dry-run"]
+    write_matrix(tmp_path)
+    shipped = CliRunner().invoke(main, dry_run)
+    write_matrix(tmp_path, _with_own(mine=1))
+    own = CliRunner().invoke(main, dry_run)
+    assert shipped.exit_code == 0 and own.exit_code == 0, shipped.output + own.output
+    assert "model check" not in shipped.output
+    assert "model check: before any cell, each pending model but the shipped ones with random weights built on the " \
+           "meta device (no weights, no timing) once in each environment: 1 runner start(s)" in own.output
+    starts = [line for line in (shipped.output + own.output).splitlines() if line.startswith("estimated duration")]
+    assert [line.split(" runner start(s)")[0].rsplit("; ", 1)[-1] for line in starts] == ["1", "2"], starts
