@@ -349,6 +349,8 @@ def describe_matrix(matrix):
     lines.append(f"  models: {', '.join(matrix.models)}")
     lines += [f"  model {name}: {_local_source(model)}, {model.weights} weights, {model.task}, files {model.model_hash}"
               for name, model in matrix.models.items() if model.model_hash]
+    lines += [f"  model {name}: hub {model.model_id} at revision {model.revision}, {model.weights} weights, "
+              f"{model.task}" for name, model in matrix.models.items() if model.revision]
     lines.append(f"  batch sizes {list(matrix.batch_sizes)}, modes {list(matrix.modes)}, "
                  f"dtypes {list(matrix.dtypes)}, size {matrix.size}, {matrix.iterations} iterations")
     lines.append(f"  {cells} cells per image, {cells * len(matrix.images)} in all")

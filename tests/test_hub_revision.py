@@ -117,6 +117,14 @@ def test_a_revision_where_no_hub_file_is_read_is_refused(tmp_path, entry, words)
         load_matrix(write_matrix(tmp_path, data), None)
 
 
+def test_validate_names_each_pinned_hub_model(tmp_path):
+    data = small_matrix_data()
+    data["models"]["mine"] = {"id": "org/x", "task": "image-classification", "revision": "v1.0"}
+    result = CliRunner().invoke(main, ["validate", "--matrix", str(write_matrix(tmp_path, data))])
+    assert result.exit_code == 0, result.output
+    assert "  model mine: hub org/x at revision v1.0, random weights, image-classification\n" in result.output
+
+
 def test_a_revision_reaches_the_cell_and_leaves_other_matrices_as_they_hashed():
     data = small_matrix_data()
     before = load_matrix(_written(data), None)
