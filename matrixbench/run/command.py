@@ -170,11 +170,11 @@ def _runners_at_once(matrix: Matrix, options: RunOptions, gpus: bool, environ: M
 
 def _model_check(environment: Environment, run: Run, progress: Progress) -> None:
     """Before any cell: each pending model (but a shipped one with random weights: ``needs_run_check``) built on the
-    meta device in each environment that will run it, once
-    per environment (matrixbench.build.check: a runner's --check, its answer in .model-check/ of the environment's
-    first image folder, the first thing the run writes there); a model that does not build refuses the run
-    (MatrixError naming model, image, versions and the fix). The Ray executor starts no runner here: its nodes
-    build each model in their first cell (``validate --build`` asks beforehand), and the run says so."""
+    meta device once in each environment that will run it (matrixbench.build.check: a runner's --check, its answer
+    in .model-check/ of the environment's first image folder, the first thing the run writes there); a model that
+    does not build refuses the run (MatrixError naming model, image, versions and the fix). The Ray executor starts
+    no runner here: its nodes build each model in their first cell (``validate --build`` asks beforehand), and the
+    run says so."""
     from matrixbench.build.check import check_paths, check_work, environment_image, needs_run_check, refuse_unbuildable
 
     pending = [work for work in run.works if any(needs_run_check(repeat.cell) for repeat in work.pending)]
