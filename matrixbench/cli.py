@@ -361,6 +361,8 @@ def describe_matrix(matrix):
     lines.append(f"  models: {', '.join(matrix.models)}")
     lines += [f"  model {name}: {_local_source(model)}, {model.weights} weights, {model.task}, files {model.model_hash}"
               for name, model in matrix.models.items() if model.model_hash]
+    lines += [f"  model {name}: hub {model.model_id} at revision {model.revision}, {model.weights} weights, "
+              f"{model.task}" for name, model in matrix.models.items() if model.revision]
     lines.append(f"  batch sizes {list(matrix.batch_sizes)}, modes {list(matrix.modes)}, "
                  f"dtypes {list(matrix.dtypes)}, size {matrix.size}, {matrix.iterations} iterations")
     lines.append(f"  {cells} cells per image, {cells * len(matrix.images)} in all")
@@ -626,9 +628,9 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
                   noise_check=True, gpu=None, at_once=None):
     """What `run --dry-run` prints: each image's count, the processes in the order the run takes them
     (``scheduler.run_order``, the executors' own order), what the run's noise check would spend (``plan_check``:
-    a GPU run's, before the bill; said too where a GPU run skips it) and the bill, which includes it, over
-    ``at_once`` (a Ray cluster's, where the dry run asked it: ``check_dry_run``), else the executor's runners at
-    once here."""
+    a GPU run's, before the bill; said too where a GPU run skips it), the model check's runner starts
+    (matrixbench.build.check, one an environment) and the bill, which includes both, over ``at_once`` (a Ray
+    cluster's, where the dry run asked it: ``check_dry_run``), else the executor's runners at once here."""
     lines = attribution.describe(matrix, len(expand_cells(matrix)))
     plans = pending_work(matrix, run_path, force=force, retry_failed=retry_failed)
     for plan in plans:
@@ -657,9 +659,20 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
     estimates = Estimates(settings=bill_settings(matrix))
     start = estimates.runner_start_s(pending)
     lines.append(check.dry_run_line(start))
+    from matrixbench.build.check import needs_run_check
+
+    checked = [plan for plan in pending if any(needs_run_check(repeat.cell) for repeat in plan.pending)]
+    checks = 0 if executor == RAY else len({matrix.images[plan.image_name].build_of or plan.image_name
+                                            for plan in checked})
+    if checks:
+        lines.append(f"model check: before any cell, each pending model but the shipped ones with random weights "
+                     f"built on the meta device (no weights, no timing) once in each environment: {checks} runner "
+                     "start(s) with docker or venv (one build each), 1 with --backend local; a model that does not "
+                     "build refuses the run")
     gpu_count = gpus_placed(gpu, os.environ) if gpus and matrix.slots == AUTO and executor != RAY else 0
     parallel = at_once or runners_at_once(executor, matrix.slots, gpus, gpu_count)   # what will run at once
-    return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel, estimates, runners=len(steps),
+    return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel, estimates,
+                                   runners=len(steps) + checks,   # the model check's starts
                                    noise_check_s=check.seconds(start))])   # the estimates carry the settings
 
 

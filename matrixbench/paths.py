@@ -1,6 +1,7 @@
 """Where matrixbench keeps what it can rebuild: one cache folder, the XDG convention's."""
 import os
 from pathlib import Path
+from typing import Mapping, Optional
 
 
 def cache_home(environ=None):
@@ -13,6 +14,12 @@ def cache_home(environ=None):
 def compile_cache_root(environ=None):
     """Per-image compile caches live under ~/.cache/matrixbench/compile/<image>."""
     return cache_home(environ) / "compile"
+
+
+def model_hash_cache(environ: Optional[Mapping[str, str]] = None) -> Path:
+    """The host's cache of local models' files' hashes (runner.hash_cache), so a matrix load reads a
+    checkpoint's weights only when they changed."""
+    return Path(cache_home(environ)) / "model-hashes.json"
 
 
 def hf_cache_home(environ=None):

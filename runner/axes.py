@@ -152,6 +152,10 @@ AXES: Tuple[Axis, ...] = (      # in the record schema's order, which is also th
     # config, preprocessor config and, with pretrained weights, its weight files): the runner refuses files that no
     # longer hash to it, and a resume refuses records whose hash is not the files' now (matrixbench.run.resume).
     Axis("model_hash", CONTEXT, "string", default=None, nullable=True, omit_default=True),
+    # A hub model's revision (matrix.yaml ``revision:``, with ``id:``): a branch, tag or commit, passed to every
+    # from_pretrained (config, preprocessor, tokenizer, weights); the record's ``model_commit`` says the commit it
+    # resolved to. Absent: the hub's (or the offline cache's) main.
+    Axis("revision", CONTEXT, "string", default=None, nullable=True, omit_default=True),
 )
 BY_NAME: Dict[str, Axis] = {axis.name: axis for axis in AXES}
 # The order a matrix's lists multiply in (after the models): model x dtype x batch size x mode.

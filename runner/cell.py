@@ -22,7 +22,19 @@ import time
 
 import torch
 
-from runner import accuracy, cudagraphs, energy, faults, gpu_state, host, memory, records, timing_board, turns
+from runner import (
+    accuracy,
+    cudagraphs,
+    energy,
+    faults,
+    gpu_state,
+    hash_cache,
+    host,
+    memory,
+    records,
+    timing_board,
+    turns,
+)
 from runner.archcheck import bf16_problem, triton_problem
 from runner.compile import compile_model, counters_snapshot, dynamo_stats, reset
 from runner.compile_cache import mark_repaired, note_repair
@@ -95,8 +107,9 @@ def _measure(job, record, marks, board):
     preparing = contextlib.ExitStack()
     preparing.enter_context(timing_board.preparing(board))   # exclusive timing: shared until timing
     with preparing:
-        built, load_s = _load(cell, device, marks)
+        built, load_s = _load(cell, device, marks, job.get("out_dir"))
         record.attention = attention_record(cell, built)
+        record.model_commit = built.commit
         reference = _reference(built) if compiled else None
         memory.reset_peak(device)
         before = counters_snapshot()
@@ -326,9 +339,9 @@ def _reference(built):
         raise
 
 
-def _load(cell, device, marks):
+def _load(cell, device, marks, out_dir=None):
     marks["build"] = clock()
-    built = _build(cell, device)
+    built = _build(cell, device, out_dir)
     synchronize(device)
     return built, clock() - marks["build"]
 
@@ -343,10 +356,11 @@ def _compile_and_call_once(built, job, device, marks):
     return step, clock() - marks["first_call"]
 
 
-def _build(cell, device):
+def _build(cell, device, out_dir=None):
     from runner import models  # imported here so a broken models module is a cell error
 
-    return models.build(cell, device, getattr(torch, cell.dtype))
+    hashes = hash_cache.runner_cache(out_dir) if out_dir else None   # a local model's files read once a folder
+    return models.build(cell, device, getattr(torch, cell.dtype), hashes)
 
 
 def _step(model, inputs, mode, device):

@@ -110,6 +110,7 @@ class Cell:
     attention: Optional[str] = None   # None: not recorded (cells before it existed ran transformers' choice)
     tf32: bool = False                # TF32 matmuls (runner.precision); absent from a cell's JSON when off
     model_hash: Optional[str] = None  # a local model's files (runner.registry.local_model_hash); absent: none
+    revision: Optional[str] = None    # a hub model's revision (branch, tag or commit) every from_pretrained gets
 
     @property
     def id(self) -> str:
@@ -179,6 +180,7 @@ class Record:
     repeat: int = 0                              # which of the cell's processes (0-based)
     placement: Optional[JSON] = None            # the host's slot and this process's affinity (v2, optional)
     calibration: Optional[JSON] = None          # {phase, slots} of an interference calibration (v2, optional)
+    model_commit: Optional[str] = None          # the hub commit the model's files came from (optional; absent: none)
     extra: JSON = field(default_factory=dict)   # v2 fields this version does not model
 
     @property
@@ -187,7 +189,7 @@ class Record:
 
     def to_dict(self) -> JSON:
         data: JSON = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
-        for optional in ("placement", "calibration"):
+        for optional in ("placement", "calibration", "model_commit"):
             if data[optional] is None:
                 del data[optional]                  # outside slots and calibrations a record is as before
         data.update(self.extra)

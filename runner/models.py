@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import inspect
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -74,6 +75,9 @@ class Recipe:
     processor: object
     text_inputs: object  # dict of batch-1 token tensors, or None for image-only models
     source: str  # where the architecture came from, for logs and records
+    revision: object = None  # the hub revision every from_pretrained of ``pretrained_from`` gets (None: main)
+    asked: object = None  # the revision the cell asked for (``revision`` is the commit it resolved to)
+    commit: object = None  # the hub commit the config came from (config._commit_hash), None when not the hub
 
 
 @dataclasses.dataclass
@@ -82,6 +86,7 @@ class Built:
     inputs: dict  # name -> tensor, batch replicated, on the device; ready for model(**inputs)
     source: str
     attention: object = None  # the attention implementation the model's layers run (attention_used)
+    commit: object = None  # the hub commit the model's files came from (Recipe.commit)
 
 
 def preload(names=DEFAULT_MODELS):
@@ -93,14 +98,15 @@ def preload(names=DEFAULT_MODELS):
         model_inputs.processor_class(spec.processor_class)
 
 
-def build(cell, device, dtype):
-    """The cell's model and its batch of real inputs, ready for ``model(**inputs)``."""
-    recipe = make_recipe(cell)
+def build(cell, device, dtype, hashes=None):
+    """The cell's model and its batch of real inputs, ready for ``model(**inputs)``; ``hashes``: the
+    runner.hash_cache file a local model's files' hash is remembered in."""
+    recipe = make_recipe(cell, hashes)
     torch_dtype = _torch_dtype(dtype)
     model = instantiate(recipe, requested_attention(cell)).to(device=device, dtype=torch_dtype).eval()
     batch = model_inputs.to_device(batch_inputs(recipe, cell.batch_size), device, torch_dtype)
     return Built(model=model, inputs=batch, source=recipe.source,
-                 attention=checked_attention(requested_attention(cell), model))
+                 attention=checked_attention(requested_attention(cell), model), commit=recipe.commit)
 
 
 def requested_attention(cell):
@@ -176,8 +182,9 @@ def _instantiate(recipe, attention):
     config = copy.deepcopy(recipe.config)
     kwargs = attention_kwargs(attention)
     if recipe.pretrained_from is not None:
-        return _hub_call(lambda checkpoint: recipe.model_class.from_pretrained(checkpoint, config=config, **kwargs),
-                         recipe.pretrained_from, USE_RANDOM)
+        return _hub_call(lambda checkpoint, **hub: recipe.model_class.from_pretrained(checkpoint, config=config,
+                                                                                      **hub, **kwargs),
+                         recipe.pretrained_from, USE_RANDOM, recipe.revision, recipe.asked)
     torch.manual_seed(0)
     return recipe.model_class._from_config(config, **kwargs)
 
@@ -190,7 +197,7 @@ def attention_kwargs(attention):
     return {"attn_implementation": attention}
 
 
-def make_recipe(cell):
+def make_recipe(cell, hashes=None):
     """Resolve a cell to its model class, config or checkpoint, processor and text inputs."""
     spec = seed_spec(cell)
     if spec is not None:
@@ -206,7 +213,7 @@ def make_recipe(cell):
             f"{sorted(SEED_MODELS)}. Use size=full"
         )
     if cell.config_path:
-        return _local_recipe(cell)
+        return _local_recipe(cell, hashes)
     if cell.model_id:
         return _hub_recipe(cell)
     raise ModelError(
@@ -231,7 +238,7 @@ def _seed_recipe(spec, cell):
     if cell.weights == "pretrained":
         if tiny:
             raise ModelError(f"size=tiny has random weights only; model {spec.name!r}: use weights=random or size=full")
-        return _pretrained_recipe(model_class, spec.model_id, f"{spec.model_id} (pretrained)")
+        return _pretrained_recipe(model_class, spec.model_id, f"{spec.model_id} (pretrained)", revision=cell.revision)
     overrides = _read_json(spec.config_dir / "tiny.json") if tiny else {}
     config_dict = _merged(_read_json(spec.config_dir / "config.json"), overrides.get("config", {}))
     preprocessor = _merged(_read_json(spec.config_dir / "preprocessor_config.json"), overrides.get("preprocessor", {}))
@@ -246,40 +253,65 @@ def _seed_recipe(spec, cell):
     )
 
 
-def _pretrained_recipe(model_class, checkpoint, source, processor=None):
-    """from_pretrained of a hub id or local folder; processor and tokenizer from the same place."""
-    config = _hub_call(transformers.AutoConfig.from_pretrained, checkpoint, USE_RANDOM)
+def _pretrained_recipe(model_class, checkpoint, source, processor=None, revision=None, hub=True):
+    """from_pretrained of a hub id (at ``revision``, pinned to the commit it resolves to) or local folder
+    (``hub=False``); processor and tokenizer from the same place."""
+    asked = revision
+    commit, revision = hub_snapshot(checkpoint, revision, USE_RANDOM) if hub else (None, None)
+    config = _hub_call(transformers.AutoConfig.from_pretrained, checkpoint, USE_RANDOM, revision)
     return Recipe(
         model_class=model_class,
         config=config,
         pretrained_from=checkpoint,
-        processor=processor or _hub_processor(checkpoint, USE_RANDOM),
-        text_inputs=_tokenized_text_inputs(model_class, config, checkpoint, USE_RANDOM),
+        processor=processor or _hub_processor(checkpoint, USE_RANDOM, revision),
+        text_inputs=_tokenized_text_inputs(model_class, config, checkpoint, USE_RANDOM, revision),
         source=source,
+        revision=revision,
+        asked=asked,
+        commit=commit,
     )
 
 
 def _hub_recipe(cell):
     model_id = cell.model_id
-    config = _hub_call(transformers.AutoConfig.from_pretrained, model_id, USE_LOCAL)
+    commit, revision = hub_snapshot(model_id, cell.revision, USE_LOCAL)
+    config = _hub_call(transformers.AutoConfig.from_pretrained, model_id, USE_LOCAL, revision)
     model_class = task_model_class(config, cell.task)
     if cell.weights == "pretrained":
-        return _pretrained_recipe(model_class, model_id, f"{model_id} (pretrained)")
+        return _pretrained_recipe(model_class, model_id, f"{model_id}{_at(cell.revision)} (pretrained)",
+                                  revision=cell.revision)
     return Recipe(
         model_class=model_class,
         config=config,
         pretrained_from=None,
-        processor=_hub_processor(model_id, USE_LOCAL),
-        text_inputs=_tokenized_text_inputs(model_class, config, model_id, USE_LOCAL),
-        source=f"{model_id} config (random weights)",
+        processor=_hub_processor(model_id, USE_LOCAL, revision),
+        text_inputs=_tokenized_text_inputs(model_class, config, model_id, USE_LOCAL, revision),
+        source=f"{model_id}{_at(cell.revision)} config (random weights)",
+        revision=revision,
+        commit=commit,
     )
 
 
-def _local_recipe(cell):
+def _at(revision):
+    return f"@{revision}" if revision else ""
+
+
+def hub_snapshot(model_id, revision, instead):
+    """(the commit, the revision to load every file at): the hub snapshot ``revision`` (None: main) resolves to,
+    by where its config.json lies (``<cache>/models--org--name/snapshots/<commit>/``, online or offline), so
+    the config, preprocessor, tokenizer and weights all come from that one commit and the record says which
+    (``model_commit``). A snapshot not named by a commit (not the hub's cache layout): (None, ``revision``)."""
+    path = _hub_call(lambda checkpoint, **hub: transformers.utils.cached_file(checkpoint, "config.json", **hub),
+                     model_id, instead, revision)
+    found = re.search(r"[/\\]snapshots[/\\]([0-9a-f]{40})[/\\]", str(path or ""))
+    return (found.group(1), found.group(1)) if found else (None, revision)
+
+
+def _local_recipe(cell, hashes=None):
     config_path = Path(cell.config_path)
     if not config_path.is_file():
         raise ModelError(f"config_path={str(config_path)!r} is not a file: point it at a config.json")
-    _check_model_hash(cell)
+    _check_model_hash(cell, hashes)
     config = config_from_dict(_read_json(config_path))
     model_class = task_model_class(config, cell.task)
     if cell.weights == "pretrained":
@@ -287,7 +319,8 @@ def _local_recipe(cell):
         missing = missing_weights(folder, f"use weights=random for model {cell.model!r}")
         if missing:
             raise ModelError(missing)
-        return _pretrained_recipe(model_class, folder, f"{folder} (pretrained)", _local_processor(config_path, config))
+        return _pretrained_recipe(model_class, folder, f"{folder} (pretrained)", _local_processor(config_path, config),
+                                  hub=False)
     return Recipe(
         model_class=model_class,
         config=config,
@@ -298,12 +331,12 @@ def _local_recipe(cell):
     )
 
 
-def _check_model_hash(cell):
+def _check_model_hash(cell, hashes=None):
     """A cell that names its local model's hash is measured from those files only: a record never claims a config
     or weights it was not measured with (the files edited after the host planned the run)."""
     if cell.model_hash is None:
         return
-    found = local_model_hash(cell.config_path, cell.weights)
+    found = local_model_hash(cell.config_path, cell.weights, hashes)
     if found != cell.model_hash:
         raise ModelError(
             f"model {cell.model!r}: its files changed since the run was planned ({cell.config_path}"
@@ -356,15 +389,15 @@ def _shipped_text_inputs(model_class, config, config_dir):
     return text
 
 
-def _tokenized_text_inputs(model_class, config, checkpoint, instead):
+def _tokenized_text_inputs(model_class, config, checkpoint, instead, revision=None):
     if not needs_text(model_class):
         return None
-    tokenizer = _hub_call(transformers.AutoTokenizer.from_pretrained, checkpoint, instead)
+    tokenizer = _hub_call(transformers.AutoTokenizer.from_pretrained, checkpoint, instead, revision)
     return model_inputs.tokenize_queries(tokenizer, config.text_config.max_position_embeddings)
 
 
-def _hub_processor(checkpoint, instead):
-    settings, _ = _hub_call(transformers.ImageProcessingMixin.get_image_processor_dict, checkpoint, instead)
+def _hub_processor(checkpoint, instead, revision=None):
+    settings, _ = _hub_call(transformers.ImageProcessingMixin.get_image_processor_dict, checkpoint, instead, revision)
     return model_inputs.make_processor(settings)
 
 
@@ -379,15 +412,25 @@ def _local_processor(config_path, config):
                                         "size": {"height": side, "width": side}})
 
 
-def _hub_call(function, checkpoint, instead):
-    """A from_pretrained-style call; offline without the files it says what to do instead."""
+def _hub_call(function, checkpoint, instead, revision=None, asked=None):
+    """A from_pretrained-style call (at ``revision``: a hub id's branch, tag or commit, resolved from the cell's
+    ``asked`` one; None: main); offline without the files it says what to do instead."""
     try:
-        return function(checkpoint)
+        return function(checkpoint, **({"revision": revision} if revision else {}))
     except OSError as exc:
+        at = _where(revision, asked)
         raise ModelError(
-            f"cannot load {checkpoint!r} ({exc}). Mount a Hugging Face cache that holds it (HF_HOME), "
+            f"cannot load {checkpoint!r}{at} ({exc}). Mount a Hugging Face cache that holds it (HF_HOME), "
             f"allow hub access, or {instead}"
         ) from exc
+
+
+def _where(revision, asked):
+    if not revision:
+        return ""
+    if asked and asked != revision:
+        return f" at revision {asked!r} (commit {revision})"
+    return f" at revision {revision!r}"
 
 
 def _read_json(path):

@@ -7,7 +7,9 @@ import dataclasses
 import hashlib
 import os
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple, Union
+
+from runner import hash_cache
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -105,13 +107,27 @@ def local_model_files(config_path: str, weights: str) -> List[Path]:
     return sorted({path for path in found if path.is_file()}, key=lambda path: path.name)
 
 
-def local_model_hash(config_path: str, weights: str) -> str:
+def local_model_hash(config_path: str, weights: str, cache: Optional[Union[str, Path]] = None) -> str:
     """A short sha256 of what ``local_model_files`` names, each file by its name and content: a record of a local
     model says which config (and weights) it measured, and a resume can tell that they changed since. OSError
-    when a file cannot be read."""
+    when a file cannot be read. ``cache``: a runner.hash_cache file that remembers it by each file's (path, size,
+    mtime_ns, inode), so unchanged files are not read again."""
+    files = [("config" if path == Path(config_path) else path.name, path)   # the config's own name is no part of it
+             for path in local_model_files(config_path, weights)]
+    key = hash_cache.file_key(weights, files) if cache is not None else None
+    if cache is not None and key is not None:
+        remembered = hash_cache.lookup(cache, key[0])
+        if remembered is not None:
+            return remembered
+    value = _hash_files(files)
+    if cache is not None and key is not None and hash_cache.file_key(weights, files) == key:   # unchanged meanwhile
+        hash_cache.remember(cache, key[0], value, key[1])
+    return value
+
+
+def _hash_files(files: List[Tuple[str, Path]]) -> str:
     digest = hashlib.sha256()
-    for path in local_model_files(config_path, weights):
-        label = "config" if path == Path(config_path) else path.name   # the config's own name is no part of it
+    for label, path in files:
         with open(path, "rb") as handle:
             digest.update(f"{label}\0{os.fstat(handle.fileno()).st_size}\0".encode())
             for chunk in iter(lambda: handle.read(HASH_CHUNK), b""):

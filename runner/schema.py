@@ -44,6 +44,10 @@ CellLike = Union[Cell, Mapping[str, Any]]
 SCRATCH_DIRNAME = ".scratch"
 # ``python -m runner --check`` writes <out>/check.json: each model built on the meta device, or why not.
 CHECK_FILENAME = "check.json"
+# check.json's own version. History: none (validate --build's first answer: image_name, torch, models); 1 (the
+# run's model check): ``schema_version`` and ``transformers``, the host refuses any other version and asks for a
+# rebuild of the image or venv whose runner wrote it.
+CHECK_SCHEMA_VERSION = 1
 
 
 # The runner's input file (cells.json), written by the host once per image: its own version.
@@ -451,6 +455,9 @@ RECORD_SCHEMA = {
             "phase": {"enum": ["alone", "loaded"]},
             "slots": {"type": "integer", "minimum": 1},
         }, required=["phase", "slots"], nullable=True),
+        # optional: the hub commit a hub model's files came from (transformers' config._commit_hash: the cell's
+        # revision resolved, or the cache's main); absent for a shipped model's random weights or a local model.
+        "model_commit": {"type": "string", "pattern": "^[0-9a-f]{40}$"},
         "duration_s": {"type": "number"},   # wall time of the whole cell, process start to record
         "repeat": {"type": "integer", "minimum": 0},   # which of the cell's processes; missing = 0
     },
@@ -483,5 +490,26 @@ CELLS_SCHEMA = {
                                  # v5: both sides' blocks pinned to these cores (runner.turns.pin)
                                  "cores": {"type": "array", "uniqueItems": True,
                                            "items": {"type": "integer", "minimum": 0}}}},
+    },
+}
+
+CHECK_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "matrixbench model check (the runner's --check answer)",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["schema_version", "image_name", "torch", "transformers", "models"],
+    "properties": {
+        "schema_version": {"const": CHECK_SCHEMA_VERSION},
+        "image_name": {"type": ["string", "null"]},
+        "torch": {"type": "string", "maxLength": 200},
+        "transformers": {"type": "string", "maxLength": 200},
+        # one entry per distinct model of the cells file: its error (type: message), or null when it builds
+        "models": {"type": "array", "maxItems": 10000, "items": {
+            "type": "object", "additionalProperties": False, "required": ["model", "size", "weights", "error"],
+            "properties": {"model": {"type": "string", "minLength": 1, "maxLength": 200},
+                           "size": {"type": "string", "maxLength": 50},
+                           "weights": {"type": "string", "maxLength": 50},
+                           "error": {"type": ["string", "null"], "maxLength": 20000}}}},
     },
 }

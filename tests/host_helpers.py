@@ -18,7 +18,7 @@ from matrixbench.run.progress import NullProgress
 from matrixbench.run.runner_input import write_cells_file
 from runner.core import CellError, Record, Status
 from runner.records import new_record, record_settings
-from runner.schema import write_record
+from runner.schema import CHECK_FILENAME, CHECK_SCHEMA_VERSION, write_json_atomic, write_record
 
 SMALL_MATRIX = {
     "images": {
@@ -82,8 +82,9 @@ class RecordingBackend(Backend):
 
     name = "recording"
 
-    def __init__(self, statuses=None, stop_after=None, skip=(), gpus=False, exit_code=0):
-        self.requests, self.probes = [], []
+    def __init__(self, statuses=None, stop_after=None, skip=(), gpus=False, exit_code=0, unbuildable=None):
+        self.requests, self.probes, self.checks = [], [], []
+        self.unbuildable = unbuildable or {}
         self.statuses = statuses or {}
         self.stop_after, self.ran = stop_after, 0
         self.skip = set(skip)
@@ -94,6 +95,9 @@ class RecordingBackend(Backend):
         return self.gpus
 
     def run(self, request):
+        if request.work.check:   # the run's model check: every model builds (``unbuildable``: not those)
+            self.checks.append(request)
+            return answer_check(request, self.unbuildable)
         if not request.work.runs_cells:   # a GPU run's noise probe: no records, as the runner writes none
             self.probes.append(request)
             return self.exit_code
@@ -110,6 +114,18 @@ class RecordingBackend(Backend):
         return self.exit_code
 
 
+def answer_check(request, errors=None, torch="2.13.0", transformers="5.23.0"):
+    """A fake runner's --check: check.json as runner/check.py writes it (``errors`` maps a model to its error;
+    the others build); its exit code, 0."""
+    errors = errors or {}
+    models = [{"model": cell.model, "size": cell.size, "weights": cell.weights, "error": errors.get(cell.model)}
+              for cell in request.work.cells]
+    write_json_atomic(Path(request.paths.out_dir) / CHECK_FILENAME,
+                      {"schema_version": CHECK_SCHEMA_VERSION, "image_name": request.image.name, "torch": torch,
+                       "transformers": transformers, "models": models})
+    return 0
+
+
 class ConcurrentRecordingBackend(RecordingBackend):
     """A RecordingBackend whose requests take ``HOLD_S`` each, run from any thread: ``started`` lists
     (request, thread name, requests running at its start), ``most`` the largest of those counts."""
@@ -121,6 +137,8 @@ class ConcurrentRecordingBackend(RecordingBackend):
         self.lock, self.now, self.most, self.started = threading.Lock(), 0, 0, []
 
     def run(self, request):
+        if request.work.check:   # the run's model check, before any unit: not one of the units
+            return super().run(request)
         with self.lock:
             self.now += 1
             self.most = max(self.most, self.now)
@@ -148,7 +166,7 @@ STAND_IN = textwrap.dedent("""\
     sys.path.insert(0, {tests!r})
     from host_helpers import make_record
     from runner.core import Cell
-    from runner.schema import write_record
+    from runner.schema import CHECK_FILENAME, CHECK_SCHEMA_VERSION, write_json_atomic, write_record
     assert sys.argv[1:3] == ["-m", "runner"], sys.argv
     args = dict(zip(sys.argv[3::2], sys.argv[4::2]))
     doc = json.load(open(args["--cells"]))

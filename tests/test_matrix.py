@@ -90,7 +90,7 @@ BAD_FIELDS = [
      ["models.vit.task", "image-classification, image-segmentation, object-detection"]),
     (("models", "vit", "weights"), "imagenet", ["models.vit.weights", "random, pretrained"]),
     (("models", "vit", "id"), _DELETE, ["models.vit", "needs `id`", "`config`"]),
-    (("models", "vit", "revision"), "main", ["models.vit", "unknown key(s) revision"]),
+    (("models", "vit", "revison"), "main", ["models.vit", "unknown key(s) revison"]),
     (("modes",), ["eager", "fast"], ["modes[1]", "eager, default, reduce-overhead, max-autotune", "'fast'"]),
     (("modes",), [], ["modes must not be empty"]),
     (("modes",), ["eager", "eager"], ["modes", "twice"]),

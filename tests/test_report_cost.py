@@ -343,7 +343,7 @@ def test_the_bill_lists_images_in_matrix_order_and_shows_a_small_amount_as_it_is
     # 9 s = 0.0025 device-hours x $0.2 = $0.0005 a line
     assert float(bill[0]["cost_usd"]) == pytest.approx(0.0005, rel=1e-12)
     text = (tmp_path / "out" / "report.md").read_text()
-    section = text[text.index("### The run's bill"):text.index("## Environment")]
+    section = text[text.index("### The run's bill"):text.index("## Models")]
     lines = [line for line in section.splitlines() if line.startswith("| ")][2:]
     assert [line.split(" | ")[1] for line in lines] == ["stable", "latest", "all images"]
     assert lines[0].endswith("| 0.0025 | 0.000500 |") and lines[2].endswith("| 0.0050 | 0.00100 |"), lines

@@ -230,6 +230,35 @@ def test_a_local_models_record_without_its_hash_is_not_pooled_with_one_that_has_
                                                              "model unknown, random weights"]
 
 
+def _write_hub(folder, started_at, revision=None, commit=None):
+    """A_RECORD as a hub model's ("hubby", org/hubby) process, at ``revision`` (None: main), from ``commit``."""
+    record = read_record(A_RECORD)
+    record.update(started_at=started_at, cell={**record["cell"], "model": "hubby", "model_id": "org/hubby",
+                                               "config_path": None, **({"revision": revision} if revision else {})})
+    if commit:
+        record["model_commit"] = commit
+    write_record(folder, Record.from_dict(record))
+
+
+def test_processes_of_a_hub_model_at_other_revisions_or_commits_are_rows_of_their_own(tmp_path):
+    """main moved between two runs (another commit), then a run pinned v2: three models under one name."""
+    from matrixbench.report.cells import CellIndex, row_label
+
+    main, moved = "1" * 40, "2" * 40
+    _write_hub(tmp_path / "run-1" / "stable", "2024-11-02T10:00:00+00:00", commit=main)
+    _write_hub(tmp_path / "run-2" / "stable", "2024-11-02T11:00:00+00:00", commit=moved)
+    _write_hub(tmp_path / "run-3" / "stable", "2024-11-02T12:00:00+00:00", revision="v2", commit=moved)
+    _write_hub(tmp_path / "run-4" / "stable", "2024-11-02T13:00:00+00:00", revision="v2", commit=moved)
+    notes = []
+    frame = records.load_results([tmp_path], notes=notes)
+    rows = [row for row in CellIndex(frame).rows if row["cell_id"] == "hubby_bs1_eager_float32"]
+    assert sorted((row_label(row), row["processes"]) for row in rows) == [
+        ("Image Classification/hubby (model org/hubby commit 111111111111, random weights)", 1),
+        ("Image Classification/hubby (model org/hubby commit 222222222222, random weights)", 1),
+        ("Image Classification/hubby (model org/hubby@v2 commit 222222222222, random weights)", 2)]
+    assert any("(its hub id, revision or commit, its local config" in note for note in notes), notes
+
+
 def test_image_falls_back_to_the_folder_name():
     frame = records.load_results([FIXTURES / "cpu-run"])
     assert set(frame["image"]) == {"local"}
@@ -329,3 +358,25 @@ def test_csv_value(value, written):
 def test_flatten_uses_dotted_keys_and_keeps_lists():
     flat = records.flatten({"a": {"b": 1, "c": {"d": [1, 2]}}, "e": None})
     assert flat == {"a.b": 1, "a.c.d": [1, 2], "e": None}
+
+
+def test_the_models_table_names_each_models_source_weights_task_and_files(tmp_path):
+    """Shipped, hub at main and at a revision (two commits of main: two rows), local with and without its hash."""
+    from matrixbench.report.cells import CellIndex
+    from matrixbench.report.model_table import models_table
+
+    shutil.copy(A_RECORD, tmp_path / "vit.json")   # the shipped vit, random weights
+    _write_hub(tmp_path / "run-1" / "stable", "2024-11-02T10:00:00+00:00", commit="1" * 40)
+    _write_hub(tmp_path / "run-2" / "stable", "2024-11-02T11:00:00+00:00", commit="2" * 40)
+    _write_hub(tmp_path / "run-3" / "stable", "2024-11-02T12:00:00+00:00", revision="v2", commit="2" * 40)
+    _write_own(tmp_path / "run-4" / "stable", "2024-11-02T13:00:00+00:00", model_hash="sha256:0000000000000002")
+    _write_own(tmp_path / "run-5" / "stable", "2024-11-02T14:00:00+00:00", weights="pretrained")
+    table = models_table(CellIndex(records.load_results([tmp_path])))
+    assert table.header == ["Model", "Source", "Weights", "Task", "Files"]
+    assert sorted([cell.text for cell in row] for row in table.rows) == [
+        ["hubby", "hub org/hubby (main)", "random", "image-classification", "commit 111111111111"],
+        ["hubby", "hub org/hubby (main)", "random", "image-classification", "commit 222222222222"],
+        ["hubby", "hub org/hubby@v2", "random", "image-classification", "commit 222222222222"],
+        ["mine", "local /models/mine/config.json", "pretrained", "image-classification", "unknown"],
+        ["mine", "local /models/mine/config.json", "random", "image-classification", "sha256:0000000000000002"],
+        ["vit", "shipped (google/vit-base-patch16-224)", "random", "image-classification", "shipped config"]]

@@ -64,8 +64,8 @@ def test_oom_in_the_eager_reference_call_says_so(monkeypatch):
 
     real_build = cell_module._build
 
-    def build_then_run_out_of_memory(cell, device):
-        built = real_build(cell, device)
+    def build_then_run_out_of_memory(cell, device, out_dir=None):
+        built = real_build(cell, device, out_dir)
 
         def first_call_ooms(**inputs):
             raise RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")

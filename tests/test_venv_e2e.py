@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+import yaml
 
 from matrixbench.build.venvs import build_venvs, plan_venv, read_marker
 from runner.schema import RECORD_SCHEMA, read_record
@@ -94,3 +95,29 @@ def test_a_second_build_reuses_the_venvs_and_other_pins_get_other_folders(matrix
     assert read_marker(repinned) is None  # never the venv of the other pins
     marker = json.loads((built["venv-stable"].path / "matrixbench-venv.json").read_text())
     assert marker["image_id"] == stable.content_hash() and marker["buildargs"]["EXTRA_PINS"] == "numpy<2"
+
+
+def test_a_model_an_images_transformers_cannot_build_refuses_the_run_before_any_cell(built, tmp_path):
+    """The run's model check in both real venvs: a config of a model_type transformers 4.43.4 lacks (5.23.0 has it)
+    and one no transformers knows; refused naming each image's versions, nothing run."""
+    data = yaml.safe_load(MATRIX_PATH.read_text())
+    for name, model_type in (("newer", "dinov2_with_registers"), ("unknown", "no-such-architecture")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps({"model_type": model_type}))
+    data.update(size="full", models={"newer": {"config": "newer/config.json", "task": "image-classification"},
+                                     "unknown": {"config": "unknown/config.json", "task": "image-classification"}})
+    (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(data))
+    results = tmp_path / "results"
+    code, output = matrixbench("run", "--matrix", str(tmp_path / "matrix.yaml"), "--results", str(results), "--run",
+                               "check", "--backend", "venv", "--device", "cpu", cwd=tmp_path)
+    assert code == 2, output
+    assert "3 model build(s) fail before any cell ran" in output
+    stable = f"(torch {built['venv-stable'].torch}, transformers 4.43.4)"
+    latest = f"(torch {built['venv-latest'].torch}, transformers 5.23.0)"
+    assert f"model newer in image venv-stable {stable}: " in output
+    assert f"model unknown in image venv-stable {stable}: " in output
+    assert f"model unknown in image venv-latest {latest}: " in output and "no-such-architecture" in output
+    assert f"model check: image venv-latest {latest}: newer builds on the meta device" in output
+    assert "--models leaving out newer, unknown" in output
+    assert not list(results.glob("check/venv-*/*.json"))   # no record: no cell ran
+    assert json.loads((results / "check" / "run.json").read_text())["status"] == "failed"

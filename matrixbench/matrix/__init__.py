@@ -30,6 +30,7 @@ from matrixbench.matrix import strict_yaml as matrix_yaml
 from matrixbench.matrix import validation as matrix_errors
 from matrixbench.matrix.schema import DEFAULTS, MATRIX_SCHEMA
 from matrixbench.matrix.settings import BUILD_SETTINGS, BY_NAME, OVERRIDES, RUNNER_SETTINGS
+from matrixbench.paths import model_hash_cache
 from matrixbench.redact import redact_urls
 from matrixbench.run.layout import MAX_NAME, shorter_name
 from runner import axes
@@ -103,6 +104,16 @@ class Model:
     model_id: Optional[str] = None
     config_path: Optional[str] = None
     model_hash: Optional[str] = None   # a local model's files (runner.registry.local_model_hash)
+    revision: Optional[str] = None     # a hub model's revision (branch, tag or commit; None: main)
+
+
+# Model keys left out of Matrix.to_dict when None: model_hash (a hub or shipped model), revision (none asked).
+OPTIONAL_MODEL_KEYS = ("model_hash", "revision")
+
+
+def _given(model: JSON) -> JSON:
+    """A model's dict without the optional keys it does not give: as (and hashing as) before they existed."""
+    return {key: value for key, value in model.items() if value is not None or key not in OPTIONAL_MODEL_KEYS}
 
 
 @dataclass(frozen=True)
@@ -150,9 +161,7 @@ class Matrix:
         """Plain data (for run.json and hashing); ``path`` left out."""
         data = dataclasses.asdict(self)
         del data["path"]
-        for model in data["models"].values():
-            if model["model_hash"] is None:
-                del model["model_hash"]   # a hub or shipped model: as (and hashes as) before local models had one
+        data["models"] = {name: _given(model) for name, model in data["models"].items()}
         if not data["tf32"]:
             del data["tf32"]        # off, a matrix is (and hashes) as before the tf32 axis existed
         if not data["turns"]:
@@ -430,8 +439,25 @@ def _model(name: str, entry: JSON, default_weights: str, matrix_path: Path, weig
         if missing:
             raise MatrixError(f"{matrix_path}: models.{name}.{key}: {missing}")
     _check_shipped_task(name, entry, matrix_path)
+    _check_revision(name, entry, weights, matrix_path)
     return Model(name=name, task=entry["task"], weights=weights, model_id=entry.get("id"),
-                 config_path=config, model_hash=_model_hash(name, entry, config, weights, matrix_path))
+                 config_path=config, model_hash=_model_hash(name, entry, config, weights, matrix_path),
+                 revision=entry.get("revision"))
+
+
+def _check_revision(name: str, entry: JSON, weights: str, matrix_path: Path) -> None:
+    """A revision pins hub files: refused where no hub file is read (a local model; a shipped model's random
+    weights, built from its shipped config), so a record never names a revision it was not measured from."""
+    if entry.get("revision") is None:
+        return
+    if entry.get("id") is None:
+        key = "path" if entry.get("path") is not None else "config"
+        raise MatrixError(f"{matrix_path}: models.{name}.revision: a hub revision, but this model is a local {key} "
+                          "(its files' hash says what it is); drop revision, or give the hub model by `id:`")
+    if weights == "random" and shipped_spec(name, entry.get("id"), None) is not None:
+        raise MatrixError(f"{matrix_path}: models.{name}.revision: the shipped {name} with random weights is built "
+                          "from its shipped config (runner/configs), no hub file is read; drop revision, or set "
+                          f"weights: pretrained on models.{name}")
 
 
 def _model_hash(name: str, entry: JSON, config: Optional[str], weights: str, matrix_path: Path) -> Optional[str]:
@@ -440,7 +466,7 @@ def _model_hash(name: str, entry: JSON, config: Optional[str], weights: str, mat
         return None
     key = "path" if entry.get("path") is not None else "config"
     try:
-        return local_model_hash(config, weights)
+        return local_model_hash(config, weights, model_hash_cache())
     except OSError as exc:
         raise MatrixError(f"{matrix_path}: models.{name}.{key}: cannot read {exc.filename or config}: "
                           f"{exc.strerror or exc}") from None
@@ -586,7 +612,7 @@ def make_cell(matrix: Matrix, model: Model, dtype: str, batch_size: int, mode: s
 
 def _model_axes(model: Model) -> JSON:
     return {"model": model.name, "model_id": model.model_id, "config_path": model.config_path, "task": model.task,
-            "weights": model.weights, "model_hash": model.model_hash}
+            "weights": model.weights, "model_hash": model.model_hash, "revision": model.revision}
 
 
 def _axis_values(matrix: Matrix) -> JSON:

@@ -58,6 +58,9 @@ IMAGE_SCHEMA = {
 # A hub id: "name" or "org/name"; never a filesystem path ("/x", "./x", "../x", "~/x", "a/b/c").
 HUB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$"
 
+# A hub revision: a branch, tag or commit, as git allows them in a ref (no "..", no leading "-" or "/").
+REVISION_PATTERN = r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._/-]*$"
+
 MODEL_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
@@ -73,6 +76,9 @@ MODEL_SCHEMA = {
         "path": {"type": "string", "minLength": 1},
         "task": {"enum": list(TASKS)},
         "weights": {"enum": list(WEIGHTS)},
+        # with `id`: the hub revision (a branch, tag or commit) every from_pretrained gets
+        "revision": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": REVISION_PATTERN,
+                     "x-message": "must be a hub revision: a branch, tag or commit hash (letters, digits, . _ - /)"},
     },
 }
 

@@ -7,6 +7,7 @@ from matrixbench.matrix.comparisons import MODE_CHANGE
 from matrixbench.report import (
     cost_tables,
     host_notes,
+    model_table,
     paired_tables,
     round_notes,
     share_tables,
@@ -87,6 +88,12 @@ def legends_for(margin_pct=verdicts.MARGIN_PCT):
     """Every section's legend, the verdicts' at the report's equivalence margin (in %)."""
     significant = _verdict_legend(margin_pct)
     return {
+        "models": (
+            "Each model the records measured, a row per kind of files (another revision, commit or files' hash of one "
+            "name is a row of its own, as its processes are in the tables above). Source: shipped (the config in "
+            "runner/configs, or its hub id with pretrained weights), a hub id at its revision (main: none asked), "
+            "or a local config or save_pretrained folder as the runner saw it. Files: a local model's files' hash "
+            "(its config, preprocessor config and, with its own weights, its weights), a hub model's commit."),
         "verdicts": (
             "Every comparison of two cells gets a verdict (comparisons.csv has each one's interval): "
             f"{significant} The true change a comparison would star 80% of the time is in comparisons.csv "
@@ -192,6 +199,7 @@ class Report:
     attribution: list = field(default_factory=list)   # per mixed pair: how much of its change each factor explains
     summary_details: Optional[Table] = None           # the summary's other columns (tables.summary_details_table)
     paired: list = field(default_factory=list)        # speed-ups paired in one process (report.paired_tables)
+    models: Optional[Table] = None                    # each model measured, its source and files (report.model_table)
 
     @property
     def cells_line(self):
@@ -276,4 +284,5 @@ def assemble(cells, published, notes, charts, sources=None, calibration=(), pric
         attribution=share_tables.summary_tables(cells),
         summary_details=details,
         paired=paired_tables.paired_tables(derived),
+        models=model_table.models_table(cells),
     )

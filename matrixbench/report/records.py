@@ -37,7 +37,7 @@ DERIVED_COLUMNS = ("run", "image", "device_name", "published_gpu", "row_key", "m
 VERSIONS = ("torch", "transformers")
 # What a cell's model is (cell.*), beyond its name: processes of one cell id that differ in one measured another model
 # (a local config or checkpoint edited between runs, another hub id under the same name) and are not pooled.
-MODEL_FIELDS = ("model_id", "model_hash", "task", "weights")
+MODEL_FIELDS = ("model_id", "revision", "model_hash", "task", "weights")   # the cell's; with the record's model_commit
 LIST_COLUMNS = ("timing.samples_ms", "dynamo.break_reasons")
 # How results.csv writes the other list fields (timing.flags, placement.cores, ...): items joined.
 CSV_LIST_SEPARATOR = ";"
@@ -310,7 +310,7 @@ def _differing(group):
 
 def model_of(row):
     """What model a process measured, beyond the cell's name (MODEL_FIELDS; "unknown" where a record does not say)."""
-    return tuple((name, _cell_value(row, name)) for name in MODEL_FIELDS)
+    return tuple((name, _cell_value(row, name)) for name in MODEL_FIELDS) + (("model_commit", row.get("model_commit")),)
 
 
 def _cell_value(row, name):
@@ -331,18 +331,27 @@ def _label(row, differ):
 
 
 def _model_parts(row):
-    """A kept-apart row's model: its hub id, or its local files' hash, and its task and weights."""
+    """A kept-apart row's model: its hub id (at its revision, from its commit), or its local files' hash, and its
+    weights."""
     found = dict(model_of(row))
-    source = found["model_hash"] or found["model_id"] or "shipped"
-    return [f"model {source}", f"{found['weights']} weights"]
+    return [f"model {found['model_hash'] or hub_source(found) or 'shipped'}", f"{found['weights']} weights"]
+
+
+def hub_source(found):
+    """A hub model as a record says it: "org/name@revision commit 0123456789ab" (the parts it has), else None."""
+    if not found.get("model_id"):
+        return None
+    revision = f"@{found['revision']}" if found.get("revision") else ""
+    commit = f" commit {found['model_commit'][:12]}" if found.get("model_commit") else ""
+    return f"{found['model_id']}{revision}{commit}"
 
 
 def _apart_note(runs, what, cell_ids, values):
     who = f"Runs {_names(runs)}" if len(runs) > 1 else f"Processes of run {runs[0]}"
     if what == "model":
-        return (f"{who} measured the same {_cells(cell_ids)} of another model under one name (its hub id, its local "
-                "config or weights by their hash, its task or weights differ): each model's processes are a row of "
-                "their own, labelled with it.")
+        return (f"{who} measured the same {_cells(cell_ids)} of another model under one name (its hub id, revision "
+                "or commit, its local config or weights by their hash, its task or weights differ): each model's "
+                "processes are a row of their own, labelled with it.")
     if what == "settings":
         return (f"{who} measured the same {_cells(cell_ids)} with other settings ({', '.join(MEASUREMENT_SETTINGS)}): "
                 "each settings' processes are a row of their own.")

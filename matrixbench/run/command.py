@@ -9,6 +9,7 @@ each runner, the run folder, the GPUs, the pending work) and hands it to the exe
 (one runner at a time), ``slots`` (one runner per slot at once) or ``ray`` (one task per unit on a
 cluster). Ctrl-C stops the runners and keeps every finished record.
 """
+import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from matrixbench.build.cuda_builds import refuse_builds
 from matrixbench.build.images import BuildOptions
-from matrixbench.environments.base import Environment, Starter
+from matrixbench.environments.base import Environment, Placement, RunRequest, Starter
 from matrixbench.errors import RunError
 from matrixbench.executors import adaptive, check_options, create_environment, create_executor, slots
 from matrixbench.executors.base import Run, RunSummary
@@ -28,13 +29,14 @@ from matrixbench.gpu import GpusUnreachableError, host_gpus
 from matrixbench.matrix import Matrix
 from matrixbench.matrix.comparisons import roles_of
 from matrixbench.run import folder as run_folder
-from matrixbench.run.layout import run_dir
+from matrixbench.run.layout import MODEL_CHECK_DIRNAME, run_dir
 from matrixbench.run.manifest import finish_manifest, read_manifest, record_order, start_manifest, update_manifest
 from matrixbench.run.pending import ImageWork, new_order_seed, pending_work, recorded_failures_line, unreadable_lines
 from matrixbench.run.placement import AUTO, plan_slots
 from matrixbench.run.progress import NullProgress, Progress
 from matrixbench.run.resume import check_resume
 from matrixbench.run.signals import signal_name
+from runner.core import Cell
 
 DEFAULT_RUN = "default"
 
@@ -129,6 +131,7 @@ def _run_with(environment: Environment, matrix: Matrix, options: RunOptions, run
                             emit=lambda name, line: progress.note(f"[{name}] {line}"))
         if gpus and environment.builds_images:   # before any cell runs (a Ray driver builds nothing here)
             refuse_builds({name: matrix.images[name] for name in builds}, environment.build_facts, progress.note)
+        _model_check(environment, run, progress)     # a model an image cannot build: refused before any cell
         manifest = _noise_check(environment, run, manifest, progress)   # what the host resolves, then the bill
         progress.note(adaptive.bill(policy, works, _runners_at_once(environment, matrix, options, gpus, environ),
                                     runners=len(launches(works, matrix, units, torch_of)),
@@ -168,6 +171,35 @@ def _runners_at_once(environment: Environment, matrix: Matrix, options: RunOptio
         return asked
     placed = slots.gpus_placed(options.gpu, environ) if gpus and matrix.slots == AUTO else 0
     return runners_at_once(options.executor, matrix.slots, gpus, placed)
+
+
+def _model_check(environment: Environment, run: Run, progress: Progress) -> None:
+    """Before any cell: each pending model (but a shipped one with random weights: ``needs_run_check``) built on the
+    meta device once in each environment that will run it (matrixbench.build.check: a runner's --check, its answer
+    in .model-check/ of the environment's first image folder, the first thing the run writes there); a model that
+    does not build refuses the run (MatrixError naming model, image, versions and the fix). The Ray executor starts
+    no runner here: its nodes build each model in their first cell (``validate --build`` asks beforehand), and the
+    run says so."""
+    from matrixbench.build.check import check_paths, check_work, environment_image, needs_run_check, refuse_unbuildable
+
+    pending = [work for work in run.works if any(needs_run_check(repeat.cell) for repeat in work.pending)]
+    if not pending:
+        return   # nothing pending, or only shipped models with random weights: no check runner starts
+    if not isinstance(environment, Starter):
+        progress.note("model check: not run (the Ray executor starts its runners on its nodes; `matrixbench "
+                      "validate --build` builds each model in each image beforehand)")
+        return
+    asked: Dict[str, Tuple[RunRequest, List[Cell]]] = {}   # environment -> its request, the cells it will run
+    for work in pending:
+        request = run.request(work)
+        image = environment_image(environment.name, request.image)
+        cells = asked.setdefault(image.built_as, (dataclasses.replace(request, image=image), []))[1]
+        cells.extend(repeat.cell for repeat in work.pending if needs_run_check(repeat.cell))
+    requests = [dataclasses.replace(request, work=check_work(cells, run.matrix), placement=Placement(),
+                                    paths=check_paths(Path(request.paths.out_dir) / MODEL_CHECK_DIRNAME,
+                                                      run.options.hf_cache_dir))
+                for request, cells in asked.values()]
+    refuse_unbuildable(environment, requests, progress.note)
 
 
 def _noise_check(environment: Environment, run: Run, manifest: Dict[str, object],

@@ -10,6 +10,7 @@ the run's manifest, lock, log, cells file and timing board live.
             cells.json  runner.log         CELLS_FILENAME, LOG_FILENAME (in slot-<i>/ with slots)
             .<container>.lease             lease_path: a docker runner's owner's lease (matrixbench.run.owner)
             .scratch/                      runner.schema.SCRATCH_DIRNAME
+            .model-check/                  MODEL_CHECK_DIRNAME: the run's model check there (check.json, runner.log)
             slot-<i>/                      slot_dir
             calibration/<phase>/slot-<i>/  calibration_dir
 """
@@ -41,6 +42,7 @@ NOISE_CHECK_FILENAME = "noise_check.json"   # the run's host-noise check (matrix
 # The .json files of a results folder that are no record: every other *.json is one cell's process.
 NOT_RECORDS = (CELLS_FILENAME, MANIFEST_FILENAME, SELFTEST_FILENAME, NOISE_CHECK_FILENAME)
 NOISE_CHECK_DIRNAME = ".noise-check"        # its runner's work folder (cells.json, runner.log, the probe's output)
+MODEL_CHECK_DIRNAME = ".model-check"   # the run's model check (matrixbench.build.check), in an image folder
 CALIBRATION_DIRNAME = "calibration"
 # A calibration record's run folder is this many folders above its own: <run>/<image>/calibration/<phase>/slot-<i>
 CALIBRATION_RUN_DEPTH = 4

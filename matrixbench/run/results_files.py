@@ -34,12 +34,20 @@ from jsonschema import validators
 
 from runner.core import SCHEMA_VERSION, STATUSES, SUPPORTED_VERSIONS, upgrade_record
 from runner.files import MIB, describe_kind
-from runner.schema import CELLS_SCHEMA, MAX_RECORD_BYTES, RECORD_SCHEMA, NewerRecordError, RecordError
+from runner.schema import (
+    CELLS_SCHEMA,
+    CHECK_SCHEMA,
+    CHECK_SCHEMA_VERSION,
+    MAX_RECORD_BYTES,
+    RECORD_SCHEMA,
+    NewerRecordError,
+    RecordError,
+)
 
 PathLike = Union[str, Path]
 JSONObject = Dict[str, object]   # a JSON object as read (the schemas say what each field holds)
 MAX_BYTES = {"record": MAX_RECORD_BYTES, "run.json": 64 * MIB, "cells.json": 64 * MIB, "selftest.json": 1 * MIB,
-             "run.lock": 1 * MIB}
+             "run.lock": 1 * MIB, "check.json": 16 * MIB}
 
 
 class Unvouched(RecordError):
@@ -161,6 +169,7 @@ _RECORD_LIMITS = Checker(RECORD_LIMITS)
 _MANIFEST = Checker(MANIFEST_SCHEMA)
 _CELLS = Checker(CELLS_SCHEMA)
 _SELFTEST = Checker(SELFTEST_SCHEMA)
+_CHECK = Checker(CHECK_SCHEMA)
 
 
 def read_json(path: PathLike, kind: str = "record", root: Optional[PathLike] = None) -> object:
@@ -315,6 +324,19 @@ def read_selftest(path: PathLike, root: Optional[PathLike] = None) -> JSONObject
     result = read_json(path, "selftest.json", root)
     check(result, _SELFTEST, path, "not a selftest result")
     return _object(result, path, "a selftest object")
+
+
+def read_check(path: PathLike) -> JSONObject:
+    """A runner's check.json (``--check``: each model built on the meta device), vouched for against
+    runner.schema.CHECK_SCHEMA; another version (a runner older or newer than this host) is named with the fix."""
+    result = read_json(path, "check.json")
+    version = result.get("schema_version") if isinstance(result, dict) else None
+    if version != CHECK_SCHEMA_VERSION:
+        raise Unvouched(path, f"schema_version {version!r}, not {CHECK_SCHEMA_VERSION}: its runner is not this "
+                              "matrixbench's; rebuild the image or venv (`matrixbench build`, or `matrixbench clean "
+                              "--venvs` and run again)")
+    check(result, _CHECK, path, "not a model check's answer")
+    return _object(result, path, "a model check object")
 
 
 def _object(value: object, path: PathLike, what: str) -> JSONObject:

@@ -2,7 +2,8 @@
 measured as this run would measure it, and the run is refused when it was not.
 
 What defines a measurement: the cell (model, its id or config, task, weights, size, batch size,
-mode, fullgraph, dtype; a local model's files by their hash, ``model_hash``, not their path), the
+mode, fullgraph, dtype; a local model's files by their hash, ``model_hash``, not their path; a hub model's
+``revision``), the
 settings that change the numbers (iterations, warm-up, the accuracy tolerance when one is set), the
 device, and the image's content hash (run.json's ``image_hashes``). Resuming a run with other settings
 would put two measurements under one name; the error names what differs and offers ``--force`` or a new ``--run`` name.
@@ -20,10 +21,10 @@ MAX_SHOWN = 8
 # Where a local model's config is, not what it is: the docker backend records its mount
 # (/models/<model>/config.json), the local backend the host path.
 WHERE_NOT_WHAT = ("config_path",)
-# What a record must say to be resumed when this run's cell says it: a local model's files' hash (runner.axes
-# model_hash). A record without one (before the hash existed) cannot show that its config and weights are those
-# of today, so it is not resumed as if they were.
-ALWAYS_COMPARED = ("model_hash",)
+# What a record must say to be resumed when this run's cell says it, and must not say when it does not: a local
+# model's files' hash (runner.axes model_hash; a record without one, from before the hash existed, cannot show that
+# its config and weights are those of today) and a hub model's revision.
+ALWAYS_COMPARED = ("model_hash", "revision")
 
 
 def check_resume(works, matrix, device, previous_manifest, run_path, installed=None):
@@ -43,9 +44,10 @@ def check_resume(works, matrix, device, previous_manifest, run_path, installed=N
 def record_differences(record, cell, matrix, device):
     """(what, recorded, asked) for each way ``record`` differs from this run's measurement."""
     cell = cell.to_dict() if hasattr(cell, "to_dict") else cell
-    found = [(_what(key, cell), record["cell"].get(key), value) for key, value in cell.items()
-             if (key in record["cell"] or key in ALWAYS_COMPARED) and key not in WHERE_NOT_WHAT
-             and record["cell"].get(key) != value]
+    keys = [key for key in cell if key in record["cell"] or key in ALWAYS_COMPARED] + [
+        key for key in ALWAYS_COMPARED if key not in cell]
+    found = [(_what(key, cell), record["cell"].get(key), cell.get(key)) for key in keys
+             if key not in WHERE_NOT_WHAT and record["cell"].get(key) != cell.get(key)]
     settings = record.get("settings") or {}
     for name in MEASUREMENT_SETTINGS:
         asked = getattr(matrix, name)
@@ -62,6 +64,8 @@ def _what(key, cell):
     if key == "model_hash":
         return (f"model {cell.get('model')}: its files' hash (model_hash: its config, the preprocessor config beside "
                 "it and, with pretrained weights, its weights), changed since those records")
+    if key == "revision":
+        return f"model {cell.get('model')}: its hub revision (revision), asked otherwise than those records'"
     return f"cell {key}"
 
 
