@@ -180,6 +180,18 @@ def test_budget_admits_a_prefix_of_the_run_order_over_its_parallel_runners():
     assert adaptive.Budget(None).admit([1e9] * 3) == 3
 
 
+def test_budget_counts_each_gpu_types_processes_over_its_own_runners():
+    """A Ray cluster's budget (it counted one runner at a time): A100's processes over its 2 runners, T4's over its
+    one; the longest type's span decides, as the bill's bill_span does."""
+    budget = adaptive.Budget(100.0, clock=lambda: 0.0)
+    budget.at_once = AtOnce({"A100": 2, "T4": 1}, "asked")
+    groups = ["A100", "T4", "A100", "T4", "A100", "A100", "T4"]
+    assert budget.admit([40.0] * 7, groups) == 6   # A100 160 / 2 = 80, T4 80 fit; T4's third, 120 / 1, does not
+    assert adaptive.Budget(100.0, clock=lambda: 0.0).admit([40.0] * 7, groups) == 2   # one at a time: 3 x 40 > 100
+    budget.at_once = AtOnce({"A100": 2, "T4": 0}, "asked")   # a type whose nodes hold no task: one runner, not none
+    assert budget.admit([40.0] * 7, groups) == 6
+
+
 def test_a_rerun_of_an_interrupted_auto_run_goes_on_process_by_process(tmp_path, monkeypatch):
     _use_judge(monkeypatch, Judge({"vit": 5, "detr-resnet-101": 2}))
     use_backend(monkeypatch, MeanBackend(stop_after=8 * 3 + 3))     # stopped within the second wave

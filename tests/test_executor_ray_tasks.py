@@ -167,6 +167,18 @@ def test_the_runs_bill_counts_the_units_the_cluster_runs_at_once_and_says_it_ask
            "run at once, a unit's task holding a CPU and a GPU of its type; earlier records" in bill, bill
 
 
+def test_the_runs_budget_counts_the_runners_the_cluster_runs_at_once(tmp_path, cluster, monkeypatch):
+    """--budget on the cluster admits processes over the runners the bill counted (it counted one at a time)."""
+    from matrixbench.executors import adaptive
+
+    seen, waves = [], adaptive.Waves
+    monkeypatch.setattr(adaptive, "Waves", lambda policy, works, budget, **kw: seen.append(budget.at_once)
+                        or waves(policy, works, budget, **kw))
+    run_matrix(_matrix(tmp_path), RunOptions(results_root=tmp_path / "results", executor="ray", device="cpu",
+                                             budget_min=60.0))
+    assert [at_once.runners for at_once in seen] == [{"A100": 2, "T4": 0}]
+
+
 def test_a_dry_run_that_connects_anyway_asks_the_cluster_for_its_bill(tmp_path, cluster, monkeypatch):
     """--device cuda: the dry run asks the cluster whether it has GPUs, so its bill asks it too (a GPU run's units:
     2 A100s on the first node, the T4 node without a CPU)."""

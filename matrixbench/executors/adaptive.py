@@ -452,22 +452,32 @@ def default_judge() -> Judge:
 
 
 class Budget:
-    """Admits processes while the run's wall time so far plus the estimate of what is admitted,
-    spread over ``parallel`` runners, stays within ``budget_s`` (None: everything is admitted)."""
+    """Admits processes while the run's wall time so far plus the estimate of what is admitted, spread over the
+    runners ``at_once`` (one machine's: a count for every process; a Ray cluster's: each GPU type's processes over
+    that type's runners, the longest type's span counting, as the bill's ``bill_span``), stays within ``budget_s``
+    (None: everything is admitted)."""
 
     def __init__(self, budget_s: Optional[float], parallel: int = 1, clock: Optional[Callable[[], float]] = None):
-        self.budget_s, self.parallel = budget_s, max(1, parallel)
+        self.budget_s, self.at_once = budget_s, AtOnce.here(max(1, parallel))
         self._clock = clock or (lambda: time.monotonic())
         self.started = self._clock()
 
-    def admit(self, estimates: Sequence[float]) -> int:
-        """How many of ``estimates`` (seconds, in run order) fit: a prefix."""
+    def runners(self, group: Optional[str]) -> int:
+        """The runners at once of a process of ``group`` (its GPU type): its type's, else every process's (key
+        None), else one (a type the cluster was not asked about)."""
+        runners = self.at_once.runners
+        return max(1, runners[group] if group in runners else runners.get(None, 1))
+
+    def admit(self, estimates: Sequence[float], groups: Optional[Sequence[Optional[str]]] = None) -> int:
+        """How many of ``estimates`` (seconds, in run order; ``groups``: each one's GPU type) fit: a prefix."""
         if self.budget_s is None:
             return len(estimates)
-        spent, queued = self._clock() - self.started, 0.0
-        for count, seconds in enumerate(estimates):
-            queued += seconds
-            if spent + queued / self.parallel > self.budget_s:
+        spent = self._clock() - self.started
+        queued: Dict[Optional[str], float] = {}   # each group's admitted seconds
+        for count, (seconds, group) in enumerate(zip(estimates, groups or [None] * len(estimates))):
+            key = group if group in self.at_once.runners else None
+            queued[key] = queued.get(key, 0.0) + seconds
+            if spent + max(total / self.runners(name) for name, total in queued.items()) > self.budget_s:
                 return count
         return len(estimates)
 
@@ -537,7 +547,7 @@ class Waves:
             for position, (index, number, work, repeat) in enumerate(queue):
                 costs[position] = self._estimate(work, repeat) + (start if (index, number) != runner else 0.0)
                 runner = (index, number)
-        fits = self.budget.admit(costs)
+        fits = self.budget.admit(costs, [work.gpu_type for _, _, work, _ in queue])
         if queue:   # the last wave that asked for any: what the budget kept from running (a later wave that
             self.outcome.held_back = len(queue) - fits     # asks for nothing leaves it as it was)
         admitted = {(work.label, repeat) for _, _, work, repeat in queue[:fits]}

@@ -133,7 +133,8 @@ def _run_with(environment: Environment, matrix: Matrix, options: RunOptions, run
             refuse_builds({name: matrix.images[name] for name in builds}, environment.build_facts, progress.note)
         _model_check(environment, run, progress)     # a model an image cannot build: refused before any cell
         manifest = _noise_check(environment, run, manifest, progress)   # what the host resolves, then the bill
-        progress.note(adaptive.bill(policy, works, _runners_at_once(environment, matrix, options, gpus, environ),
+        at_once = _runners_at_once(environment, matrix, options, gpus, environ)
+        progress.note(adaptive.bill(policy, works, at_once,
                                     runners=len(launches(works, matrix, units, torch_of)),
                                     settings=adaptive.bill_settings(matrix)))
         progress.start(sum(len(w.pending) for w in works), sum(w.done for w in works))
@@ -141,7 +142,7 @@ def _run_with(environment: Environment, matrix: Matrix, options: RunOptions, run
         executor = create_executor(environment, options, matrix=matrix, gpus=gpus, environ=environ,
                                    note=progress.note)
         slot_plan = getattr(executor, "slot_plan", None)
-        budget.parallel = len(slot_plan.slots) if slot_plan else 1
+        budget.at_once = AtOnce.here(len(slot_plan.slots)) if slot_plan else at_once   # as the bill counts them
         waves = adaptive.Waves(policy, works, budget, since=started if options.force else None,
                                roles=roles_of(matrix))
         run.summary.repeats = waves.outcome
