@@ -13,6 +13,10 @@ containers on one host): the ``first`` side listens on ``<folder>/baton.sock`` a
 ``second`` connects. ``wait`` blocks until the other side passes the turn, at most ``timeout_s``; a partner that
 closed the socket or went silent raises ``BatonLost``, so a process whose partner died goes on alone and says so.
 A waiting process sleeps in ``recv``: it takes no CPU from the one timing.
+
+A partner whose runner ended (its container never started, it crashed before its cell, it had no such cell) never
+comes: the host that started both says so in a file, ``ended_marker`` (``<pair folder>/<role>.ended``), which a side
+waiting to meet its partner looks for every ``POLL_S``, so it goes on alone at once instead of after ``timeout_s``.
 """
 import os
 import socket
@@ -24,6 +28,18 @@ SOCKET_NAME = "baton.sock"
 MAX_ADDRESS = 100      # bytes: a Unix socket address (sun_path) holds 108 with its terminating zero
 TOKEN = b"T"
 ROLES = ("first", "second")
+POLL_S = 0.25          # how often a side waiting to meet its partner looks for the partner's ended marker
+
+
+def partner_of(role: str) -> str:
+    """The other side's role."""
+    return ROLES[1 - ROLES.index(role)]
+
+
+def ended_marker(pair_folder: Path, role: str) -> Path:
+    """The file the host writes once ``role``'s runner of the pair at ``pair_folder`` ended: the side waiting to
+    meet it stops waiting (matrixbench.executors.turns.take_turns writes it; each repeat's baton is a folder below)."""
+    return Path(pair_folder) / f"{role}.ended"
 
 
 class BatonLost(RuntimeError):
@@ -33,10 +49,11 @@ class BatonLost(RuntimeError):
 class Baton:
     """One side of a two-process turn. ``first`` holds the turn at the start."""
 
-    def __init__(self, folder: Path, role: str, timeout_s: float = 120.0):
+    def __init__(self, folder: Path, role: str, timeout_s: float = 120.0, partner_ended: Optional[Path] = None):
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, not {role!r}")
         self.role, self.timeout_s = role, timeout_s
+        self.partner_ended = partner_ended    # a file whose presence says the partner will not come (ended_marker)
         self.path = Path(folder) / SOCKET_NAME
         self.turns = 0          # turns passed to the partner
         self._conn: Optional[socket.socket] = None
@@ -65,14 +82,23 @@ class Baton:
         try:
             server.bind(address)
             server.listen(1)
-            server.settimeout(self.timeout_s)
-            try:
-                conn, _ = server.accept()
-            except socket.timeout as exc:
-                raise BatonLost(f"no partner connected within {self.timeout_s:.0f} s") from exc
-            return conn
+            deadline = time.monotonic() + self.timeout_s
+            while True:
+                server.settimeout(max(0.0, min(POLL_S, deadline - time.monotonic())))
+                try:
+                    conn, _ = server.accept()
+                    return conn
+                except socket.timeout as exc:
+                    self._check_partner_ended()
+                    if time.monotonic() >= deadline:
+                        raise BatonLost(f"no partner connected within {self.timeout_s:.0f} s") from exc
         finally:
             server.close()
+
+    def _check_partner_ended(self) -> None:
+        """BatonLost once the host said the partner's runner ended (``partner_ended``): it will not come."""
+        if self.partner_ended is not None and self.partner_ended.exists():
+            raise BatonLost("the partner's runner ended before it met this one")
 
     def _dial(self, address: str) -> socket.socket:
         deadline = time.monotonic() + self.timeout_s
@@ -83,6 +109,7 @@ class Baton:
                 return conn
             except (FileNotFoundError, ConnectionRefusedError) as exc:
                 conn.close()
+                self._check_partner_ended()
                 if time.monotonic() > deadline:
                     raise BatonLost(f"no partner listening within {self.timeout_s:.0f} s") from exc
                 time.sleep(0.05)

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Sequence
 
-from runner.baton import Baton, BatonLost
+from runner.baton import Baton, BatonLost, ended_marker, partner_of
 from runner.cells_file import Turns
 from runner.timing import time_iterations
 
@@ -68,7 +68,7 @@ class Session:
 
     def __init__(self, turns: Turns, timeout_s: float):
         self.turns = turns          # its folder already the repeat's (Turns.for_repeat)
-        self.baton: Optional[Baton] = Baton(Path(turns.folder), turns.role, timeout_s=timeout_s)
+        self.baton: Optional[Baton] = _baton(turns, timeout_s)
         self._turns: Optional[Iterator[int]] = None
         self.lost: Optional[str] = None
         self.no_partner = False     # the partner never connected
@@ -174,7 +174,7 @@ def release(turns: Turns, timeout_s: float) -> bool:
     """The baton of a repeat this runner failed without a process: meet the partner (at most ``timeout_s``) and
     close at once, so that it goes on alone instead of waiting its ``timeout_s``. False when no partner came."""
     Path(turns.folder).mkdir(parents=True, exist_ok=True)
-    baton = Baton(Path(turns.folder), turns.role, timeout_s=timeout_s)
+    baton = _baton(turns, timeout_s)
     try:
         baton.connect()
     except BatonLost:
@@ -182,3 +182,11 @@ def release(turns: Turns, timeout_s: float) -> bool:
     finally:
         baton.close()
     return True
+
+
+def _baton(turns: Turns, timeout_s: float) -> Baton:
+    """One repeat's baton (its folder below the pair's: Turns.for_repeat), which stops waiting to meet the partner
+    once the host says the partner's runner ended (runner.baton.ended_marker, in the pair's folder)."""
+    folder = Path(turns.folder)
+    return Baton(folder, turns.role, timeout_s=timeout_s,
+                 partner_ended=ended_marker(folder.parent, partner_of(turns.role)))

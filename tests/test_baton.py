@@ -82,3 +82,21 @@ def test_no_partner_at_all(tmp_path):
         Baton(tmp_path, "second", timeout_s=0.3).connect()
     with pytest.raises(ValueError, match="role"):
         Baton(tmp_path, "third")
+
+
+def test_a_side_stops_waiting_to_meet_a_partner_the_host_says_ended(tmp_path):
+    """A partner whose runner ended (its container never started) never comes: each role, listening or dialling,
+    goes on at the host's ended marker, not after its timeout_s (it waited the whole timeout_s before)."""
+    import threading
+
+    from runner.baton import ROLES, ended_marker, partner_of
+
+    for role in ROLES:
+        folder = tmp_path / role / "repeat"
+        folder.mkdir(parents=True)
+        marker = ended_marker(folder.parent, partner_of(role))
+        threading.Timer(0.5, marker.touch).start()
+        started = time.monotonic()
+        with pytest.raises(BatonLost, match="partner's runner ended before it met this one"):
+            Baton(folder, role, timeout_s=60, partner_ended=marker).connect()
+        assert 0.4 < time.monotonic() - started < 10

@@ -5,6 +5,7 @@ import dataclasses
 import json
 import re
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -377,3 +378,55 @@ def test_more_turns_cores_than_the_run_may_use_is_refused_before_anything_is_bui
     """check_options (the start of a run, before the images are built) refuses it, not the executor mid-run."""
     with pytest.raises(OptionConflictError, match="turns_cores: 1024: this run may use"):
         check_options(turns_matrix(tmp_path, turns_cores=1024), RunOptions())
+
+
+def test_a_side_whose_runner_never_started_does_not_keep_its_partner_waiting(tmp_path):
+    """take_turns: one side's launch fails at once (its container did not start); the other side's runner, waiting
+    to meet it, goes on alone at the ended marker the host leaves, not after its timeout_s, and the error passes on."""
+    from matrixbench.executors.turns import Side, TurnPair, take_turns
+    from runner.cells_file import Turns as RunnerTurns
+    from runner.turns import Session
+
+    sessions = []
+
+    def launch(side, turns):
+        if side.role == "first":
+            raise RuntimeError("the first side's container did not start")
+        runner_turns = RunnerTurns(str(turns.folder), turns.role, turns.partner, turns.pair_id)
+        started = time.monotonic()
+        sessions.append((Session.connect(runner_turns.for_repeat("vit_bs1_eager_float32"), 120.0),
+                         time.monotonic() - started))
+
+    pair = TurnPair("p1", (Side("stable", [], "first", "latest"), Side("latest", [], "second", "stable")))
+    with pytest.raises(RuntimeError, match="did not start"):
+        take_turns(pair, tmp_path, (), launch, lambda: None)
+    ((session, waited_s),) = sessions
+    assert session.no_partner and "ended before it met" in session.lost
+    assert waited_s < 30                                   # not its 120 s timeout_s
+    assert not (tmp_path / ".turns" / "p1").exists()       # the pair's folder is removed once both ended
+
+
+def test_a_killed_runs_ended_markers_do_not_part_a_pair_that_meets(tmp_path):
+    """Markers a killed run left in the pair's folder are removed before its runners start: both sides meet."""
+    from matrixbench.executors.turns import Side, TurnPair, take_turns
+    from runner.cells_file import Turns as RunnerTurns
+    from runner.turns import Session
+
+    met = []
+
+    def launch(side, turns):
+        if side.role == "first":
+            time.sleep(0.6)   # the second side dials a while: with the first's stale marker there, it would give up
+        session = Session.connect(RunnerTurns(str(turns.folder), turns.role, turns.partner, turns.pair_id)
+                                  .for_repeat("vit_bs1_eager_float32"), 60.0)
+        met.append(session is not None and not session.no_partner)
+        assert session is not None and session.baton is not None
+        session.baton.close()
+
+    folder = tmp_path / ".turns" / "p2"
+    folder.mkdir(parents=True)
+    for role in ("first", "second"):
+        (folder / f"{role}.ended").touch()
+    take_turns(TurnPair("p2", (Side("stable", [], "first", "latest"), Side("latest", [], "second", "stable"))),
+               tmp_path, (), launch, lambda: None)
+    assert met == [True, True]

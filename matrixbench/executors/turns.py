@@ -47,7 +47,7 @@ from matrixbench.matrix.comparisons import Comparison
 from matrixbench.run.layout import turns_dir
 from matrixbench.run.pending import ImageWork
 from matrixbench.run.placement import Slot, format_cpulist, usable_cores
-from runner.baton import ROLES
+from runner.baton import ROLES, ended_marker
 from runner.core import Repeat
 
 FIRST, SECOND = ROLES
@@ -261,12 +261,18 @@ def take_turns(pair: TurnPair[PW], root: Path, cores: Tuple[int, ...], launch: C
     on Ctrl-C, or a Ray task's cancel), both sharing the baton folder ``<root>/.turns/<pair_id>`` (``turns_dir``:
     the run folder, or the task's scratch folder on its node), removed once both are done, their blocks pinned to
     ``cores`` (none: not pinned). A side that raises stops neither its partner nor its records: both run to their
-    end, then the first error passes on."""
+    end, then the first error passes on. A side's runner that ends (or never started) leaves its ended marker
+    there, so its partner does not wait ``timeout_s`` to meet it."""
     folder = turns_dir(root, pair.pair_id)
     folder.mkdir(parents=True, exist_ok=True)
+    for side in pair.sides:   # a killed run's: this pair's runners have not ended
+        ended_marker(folder, side.role).unlink(missing_ok=True)
 
     def start(side: Side[PW], stopping: threading.Event) -> None:
-        launch(side, Turns(side.role, side.partner, pair.pair_id, folder, cores))
+        try:
+            launch(side, Turns(side.role, side.partner, pair.pair_id, folder, cores))
+        finally:   # its partner, waiting to meet it, goes on alone at once (runner.baton.ended_marker)
+            ended_marker(folder, side.role).touch()
 
     try:
         run_threads([functools.partial(start, side) for side in pair.sides], stop,
