@@ -19,9 +19,10 @@ from host_helpers import (
 )
 from matrixbench.cli import describe_plan
 from matrixbench.executors import adaptive
-from matrixbench.executors.scheduler import RUNNER_START_S, AtOnce
+from matrixbench.executors.scheduler import RUNNER_START_S
 from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.matrix.comparisons import Comparison
+from matrixbench.run.at_once import AtOnce
 from matrixbench.run.command import run_matrix
 from matrixbench.run.manifest import read_manifest
 from matrixbench.run.pending import pending_work

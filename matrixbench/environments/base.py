@@ -41,8 +41,8 @@ from runner.core import Cell, Repeat
 from runner.records import CALIBRATION_ENV, PLACEMENT_ENV
 from runner.timing_board import BOARD_ENV, Board
 
-if TYPE_CHECKING:   # (executors imports environments)
-    from matrixbench.executors.scheduler import AtOnce
+if TYPE_CHECKING:
+    from matrixbench.run.at_once import AtOnce
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,11 @@ from functools import lru_cache
 from statistics import mean
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence, Set, Tuple, Union
 
-from matrixbench.executors.scheduler import AtOnce, Estimates, fields, number
+from matrixbench.executors.scheduler import Estimates, fields, number
 from matrixbench.matrix import Matrix
 from matrixbench.matrix.comparisons import PAIRED_KINDS, Comparison, ImageCells, Roles, Side
 from matrixbench.matrix.comparisons import comparisons as listed
+from matrixbench.run.at_once import AtOnce
 from matrixbench.run.pending import ImageWork, interleaved
 from matrixbench.run.progress import format_duration
 from matrixbench.run.results_files import Unvouched, read_record, warn

@@ -23,12 +23,13 @@ from matrixbench.errors import RunError
 from matrixbench.executors import adaptive, check_options, create_environment, create_executor, slots
 from matrixbench.executors.base import Run, RunSummary
 from matrixbench.executors.ray.options import RayOptions
-from matrixbench.executors.scheduler import AtOnce, Estimates, positions, runners_at_once, takes_units
+from matrixbench.executors.scheduler import Estimates, positions, runners_at_once, takes_units
 from matrixbench.executors.turns import launches, slot_cores
 from matrixbench.gpu import GpusUnreachableError, host_gpus
 from matrixbench.matrix import Matrix
 from matrixbench.matrix.comparisons import roles_of
 from matrixbench.run import folder as run_folder
+from matrixbench.run.at_once import AtOnce
 from matrixbench.run.layout import MODEL_CHECK_DIRNAME, run_dir
 from matrixbench.run.manifest import finish_manifest, read_manifest, record_order, start_manifest, update_manifest
 from matrixbench.run.pending import ImageWork, new_order_seed, pending_work, recorded_failures_line, unreadable_lines

@@ -41,10 +41,11 @@ from matrixbench.executors.base import Executor, Run
 from matrixbench.executors.ray import tasks as cluster
 from matrixbench.executors.ray.api import ray_api
 from matrixbench.executors.ray.tasks import Node, RecordData, TaskValue
-from matrixbench.executors.scheduler import AtOnce, make_units
+from matrixbench.executors.scheduler import make_units
 from matrixbench.executors.turns import pairs_of
 from matrixbench.gpu import host_gpus
 from matrixbench.matrix import Image
+from matrixbench.run.at_once import AtOnce
 from matrixbench.run.placement import Slot, usable_cores
 from runner.core import Status
 

@@ -22,10 +22,11 @@ from matrixbench.environments.base import Backend, Paths, RunRequest, Turns
 from matrixbench.environments.environment import RUNTIME_SECRETS, runtime_secrets
 from matrixbench.errors import RunError
 from matrixbench.executors import turns
-from matrixbench.executors.scheduler import AtOnce, Part
+from matrixbench.executors.scheduler import Part
 from matrixbench.executors.threads import run_in_thread
 from matrixbench.paths import cache_home, hf_cache_home
 from matrixbench.redact import redact_text
+from matrixbench.run.at_once import AtOnce
 from matrixbench.run.launch import launch
 from matrixbench.run.layout import LOG_FILENAME
 from matrixbench.run.pending import ImageWork, image_label
