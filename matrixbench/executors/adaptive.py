@@ -256,11 +256,11 @@ def bill_span(policy: Policy, works: Sequence[ImageWork], at_once: AtOnce, estim
               runners: int = 0, first_s: float = 0.0) -> Tuple[float, float]:
     """``bill_seconds`` of a run whose works run in groups apart (``at_once``: one group on one machine; on a Ray
     cluster each GPU type's, on its own nodes): each group's processes and its share of the ``runners`` starts (its
-    share of the pending processes: exact where every type runs the same cells) over its runners at once (a group
-    with none counted as one); the run ends with its longest group, after ``first_s``."""
+    share of the pending processes: exact where every type runs the same cells) over its runners at once
+    (``AtOnce.runners_of``); the run ends with its longest group, after ``first_s``."""
     estimate = estimates or Estimates()
     pending = sum(len(work.pending) for work in works)
-    spans = [bill_seconds(policy, group, max(count, 1), estimate,
+    spans = [bill_seconds(policy, group, count, estimate,
                           runners * sum(len(work.pending) for work in group) / pending if pending else 0.0)
              for group, count in at_once.groups(works)]
     low, high = max((low for low, _ in spans), default=0.0), max((high for _, high in spans), default=0.0)
@@ -459,15 +459,9 @@ class Budget:
     (None: everything is admitted)."""
 
     def __init__(self, budget_s: Optional[float], parallel: int = 1, clock: Optional[Callable[[], float]] = None):
-        self.budget_s, self.at_once = budget_s, AtOnce.here(max(1, parallel))
+        self.budget_s, self.at_once = budget_s, AtOnce.here(parallel)
         self._clock = clock or (lambda: time.monotonic())
         self.started = self._clock()
-
-    def runners(self, group: Optional[str]) -> int:
-        """The runners at once of a process of ``group`` (its GPU type): its type's, else every process's (key
-        None), else one (a type the cluster was not asked about)."""
-        runners = self.at_once.runners
-        return max(1, runners[group] if group in runners else runners.get(None, 1))
 
     def admit(self, estimates: Sequence[float], groups: Optional[Sequence[Optional[str]]] = None) -> int:
         """How many of ``estimates`` (seconds, in run order; ``groups``: each one's GPU type) fit: a prefix."""
@@ -478,7 +472,7 @@ class Budget:
         for count, (seconds, group) in enumerate(zip(estimates, groups or [None] * len(estimates))):
             key = group if group in self.at_once.runners else None
             queued[key] = queued.get(key, 0.0) + seconds
-            if spent + max(total / self.runners(name) for name, total in queued.items()) > self.budget_s:
+            if spent + max(total / self.at_once.runners_of(name) for name, total in queued.items()) > self.budget_s:
                 return count
         return len(estimates)
 

@@ -23,10 +23,16 @@ class AtOnce:
         """``count`` runners for every work (one machine's executor)."""
         return cls({None: count})
 
+    def runners_of(self, group: Optional[str]) -> int:
+        """The runners at once of the works of ``group`` (a GPU type): its own count, else every work's (key None),
+        else one; a group whose nodes hold no runner counts as one (its works still run, one at a time)."""
+        count = self.runners[group] if group in self.runners else self.runners.get(None, 1)
+        return max(1, count)
+
     def groups(self, works: Sequence[ImageWork]) -> List[Tuple[List[ImageWork], int]]:
-        """Each group's works (those of its GPU type; every work for None) and its runners at once."""
-        return [([work for work in works if gpu_type is None or work.gpu_type == gpu_type], count)
-                for gpu_type, count in self.runners.items()]
+        """Each group's works (those of its GPU type; every work for None) and its runners at once (``runners_of``)."""
+        return [([work for work in works if gpu_type is None or work.gpu_type == gpu_type], self.runners_of(gpu_type))
+                for gpu_type in self.runners]
 
     def describe(self) -> str:
         """"one runner at a time", "3 runner(s) at once" (by type where there are types: "A100 2, T4 1")."""
