@@ -11,6 +11,7 @@ from matrixbench import gpu as gpu_module
 from matrixbench.build.cuda_builds import CudaBuildError, host_problems, image_cuda, pypi_cuda, refuse_on_this_host
 from matrixbench.cli import main
 from matrixbench.doctor import Commands, diagnose, report
+from matrixbench.doctor.images import HostGpus
 from matrixbench.matrix import load_matrix
 from runner.archcheck import WHEEL_ARCHES, arch_problem
 
@@ -152,10 +153,10 @@ def test_doctor_on_a_host_without_gpus_claims_no_gpu_and_warns_of_a_build_other_
     from matrixbench.doctor.images import check_image
 
     cpu_entry = load_matrix(ROOT / "matrix-cpu-smoke.yaml").images["stable"]   # the CPU index
-    as_asked = check_image("cpu", cpu_entry, [], None, None,
+    as_asked = check_image("cpu", cpu_entry, HostGpus(), None, None,
                            facts=BuildFacts("2.0.1+cpu", None, ()))
     assert as_asked.status == "ok" and "no GPU here" in as_asked.detail and "these GPUs" not in as_asked.detail
-    other = check_image("cpu", cpu_entry, [], None, None,
+    other = check_image("cpu", cpu_entry, HostGpus(), None, None,
                         facts=BuildFacts("2.0.1+cu117", "11.7", ("sm_80",)))
     assert other.status == "warn" and "another build than the entry asks for" in other.detail
     assert "torch==2.0.1+cpu" in other.fix and not other.fix.startswith("note:")

@@ -373,6 +373,10 @@ def test_gpus_skipped_by_the_variable_check_the_builds_for_the_cpu_and_say_so(mo
     assert not gpu_bound & set(checks)
     assert checks["backend"].detail.startswith("docker: the daemon answers; GPUs skipped")
     assert gpu_bound <= set(checks_for(machine="b200", apps="apps-busy.csv"))   # without it: asked, and failing
+    local = checks_for(machine="b200", connect=no_docker, matrix=SMOKE,
+                       environ={SKIP_VARIABLE: "gpu,venv,docker"})["image latest"]   # the local backend's line too
+    assert local.status == "ok" and local.detail.endswith("checked for the CPU, which a run here uses: GPUs skipped "
+                                                          f"({SKIP_VARIABLE}=docker,gpu,venv)"), local.detail
     no_smi = checks_for(machine=None, matrix=SMOKE, environ={SKIP_VARIABLE: "gpu"})["driver and GPUs"]
     assert no_smi.status == "info" and "nvidia-smi is not installed, and none is needed; left out" in no_smi.detail
     monkeypatch.chdir(tmp_path)

@@ -8,7 +8,7 @@ from matrixbench.doctor.check import Check, Commands, DoctorError
 from matrixbench.doctor.docker import check_container_gpus, check_docker, check_docker_image, sees_gpus
 from matrixbench.doctor.docker import connect as docker_connect
 from matrixbench.doctor.driver import DRIVER, check_driver, check_driver_cuda, left_out
-from matrixbench.doctor.images import GpusLeftOut, check_image
+from matrixbench.doctor.images import HostGpus, check_image
 from matrixbench.doctor.machine import (
     check_disk,
     check_hf,
@@ -26,23 +26,23 @@ def diagnose(matrix, commands=None, connect=None, hf_cache=None, docker_root="/v
     """The whole checklist, in order. Docker's checks fail only for ``backend`` "docker": without a
     working Docker, ``auto`` runs the venv backend. Under ``auto``, what MATRIXBENCH_AUTO_SKIP (in
     ``commands.environ``) skips is skipped here as ``run --backend auto`` skips it: with the GPUs skipped, the
-    builds are checked for the CPU (images.GpusLeftOut) and the driver's line says so (driver.left_out).
+    builds are checked for the CPU (images.HostGpus.left_out) and the driver's line says so (driver.left_out).
     ``venv_root``: where the venvs live (build.venvs)."""
     commands = commands or Commands()
     skip = skip_of(backend, commands.environ)
     host_gpus, driver = check_driver(commands)
-    gpus = host_gpus
+    gpus = HostGpus(tuple(host_gpus))
     if "gpu" in skip:   # the run uses the CPU: its builds are checked for it, and no GPU check follows
-        gpus, driver = GpusLeftOut(skipped_by_variable("GPUs", skip)), left_out(driver, host_gpus, skip)
+        gpus, driver = HostGpus(left_out=skipped_by_variable("GPUs", skip)), left_out(driver, host_gpus, skip)
     checks: List[Check] = [driver]
     driver_cuda = None
-    if gpus:
+    if gpus.found:
         driver_cuda, cuda_check = check_driver_cuda(commands)
         checks.append(cuda_check)
     client, docker_check = check_docker(connect or docker_connect, backend, skip)
     checks.append(docker_check)
     container_check = None
-    if client is not None and gpus:
+    if client is not None and gpus.found:
         container_check = check_container_gpus(client, list(matrix.images))
     plan = plan_backend(backend, skip, gpu=bool(host_gpus), docker=client is not None,
                         docker_gpus=sees_gpus(container_check))
@@ -56,8 +56,8 @@ def diagnose(matrix, commands=None, connect=None, hf_cache=None, docker_root="/v
                if any(c.name == f"image {name} ({_LABEL.get(plan.first)})" and "not built" in c.detail
                       for c in images)]
     checks += [check_backend(plan, client, container_check, unbuilt), *images]
-    if gpus:
-        checks += [check_other_processes(commands), *check_persistence_and_clocks(gpus)]
+    if gpus.found:
+        checks += [check_other_processes(commands), *check_persistence_and_clocks(list(gpus.found))]
     if plan.first == "venv":
         from matrixbench.build.venvs import venvs_root
 

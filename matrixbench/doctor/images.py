@@ -1,8 +1,21 @@
 """An image entry's torch build (recorded, else inferred from the entry) against this driver and these GPUs
 (matrixbench.build.cuda_builds), as problems ``(status, what, fix)`` and as one check line; the line of the
 local backend, which runs neither a Docker image nor a venv."""
+from dataclasses import dataclass
+from typing import Tuple
+
 from matrixbench.build.cuda_builds import image_cuda, image_problems, known_build, mode_problems, not_as_asked
 from matrixbench.doctor.check import Check
+from matrixbench.gpu import Gpu
+
+
+@dataclass(frozen=True)
+class HostGpus:
+    """The GPUs the builds are checked against: this host's (``found``, none where nvidia-smi lists none), or none
+    because the user left them out (``left_out``: why, MATRIXBENCH_AUTO_SKIP=gpu), when a run here uses the CPU."""
+
+    found: Tuple[Gpu, ...] = ()
+    left_out: str = ""
 
 
 def check_image(name, image, gpus, driver_cuda, client, modes=(), facts=None):
@@ -13,8 +26,7 @@ def check_image(name, image, gpus, driver_cuda, client, modes=(), facts=None):
     problems = build_problems(name, image, gpus, driver_cuda, modes, facts)
     add_not_as_asked(problems, image, known, f"{known.torch} is another build than the entry asks for")
     if not problems:
-        return Check(f"image {name}", "ok", f"{known.torch}, {build_name(known)} ({known.source}): "
-                     f"{'runs on these GPUs' if gpus else 'no GPU here to check it against'}")
+        return Check(f"image {name}", "ok", summary(known, gpus))
     return worst(f"image {name}", problems)
 
 
@@ -47,7 +59,7 @@ def not_as_asked_why(name, image, known, used, gpus, backend):
     held = f"CUDA {known.cuda}" if known.cuda else "CPU"
     what = (f"it holds {known.torch}, a {held} build, but the entry asks for the "
             f"{f'CUDA {asked}' if asked else 'CPU'} build of {index}: {_why_other(name, used, backend)}")
-    if not gpus and not asked:
+    if not gpus.found and not asked:
         what += (f"; without a GPU it runs on the CPU all the same, and each record names the torch that ran "
                  f"({known.torch.split()[-1]}), so a CPU smoke run is sound")
     version = known.torch.split()[-1].split("+")[0]
@@ -71,11 +83,12 @@ def _why_other(name, used, backend):
 
 
 def build_problems(name, image, gpus, driver_cuda, modes, facts):
-    """(status, what, fix) of a build (``facts``, else inferred) on these GPUs under this driver, its modes."""
+    """(status, what, fix) of a build (``facts``, else inferred) on these GPUs (``HostGpus``) under this driver, its
+    modes."""
     wanted_cpu = image_cuda(image) is None
     problems = [("warn" if p.kind == "cpu" and wanted_cpu else "fail", p.what, p.fix)
-                for p in image_problems(name, image, gpus, driver_cuda, facts, cpu=True)]
-    return problems + [("warn", p.what, p.fix) for p in mode_problems(name, image, gpus, modes)]
+                for p in image_problems(name, image, list(gpus.found), driver_cuda, facts, cpu=True)]
+    return problems + [("warn", p.what, p.fix) for p in mode_problems(name, image, list(gpus.found), modes)]
 
 
 def line(name, problems, first, ok_detail):
@@ -104,17 +117,8 @@ def build_name(known):
 
 
 def runs(gpus):
-    if gpus:
+    if gpus.found:
         return "runs on these GPUs"
-    if isinstance(gpus, GpusLeftOut):
-        return f"checked for the CPU, which a run here uses: {gpus.why}"
+    if gpus.left_out:
+        return f"checked for the CPU, which a run here uses: {gpus.left_out}"
     return "no GPU here to check it against"
-
-
-class GpusLeftOut(list):
-    """No GPUs to check the builds against because the user left this host's out (MATRIXBENCH_AUTO_SKIP=gpu): an
-    empty list of GPUs (every build check sees none, as the run's CPU path) that says ``why``."""
-
-    def __init__(self, why):
-        super().__init__()
-        self.why = why
