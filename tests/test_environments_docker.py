@@ -301,6 +301,29 @@ def test_containers_whose_owner_is_gone_are_stopped_and_removed_saying_so(sdk, t
                for line in lines)
 
 
+def test_a_killed_runs_lease_files_whose_containers_were_removed_by_hand_go_with_the_rerun(sdk, tmp_path,
+                                                                                            monkeypatch):
+    """kill -9 on the host, then `docker rm -f` on its container: its lease file stays (hidden, empty) with nothing
+    naming it. The rerun's stop_leftovers removes it and says so; the lease of a container still there (its owner on
+    another machine) and a lease this process holds stay."""
+    run = tmp_path / "results" / "run1"
+    (run / "stable").mkdir(parents=True)
+    stale = run / "stable" / ".matrixbench-run1-stable-aaaaaa.lease"
+    stale.write_text("")
+    elsewhere = _leftover(sdk, tmp_path, monkeypatch, dataclasses.replace(owner.this_process(), host="another-host",
+                                                                           boot_id="another-kernel"))
+    named = run / "stable" / ".matrixbench-run1-stable-bbbbbb.lease"
+    named.write_text("")
+    elsewhere.labels.update(owner.Lease(named.resolve(), "0:0").labels())
+    with owner.holding_lease(run / "stable" / ".matrixbench-run1-stable-cccccc.lease") as held:
+        lines = backend(sdk).stop_leftovers(run)
+        assert held.path.exists()
+    assert not stale.exists() and named.exists() and elsewhere.calls == []
+    assert lines[-1] == ("removed 1 lease file(s) of a killed run whose containers were removed by hand: "
+                         "stable/.matrixbench-run1-stable-aaaaaa.lease")
+    assert not any("lease file" in line for line in backend(sdk).stop_leftovers(run))   # said once
+
+
 def test_a_leftover_another_process_removed_meanwhile_is_not_said_stopped_here(sdk, tmp_path, monkeypatch):
     """Two Ray nodes on one host share its Docker daemon and both find a killed run's container (the real
     ray-docker test's two nodes did): only the one whose removal took it says it stopped it."""

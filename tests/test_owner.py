@@ -125,3 +125,35 @@ def test_a_lease_label_naming_another_file_a_link_or_another_machine_tells_nothi
     alive, how = owner.judge(dataclasses.replace(there, boot_id="another-kernel", host="elsewhere"), lease, here)
     assert alive is None and "another machine" in how
     assert owner.judge(there, None, here)[0] is None
+
+
+def test_sweep_removes_only_free_lease_files_no_container_names_never_a_link_or_a_folder(tmp_path):
+    """A killed owner whose container was removed by hand leaves its lease file, which no container names: the
+    rerun's sweep removes it. A lease a live process holds (a real one, in another process), one a remaining
+    container names, a link to a free lease and a folder of a lease's name are left."""
+    import signal
+
+    (tmp_path / "stable").mkdir()
+    stale = tmp_path / "stable" / ".matrixbench-run1-stable-aaaaaa.lease"
+    with owner.holding_lease(stale):
+        pass
+    stale.write_text("")                                       # as a killed owner leaves it: there, unlocked
+    named = tmp_path / ".matrixbench-run1-stable-bbbbbb.lease"
+    named.write_text("")
+    target = tmp_path / "elsewhere"
+    target.write_text("")
+    (tmp_path / ".link.lease").symlink_to(target)
+    (tmp_path / ".folder.lease").mkdir()
+    process, _ = holding_a_lease(tmp_path / ".matrixbench-run1-latest-cccccc.lease")
+    try:
+        removed = owner.sweep_leases(tmp_path, ".*.lease", keep={named.resolve()})
+        assert removed == [stale] and not stale.exists()
+        assert (tmp_path / ".matrixbench-run1-latest-cccccc.lease").exists()   # held: its owner lives
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    assert named.exists() and target.exists() and (tmp_path / ".link.lease").is_symlink()
+    assert (tmp_path / ".folder.lease").is_dir()
+    assert owner.sweep_leases(tmp_path, ".*.lease", keep={named.resolve()}) == [
+        tmp_path / ".matrixbench-run1-latest-cccccc.lease"]   # killed: now free
+    assert owner.sweep_leases(tmp_path / "missing", ".*.lease") == []

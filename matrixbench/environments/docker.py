@@ -26,8 +26,8 @@ from matrixbench.environments.environment import compile_cache_env
 from matrixbench.errors import RunError
 from matrixbench.matrix import Image
 from matrixbench.redact import redact_text, secrets
-from matrixbench.run.layout import CALIBRATION_RUN_DEPTH, CELLS_FILENAME, LOG_FILENAME, lease_path
-from matrixbench.run.owner import Lease, Owner, holding_lease, judge, this_process
+from matrixbench.run.layout import CALIBRATION_RUN_DEPTH, CELLS_FILENAME, LEASE_PATTERN, LOG_FILENAME, lease_path
+from matrixbench.run.owner import Lease, Owner, holding_lease, judge, sweep_leases, this_process
 from matrixbench.run.runner_input import write_cells_file
 from runner.core import Cell
 
@@ -112,8 +112,18 @@ class DockerBackend(Backend):
     def stop_leftovers(self, run_path: Path) -> List[str]:
         """Stop and remove the containers of ``run_path`` whose owning host process is gone (a killed run's: its
         pid, or where it ran in another PID namespace of this machine, its lease says so); a container whose owner
-        lives, or ran on another machine, is left alone."""
-        return self._stop_leftovers({docker_client.LABEL_RUN_DIR: str(Path(run_path).resolve())})
+        lives, or ran on another machine, is left alone. Then the lease files under ``run_path`` that no process
+        holds and no container left there names go (a killed run's, whose container was removed by hand)."""
+        labels = {docker_client.LABEL_RUN_DIR: str(Path(run_path).resolve())}
+        lines = self._stop_leftovers(labels)
+        named = {lease.path.resolve() for container in self._connected().find_containers(
+                     {docker_client.LABEL_MARK: None, **labels})
+                 if (lease := Lease.from_labels(container.labels)) is not None}
+        swept = sweep_leases(Path(run_path), LEASE_PATTERN, keep=named)
+        if swept:
+            lines.append(f"removed {len(swept)} lease file(s) of a killed run whose containers were removed "
+                         f"by hand: {', '.join(str(path.relative_to(run_path)) for path in swept)}")
+        return lines
 
     def stop_run_leftovers(self, run_id: str) -> List[str]:
         """A Ray node's: the containers labelled with the run's name (``run_id``) whose owner is gone; only what it

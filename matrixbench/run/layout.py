@@ -121,7 +121,11 @@ def turns_dir(run_path: PathLike, pair_id: Optional[str] = None) -> Path:
 def lease_path(work_dir: PathLike, container_name: str) -> Path:
     """The lease file the host process holds while its container ``container_name`` may run (owner.holding_lease),
     beside the container's cells file and log."""
-    return Path(work_dir) / f".{container_name}.lease"
+    return Path(work_dir) / f".{container_name}{LEASE_SUFFIX}"
+
+
+LEASE_SUFFIX = ".lease"
+LEASE_PATTERN = f".*{LEASE_SUFFIX}"   # every lease file's name (lease_path), for owner.sweep_leases
 
 
 def timing_board_dir(run_path: PathLike) -> Path:

@@ -22,7 +22,7 @@ import stat
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, Optional, Tuple
+from typing import AbstractSet, Dict, Iterator, List, Optional, Tuple
 
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 PID_NAMESPACE_PATH = Path("/proc/self/ns/pid")
@@ -151,6 +151,39 @@ def holding_lease(path: Path) -> Iterator[Lease]:
     finally:
         lease.discard()
         os.close(fd)
+
+
+def sweep_leases(folder: Path, pattern: str, keep: AbstractSet[Path] = frozenset()) -> List[Path]:
+    """Remove the lease files under ``folder`` (named ``pattern``) that no process holds and no container names
+    (``keep``: the resolved paths the leases of the containers still there name), and return them: a killed owner
+    whose container was then removed by hand (``docker rm -f``) left its lease, which nothing else removes. Call it
+    under the run folder's lock (no owner of that folder starts meanwhile). Untrusted: no link followed, only a
+    regular file, removed while this process holds its lock and only if it is still the file at its path."""
+    removed = []
+    for path in sorted(Path(folder).rglob(pattern)):   # rglob does not descend into linked folders
+        if path.resolve() in keep:
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue   # held: its owner lives (or it cannot be told here)
+            now = os.lstat(path)
+            if stat.S_ISREG(now.st_mode) and _file_id(now) == _file_id(info):
+                path.unlink()
+                removed.append(path)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return removed
 
 
 def _file_id(info: os.stat_result) -> str:
