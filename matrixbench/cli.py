@@ -661,14 +661,15 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
     lines.append(check.dry_run_line(start))
     from matrixbench.build.check import needs_run_check
 
-    checked = [plan for plan in pending if any(needs_run_check(repeat.cell) for repeat in plan.pending)]
+    checked = [plan for plan in pending if any(needs_run_check(repeat.cell, matrix.images[plan.image_name].transformers)
+                                               for repeat in plan.pending)]
     checks = 0 if executor == RAY else len({matrix.images[plan.image_name].build_of or plan.image_name
                                             for plan in checked})
     if checks:
-        lines.append(f"model check: before any cell, each pending model but the shipped ones with random weights "
-                     f"built on the meta device (no weights, no timing) once in each environment: {checks} runner "
-                     "start(s) with docker or venv (one build each), 1 with --backend local; a model that does not "
-                     "build refuses the run")
+        lines.append("model check: before any cell, each pending model (but a shipped one with random weights in an "
+                     "image of a transformers the project's images pin) built on the meta device (no weights, no "
+                     f"timing) once in each environment: {checks} runner start(s) with docker or venv (one build "
+                     "each), 1 with --backend local; a model that does not build refuses the run")
     gpu_count = gpus_placed(gpu, os.environ) if gpus and matrix.slots == AUTO and executor != RAY else 0
     parallel = at_once or runners_at_once(executor, matrix.slots, gpus, gpu_count)   # what will run at once
     return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel, estimates,

@@ -1,6 +1,7 @@
 """validate --build: every model built on the meta device by the runner's --check in each image
 (the docker backend: a container of each built image; local: this interpreter, once); failures
 named by image and model."""
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -151,6 +152,35 @@ def test_the_run_checks_only_pending_models_of_the_users_once_per_build(tmp_path
     assert [cell.model for cell in backend.checks[2].work.cells] == ["vit", "mine"]
 
 
+def test_shipped_models_in_an_image_of_another_transformers_are_checked_too(tmp_path, monkeypatch):
+    """The shipped configs are built with the transformers the project's images pin; an image of another one (an
+    older transformers lacks classes: 4.30.2 cannot build conditional-detr's config) checks its shipped models too,
+    and only that image's."""
+    backend = use_backend(monkeypatch, RecordingBackend())
+    data = small_matrix_data()
+    data["images"]["stable"]["transformers"] = "transformers==4.30.2"
+    run_matrix(load_matrix(write_matrix(tmp_path, data), None), local_run_options(tmp_path, order_seed=1))
+    assert [check.image.name for check in backend.checks] == ["stable"]
+    assert sorted(cell.model for cell in backend.checks[0].work.cells) == ["detr-resnet-101", "vit"]
+    assert len(backend.requests) == 2   # then both images' cells ran
+
+
+def test_the_transformers_exempt_from_the_check_are_those_the_projects_images_pin():
+    """SHIPPED_TRANSFORMERS is the matrix.yaml images' pins: a new pin there without it here would check every
+    shipped model in that image; one here no image pins any more would exempt a transformers nothing builds with."""
+    from matrixbench.build.check import SHIPPED_TRANSFORMERS, needs_run_check
+    from matrixbench.build.versions import pinned_version
+    from runner.core import Cell
+
+    project = load_matrix(Path(__file__).resolve().parents[1] / "matrix.yaml", None)
+    assert {pinned_version(image.transformers) for image in project.images.values()} == SHIPPED_TRANSFORMERS
+    shipped = Cell(model="vit", model_id="google/vit-base-patch16-224", task="image-classification", batch_size=1,
+                   mode="eager", fullgraph=False, dtype="float32", size="tiny", weights="random")
+    assert not needs_run_check(shipped, "transformers==5.23.0")
+    assert needs_run_check(shipped, "transformers==4.30.2") and needs_run_check(shipped, "transformers>=4.31")
+    assert needs_run_check(dataclasses.replace(shipped, weights="pretrained"), "transformers==5.23.0")
+
+
 def test_a_check_answer_of_another_version_refuses_the_run_naming_the_rebuild(tmp_path, monkeypatch):
     class OldRunner(RecordingBackend):
         def run(self, request):
@@ -168,7 +198,7 @@ def test_a_check_answer_of_another_version_refuses_the_run_naming_the_rebuild(tm
     assert backend.requests == []
 
 
-def test_a_ray_run_says_its_nodes_check_nothing_first():
+def test_a_ray_run_says_its_nodes_check_nothing_first(tmp_path):
     from matrixbench.run.command import _model_check
 
     class Notes:
@@ -179,7 +209,8 @@ def test_a_ray_run_says_its_nodes_check_nothing_first():
         name = "ray"
 
     own = SimpleNamespace(model="mine", model_id="org/mine", config_path=None, weights="random")
-    run = SimpleNamespace(works=[SimpleNamespace(pending=[SimpleNamespace(cell=own)])])
+    run = SimpleNamespace(works=[SimpleNamespace(image_name="latest", pending=[SimpleNamespace(cell=own)])],
+                          matrix=load_matrix(write_matrix(tmp_path), None))
     _model_check(Driver(), run, Notes)
     assert Notes.lines == ["model check: not run (the Ray executor starts its runners on its nodes; `matrixbench "
                            "validate --build` builds each model in each image beforehand)"]
@@ -194,7 +225,8 @@ def test_a_dry_run_names_the_model_checks_runner_starts_and_bills_them(tmp_path,
     own = CliRunner().invoke(main, dry_run)
     assert shipped.exit_code == 0 and own.exit_code == 0, shipped.output + own.output
     assert "model check" not in shipped.output
-    assert "model check: before any cell, each pending model but the shipped ones with random weights built on the " \
-           "meta device (no weights, no timing) once in each environment: 1 runner start(s)" in own.output
+    assert "model check: before any cell, each pending model (but a shipped one with random weights in an image of a " \
+           "transformers the project's images pin) built on the meta device (no weights, no timing) once in each " \
+           "environment: 1 runner start(s)" in own.output
     starts = [line for line in (shipped.output + own.output).splitlines() if line.startswith("estimated duration")]
     assert [line.split(" runner start(s)")[0].rsplit("; ", 1)[-1] for line in starts] == ["1", "2"], starts

@@ -4,11 +4,11 @@ broken config, or a model an image's transformers lacks, is found before a GPU i
 
 Two callers: ``matrixbench validate --build`` (every model of the matrix, in every image) and
 ``matrixbench run`` (``refuse_unbuildable``: the models of the pending cells, in the environment of each
-image that has some, before any cell runs; but a shipped model with random weights, ``needs_run_check``: a
-run of only those starts no check runner). Both ask the runner's ``--check`` (runner/check.py), started
-through a backend exactly as a run starts the runner: the docker backend runs it in a
-container of each built image, the venv backend in each image's venv, the local backend once in this
-interpreter (image "local"); an A/A twin is checked in its original's build. The answer is
+image that has some, before any cell runs; but a shipped model with random weights in an image of a transformers
+the project's own images pin, ``needs_run_check``: a run of only those starts no check runner). Both ask the
+runner's ``--check`` (runner/check.py), started through a backend exactly as a run starts the runner: the docker
+backend runs it in a container of each built image, the venv backend in each image's venv, the local backend once
+in this interpreter (image "local"); an A/A twin is checked in its original's build. The answer is
 ``check.json`` (runner.schema.CHECK_SCHEMA, versioned), vouched for by ``results_files.read_check``.
 
 What a run does with a model that does not build: it refuses to start, naming the model, the image,
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Type
 
+from matrixbench.build.versions import pinned_version
 from matrixbench.environments import create_backend
 from matrixbench.environments.base import Backend, ImageRef, Paths, RunRequest, Starter, Work
 from matrixbench.environments.environment import runtime_secrets
@@ -153,11 +154,19 @@ def check_work(cells: Sequence[Cell], matrix: Matrix) -> Work:
     return Work(one_cell_per_model(cells), runner_settings(matrix, "cpu"), check=True)
 
 
-def needs_run_check(cell: Cell) -> bool:
-    """Whether the run checks the cell's model: every model but a shipped one with random weights, which is built
-    from the config matrixbench ships (runner/configs), with the classes its own tests build in its images (a run
-    of the shipped models starts no check runner; ``validate --build`` checks them in any image)."""
-    return not (cell.weights == "random" and shipped_spec(cell.model, cell.model_id, cell.config_path) is not None)
+# The transformers releases the images of the project's matrix.yaml pin (seed 4.31.0, stable and nightly 4.43.4, latest
+# 5.23.0; tests/test_build_check.py keeps the two alike): the shipped configs (runner/configs) are built with these.
+SHIPPED_TRANSFORMERS = frozenset({"4.31.0", "4.43.4", "5.23.0"})
+
+
+def needs_run_check(cell: Cell, transformers: str) -> bool:
+    """Whether the run checks the cell's model in an image whose entry asks for ``transformers`` (a requirement):
+    every model but a shipped one with random weights in an image of a transformers the project's own images pin
+    (SHIPPED_TRANSFORMERS), which builds the configs matrixbench ships with the classes they name. A shipped model
+    in an image of another transformers (older ones lack classes: 4.30.2 cannot build conditional-detr's config) is
+    checked like a user's own; ``validate --build`` checks every model in any image."""
+    shipped = cell.weights == "random" and shipped_spec(cell.model, cell.model_id, cell.config_path) is not None
+    return not (shipped and pinned_version(transformers) in SHIPPED_TRANSFORMERS)
 
 
 def one_cell_per_model(cells: Sequence[Cell]) -> List[Cell]:

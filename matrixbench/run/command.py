@@ -176,15 +176,19 @@ def _runners_at_once(environment: Environment, matrix: Matrix, options: RunOptio
 
 
 def _model_check(environment: Environment, run: Run, progress: Progress) -> None:
-    """Before any cell: each pending model (but a shipped one with random weights: ``needs_run_check``) built on the
-    meta device once in each environment that will run it (matrixbench.build.check: a runner's --check, its answer
-    in .model-check/ of the environment's first image folder, the first thing the run writes there); a model that
-    does not build refuses the run (MatrixError naming model, image, versions and the fix). The Ray executor starts
-    no runner here: its nodes build each model in their first cell (``validate --build`` asks beforehand), and the
-    run says so."""
+    """Before any cell: each pending model (but a shipped one with random weights in an image of a transformers the
+    project's images pin: ``needs_run_check``) built on the meta device once in each environment that will run it
+    (matrixbench.build.check: a runner's --check, its answer in .model-check/ of the environment's first image
+    folder, the first thing the run writes there); a model that does not build refuses the run (MatrixError naming
+    model, image, versions and the fix). The Ray executor starts no runner here: its nodes build each model in their
+    first cell (``validate --build`` asks beforehand), and the run says so."""
     from matrixbench.build.check import check_paths, check_work, environment_image, needs_run_check, refuse_unbuildable
 
-    pending = [work for work in run.works if any(needs_run_check(repeat.cell) for repeat in work.pending)]
+    def checked(work: ImageWork) -> List[Cell]:
+        transformers = run.matrix.images[work.image_name].transformers
+        return [repeat.cell for repeat in work.pending if needs_run_check(repeat.cell, transformers)]
+
+    pending = [work for work in run.works if checked(work)]
     if not pending:
         return   # nothing pending, or only shipped models with random weights: no check runner starts
     if not isinstance(environment, Starter):
@@ -196,7 +200,7 @@ def _model_check(environment: Environment, run: Run, progress: Progress) -> None
         request = run.request(work)
         image = environment_image(environment.name, request.image)
         cells = asked.setdefault(image.built_as, (dataclasses.replace(request, image=image), []))[1]
-        cells.extend(repeat.cell for repeat in work.pending if needs_run_check(repeat.cell))
+        cells.extend(checked(work))
     requests = [dataclasses.replace(request, work=check_work(cells, run.matrix), placement=Placement(),
                                     paths=check_paths(Path(request.paths.out_dir) / MODEL_CHECK_DIRNAME,
                                                       run.options.hf_cache_dir))
