@@ -98,16 +98,17 @@ def test_images_carry_labels_and_their_pip_freeze(client, built):
 
 
 def test_each_image_runs_its_cells_with_its_own_torch(client, built, tmp_path):
+    """resnet eager and compiled in both images (vit's cold compiles cost 250-465 s more at CI's load and showed
+    nothing more: test_compiles_fill_the_images_compile_cache_folder_unless_cold compiles vit in e2e-stable)."""
     run_id = "e2e-versions"
-    code, output = finish(matrixbench("--run", run_id, "--cache-dir", str(tmp_path / "compile"),
+    code, output = finish(matrixbench("--run", run_id, "--models", "resnet", "--cache-dir", str(tmp_path / "compile"),
                                       results=tmp_path / "results"))
     assert code == 0, output
     assert HF_TOKEN not in output
     for name, version in TORCH.items():
         out_dir = tmp_path / "results" / run_id / name
         found = records(out_dir)
-        assert sorted(found) == ["resnet-tiny_bs1_default_float32", "resnet-tiny_bs1_eager_float32",
-                                 "vit-tiny_bs1_default_float32", "vit-tiny_bs1_eager_float32"], output
+        assert sorted(found) == ["resnet-tiny_bs1_default_float32", "resnet-tiny_bs1_eager_float32"], output
         image_id = client.inspect_image(image_tag(name)).id
         for cid, record in found.items():
             jsonschema.validate(record, RECORD_SCHEMA)

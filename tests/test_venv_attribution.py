@@ -65,13 +65,15 @@ def test_the_bridge_venv_holds_the_torch_of_one_side_and_the_transformers_of_the
 
 def test_the_report_splits_every_mixed_row_and_shows_why_the_other_corner_is_missing(built, tmp_path):
     results = tmp_path / "results"
-    code, output = matrixbench("run", "--matrix", str(MATRIX_PATH), "--models", SPLIT_MODELS, "--results",
-                               str(results), "--run", "split", "--backend", "venv", "--device", "cpu",
+    # eager only: the split is the report's, whatever the mode (the cold compiles of both models in four venvs took
+    # about 15 minutes of CI's 2 loaded cores and showed nothing more; test_venv_e2e compiles in the venvs)
+    code, output = matrixbench("run", "--matrix", str(MATRIX_PATH), "--models", SPLIT_MODELS, "--modes", "eager",
+                               "--results", str(results), "--run", "split", "--backend", "venv", "--device", "cpu",
                                "--cache-dir", str(tmp_path / "compile"))
     assert code == 0, output
     for image in ("venv-seed", "venv-stable", "venv-latest", BRIDGE):
         found = records(results / "split" / image)
-        assert len(found) == 8, (image, output)    # 2 models x 2 modes x 2 processes
+        assert len(found) == 4, (image, output)    # 2 models x 2 processes
         assert all(record["status"] == "ok" for record in found), [(r["cell_id"], r["error"]) for r in found]
     code, output = matrixbench("report", str(results / "split"), "--out", str(tmp_path / "report"),
                                "--format", "md,csv")
@@ -79,7 +81,7 @@ def test_the_report_splits_every_mixed_row_and_shows_why_the_other_corner_is_mis
     report = (tmp_path / "report" / "report.md").read_text()
     pairs = report.split("## Image against image")[1].split("\n## ")[0]
     mixed = [line for line in pairs.splitlines() if "mixes a transformers change (4.43.4 → 5.23.0)" in line]
-    assert len(mixed) == 4
+    assert len(mixed) == 2   # a row a model
     lines = pairs.splitlines()
     for line in mixed:
         index = lines.index(line)
@@ -91,7 +93,7 @@ def test_the_report_splits_every_mixed_row_and_shows_why_the_other_corner_is_mis
     assert f"Split via {BRIDGE}: {REFUSED} cannot exist: transformers 5.23.0: it requires" in report
     with open(tmp_path / "report" / "comparisons.csv", newline="") as handle:
         kinds = [row["kind"] for row in csv.DictReader(handle)]
-    assert kinds.count("torch_share") == kinds.count("transformers_share") == 4
+    assert kinds.count("torch_share") == kinds.count("transformers_share") == 2
 
 
 def test_the_seed_era_venv_builds_and_runs_every_tiny_seed_model(built, tmp_path):
