@@ -667,9 +667,9 @@ def describe_plan(matrix, run_path, force, retry_failed, budget_min=None, execut
                                             for plan in checked})
     if checks:
         lines.append("model check: before any cell, each pending model (but a shipped one with random weights in an "
-                     "image of a transformers the project's images pin) built on the meta device (no weights, no "
-                     f"timing) once in each environment: {checks} runner start(s) with docker or venv (one build "
-                     "each), 1 with --backend local; a model that does not build refuses the run")
+                     "image of a transformers within the releases the project's images span) built on the meta "
+                     f"device (no weights, no timing) once in each environment: {checks} runner start(s) with docker "
+                     "or venv (one build each), 1 with --backend local; a model that does not build refuses the run")
     gpu_count = gpus_placed(gpu, os.environ) if gpus and matrix.slots == AUTO and executor != RAY else 0
     parallel = at_once or runners_at_once(executor, matrix.slots, gpus, gpu_count)   # what will run at once
     return "\n".join([*lines, bill(policy_of(matrix, budget_min), plans, parallel, estimates,

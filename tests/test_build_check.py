@@ -165,19 +165,25 @@ def test_shipped_models_in_an_image_of_another_transformers_are_checked_too(tmp_
     assert len(backend.requests) == 2   # then both images' cells ran
 
 
-def test_the_transformers_exempt_from_the_check_are_those_the_projects_images_pin():
-    """SHIPPED_TRANSFORMERS is the matrix.yaml images' pins: a new pin there without it here would check every
-    shipped model in that image; one here no image pins any more would exempt a transformers nothing builds with."""
+def test_the_transformers_exempt_from_the_check_are_those_the_projects_images_span():
+    """SHIPPED_TRANSFORMERS spans the matrix.yaml images' pins, ends included: a newer or older pin there without it
+    here would check every shipped model in that image; a wider span would exempt a transformers nothing builds
+    them with."""
+    from packaging.version import Version
+
     from matrixbench.build.check import SHIPPED_TRANSFORMERS, needs_run_check
     from matrixbench.build.versions import pinned_version
     from runner.core import Cell
 
     project = load_matrix(Path(__file__).resolve().parents[1] / "matrix.yaml", None)
-    assert {pinned_version(image.transformers) for image in project.images.values()} == SHIPPED_TRANSFORMERS
+    pins = sorted((pinned_version(image.transformers) for image in project.images.values()), key=Version)
+    assert {(spec.operator, spec.version) for spec in SHIPPED_TRANSFORMERS} == {(">=", pins[0]), ("<=", pins[-1])}
     shipped = Cell(model="vit", model_id="google/vit-base-patch16-224", task="image-classification", batch_size=1,
                    mode="eager", fullgraph=False, dtype="float32", size="tiny", weights="random")
-    assert not needs_run_check(shipped, "transformers==5.23.0")
-    assert needs_run_check(shipped, "transformers==4.30.2") and needs_run_check(shipped, "transformers>=4.31")
+    for inside in ("4.31.0", "4.43.4", "5.17.0", "5.23.0"):   # 5.17.0: the lent H200's, between the pins
+        assert not needs_run_check(shipped, f"transformers=={inside}"), inside
+    for outside in ("transformers==4.30.2", "transformers==5.24.0", "transformers>=4.31", "transformers"):
+        assert needs_run_check(shipped, outside), outside
     assert needs_run_check(dataclasses.replace(shipped, weights="pretrained"), "transformers==5.23.0")
 
 
@@ -226,7 +232,7 @@ def test_a_dry_run_names_the_model_checks_runner_starts_and_bills_them(tmp_path,
     assert shipped.exit_code == 0 and own.exit_code == 0, shipped.output + own.output
     assert "model check" not in shipped.output
     assert "model check: before any cell, each pending model (but a shipped one with random weights in an image of a " \
-           "transformers the project's images pin) built on the meta device (no weights, no timing) once in each " \
-           "environment: 1 runner start(s)" in own.output
+           "transformers within the releases the project's images span) built on the meta device (no weights, no " \
+           "timing) once in each environment: 1 runner start(s)" in own.output
     starts = [line for line in (shipped.output + own.output).splitlines() if line.startswith("estimated duration")]
     assert [line.split(" runner start(s)")[0].rsplit("; ", 1)[-1] for line in starts] == ["1", "2"], starts

@@ -5,10 +5,10 @@ broken config, or a model an image's transformers lacks, is found before a GPU i
 Two callers: ``matrixbench validate --build`` (every model of the matrix, in every image) and
 ``matrixbench run`` (``refuse_unbuildable``: the models of the pending cells, in the environment of each
 image that has some, before any cell runs; but a shipped model with random weights in an image of a transformers
-the project's own images pin, ``needs_run_check``: a run of only those starts no check runner). Both ask the
-runner's ``--check`` (runner/check.py), started through a backend exactly as a run starts the runner: the docker
-backend runs it in a container of each built image, the venv backend in each image's venv, the local backend once
-in this interpreter (image "local"); an A/A twin is checked in its original's build. The answer is
+within the releases the project's own images span, ``needs_run_check``: a run of only those starts no check
+runner). Both ask the runner's ``--check`` (runner/check.py), started through a backend exactly as a run starts the
+runner: the docker backend runs it in a container of each built image, the venv backend in each image's venv, the
+local backend once in this interpreter (image "local"); an A/A twin is checked in its original's build. The answer is
 ``check.json`` (runner.schema.CHECK_SCHEMA, versioned), vouched for by ``results_files.read_check``.
 
 What a run does with a model that does not build: it refuses to start, naming the model, the image,
@@ -22,6 +22,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Type
+
+from packaging.specifiers import SpecifierSet
 
 from matrixbench.build.versions import pinned_version
 from matrixbench.environments import create_backend
@@ -154,19 +156,22 @@ def check_work(cells: Sequence[Cell], matrix: Matrix) -> Work:
     return Work(one_cell_per_model(cells), runner_settings(matrix, "cpu"), check=True)
 
 
-# The transformers releases the images of the project's matrix.yaml pin (seed 4.31.0, stable and nightly 4.43.4, latest
-# 5.23.0; tests/test_build_check.py keeps the two alike): the shipped configs (runner/configs) are built with these.
-SHIPPED_TRANSFORMERS = frozenset({"4.31.0", "4.43.4", "5.23.0"})
+# The transformers releases the images of the project's matrix.yaml span (seed 4.31.0, the first that builds all 11
+# shipped configs, to latest 5.23.0; tests/test_build_check.py keeps the two alike): the shipped configs
+# (runner/configs) are built with releases between them, ends included.
+SHIPPED_TRANSFORMERS = SpecifierSet(">=4.31.0,<=5.23.0")
 
 
 def needs_run_check(cell: Cell, transformers: str) -> bool:
     """Whether the run checks the cell's model in an image whose entry asks for ``transformers`` (a requirement):
-    every model but a shipped one with random weights in an image of a transformers the project's own images pin
-    (SHIPPED_TRANSFORMERS), which builds the configs matrixbench ships with the classes they name. A shipped model
-    in an image of another transformers (older ones lack classes: 4.30.2 cannot build conditional-detr's config) is
-    checked like a user's own; ``validate --build`` checks every model in any image."""
+    every model but a shipped one with random weights in an image pinned to a transformers within the releases the
+    project's own images span (SHIPPED_TRANSFORMERS), which build the configs matrixbench ships with the classes
+    they name. A shipped model in an image of another transformers (older ones lack classes or cannot build a config:
+    4.30.2 cannot build conditional-detr's), or of a range, is checked like a user's own; ``validate --build`` checks
+    every model in any image."""
     shipped = cell.weights == "random" and shipped_spec(cell.model, cell.model_id, cell.config_path) is not None
-    return not (shipped and pinned_version(transformers) in SHIPPED_TRANSFORMERS)
+    version = pinned_version(transformers)
+    return not (shipped and version is not None and SHIPPED_TRANSFORMERS.contains(version, prereleases=True))
 
 
 def one_cell_per_model(cells: Sequence[Cell]) -> List[Cell]:

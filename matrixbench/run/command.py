@@ -176,12 +176,12 @@ def _runners_at_once(environment: Environment, matrix: Matrix, options: RunOptio
 
 
 def _model_check(environment: Environment, run: Run, progress: Progress) -> None:
-    """Before any cell: each pending model (but a shipped one with random weights in an image of a transformers the
-    project's images pin: ``needs_run_check``) built on the meta device once in each environment that will run it
-    (matrixbench.build.check: a runner's --check, its answer in .model-check/ of the environment's first image
-    folder, the first thing the run writes there); a model that does not build refuses the run (MatrixError naming
-    model, image, versions and the fix). The Ray executor starts no runner here: its nodes build each model in their
-    first cell (``validate --build`` asks beforehand), and the run says so."""
+    """Before any cell: each pending model (but a shipped one with random weights in an image of a transformers
+    within the releases the project's images span: ``needs_run_check``) built on the meta device once in each
+    environment that will run it (matrixbench.build.check: a runner's --check, its answer in .model-check/ of the
+    environment's first image folder, the first thing the run writes there); a model that does not build refuses the
+    run (MatrixError naming model, image, versions and the fix). The Ray executor starts no runner here: its nodes
+    build each model in their first cell (``validate --build`` asks beforehand), and the run says so."""
     from matrixbench.build.check import check_paths, check_work, environment_image, needs_run_check, refuse_unbuildable
 
     def checked(work: ImageWork) -> List[Cell]:
