@@ -65,6 +65,20 @@ def test_the_bill_counts_the_units_the_clusters_live_nodes_run_at_once_by_gpu_ty
     assert cluster_at_once(nodes, ("V100",), gpus=True, where="auto").runners == {"V100": 0}
 
 
+def test_a_node_with_two_of_the_asked_gpu_types_is_refused_naming_it():
+    """Ray hands a task any GPU of its node: on a node of two types a unit could run on the other type's GPU."""
+    from matrixbench.executors.ray.tasks import check_one_type_a_node
+
+    mixed = _node("10.0.0.3", CPU=8, GPU=2, **{"accelerator_type:A100": 1, "accelerator_type:T4": 1})
+    nodes = [_node("10.0.0.1", CPU=8, GPU=2, **{"accelerator_type:A100": 1}), mixed]
+    with pytest.raises(UnknownGpuTypeError, match=r"node 10\.0\.0\.3 \(id 10\.0\.0\.3\) has the GPU types A100, T4: "
+                                                  r"Ray gives a task any GPU of its node, so a unit of T4 could run"):
+        check_one_type_a_node(nodes, ["T4"])
+    check_one_type_a_node(nodes, ["V100"])                     # not asked there (check_gpu_types refuses V100)
+    check_one_type_a_node([nodes[0], {**mixed, "Alive": False}], ["A100", "T4"])   # a dead node runs nothing
+    check_one_type_a_node(nodes[:1], ["A100"])
+
+
 def test_a_task_gets_its_gpus_share_of_the_nodes_cores():
     assert node_slot(["1"], 2, gpus=True, cores=[0, 1, 2, 3]).cores == (2, 3)
     assert node_slot(["1"], 2, gpus=True, cores=[0, 1, 2, 3]).gpu_index == 1

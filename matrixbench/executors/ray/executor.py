@@ -236,7 +236,9 @@ class RayBackend(Environment):
         return bool(self._connect().cluster_resources().get("GPU", 0) > 0)
 
     def check_gpu_types(self, gpu_types: Tuple[str, ...]) -> None:
-        cluster.check_gpu_types(gpu_types, self._connect().cluster_resources(), self.address or "")
+        ray = self._connect()
+        cluster.check_gpu_types(gpu_types, ray.cluster_resources(), self.address or "")
+        cluster.check_one_type_a_node(ray.nodes(), gpu_types)
 
     def check_turns_cores(self, count: int, gpu_types: Tuple[str, ...], device: str) -> None:
         """Refuse ``turns_cores`` ``count`` where a node a unit's task may land on gives a task fewer cores (its

@@ -98,6 +98,22 @@ def check_gpu_types(asked: Sequence[str], resources: Mapping[str, float], addres
             "Start a node of that type (`ray start --address=HEAD:PORT`) or drop it from --gpu-types")
 
 
+def check_one_type_a_node(nodes: Sequence[Mapping[str, object]], asked: Sequence[str]) -> None:
+    """Refuse GPU types of which a live node (``ray.nodes()``'s) carries one beside another: Ray hands a task any GPU
+    of the node it lands on (its GPU ids carry no type), so a unit of one type could run on the other type's GPU
+    there and its records sit under the wrong type; and the bill would count that node's GPUs once per type."""
+    for node in nodes:
+        have = node.get("Resources")
+        types = cluster_gpu_types(have) if node.get("Alive") and isinstance(have, Mapping) else []
+        if len(types) > 1 and set(types) & set(asked):
+            raise UnknownGpuTypeError(
+                f"--gpu-types: node {node.get('NodeManagerAddress')} (id {str(node.get('NodeID'))[:12]}) has the GPU "
+                f"types {', '.join(types)}: Ray gives a task any GPU of its node, so a unit of "
+                f"{', '.join(t for t in types if t in asked)} could run on another type's GPU there. Start each node "
+                "with one GPU type (CUDA_VISIBLE_DEVICES naming one type's GPUs, one accelerator_type in `ray start "
+                "--resources`), or drop these types from --gpu-types")
+
+
 def task_demand(gpu_type: Optional[str], gpus: bool) -> Dict[str, float]:
     """What a unit's task holds of its node's Ray resources while it runs: a CPU (Ray's default for a task: a node
     started with fewer CPUs than GPUs runs fewer units than it has GPUs) and, with a GPU type or GPUs, one GPU and a
