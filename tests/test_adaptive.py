@@ -17,13 +17,13 @@ from host_helpers import (
     use_backend,
     write_matrix,
 )
-from matrixbench.cli import describe_plan
 from matrixbench.executors import adaptive
 from matrixbench.executors.scheduler import RUNNER_START_S
 from matrixbench.matrix import Overrides, load_matrix
 from matrixbench.matrix.comparisons import Comparison
 from matrixbench.run.at_once import AtOnce
 from matrixbench.run.command import run_matrix
+from matrixbench.run.dry_run import describe_plan
 from matrixbench.run.manifest import read_manifest
 from matrixbench.run.pending import pending_work
 from runner.core import Cell

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from matrixbench.cli import describe_plan, main
+from matrixbench.cli import main
 from matrixbench.executors.adaptive import bill_seconds, policy_of
 from matrixbench.executors.scheduler import Estimates, make_units, run_order, takes_units
 from matrixbench.matrix import Overrides, load_matrix
+from matrixbench.run.dry_run import describe_plan
 from matrixbench.run.pending import pending_work
 from runner.schema import read_record
 

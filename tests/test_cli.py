@@ -113,7 +113,7 @@ def _on_a_gpu_host(monkeypatch):
     from matrixbench.gpu import parse_gpus
 
     gpus = parse_gpus(query_gpu("H100", "550"))
-    monkeypatch.setattr("matrixbench.cli.host_gpus", lambda: gpus)
+    monkeypatch.setattr("matrixbench.run.dry_run.host_gpus", lambda: gpus)
     monkeypatch.setattr("matrixbench.run.command.host_gpus", lambda: gpus)
     use_backend(monkeypatch, RecordingBackend(gpus=True))
 

@@ -196,8 +196,8 @@ def test_the_runs_budget_counts_the_runners_the_cluster_runs_at_once(tmp_path, c
 def test_a_dry_run_that_connects_anyway_asks_the_cluster_for_its_bill(tmp_path, cluster, monkeypatch):
     """--device cuda: the dry run asks the cluster whether it has GPUs, so its bill asks it too (a GPU run's units:
     2 A100s on the first node, the T4 node without a CPU)."""
-    from matrixbench.cli import describe_plan
     from matrixbench.run.command import check_dry_run
+    from matrixbench.run.dry_run import describe_plan
 
     monkeypatch.setattr(cluster, "gpus_available", lambda: True, raising=False)
     matrix = _matrix(tmp_path)

@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # Layers, top to bottom: a module imports only its own layer or those below it.
 LAYERS = (
     ("matrixbench.cli",),
-    ("matrixbench.run.command", "matrixbench.doctor", "matrixbench.build.clean", "matrixbench.build.check",
-     "matrixbench.run.noise_check"),
+    ("matrixbench.run.command", "matrixbench.run.dry_run", "matrixbench.doctor", "matrixbench.build.clean",
+     "matrixbench.build.check", "matrixbench.run.noise_check"),
     ("matrixbench.executors",),
     ("matrixbench.run.launch",),
     ("matrixbench.environments",),

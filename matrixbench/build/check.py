@@ -33,6 +33,7 @@ from matrixbench.errors import MatrixbenchError, MatrixError, RunError
 from matrixbench.matrix import Matrix, expand_cells, runner_settings
 from matrixbench.paths import hf_cache_home
 from matrixbench.run.launch import last_line, launch
+from matrixbench.run.pending import ImageWork
 from matrixbench.run.results_files import read_check
 from runner.core import Cell
 from runner.registry import shipped_spec
@@ -172,6 +173,13 @@ def needs_run_check(cell: Cell, transformers: str) -> bool:
     shipped = cell.weights == "random" and shipped_spec(cell.model, cell.model_id, cell.config_path) is not None
     version = pinned_version(transformers)
     return not (shipped and version is not None and SHIPPED_TRANSFORMERS.contains(version, prereleases=True))
+
+
+def cells_to_check(work: ImageWork, matrix: Matrix) -> List[Cell]:
+    """The pending cells of ``work`` whose models a run checks before any cell (``needs_run_check``, with the
+    transformers its image's entry asks for): the run's check and its dry run's count, one rule."""
+    transformers = matrix.images[work.image_name].transformers
+    return [repeat.cell for repeat in work.pending if needs_run_check(repeat.cell, transformers)]
 
 
 def one_cell_per_model(cells: Sequence[Cell]) -> List[Cell]:

@@ -182,13 +182,9 @@ def _model_check(environment: Environment, run: Run, progress: Progress) -> None
     environment's first image folder, the first thing the run writes there); a model that does not build refuses the
     run (MatrixError naming model, image, versions and the fix). The Ray executor starts no runner here: its nodes
     build each model in their first cell (``validate --build`` asks beforehand), and the run says so."""
-    from matrixbench.build.check import check_paths, check_work, environment_image, needs_run_check, refuse_unbuildable
+    from matrixbench.build.check import cells_to_check, check_paths, check_work, environment_image, refuse_unbuildable
 
-    def checked(work: ImageWork) -> List[Cell]:
-        transformers = run.matrix.images[work.image_name].transformers
-        return [repeat.cell for repeat in work.pending if needs_run_check(repeat.cell, transformers)]
-
-    pending = [work for work in run.works if checked(work)]
+    pending = [work for work in run.works if cells_to_check(work, run.matrix)]
     if not pending:
         return   # nothing pending, or only shipped models with random weights: no check runner starts
     if not isinstance(environment, Starter):
@@ -200,7 +196,7 @@ def _model_check(environment: Environment, run: Run, progress: Progress) -> None
         request = run.request(work)
         image = environment_image(environment.name, request.image)
         cells = asked.setdefault(image.built_as, (dataclasses.replace(request, image=image), []))[1]
-        cells.extend(checked(work))
+        cells.extend(cells_to_check(work, run.matrix))
     requests = [dataclasses.replace(request, work=check_work(cells, run.matrix), placement=Placement(),
                                     paths=check_paths(Path(request.paths.out_dir) / MODEL_CHECK_DIRNAME,
                                                       run.options.hf_cache_dir))
