@@ -184,7 +184,7 @@ def _model_check(environment: Environment, run: Run, progress: Progress) -> None
     build each model in their first cell (``validate --build`` asks beforehand), and the run says so."""
     from matrixbench.build.check import cells_to_check, check_paths, check_work, environment_image, refuse_unbuildable
 
-    pending = [work for work in run.works if cells_to_check(work, run.matrix)]
+    pending = [(work, cells) for work in run.works if (cells := cells_to_check(work, run.matrix))]
     if not pending:
         return   # nothing pending, or only shipped models with random weights: no check runner starts
     if not isinstance(environment, Starter):
@@ -192,15 +192,14 @@ def _model_check(environment: Environment, run: Run, progress: Progress) -> None
                       "validate --build` builds each model in each image beforehand)")
         return
     asked: Dict[str, Tuple[RunRequest, List[Cell]]] = {}   # environment -> its request, the cells it will run
-    for work in pending:
+    for work, cells in pending:
         request = run.request(work)
         image = environment_image(environment.name, request.image)
-        cells = asked.setdefault(image.built_as, (dataclasses.replace(request, image=image), []))[1]
-        cells.extend(cells_to_check(work, run.matrix))
-    requests = [dataclasses.replace(request, work=check_work(cells, run.matrix), placement=Placement(),
+        asked.setdefault(image.built_as, (dataclasses.replace(request, image=image), []))[1].extend(cells)
+    requests = [dataclasses.replace(request, work=check_work(checked, run.matrix), placement=Placement(),
                                     paths=check_paths(Path(request.paths.out_dir) / MODEL_CHECK_DIRNAME,
                                                       run.options.hf_cache_dir))
-                for request, cells in asked.values()]
+                for request, checked in asked.values()]
     refuse_unbuildable(environment, requests, progress.note)
 
 

@@ -128,15 +128,17 @@ class Lease:
         finally:
             os.close(fd)   # (drops the lock taken just to look)
 
-    def discard(self) -> None:
+    def discard(self) -> bool:
         """Remove the lease file of a gone owner whose container was stopped: only the very file it locked,
-        never a link or another file now at its path."""
+        never a link or another file now at its path; whether it removed it."""
         try:
             info = os.lstat(self.path)
         except OSError:
-            return
-        if stat.S_ISREG(info.st_mode) and _file_id(info) == self.file_id:
-            self.path.unlink(missing_ok=True)
+            return False
+        if not (stat.S_ISREG(info.st_mode) and _file_id(info) == self.file_id):
+            return False
+        self.path.unlink(missing_ok=True)
+        return True
 
 
 @contextmanager
@@ -157,32 +159,17 @@ def sweep_leases(folder: Path, pattern: str, keep: AbstractSet[Path] = frozenset
     """Remove the lease files under ``folder`` (named ``pattern``) that no process holds and no container names
     (``keep``: the resolved paths the leases of the containers still there name), and return them: a killed owner
     whose container was then removed by hand (``docker rm -f``) left its lease, which nothing else removes. Call it
-    under the run folder's lock (no owner of that folder starts meanwhile). Untrusted: no link followed, only a
-    regular file, removed while this process holds its lock and only if it is still the file at its path."""
+    under the run folder's lock (no owner of that folder starts meanwhile). Each is asked and removed as a
+    container's lease is (``Lease.held``, ``Lease.discard``): no link followed, only that regular file."""
     removed = []
     for path in sorted(Path(folder).rglob(pattern)):   # rglob does not descend into linked folders
-        if path.resolve() in keep:
-            continue
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            info = os.lstat(path)
         except OSError:
             continue
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                continue   # held: its owner lives (or it cannot be told here)
-            now = os.lstat(path)
-            if stat.S_ISREG(now.st_mode) and _file_id(now) == _file_id(info):
-                path.unlink()
-                removed.append(path)
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
+        lease = Lease(path, _file_id(info))
+        if stat.S_ISREG(info.st_mode) and path.resolve() not in keep and lease.held()[0] is False and lease.discard():
+            removed.append(path)
     return removed
 
 
