@@ -35,6 +35,7 @@ KILL_AFTER = "T4/latest/resnet-tiny_bs1_eager_float32.json"
 HANGING_UNIT_STARTED = "T4 resnet bs=2: started on node 127.0.0.2"
 START_ATTEMPTS = 3
 RUNNER_APPEARS_S = 60   # from the unit's "started" line to its runner's process, at most
+RUNNERS_GO_S = 20   # from the driver's exit on Ctrl-C to its cancelled tasks' runners gone, at most
 RUN_TIMEOUT_S = 600   # generous: on a loaded 2-core machine everything here runs several times slower
 # Ray's token authentication, as docs/cluster.md tells users to run a cluster: every node and driver has it
 AUTH_TOKEN = secrets.token_hex(32)
@@ -198,13 +199,23 @@ def interrupt(matrix, results, env, work):
     process.send_signal(signal.SIGINT)
     code = process.wait(timeout=RUN_TIMEOUT_S)
     log.close()
-    time.sleep(5)   # what the cancelled task stops has had time to go
+    # What the cancelled task stops goes within RUNNERS_GO_S (a loaded machine takes longer than a quiet one); a
+    # runner its task did not stop hangs in its fault for ever (nobody is left to time it out), so it is still seen.
+    stopped = time.monotonic()
+    while runners() and time.monotonic() - stopped < RUNNERS_GO_S:
+        time.sleep(0.2)
     folder = results / "interrupted"
     return {"code": code, "s": time.monotonic() - t0, "output": (work / "interrupt.log").read_text(),
+            "runners_gone_s": round(time.monotonic() - stopped, 1),
             "records": {str(p.relative_to(folder)): json.loads(p.read_text())["status"]
                         for p in folder.rglob("*.json") if p.name not in ("run.json", "cells.json")},
             "manifest": json.loads((folder / "run.json").read_text()).get("status"),
-            "runners_left": [" ".join(argv) for argv in commands() if argv[1:3] == ["-m", "runner"]]}
+            "runners_left": runners()}
+
+
+def runners():
+    """The command lines of the runners running on this machine."""
+    return [" ".join(argv) for argv in commands() if argv[1:3] == ["-m", "runner"]]
 
 
 def runners_with(assignment):

@@ -143,7 +143,7 @@ def test_ctrl_c_cancels_the_outstanding_units_keeps_the_records_and_stops_their_
     assert stopped["records"].get(f"A100/latest/{HANG}.json") != "ok"   # stopped in its hang: none, or not ok
     assert stopped["manifest"] == "interrupted"
     assert re.search(r"cancelling [12] outstanding unit\(s\)", stopped["output"])   # 2: bs=1's task not back yet
-    assert stopped["runners_left"] == []   # the cancelled task stopped its runner
+    assert stopped["runners_left"] == [], stopped["runners_gone_s"]   # the cancelled task stopped its runner
 
 
 @pytest.mark.parametrize("missing", ["no_token", "no_auth_mode"])
