@@ -2,6 +2,7 @@
 two-process intervals are wide, and the old "% faster than eager" axis stretched to the widest (7000%),
 flattening every bar. Now: ratios on a log axis, the frame set by the bars, an interval past it ends in
 an arrow at the edge; the summary's front table has what a reader needs first; the report says TF32 was off."""
+import json
 import shutil
 from pathlib import Path
 
@@ -10,7 +11,9 @@ import pytest
 
 from host_helpers import report_with_figures
 from matrixbench.report import charts
-from matrixbench.report.tables import SUMMARY_FRONT
+from matrixbench.report.tables import FLAGS, SUMMARY_FRONT
+
+MARK_NAMES = ("noisy within a process", "noisy between processes", "accuracy check failed", "per-call latency", *FLAGS)
 
 EVIDENCE = Path(__file__).parent / "data" / "gpu" / "h100-2026-11-26"
 SPEEDUP = "nvidia-h100-80gb-hbm3_bs1_speedup.png"
@@ -59,3 +62,24 @@ def test_the_report_says_tf32_was_off_and_lists_no_selftest_json_as_a_record(h10
     markdown = h100[0]
     assert markdown.count("TF32 was off for float32 matmuls") == 1
     assert "Left out, not a readable record" not in markdown
+
+
+def _records():
+    return [json.loads(path.read_text()) for path in (EVIDENCE / "run-acc" / "acc" / "latest").glob("*.json")]
+
+
+def test_every_mark_of_the_latency_chart_lies_inside_its_axes(h100):
+    """DETR eager is the longest bar and per-call (two host syncs per call in its records): its third mark, ↕,
+    was drawn past the frame matplotlib's default margin left and clipped, though the legend named it."""
+    axes = h100[2]["nvidia-h100-80gb-hbm3_bs1_duration.png"].axes[0]
+    per_call_cells = {record["cell_id"] for record in _records()
+                      if record["status"] == "ok" and record["timing"]["host_syncs_per_call"] > 0}
+    assert per_call_cells == {"detr-resnet-101_bs1_eager_float32"}
+    marks = [found for found in axes.collections if found.get_label() in (*MARK_NAMES, "_nolegend_")]
+    [per_call] = [found for found in marks if found.get_label() == "per-call latency"]
+    assert len(per_call.get_offsets()) == len(per_call_cells)
+    box = axes.get_window_extent()
+    radius = (charts.MARK_SIZE ** 0.5) / 2 * axes.figure.dpi / 72
+    placed = [x for found in marks for x, _ in found.get_offset_transform().transform(found.get_offsets())]
+    assert len(placed) >= 7   # † ¶ on ResNet eager and RO and DETR eager and default, † on ResNet default, ↕
+    assert all(box.x0 + radius <= x <= box.x1 - radius for x in placed)
