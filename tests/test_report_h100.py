@@ -3,6 +3,7 @@ two-process intervals are wide, and the old "% faster than eager" axis stretched
 flattening every bar. Now: ratios on a log axis, the frame set by the bars, an interval past it ends in
 an arrow at the edge; the summary's front table has what a reader needs first; the report says TF32 was off."""
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pandas as pd
 import pytest
 
 from host_helpers import report_with_figures
-from matrixbench.report import charts
+from matrixbench.report import charts, verdicts
 from matrixbench.report.tables import FLAGS, SUMMARY_FRONT
 
 MARK_NAMES = ("noisy within a process", "noisy between processes", "accuracy check failed", "per-call latency", *FLAGS)
@@ -83,3 +84,31 @@ def test_every_mark_of_the_latency_chart_lies_inside_its_axes(h100):
     placed = [x for found in marks for x, _ in found.get_offset_transform().transform(found.get_offsets())]
     assert len(placed) >= 7   # † ¶ on ResNet eager and RO and DETR eager and default, † on ResNet default, ↕
     assert all(box.x0 + radius <= x <= box.x1 - radius for x in placed)
+
+
+def _section(markdown, heading):
+    return markdown.split(f"## {heading}")[1].split("\n## ")[0]
+
+
+@pytest.mark.parametrize("heading, kind, row, column", [
+    ("Latency per device and batch size", "speedup", "Image Classification/ResNet", 2),
+    ("Compile modes against default", "mode_change", "Image Classification/ResNet", 3)])
+def test_an_untested_change_is_shown_as_the_legend_says(h100, heading, kind, row, column):
+    """ResNet default ran in one process (the run was stopped before its second): its speed-up and the
+    reduce-overhead change against it are not tested. The legends said such a change is "marked" with the
+    not-tested text, which these tables never show: the change appears with no mark at all."""
+    markdown, comparisons, _ = h100
+    processes = {}
+    for record in _records():
+        processes[record["cell_id"]] = processes.get(record["cell_id"], 0) + 1
+    assert processes["resnet_bs1_default_float32"] == 1
+    untested = comparisons.query(f"kind == '{kind}' and model == 'resnet' and verdict == 'not tested'")
+    assert len(untested) == 1
+    section = _section(markdown, heading)
+    line = next(line for line in section.splitlines() if line.startswith(f"| {row} "))
+    shown = line.strip("|").split("|")[column].strip()
+    assert f"({untested['percent'].iloc[0]:+.1f}%)" in shown   # no verdict mark after the %
+    legend = section.split("\n|")[0]
+    claimed = re.findall(r'marked "([^"]+)"', legend)
+    assert all(text in section.split("\n|", 1)[1] for text in claimed), f"the legend claims marks {claimed}"
+    assert "without a mark" in legend and verdicts.NOT_TESTED_TEXT in legend

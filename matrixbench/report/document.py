@@ -23,6 +23,12 @@ from matrixbench.report.verdict_summary import aa_line, multiplicity_line, verdi
 from matrixbench.words import count
 
 _FAILED = "Cells that did not run show their status (OOM, ERR, TIMEOUT, CRASH); the footnote gives the reason."
+# What an untested change looks like: the tables put no verdict mark after its % (verdicts.MARKS); where a table
+# has an interval column (image against image), it reads the not-tested text
+_UNTESTED = (f"the change is shown without a mark: \"{verdicts.NOT_TESTED_TEXT}\" (comparisons.csv's verdict "
+             f"\"{stats.UNTESTED}\"; an interval column, where the table has one, says so).")
+
+
 def _verdict_legend(margin_pct):
     return (
         f"{verdicts.STAR} faster or slower: the {round(stats.CONFIDENCE * 100)}% interval of the ratio excludes 1. "
@@ -32,7 +38,7 @@ def _verdict_legend(margin_pct):
         f"processes (repeats) would decide. The interval: Welch's t on the two cells' log per-process estimates "
         f"(each process, a repeat, is one independent draw; samples within one process are not), as a ratio of "
         f"geometric means. Tested only when both cells ran in {stats.MIN_PROCESSES} or more processes; otherwise "
-        f"the change is shown and marked \"{verdicts.NOT_TESTED_TEXT}\". See docs/verdicts.md.")
+        f"{_UNTESTED} See docs/verdicts.md.")
 
 
 _BY_ROUND = (
@@ -118,7 +124,8 @@ def legends_for(margin_pct=verdicts.MARGIN_PCT):
             f"per-process means above {BETWEEN_CV_THRESHOLD:g} (the report's between_cv_threshold; cells with 2 or "
             "more repeats). The speed-up carries its verdict's mark: "
             f"{verdicts.STAR} faster (or slower) than eager, {verdicts.NO_CHANGE_MARK} no change within "
-            f"±{margin_pct:g}%, {verdicts.UNDECIDED_MARK} undecided (see the verdicts legend). "
+            f"±{margin_pct:g}%, {verdicts.UNDECIDED_MARK} undecided (see the verdicts legend); with one process "
+            f"on a side, {_UNTESTED} "
             f"{tables.ACCURACY_MARK} accuracy check failed (compiled output off from eager, or NaN). "
             f"{tables.PER_CALL_MARK} per-call latency: the model makes the host wait for the GPU inside a call "
             "(timing.host_syncs_per_call above 0), so its GPU mean is one call's latency; unmarked GPU cells are "
