@@ -7,6 +7,7 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -112,3 +113,20 @@ def test_an_untested_change_is_shown_as_the_legend_says(h100, heading, kind, row
     claimed = re.findall(r'marked "([^"]+)"', legend)
     assert all(text in section.split("\n|", 1)[1] for text in claimed), f"the legend claims marks {claimed}"
     assert "without a mark" in legend and verdicts.NOT_TESTED_TEXT in legend
+
+
+def test_the_bracketed_percent_is_named_as_the_arithmetic_names_it(h100):
+    """The per-device legend called the bracketed % "the speed-up over eager: eager ms / compiled ms - 1", while
+    the summary, the speed-up chart and docs/report.md call the speed-up the ratio (1.70×, 6.84×): a reader took
+    +562.5% for a 5.6× speed-up. The bracket is % faster than eager, (eager ms / compiled ms - 1) x 100."""
+    markdown, comparisons, _ = h100
+    means = {}
+    for record in _records():
+        means.setdefault(record["cell_id"], []).append(record["timing"]["mean_ms"])
+    estimate = {cell: float(np.exp(np.mean(np.log(values)))) for cell, values in means.items()}
+    ratio = estimate["resnet_bs1_eager_float32"] / estimate["resnet_bs1_reduce-overhead_float32"]
+    section = _section(markdown, "Latency per device and batch size")
+    assert f"({(ratio - 1) * 100:+.1f}%*)" in section
+    legend = section.split("\n|")[0]
+    assert "% faster than eager" in legend
+    assert not re.search(r"speed-up over eager: eager ms / compiled ms - 1", legend)

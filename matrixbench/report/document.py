@@ -116,8 +116,9 @@ def legends_for(margin_pct=verdicts.MARGIN_PCT):
             "has the rest: each status's count, noise, warm compile, graph breaks, image-pair rows that mix "
             "something."),
         "per_device": (
-            f"Latency in ms: {_CELL_MS}. In compiled columns, in brackets, the speed-up over eager: "
-            "eager ms / compiled ms - 1. "
+            f"Latency in ms: {_CELL_MS}. In compiled columns, in brackets, % faster than eager: "
+            "eager ms / compiled ms - 1 (the speed-up, as the summary and the speed-up chart give it, less 1: "
+            "+100% is 2×). "
             f"{tables.NOISY_MARK} noisy within a process: its samples' coefficient of variation above the run's "
             "threshold. "
             f"{tables.BETWEEN_NOISY_MARK} noisy between processes: the coefficient of variation of the cell's "
