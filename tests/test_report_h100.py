@@ -130,3 +130,26 @@ def test_the_bracketed_percent_is_named_as_the_arithmetic_names_it(h100):
     legend = section.split("\n|")[0]
     assert "% faster than eager" in legend
     assert not re.search(r"speed-up over eager: eager ms / compiled ms - 1", legend)
+
+
+def _bar_colours(figure):
+    """{mode: the face colour of its bars} of a bar chart whose legend labels end in the mode."""
+    axes = figure.axes[0]
+    found = {}
+    for container in axes.containers:
+        mode = container.get_label().split(" ")[-1]
+        found[mode] = tuple(container.patches[0].get_facecolor())
+    return found
+
+
+def test_a_mode_has_one_colour_in_every_chart(h100):
+    """The latency and speed-up charts colour by mode (eager blue, default orange, reduce-overhead green); the cost
+    charts coloured by series index, so the break-even chart, which has no eager series, drew default in eager's
+    blue and reduce-overhead in default's orange."""
+    figures = h100[2]
+    latency = _bar_colours(figures["nvidia-h100-80gb-hbm3_bs1_duration.png"])
+    modes = {record["cell"]["mode"] for record in _records()}
+    assert set(latency) == modes and len(set(latency.values())) == len(modes)
+    for name in ("speedup", "energy", "break_even"):
+        found = _bar_colours(figures[f"nvidia-h100-80gb-hbm3_bs1_{name}.png"])
+        assert found and all(found[mode] == latency[mode] for mode in found), name

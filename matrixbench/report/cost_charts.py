@@ -1,5 +1,6 @@
 """Charts of "What it costs": per device and batch size, energy per image and compile break-even
-(cold cache) per model, one bar per image and mode. A chart is drawn only where it has a bar:
+(cold cache) per model, one bar per image and mode, coloured by mode and hatched by image as the latency and
+speed-up charts are (one mode, one colour in every chart of a report). A chart is drawn only where it has a bar:
 no energy recorded (schema v2 records, VMs without RAPL, GPUs without the counter) draws none.
 A break-even of "never" is labelled at the axis instead of a bar.
 """
@@ -10,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from matrixbench.report import cost  # noqa: E402
 from matrixbench.report.cells import row_label  # noqa: E402
-from matrixbench.report.charts import CHART_DIR, _save  # noqa: E402
+from matrixbench.report.charts import CHART_DIR, HATCHES, _save  # noqa: E402
 from matrixbench.report.records import slug  # noqa: E402
 
 BAR_HEIGHT = 0.8
@@ -36,7 +37,8 @@ def write_cost_charts(cells, out_dir, prices=None):
 
 def _chart(cells, device, batch, values, axis_label, title, folder, filename):
     rows = cells.values("row", device=device, batch=batch)
-    series = [(image, mode) for image in cells.values("image", device=device, batch=batch)
+    images, modes = cells.values("image", device=device, batch=batch), cells.values("mode", device=device, batch=batch)
+    series = [(image, mode) for image in images
               for mode in cells.values("mode", device=device, batch=batch, image=image)]
     found = {(image, mode, row_key): values.get(id(cells.get(device, image, batch, row_key, mode)))
              for image, mode in series for row_key in rows}
@@ -50,7 +52,8 @@ def _chart(cells, device, batch, values, axis_label, title, folder, filename):
         bars = [(position + offset, found[(image, mode, row_key)]) for position, row_key in enumerate(rows)]
         finite = [(y, value) for y, value in bars if value is not None and value != cost.NEVER]
         axes.barh([y for y, _ in finite], [value for _, value in finite], height=BAR_HEIGHT / len(series),
-                  label=f"{cells.image_labels[image]} · {mode}")
+                  label=f"{cells.image_labels[image]} · {mode}", color=f"C{modes.index(mode)}", edgecolor="white",
+                  hatch=HATCHES[images.index(image) % len(HATCHES)])
         for y, value in bars:
             if value == cost.NEVER:
                 axes.text(0, y, " never", va="center", ha="left", fontsize=8, color="firebrick")
