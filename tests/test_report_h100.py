@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from host_helpers import report_with_figures
-from matrixbench.report import charts, verdicts
+from matrixbench.report import charts, tables, verdicts
 from matrixbench.report.tables import FLAGS, SUMMARY_FRONT
 
 MARK_NAMES = ("noisy within a process", "noisy between processes", "accuracy check failed", "per-call latency", *FLAGS)
@@ -153,3 +153,22 @@ def test_a_mode_has_one_colour_in_every_chart(h100):
     for name in ("speedup", "energy", "break_even"):
         found = _bar_colours(figures[f"nvidia-h100-80gb-hbm3_bs1_{name}.png"])
         assert found and all(found[mode] == latency[mode] for mode in found), name
+
+
+def test_the_summary_says_what_its_flag_column_counts(h100):
+    """Every eager process of the H100 run is noisy (the † ¶ cells of the tables, "flagged" in docs/report.md's
+    words), yet the summary's front column "flagged" said 0 for eager, with no legend saying it counts only the
+    runner's timing.flags (Ø ∆ ▼ ≠ ...). The column is named for what it counts, and the legend says so."""
+    markdown = h100[0]
+    records = _records()
+    eager = [record for record in records if record["cell"]["mode"] == "eager"]
+    assert eager and all(record["timing"]["noisy"] for record in eager)
+    assert not any(record["timing"]["flags"] for record in records)
+    front = markdown.split("## Summary")[1].split("### Summary, in detail")[0]
+    header = next(line for line in front.splitlines() if line.startswith("| Device"))
+    columns = [cell.strip() for cell in header.strip("|").split("|")]
+    assert "flagged" not in columns and tables.FLAGGED_COLUMN in columns
+    eager_row = next(line for line in front.splitlines() if "| eager |" in line)
+    assert eager_row.strip("|").split("|")[columns.index(tables.FLAGGED_COLUMN)].strip() == "0"
+    legend = front.split("\n|")[0]
+    assert f"\"{tables.FLAGGED_COLUMN}\":" in legend and "timing.flags" in legend and "noisy" in legend

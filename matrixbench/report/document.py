@@ -77,6 +77,10 @@ _WARM_COMPILE = (
     f"\"{tables.WARM_COMPILE_COLUMN}\": the first call of each cell's second and later processes (repeats), which "
     "compile reading the cache the first process filled, median over those processes; beside the compile time it "
     "shows what the warm cache saves. With --cold every process compiles into an empty folder, so both are cold.")
+_FLAGGED = (
+    f"\"{tables.FLAGGED_COLUMN}\": the cells whose records carry a runner's timing.flags (no CUDA graphs, recaptured, "
+    "throttled, timer mismatch, ...), with each flag's mark and count; a noisy cell (†, ¶) is counted under \"noisy\" "
+    "in the table after it, not here.")
 _CELL_MS = "per cell, the geometric mean of the processes' mean ms; with one process, its mean"
 
 
@@ -252,7 +256,8 @@ def assemble(cells, published, notes, charts, sources=None, calibration=(), pric
     summary, details = tables.summary_table(cells), tables.summary_details_table(cells)
     derived = comparison_rows(cells, published, sources)
     legends["summary"] += "".join(f" {text}" for column, text in (
-        (tables.COMPILE_COLUMN, _COMPILE), (tables.WARM_COMPILE_COLUMN, _WARM_COMPILE))
+        (tables.FLAGGED_COLUMN, _FLAGGED), (tables.COMPILE_COLUMN, _COMPILE),
+        (tables.WARM_COMPILE_COLUMN, _WARM_COMPILE))
         if column in summary.header + details.header)
     flags = tables.flags_in(cells)
     if flags:
