@@ -3,6 +3,7 @@ two-process intervals are wide, and the old "% faster than eager" axis stretched
 flattening every bar. Now: ratios on a log axis, the frame set by the bars, an interval past it ends in
 an arrow at the edge; the summary's front table has what a reader needs first; the report says TF32 was off."""
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -22,13 +23,19 @@ SPEEDUP = "nvidia-h100-80gb-hbm3_bs1_speedup.png"
 
 
 @pytest.fixture(scope="module")
-def h100(tmp_path_factory):
-    """(report.md, comparisons.csv as a frame, {chart file name: Figure}) of the H100 run."""
+def h100_out(tmp_path_factory):
+    """(the report folder, {chart file name: Figure}) of the H100 run."""
     root = tmp_path_factory.mktemp("h100")
     run = Path(shutil.copytree(EVIDENCE / "run-acc", root / "run-acc"))
     figures = report_with_figures([run], root / "out")
-    return ((root / "out" / "report.md").read_text(encoding="utf-8"),
-            pd.read_csv(root / "out" / "comparisons.csv"), figures)
+    return root / "out", figures
+
+
+@pytest.fixture(scope="module")
+def h100(h100_out):
+    """(report.md, comparisons.csv as a frame, {chart file name: Figure}) of the H100 run."""
+    out, figures = h100_out
+    return (out / "report.md").read_text(encoding="utf-8"), pd.read_csv(out / "comparisons.csv"), figures
 
 
 def test_the_speedup_frame_is_set_by_the_bars_and_wide_intervals_end_in_arrows(h100):
@@ -172,3 +179,33 @@ def test_the_summary_says_what_its_flag_column_counts(h100):
     assert eager_row.strip("|").split("|")[columns.index(tables.FLAGGED_COLUMN)].strip() == "0"
     legend = front.split("\n|")[0]
     assert f"\"{tables.FLAGGED_COLUMN}\":" in legend and "timing.flags" in legend and "noisy" in legend
+
+
+def test_costs_csv_break_even_columns_are_numbers_a_never_is_inf(h100_out):
+    """DETR's compiled cells have speed-up intervals reaching below 1 (two processes a side, wide), so their
+    break-even intervals end in "never": costs.csv wrote the word into a numeric column, which pandas then reads as
+    strings ("2721.11" and "never"). A never is now inf, which pandas reads as a float."""
+    out, _ = h100_out
+    costs = pd.read_csv(out / "costs.csv")
+    columns = [column for column in costs.columns if column.startswith("break_even_")]
+    assert len(columns) == 6
+    for column in columns:
+        assert pd.api.types.is_float_dtype(costs[column]), (column, costs[column].tolist())
+    markdown = (out / "report.md").read_text(encoding="utf-8")
+    section = markdown.split("### Compile break-even")[1].split("\n### ")[0]
+    shown = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) == 10 and cells[3] in ("default", "reduce-overhead"):
+            shown[(cells[0], cells[3])] = cells
+    names = {"Image Classification/ResNet": "resnet", "Object Detection/Resnet-101": "detr-resnet-101"}
+    assert len(shown) == 4
+    for (model, mode), cells in shown.items():
+        line = costs[(costs["model"] == names[model]) & (costs["mode"] == mode)].iloc[0]
+        high = cells[6].strip("[]").split(", ")[-1] if cells[6].startswith("[") else None
+        if high == "never":
+            assert line["break_even_cold_high_calls"] == np.inf
+        elif high is not None:
+            assert math.ceil(line["break_even_cold_high_calls"] - 1e-9) == int(high.replace(",", ""))
+        assert math.ceil(line["break_even_cold_calls"] - 1e-9) == int(cells[5].replace(",", ""))
+    assert (costs["break_even_cold_high_calls"] == np.inf).sum() == 2   # DETR default and reduce-overhead

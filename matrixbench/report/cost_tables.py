@@ -179,12 +179,12 @@ def _cost_line(c, payback, priced):
     if priced:
         line.update(price_usd_per_hour=c.price.usd_per_hour if c.price else None,
                     price_looked_up=_looked_up(c.price), cost_usd_per_million_images=c.usd_per_million)
-    for cache in ("cold", "warm"):
+    for cache in ("cold", "warm"):   # a break-even of never (cost.NEVER, math.inf) is written inf: a number to pandas
         result = getattr(payback, cache) if payback else None
         line.update({f"compile_{cache}_s": result.compile_s if result else None,
-                     f"break_even_{cache}_calls": _calls(result.calls) if result else None,
-                     f"break_even_{cache}_low_calls": _calls(result.low) if result else None,
-                     f"break_even_{cache}_high_calls": _calls(result.high) if result else None})
+                     f"break_even_{cache}_calls": result.calls if result else None,
+                     f"break_even_{cache}_low_calls": result.low if result else None,
+                     f"break_even_{cache}_high_calls": result.high if result else None})
     return line
 
 
@@ -192,12 +192,6 @@ def _looked_up(price):
     if price is None:
         return None
     return "" if price.looked_up == FROM_COMMAND_LINE else price.looked_up
-
-
-def _calls(value):
-    if value is None:
-        return None
-    return NEVER_TEXT if value == cost.NEVER else value
 
 
 def _bill_line(line, priced):
