@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from host_helpers import report_with_figures
-from matrixbench.report import charts, tables, verdicts
+from matrixbench.report import charts, cost_tables, tables, verdicts
 from matrixbench.report.tables import FLAGS, SUMMARY_FRONT
 
 MARK_NAMES = ("noisy within a process", "noisy between processes", "accuracy check failed", "per-call latency", *FLAGS)
@@ -202,10 +202,30 @@ def test_costs_csv_break_even_columns_are_numbers_a_never_is_inf(h100_out):
     assert len(shown) == 4
     for (model, mode), cells in shown.items():
         line = costs[(costs["model"] == names[model]) & (costs["mode"] == mode)].iloc[0]
-        high = cells[6].strip("[]").split(", ")[-1] if cells[6].startswith("[") else None
+        high = cells[6].strip("[]").split(cost_tables.INTERVAL_SEPARATOR)[-1] if cells[6].startswith("[") else None
         if high == "never":
             assert line["break_even_cold_high_calls"] == np.inf
         elif high is not None:
             assert math.ceil(line["break_even_cold_high_calls"] - 1e-9) == int(high.replace(",", ""))
         assert math.ceil(line["break_even_cold_calls"] - 1e-9) == int(cells[5].replace(",", ""))
     assert (costs["break_even_cold_high_calls"] == np.inf).sum() == 2   # DETR default and reduce-overhead
+
+
+def test_a_break_even_interval_reads_as_two_numbers(h100_out):
+    """Break-evens run to thousands of calls, written with a thousands comma; the interval joined its two bounds
+    with ", " too: "[1,957, 2,722]" (ResNet reduce-overhead) reads as four numbers. Its bounds are now apart from
+    the digits' commas, and each is the CSV's bound rounded up."""
+    out, _ = h100_out
+    markdown = (out / "report.md").read_text(encoding="utf-8")
+    costs = pd.read_csv(out / "costs.csv")
+    section = markdown.split("### Compile break-even")[1].split("\n### ")[0]
+    line = next(line for line in section.splitlines() if line.startswith("| Image Classification/ResNet")
+                and "| reduce-overhead |" in line)
+    cells = [cell.strip() for cell in line.strip("|").split("|")]
+    resnet = costs[(costs["model"] == "resnet") & (costs["mode"] == "reduce-overhead")].iloc[0]
+    assert resnet["break_even_cold_high_calls"] > 1000 and resnet["break_even_warm_high_calls"] > 1000
+    for text, cache in ((cells[6], "cold"), (cells[9], "warm")):
+        assert not re.search(r"\d, \d", text), text
+        low, high = (int(bound.replace(",", "")) for bound in text.strip("[]").split(cost_tables.INTERVAL_SEPARATOR))
+        assert (low, high) == (math.ceil(resnet[f"break_even_{cache}_low_calls"]),
+                               math.ceil(resnet[f"break_even_{cache}_high_calls"]))

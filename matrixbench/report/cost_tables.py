@@ -19,6 +19,7 @@ COSTS_FILENAME = "costs.csv"
 BILL_FILENAME = "bill.csv"
 UNCERTAIN_MARK = "~"
 NEVER_TEXT = "never"
+INTERVAL_SEPARATOR = " – "   # between a break-even interval's bounds: not ", ", which the bounds' thousands use
 
 LEGEND = (
     "What a cell costs to run. ms: the latency as in the tables above (per cell, the geometric mean of "
@@ -132,7 +133,7 @@ def _break_even_tables(cells):
 
 def _payback_cells(result):
     interval = (label(verdicts.NOT_TESTED_TEXT) if result.low is None
-                else Cell(f"[{calls_text(result.low)}, {calls_text(result.high)}]"))
+                else Cell(f"[{calls_text(result.low)}{INTERVAL_SEPARATOR}{calls_text(result.high)}]"))
     return [Cell(f"{result.compile_s:.1f}"), Cell(calls_text(result.calls)), interval]
 
 
