@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from host_helpers import report_with_figures
-from matrixbench.report import charts, cost_tables, tables, verdicts
+from matrixbench.report import charts, cost_charts, cost_tables, tables, verdicts
 from matrixbench.report.tables import FLAGS, SUMMARY_FRONT
 
 MARK_NAMES = ("noisy within a process", "noisy between processes", "accuracy check failed", "per-call latency", *FLAGS)
@@ -229,3 +229,21 @@ def test_a_break_even_interval_reads_as_two_numbers(h100_out):
         low, high = (int(bound.replace(",", "")) for bound in text.strip("[]").split(cost_tables.INTERVAL_SEPARATOR))
         assert (low, high) == (math.ceil(resnet[f"break_even_{cache}_low_calls"]),
                                math.ceil(resnet[f"break_even_{cache}_high_calls"]))
+
+
+def test_the_energy_chart_marks_the_uncertain_bars_the_table_marks(h100):
+    """Four cells' energy counters were within their error bound (ResNet reduce-overhead's by over 80%): the
+    throughput table marks their J/image ~, the energy chart drew them as plain bars."""
+    axes = h100[2]["nvidia-h100-80gb-hbm3_bs1_energy.png"].axes[0]
+    uncertain = {}
+    for record in _records():
+        cell = (record["cell"]["model"], record["cell"]["mode"])
+        uncertain[cell] = uncertain.get(cell, False) or record["timing"]["energy"]["uncertain"]
+    expected = sum(uncertain.values())
+    assert expected == 4
+    [marks] = [found for found in axes.collections if found.get_label() == cost_charts.UNCERTAIN_LEGEND]
+    assert len(marks.get_offsets()) == expected
+    box = axes.get_window_extent()
+    radius = (charts.MARK_SIZE ** 0.5) / 2 * axes.figure.dpi / 72
+    assert all(box.x0 + radius <= x <= box.x1 - radius
+               for x, _ in marks.get_offset_transform().transform(marks.get_offsets()))

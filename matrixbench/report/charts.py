@@ -161,7 +161,7 @@ class _Plot:
             _mark_not_ms_ratio(axes, apart, origin)
         _mark_flagged(axes, drawn, origin)
         if kind == "duration":
-            _room_for_marks(axes, drawn)
+            _room_for_marks(axes, _flagged_ends(drawn))
         if kind in JUDGED:
             _mark_undecided(axes, [(x, y) for x, y, row in drawn if self._undecided(row, kind)], self.cells.margin_pct,
                             "speed-up" if kind == "speedup" else "change", origin)
@@ -266,7 +266,7 @@ class _Plot:
         figure.suptitle(title)
         figure.tight_layout()
         for axes, drawn in panels_drawn:
-            _room_for_marks(axes, drawn)
+            _room_for_marks(axes, _flagged_ends(drawn))
         return _save(figure, folder, f"{self.name}_images.png", title)
 
     def _image_bars(self, axes, index, image, mode, drawn):
@@ -362,20 +362,25 @@ def _mark_flagged(axes, points, origin=0.0):
                      color="black", linewidths=0, transform=shift, label=label, zorder=3)
 
 
-def _room_for_marks(axes, points):
-    """Widen a latency chart's right edge so that the marks _mark_flagged drew after each bar (x, y, row) stay
-    inside it: matplotlib's default margin (5% of the span) is narrower than a long bar's two or three marks, which
-    the axes then clipped while the legend still named them. The judged charts get this room from _frame."""
+def _room_for_marks(axes, ends):
+    """Widen a bar chart's right edge so that the marks drawn after each bar's end stay inside it (``ends``: (x, how
+    many marks) per bar, each MARK_STEP points past the last): matplotlib's default margin (5% of the span) is
+    narrower than a long bar's two or three marks, which the axes then clipped while the legend still named them.
+    The judged charts get this room from _frame."""
     low, high = axes.get_xlim()
     width = _points_wide(axes)
     needed = high
-    for x, _, row in points:
-        count = len(marks_of(row))
+    for x, count in ends:
         room = MARK_STEP * count + MARK_SIZE ** 0.5 / 2   # the last mark's centre and its radius
         if count and x > low:
             needed = max(needed, low + (x - low) * width / max(width - room, 1.0))
     if needed > high:
         axes.set_xlim(low, needed)
+
+
+def _flagged_ends(points):
+    """(x, how many marks) of each (x, y, row) bar that _mark_flagged marks."""
+    return [(x, len(marks_of(row))) for x, _, row in points]
 
 
 def _axis_text(kind, marked=False):
