@@ -247,3 +247,16 @@ def test_the_energy_chart_marks_the_uncertain_bars_the_table_marks(h100):
     radius = (charts.MARK_SIZE ** 0.5) / 2 * axes.figure.dpi / 72
     assert all(box.x0 + radius <= x <= box.x1 - radius
                for x, _ in marks.get_offset_transform().transform(marks.get_offsets()))
+
+
+def test_the_tf32_note_does_not_call_tf32_convolutions_full_precision(h100):
+    """Every H100 record kept TF32 off for float32 matmuls but allowed it for cuDNN convolutions, and ResNet and
+    DETR's backbone are convolutions: the note said so and then concluded "float32 timings here are full-precision
+    ones", which holds only for the matmuls."""
+    markdown = h100[0]
+    records = _records()
+    assert all(record["precision"]["cudnn_allow_tf32"] and not record["precision"]["cuda_matmul_allow_tf32"]
+               for record in records)
+    [note] = [line for line in markdown.splitlines() if "TF32 was off for float32 matmuls" in line]
+    assert "float32 timings here are full-precision ones" not in note
+    assert "convolutions could run in TF32" in note and "matmuls ran at full precision" in note
