@@ -260,3 +260,16 @@ def test_the_tf32_note_does_not_call_tf32_convolutions_full_precision(h100):
     [note] = [line for line in markdown.splitlines() if "TF32 was off for float32 matmuls" in line]
     assert "float32 timings here are full-precision ones" not in note
     assert "convolutions could run in TF32" in note and "matmuls ran at full precision" in note
+
+
+def test_the_environment_shows_cudnn_as_a_version(h100):
+    """torch reports cuDNN 9.19.0 as the integer 91900 (cuDNN 9: major x 10000 + minor x 100 + patch; cuDNN 8 and
+    before: major x 1000 + minor x 100 + patch), and the environment table printed that integer beside CUDA 13.0."""
+    markdown = h100[0]
+    [raw] = {record["environment"]["cudnn"] for record in _records()}
+    major, rest = (raw // 10000, raw % 10000) if raw >= 90000 else (raw // 1000, raw % 1000)
+    section = _section(markdown, "Environment")
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    columns = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    shown = lines[2].strip("|").split("|")[columns.index("cuDNN")].strip()
+    assert shown == f"{major}.{rest // 100}.{rest % 100}" == "9.19.0"

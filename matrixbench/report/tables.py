@@ -738,11 +738,24 @@ def _placement_cell(processes, column):
     return Cell(", ".join(texts), kind="label") if texts else missing()
 
 
+def cudnn_version(value):
+    """"9.19.0" from torch's cuDNN integer (torch.backends.cudnn.version()): major x 10000 + minor x 100 + patch
+    from cuDNN 9 on (91900), major x 1000 + minor x 100 + patch before (8902: 8.9.2). The CSVs keep the integer."""
+    number = int(value)
+    major, rest = (number // 10000, number % 10000) if number >= 90000 else (number // 1000, number % 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
+# environment columns shown other than as their raw value
+_SHOWN_AS = {"environment.cudnn": cudnn_version}
+
+
 def _distinct(rows, column, width=None):
     values = []
     for row in rows:
         value = row[column]
-        text = None if value is None else str(int(value)) if isinstance(value, float) else str(value)[:width]
+        text = (None if value is None else _SHOWN_AS[column](value) if column in _SHOWN_AS
+                else str(int(value)) if isinstance(value, float) else str(value)[:width])
         if text and text not in values:
             values.append(text)
     return Cell(", ".join(values), kind="label") if values else missing()
