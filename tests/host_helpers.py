@@ -248,12 +248,13 @@ def answering(*unresolved):
 
 def report_with_figures(runs, out, formats=("md", "csv")):
     """``build_report`` of ``runs`` into ``out``, keeping every chart's Figure: {chart file name: Figure}."""
-    from matrixbench.report import build_report, charts
+    from matrixbench.report import build_report, charts, cost_charts
 
     figures = {}
     real = charts._save
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(charts, "_save", lambda figure, folder, name, title: (
-            figures.setdefault(name, figure), real(figure, folder, name, title))[1])
+        for module in (charts, cost_charts):   # cost_charts imports charts' _save
+            patch.setattr(module, "_save", lambda figure, folder, name, title: (
+                figures.setdefault(name, figure), real(figure, folder, name, title))[1])
         build_report(list(runs), out, list(formats))
     return figures

@@ -14,7 +14,7 @@ from matrixbench.report import build_report, records
 from matrixbench.report.cells import CellIndex
 from matrixbench.report.document import assemble
 from matrixbench.report.published import load_published
-from matrixbench.report.tables import FLAGS, MIXES_ATTENTION, MIXES_TRANSFORMERS, PER_CALL_MARK
+from matrixbench.report.tables import FLAGGED_COLUMN, FLAGS, MIXES_ATTENTION, MIXES_TRANSFORMERS, PER_CALL_MARK
 from runner.cells_file import cells_file_from_dict
 from runner.core import Status
 from runner.syncs import timing_regime
@@ -121,7 +121,7 @@ def test_the_legend_explains_every_flag_present(report):
 
 def test_the_summary_counts_flagged_cells_per_image_and_mode(report):
     summary = report.summary
-    counts = {(row[1].text, row[2].text): row[summary.header.index("flagged")].text for row in summary.rows}
+    counts = {(row[1].text, row[2].text): row[summary.header.index(FLAGGED_COLUMN)].text for row in summary.rows}
     assert counts[("new (torch 2.1.0)", "reduce-overhead")] == f"2 ({FLAGS['no_cudagraphs'][0]} 1, " \
         f"{FLAGS['cudagraph_recaptured'][0]} 1, {FLAGS['throttled'][0]} 1)"
     assert counts[("old (torch 2.0.1)", "default")] == \
@@ -156,7 +156,7 @@ def test_the_environment_shows_the_gpu_uuid_and_the_attention_per_image(report):
 
 def test_records_without_the_fields_show_nothing_new(tmp_path):
     report = _report(FIXTURES / "gpu-run")
-    assert "flagged" not in report.summary.header
+    assert FLAGGED_COLUMN not in report.summary.header
     assert not any(table.header[-1] == "Warning" for table in report.image_pairs)
     assert not {"GPU UUID", "Attention"} & set(report.environment.header)
     assert not any(mark in report.legends["per_device"] for mark, _ in FLAGS.values())

@@ -13,7 +13,8 @@ page's GPUs, else speed-ups against each of its GPUs).
 A cell that did not run is labelled inside the plot (OOM, ERR, ...), and so is a compiled cell
 whose eager cell did not run ("no eager"). A flagged cell (noisy, accuracy failed, a timing flag:
 no_cudagraphs, throttled, ...) gets the tables' marks (†, Ø, ▼, ...) as markers beside its bar's
-end or its point, each mark with a legend entry. Speed-up and change bars carry their 95% interval
+end or its point, each mark with a legend entry, inside the frame (a latency chart's right edge makes room for
+them: _room_for_marks). Speed-up and change bars carry their 95% interval
 as a line (report.verdicts.judge_speedup / judge_cells: the judgements comparisons.csv holds; none with
 one process per cell), clipped at the frame the bars set (_frame: an arrow where it reaches past), and
 an undecided one a "?" beside its bar, inside the frame. A change bar whose % is not the ratio of the two
@@ -159,6 +160,8 @@ class _Plot:
             apart = self._not_ms_ratio(drawn, kind)
             _mark_not_ms_ratio(axes, apart, origin)
         _mark_flagged(axes, drawn, origin)
+        if kind == "duration":
+            _room_for_marks(axes, _flagged_ends(drawn))
         if kind in JUDGED:
             _mark_undecided(axes, [(x, y) for x, y, row in drawn if self._undecided(row, kind)], self.cells.margin_pct,
                             "speed-up" if kind == "speedup" else "change", origin)
@@ -245,11 +248,13 @@ class _Plot:
         """One panel per mode; in each, per model, one bar per image: the torch-version question."""
         size = (3.2 * len(self.modes) + 2.5, 1.2 + 0.3 * len(self.row_keys) * len(self.images))
         figure, panels = plt.subplots(1, len(self.modes), sharey=True, squeeze=False, figsize=size)
+        panels_drawn = []
         for mode, axes in zip(self.modes, panels[0]):
             labels, drawn = [], []
             for index, image in enumerate(self.images):
                 labels += self._image_bars(axes, index, image, mode, drawn)
             _mark_flagged(axes, drawn)
+            panels_drawn.append((axes, drawn))
             axes.set_title(mode, fontsize=10)
             axes.set_xlabel(LATENCY_AXIS, fontsize=8)
             axes.grid(axis="x", alpha=0.3)
@@ -260,6 +265,8 @@ class _Plot:
         figure.legend(handles, names, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 0.95))
         figure.suptitle(title)
         figure.tight_layout()
+        for axes, drawn in panels_drawn:
+            _room_for_marks(axes, _flagged_ends(drawn))
         return _save(figure, folder, f"{self.name}_images.png", title)
 
     def _image_bars(self, axes, index, image, mode, drawn):
@@ -353,6 +360,27 @@ def _mark_flagged(axes, points, origin=0.0):
         labelled.add(mark)
         axes.scatter([x for x, _ in found], [y for _, y in found], s=MARK_SIZE, marker=f"${mark[0]}$",
                      color="black", linewidths=0, transform=shift, label=label, zorder=3)
+
+
+def _room_for_marks(axes, ends):
+    """Widen a bar chart's right edge so that the marks drawn after each bar's end stay inside it (``ends``: (x, how
+    many marks) per bar, each MARK_STEP points past the last): matplotlib's default margin (5% of the span) is
+    narrower than a long bar's two or three marks, which the axes then clipped while the legend still named them.
+    The judged charts get this room from _frame."""
+    low, high = axes.get_xlim()
+    width = _points_wide(axes)
+    needed = high
+    for x, count in ends:
+        room = MARK_STEP * count + MARK_SIZE ** 0.5 / 2   # the last mark's centre and its radius
+        if count and x > low:
+            needed = max(needed, low + (x - low) * width / max(width - room, 1.0))
+    if needed > high:
+        axes.set_xlim(low, needed)
+
+
+def _flagged_ends(points):
+    """(x, how many marks) of each (x, y, row) bar that _mark_flagged marks."""
+    return [(x, len(marks_of(row))) for x, _, row in points]
 
 
 def _axis_text(kind, marked=False):

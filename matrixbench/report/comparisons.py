@@ -7,8 +7,9 @@ verdict (report.verdicts: Welch's t on the two sides' log process means, stats.j
 - ``estimate_ratio`` the judged ratio (a ratio of geometric means of process means), ``ratio_low`` /
   ``ratio_high`` its 95% interval, ``percent`` / ``low_pct`` / ``high_pct`` the same as % ((ratio - 1)
   x 100), ``verdict`` (faster, slower, no change, undecided, not tested), ``baseline_processes`` /
-  ``candidate_processes``, ``detectable_pct`` (the interval's half-width as a %: a change at least
-  that large would have been starred) and ``margin_pct`` (the equivalence margin of "no change").
+  ``candidate_processes``, ``detectable_pct`` (the true change this comparison would star 80% of the
+  time: (t_0.975 + t_0.80) standard errors as a %, stats.POWER; before issue 34 the interval's half-width)
+  and ``margin_pct`` (the equivalence margin of "no change").
   Interval columns are empty when a side has one process ("not tested"). ``pairing``: how the two sides
   were judged: "paired by round" (an image change, A/A change or mode change whose two cells ran in one run
   and share 2 or more rounds: stats.judge_by_round on each shared round's log ratio), "paired blocks"

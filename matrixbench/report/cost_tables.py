@@ -19,6 +19,7 @@ COSTS_FILENAME = "costs.csv"
 BILL_FILENAME = "bill.csv"
 UNCERTAIN_MARK = "~"
 NEVER_TEXT = "never"
+INTERVAL_SEPARATOR = " – "   # between a break-even interval's bounds: not ", ", which the bounds' thousands use
 
 LEGEND = (
     "What a cell costs to run. ms: the latency as in the tables above (per cell, the geometric mean of "
@@ -132,7 +133,7 @@ def _break_even_tables(cells):
 
 def _payback_cells(result):
     interval = (label(verdicts.NOT_TESTED_TEXT) if result.low is None
-                else Cell(f"[{calls_text(result.low)}, {calls_text(result.high)}]"))
+                else Cell(f"[{calls_text(result.low)}{INTERVAL_SEPARATOR}{calls_text(result.high)}]"))
     return [Cell(f"{result.compile_s:.1f}"), Cell(calls_text(result.calls)), interval]
 
 
@@ -179,12 +180,12 @@ def _cost_line(c, payback, priced):
     if priced:
         line.update(price_usd_per_hour=c.price.usd_per_hour if c.price else None,
                     price_looked_up=_looked_up(c.price), cost_usd_per_million_images=c.usd_per_million)
-    for cache in ("cold", "warm"):
+    for cache in ("cold", "warm"):   # a break-even of never (cost.NEVER, math.inf) is written inf: a number to pandas
         result = getattr(payback, cache) if payback else None
         line.update({f"compile_{cache}_s": result.compile_s if result else None,
-                     f"break_even_{cache}_calls": _calls(result.calls) if result else None,
-                     f"break_even_{cache}_low_calls": _calls(result.low) if result else None,
-                     f"break_even_{cache}_high_calls": _calls(result.high) if result else None})
+                     f"break_even_{cache}_calls": result.calls if result else None,
+                     f"break_even_{cache}_low_calls": result.low if result else None,
+                     f"break_even_{cache}_high_calls": result.high if result else None})
     return line
 
 
@@ -192,12 +193,6 @@ def _looked_up(price):
     if price is None:
         return None
     return "" if price.looked_up == FROM_COMMAND_LINE else price.looked_up
-
-
-def _calls(value):
-    if value is None:
-        return None
-    return NEVER_TEXT if value == cost.NEVER else value
 
 
 def _bill_line(line, priced):

@@ -23,6 +23,12 @@ from matrixbench.report.verdict_summary import aa_line, multiplicity_line, verdi
 from matrixbench.words import count
 
 _FAILED = "Cells that did not run show their status (OOM, ERR, TIMEOUT, CRASH); the footnote gives the reason."
+# What an untested change looks like: the tables put no verdict mark after its % (verdicts.MARKS); where a table
+# has an interval column (image against image), it reads the not-tested text
+_UNTESTED = (f"the change is shown without a mark: \"{verdicts.NOT_TESTED_TEXT}\" (comparisons.csv's verdict "
+             f"\"{stats.UNTESTED}\"; an interval column, where the table has one, says so).")
+
+
 def _verdict_legend(margin_pct):
     return (
         f"{verdicts.STAR} faster or slower: the {round(stats.CONFIDENCE * 100)}% interval of the ratio excludes 1. "
@@ -32,7 +38,7 @@ def _verdict_legend(margin_pct):
         f"processes (repeats) would decide. The interval: Welch's t on the two cells' log per-process estimates "
         f"(each process, a repeat, is one independent draw; samples within one process are not), as a ratio of "
         f"geometric means. Tested only when both cells ran in {stats.MIN_PROCESSES} or more processes; otherwise "
-        f"the change is shown and marked \"{verdicts.NOT_TESTED_TEXT}\". See docs/verdicts.md.")
+        f"{_UNTESTED} See docs/verdicts.md.")
 
 
 _BY_ROUND = (
@@ -71,6 +77,10 @@ _WARM_COMPILE = (
     f"\"{tables.WARM_COMPILE_COLUMN}\": the first call of each cell's second and later processes (repeats), which "
     "compile reading the cache the first process filled, median over those processes; beside the compile time it "
     "shows what the warm cache saves. With --cold every process compiles into an empty folder, so both are cold.")
+_FLAGGED = (
+    f"\"{tables.FLAGGED_COLUMN}\": the cells whose records carry a runner's timing.flags (no CUDA graphs, recaptured, "
+    "throttled, timer mismatch, ...), with each flag's mark and count; a noisy cell (†, ¶) is counted under \"noisy\" "
+    "in the table after it, not here.")
 _CELL_MS = "per cell, the geometric mean of the processes' mean ms; with one process, its mean"
 
 
@@ -110,15 +120,17 @@ def legends_for(margin_pct=verdicts.MARGIN_PCT):
             "has the rest: each status's count, noise, warm compile, graph breaks, image-pair rows that mix "
             "something."),
         "per_device": (
-            f"Latency in ms: {_CELL_MS}. In compiled columns, in brackets, the speed-up over eager: "
-            "eager ms / compiled ms - 1. "
+            f"Latency in ms: {_CELL_MS}. In compiled columns, in brackets, % faster than eager: "
+            "eager ms / compiled ms - 1 (the speed-up, as the summary and the speed-up chart give it, less 1: "
+            "+100% is 2×). "
             f"{tables.NOISY_MARK} noisy within a process: its samples' coefficient of variation above the run's "
             "threshold. "
             f"{tables.BETWEEN_NOISY_MARK} noisy between processes: the coefficient of variation of the cell's "
             f"per-process means above {BETWEEN_CV_THRESHOLD:g} (the report's between_cv_threshold; cells with 2 or "
             "more repeats). The speed-up carries its verdict's mark: "
             f"{verdicts.STAR} faster (or slower) than eager, {verdicts.NO_CHANGE_MARK} no change within "
-            f"±{margin_pct:g}%, {verdicts.UNDECIDED_MARK} undecided (see the verdicts legend). "
+            f"±{margin_pct:g}%, {verdicts.UNDECIDED_MARK} undecided (see the verdicts legend); with one process "
+            f"on a side, {_UNTESTED} "
             f"{tables.ACCURACY_MARK} accuracy check failed (compiled output off from eager, or NaN). "
             f"{tables.PER_CALL_MARK} per-call latency: the model makes the host wait for the GPU inside a call "
             "(timing.host_syncs_per_call above 0), so its GPU mean is one call's latency; unmarked GPU cells are "
@@ -244,7 +256,8 @@ def assemble(cells, published, notes, charts, sources=None, calibration=(), pric
     summary, details = tables.summary_table(cells), tables.summary_details_table(cells)
     derived = comparison_rows(cells, published, sources)
     legends["summary"] += "".join(f" {text}" for column, text in (
-        (tables.COMPILE_COLUMN, _COMPILE), (tables.WARM_COMPILE_COLUMN, _WARM_COMPILE))
+        (tables.FLAGGED_COLUMN, _FLAGGED), (tables.COMPILE_COLUMN, _COMPILE),
+        (tables.WARM_COMPILE_COLUMN, _WARM_COMPILE))
         if column in summary.header + details.header)
     flags = tables.flags_in(cells)
     if flags:

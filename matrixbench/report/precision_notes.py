@@ -7,6 +7,17 @@ CUDNN = "precision.cudnn_allow_tf32"
 TF32_CELL = "cell.tf32"           # the tf32 axis (runner.axes): a cell that asked for TF32 matmuls
 
 
+# What TF32 off for matmuls means for the timings, by cuDNN's TF32 flag in the records (convolutions are most of a
+# CNN's time: ResNet, DETR's backbone)
+_OFF_MEANS = {
+    (False,): "float32 timings here are full-precision ones, slower than with TF32 on.",
+    (True,): "float32 matmuls ran at full precision, slower than with TF32 on, while convolutions could run in TF32: "
+             "a convolutional model's float32 timings are partly TF32 ones.",
+    (): "float32 matmuls ran at full precision, slower than with TF32 on; convolutions could run in TF32 where "
+        "cuDNN's flag allowed it.",
+}
+
+
 def precision_notes(frame):
     """One note where GPU records of a TF32-capable GPU are in ``frame`` (the merged records)."""
     if MATMUL not in frame or AVAILABLE not in frame:
@@ -29,8 +40,7 @@ def precision_notes(frame):
                     "ones, and only rows without tf32 are compared with the published tables."]
     if matmul == ["highest"]:
         return [f"TF32 was off for float32 matmuls (float32_matmul_precision \"highest\", the seed's flags, in every "
-                f"record on a GPU that has TF32; {convolutions}): float32 timings here are full-precision ones, "
-                "slower than with TF32 on."]
+                f"record on a GPU that has TF32; {convolutions}): {_OFF_MEANS.get(tuple(cudnn), _OFF_MEANS[()])}"]
     return [f"TF32 for float32 matmuls differed between records on a GPU that has TF32 (float32_matmul_precision "
             f"{', '.join(matmul)}; the seed's is \"highest\", TF32 off): compare float32 timings across them with "
             "care."]

@@ -53,6 +53,7 @@ FLAGS = {
 UNKNOWN_FLAG_MARK = "?"
 COMPILE_COLUMN = "compile time (median s)"
 WARM_COMPILE_COLUMN = "warm compile, later processes (median s)"
+FLAGGED_COLUMN = "timing flags"   # the summary's count of cells with a runner's timing.flags (noise is "noisy")
 MIXES_TRANSFORMERS = "mixes a transformers change"
 MIXES_ATTENTION = "mixes attention implementations"
 MIXES_GPUS = "ran on different GPUs"
@@ -552,7 +553,7 @@ GPU_MIXING_COLUMN = "image-pair rows on different GPUs"
 # What a reader needs first (issue 30: the one summary of 17 columns needed a scrollbar): the speed-ups,
 # how many cells ran, what is wrong with them, the compile time; the rest in the detail table below it.
 SUMMARY_FRONT = ("Device", "Image", "Mode", "geo-mean speed-up", "geo-mean over common cells", CELLS_COLUMN,
-                 "accuracy failures", "flagged", COMPILE_COLUMN)
+                 "accuracy failures", FLAGGED_COLUMN, COMPILE_COLUMN)
 
 
 def summary_table(cells):
@@ -584,7 +585,7 @@ def _summary_columns(cells):
                 rows.append(_summary_row(cells, device, image, mode, common.get(mode))
                             + [missing() if count is None else Cell(str(count)) for count in counts])
     header = ["Device", "Image", "Mode", "geo-mean speed-up", "geo-mean over common cells", CELLS_COLUMN,
-              *SUMMARY_STATUSES, "noisy", "between-process CV (median)", "accuracy failures", "flagged",
+              *SUMMARY_STATUSES, "noisy", "between-process CV (median)", "accuracy failures", FLAGGED_COLUMN,
               COMPILE_COLUMN, WARM_COMPILE_COLUMN, "graph breaks", MIXING_COLUMN, GPU_MIXING_COLUMN]
     return header, rows
 
@@ -737,11 +738,24 @@ def _placement_cell(processes, column):
     return Cell(", ".join(texts), kind="label") if texts else missing()
 
 
+def cudnn_version(value):
+    """"9.19.0" from torch's cuDNN integer (torch.backends.cudnn.version()): major x 10000 + minor x 100 + patch
+    from cuDNN 9 on (91900), major x 1000 + minor x 100 + patch before (8902: 8.9.2). The CSVs keep the integer."""
+    number = int(value)
+    major, rest = (number // 10000, number % 10000) if number >= 90000 else (number // 1000, number % 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
+# environment columns shown other than as their raw value
+_SHOWN_AS = {"environment.cudnn": cudnn_version}
+
+
 def _distinct(rows, column, width=None):
     values = []
     for row in rows:
         value = row[column]
-        text = None if value is None else str(int(value)) if isinstance(value, float) else str(value)[:width]
+        text = (None if value is None else _SHOWN_AS[column](value) if column in _SHOWN_AS
+                else str(int(value)) if isinstance(value, float) else str(value)[:width])
         if text and text not in values:
             values.append(text)
     return Cell(", ".join(values), kind="label") if values else missing()
