@@ -354,16 +354,16 @@ def test_promising_projects_the_pooled_spread_to_the_maximum():
 
 def test_promising_projects_a_paired_comparison_with_its_round_spread():
     """Issue 34: a comparison judged paired by round is projected at ``maximum`` rounds, t(m - 1) x sd / sqrt(m) of
-    its round log-ratios; a Welch one (Spread(paired=False)) as before, t(2m - 2) x sd x sqrt(2 / m) of
-    process means. At sd 2%, m = 10: paired +-1.43%, Welch +-1.88%."""
+    its round log-ratios; a Welch one (Spread(paired=False)) at the report's df for equal sides (2m - 2 less one:
+    t(17) at m = 10) x sd x sqrt(2 / m) of process means. At sd 2%, m = 10: paired +-1.43%, Welch +-1.89%."""
     policy = adaptive.Policy(3, 10, 3.0)
     welch, paired = adaptive.Spread(0.02), adaptive.Spread(0.02, paired=True)
-    assert welch.half_width(10) == pytest.approx(2.1009 * 0.02 * math.sqrt(0.2), rel=1e-3)
+    assert welch.half_width(10) == pytest.approx(2.1098 * 0.02 * math.sqrt(0.2), rel=1e-3)   # t_0.975(17)
     assert paired.half_width(10) == pytest.approx(2.2622 * 0.02 / math.sqrt(10), rel=1e-3)
     # a 1.5% change: the paired interval would star it, Welch's would neither star it nor fit the margin
     assert adaptive.promising(_around(1.015, 0.05), policy, paired)
     assert not adaptive.promising(_around(1.015, 0.05), policy, welch)
-    # 1.2% + 1.43% fits the 3% margin paired; 1.2% + 1.88% does not
+    # 1.2% + 1.43% fits the 3% margin paired; 1.2% + 1.89% does not
     assert adaptive.promising(_around(1.012, 0.05), policy, paired)
     assert not adaptive.promising(_around(1.012, 0.05), policy, welch)
     # paired but round ratios spread by 4% (+-2.86% at 10 rounds): neither, futile

@@ -140,6 +140,13 @@ def _detectable(critical, df, error):
     return arithmetic.percent(np.exp((critical + scipy_stats.t.ppf(POWER, df)) * error))
 
 
+def equal_sides_df(processes: int) -> float:
+    """The degrees of freedom of a two-sided (Welch) comparison of ``processes`` processes a side with equal
+    spreads, as contrast_many takes them: Welch-Satterthwaite's 2n - 2 less WELCH_DF_LESS, at least n - 1. What a
+    forecast of such a comparison's interval uses (detectable_at, repeats: auto's projections)."""
+    return max(2.0 * processes - 2.0 - WELCH_DF_LESS, processes - 1.0)
+
+
 def detectable_at(cv: float, processes: int, confidence: float = CONFIDENCE) -> float:
     """The change (%) a comparison of ``processes`` processes a side would star with probability POWER
     (80%) when each process's estimate spreads by ``cv`` (the SD of log process estimates, as a CV) on both
@@ -148,7 +155,7 @@ def detectable_at(cv: float, processes: int, confidence: float = CONFIDENCE) -> 
     Before a run (matrixbench.host_noise) this turns a measured spread into the change a run can resolve."""
     if processes < MIN_PROCESSES:
         raise ValueError(f"{processes} process(es) a side; a comparison needs {MIN_PROCESSES} or more")
-    df = max(2.0 * processes - 2.0 - WELCH_DF_LESS, processes - 1.0)
+    df = equal_sides_df(processes)
     critical = scipy_stats.t.ppf(0.5 + confidence / 2.0, df)
     return float(_detectable(critical, df, float(cv) * math.sqrt(2.0 / processes)))
 
