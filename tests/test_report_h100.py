@@ -133,7 +133,8 @@ def test_the_bracketed_percent_is_named_as_the_arithmetic_names_it(h100):
     estimate = {cell: float(np.exp(np.mean(np.log(values)))) for cell, values in means.items()}
     ratio = estimate["resnet_bs1_eager_float32"] / estimate["resnet_bs1_reduce-overhead_float32"]
     section = _section(markdown, "Latency per device and batch size")
-    assert f"({(ratio - 1) * 100:+.1f}%*)" in section
+    # the % with its verdict's mark, whichever the verdict (* faster, = no change, ? undecided)
+    assert re.search(re.escape(f"({(ratio - 1) * 100:+.1f}%") + r"[^)]?\)", section)
     legend = section.split("\n|")[0]
     assert "% faster than eager" in legend
     assert not re.search(r"speed-up over eager: eager ms / compiled ms - 1", legend)
@@ -208,7 +209,12 @@ def test_costs_csv_break_even_columns_are_numbers_a_never_is_inf(h100_out):
         elif high is not None:
             assert math.ceil(line["break_even_cold_high_calls"] - 1e-9) == int(high.replace(",", ""))
         assert math.ceil(line["break_even_cold_calls"] - 1e-9) == int(cells[5].replace(",", ""))
-    assert (costs["break_even_cold_high_calls"] == np.inf).sum() == 2   # DETR default and reduce-overhead
+    # a never where the speed-up's interval reaches 1 or below (compiled possibly not faster)
+    speedups = pd.read_csv(out / "comparisons.csv").query("kind == 'speedup' and ratio_low == ratio_low")
+    reaching = {(row.model, row.mode) for row in speedups.itertuples() if row.ratio_low <= 1.0}
+    assert reaching   # DETR's, at least: two processes a side, wide
+    nevers = {(row.model, row.mode) for row in costs.itertuples() if row.break_even_cold_high_calls == np.inf}
+    assert nevers == reaching
 
 
 def test_a_break_even_interval_reads_as_two_numbers(h100_out):
@@ -226,9 +232,10 @@ def test_a_break_even_interval_reads_as_two_numbers(h100_out):
     assert resnet["break_even_cold_high_calls"] > 1000 and resnet["break_even_warm_high_calls"] > 1000
     for text, cache in ((cells[6], "cold"), (cells[9], "warm")):
         assert not re.search(r"\d, \d", text), text
-        low, high = (int(bound.replace(",", "")) for bound in text.strip("[]").split(cost_tables.INTERVAL_SEPARATOR))
-        assert (low, high) == (math.ceil(resnet[f"break_even_{cache}_low_calls"]),
-                               math.ceil(resnet[f"break_even_{cache}_high_calls"]))
+        low, high = (math.inf if bound == cost_tables.NEVER_TEXT else int(bound.replace(",", ""))
+                     for bound in text.strip("[]").split(cost_tables.INTERVAL_SEPARATOR))
+        expected = [resnet[f"break_even_{cache}_{end}_calls"] for end in ("low", "high")]
+        assert (low, high) == tuple(math.ceil(value) if value != math.inf else value for value in expected)
 
 
 def test_the_energy_chart_marks_the_uncertain_bars_the_table_marks(h100):
