@@ -35,7 +35,9 @@ def _verdict_legend(margin_pct):
         f"{verdicts.NO_CHANGE_MARK} no change within ±{margin_pct:g}%: the whole interval lies inside "
         f"[1/(1+m), 1+m] for the margin m = {margin_pct:g}%, so any real change is smaller than that. "
         f"{verdicts.UNDECIDED_MARK} undecided: the interval holds no change but reaches past the margin; more "
-        f"processes (repeats) would decide. The interval: Welch's t on the two cells' log per-process estimates "
+        f"processes (repeats) would decide. The interval: Welch's t, at Welch-Satterthwaite's degrees of freedom "
+        f"less {stats.WELCH_DF_LESS:g} (at least the smaller side's processes less 1), on the two cells' log "
+        f"per-process estimates "
         f"(each process, a repeat, is one independent draw; samples within one process are not), as a ratio of "
         f"geometric means. Tested only when both cells ran in {stats.MIN_PROCESSES} or more processes; otherwise "
         f"{_UNTESTED} See docs/verdicts.md.")
