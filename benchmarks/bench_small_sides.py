@@ -3,8 +3,8 @@
 The cases and seeds of tests/test_verdicts_level.py ``test_small_unequal_sides_hold_the_level``: no change, two
 sides of (baseline, candidate) processes whose log means are normal with SD 0.05 x spread, 20,000 comparisons a
 case. "Welch alone": the two-sided 95% Welch-Satterthwaite interval on the log means (scipy's ttest_ind,
-equal_var=False) excludes no change. "Report": stats.judge_many starred it (faster or slower), with Hsu's
-n_small - 1 df where the smaller side has fewer than stats.HSU_BELOW processes.
+equal_var=False) excludes no change. "Report": stats.judge_many starred it (faster or slower), with Welch's df
+less stats.WELCH_DF_LESS and Hsu's n_small - 1 df where the smaller side has fewer than stats.HSU_BELOW processes.
 Writes ``results/small_sides.json`` and ``.md``; about 5 s.
 """
 import os
@@ -31,17 +31,17 @@ def case(sizes, spreads):
     sides = [np.exp(0.05 * spread * rng.standard_normal((TRIALS, count))) for count, spread in zip(sizes, spreads)]
     welch = scipy_stats.ttest_ind(np.log(sides[1]), np.log(sides[0]), axis=1, equal_var=False).pvalue < 0.05
     judged = stats.judge_many(*sides, margin_pct=3.0)
-    report = np.isin(judged.verdict, ("faster", "slower"))
+    report = np.isin(judged.verdict, stats.STARRED)
     return {"sizes": list(sizes), "spreads": list(spreads), "trials": TRIALS,
             "welch_alone": float(np.mean(welch)), "report_hsu": float(np.mean(report))}
 
 
 def markdown(result):
-    lines = ["# False stars at small unequal sides: Welch's t alone against the report's Hsu df", "",
+    lines = ["# False stars at small unequal sides: Welch's t alone against the report's df", "",
              "`benchmarks/bench_small_sides.py`: the cases and seeds of tests/test_verdicts_level.py "
              "`test_small_unequal_sides_hold_the_level`, no change, 20,000 comparisons a case (standard error "
              "about 0.15 points at 5%).", "",
-             "| processes (baseline, candidate) | SD ratio | Welch alone | report (Hsu df) |",
+             "| processes (baseline, candidate) | SD ratio | Welch alone | report (its df: Welch's less one, Hsu's) |",
              "| --- | --- | ---: | ---: |"]
     for row in result["cases"]:
         lines.append(f"| {row['sizes'][0]} against {row['sizes'][1]} | {row['spreads'][0] / row['spreads'][1]:.1f}x | "
