@@ -194,7 +194,9 @@ def markdown(result):
             "pinned": f"with `--set turns=true --set turns_cores={m.get('pin')}` (runs aa-pinned-*: in turns, both "
                       "sides' blocks pinned to the same cores)"}
     lines = [f"# A/A through the product, with and without turns ({m['device']}, {m['models']} {m['modes']})", "",
-             f"Measured {result['when']} with `matrixbench run --aa {m['image']}` ({m['backend']} backend, "
+             (f"Measured {result['when']}" if "runs" in result else
+              f"Summarized {result['when']} (`--only-summarize`) from runs measured earlier")
+             + f" with `matrixbench run --aa {m['image']}` ({m['backend']} backend, "
              f"{m['repeats']} rounds, {m['iterations']} iterations a process), {m['cycles']} time(s) each: "
              + "; ".join(said[design] for design in designs) + ". The order was reversed each cycle; a design's "
              "rounds are pooled over its runs. The true ratio is 1: every log ratio is noise. Power: a true +10% "
