@@ -3,12 +3,11 @@
 # a preinstalled torch, no Docker, no network, in one command of at most 8 minutes (BUDGET_S, default 420 s
 # of work after the set-up):
 #   1. matrixbench selftest (the measuring apparatus on this GPU),
-#   1b. issue 34's A/A through the product, in turns pinned to TURNS_PIN cores (default 1) and in turns
-#      (benchmarks/bench_turns_aa.py: `run --aa latest` on TURNS_AA, default resnet, eager, TURNS_REPEATS rounds,
-#      default 6, enough for the SD's 90% upper bound to decide; TURNS_DESIGNS, default pinned,turns, the most
-#      telling first, should the budget cut the step short; add plain for the design without turns, whose spread
-#      the H200 run already showed; TURNS_AA= skips it): the
-#      SD of the rounds' log ratios of each design decides whether turns become the default (docs/turns.md);
+#   1b. issue 34's A/A through the product, in turns pinned to TURNS_PIN cores (default 1), the default design
+#      since the 2026-11-28 H200 run (benchmarks/bench_turns_aa.py: `run --aa latest` on TURNS_AA, default resnet,
+#      eager, TURNS_REPEATS rounds, default 10; TURNS_DESIGNS, default pinned; add turns (unpinned) or plain (one
+#      after the other) to compare, the most telling first, should the budget cut the step short; TURNS_AA= skips
+#      it): the rounds' mean log ratio (a true 0) and SD check the default on this GPU (docs/turns.md);
 #      each of its runs starts with the noise check (issue 32's probe on the GPU, run/noise_check.json),
 #   2. the full-size seed models MODELS (default resnet,vit) at batch size 1 in eager, default and
 #      reduce-overhead with the local backend, REPEATS (default 2) processes a cell, and the report,
@@ -108,9 +107,9 @@ run "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir
   > "$RESULTS/machine.txt" 2>&1 || true
 run $mb selftest --results "$RESULTS" --run acceptance --python "$PYTHON" --device "$DEVICE"
 [ -n "${TURNS_AA-resnet}" ] && run "$PYTHON" benchmarks/bench_turns_aa.py --matrix "$RESULTS/acceptance.yaml" \
-  --image latest --models "${TURNS_AA-resnet}" --modes eager --repeats "${TURNS_REPEATS:-6}" \
+  --image latest --models "${TURNS_AA-resnet}" --modes eager --repeats "${TURNS_REPEATS:-10}" \
   --iterations "$ITERATIONS" --device "$DEVICE" --backend local --results "$RESULTS" --out "$RESULTS" --name turns_aa \
-  --designs "${TURNS_DESIGNS:-pinned,turns}" --pin "${TURNS_PIN:-1}"
+  --designs "${TURNS_DESIGNS:-pinned}" --pin "${TURNS_PIN:-1}"
 run $mb run --matrix "$RESULTS/acceptance.yaml" --backend local --device "$DEVICE" --results "$RESULTS" \
   --run acceptance --models "$MODELS" --note "benchmarks/gpu_acceptance.sh on $gpus"
 run $mb report "$RESULTS/acceptance" --out "$RESULTS/report"

@@ -449,6 +449,21 @@ def test_turns_cores_more_than_a_nodes_task_gets_are_refused_before_anything_is_
     assert cluster.tasks == [] and not (tmp_path / "results").exists()
 
 
+def test_the_default_turns_ask_the_cluster_only_where_the_run_has_an_image_pair(tmp_path, cluster):
+    """Turns are on by default (turns_cores auto: 1); a run of one image has no pair, so its start asks no node for
+    its cores, while a run of two images does, once."""
+    data = {key: value for key, value in small_matrix_data().items() if key != "turns"}
+    data["gpu_types"] = ["A100"]
+    one = load_matrix(write_matrix(tmp_path, data), Overrides(images=["latest"], models=["vit"], batch_sizes=[1],
+                                                              modes=["eager"]))
+    assert (one.turns, one.turns_cores) == (True, 1)
+    run_matrix(one, RunOptions(results_root=tmp_path / "one", executor="ray", device="cpu"))
+    assert cluster.turns_checks == []
+    two = load_matrix(write_matrix(tmp_path, data), Overrides(models=["vit"], batch_sizes=[1], modes=["eager"]))
+    run_matrix(two, RunOptions(results_root=tmp_path / "two", executor="ray", device="cpu"))
+    assert cluster.turns_checks == [(1, ("A100",), "cpu")]
+
+
 def test_the_nodes_a_task_may_land_on_and_its_share_of_their_cores_bound_turns_cores():
     from matrixbench.executors.ray.tasks import check_turns_cores, task_nodes, task_shares, turns_cores_here
     from matrixbench.run.placement import Slot

@@ -285,7 +285,7 @@ def test_turns_cores_without_turns_is_refused_naming_both_settings(tmp_path):
 
 def test_a_pinned_pair_gets_the_last_usable_core_in_its_turns_and_cells_file(tmp_path, monkeypatch):
     """Both runners of every pair get the same cores (the last this run may use: run.placement.usable_cores),
-    written into the cells file's turns; a matrix without turns_cores writes no cores (cells file as before)."""
+    written into the cells file's turns; with turns_cores: 0 no cores are written (cells file as before)."""
     backend = use_backend(monkeypatch, PairedBackend())
     run_matrix(turns_matrix(tmp_path, turns_cores=1), local_run_options(tmp_path, executor="sequential"))
     core = usable_cores()[0][-1]
@@ -295,7 +295,7 @@ def test_a_pinned_pair_gets_the_last_usable_core_in_its_turns_and_cells_file(tmp
     assert cells_file["turns"]["cores"] == [core]
     request = turns_request(tmp_path)
     assert "cores" not in request.work.turns.to_dict()
-    assert "turns_cores" not in turns_matrix(tmp_path).to_dict()   # not pinned: the matrix hashes as before
+    assert "turns_cores" not in turns_matrix(tmp_path, turns_cores=0).to_dict()   # not pinned: hashes as before
 
 
 @pytest.mark.skipif(len(usable_cores()[0]) < 2, reason="needs 2 usable cores")

@@ -40,8 +40,8 @@ def test_one_gpu_gets_the_wheels_selftest_the_seed_models_the_report_and_the_har
     assert "--target" in commands[0] and " .whl/" in commands[0] and commands[0].endswith(".whl")
     assert "matrixbench.cli selftest" in commands[1] and "--device cuda" in commands[1]
     # issue 34's A/A through the product, without and with turns, before the matrix (the budget may not reach it)
-    assert "bench_turns_aa.py" in commands[2] and "--models resnet --modes eager --repeats 6" in commands[2]
-    assert "--designs pinned,turns --pin 1" in commands[2]     # pinned first: the budget may cut the rest
+    assert "bench_turns_aa.py" in commands[2] and "--models resnet --modes eager --repeats 10" in commands[2]
+    assert "--designs pinned --pin 1" in commands[2]     # the default design (docs/turns.md)
     assert "--device cuda --backend local" in commands[2]
     assert "matrixbench.cli run" in commands[3] and "--backend local --device cuda" in commands[3]
     assert "--models resnet,vit" in commands[3]

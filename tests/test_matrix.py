@@ -444,3 +444,50 @@ def test_build_settings_are_no_part_of_what_is_measured(tmp_path):
     assert "build" not in plain.to_dict() and mirrored.to_dict()["build"]["index_url"] == "https://mirror/simple"
     assert plain.content_hash() == mirrored.content_hash()
     assert mirrored.build.given() == ("index_url", "registry")
+
+
+# --- turns: on by default since the H200 A/A (docs/turns.md) ----------------------------------------
+
+def _without_turns_keys():
+    data = small_matrix_data()
+    data.pop("turns", None)   # the tests' matrix says turns: false; a user's says nothing
+    return data
+
+
+def test_a_matrix_that_says_nothing_of_turns_runs_image_changes_in_turns_pinned_to_one_core(tmp_path):
+    from matrixbench.executors import check_options
+    from matrixbench.run.command import RunOptions
+
+    matrix = load_matrix(write_matrix(tmp_path, _without_turns_keys()))
+    assert (matrix.turns, matrix.turns_cores) == (True, 1)
+    assert matrix.to_dict()["turns"] is True and matrix.to_dict()["turns_cores"] == 1   # run.json says so
+    check_options(matrix, RunOptions())
+    shipped = load_matrix(ROOT / "matrix.yaml"), load_matrix(ROOT / "matrix-cpu-smoke.yaml")
+    assert [(m.turns, m.turns_cores) for m in shipped] == [(True, 1), (True, 1)]
+
+
+@pytest.mark.parametrize("given, expected", [
+    ({"turns": False}, (False, 0)),                            # auto: no pinning without turns, and no refusal
+    ({"turns": True, "turns_cores": 0}, (True, 0)),            # turns, unpinned
+    ({"turns_cores": "auto"}, (True, 1)),
+    ({"turns": False, "turns_cores": "auto"}, (False, 0)),
+    ({"turns_cores": 2}, (True, 2)),
+])
+def test_turns_cores_auto_is_one_core_with_turns_and_none_without(tmp_path, given, expected):
+    from matrixbench.executors import check_options
+    from matrixbench.run.command import RunOptions
+
+    matrix = load_matrix(write_matrix(tmp_path, {**_without_turns_keys(), **given}))
+    assert (matrix.turns, matrix.turns_cores) == expected
+    if matrix.turns_cores <= 1:
+        check_options(matrix, RunOptions())
+    if not matrix.turns:   # off: the matrix hashes as before turns existed
+        assert "turns" not in matrix.to_dict() and "turns_cores" not in matrix.to_dict()
+
+
+def test_turns_off_with_set_and_a_bad_turns_cores_named(tmp_path):
+    path = write_matrix(tmp_path, _without_turns_keys())
+    off = load_matrix(path, Overrides(sets={"turns": False}))
+    assert (off.turns, off.turns_cores) == (False, 0)
+    with pytest.raises(MatrixError, match="turns_cores"):
+        load_matrix(write_matrix(tmp_path, {**_without_turns_keys(), "turns_cores": "one"}))

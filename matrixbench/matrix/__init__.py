@@ -21,7 +21,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 from matrixbench.build.versions import pinned_version
 from matrixbench.errors import MatrixError
@@ -39,6 +39,11 @@ from runner.files import describe_kind, read_bounded_text
 from runner.registry import SEED_MODELS, local_model_hash, missing_weights, shipped_spec
 
 JSON = Dict[str, Any]
+
+
+# turns_cores: auto: a pair's blocks on 1 core with turns (the design the GPU A/A measured: docs/turns.md), none without
+AUTO_TURNS_CORES = "auto"
+PINNED_CORES = 1
 
 
 def _default(name: str) -> Any:
@@ -147,7 +152,8 @@ class Matrix:
     calibration_models: Tuple[str, ...] = _default("calibration_models")
     exclusive_timing: bool = _default("exclusive_timing")   # slots time one at a time
     turns: bool = _default("turns")     # image changes in turns (matrixbench.executors.turns), sequential only
-    turns_cores: int = _default("turns_cores")   # with turns: the pair's blocks pinned to this many cores (0: not)
+    turns_cores: int = _default("turns_cores")   # with turns: the pair's blocks pinned to this many cores (0: not);
+    # "auto" (the default) is resolved here once: 1 with turns, 0 without (__post_init__), never seen downstream
     gpu_types: Tuple[str, ...] = _default("gpu_types")   # () = no GPU-type axis (matrixbench.run.pending)
     # matrix.yaml's ``prices:`` as written (matrixbench.matrix.prices): the report's, not the run's
     prices: Dict[str, JSON] = field(default_factory=dict)
@@ -156,6 +162,10 @@ class Matrix:
     refused: Tuple[Any, ...] = ()    # attribution.Refused: corners that cannot exist, with the reason
     build: BuildSettings = BuildSettings()   # how images are built (`build`, run --backend auto, Ray nodes)
     path: Optional[Path] = None
+
+    def __post_init__(self) -> None:
+        if cast(object, self.turns_cores) == AUTO_TURNS_CORES:   # the declared default, before it is resolved
+            object.__setattr__(self, "turns_cores", PINNED_CORES if self.turns else 0)
 
     def to_dict(self) -> JSON:
         """Plain data (for run.json and hashing); ``path`` left out."""

@@ -37,12 +37,15 @@ HOST_SETTINGS: Tuple[Setting, ...] = (
             "boolean", default=False, flag="--exclusive-timing"),
     Setting("turns", "Image changes in turns (docs/turns.md): in each round the two images of an image comparison "
             "run their runners at once and take turns over a baton (each cell's own part, then alternating blocks), "
-            "so the host's state falls on both sides; the report judges those rounds \"in turns\". Only with the "
-            "sequential executor.", "boolean", default=False),
+            "so the host's state falls on both sides; the report judges those rounds \"in turns\". On by default "
+            "since an H200 A/A met issue 34's goal with it (benchmarks/results/gpu/NVIDIA-H200-20261128-pinned); "
+            "false runs the images one after the other (both models are then never in memory at once).",
+            "boolean", default=True),
     Setting("turns_cores", "With turns: pin both runners of a pair to this many CPU cores (the same ones: the last of "
             "the cores this run may use) for their blocks in turns, each with as many torch threads, so that both "
-            "sides' blocks run where the other's ran; 0: not pinned (docs/turns.md). The own part (the compile) "
-            "stays unpinned.", "integer", default=0, minimum=0, maximum=1024),
+            "sides' blocks run where the other's ran; 0: not pinned; auto: 1 with turns, 0 without (docs/turns.md). "
+            "The own part (the compile) stays unpinned.", "integer", default="auto", minimum=0, maximum=1024,
+            auto=True),
     Setting("attribution", "Split each change between two images that differ in torch and in transformers into "
             "torch's share and transformers' share: derives and runs bridge images (the torch of one side with "
             "the transformers of the other; matrixbench.matrix.attribution). `run --dry-run` prints what it costs.",

@@ -81,7 +81,7 @@ def run_matrix(matrix: Matrix, options: RunOptions, progress: Optional[Progress]
     try:
         if matrix.gpu_types:
             environment.check_gpu_types(matrix.gpu_types)   # before anything is written: Ray would wait forever
-        if matrix.turns and matrix.turns_cores:
+        if matrix.turns and matrix.turns_cores and len(matrix.images) > 1:   # one image: no pair takes turns
             environment.check_turns_cores(matrix.turns_cores, matrix.gpu_types, options.device)   # (Ray's nodes)
         run_path = run_folder.prepare(run_dir(options.results_root, options.run_name))
         with run_folder.RunLock(run_path, options.command) as lock:
