@@ -19,8 +19,8 @@ from matrixbench.run.command import run_matrix
 from matrixbench.run.manifest import read_manifest
 from runner.schema import read_record
 
-AA_RATE = (r"\(a simulator of known truth stars [\d.]+% of them at \d+ vs \d+ processes(?: paired by round)?; "
-           r"nominal 5%\)")
+AA_RATE = (r"\(a simulator of known truth stars [\d.]+% of them at \d+ vs \d+ processes"
+           r"(?: paired by round| in turns)?; nominal 5%\)")
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -98,6 +98,11 @@ def test_aa_end_to_end_with_the_local_backend(tmp_path):
     report = _check_aa_run(tmp_path / "results" / "aa-latest", "latest", output)
     assert re.search(r"On this machine, (0 of 1 no-change \(A/A\) comparison were|"
                      r"1 of 1 no-change \(A/A\) comparison was) starred " + AA_RATE + r"\.", report)
+    # matrix-cpu-smoke.yaml says nothing of turns: the A/A ran in turns (the default), its blocks on one core
+    assert re.search(r"processes in turns; nominal 5%", report)
+    twin = [read_record(path) for path in (tmp_path / "results" / "aa-latest" / "latest-aa").glob("resnet-tiny_*.json")]
+    assert twin and all(r["timing"]["turns"]["partner"] == "latest" and len(r["timing"]["turns"]["cores"]) == 1
+                        for r in twin)
 
 
 @pytest.mark.venv

@@ -98,3 +98,39 @@ def test_a_folder_given_twice_is_reported_once_with_a_note(tmp_path, charts_draw
     build_report([FIXTURES / "cpu-run", link], tmp_path / "linked", ["md"])
     assert (f"Folder {FIXTURES / 'cpu-run'} was given 2 times (as {FIXTURES / 'cpu-run'}, {link}); its records "
             "count once.") in (tmp_path / "linked" / "report.md").read_text()
+
+
+def test_results_csv_gives_each_records_schema_version_as_its_file_was_written(tmp_path):
+    """A converted record reads as the current version, but results.csv says the version its file holds (a v2
+    record's v3-v5 fields are absent because they were not measured, not lost); results.jsonl likewise."""
+    import json
+
+    import pandas as pd
+
+    from runner.core import SCHEMA_VERSION
+
+    folder = tmp_path / "runs"
+    shutil.copytree(FIXTURES / "cpu-run", folder / "cpu-run")
+    source = folder / "cpu-run" / "local" / "vit_bs1_default_float32.json"
+    written = json.loads(source.read_text())["schema_version"]
+    assert written < SCHEMA_VERSION
+    current = json.loads(source.read_text())
+    current["schema_version"] = SCHEMA_VERSION
+    source.with_name("vit_bs1_default_float32.r1.json").write_text(json.dumps({**current, "repeat": 1}))
+    build_report([folder], tmp_path / "out", ["csv"])
+    table = pd.read_csv(tmp_path / "out" / "results.csv")
+    vit = table[table["source"].str.contains("vit_bs1_default_float32")].set_index("repeat")
+    assert vit.loc[0, "schema_version"] == written and vit.loc[1, "schema_version"] == SCHEMA_VERSION
+    lines = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert sorted(line["schema_version"] for line in lines if "vit_bs1_default" in line["source"]) == [
+        written, SCHEMA_VERSION]
+
+
+def test_results_csv_says_tf32_false_for_cells_that_leave_the_axis_out(tmp_path):
+    """A cell leaves the tf32 axis out at its default (off), as every record before the axis did: results.csv
+    says false there, not an empty field a reader could take for unknown."""
+    import pandas as pd
+
+    build_report([FIXTURES / "cpu-run"], tmp_path, ["csv"])
+    table = pd.read_csv(tmp_path / "results.csv")
+    assert len(table) and table["cell.tf32"].tolist() == [False] * len(table)

@@ -23,7 +23,7 @@ from matrixbench.report.overlap import flag_compile_overlaps
 from matrixbench.report.published import match_gpu
 from matrixbench.run.layout import CALIBRATION_RUN_DEPTH, MANIFEST_FILENAME, NOT_RECORDS
 from matrixbench.run.manifest import read_manifest
-from matrixbench.run.results_files import NewerUnvouched, Unvouched, read_record
+from matrixbench.run.results_files import NewerUnvouched, Unvouched, read_record_as_written
 from matrixbench.run.resume import MEASUREMENT_SETTINGS
 from runner import axes
 from runner.schema import RECORD_SCHEMA
@@ -98,10 +98,10 @@ def _hidden(relative):
 
 
 def load_record(path, root=None):
-    """One record, read once by matrixbench.run.results_files (file, JSON, schema, limits); ReportError
-    names the file and the field."""
+    """One record, read once by matrixbench.run.results_files (file, JSON, schema, limits), as the current
+    schema version, and the version its file was written in; ReportError names the file and the field."""
     try:
-        return read_record(path, root)
+        return read_record_as_written(path, root)
     except NewerUnvouched as exc:
         raise ReportError(f"{exc.line()}; the report is refused") from None
     except Unvouched as exc:
@@ -120,10 +120,20 @@ def flatten(record, prefix=""):
     return flat
 
 
-def to_row(record, path, run_ids=None):
+# The axes a cell's JSON leaves out at their default (runner.axes, omit_default) that have a value to show there.
+_OMITTED_AT_DEFAULT = tuple(axis for axis in axes.AXES if axis.omit_default and axis.default is not None)
+
+
+def to_row(record, path, run_ids=None, written_version=None):
     """A record as one table row: every schema column, plus the derived ones. ``run_ids``: {run
-    folder: its run's identity} (``run_identity``)."""
+    folder: its run's identity} (``run_identity``); ``written_version``: the schema version of the file (a
+    converted record's ``schema_version`` is the current one), which the row's ``schema_version`` then gives."""
     flat = flatten(record)
+    if written_version is not None:
+        flat["schema_version"] = written_version
+    for axis in _OMITTED_AT_DEFAULT:   # a cell leaves such an axis out at its default (tf32: off): say the value
+        if flat.get(f"cell.{axis.name}") is None:
+            flat[f"cell.{axis.name}"] = axis.default
     row = {column: flat.get(column) for column in record_columns()}
     row.update(_derived(row, Path(path)), repeat=int(record.get("repeat") or 0))
     row.update(identity_columns(row, Path(path), run_ids or {}), record_hash=record_hash(record))
@@ -394,7 +404,8 @@ def load_results(results_dirs, unreadable=None, notes=None, manifests=None):
     rows = []
     for path in paths:
         try:
-            rows.append(to_row(load_record(path, results_root(path, results_dirs)), path, run_ids))
+            record, written = load_record(path, results_root(path, results_dirs))
+            rows.append(to_row(record, path, run_ids, written))
         except ReportError as exc:
             if unreadable is None or "the report is refused" in str(exc):
                 raise

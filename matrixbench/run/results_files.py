@@ -27,7 +27,7 @@ import stat
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Dict, Iterator, Optional, Set, Tuple, Union
+from typing import Dict, Iterator, Optional, Set, Tuple, Union, cast
 
 import jsonschema
 from jsonschema import validators
@@ -238,6 +238,12 @@ def _short(text: str, limit: int = 200) -> str:
 def read_record(path: PathLike, root: Optional[PathLike] = None) -> JSONObject:
     """A record as a dict of the current schema version (older versions converted), vouched for:
     the file, its JSON, RECORD_SCHEMA and RECORD_LIMITS. NewerUnvouched for a newer version."""
+    return read_record_as_written(path, root)[0]
+
+
+def read_record_as_written(path: PathLike, root: Optional[PathLike] = None) -> Tuple[JSONObject, int]:
+    """``read_record``'s record, and the schema version its file was written in (the converted record says the
+    current one): what results.csv gives, so that a v3 record's absent v4 and v5 fields read as not measured."""
     record = read_json(path, "record", root)
     if not isinstance(record, dict):
         raise Unvouched(path, f"a JSON {type(record).__name__}, not a record object")
@@ -251,6 +257,7 @@ def read_record(path: PathLike, root: Optional[PathLike] = None) -> JSONObject:
                               f"versions {list(SUPPORTED_VERSIONS)}")
     if record.get("status") not in STATUSES or not isinstance(record.get("cell"), dict):
         raise Unvouched(path, f"not a complete record (needs a 'status' of {', '.join(STATUSES)} and a 'cell' object)")
+    written = cast(int, version)
     try:
         record = upgrade_record(record)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -259,7 +266,7 @@ def read_record(path: PathLike, root: Optional[PathLike] = None) -> JSONObject:
     check(shallow, _RECORD, path, f"the record does not match schema v{record.get('schema_version')}")
     check(shallow, _RECORD_LIMITS, path, "a value no measurement has")
     _check_numbers(shallow, path)
-    return record
+    return record, written
 
 
 def _without_samples(record: JSONObject, path: PathLike) -> JSONObject:
