@@ -151,7 +151,7 @@ class Matrix:
     calibrate: bool = _default("calibrate")         # measure the slots' interference first (executors/calibration.py)
     calibration_models: Tuple[str, ...] = _default("calibration_models")
     exclusive_timing: bool = _default("exclusive_timing")   # slots time one at a time
-    turns: bool = _default("turns")     # image changes in turns (matrixbench.executors.turns), sequential only
+    turns: bool = _default("turns")     # image changes in turns (matrixbench.executors.turns); on by default
     turns_cores: int = _default("turns_cores")   # with turns: the pair's blocks pinned to this many cores (0: not);
     # "auto" (the default) is resolved here once: 1 with turns, 0 without (__post_init__), never seen downstream
     gpu_types: Tuple[str, ...] = _default("gpu_types")   # () = no GPU-type axis (matrixbench.run.pending)
